@@ -1,0 +1,11 @@
+"""The Celery app (``celery -A mado worker -Q <queue>``); configured from Django settings."""
+
+import os
+
+from celery import Celery
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "mado.settings")
+
+app = Celery("mado")
+app.config_from_object("django.conf:settings", namespace="CELERY")
+app.autodiscover_tasks(["worker", "jobs", "runs"])

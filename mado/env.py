@@ -1,0 +1,70 @@
+"""Typed reading of environment variables for settings (ARCHITECTURE rule 6).
+
+Each helper fails loudly with the variable's name when a value cannot be
+parsed, and reads ``<NAME>_FILE`` (a path whose content is the value) when
+``<NAME>`` itself is unset, so secrets can come from mounted files.
+"""
+
+import os
+from pathlib import Path
+
+from django.core.exceptions import ImproperlyConfigured
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+
+
+def env_str(name: str, default: str | None = None) -> str | None:
+    """Return the variable ``name`` (or the content of ``name_FILE``), else ``default``."""
+    if name in os.environ:
+        return os.environ[name]
+    path = os.environ.get(f"{name}_FILE")
+    if path:
+        try:
+            return Path(path).read_text().strip()
+        except OSError as exc:
+            raise ImproperlyConfigured(f"{name}_FILE={path!r} cannot be read: {exc}") from exc
+    return default
+
+
+def env_bool(name: str, default: bool) -> bool:
+    """Parse ``1/0 true/false yes/no on/off``; anything else is an error naming the variable."""
+    raw = env_str(name)
+    if raw is None:
+        return default
+    value = raw.strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise ImproperlyConfigured(f"{name}={raw!r} is not a boolean (use 1/0, true/false)")
+
+
+def env_int(name: str, default: int, *, minimum: int | None = None) -> int:
+    """Parse an integer, optionally bounded below; a bad value is an error naming the variable."""
+    raw = env_str(name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"{name}={raw!r} is not an integer") from exc
+    if minimum is not None and value < minimum:
+        raise ImproperlyConfigured(f"{name}={value} must be >= {minimum}")
+    return value
+
+
+def env_list(name: str, default: list[str]) -> list[str]:
+    """Parse a comma-separated list; empty items are dropped."""
+    raw = env_str(name)
+    if raw is None:
+        return default
+    return [item.strip() for item in raw.split(",") if item.strip()]
+
+
+def env_choice(name: str, default: str, choices: tuple[str, ...]) -> str:
+    """Return one of ``choices``; anything else is an error listing them."""
+    value = env_str(name, default) or default
+    if value not in choices:
+        raise ImproperlyConfigured(f"{name}={value!r} must be one of {', '.join(choices)}")
+    return value

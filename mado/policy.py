@@ -1,0 +1,84 @@
+"""The one permission policy of mado (ARCHITECTURE rule 1, STYLE: Permissions).
+
+Roles rank viewer < member < admin within a Project:
+
+- viewer reads everything in the Project;
+- member also writes Runs (create, log, update) and launches Jobs;
+- admin also manages members and deletes artifacts.
+
+Objects are looked up within the user's Projects, so another Project's object
+is indistinguishable from a missing one (404); a visible object the user may
+not change answers 403. Querysets expose this as ``visible_to(user)`` and
+``editable_by(user)``; pages, API and admin call the functions below.
+"""
+
+from django.db.models import Q
+
+VIEWER = "viewer"
+MEMBER = "member"
+ADMIN = "admin"
+ROLE_RANK = {VIEWER: 1, MEMBER: 2, ADMIN: 3}
+
+
+def roles_at_least(role: str) -> list[str]:
+    """Role names that rank at or above ``role``."""
+    return [name for name, rank in ROLE_RANK.items() if rank >= ROLE_RANK[role]]
+
+
+def membership_q(user, *, role: str = VIEWER, project_path: str = "") -> Q:
+    """A ``Q`` that keeps rows whose Project has ``user`` as a member with at least ``role``.
+
+    ``project_path`` is the lookup from the queried model to its Project
+    (``""`` for Project itself, ``"project"`` for Run, ``"run__project"``...).
+    An anonymous or inactive user matches nothing.
+    """
+    if user is None or not user.is_authenticated or not user.is_active:
+        return Q(pk__in=[])
+    prefix = f"{project_path}__" if project_path else ""
+    return Q(
+        **{
+            f"{prefix}memberships__user": user,
+            f"{prefix}memberships__role__in": roles_at_least(role),
+        }
+    )
+
+
+def role_in(user, project) -> str | None:
+    """The user's role in ``project``, or None when not a member (or anonymous)."""
+    if user is None or not user.is_authenticated or not user.is_active:
+        return None
+    membership = project.memberships.filter(user=user).only("role").first()
+    return membership.role if membership else None
+
+
+def has_role(user, project, role: str) -> bool:
+    """True when the user's role in ``project`` ranks at or above ``role``."""
+    actual = role_in(user, project)
+    return actual is not None and ROLE_RANK[actual] >= ROLE_RANK[role]
+
+
+def why_not(user, project, role: str) -> str | None:
+    """None when allowed, else the sentence a page shows in place of the button."""
+    actual = role_in(user, project)
+    if actual is None:
+        return "You are not a member of this project."
+    if ROLE_RANK[actual] >= ROLE_RANK[role]:
+        return None
+    if actual == VIEWER:
+        return "Your role in this project is viewer: viewers can only read."
+    return "Only project admins can do this."
+
+
+def can_write_runs(user, project) -> bool:
+    """Create Runs, log metrics and artifacts, change a Run's status, launch Jobs."""
+    return has_role(user, project, MEMBER)
+
+
+def can_manage_members(user, project) -> bool:
+    """Add, change and remove Project members."""
+    return has_role(user, project, ADMIN)
+
+
+def can_delete_artifacts(user, project) -> bool:
+    """Delete a stored artifact (SPEC F5: Project admin only)."""
+    return has_role(user, project, ADMIN)

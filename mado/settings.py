@@ -1,0 +1,195 @@
+"""mado settings: one module, driven by environment variables (ARCHITECTURE rule 6).
+
+The embedded default needs no external service: SQLite and stored files under
+``MADO_DATA_DIR`` (default ``./var``) and a Celery transport on the local
+filesystem. Production sets ``MADO_DATABASE_URL`` (PostgreSQL),
+``MADO_STORAGE=s3`` and ``CELERY_BROKER_URL`` (Redis or RabbitMQ); see
+``docs/deploy.md``.
+"""
+
+from pathlib import Path
+
+import dj_database_url
+
+from mado.env import env_bool, env_choice, env_int, env_list, env_str
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+DATA_DIR = Path(env_str("MADO_DATA_DIR", str(BASE_DIR / "var"))).resolve()
+
+DEBUG = env_bool("MADO_DEBUG", False)
+# An insecure key is only acceptable for local development; production sets its own.
+SECRET_KEY = env_str("MADO_SECRET_KEY") or "insecure-local-development-key-set-MADO_SECRET_KEY"
+ALLOWED_HOSTS = env_list("MADO_ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]", "testserver"])
+CSRF_TRUSTED_ORIGINS = env_list("MADO_CSRF_TRUSTED_ORIGINS", [])
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "rest_framework.authtoken",
+    "drf_spectacular",
+    "mado",
+    "runs",
+    "checkpoints",
+    "jobs",
+    "worker",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.locale.LocaleMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "mado.urls"
+WSGI_APPLICATION = "mado.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.template.context_processors.i18n",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+_database_url = env_str("MADO_DATABASE_URL") or f"sqlite:///{DATA_DIR / 'mado.sqlite3'}"
+DATABASES = {"default": dj_database_url.parse(_database_url, conn_max_age=env_int("MADO_DB_CONN_MAX_AGE", 60))}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    Path(DATABASES["default"]["NAME"]).parent.mkdir(parents=True, exist_ok=True)
+    # WAL lets the web server read while the worker writes; the busy timeout
+    # turns short lock waits into waits rather than "database is locked".
+    DATABASES["default"]["OPTIONS"] = {
+        "timeout": 30,
+        "transaction_mode": "IMMEDIATE",
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+    }
+    DATABASES["default"]["CONN_MAX_AGE"] = 0
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "runs:project-list"
+LOGOUT_REDIRECT_URL = "login"
+
+LANGUAGE_CODE = "en"
+LANGUAGES = [("en", "English"), ("ja", "日本語")]
+LOCALE_PATHS = [BASE_DIR / "locale"]
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = DATA_DIR / "static"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+
+# --- artifact storage -------------------------------------------------------
+MADO_STORAGE = env_choice("MADO_STORAGE", "file", ("file", "s3"))
+if MADO_STORAGE == "s3":
+    _artifacts = {
+        "BACKEND": "storages.backends.s3.S3Storage",
+        "OPTIONS": {
+            "bucket_name": env_str("MADO_S3_BUCKET", "mado-artifacts"),
+            "endpoint_url": env_str("MADO_S3_ENDPOINT_URL"),
+            "region_name": env_str("MADO_S3_REGION"),
+            "access_key": env_str("MADO_S3_ACCESS_KEY_ID"),
+            "secret_key": env_str("MADO_S3_SECRET_ACCESS_KEY"),
+            "location": env_str("MADO_S3_PREFIX", ""),
+            "file_overwrite": False,
+            "default_acl": None,
+        },
+    }
+else:
+    _artifacts = {
+        "BACKEND": "django.core.files.storage.FileSystemStorage",
+        "OPTIONS": {"location": str(DATA_DIR / "artifacts")},
+    }
+STORAGES = {
+    "default": _artifacts,
+    "artifacts": _artifacts,
+    "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+}
+
+# --- API ----------------------------------------------------------------------
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "mado.authentication.BearerTokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_PAGINATION_CLASS": "mado.pagination.DefaultPagination",
+    "PAGE_SIZE": 50,
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "EXCEPTION_HANDLER": "mado.errors.api_exception_handler",
+    "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "mado API",
+    "DESCRIPTION": "Runs, metrics, artifacts, checkpoints and jobs. Auth: `Authorization: Bearer <token>`.",
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "COMPONENT_SPLIT_REQUEST": True,
+}
+
+# --- Celery -------------------------------------------------------------------
+_broker_dir = DATA_DIR / "broker"
+CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", "filesystem://")
+CELERY_BROKER_TRANSPORT_OPTIONS = (
+    {
+        "data_folder_in": str(_broker_dir / "queue"),
+        "data_folder_out": str(_broker_dir / "queue"),
+        "processed_folder": str(_broker_dir / "processed"),
+        "store_processed": False,
+    }
+    if CELERY_BROKER_URL.startswith("filesystem")
+    # Redis re-delivers an unacked task after this many seconds; it must be
+    # longer than the longest training job (late ack, see jobs).
+    else {"visibility_timeout": env_int("MADO_BROKER_VISIBILITY_TIMEOUT", 7 * 24 * 3600, minimum=60)}
+)
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = False
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_DEFAULT_QUEUE = env_str("MADO_DEFAULT_QUEUE", "cpu")
+CELERY_TASK_ALWAYS_EAGER = env_bool("MADO_CELERY_EAGER", False)
+
+# --- mado ---------------------------------------------------------------------
+MADO_METRIC_BATCH_MAX = env_int("MADO_METRIC_BATCH_MAX", 10_000, minimum=1)
+MADO_METRIC_HISTORY_PAGE_MAX = env_int("MADO_METRIC_HISTORY_PAGE_MAX", 100_000, minimum=1)
+MMT_CHECKPOINT_KEEP_COUNT = env_int("MMT_CHECKPOINT_KEEP_COUNT", 5, minimum=1)
+MMT_CRASH_TIMEOUT = env_int("MMT_CRASH_TIMEOUT", 300, minimum=1)
+
+# --- production hardening (manage.py check --deploy is clean when set) -------
+SECURE_SSL_REDIRECT = env_bool("MADO_SECURE_SSL_REDIRECT", False)
+SESSION_COOKIE_SECURE = env_bool("MADO_SECURE_COOKIES", False)
+CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
+SECURE_HSTS_SECONDS = env_int("MADO_HSTS_SECONDS", 0, minimum=0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = SECURE_HSTS_SECONDS > 0
+SECURE_HSTS_PRELOAD = SECURE_HSTS_SECONDS > 0
+SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https") if env_bool("MADO_BEHIND_TLS_PROXY", False) else None
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "root": {"handlers": ["console"], "level": env_str("MADO_LOG_LEVEL", "INFO")},
+}

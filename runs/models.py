@@ -1,0 +1,261 @@
+"""Projects, members, Code, Datasets, Runs and metric points (issue 2, SPEC F2, F29)."""
+
+import math
+import secrets
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+
+from mado import policy
+
+
+class VisibleQuerySet(models.QuerySet):
+    """Restrict rows to the user's Projects (ARCHITECTURE rule 1).
+
+    Subclasses set ``project_path``: the lookup from the model to its Project.
+    """
+
+    project_path = "project"
+
+    def visible_to(self, user):
+        return self.filter(policy.membership_q(user, role=policy.VIEWER, project_path=self.project_path)).distinct()
+
+    def editable_by(self, user):
+        return self.filter(policy.membership_q(user, role=policy.MEMBER, project_path=self.project_path)).distinct()
+
+    def administered_by(self, user):
+        return self.filter(policy.membership_q(user, role=policy.ADMIN, project_path=self.project_path)).distinct()
+
+
+class ProjectQuerySet(VisibleQuerySet):
+    project_path = ""
+
+
+class Project(models.Model):
+    name = models.CharField(max_length=200)
+    slug = models.SlugField(max_length=100, unique=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = ProjectQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self):
+        return self.slug
+
+
+class Role(models.TextChoices):
+    ADMIN = policy.ADMIN, "admin"
+    MEMBER = policy.MEMBER, "member"
+    VIEWER = policy.VIEWER, "viewer"
+
+
+class Membership(models.Model):
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships")
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="memberships")
+    role = models.CharField(max_length=10, choices=Role.choices)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = VisibleQuerySet.as_manager()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["user", "project"], name="membership_unique_user_project"),
+            models.CheckConstraint(condition=Q(role__in=Role.values), name="membership_role_valid"),
+        ]
+
+    def __str__(self):
+        return f"{self.user} in {self.project} ({self.role})"
+
+
+class Code(models.Model):
+    """A registered training program; its versions are what Jobs run."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="codes")
+    name = models.CharField(max_length=200)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = VisibleQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [models.UniqueConstraint(fields=["project", "name"], name="code_unique_project_name")]
+
+    def __str__(self):
+        return self.name
+
+
+class CodeVersionQuerySet(VisibleQuerySet):
+    project_path = "code__project"
+
+
+class CodeVersion(models.Model):
+    """One immutable version of a Code: source archive + entrypoint argv (a list of strings)."""
+
+    code = models.ForeignKey(Code, on_delete=models.CASCADE, related_name="versions")
+    version = models.PositiveIntegerField()
+    entrypoint = models.JSONField(help_text="argv list, e.g. ['python', 'train.py']")
+    archive = models.ForeignKey(
+        "checkpoints.Artifact", null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = CodeVersionQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["code", "-version"]
+        constraints = [models.UniqueConstraint(fields=["code", "version"], name="codeversion_unique_code_version")]
+
+    def __str__(self):
+        return f"{self.code.name} v{self.version}"
+
+
+class Dataset(models.Model):
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="datasets")
+    name = models.CharField(max_length=200)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = VisibleQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [models.UniqueConstraint(fields=["project", "name"], name="dataset_unique_project_name")]
+
+    def __str__(self):
+        return self.name
+
+
+class DatasetVersionQuerySet(VisibleQuerySet):
+    project_path = "dataset__project"
+
+
+class DatasetVersion(models.Model):
+    dataset = models.ForeignKey(Dataset, on_delete=models.CASCADE, related_name="versions")
+    version = models.CharField(max_length=100)
+    uri = models.CharField(max_length=2000, blank=True)
+    description = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = DatasetVersionQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["dataset", "-created_at"]
+        constraints = [
+            models.UniqueConstraint(fields=["dataset", "version"], name="datasetversion_unique_dataset_version")
+        ]
+
+    def __str__(self):
+        return f"{self.dataset.name}:{self.version}"
+
+
+class RunKind(models.TextChoices):
+    TRAINING = "training", "training"
+    FINE_TUNING = "fine_tuning", "fine-tuning"
+    EVALUATION = "evaluation", "evaluation"
+    OTHER = "other", "other"
+
+
+class RunStatus(models.TextChoices):
+    PENDING = "pending", "pending"
+    RUNNING = "running", "running"
+    FINISHED = "finished", "finished"
+    FAILED = "failed", "failed"
+    ABORTED = "aborted", "aborted"
+    CRASHED = "crashed", "crashed"
+    PREEMPTING = "preempting", "preempting"
+    PREEMPTED = "preempted", "preempted"
+
+
+FINAL_STATES = frozenset(
+    {RunStatus.FINISHED, RunStatus.FAILED, RunStatus.ABORTED, RunStatus.CRASHED, RunStatus.PREEMPTED}
+)
+
+
+def new_external_id() -> str:
+    """A W&B-style run id: 8 lowercase letters and digits."""
+    alphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
+    return "".join(secrets.choice(alphabet) for _ in range(8))
+
+
+class Run(models.Model):
+    """One execution of training code (SPEC terms). Inputs are its initial configuration, never overwritten."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="runs")
+    external_id = models.CharField(
+        max_length=128, default=new_external_id, help_text="run id, unique per project (same-run resume)"
+    )
+    name = models.CharField(max_length=200, blank=True)
+    kind = models.CharField(max_length=20, choices=RunKind.choices, default=RunKind.TRAINING)
+    status = models.CharField(max_length=20, choices=RunStatus.choices, default=RunStatus.RUNNING)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="runs")
+    parameters = models.JSONField(default=dict, blank=True)
+    input_dataset_versions = models.ManyToManyField(DatasetVersion, blank=True, related_name="runs")
+    code_version = models.ForeignKey(CodeVersion, null=True, blank=True, on_delete=models.PROTECT, related_name="runs")
+    parent = models.ForeignKey("self", null=True, blank=True, on_delete=models.PROTECT, related_name="children")
+    source_checkpoint = models.ForeignKey(
+        "checkpoints.Checkpoint", null=True, blank=True, on_delete=models.PROTECT, related_name="derived_runs"
+    )
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
+
+    objects = VisibleQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(fields=["project", "external_id"], name="run_unique_project_external_id"),
+            models.CheckConstraint(condition=Q(kind__in=RunKind.values), name="run_kind_valid"),
+            models.CheckConstraint(condition=Q(status__in=RunStatus.values), name="run_status_valid"),
+        ]
+        indexes = [models.Index(fields=["project", "status", "kind", "-created_at"], name="run_project_filter_idx")]
+
+    def __str__(self):
+        return self.name or self.external_id
+
+    @property
+    def is_final(self) -> bool:
+        return self.status in FINAL_STATES
+
+    @property
+    def duration_seconds(self) -> float | None:
+        if not self.started_at:
+            return None
+        end = self.ended_at or self.heartbeat_at or self.started_at
+        return max((end - self.started_at).total_seconds(), 0.0)
+
+
+class MetricPointQuerySet(VisibleQuerySet):
+    project_path = "run__project"
+
+
+class MetricPoint(models.Model):
+    """One logged value. ``value`` NULL stores NaN (SQLite cannot hold NaN); ±Infinity is stored as is.
+
+    ``timestamp`` is wall-clock milliseconds since the epoch (MLflow's unit).
+    """
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="metric_points", db_index=False)
+    key = models.CharField(max_length=250)
+    step = models.BigIntegerField()
+    value = models.FloatField(null=True)
+    timestamp = models.BigIntegerField()
+
+    objects = MetricPointQuerySet.as_manager()
+
+    class Meta:
+        indexes = [models.Index(fields=["run", "key", "step"], name="metric_run_key_step_idx")]
+        constraints = [models.CheckConstraint(condition=Q(step__gte=0), name="metric_step_non_negative")]
+
+    @staticmethod
+    def to_db_value(value: float) -> float | None:
+        return None if math.isnan(value) else value
+
+    @staticmethod
+    def from_db_value(value: float | None) -> float:
+        return math.nan if value is None else value

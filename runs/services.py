@@ -1,0 +1,278 @@
+"""State changes for Projects, members, Code, Datasets and Runs (STYLE: Services; issue 2).
+
+Every function takes keyword-only arguments, checks the actor through
+``mado.policy`` and raises ``mado.errors`` user errors: ``ValidationFailed``
+(400, naming the field), ``Forbidden`` (403), ``Conflict`` (409).
+"""
+
+from django.contrib.auth import get_user_model
+from django.db import IntegrityError, transaction
+from django.db.models import Max
+from django.utils import timezone
+from django.utils.text import slugify
+
+from mado import policy
+from mado.errors import Conflict, Forbidden, NotFound, ValidationFailed
+from runs.models import (
+    FINAL_STATES,
+    Code,
+    CodeVersion,
+    Dataset,
+    DatasetVersion,
+    Membership,
+    Project,
+    Role,
+    Run,
+    RunKind,
+    RunStatus,
+)
+
+
+def require(allowed: bool, reason: str) -> None:
+    """Raise ``Forbidden`` with ``reason`` unless ``allowed``."""
+    if not allowed:
+        raise Forbidden(reason)
+
+
+@transaction.atomic
+def project_create(*, user, name: str, slug: str | None = None) -> Project:
+    """Create a Project; its creator becomes admin.
+
+    ``slug`` defaults to ``slugify(name)``. Raises ``ValidationFailed`` for an
+    empty name or slug, ``Conflict`` when the slug is taken (database unique).
+    """
+    name = (name or "").strip()
+    if not name:
+        raise ValidationFailed("name must not be empty", field="name")
+    slug = slugify(slug or name)
+    if not slug:
+        raise ValidationFailed("slug must contain letters or digits", field="slug")
+    try:
+        with transaction.atomic():
+            project = Project.objects.create(name=name, slug=slug)
+    except IntegrityError:
+        raise Conflict(f"a project with slug {slug!r} already exists", field="slug") from None
+    Membership.objects.create(user=user, project=project, role=Role.ADMIN)
+    return project
+
+
+def _check_role(role: str) -> None:
+    if role not in Role.values:
+        raise ValidationFailed(f"role must be one of {', '.join(Role.values)}", field="role")
+
+
+def _guard_last_admin(project: Project, membership: Membership) -> None:
+    """Refuse to leave a Project without an admin (the row lock makes two demotions serialize)."""
+    admins = list(project.memberships.select_for_update().filter(role=Role.ADMIN).values_list("pk", flat=True))
+    if admins == [membership.pk]:
+        raise Conflict("a project must keep at least one admin", field="role")
+
+
+@transaction.atomic
+def membership_add(*, actor, project: Project, username: str, role: str) -> Membership:
+    """Add ``username`` to ``project`` with ``role`` (admin only; F29 members page).
+
+    Raises ``Forbidden`` for a non-admin actor, ``ValidationFailed`` for an
+    unknown user or role, ``Conflict`` when already a member.
+    """
+    require(policy.can_manage_members(actor, project), "Only project admins can manage members.")
+    _check_role(role)
+    user = get_user_model().objects.filter(username=username).first()
+    if user is None:
+        raise ValidationFailed(f"no user named {username!r}", field="username")
+    try:
+        with transaction.atomic():
+            return Membership.objects.create(user=user, project=project, role=role)
+    except IntegrityError:
+        raise Conflict(f"{username} is already a member of {project.slug}", field="username") from None
+
+
+def _membership(project: Project, username: str) -> Membership:
+    membership = (
+        project.memberships.select_for_update().select_related("user").filter(user__username=username).first()
+    )
+    if membership is None:
+        raise NotFound(f"{username!r} is not a member of {project.slug}", field="username")
+    return membership
+
+
+@transaction.atomic
+def membership_change_role(*, actor, project: Project, username: str, role: str) -> Membership:
+    """Change a member's role (admin only); the last admin cannot be demoted (``Conflict``)."""
+    require(policy.can_manage_members(actor, project), "Only project admins can manage members.")
+    _check_role(role)
+    membership = _membership(project, username)
+    if membership.role == Role.ADMIN and role != Role.ADMIN:
+        _guard_last_admin(project, membership)
+    membership.role = role
+    membership.save(update_fields=["role"])
+    return membership
+
+
+@transaction.atomic
+def membership_remove(*, actor, project: Project, username: str) -> None:
+    """Remove a member (admin only); the last admin cannot be removed (``Conflict``)."""
+    require(policy.can_manage_members(actor, project), "Only project admins can manage members.")
+    membership = _membership(project, username)
+    if membership.role == Role.ADMIN:
+        _guard_last_admin(project, membership)
+    membership.delete()
+
+
+def _create_unique(model, field: str, message: str, **values):
+    try:
+        with transaction.atomic():
+            return model.objects.create(**values)
+    except IntegrityError:
+        raise Conflict(message, field=field) from None
+
+
+def code_create(*, actor, project: Project, name: str) -> Code:
+    """Register a training program in ``project`` (member or admin). ``Conflict`` on a duplicate name."""
+    require(policy.can_write_runs(actor, project), policy.why_not(actor, project, policy.MEMBER) or "")
+    name = (name or "").strip()
+    if not name:
+        raise ValidationFailed("name must not be empty", field="name")
+    return _create_unique(Code, "name", f"code {name!r} already exists", project=project, name=name, created_by=actor)
+
+
+def _validate_entrypoint(entrypoint) -> list[str]:
+    if not isinstance(entrypoint, list) or not entrypoint or not all(isinstance(a, str) and a for a in entrypoint):
+        raise ValidationFailed("entrypoint must be a non-empty list of non-empty strings (argv)", field="entrypoint")
+    return entrypoint
+
+
+@transaction.atomic
+def code_version_create(*, actor, code: Code, entrypoint: list[str], archive=None) -> CodeVersion:
+    """Add the next version of ``code`` (numbered 1, 2, …) with its argv and optional source archive.
+
+    ``archive`` is an ``Artifact`` already stored (``checkpoints.storage``).
+    The Code row is locked so two concurrent uploads get distinct numbers.
+    """
+    require(policy.can_write_runs(actor, code.project), policy.why_not(actor, code.project, policy.MEMBER) or "")
+    entrypoint = _validate_entrypoint(entrypoint)
+    Code.objects.select_for_update().filter(pk=code.pk).first()
+    latest = code.versions.aggregate(n=Max("version"))["n"] or 0
+    return CodeVersion.objects.create(
+        code=code, version=latest + 1, entrypoint=entrypoint, archive=archive, created_by=actor
+    )
+
+
+def dataset_create(*, actor, project: Project, name: str) -> Dataset:
+    """Register a Dataset in ``project`` (member or admin). ``Conflict`` on a duplicate name."""
+    require(policy.can_write_runs(actor, project), policy.why_not(actor, project, policy.MEMBER) or "")
+    name = (name or "").strip()
+    if not name:
+        raise ValidationFailed("name must not be empty", field="name")
+    return _create_unique(Dataset, "name", f"dataset {name!r} already exists", project=project, name=name)
+
+
+def dataset_version_create(
+    *, actor, dataset: Dataset, version: str, uri: str = "", description: str = ""
+) -> DatasetVersion:
+    """Add a version label to ``dataset``. ``Conflict`` when the label exists."""
+    require(policy.can_write_runs(actor, dataset.project), policy.why_not(actor, dataset.project, policy.MEMBER) or "")
+    version = (version or "").strip()
+    if not version:
+        raise ValidationFailed("version must not be empty", field="version")
+    return _create_unique(
+        DatasetVersion,
+        "version",
+        f"version {version!r} of {dataset.name} already exists",
+        dataset=dataset,
+        version=version,
+        uri=uri or "",
+        description=description or "",
+    )
+
+
+def _project_objects(model, project: Project, ids, field: str, path: str):
+    ids = list(ids or [])
+    try:
+        ids = [int(i) for i in ids]
+    except (TypeError, ValueError):
+        raise ValidationFailed(f"{field} must be a list of integer ids", field=field) from None
+    found = {obj.pk: obj for obj in model.objects.filter(pk__in=ids, **{path: project})}
+    missing = [i for i in ids if i not in found]
+    if missing:
+        raise ValidationFailed(f"unknown ids in this project: {missing}", field=field)
+    return [found[i] for i in ids]
+
+
+@transaction.atomic
+def run_create(
+    *,
+    actor,
+    project: Project,
+    name: str = "",
+    kind: str = RunKind.TRAINING,
+    parameters: dict | None = None,
+    input_dataset_version_ids: list[int] | None = None,
+    code_version_id: int | None = None,
+    parent_id: int | None = None,
+    external_id: str | None = None,
+    status: str = RunStatus.RUNNING,
+) -> Run:
+    """Create a Run in ``project`` (member or admin), started now when ``status`` is running.
+
+    ``parameters`` is a JSON object; dataset versions, code version and parent
+    must belong to ``project`` (else ``ValidationFailed`` naming the field).
+    ``external_id`` (the run id) is unique per Project: ``Conflict`` when taken.
+    The input dataset versions are the Run's initial configuration (never overwritten).
+    """
+    require(policy.can_write_runs(actor, project), policy.why_not(actor, project, policy.MEMBER) or "")
+    if kind not in RunKind.values:
+        raise ValidationFailed(f"kind must be one of {', '.join(RunKind.values)}", field="kind")
+    if status not in (RunStatus.PENDING, RunStatus.RUNNING):
+        raise ValidationFailed("a new run starts as pending or running", field="status")
+    if parameters is None:
+        parameters = {}
+    if not isinstance(parameters, dict):
+        raise ValidationFailed("parameters must be a JSON object", field="parameters")
+    versions = _project_objects(DatasetVersion, project, input_dataset_version_ids, "input_dataset_version_ids", "dataset__project")
+    code_version = None
+    if code_version_id is not None:
+        code_version = _project_objects(CodeVersion, project, [code_version_id], "code_version_id", "code__project")[0]
+    parent = _project_objects(Run, project, [parent_id], "parent_id", "project")[0] if parent_id is not None else None
+    values = dict(
+        project=project, name=(name or "").strip()[:200], kind=kind, status=status, created_by=actor,
+        parameters=parameters, code_version=code_version, parent=parent,
+        started_at=timezone.now() if status == RunStatus.RUNNING else None,
+    )
+    if external_id:
+        values["external_id"] = str(external_id)[:128]
+    run = _create_unique(Run, "external_id", f"run id {external_id!r} already exists in {project.slug}", **values)
+    run.input_dataset_versions.set(versions)
+    return run
+
+
+def run_set_status(*, actor, run: Run, status: str) -> Run:
+    """Move ``run`` to ``status`` (member or admin of its Project).
+
+    A final state (finished, failed, aborted, crashed, preempted) is kept:
+    asking again for the same final state is idempotent, asking for another
+    raises ``Conflict``. The change is a conditional UPDATE on the old status,
+    so a concurrent change wins cleanly (STYLE: Services). ``ended_at`` is set
+    on entering a final state.
+    """
+    require(policy.can_write_runs(actor, run.project), policy.why_not(actor, run.project, policy.MEMBER) or "")
+    if status not in RunStatus.values:
+        raise ValidationFailed(f"status must be one of {', '.join(RunStatus.values)}", field="status")
+    old = run.status
+    if old == status:
+        return run
+    if old in FINAL_STATES:
+        raise Conflict(f"run {run.pk} already ended as {old}; it cannot become {status}", field="status")
+    now = timezone.now()
+    changes = {"status": status, "heartbeat_at": now}
+    if status in FINAL_STATES:
+        changes["ended_at"] = now
+    if status == RunStatus.RUNNING and run.started_at is None:
+        changes["started_at"] = now
+    if Run.objects.filter(pk=run.pk, status=old).update(**changes) == 0:
+        run.refresh_from_db()
+        if run.status == status:
+            return run
+        raise Conflict(f"run {run.pk} changed to {run.status} meanwhile", field="status")
+    run.refresh_from_db()
+    return run

@@ -1,0 +1,78 @@
+"""Shared fixtures: one Project with a creator, admin, member, viewer, plus an outsider and anonymous.
+
+The ``creator`` is a member who created ``run``; ``outsider`` belongs to
+another Project only. ``api(user)`` returns a DRF client authenticated with
+that user's API token (None → anonymous).
+"""
+
+import pytest
+from rest_framework.authtoken.models import Token
+from rest_framework.test import APIClient
+
+from runs.models import Role
+from tests.factories import MembershipFactory, ProjectFactory, RunFactory, UserFactory
+
+
+@pytest.fixture(autouse=True)
+def _artifact_storage(settings, tmp_path):
+    """Each test stores artifacts in its own directory (the embedded FileSystemStorage)."""
+    location = {"BACKEND": "django.core.files.storage.FileSystemStorage", "OPTIONS": {"location": str(tmp_path / "artifacts")}}
+    settings.STORAGES = {**settings.STORAGES, "default": location, "artifacts": location}
+
+
+@pytest.fixture
+def project(db):
+    return ProjectFactory(name="Vision", slug="vision")
+
+
+@pytest.fixture
+def other_project(db):
+    return ProjectFactory(name="Other", slug="other")
+
+
+def _member(project, username, role):
+    user = UserFactory(username=username)
+    MembershipFactory(user=user, project=project, role=role)
+    return user
+
+
+@pytest.fixture
+def admin(project):
+    return _member(project, "alice-admin", Role.ADMIN)
+
+
+@pytest.fixture
+def member(project):
+    return _member(project, "mike-member", Role.MEMBER)
+
+
+@pytest.fixture
+def creator(project):
+    return _member(project, "carol-creator", Role.MEMBER)
+
+
+@pytest.fixture
+def viewer(project):
+    return _member(project, "vera-viewer", Role.VIEWER)
+
+
+@pytest.fixture
+def outsider(other_project):
+    return _member(other_project, "oscar-outsider", Role.ADMIN)
+
+
+@pytest.fixture
+def run(project, creator):
+    return RunFactory(project=project, created_by=creator, name="baseline")
+
+
+@pytest.fixture
+def api():
+    def make(user=None):
+        client = APIClient()
+        if user is not None:
+            token, _ = Token.objects.get_or_create(user=user)
+            client.credentials(HTTP_AUTHORIZATION=f"Bearer {token.key}")
+        return client
+
+    return make

@@ -1,0 +1,76 @@
+"""factory_boy factories for the models every test needs."""
+
+import factory
+from django.contrib.auth import get_user_model
+
+from runs.models import Code, CodeVersion, Dataset, DatasetVersion, Membership, Project, Role, Run
+
+
+class UserFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = get_user_model()
+        django_get_or_create = ("username",)
+
+    username = factory.Sequence(lambda n: f"user{n}")
+    password = factory.django.Password("pw-123456")
+
+
+class ProjectFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = Project
+
+    name = factory.Sequence(lambda n: f"Project {n}")
+    slug = factory.Sequence(lambda n: f"project-{n}")
+
+
+class MembershipFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = Membership
+
+    user = factory.SubFactory(UserFactory)
+    project = factory.SubFactory(ProjectFactory)
+    role = Role.MEMBER
+
+
+class RunFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = Run
+
+    project = factory.SubFactory(ProjectFactory)
+    created_by = factory.SubFactory(UserFactory)
+    name = factory.Sequence(lambda n: f"run-{n}")
+
+
+class CodeFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = Code
+
+    project = factory.SubFactory(ProjectFactory)
+    created_by = factory.SubFactory(UserFactory)
+    name = factory.Sequence(lambda n: f"code-{n}")
+
+
+class CodeVersionFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = CodeVersion
+
+    code = factory.SubFactory(CodeFactory)
+    version = factory.Sequence(lambda n: n + 1)
+    entrypoint = ["python", "train.py"]
+    created_by = factory.SelfAttribute("code.created_by")
+
+
+class DatasetFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = Dataset
+
+    project = factory.SubFactory(ProjectFactory)
+    name = factory.Sequence(lambda n: f"dataset-{n}")
+
+
+class DatasetVersionFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = DatasetVersion
+
+    dataset = factory.SubFactory(DatasetFactory)
+    version = factory.Sequence(lambda n: f"v{n}")
