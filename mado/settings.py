@@ -100,7 +100,9 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATIC_ROOT = DATA_DIR / "static"
-STATICFILES_DIRS = [BASE_DIR / "static"]
+STATICFILES_DIRS = [BASE_DIR / "static", *[d for d in [BASE_DIR / "node_modules" / "htmx.org" / "dist"] if d.is_dir()]]
+# Serve static files straight from the app and static folders (no collectstatic step needed).
+WHITENOISE_USE_FINDERS = True
 
 # --- artifact storage -------------------------------------------------------
 MADO_STORAGE = env_choice("MADO_STORAGE", "file", ("file", "s3"))
@@ -153,6 +155,9 @@ SPECTACULAR_SETTINGS = {
 # --- Celery -------------------------------------------------------------------
 _broker_dir = DATA_DIR / "broker"
 CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", "filesystem://")
+if CELERY_BROKER_URL.startswith("filesystem"):
+    for _folder in ("queue", "processed"):
+        (_broker_dir / _folder).mkdir(parents=True, exist_ok=True)
 CELERY_BROKER_TRANSPORT_OPTIONS = (
     {
         "data_folder_in": str(_broker_dir / "queue"),

@@ -1,0 +1,45 @@
+# mado: the README's two commands are `make demo` and `make test`; both start with `make install`.
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+PIP := $(VENV)/bin/pip
+PY := $(VENV)/bin/python
+# pip prints a warning per package for the machine's unused local index folders; hide only those.
+QUIET_PIP := 2>&1 | grep -v "is ignored: it is neither a file nor a directory" || true
+
+.PHONY: install install-dev demo test test-integration benchmark clean
+
+install: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml sdk/pyproject.toml package.json
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install --quiet --upgrade pip $(QUIET_PIP)
+	$(PIP) install --quiet -e . -e ./sdk $(QUIET_PIP)
+	$(PY) -c "import django, torch, mado_tracking"
+	@if command -v npm >/dev/null; then npm ci --no-audit --no-fund --silent; \
+	else echo "npm not found: pages work without live refresh (htmx)"; fi
+	touch $@
+
+install-dev: $(VENV)/.installed-dev
+
+$(VENV)/.installed-dev: $(VENV)/.installed
+	$(PIP) install --quiet -e '.[dev]' $(QUIET_PIP)
+	$(PY) -c "import pytest_django, playwright, moto"
+	touch $@
+
+demo: install
+	$(PY) manage.py demo
+
+test: install-dev
+	$(VENV)/bin/pytest
+
+# The same flows against PostgreSQL, Redis and an S3-compatible server (moto); .ci/run starts the services.
+test-integration: install-dev
+	MADO_DATABASE_URL=$${MADO_TEST_DATABASE_URL:-postgresql://postgres@127.0.0.1:5432/postgres} \
+	MADO_TEST_REDIS_URL=$${MADO_TEST_REDIS_URL:-redis://127.0.0.1:6379/15} \
+	$(VENV)/bin/pytest -o addopts="-ra" tests/integration tests/runs tests/checkpoints tests/sdk
+
+benchmark: install-dev
+	$(PY) benchmarks/metrics_ingest.py
+
+clean:
+	rm -rf $(VENV) var node_modules
