@@ -84,14 +84,21 @@ def _parse_pax(data: bytes) -> dict[str, str]:
 class TarVerifier:
     """Feed a tar's bytes with ``feed(chunk)``; ``finish()`` checks the end and the totals.
 
-    ``manifest`` lists every file the tar must hold; ``tar_size`` (bytes) and
-    ``tar_sha256`` (hex) are the client's declaration, or None to only compute them.
-    After ``finish()``, ``size`` and ``sha256`` hold what was actually received.
+    ``manifest`` lists every file the tar must hold, or is None when it is only
+    known after the upload (the SDK hashes files in the same pass that sends
+    them): then call ``check_manifest`` once it arrives. ``tar_size`` (bytes)
+    and ``tar_sha256`` (hex) are the client's declaration, or None to only
+    compute them. After ``finish()``, ``size`` and ``sha256`` hold what was
+    received and ``members`` every file found (path → ``ManifestFile``).
     """
 
-    def __init__(self, manifest: list[ManifestFile], *, tar_size: int | None = None, tar_sha256: str | None = None):
-        self._expected = {entry.path: entry for entry in manifest}
+    def __init__(
+        self, manifest: list[ManifestFile] | None = None, *, tar_size: int | None = None, tar_sha256: str | None = None
+    ):
+        self._expected = None if manifest is None else {entry.path: entry for entry in manifest}
+        self.members: dict[str, ManifestFile] = {}
         self._seen: set[str] = set()
+        self._sizes: dict[str, int] = {}
         self._declared_size = tar_size
         self._declared_sha = tar_sha256
         self._tar_hash = hashlib.sha256()
@@ -175,12 +182,10 @@ class TarVerifier:
         check_member_path(path)
         if path in self._seen:
             raise ManifestMismatch("path", f"{path!r} appears twice in the tar")
-        expected = self._expected.get(path)
-        if expected is None:
-            raise ManifestMismatch("manifest", f"extra file {path!r} is in the tar but not in the manifest")
-        if size != expected.size:
-            raise ManifestMismatch("size", f"{path!r} is {size} bytes in the tar, {expected.size} in the manifest")
+        if self._expected is not None:
+            _compare_size(path, size, self._expected)
         self._seen.add(path)
+        self._sizes[path] = size
         self._padding = -size % BLOCK
         self._member = (path, size, hashlib.sha256(), "file")
         if size == 0:
@@ -196,24 +201,57 @@ class TarVerifier:
         elif kind == "L":
             self._pending_name = digest.data.split(b"\x00", 1)[0].decode("utf-8", "surrogateescape")
         else:
-            actual = digest.hexdigest()
-            if actual != self._expected[path].sha256:
-                raise ManifestMismatch(
-                    "sha256", f"{path!r} has SHA-256 {actual}, the manifest says {self._expected[path].sha256}"
-                )
+            member = ManifestFile(path, self._sizes.pop(path), digest.hexdigest())
+            self.members[path] = member
+            if self._expected is not None:
+                _compare_sha(member, self._expected)
 
     def finish(self) -> None:
         """Check that the archive ended cleanly and matches the declared size and SHA-256."""
         if self._member is not None or self._header or self._padding or not self._ended:
             raise ManifestMismatch("tar", f"the archive is truncated after {self.size} bytes")
-        missing = sorted(set(self._expected) - self._seen)
-        if missing:
-            raise ManifestMismatch("manifest", f"missing from the tar: {', '.join(repr(p) for p in missing[:5])}")
+        if self._expected is not None:
+            _compare_missing(self._seen, self._expected)
         self.sha256 = self._tar_hash.hexdigest()
         if self._declared_size is not None and self.size != self._declared_size:
             raise ManifestMismatch("size", f"the tar is {self.size} bytes, {self._declared_size} were declared")
         if self._declared_sha is not None and self.sha256 != self._declared_sha:
             raise ManifestMismatch("sha256", f"the tar's SHA-256 is {self.sha256}, {self._declared_sha} was declared")
+
+
+    def check_manifest(self, manifest: list[ManifestFile]) -> None:
+        """After ``finish()``: compare the files found with a manifest that arrived later."""
+        expected = {}
+        for entry in manifest:
+            check_member_path(entry.path)
+            if entry.path in expected:
+                raise ManifestMismatch("path", f"{entry.path!r} appears twice in the manifest")
+            expected[entry.path] = entry
+        for member in self.members.values():
+            _compare_size(member.path, member.size, expected)
+            _compare_sha(member, expected)
+        _compare_missing(set(self.members), expected)
+
+
+def _compare_size(path: str, size: int, expected: dict[str, ManifestFile]) -> None:
+    entry = expected.get(path)
+    if entry is None:
+        raise ManifestMismatch("manifest", f"extra file {path!r} is in the tar but not in the manifest")
+    if size != entry.size:
+        raise ManifestMismatch("size", f"{path!r} is {size} bytes in the tar, {entry.size} in the manifest")
+
+
+def _compare_sha(member: ManifestFile, expected: dict[str, ManifestFile]) -> None:
+    if member.sha256 != expected[member.path].sha256:
+        raise ManifestMismatch(
+            "sha256", f"{member.path!r} has SHA-256 {member.sha256}, the manifest says {expected[member.path].sha256}"
+        )
+
+
+def _compare_missing(seen: set[str], expected: dict[str, ManifestFile]) -> None:
+    missing = sorted(set(expected) - seen)
+    if missing:
+        raise ManifestMismatch("manifest", f"missing from the tar: {', '.join(repr(p) for p in missing[:5])}")
 
 
 class _Collect:

@@ -115,3 +115,16 @@ def test_declared_size_and_sha256_are_checked():
 
 def test_trailing_garbage_after_the_end_is_refused():
     assert refused(make_tar(FILES) + b"junk", manifest_of(FILES)).what == "tar"
+
+
+def test_a_manifest_that_arrives_after_the_bytes_is_compared_then():
+    blob = make_tar(FILES)
+    verifier = verify(blob, None)
+    verifier.check_manifest(manifest_of(FILES))
+    assert set(verifier.members) == set(FILES)
+    with pytest.raises(ManifestMismatch) as caught:
+        verifier.check_manifest(manifest_of({**FILES, "model.pt": b"other"}))
+    assert caught.value.what in ("size", "sha256") and "model.pt" in caught.value.detail
+    with pytest.raises(ManifestMismatch) as caught:
+        verifier.check_manifest(manifest_of({**FILES, "late.bin": b""}))
+    assert caught.value.what == "manifest" and "late.bin" in caught.value.detail
