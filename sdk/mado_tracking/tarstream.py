@@ -1,0 +1,125 @@
+"""A checkpoint directory as a tar stream, hashed in the same pass that sends it (SPEC F1).
+
+``CheckpointTar(directory)`` walks the directory once and refuses, before any
+byte is sent, a symbolic link, an empty directory, or anything that is not a
+regular file (``CheckpointError`` naming the path). It then behaves as a
+iterable of known length (``len()``), so an HTTP client sends it with a
+``Content-Length`` and constant memory: each chunk it yields is the next
+bytes of the tar, hashed into the file's and the whole tar's SHA-256.
+The tar is deterministic (sorted paths, mtime 0, no owner names): the same
+directory always gives the same bytes, so a retried upload is idempotent.
+After the last byte, ``manifest`` lists ``{"path", "size", "sha256"}`` per
+file and ``sha256`` is the tar's digest.
+"""
+
+import hashlib
+import os
+import stat
+import tarfile
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+BLOCK = 512
+END = b"\x00" * (2 * BLOCK)
+
+
+class CheckpointError(ValueError):
+    """The directory cannot be saved as a checkpoint; the message names the path and the reason."""
+
+
+def scan(directory: str | os.PathLike) -> list[tuple[str, Path, int]]:
+    """Walk ``directory`` once; return ``(relative POSIX path, absolute path, size in bytes)`` sorted by path.
+
+    Raises ``CheckpointError`` for a missing directory, a symbolic link
+    anywhere, an empty directory (the root or below) or a non-regular file.
+    """
+    root = Path(directory)
+    if root.is_symlink():
+        raise CheckpointError(f"{root}: is a symbolic link; checkpoints hold regular files only")
+    if not root.is_dir():
+        raise CheckpointError(f"{root}: is not a directory")
+    files: list[tuple[str, Path, int]] = []
+    for current, dirnames, filenames in os.walk(root, followlinks=False):
+        here = Path(current)
+        if not dirnames and not filenames:
+            raise CheckpointError(f"{here}: empty directory; remove it or put a file in it")
+        for name in dirnames + filenames:
+            path = here / name
+            info = path.lstat()
+            if stat.S_ISLNK(info.st_mode):
+                raise CheckpointError(f"{path}: is a symbolic link; checkpoints hold regular files only")
+            if name in filenames:
+                if not stat.S_ISREG(info.st_mode):
+                    raise CheckpointError(f"{path}: is not a regular file")
+                files.append((path.relative_to(root).as_posix(), path, info.st_size))
+    files.sort()
+    return files
+
+
+def _header(relative: str, size: int) -> bytes:
+    info = tarfile.TarInfo(relative)
+    info.size = size
+    info.mode = 0o444
+    info.mtime = 0
+    return info.tobuf(format=tarfile.PAX_FORMAT, encoding="utf-8", errors="surrogateescape")
+
+
+class CheckpointTar:
+    """An iterable of the tar's bytes with a known ``len()``; see the module docstring.
+
+    Iterate it once (an HTTP client sends it as the request body); to retry,
+    build a new one. The tar's SHA-256 is computed on a second thread so the
+    two hashes of every byte (file and tar) use two cores (hashlib releases
+    the GIL); at most ``max_ahead`` chunks of ``chunk_size`` bytes are held.
+    """
+
+    def __init__(self, directory: str | os.PathLike, *, chunk_size: int = 1 << 20, max_ahead: int = 4, on_bytes=None):
+        self.files = scan(directory)
+        self._headers = [_header(rel, size) for rel, _, size in self.files]
+        self.total_bytes = sum(size for _, _, size in self.files)
+        self._length = sum(len(h) + size + (-size % BLOCK) for h, (_, _, size) in zip(self._headers, self.files))
+        self._length += len(END)
+        self._chunk = chunk_size
+        self._max_ahead = max_ahead
+        self._on_bytes = on_bytes
+        self.manifest: list[dict] = []
+        self.sha256: str | None = None
+
+    def __len__(self) -> int:
+        return self._length
+
+    def __iter__(self):
+        tar_hash = hashlib.sha256()
+        pending: deque = deque()
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="mado-tar-sha256") as hasher:
+            for part in self._parts():
+                pending.append(hasher.submit(tar_hash.update, part))
+                if len(pending) > self._max_ahead:
+                    pending.popleft().result()
+                if self._on_bytes:
+                    self._on_bytes(len(part))
+                yield part
+            for future in pending:
+                future.result()
+        self.sha256 = tar_hash.hexdigest()
+
+    def _parts(self):
+        for header, (relative, path, size) in zip(self._headers, self.files):
+            yield header
+            digest = hashlib.sha256()
+            read = 0
+            with open(path, "rb") as handle:
+                while read < size:
+                    data = handle.read(min(self._chunk, size - read))
+                    if not data:
+                        raise CheckpointError(f"{path}: shrank while it was being saved")
+                    digest.update(data)
+                    read += len(data)
+                    yield data
+                if handle.read(1):
+                    raise CheckpointError(f"{path}: grew while it was being saved")
+            self.manifest.append({"path": relative, "size": size, "sha256": digest.hexdigest()})
+            if size % BLOCK:
+                yield b"\x00" * (BLOCK - size % BLOCK)
+        yield END

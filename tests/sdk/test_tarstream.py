@@ -1,0 +1,61 @@
+"""The SDK's checkpoint tar: refusals before any byte, and a tar the server's verifier accepts."""
+
+import hashlib
+import os
+
+import pytest
+from mado_tracking.tarstream import CheckpointError, CheckpointTar
+
+from checkpoints.tarverify import ManifestFile, TarVerifier
+
+
+@pytest.fixture
+def ckpt(tmp_path):
+    root = tmp_path / "ckpt"
+    (root / "optim").mkdir(parents=True)
+    (root / "model.pt").write_bytes(os.urandom(3 << 20) + b"tail")
+    (root / "optim" / "state.pt").write_bytes(b"s" * 700)
+    (root / "empty.bin").write_bytes(b"")
+    return root
+
+
+def test_the_stream_is_a_tar_matching_its_manifest(ckpt):
+    tar = CheckpointTar(ckpt, chunk_size=1 << 16)
+    blob = b"".join(tar)
+    assert len(blob) == len(tar)
+    assert tar.sha256 == hashlib.sha256(blob).hexdigest()
+    assert [m["path"] for m in tar.manifest] == ["empty.bin", "model.pt", "optim/state.pt"]
+    assert tar.manifest[1]["sha256"] == hashlib.sha256((ckpt / "model.pt").read_bytes()).hexdigest()
+    verifier = TarVerifier([ManifestFile(**m) for m in tar.manifest], tar_size=len(tar), tar_sha256=tar.sha256)
+    verifier.feed(blob)
+    verifier.finish()
+
+
+def test_the_same_directory_gives_the_same_bytes(ckpt):
+    first, second = CheckpointTar(ckpt), CheckpointTar(ckpt)
+    b"".join(first), b"".join(second)
+    assert first.sha256 == second.sha256
+
+
+def test_a_symbolic_link_is_refused_naming_it(ckpt):
+    (ckpt / "optim" / "link").symlink_to(ckpt / "model.pt")
+    with pytest.raises(CheckpointError, match="optim/link: is a symbolic link"):
+        CheckpointTar(ckpt)
+
+
+def test_an_empty_subdirectory_is_refused_naming_it(ckpt):
+    (ckpt / "logs").mkdir()
+    with pytest.raises(CheckpointError, match="logs: empty directory"):
+        CheckpointTar(ckpt)
+
+
+def test_an_empty_root_is_refused(tmp_path):
+    (tmp_path / "nothing").mkdir()
+    with pytest.raises(CheckpointError, match="empty directory"):
+        CheckpointTar(tmp_path / "nothing")
+
+
+def test_a_fifo_is_refused(ckpt):
+    os.mkfifo(ckpt / "pipe")
+    with pytest.raises(CheckpointError, match="pipe: is not a regular file"):
+        CheckpointTar(ckpt)
