@@ -1,9 +1,12 @@
 """Reads used by pages and the API (STYLE: Selectors). Every lookup is scoped to the user's Projects."""
 
-from django.db.models import QuerySet
+import math
+
+from django.db.models import Count, F, Max, Min, OuterRef, Q, QuerySet, Subquery, Window
+from django.db.models.functions import RowNumber
 
 from mado.errors import NotFound, ValidationFailed
-from runs.models import Code, Dataset, MetricPoint, Project, Run, RunKind, RunStatus
+from runs.models import Code, CodeVersion, Dataset, DatasetVersion, Membership, MetricPoint, Project, Run, RunKind, RunStatus
 
 
 def project_list(*, user) -> QuerySet[Project]:
@@ -68,25 +71,44 @@ def dataset_get_for_user(*, user, dataset_id) -> Dataset:
     return dataset
 
 
+def dataset_list(*, project: Project) -> QuerySet[Dataset]:
+    """The Datasets of ``project`` (the caller has checked visibility), by name."""
+    return Dataset.objects.filter(project=project).order_by("name", "id")
+
+
+def dataset_version_list(*, dataset: Dataset) -> QuerySet[DatasetVersion]:
+    """The versions of ``dataset``, newest first."""
+    return DatasetVersion.objects.filter(dataset=dataset).order_by("-created_at", "-id")
+
+
+def code_list(*, project: Project) -> QuerySet[Code]:
+    """The Codes of ``project`` (the caller has checked visibility), by name."""
+    return Code.objects.filter(project=project).order_by("name", "id")
+
+
+def code_version_list(*, code: Code) -> QuerySet[CodeVersion]:
+    """The versions of ``code`` with their archive Artifact, newest (highest number) first."""
+    return CodeVersion.objects.filter(code=code).select_related("archive").order_by("-version")
+
+
 def metric_keys(*, run: Run) -> list[str]:
     """The distinct metric keys logged in ``run``, sorted."""
     return sorted(MetricPoint.objects.filter(run=run).values_list("key", flat=True).distinct())
 
 
 def metric_history(
-    *, run: Run, key: str, after_step: int | None = None, limit: int | None = None
+    *, run: Run, key: str, offset: int = 0, limit: int | None = None
 ) -> list[tuple[int, float, int]]:
     """``(step, value, timestamp_ms)`` of ``key`` in ``run`` ordered by step (then insertion).
 
-    ``after_step`` keeps points with a larger step (keyset paging); ``limit``
-    caps the count. NaN comes back as ``math.nan`` (SPEC F2 reads these).
+    ``offset`` skips that many points and ``limit`` caps the count (page
+    ``p`` of size ``n`` is ``offset=(p - 1) * n, limit=n``). NaN comes back as
+    ``math.nan``, ±Infinity as ``±math.inf``; ``timestamp_ms`` is Unix
+    milliseconds (SPEC F2 reads these).
     """
-    points = MetricPoint.objects.filter(run=run, key=key)
-    if after_step is not None:
-        points = points.filter(step__gt=after_step)
-    rows = points.order_by("step", "id").values_list("step", "value", "timestamp")
-    if limit is not None:
-        rows = rows[:limit]
+    rows = MetricPoint.objects.filter(run=run, key=key).order_by("step", "id").values_list("step", "value", "timestamp")
+    if offset or limit is not None:
+        rows = rows[offset : None if limit is None else offset + limit]
     to_value = MetricPoint.from_db_value
     return [(step, to_value(value), ts) for step, value, ts in rows]
 
@@ -101,3 +123,64 @@ def _int_or_none(value):
         return int(value)
     except (TypeError, ValueError):
         return None
+
+
+# --- pages (issue 1, part 5: F29) -----------------------------------------------
+
+
+def project_list_with_roles(*, user) -> QuerySet[Project]:
+    """The user's Projects by name, each annotated with ``role`` (the user's role in it) and ``run_count``."""
+    role = Membership.objects.filter(project=OuterRef("pk"), user=user).values("role")[:1]
+    return (
+        project_list(user=user)
+        .annotate(role=Subquery(role), run_count=Count("runs", distinct=True))
+        .order_by("name")
+    )
+
+
+def membership_list(*, project: Project):
+    """The members of ``project`` with their user, by username. The caller has checked visibility."""
+    return project.memberships.select_related("user").order_by("user__username")
+
+
+def run_children(*, user, run: Run) -> QuerySet[Run]:
+    """Runs whose parent is ``run`` (resumed or continued from it), oldest first, limited to the user's Projects."""
+    return Run.objects.visible_to(user).filter(parent=run).select_related("created_by").order_by("created_at", "id")
+
+
+def run_input_dataset_versions(*, run: Run):
+    """The Run's initial input dataset versions with their Dataset, by dataset name then version."""
+    return run.input_dataset_versions.select_related("dataset").order_by("dataset__name", "version")
+
+
+def metric_chart_series(*, run: Run, key: str, max_points: int = 1000) -> tuple[list[tuple[int, float]], int, int]:
+    """The points of ``key`` to draw, reduced in the database: ``(points, non_finite_count, total_count)``.
+
+    ``points`` are finite ``(step, value)`` pairs ordered by step, at most
+    ``max_points`` (>= 2). Above that, the step range is cut into
+    ``max_points // 2`` equal buckets and each bucket keeps the rows holding its
+    smallest and its largest value, so spikes (a diverging loss) survive the
+    reduction. NaN (stored NULL) and ±Infinity are counted, never drawn (F2, F29).
+    """
+    points = MetricPoint.objects.filter(run=run, key=key)
+    non_finite = Q(value__isnull=True) | Q(value__in=[math.inf, -math.inf])
+    stats = points.aggregate(
+        total=Count("id"), bad=Count("id", filter=non_finite), low=Min("step"), high=Max("step")
+    )
+    finite = points.exclude(non_finite)
+    if stats["total"] - stats["bad"] <= max_points:
+        rows = finite.order_by("step", "id").values_list("step", "value")
+        return list(rows), stats["bad"], stats["total"]
+    buckets = max(max_points // 2, 1)
+    width = -(-(stats["high"] - stats["low"] + 1) // buckets)
+    bucket = (F("step") - stats["low"]) / width
+    rows = (
+        finite.annotate(
+            lo=Window(RowNumber(), partition_by=[bucket], order_by=[F("value").asc(), F("id").asc()]),
+            hi=Window(RowNumber(), partition_by=[bucket], order_by=[F("value").desc(), F("id").asc()]),
+        )
+        .filter(Q(lo=1) | Q(hi=1))
+        .order_by("step", "id")
+        .values_list("step", "value")
+    )
+    return list(rows), stats["bad"], stats["total"]

@@ -1,0 +1,186 @@
+"""State changes for Artifacts: streamed store, delete, Code archives (issue 2 part 4; SPEC F1, F5).
+
+A blob is written under a fresh storage key first, then the Artifact row is
+created in one transaction; the database's ``(run, path)`` unique constraint,
+not a check-then-insert, decides between "new", "same content again" and
+"conflict" (ARCHITECTURE rule 4). Whatever is refused leaves the stored
+artifact and its bytes untouched and keeps no new bytes (rule 5).
+"""
+
+import re
+
+from django.db import IntegrityError, transaction
+from django.db.models import ProtectedError
+
+from checkpoints import storage
+from checkpoints.models import Artifact, Checkpoint
+from mado import policy
+from mado.errors import Conflict, ValidationFailed
+from runs.models import Code, CodeVersion, Run
+from runs.services import code_version_create, require
+
+PATH_MAX = 1024
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+
+
+def validate_artifact_path(path) -> str:
+    """Return ``path`` if it is a safe relative artifact path, else ``ValidationFailed`` naming ``path``.
+
+    Safe: 1..1024 characters, relative (no leading ``/``), ``/``-separated
+    segments none of which is empty, ``.`` or ``..``; no backslash, NUL or
+    other control character.
+    """
+    if not isinstance(path, str) or not path:
+        raise ValidationFailed("path must not be empty", field="path")
+    if len(path) > PATH_MAX:
+        raise ValidationFailed(f"path must be at most {PATH_MAX} characters", field="path")
+    if "\\" in path or any(ord(char) < 32 or ord(char) == 127 for char in path):
+        raise ValidationFailed("path must not contain a backslash or control characters", field="path")
+    if path.startswith("/"):
+        raise ValidationFailed("path must be relative, not absolute", field="path")
+    if any(segment in ("", ".", "..") for segment in path.split("/")):
+        raise ValidationFailed("path must not contain empty, '.' or '..' segments", field="path")
+    return path
+
+
+def _check_digest(expected_sha256: str | None) -> str | None:
+    if expected_sha256 is None or expected_sha256 == "":
+        return None
+    digest = expected_sha256.strip().lower()
+    if not _SHA256.match(digest):
+        raise ValidationFailed("X-Mado-Sha256 must be 64 hexadecimal digits", field="X-Mado-Sha256")
+    return digest
+
+
+def _check_received(blob: storage.StoredBlob, expected_sha256: str | None, expected_size: int | None) -> None:
+    if expected_size is not None and blob.size != expected_size:
+        raise ValidationFailed(
+            f"upload incomplete: received {blob.size} of {expected_size} bytes; nothing was stored", field="body"
+        )
+    if expected_sha256 is not None and blob.sha256 != expected_sha256:
+        raise ValidationFailed(
+            f"content SHA-256 is {blob.sha256}, not the declared {expected_sha256}; nothing was stored",
+            field="X-Mado-Sha256",
+        )
+
+
+def _same_or_conflict(existing: Artifact, blob: storage.StoredBlob) -> Artifact:
+    if existing.sha256 == blob.sha256 and existing.size == blob.size:
+        return existing
+    raise Conflict(
+        f"{existing.path} already holds different content (sha256 {existing.sha256}); "
+        "an artifact is never overwritten",
+        field="path",
+        extra={"sha256": existing.sha256},
+    )
+
+
+def artifact_store(
+    *,
+    actor,
+    run: Run,
+    path: str,
+    source,
+    expected_sha256: str | None = None,
+    expected_size: int | None = None,
+) -> tuple[Artifact, bool]:
+    """Stream ``source`` (anything with ``read(n)``) into ``run``'s artifact ``path``; ``(artifact, created)``.
+
+    Member or admin of the Run's Project (else ``Forbidden``). ``path`` must
+    be safe (``validate_artifact_path``). The bytes are hashed (SHA-256) and
+    counted while they stream into ``runs/<run_id>/<uuid4 hex>``;
+    ``expected_size`` (the request's Content-Length, bytes) catches a cut
+    upload and ``expected_sha256`` (hex) a corrupted one: ``ValidationFailed``
+    and nothing kept. The same content at a path already stored returns the
+    stored Artifact with ``created=False`` (an SDK retry is idempotent);
+    different content raises ``Conflict`` and leaves the stored one as it is.
+    When the path is already taken the body is only hashed, never stored.
+    """
+    require(policy.can_write_runs(actor, run.project), policy.why_not(actor, run.project, policy.MEMBER) or "")
+    path = validate_artifact_path(path)
+    expected_sha256 = _check_digest(expected_sha256)
+    existing = Artifact.objects.filter(run=run, path=path).first()
+    if existing is not None:
+        blob = storage.blob_digest(source=source)
+        _check_received(blob, expected_sha256, expected_size)
+        return _same_or_conflict(existing, blob), False
+    blob = storage.blob_write(source=source, prefix=f"runs/{run.pk}")
+    try:
+        _check_received(blob, expected_sha256, expected_size)
+        artifact, created = _artifact_insert(run=run, path=path, blob=blob)
+    except BaseException:
+        storage.blob_delete_quietly(blob.key)
+        raise
+    if not created:
+        storage.blob_delete_quietly(blob.key)
+    return artifact, created
+
+
+def _artifact_insert(*, run: Run, path: str, blob: storage.StoredBlob) -> tuple[Artifact, bool]:
+    """Create the row, or (when a concurrent upload won the path) compare with the winner."""
+    try:
+        with transaction.atomic():
+            artifact = Artifact.objects.create(
+                project_id=run.project_id, run=run, path=path, size=blob.size, sha256=blob.sha256, storage_key=blob.key
+            )
+        return artifact, True
+    except IntegrityError:
+        existing = Artifact.objects.filter(run=run, path=path).first()
+        if existing is None:
+            raise
+        return _same_or_conflict(existing, blob), False
+
+
+def artifact_delete(*, actor, artifact: Artifact) -> None:
+    """Delete ``artifact``: the row in a transaction, its bytes once that commits (SPEC F5).
+
+    Project admin only (``policy.can_delete_artifacts``, else ``Forbidden``).
+    A checkpoint's tar or a Code version's archive is refused with
+    ``Conflict`` (delete the checkpoint through its own rules instead); the
+    database foreign keys make this hold against a concurrent registration.
+    """
+    project = artifact.project
+    require(policy.can_delete_artifacts(actor, project), policy.why_not(actor, project, policy.ADMIN) or "")
+    refusal = f"{artifact.path} is a checkpoint's or code version's file; delete the checkpoint instead"
+    checkpoint = Checkpoint.objects.filter(artifact=artifact).only("pk").first()
+    if checkpoint is not None:
+        raise Conflict(f"{artifact.path} is the tar of checkpoint {checkpoint.pk}; delete the checkpoint instead", field="path")
+    key = artifact.storage_key
+    try:
+        with transaction.atomic():
+            deleted, _ = Artifact.objects.filter(pk=artifact.pk).delete()
+            if deleted:
+                transaction.on_commit(lambda: storage.blob_delete_quietly(key))
+    except (ProtectedError, IntegrityError):
+        raise Conflict(refusal, field="path") from None
+
+
+def code_version_create_with_archive(
+    *, actor, code: Code, entrypoint: list[str], archive=None, archive_name: str = "archive"
+) -> CodeVersion:
+    """Add the next version of ``code``, streaming the optional source ``archive`` into the storage.
+
+    ``archive`` is anything with ``read(n)`` (an uploaded file); it is stored
+    as an Artifact with ``run=NULL`` under ``codes/<code_id>/<uuid4 hex>``
+    and path ``codes/<code_id>/<archive_name>``. ``entrypoint``: argv list of
+    non-empty strings. Member or admin (else ``Forbidden``, checked before any
+    byte is stored); a refused version keeps no bytes. Implements issue 2 part 4.
+    """
+    require(policy.can_write_runs(actor, code.project), policy.why_not(actor, code.project, policy.MEMBER) or "")
+    if archive is None:
+        return code_version_create(actor=actor, code=code, entrypoint=entrypoint)
+    name = archive_name.replace("\\", "/").rsplit("/", 1)[-1].strip() or "archive"
+    try:
+        path = validate_artifact_path(f"codes/{code.pk}/{name}"[:PATH_MAX])
+    except ValidationFailed:
+        path = f"codes/{code.pk}/archive"
+    blob = storage.blob_write(source=archive, prefix=f"codes/{code.pk}")
+    try:
+        with transaction.atomic():
+            artifact = Artifact.objects.create(
+                project_id=code.project_id, run=None, path=path, size=blob.size, sha256=blob.sha256, storage_key=blob.key
+            )
+            return code_version_create(actor=actor, code=code, entrypoint=entrypoint, archive=artifact)
+    except BaseException:
+        storage.blob_delete_quietly(blob.key)
+        raise

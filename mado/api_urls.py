@@ -1,0 +1,50 @@
+"""The ``/api/v1/`` router (docs/api.md): resource paths are a contract shared with the SDK and pages."""
+
+from django.urls import path
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from rest_framework.routers import DefaultRouter
+
+from checkpoints.api import ArtifactDetailApi, ArtifactListApi
+from runs.api.projects import (
+    CodeListApi,
+    CodeVersionListApi,
+    DatasetListApi,
+    DatasetVersionListApi,
+    MemberDetailApi,
+    MemberListApi,
+    ProjectViewSet,
+)
+from runs.api.runs import RunMetricsApi, RunViewSet
+
+app_name = "api"
+
+
+class BearerTokenScheme(OpenApiAuthenticationExtension):
+    """Documents ``Authorization: Bearer <token>`` (``Token <token>`` is accepted too)."""
+
+    target_class = "mado.authentication.BearerTokenAuthentication"
+    name = "bearerAuth"
+
+    def get_security_definition(self, auto_schema):
+        return {"type": "http", "scheme": "bearer", "description": "`manage.py mado_token USERNAME` prints a token"}
+
+
+router = DefaultRouter()
+router.register("projects", ProjectViewSet, basename="project")
+router.register("runs", RunViewSet, basename="run")
+
+urlpatterns = [
+    path("schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("docs/", SpectacularSwaggerView.as_view(url_name="api:schema"), name="docs"),
+    path("projects/<slug:slug>/members/", MemberListApi.as_view(), name="member-list"),
+    path("projects/<slug:slug>/members/<str:username>/", MemberDetailApi.as_view(), name="member-detail"),
+    path("projects/<slug:slug>/datasets/", DatasetListApi.as_view(), name="dataset-list"),
+    path("datasets/<int:dataset_id>/versions/", DatasetVersionListApi.as_view(), name="dataset-version-list"),
+    path("projects/<slug:slug>/codes/", CodeListApi.as_view(), name="code-list"),
+    path("codes/<int:code_id>/versions/", CodeVersionListApi.as_view(), name="code-version-list"),
+    path("runs/<int:run_id>/metrics/", RunMetricsApi.as_view(), name="run-metrics"),
+    path("runs/<int:run_id>/artifacts/", ArtifactListApi.as_view(), name="artifact-list"),
+    path("runs/<int:run_id>/artifacts/<path:path>", ArtifactDetailApi.as_view(), name="artifact-detail"),
+    *router.urls,
+]

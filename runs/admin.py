@@ -1,0 +1,120 @@
+"""Django admin for Projects, members, Code, Datasets, Runs and metric points (SPEC F29).
+
+The admin is the operators' view. State that services guard (a Run's status
+and lineage, logged metric points) is shown read-only here: changes go
+through the services, which keep the invariants (ARCHITECTURE rules 2 and 4).
+"""
+
+from django.contrib import admin
+
+from runs.models import Code, CodeVersion, Dataset, DatasetVersion, Membership, MetricPoint, Project, Run
+
+
+class MembershipInline(admin.TabularInline):
+    model = Membership
+    extra = 0
+    raw_id_fields = ["user"]
+    readonly_fields = ["created_at"]
+
+
+@admin.register(Project)
+class ProjectAdmin(admin.ModelAdmin):
+    list_display = ["name", "slug", "created_at"]
+    search_fields = ["name", "slug"]
+    readonly_fields = ["created_at"]
+    date_hierarchy = "created_at"
+    inlines = [MembershipInline]
+
+
+@admin.register(Membership)
+class MembershipAdmin(admin.ModelAdmin):
+    list_display = ["user", "project", "role", "created_at"]
+    list_filter = ["role", "project"]
+    search_fields = ["user__username", "project__slug", "project__name"]
+    raw_id_fields = ["user", "project"]
+    list_select_related = ["user", "project"]
+    readonly_fields = ["created_at"]
+
+
+@admin.register(Code)
+class CodeAdmin(admin.ModelAdmin):
+    list_display = ["name", "project", "created_by", "created_at"]
+    list_filter = ["project"]
+    search_fields = ["name", "project__slug"]
+    raw_id_fields = ["project", "created_by"]
+    list_select_related = ["project", "created_by"]
+    readonly_fields = ["created_at"]
+
+
+@admin.register(CodeVersion)
+class CodeVersionAdmin(admin.ModelAdmin):
+    """Versions are immutable once created: the entrypoint and archive are what Jobs ran."""
+
+    list_display = ["code", "version", "entrypoint", "archive", "created_by", "created_at"]
+    list_filter = ["code__project"]
+    search_fields = ["code__name", "code__project__slug"]
+    raw_id_fields = ["code", "archive", "created_by"]
+    list_select_related = ["code", "archive", "created_by"]
+    readonly_fields = ["code", "version", "entrypoint", "archive", "created_by", "created_at"]
+
+
+@admin.register(Dataset)
+class DatasetAdmin(admin.ModelAdmin):
+    list_display = ["name", "project", "created_at"]
+    list_filter = ["project"]
+    search_fields = ["name", "project__slug"]
+    raw_id_fields = ["project"]
+    list_select_related = ["project"]
+    readonly_fields = ["created_at"]
+
+
+@admin.register(DatasetVersion)
+class DatasetVersionAdmin(admin.ModelAdmin):
+    list_display = ["dataset", "version", "uri", "created_at"]
+    list_filter = ["dataset__project"]
+    search_fields = ["version", "uri", "dataset__name", "dataset__project__slug"]
+    raw_id_fields = ["dataset"]
+    list_select_related = ["dataset"]
+    readonly_fields = ["created_at"]
+
+
+@admin.register(Run)
+class RunAdmin(admin.ModelAdmin):
+    """Status changes go through ``run_set_status`` (conditional UPDATE); lineage is immutable (F10)."""
+
+    list_display = ["id", "external_id", "name", "project", "kind", "status", "created_by", "started_at", "ended_at"]
+    list_display_links = ["id", "external_id"]
+    list_filter = ["status", "kind", "project"]
+    search_fields = ["external_id", "name", "project__slug", "created_by__username"]
+    raw_id_fields = ["project", "created_by", "code_version", "parent", "source_checkpoint", "input_dataset_versions"]
+    list_select_related = ["project", "created_by"]
+    date_hierarchy = "created_at"
+    readonly_fields = [
+        "project", "external_id", "kind", "status", "created_by", "code_version", "parent", "source_checkpoint",
+        "input_dataset_versions", "heartbeat_at", "created_at", "started_at", "ended_at",
+    ]
+
+    def has_delete_permission(self, request, obj=None):
+        # Deleting a Run would drop its checkpoints and artifacts outside the F5 rules.
+        return False
+
+
+@admin.register(MetricPoint)
+class MetricPointAdmin(admin.ModelAdmin):
+    """Metric points are a log: read-only; tables can be huge, so no full count and no date drill-down."""
+
+    list_display = ["run", "key", "step", "value", "timestamp"]
+    search_fields = ["key", "run__external_id"]
+    raw_id_fields = ["run"]
+    list_select_related = ["run"]
+    show_full_result_count = False
+    readonly_fields = ["run", "key", "step", "value", "timestamp"]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False

@@ -1,0 +1,132 @@
+"""Server-side metric charts: one inline SVG line chart per metric key (SPEC F2, F29).
+
+A chart is a polyline of step (x) against value (y) with both axes labelled
+with their minimum and maximum. Non-finite values (NaN, ±Infinity) are valid
+metric values but cannot be drawn: they are skipped and counted so the page
+can say how many are missing. At most ``MAX_POINTS`` points are drawn per key;
+the database does the heavy reduction (``selectors.metric_chart_series``) and
+``downsample`` bounds whatever reaches this module.
+"""
+
+import math
+from dataclasses import dataclass
+
+from django.utils.html import format_html
+from django.utils.safestring import SafeString, mark_safe
+
+from runs import selectors
+from runs.models import Run
+
+MAX_POINTS = 1000
+WIDTH, HEIGHT = 640, 240
+# Room for the value labels on the left and the step labels below the plot.
+LEFT, RIGHT, TOP, BOTTOM = 64, 12, 12, 28
+
+
+@dataclass(frozen=True)
+class Chart:
+    """One rendered chart: ``svg`` is safe markup; counts are points of the key, not pixels."""
+
+    key: str
+    svg: SafeString
+    drawn: int
+    skipped: int
+    total: int
+
+    @property
+    def downsampled(self) -> bool:
+        """True when fewer points are drawn than the key holds finite values."""
+        return self.drawn < self.total - self.skipped
+
+
+def downsample(points: list[tuple[float, float]], max_points: int = MAX_POINTS) -> list[tuple[float, float]]:
+    """At most ``max_points`` of ``points`` (ordered by x), keeping each bucket's lowest and highest value.
+
+    The x range is cut into ``max_points // 2`` buckets of equal width; within
+    a bucket the two kept points stay in their original order, so the line's
+    shape and its spikes survive. Fewer points come back unchanged.
+    """
+    if len(points) <= max_points:
+        return list(points)
+    buckets = max(max_points // 2, 1)
+    x0, x1 = points[0][0], points[-1][0]
+    span = (x1 - x0) or 1
+    kept: dict[int, tuple[int, int]] = {}
+    for index, (x, y) in enumerate(points):
+        bucket = min(int((x - x0) / span * buckets), buckets - 1)
+        if bucket not in kept:
+            kept[bucket] = (index, index)
+            continue
+        lo, hi = kept[bucket]
+        kept[bucket] = (index if y < points[lo][1] else lo, index if y > points[hi][1] else hi)
+    indexes = sorted({i for pair in kept.values() for i in pair})
+    return [points[i] for i in indexes]
+
+
+def _label(number: float) -> str:
+    return f"{number:.4g}"
+
+
+def _scale(low: float, high: float, size: float, flip: bool):
+    if high == low:
+        # A flat series sits in the middle rather than on an axis.
+        low, high = low - (abs(low) or 1.0) * 0.05, high + (abs(high) or 1.0) * 0.05
+    ratio = size / (high - low)
+    if flip:
+        return low, high, lambda v: size - (v - low) * ratio
+    return low, high, lambda v: (v - low) * ratio
+
+
+def render_svg(key: str, points: list[tuple[float, float]]) -> SafeString:
+    """The ``<svg>`` of finite ``points`` (x ordered); an empty plot area says so through ``data-empty``."""
+    plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
+    head = format_html(
+        '<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {} {}" role="img" aria-label="{}"'
+        ' preserveAspectRatio="xMidYMid meet"{}><title>{}</title>',
+        WIDTH, HEIGHT, key, mark_safe(' data-empty="true"' if not points else ""), key,
+    )
+    axes = format_html(
+        '<g class="axes"><line x1="{l}" y1="{t}" x2="{l}" y2="{b}"/><line x1="{l}" y1="{b}" x2="{r}" y2="{b}"/></g>',
+        l=LEFT, t=TOP, b=TOP + plot_h, r=LEFT + plot_w,
+    )
+    if not points:
+        return mark_safe(head + axes + "</svg>")
+    xs = [p[0] for p in points]
+    ys = [p[1] for p in points]
+    x_low, x_high, sx = _scale(min(xs), max(xs), plot_w, flip=False)
+    y_low, y_high, sy = _scale(min(ys), max(ys), plot_h, flip=True)
+    coords = " ".join(f"{LEFT + sx(x):.1f},{TOP + sy(y):.1f}" for x, y in points)
+    line = (
+        format_html('<polyline class="series" points="{}"/>', coords)
+        if len(points) > 1
+        else format_html('<circle class="series-dot" cx="{}" cy="{}" r="3"/>', *coords.split(","))
+    )
+    labels = format_html(
+        '<g class="labels">'
+        '<text class="y-max" x="{lx}" y="{t}" dy="0.8em" text-anchor="end">{ymax}</text>'
+        '<text class="y-min" x="{lx}" y="{b}" text-anchor="end">{ymin}</text>'
+        '<text class="x-min" x="{l}" y="{by}" text-anchor="start">{xmin}</text>'
+        '<text class="x-max" x="{r}" y="{by}" text-anchor="end">{xmax}</text>'
+        "</g>",
+        lx=LEFT - 6, t=TOP, b=TOP + plot_h, l=LEFT, r=LEFT + plot_w, by=HEIGHT - 8,
+        ymax=_label(max(ys)), ymin=_label(min(ys)), xmin=_label(min(xs)), xmax=_label(max(xs)),
+    )
+    return mark_safe(head + axes + line + labels + "</svg>")
+
+
+def build_chart(key: str, points, *, skipped: int = 0, total: int | None = None) -> Chart:
+    """A ``Chart`` of ``points`` ((step, value) pairs by step); non-finite values are skipped and counted."""
+    finite = [(s, v) for s, v in points if v is not None and math.isfinite(v)]
+    skipped += len(points) - len(finite)
+    drawn = downsample(finite, MAX_POINTS)
+    total = total if total is not None else len(points)
+    return Chart(key=key, svg=render_svg(key, drawn), drawn=len(drawn), skipped=skipped, total=total)
+
+
+def run_charts(*, run: Run) -> list[Chart]:
+    """One ``Chart`` per metric key of ``run``, keys sorted (the Run page's Overview tab)."""
+    charts = []
+    for key in selectors.metric_keys(run=run):
+        points, skipped, total = selectors.metric_chart_series(run=run, key=key, max_points=MAX_POINTS)
+        charts.append(build_chart(key, points, skipped=skipped, total=total))
+    return charts

@@ -1,0 +1,20 @@
+"""Page URLs of Projects, Runs and members (names ``runs:<entity>-<page>``)."""
+
+from django.urls import path
+
+from runs import views
+
+app_name = "runs"
+
+urlpatterns = [
+    path("", views.project_list, name="project-list"),
+    path("projects/<slug:slug>/", views.project_detail, name="project-detail"),
+    path("projects/<slug:slug>/members/", views.project_members, name="project-members"),
+    path("projects/<slug:slug>/members/<str:username>/role/", views.member_role, name="member-role"),
+    path("projects/<slug:slug>/members/<str:username>/remove/", views.member_remove, name="member-remove"),
+    path("runs/<int:pk>/", views.run_detail, name="run-detail"),
+    path("runs/<int:pk>/charts/", views.run_charts, name="run-charts"),
+    path("runs/<int:pk>/checkpoints/", views.run_checkpoints, name="run-checkpoints"),
+    path("runs/<int:pk>/data-history/", views.run_data_history, name="run-data-history"),
+    path("runs/<int:pk>/logs/", views.run_logs, name="run-logs"),
+]

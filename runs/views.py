@@ -1,0 +1,204 @@
+"""Pages of Projects, Runs and members (SPEC F29; issue 1, part 5).
+
+Each view authenticates, parses input with a form, fetches through a
+selector (another Project's object is a 404), calls at most one service and
+renders. Permissions come from ``mado.policy`` only.
+"""
+
+import functools
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.core.paginator import Paginator
+from django.http import Http404
+from django.shortcuts import redirect, render
+from django.utils.translation import gettext as _
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+
+from mado import policy
+from mado.errors import Conflict, Forbidden, NotFound, ValidationFailed
+from runs import charts, selectors, services
+from runs.forms import MemberAddForm, MemberRoleForm, RunFilterForm, add_service_error
+
+RUNS_PER_PAGE = 25
+# (tab, URL name, template); later issues fill the last three (F4, F20, F16).
+RUN_TABS = [
+    ("overview", "runs:run-detail", "runs/_tab_overview.html"),
+    ("checkpoints", "runs:run-checkpoints", "runs/_tab_checkpoints.html"),
+    ("data-history", "runs:run-data-history", "runs/_tab_data_history.html"),
+    ("logs", "runs:run-logs", "runs/_tab_logs.html"),
+]
+SERVICE_FORM_ERRORS = (ValidationFailed, Conflict)
+
+
+def page(view):
+    """Log-in required; a selector's ``NotFound`` answers 404 and a service's ``Forbidden`` 403."""
+
+    @functools.wraps(view)
+    def wrapped(request, *args, **kwargs):
+        try:
+            return view(request, *args, **kwargs)
+        except NotFound as exc:
+            raise Http404(exc.detail) from exc
+        except Forbidden as exc:
+            raise PermissionDenied(exc.detail) from exc
+
+    return login_required(wrapped)
+
+
+@page
+@require_GET
+def project_list(request):
+    projects = selectors.project_list_with_roles(user=request.user)
+    return render(request, "runs/project_list.html", {"projects": projects})
+
+
+@page
+@require_GET
+def project_detail(request, slug):
+    project = selectors.project_get_for_user(user=request.user, slug=slug)
+    form = RunFilterForm(request.GET or None)
+    invalid = form.is_bound and not form.is_valid()
+    filters = form.cleaned_data if form.is_bound and not invalid else {}
+    runs = [] if invalid else selectors.run_list(user=request.user, project=project, **filters)
+    query = request.GET.copy()
+    query.pop("page", None)
+    context = {
+        "project": project,
+        "form": form,
+        "page_obj": Paginator(runs, RUNS_PER_PAGE).get_page(request.GET.get("page")),
+        "query": query.urlencode(),
+        "role": policy.role_in(request.user, project),
+        "can_manage_members": policy.can_manage_members(request.user, project),
+    }
+    return render(request, "runs/project_detail.html", context, status=400 if invalid else 200)
+
+
+def _run_page(request, pk, tab: str, **context):
+    run = selectors.run_get_for_user(user=request.user, run_id=pk)
+    template = next(t for name, _url, t in RUN_TABS if name == tab)
+    context.update(run=run, tab=tab, tabs=RUN_TABS, tab_template=template)
+    return run, context
+
+
+@page
+@require_GET
+def run_detail(request, pk):
+    run, context = _run_page(request, pk, "overview")
+    context.update(
+        charts=charts.run_charts(run=run),
+        children=selectors.run_children(user=request.user, run=run),
+        dataset_versions=selectors.run_input_dataset_versions(run=run),
+    )
+    return render(request, "runs/run_detail.html", context)
+
+
+@page
+@require_GET
+def run_charts(request, pk):
+    """The charts partial that the Run page polls (htmx) while the Run is not final."""
+    run = selectors.run_get_for_user(user=request.user, run_id=pk)
+    return render(request, "runs/_charts.html", {"run": run, "charts": charts.run_charts(run=run)})
+
+
+@page
+@require_GET
+def run_checkpoints(request, pk):
+    _run, context = _run_page(request, pk, "checkpoints")
+    return render(request, "runs/run_detail.html", context)
+
+
+@page
+@require_GET
+def run_data_history(request, pk):
+    _run, context = _run_page(request, pk, "data-history")
+    return render(request, "runs/run_detail.html", context)
+
+
+@page
+@require_GET
+def run_logs(request, pk):
+    _run, context = _run_page(request, pk, "logs")
+    return render(request, "runs/run_detail.html", context)
+
+
+def _administered_project(request, slug):
+    """The Project if the user administers it: outsider → 404, other members → 403 (with the reason)."""
+    project = selectors.project_get_for_user(user=request.user, slug=slug)
+    if not policy.can_manage_members(request.user, project):
+        raise PermissionDenied(policy.why_not(request.user, project, policy.ADMIN))
+    return project
+
+
+def _members_page(request, project, *, add_form=None, errors=(), status=200):
+    context = {
+        "project": project,
+        "members": selectors.membership_list(project=project),
+        "add_form": add_form or MemberAddForm(),
+        "role_choices": MemberRoleForm.base_fields["role"].choices,
+        "errors": errors,
+    }
+    return render(request, "runs/project_members.html", context, status=status)
+
+
+def _after_member_change(request, project):
+    """Back to the members page, or further out when the actor just gave up admin rights."""
+    if policy.can_manage_members(request.user, project):
+        return redirect("runs:project-members", slug=project.slug)
+    if policy.role_in(request.user, project):
+        return redirect("runs:project-detail", slug=project.slug)
+    return redirect("runs:project-list")
+
+
+@page
+@require_http_methods(["GET", "POST"])
+def project_members(request, slug):
+    """List members; POST adds one (``membership_add``)."""
+    project = _administered_project(request, slug)
+    if request.method == "GET":
+        return _members_page(request, project)
+    form = MemberAddForm(request.POST)
+    if form.is_valid():
+        try:
+            services.membership_add(actor=request.user, project=project, **form.cleaned_data)
+        except SERVICE_FORM_ERRORS as exc:
+            add_service_error(form, exc)
+            return _members_page(request, project, add_form=form, status=exc.status)
+        messages.success(request, _("%(username)s was added.") % form.cleaned_data)
+        return redirect("runs:project-members", slug=project.slug)
+    return _members_page(request, project, add_form=form, status=400)
+
+
+@page
+@require_POST
+def member_role(request, slug, username):
+    """Change a member's role (``membership_change_role``); the last admin stays admin."""
+    project = _administered_project(request, slug)
+    form = MemberRoleForm(request.POST)
+    if form.is_valid():
+        try:
+            services.membership_change_role(actor=request.user, project=project, username=username, **form.cleaned_data)
+        except SERVICE_FORM_ERRORS as exc:
+            add_service_error(form, exc)
+            return _members_page(request, project, errors=_flat(form, username), status=exc.status)
+        messages.success(request, _("The role of %(username)s was changed.") % {"username": username})
+        return _after_member_change(request, project)
+    return _members_page(request, project, errors=_flat(form, username), status=400)
+
+
+@page
+@require_POST
+def member_remove(request, slug, username):
+    """Remove a member (``membership_remove``); the last admin cannot be removed."""
+    project = _administered_project(request, slug)
+    try:
+        services.membership_remove(actor=request.user, project=project, username=username)
+    except SERVICE_FORM_ERRORS as exc:
+        return _members_page(request, project, errors=[f"{username}: {exc.detail}"], status=exc.status)
+    messages.success(request, _("%(username)s was removed.") % {"username": username})
+    return _after_member_change(request, project)
+
+
+def _flat(form, username: str) -> list[str]:
+    return [f"{username}: {message}" for errors in form.errors.values() for message in errors]

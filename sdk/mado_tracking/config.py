@@ -1,0 +1,70 @@
+"""Where the SDK finds its server, token and project (arguments first, then ``MMT_*`` variables)."""
+
+import os
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from mado_tracking.errors import ConfigError
+
+ENV_API_URL = "MMT_API_URL"
+ENV_API_TOKEN = "MMT_API_TOKEN"
+ENV_PROJECT = "MMT_PROJECT"
+
+
+@dataclass(frozen=True)
+class Config:
+    """Resolved settings. ``api_url`` is the server root (``http://host:8000``), without ``/api/v1``."""
+
+    api_url: str
+    api_token: str
+    project: str | None = None
+
+    @property
+    def api_base(self) -> str:
+        """The API root every resource path is relative to: ``<api_url>/api/v1/``."""
+        return f"{self.api_url}/api/v1/"
+
+
+def _pick(value: str | None, env: str) -> str | None:
+    value = value if value is not None else os.environ.get(env)
+    value = (value or "").strip()
+    return value or None
+
+
+def normalize_api_url(url: str) -> str:
+    """``http://host:8000``, ``http://host:8000/`` and ``http://host:8000/api/v1/`` all mean the same server.
+
+    Raises ``ConfigError`` unless ``url`` is an absolute http(s) URL.
+    """
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ConfigError(f"the mado API URL must look like http://host:8000, got {url!r} (api_url / {ENV_API_URL})")
+    path = parts.path.rstrip("/")
+    if path.endswith("/api/v1"):
+        path = path[: -len("/api/v1")]
+    return f"{parts.scheme}://{parts.netloc}{path}"
+
+
+def resolve(*, api_url: str | None = None, api_token: str | None = None, project: str | None = None,
+            require_project: bool = True) -> Config:
+    """Settings from the arguments, falling back to ``MMT_API_URL``, ``MMT_API_TOKEN``, ``MMT_PROJECT``.
+
+    An argument that is not ``None`` wins over its variable. Raises
+    ``ConfigError`` naming the argument and the variable of the first missing
+    setting; the project is only required when ``require_project`` is true.
+    """
+    url = _pick(api_url, ENV_API_URL)
+    if url is None:
+        raise ConfigError(
+            f"no mado API URL: pass api_url=... (mado: --api-url) or set {ENV_API_URL} (e.g. http://127.0.0.1:8000)"
+        )
+    token = _pick(api_token, ENV_API_TOKEN)
+    if token is None:
+        raise ConfigError(
+            f"no mado API token: pass api_token=... (mado: --api-token) or set {ENV_API_TOKEN} "
+            "(`python manage.py mado_token USERNAME` prints one)"
+        )
+    slug = _pick(project, ENV_PROJECT)
+    if slug is None and require_project:
+        raise ConfigError(f"no mado project: pass project=... or set {ENV_PROJECT} to the project's slug")
+    return Config(api_url=normalize_api_url(url), api_token=token, project=slug)

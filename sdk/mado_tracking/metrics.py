@@ -1,0 +1,203 @@
+"""Metric buffering (SPEC F2): the caller appends to a queue, a daemon thread posts batches.
+
+The training loop's side is ``encode_point`` (each point becomes its JSON
+text at once, a microsecond or two) and ``MetricSender.add`` (one
+``deque.extend``, atomic under the GIL, no lock of ours): no network, and the
+sender thread has almost no CPU work left that could hold the GIL against the
+caller (encoding a whole 10,000-point batch in one ``json.dumps`` call would
+hold it for tens of milliseconds). The sender thread wakes every ``interval`` seconds, or as soon as
+a full batch is queued, and posts batches of at most ``batch_max`` points to
+``POST runs/{id}/metrics/``. A transient failure (server unreachable, 5xx,
+408, 429) is retried with exponential backoff, keeping the batch in order
+ahead of newer points; any other 4xx means the data is wrong: the batch is
+dropped with a warning naming the refused field. ``close`` drains the queue
+within a deadline.
+"""
+
+import json
+import logging
+import math
+import threading
+import time
+from collections import deque
+
+import requests
+
+from mado_tracking.client import ApiClient, Backoff, is_transient, retry_after_seconds
+from mado_tracking.config import Config
+
+logger = logging.getLogger("mado_tracking")
+
+BATCH_MAX = 10_000  # docs/api.md: a metrics batch holds at most 10,000 points
+FLUSH_INTERVAL_S = 1.0
+BACKOFF_BASE_S = 0.5
+BACKOFF_CAP_S = 30.0
+
+
+_KEY_JSON: dict[str, str] = {}
+_KEY_JSON_MAX = 10_000
+
+
+def encode_point(key: str, value: float, step: int, timestamp: float) -> str:
+    """One point as the JSON object the API takes: ``{"key", "value", "step", "timestamp"}``.
+
+    ``value`` is a float; NaN and ±inf become the strings ``"NaN"``,
+    ``"Infinity"``, ``"-Infinity"`` (docs/api.md). ``timestamp`` is Unix
+    seconds. ``repr`` of a float is the shortest text that reads back to the
+    same float, and valid JSON for finite values.
+    """
+    key_json = _KEY_JSON.get(key)
+    if key_json is None:
+        key_json = json.dumps(key)
+        if len(_KEY_JSON) < _KEY_JSON_MAX:
+            _KEY_JSON[key] = key_json
+    if math.isfinite(value):
+        value_json = repr(value)
+    elif value != value:
+        value_json = '"NaN"'
+    else:
+        value_json = '"Infinity"' if value > 0 else '"-Infinity"'
+    return f'{{"key":{key_json},"value":{value_json},"step":{step},"timestamp":{timestamp!r}}}'
+
+
+def _batch_body(batch: list[str]) -> bytes:
+    # Joined in slices so no single C call holds the GIL for long.
+    pieces = [",".join(batch[start:start + 1000]) for start in range(0, len(batch), 1000)]
+    return ('{"points":[' + ",".join(pieces) + "]}").encode("ascii")
+
+
+class MetricSender:
+    """The queue of one Run's metric points and the daemon thread that sends them.
+
+    Points arrive validated and encoded by ``encode_point`` (JSON text). Counters ``sent`` and
+    ``dropped`` (refused by the server) are for reports and tests.
+    """
+
+    def __init__(self, config: Config, run_id: int):
+        self._config = config
+        self._path = f"runs/{run_id}/metrics/"
+        self._run_id = run_id
+        self._batch_max = BATCH_MAX
+        self._interval = FLUSH_INTERVAL_S
+        self._backoff = (BACKOFF_BASE_S, BACKOFF_CAP_S)
+        self._queue: deque[str] = deque()
+        self._wake = threading.Event()
+        self._closing = threading.Event()
+        self._hurry = threading.Event()
+        self._deadline = math.inf
+        self._outage = False
+        self._in_flight = 0
+        self.sent = 0
+        self.dropped = 0
+        self._thread = threading.Thread(target=self._loop, name=f"mado-metrics-run-{run_id}", daemon=True)
+        self._thread.start()
+
+    # --- caller side (the training loop) -----------------------------------------
+    def add(self, points: list[str]) -> None:
+        """Queue encoded points; returns at once (no I/O, no lock held)."""
+        queue = self._queue
+        queue.extend(points)
+        if len(queue) >= self._batch_max and not self._wake.is_set():
+            self._wake.set()
+
+    @property
+    def pending(self) -> int:
+        """Points queued and not yet acknowledged by the server (a batch in flight is not counted)."""
+        return len(self._queue)
+
+    def close(self, timeout: float) -> int:
+        """Send everything queued, waiting at most ``timeout`` seconds; return how many points stayed unsent."""
+        self._deadline = time.monotonic() + max(timeout, 0.0)
+        self._closing.set()
+        self._hurry.set()
+        self._wake.set()
+        # A request in flight is bounded by the deadline too; the grace covers the last answer.
+        self._thread.join(max(timeout, 0.0) + 2.0)
+        return len(self._queue) + self._in_flight
+
+    # --- sender thread ---------------------------------------------------------------
+    def _loop(self) -> None:
+        client = ApiClient(self._config)
+        try:
+            while True:
+                self._wake.wait(self._interval)
+                self._wake.clear()
+                if not self._drain(client):
+                    return
+                if self._closing.is_set() and not self._queue:
+                    return
+        finally:
+            client.close()
+
+    def _take(self) -> list[str]:
+        queue = self._queue
+        batch = []
+        while queue and len(batch) < self._batch_max:
+            batch.append(queue.popleft())
+        return batch
+
+    def _drain(self, client: ApiClient) -> bool:
+        """Send queued batches; False when the close deadline passed (the batch goes back in front)."""
+        while self._queue:
+            batch = self._take()
+            self._in_flight = len(batch)
+            try:
+                delivered = self._send(client, batch)
+            except Exception:  # a bug of ours must not kill the thread silently
+                logger.exception("mado: dropped %d metric points of run %s after an unexpected error",
+                                 len(batch), self._run_id)
+                self.dropped += len(batch)
+                delivered = True
+            if not delivered:
+                self._queue.extendleft(reversed(batch))
+            self._in_flight = 0
+            if not delivered:
+                return False
+        return True
+
+    def _send(self, client: ApiClient, batch: list[str]) -> bool:
+        """Post one batch until it is stored or refused; False when the close deadline ran out first."""
+        body = _batch_body(batch)
+        backoff = Backoff(*self._backoff)
+        while True:
+            remaining = None
+            if self._closing.is_set():
+                remaining = self._deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+            try:
+                response = client.send("POST", self._path, raw=body, timeout=remaining)
+            except requests.RequestException as exc:
+                reason, delay = f"{type(exc).__name__}: {exc}", backoff.next_delay()
+            else:
+                if response.status_code < 400:
+                    self._recovered()
+                    self.sent += len(batch)
+                    return True
+                if not is_transient(response.status_code):
+                    self._refused(client, response, len(batch))
+                    return True
+                reason = f"HTTP {response.status_code}"
+                delay = backoff.next_delay(retry_after_seconds(response))
+            self._failed(reason, delay)
+            if self._closing.is_set():
+                delay = min(delay, max(self._deadline - time.monotonic(), 0.0))
+            if self._hurry.wait(delay):
+                self._hurry.clear()
+
+    def _failed(self, reason: str, delay: float) -> None:
+        log = logger.debug if self._outage else logger.warning
+        self._outage = True
+        log("mado: cannot send metrics of run %s (%s); retrying in %.1f s, %d points buffered",
+            self._run_id, reason, delay, len(self._queue))
+
+    def _recovered(self) -> None:
+        if self._outage:
+            self._outage = False
+            logger.warning("mado: sending metrics of run %s again", self._run_id)
+
+    def _refused(self, client: ApiClient, response: requests.Response, count: int) -> None:
+        error = client.error_from(response, "POST", self._path)
+        self.dropped += count
+        logger.warning("mado: the server refused a batch of %d metric points of run %s (field %s: %s); "
+                       "the batch is dropped", count, self._run_id, error.field or "unknown", error.detail)

@@ -1,0 +1,54 @@
+"""Browser tests: Playwright drives Debian's Chromium against pytest-django's ``live_server``.
+
+They run wherever /usr/bin/chromium exists and always in CI (``CI`` set),
+where a missing browser is a failure, not a skip.
+"""
+
+import os
+from pathlib import Path
+
+import pytest
+
+# Playwright's sync API keeps an event loop running in this thread; Django
+# would otherwise refuse ORM calls from the test body.
+os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+
+
+@pytest.fixture(scope="session")
+def browser():
+    if not CHROMIUM.exists():
+        if os.environ.get("CI"):
+            pytest.fail(f"{CHROMIUM} is missing; CI must run the browser tests (apt-get install chromium)")
+        pytest.skip(f"{CHROMIUM} is not installed (apt-get install chromium); CI runs these tests")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def browser_page(browser, live_server):
+    """A fresh browser context (no cookies) whose relative URLs go to the live server."""
+    context = browser.new_context(base_url=live_server.url, viewport={"width": 1280, "height": 1000}, locale="en-US")
+    context.set_default_timeout(15_000)
+    page = context.new_page()
+    yield page
+    context.close()
+
+
+@pytest.fixture(autouse=True)
+def _fast_passwords(settings):
+    """A cheap hasher: users are created per test and log in through the form."""
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

@@ -1,0 +1,27 @@
+"""SDK test fixtures: no ``MMT_*`` variable leaks in from the developer's shell; a member's token."""
+
+import pytest
+from rest_framework.authtoken.models import Token
+
+
+@pytest.fixture(autouse=True)
+def _clean_mmt_environment(monkeypatch):
+    for name in ("MMT_API_URL", "MMT_API_TOKEN", "MMT_PROJECT"):
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture
+def token_of():
+    def make(user) -> str:
+        return Token.objects.get_or_create(user=user)[0].key
+
+    return make
+
+
+@pytest.fixture
+def mmt_env(monkeypatch, live_server, member, project, token_of):
+    """``MMT_*`` pointing at the live server as ``member`` of ``project`` (slug ``vision``)."""
+    monkeypatch.setenv("MMT_API_URL", live_server.url)
+    monkeypatch.setenv("MMT_API_TOKEN", token_of(member))
+    monkeypatch.setenv("MMT_PROJECT", project.slug)
+    return {"MMT_API_URL": live_server.url, "MMT_API_TOKEN": token_of(member), "MMT_PROJECT": project.slug}

@@ -1,0 +1,112 @@
+"""A stand-in for the mado API on a stdlib ``http.server``, for SDK behaviour the real server cannot stage.
+
+It answers the three calls a Run makes (create, metrics, status) and can be
+told to fail the first metric posts with a given status (503: the server is
+briefly unavailable) or to refuse them with a 400 body naming a field.
+"""
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+class StubApi:
+    """Records what it receives: ``runs`` (create bodies), ``posts`` (status answered per metric post),
+    ``batch_sizes`` (points per metric post), ``points`` (stored points, in arrival order) and
+    ``statuses`` (PATCHed statuses). While ``release`` is clear, metric posts hang.
+    ``lose_create_answers``: that many run creations are stored but answered 503 (the answer got lost)."""
+
+    def __init__(self, *, fail_metrics: int = 0, fail_status: int = 503, refuse: dict | None = None,
+                 lose_create_answers: int = 0):
+        self.fail_metrics = fail_metrics
+        self.lose_create_answers = lose_create_answers
+        self.fail_status = fail_status
+        self.refuse = refuse
+        self.release = threading.Event()
+        self.release.set()
+        self.runs, self.posts, self.points, self.statuses, self.batch_sizes = [], [], [], [], []
+        self.lock = threading.Lock()
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_port}"
+        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.release.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+    def _metrics(self, body: dict) -> tuple[int, dict]:
+        self.release.wait(30)
+        with self.lock:
+            self.batch_sizes.append(len(body["points"]))
+            if self.fail_metrics > 0:
+                self.fail_metrics -= 1
+                self.posts.append(self.fail_status)
+                return self.fail_status, {"error": "unavailable", "detail": "try again", "field": None}
+            if self.refuse is not None:
+                refuse, self.refuse = self.refuse, None
+                self.posts.append(400)
+                return 400, refuse
+            self.posts.append(201)
+            self.points.extend(body["points"])
+            return 201, {"stored": len(body["points"])}
+
+    def _handler(self):
+        stub = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def _answer(self, status: int, payload: dict) -> None:
+                data = json.dumps(payload).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def _body(self) -> dict:
+                length = int(self.headers.get("Content-Length") or 0)
+                return json.loads(self.rfile.read(length) or b"{}")
+
+            def _run(self, body: dict, status: str = "running") -> dict:
+                return {"id": 1, "external_id": body.get("external_id", "stubrun1"), "project": body.get("project"),
+                        "name": body.get("name", ""), "kind": body.get("kind", "training"), "status": status,
+                        "parameters": body.get("parameters", {}), "url": f"{stub.url}/runs/1/"}
+
+            def do_POST(self):
+                body = self._body()
+                if self.headers.get("Authorization") != "Bearer stub-token":
+                    return self._answer(401, {"error": "unauthenticated", "detail": "bad token", "field": None})
+                if self.path == "/api/v1/runs/":
+                    if any(run["external_id"] == body.get("external_id") for run in stub.runs):
+                        return self._answer(409, {"error": "conflict", "detail": "run id taken", "field": "external_id"})
+                    stub.runs.append(body)
+                    if stub.lose_create_answers > 0:
+                        stub.lose_create_answers -= 1
+                        return self._answer(503, {"error": "unavailable", "detail": "lost", "field": None})
+                    return self._answer(201, self._run(body))
+                if self.path == "/api/v1/runs/1/metrics/":
+                    return self._answer(*stub._metrics(body))
+                self._answer(404, {"error": "not_found", "detail": self.path, "field": None})
+
+            def do_GET(self):
+                if self.path.startswith("/api/v1/runs/?"):
+                    runs = [self._run(run) for run in reversed(stub.runs)]
+                    return self._answer(200, {"count": len(runs), "next": None, "previous": None, "results": runs})
+                self._answer(404, {"error": "not_found", "detail": self.path, "field": None})
+
+            def do_PATCH(self):
+                body = self._body()
+                stub.statuses.append(body["status"])
+                self._answer(200, self._run(stub.runs[-1] if stub.runs else {}, body["status"]))
+
+        return Handler
