@@ -13,6 +13,7 @@ from django.utils.http import content_disposition_header
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import serializers, status
+from rest_framework.exceptions import NotAcceptable
 from rest_framework.generics import GenericAPIView
 from rest_framework.negotiation import DefaultContentNegotiation
 from rest_framework.parsers import BaseParser
@@ -48,7 +49,7 @@ class LenientNegotiation(DefaultContentNegotiation):
     def select_renderer(self, request, renderers, format_suffix=None):
         try:
             return super().select_renderer(request, renderers, format_suffix)
-        except Exception:  # noqa: BLE001 - NotAcceptable: fall back to the first renderer (JSON)
+        except NotAcceptable:
             return renderers[0], renderers[0].media_type
 
 

@@ -22,8 +22,11 @@ def project_get_for_user(*, user, slug: str) -> Project:
     return project
 
 
-def run_list(*, user, project: Project | None = None, status: str | None = None, kind: str | None = None):
-    """Runs visible to the user, newest first, optionally filtered.
+def run_list(
+    *, user, project: Project | None = None, status: str | None = None, kind: str | None = None,
+    external_id: str | None = None,
+):
+    """Runs visible to the user, newest first, optionally filtered (``external_id``: the run id, F24).
 
     Raises ``ValidationFailed`` (400) naming ``status`` or ``kind`` for an unknown value.
     """
@@ -38,6 +41,8 @@ def run_list(*, user, project: Project | None = None, status: str | None = None,
         if kind not in RunKind.values:
             raise ValidationFailed(f"unknown kind {kind!r}; one of {', '.join(RunKind.values)}", field="kind")
         runs = runs.filter(kind=kind)
+    if external_id:
+        runs = runs.filter(external_id=external_id)
     return runs.order_by("-created_at", "-id")
 
 

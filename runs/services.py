@@ -44,7 +44,11 @@ def project_create(*, user, name: str, slug: str | None = None) -> Project:
     name = (name or "").strip()
     if not name:
         raise ValidationFailed("name must not be empty", field="name")
-    slug = slugify(slug or name)
+    slug_max = Project._meta.get_field("slug").max_length
+    if slug and len(slugify(slug)) > slug_max:
+        raise ValidationFailed(f"slug must be at most {slug_max} characters", field="slug")
+    # A slug derived from a long name is cut to fit the column (PostgreSQL would refuse it).
+    slug = slugify(slug or name)[:slug_max].strip("-")
     if not slug:
         raise ValidationFailed("slug must contain letters or digits", field="slug")
     try:

@@ -59,11 +59,12 @@ class RunViewSet(GenericViewSet):
             OpenApiParameter("project", str, description="project slug (404 unless a member)"),
             OpenApiParameter("status", str, description="one of pending, running, finished, failed, aborted, crashed, preempting, preempted"),
             OpenApiParameter("kind", str, description="training, fine_tuning, evaluation or other"),
+            OpenApiParameter("external_id", str, description="the run id (unique per project; SDK resume, F24)"),
         ],
         responses=RunOutputSerializer(many=True),
     )
     def list(self, request):
-        """Runs of the user's Projects, newest first (paginated); ``?project=&status=&kind=`` filter.
+        """Runs of the user's Projects, newest first (paginated); ``?project=&status=&kind=&external_id=`` filter.
 
         An unknown ``status``/``kind`` → 400 naming it; a project the user is not in → 404.
         """
@@ -72,6 +73,7 @@ class RunViewSet(GenericViewSet):
         runs = selectors.run_list(
             user=request.user, project=project,
             status=request.query_params.get("status"), kind=request.query_params.get("kind"),
+            external_id=request.query_params.get("external_id"),
         )
         page = self.paginate_queryset(_with_inputs(runs))
         return self.get_paginated_response(RunOutputSerializer(page, many=True, context={"request": request}).data)

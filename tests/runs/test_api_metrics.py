@@ -55,6 +55,11 @@ def test_metric_history_permission_matrix(client_as, run, creator, role, status)
     ({"key": "loss", "value": 1.0, "step": -1}, "points[1].step"),
     ({"key": "loss", "value": 1.0, "step": 1.5}, "points[1].step"),
     ({"key": "loss", "value": 1.0, "step": 2, "timestamp": "yesterday"}, "points[1].timestamp"),
+    ({"key": "loss", "value": 1.0, "step": 2, "timestamp": 10**400}, "points[1].timestamp"),
+    ({"key": "loss", "value": 10**400, "step": 2}, "points[1].value"),
+    ({"key": "loss", "value": 1.0, "step": 2**63}, "points[1].step"),
+    ({"key": "lo\u0000ss", "value": 1.0, "step": 2}, "points[1].key"),
+    ({"key": "k" * 251, "value": 1.0, "step": 2}, "points[1].key"),
 ])
 def test_one_bad_point_refuses_the_batch_and_names_its_field(client_as, run, bad, field):
     response = post_points(client_as("creator"), run, [{"key": "loss", "value": 0.1, "step": 0}, bad])

@@ -57,6 +57,12 @@ def test_creating_a_project_without_a_name_names_the_field(client_as, outsider):
     assert response.json()["error"] == "invalid" and response.json()["field"] == "name"
 
 
+def test_a_slug_derived_from_a_long_name_is_cut_to_fit(client_as, outsider):
+    response = client_as("outsider").post("/api/v1/projects/", {"name": "word " * 40}, format="json")
+    assert response.status_code == 201 and len(response.json()["slug"]) <= 100
+    assert not response.json()["slug"].endswith("-")
+
+
 def test_anonymous_cannot_create_a_project(client_as, db):
     assert client_as("anonymous").post("/api/v1/projects/", {"name": "X"}, format="json").status_code == 401
     assert not Project.objects.exists()

@@ -45,6 +45,12 @@ def test_run_list_filters_by_project_status_and_kind(client_as, project, creator
     assert [r["id"] for r in client.get("/api/v1/runs/?kind=training").json()["results"]] == [run.pk]
 
 
+def test_run_list_finds_a_run_by_its_external_id(client_as, project, creator, run):
+    RunFactory(project=project, created_by=creator, external_id="other-id")
+    results = client_as("viewer").get(f"/api/v1/runs/?project=vision&external_id={run.external_id}").json()["results"]
+    assert [r["id"] for r in results] == [run.pk]
+
+
 def test_run_list_of_another_project_answers_404(client_as, run, other_project):
     assert client_as("viewer").get("/api/v1/runs/?project=other").status_code == 404
 
