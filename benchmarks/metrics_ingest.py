@@ -96,9 +96,9 @@ def main() -> None:
     try:
         for _ in range(100):
             try:
-                requests.get(f"{url}/api/v1/schema/", timeout=1)
+                requests.get(f"{url}/accounts/login/", timeout=5)
                 break
-            except requests.ConnectionError:
+            except requests.RequestException:
                 time.sleep(0.2)
         run_benchmark(url, token, args.points, server.pid, "PostgreSQL" if args.database_url else "SQLite")
     finally:

@@ -1,5 +1,6 @@
 """Artifacts (stored files of a Run) and Checkpoints with their manifests (SPEC F1, F4, F5)."""
 
+from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
@@ -46,10 +47,22 @@ class CheckpointQuerySet(VisibleQuerySet):
     project_path = "run__project"
 
 
+USABLE_STATES = frozenset({CheckpointState.COMPLETE})
+
+
 class Checkpoint(models.Model):
     """A directory saved at ``step`` (steps completed), stored as one tar artifact (SPEC F1).
 
     Immutable once complete; ``(run, step)`` is unique (ARCHITECTURE rule 2).
+    Only ``complete`` checkpoints are usable. While ``pending``:
+    ``received`` holds what the server itself computed from the uploaded
+    bytes (``{"storage_key", "size", "sha256", "members": [{path, size,
+    sha256}]}``; for a direct S3 upload first ``{"storage_key", "upload_id",
+    "part_size", "tar_size"}``, then ``"uploaded": true``), ``declared`` the
+    client's declaration awaiting the verification task (``{"tar_size",
+    "tar_sha256", "manifest"}``) and ``error`` why the last attempt failed.
+    Once complete, the files are ManifestEntry rows, the tar an Artifact, and
+    ``received`` keeps only ``{"size", "sha256"}``.
     """
 
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="checkpoints")
@@ -62,7 +75,21 @@ class Checkpoint(models.Model):
     tar_sha256 = models.CharField(max_length=64, blank=True)
     tar_size = models.BigIntegerField(null=True, blank=True, help_text="bytes")
     state = models.CharField(max_length=10, choices=CheckpointState.choices, default=CheckpointState.PENDING)
+    idempotency_key = models.CharField(
+        max_length=200, null=True, blank=True, help_text="the registering request's Idempotency-Key (unique per run)"
+    )
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    received = models.JSONField(default=dict, blank=True, help_text="what the server computed from the uploaded tar")
+    declared = models.JSONField(null=True, blank=True, help_text="declaration awaiting the S3 verification task")
+    error = models.TextField(blank=True, help_text="why the last upload or verification failed")
     created_at = models.DateTimeField(auto_now_add=True)
+    completed_at = models.DateTimeField(null=True, blank=True)
+    deleted_at = models.DateTimeField(null=True, blank=True)
+    deleted_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
 
     objects = CheckpointQuerySet.as_manager()
 
@@ -70,12 +97,26 @@ class Checkpoint(models.Model):
         ordering = ["run", "-step"]
         constraints = [
             models.UniqueConstraint(fields=["run", "step"], name="checkpoint_unique_run_step"),
+            models.UniqueConstraint(
+                fields=["run", "idempotency_key"],
+                condition=Q(idempotency_key__isnull=False),
+                name="checkpoint_unique_run_idempotency_key",
+            ),
             models.CheckConstraint(condition=Q(step__gte=0), name="checkpoint_step_non_negative"),
             models.CheckConstraint(condition=Q(state__in=CheckpointState.values), name="checkpoint_state_valid"),
         ]
 
     def __str__(self):
         return f"{self.run} @ step {self.step}"
+
+    @property
+    def artifact_path(self) -> str:
+        """The Run artifact path of the tar (SPEC F1)."""
+        return f"checkpoints/step-{self.step}.tar"
+
+    @property
+    def is_usable(self) -> bool:
+        return self.state in USABLE_STATES
 
 
 class ManifestEntry(models.Model):

@@ -1,15 +1,18 @@
-"""Reads of Artifacts for pages and the API (STYLE: Selectors; issue 2 part 4, SPEC F5, F12).
+"""Reads of Artifacts and Checkpoints for pages and the API (STYLE: Selectors; issues 2 and 3, SPEC F4, F5, F12).
 
-Every lookup is scoped to the user's Projects: another Project's artifact is
-indistinguishable from a missing one (``NotFound``, 404).
+Every lookup is scoped to the user's Projects: another Project's artifact or
+checkpoint is indistinguishable from a missing one (``NotFound``, 404). The
+keep-count rule (SPEC F4, F5) lives in ``_kept`` only.
 """
 
 from collections.abc import Iterator
 
-from django.db.models import QuerySet
+from django.conf import settings
+from django.db.models import BooleanField, Case, OuterRef, Q, QuerySet, Subquery, Value, When
 
 from checkpoints import storage
-from checkpoints.models import Artifact
+from checkpoints.models import Artifact, Checkpoint, CheckpointState, ManifestEntry
+from mado import policy
 from mado.errors import NotFound
 from runs.models import Run
 
@@ -43,3 +46,137 @@ def artifact_open_range(*, artifact: Artifact, start: int = 0, end: int | None =
     """
     last = artifact.size - 1 if end is None else min(end, artifact.size - 1)
     return storage.blob_open_range(key=artifact.storage_key, start=start, length=last - start + 1)
+
+
+# --- checkpoints (issue 3; SPEC F1, F4, F5) ------------------------------------------
+
+
+def checkpoint_keep_count() -> int:
+    """K: how many of a Run's newest complete checkpoints are kept in view and protected (``MMT_CHECKPOINT_KEEP_COUNT``)."""
+    return settings.MMT_CHECKPOINT_KEEP_COUNT
+
+
+def _kept(run_ref) -> QuerySet[Checkpoint]:
+    """The one keep-count rule (SPEC F4, F5): the newest K complete checkpoints of a Run, by step.
+
+    ``run_ref`` is a run id or ``OuterRef("run_id")``. Everything that
+    flags, lists or protects checkpoints by the keep count goes through here.
+    """
+    return (
+        Checkpoint.objects.filter(run_id=run_ref, state=CheckpointState.COMPLETE)
+        .order_by("-step")
+        .values("pk")[: checkpoint_keep_count()]
+    )
+
+
+def _with_keep_flag(checkpoints: QuerySet[Checkpoint]) -> QuerySet[Checkpoint]:
+    """Annotate ``within_keep_count`` (bool) on each row."""
+    return checkpoints.annotate(
+        within_keep_count=Case(
+            When(pk__in=Subquery(_kept(OuterRef("run_id"))), then=Value(True)),
+            default=Value(False),
+            output_field=BooleanField(),
+        )
+    )
+
+
+def checkpoint_kept_ids(*, run_id: int) -> set[int]:
+    """Ids of the checkpoints of Run ``run_id`` inside the keep count (see ``_kept``)."""
+    return set(_kept(run_id).values_list("pk", flat=True))
+
+
+def checkpoint_list_for_run(
+    *, run: Run, include_older: bool, include_unusable: bool = False
+) -> tuple[QuerySet[Checkpoint], int]:
+    """The Run's checkpoints for its Checkpoint tab and the API: ``(checkpoints, hidden_older_count)`` (SPEC F4).
+
+    ``checkpoints`` is newest step first, each annotated ``within_keep_count``
+    (bool: among the newest K complete ones, K = ``MMT_CHECKPOINT_KEEP_COUNT``).
+    Only ``complete`` checkpoints are listed unless ``include_unusable``
+    (then pending and deleted ones too, never flagged as kept). Without
+    ``include_older`` only the kept complete ones (plus, with
+    ``include_unusable``, the unusable ones) are listed and
+    ``hidden_older_count`` says how many complete ones were left out; with it,
+    the count is 0. Leaving the list never deletes anything. The caller has
+    checked that the user sees ``run``.
+    """
+    checkpoints = _with_keep_flag(Checkpoint.objects.filter(run=run)).select_related("created_by")
+    if not include_unusable:
+        checkpoints = checkpoints.filter(state=CheckpointState.COMPLETE)
+    hidden = 0
+    if not include_older:
+        complete = Checkpoint.objects.filter(run=run, state=CheckpointState.COMPLETE).count()
+        hidden = max(complete - checkpoint_keep_count(), 0)
+        checkpoints = checkpoints.filter(Q(within_keep_count=True) | ~Q(state=CheckpointState.COMPLETE))
+    return checkpoints.order_by("-step"), hidden
+
+
+def checkpoint_get_for_user(*, user, checkpoint_id) -> Checkpoint:
+    """The checkpoint ``checkpoint_id`` of a Run in one of the user's Projects, annotated ``within_keep_count``.
+
+    Any state (pending, complete, deleted). Another Project's checkpoint and
+    a missing one alike raise ``NotFound`` (404, ARCHITECTURE rule 1).
+    """
+    try:
+        checkpoint_id = int(checkpoint_id)
+    except (TypeError, ValueError):
+        raise NotFound(f"checkpoint {checkpoint_id!r} not found", field="checkpoint") from None
+    checkpoint = (
+        _with_keep_flag(Checkpoint.objects.visible_to(user))
+        .select_related("run__project", "artifact", "created_by")
+        .filter(pk=checkpoint_id)
+        .first()
+    )
+    if checkpoint is None:
+        raise NotFound(f"checkpoint {checkpoint_id} not found", field="checkpoint")
+    return checkpoint
+
+
+def checkpoint_manifest(*, checkpoint: Checkpoint) -> QuerySet[ManifestEntry]:
+    """The files of ``checkpoint`` (``path``, ``size`` in bytes, hex ``sha256``) by path; empty until complete."""
+    return ManifestEntry.objects.filter(checkpoint=checkpoint).order_by("path")
+
+
+def checkpoint_delete_refusal(*, checkpoint: Checkpoint, kept_ids: set[int]) -> str | None:
+    """Why ``checkpoint`` may not be deleted by anyone (SPEC F5), or None.
+
+    ``kept_ids`` comes from ``checkpoint_kept_ids`` (the service passes the
+    ids it read under its row locks). Reasons: already deleted; inside the
+    keep count; the source checkpoint of a Run.
+    """
+    if checkpoint.state == CheckpointState.DELETED:
+        return f"The checkpoint at step {checkpoint.step} is already deleted."
+    if checkpoint.pk in kept_ids:
+        return (
+            f"The checkpoint at step {checkpoint.step} is one of the newest {checkpoint_keep_count()} complete "
+            "checkpoints of this run (MMT_CHECKPOINT_KEEP_COUNT) and cannot be deleted."
+        )
+    source_of = Run.objects.filter(source_checkpoint_id=checkpoint.pk).order_by("pk").first()
+    if source_of is not None:
+        return (
+            f"The checkpoint at step {checkpoint.step} is the source checkpoint of run {source_of} "
+            f"(#{source_of.pk}) and cannot be deleted."
+        )
+    return None
+
+
+def checkpoint_delete_blocker(*, user, checkpoint: Checkpoint) -> str | None:
+    """The sentence a page shows in place of the Delete button, or None when the user may delete (SPEC F5).
+
+    Project admins only (``mado.policy``), then ``checkpoint_delete_refusal``.
+    Advisory: ``services.checkpoint_delete`` checks again under row locks.
+    """
+    project = checkpoint.run.project
+    if not policy.can_delete_artifacts(user, project):
+        return policy.why_not(user, project, policy.ADMIN)
+    return checkpoint_delete_refusal(checkpoint=checkpoint, kept_ids=checkpoint_kept_ids(run_id=checkpoint.run_id))
+
+
+def checkpoint_delete_blockers(*, user, run: Run, checkpoints) -> dict[int, str | None]:
+    """``checkpoint_delete_blocker`` for several checkpoints of ``run`` at once: ``{checkpoint id: reason or None}``."""
+    checkpoints = list(checkpoints)
+    if not policy.can_delete_artifacts(user, run.project):
+        reason = policy.why_not(user, run.project, policy.ADMIN)
+        return {checkpoint.pk: reason for checkpoint in checkpoints}
+    kept = checkpoint_kept_ids(run_id=run.pk)
+    return {checkpoint.pk: checkpoint_delete_refusal(checkpoint=checkpoint, kept_ids=kept) for checkpoint in checkpoints}

@@ -38,18 +38,21 @@ class StoredBlob:
     sha256: str
 
 
-class HashingReader(io.RawIOBase):
-    """A read-once, non-seekable view of ``source`` that hashes and counts what passes through.
+class StreamReader(io.RawIOBase):
+    """A read-once, non-seekable view of ``source`` that counts what passes through and hands it to ``on_chunk``.
 
     ``source`` is anything with ``read(n)`` (a WSGI input, an ``UploadedFile``,
-    a file). ``read(n)`` returns exactly ``n`` bytes unless the source ends:
-    S3 multipart uploads need full-size parts.
+    a file); it is never asked for more than ``CHUNK_SIZE`` bytes at a time.
+    ``read(n)`` returns exactly ``n`` bytes unless the source ends: S3
+    multipart uploads need full-size parts. ``on_chunk(data)`` sees every
+    piece in order (a hash, a tar verifier); an exception it raises aborts
+    the read and with it the storage write.
     """
 
-    def __init__(self, source):
+    def __init__(self, source, on_chunk=None):
         super().__init__()
         self._source = source
-        self._sha256 = hashlib.sha256()
+        self._on_chunk = on_chunk
         self.size = 0
 
     def readable(self) -> bool:
@@ -63,16 +66,25 @@ class HashingReader(io.RawIOBase):
             data = self._source.read(min(wanted, CHUNK_SIZE))
             if not data:
                 break
-            self._sha256.update(data)
+            if self._on_chunk is not None:
+                self._on_chunk(data)
             self.size += len(data)
             wanted -= len(data)
             parts.append(data)
-        return b"".join(parts)
+        return parts[0] if len(parts) == 1 else b"".join(parts)
 
     def readinto(self, buffer) -> int:
         data = self.read(len(buffer))
         buffer[: len(data)] = data
         return len(data)
+
+
+class HashingReader(StreamReader):
+    """A ``StreamReader`` that hashes (SHA-256) what passes through; ``sha256`` is the hex digest so far."""
+
+    def __init__(self, source):
+        self._sha256 = hashlib.sha256()
+        super().__init__(source, self._sha256.update)
 
     @property
     def sha256(self) -> str:
@@ -97,13 +109,29 @@ def blob_write(*, source, prefix: str) -> StoredBlob:
     On any error the partial blob is removed and the error re-raised.
     """
     reader = HashingReader(source)
+    key = _write(reader, prefix)
+    return StoredBlob(key=key, size=reader.size, sha256=reader.sha256)
+
+
+def blob_write_through(*, source, prefix: str, on_chunk) -> tuple[str, int]:
+    """Stream ``source`` into a new key below ``prefix``, handing each piece to ``on_chunk``; ``(key, size)``.
+
+    Nothing is hashed here: ``on_chunk`` (a ``TarVerifier.feed``) does what
+    checking the bytes need. An exception from ``source`` or ``on_chunk``
+    removes the partial blob and propagates.
+    """
+    reader = StreamReader(source, on_chunk)
+    key = _write(reader, prefix)
+    return key, reader.size
+
+
+def _write(reader: StreamReader, prefix: str) -> str:
     key = new_storage_key(prefix)
     try:
-        key = artifact_storage().save(key, _StreamFile(reader, name=key))
+        return artifact_storage().save(key, _StreamFile(reader, name=key))
     except BaseException:
         blob_delete_quietly(key)
         raise
-    return StoredBlob(key=key, size=reader.size, sha256=reader.sha256)
 
 
 def blob_digest(*, source) -> StoredBlob:
@@ -169,3 +197,103 @@ def _s3_range(storage, key: str, start: int, length: int, chunk_size: int) -> It
             body.close()
 
     return chunks()
+
+
+def blob_size(key: str) -> int:
+    """The stored size of blob ``key`` in bytes (a stat or an S3 HEAD)."""
+    return artifact_storage().size(key)
+
+
+def blob_iter_resuming(*, key: str, size: int, attempts: int = 4, chunk_size: int = CHUNK_SIZE) -> Iterator[bytes]:
+    """Yield the ``size`` bytes of blob ``key`` in order; a read that breaks resumes where it stopped (SPEC F12).
+
+    Each resume is a new ranged read from the first byte not yet yielded;
+    after ``attempts`` consecutive failures the last error propagates.
+    """
+    offset, failures = 0, 0
+    while offset < size:
+        chunks = blob_open_range(key=key, start=offset, length=size - offset, chunk_size=chunk_size)
+        try:
+            for data in chunks:
+                offset += len(data)
+                failures = 0
+                yield data
+            if offset < size:
+                raise OSError(f"blob {key} ended after {offset} of {size} bytes")
+        except (OSError, ConnectionError, *_botocore_errors()) as exc:
+            failures += 1
+            if failures >= attempts:
+                raise
+            logger.warning("reading blob %s broke at byte %d (%s); resuming", key, offset, exc)
+        finally:
+            closer = getattr(chunks, "close", None)
+            if closer:
+                closer()
+
+
+def _botocore_errors() -> tuple[type[BaseException], ...]:
+    try:
+        from botocore.exceptions import BotoCoreError, ClientError
+    except ImportError:  # pragma: no cover - boto3 is a dependency
+        return ()
+    return (BotoCoreError, ClientError)
+
+
+# --- direct multipart upload to S3 (MADO_STORAGE=s3; issue 3 part 3) ---------------
+
+
+def s3_storage():
+    """The artifact storage when it is django-storages' ``S3Storage``, else None."""
+    storage = artifact_storage()
+    if hasattr(storage, "bucket") and hasattr(storage, "_normalize_name") and hasattr(storage, "connection"):
+        return storage
+    return None
+
+
+def _s3_target(key: str) -> tuple[object, str, str]:
+    from storages.utils import clean_name
+
+    storage = s3_storage()
+    if storage is None:
+        raise RuntimeError("the artifact storage is not S3")
+    return storage.connection.meta.client, storage.bucket_name, storage._normalize_name(clean_name(key))
+
+
+def s3_multipart_create(*, key: str) -> str:
+    """Start a multipart upload of blob ``key``; return its upload id."""
+    client, bucket, name = _s3_target(key)
+    return client.create_multipart_upload(Bucket=bucket, Key=name, ContentType="application/x-tar")["UploadId"]
+
+
+def s3_presign_parts(*, key: str, upload_id: str, count: int, expires_s: int) -> list[str]:
+    """Presigned ``PUT`` URLs for parts 1..``count`` of the upload, valid ``expires_s`` seconds."""
+    client, bucket, name = _s3_target(key)
+    return [
+        client.generate_presigned_url(
+            "upload_part",
+            Params={"Bucket": bucket, "Key": name, "UploadId": upload_id, "PartNumber": number},
+            ExpiresIn=expires_s,
+            HttpMethod="PUT",
+        )
+        for number in range(1, count + 1)
+    ]
+
+
+def s3_multipart_complete(*, key: str, upload_id: str, parts: list[dict]) -> None:
+    """Complete the upload from ``parts`` (``[{"part_number": int, "etag": str}]`` ascending)."""
+    client, bucket, name = _s3_target(key)
+    client.complete_multipart_upload(
+        Bucket=bucket, Key=name, UploadId=upload_id,
+        MultipartUpload={"Parts": [{"PartNumber": p["part_number"], "ETag": p["etag"]} for p in parts]},
+    )
+
+
+def s3_multipart_abort_quietly(*, key: str, upload_id: str) -> None:
+    """Abort an unfinished upload (its parts cost space); errors are logged, never raised."""
+    if not upload_id:
+        return
+    try:
+        client, bucket, name = _s3_target(key)
+        client.abort_multipart_upload(Bucket=bucket, Key=name, UploadId=upload_id)
+    except Exception:  # noqa: BLE001 - finished or already aborted uploads answer NoSuchUpload
+        logger.info("could not abort multipart upload %s of %s", upload_id, key, exc_info=True)

@@ -5,7 +5,15 @@ from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.routers import DefaultRouter
 
-from checkpoints.api import ArtifactDetailApi, ArtifactListApi
+from checkpoints.api import (
+    ArtifactDetailApi,
+    ArtifactListApi,
+    CheckpointCompleteApi,
+    CheckpointDetailApi,
+    CheckpointListApi,
+    CheckpointTarApi,
+    CheckpointUploadPartsApi,
+)
 from runs.api.projects import (
     CodeListApi,
     CodeVersionListApi,
@@ -46,5 +54,10 @@ urlpatterns = [
     path("runs/<int:run_id>/metrics/", RunMetricsApi.as_view(), name="run-metrics"),
     path("runs/<int:run_id>/artifacts/", ArtifactListApi.as_view(), name="artifact-list"),
     path("runs/<int:run_id>/artifacts/<path:path>", ArtifactDetailApi.as_view(), name="artifact-detail"),
+    path("runs/<int:run_id>/checkpoints/", CheckpointListApi.as_view(), name="checkpoint-list"),
+    path("checkpoints/<int:checkpoint_id>/", CheckpointDetailApi.as_view(), name="checkpoint-detail"),
+    path("checkpoints/<int:checkpoint_id>/tar", CheckpointTarApi.as_view(), name="checkpoint-tar"),
+    path("checkpoints/<int:checkpoint_id>/upload-parts/", CheckpointUploadPartsApi.as_view(), name="checkpoint-upload-parts"),
+    path("checkpoints/<int:checkpoint_id>/complete/", CheckpointCompleteApi.as_view(), name="checkpoint-complete"),
     *router.urls,
 ]

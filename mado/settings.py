@@ -181,6 +181,11 @@ CELERY_TASK_ALWAYS_EAGER = env_bool("MADO_CELERY_EAGER", False)
 MADO_METRIC_BATCH_MAX = env_int("MADO_METRIC_BATCH_MAX", 10_000, minimum=1)
 MADO_METRIC_HISTORY_PAGE_MAX = env_int("MADO_METRIC_HISTORY_PAGE_MAX", 100_000, minimum=1)
 MMT_CHECKPOINT_KEEP_COUNT = env_int("MMT_CHECKPOINT_KEEP_COUNT", 5, minimum=1)
+# Direct checkpoint uploads to S3 (MADO_STORAGE=s3): part size in bytes (S3 needs >= 5 MiB; we use >= 8 MiB),
+# lifetime of the presigned part URLs in seconds, and the Celery queue of the verification task.
+MADO_CHECKPOINT_PART_SIZE = env_int("MADO_CHECKPOINT_PART_SIZE", 64 * 1024 * 1024, minimum=8 * 1024 * 1024)
+MADO_CHECKPOINT_PRESIGN_EXPIRES = env_int("MADO_CHECKPOINT_PRESIGN_EXPIRES", 6 * 3600, minimum=60)
+MADO_CHECKPOINT_VERIFY_QUEUE = env_str("MADO_CHECKPOINT_VERIFY_QUEUE", CELERY_TASK_DEFAULT_QUEUE)
 MMT_CRASH_TIMEOUT = env_int("MMT_CRASH_TIMEOUT", 300, minimum=1)
 
 # --- production hardening (manage.py check --deploy is clean when set) -------

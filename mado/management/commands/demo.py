@@ -43,8 +43,7 @@ class Command(BaseCommand):
         children = []
         try:
             children.append(self._start("web", [sys.executable, "-m", "gunicorn", "mado.wsgi:application",
-                                                 "--bind", f"{host}:{port}", "--workers", "2", "--threads", "4",
-                                                 "--access-logfile", "-"]))
+                                                 "--bind", f"{host}:{port}", "--workers", "2", "--threads", "4"]))
             children.append(self._start("worker", [sys.executable, "-m", "celery", "-A", "mado", "worker",
                                                     "--queues", settings.CELERY_TASK_DEFAULT_QUEUE,
                                                     "--concurrency", "1", "--loglevel", "INFO"]))
@@ -101,9 +100,10 @@ class Command(BaseCommand):
         return run
 
     def _stop(self, children, grace: float = 10.0) -> None:
+        # SIGTERM to each main process only: gunicorn and celery stop their own workers cleanly.
         for child in children:
             if child.poll() is None:
-                os.killpg(child.pid, signal.SIGTERM)
+                child.terminate()
         deadline = time.monotonic() + grace
         for child in children:
             try:

@@ -82,7 +82,7 @@ def parse_range(header: str | None, size: int) -> tuple[int, int] | None:
     return first, min(last, size - 1)
 
 
-def _upload_source(request) -> tuple[object, int | None]:
+def upload_source(request) -> tuple[object, int | None]:
     """The request body as a stream with its declared length (bytes), never read into memory.
 
     Without Content-Length, a chunked body is read to its end when the WSGI
@@ -103,6 +103,42 @@ def _upload_source(request) -> tuple[object, int | None]:
     if "chunked" in request.META.get("HTTP_TRANSFER_ENCODING", "").lower():
         raise ValidationFailed("send Content-Length: this server cannot read a chunked upload", field="Content-Length")
     return io.BytesIO(b""), 0
+
+
+def ranged_download(request, artifact) -> StreamingHttpResponse | Response:
+    """Stream ``artifact``'s bytes honouring ``Range`` / ``If-Range`` (RFC 9110; SPEC F12).
+
+    200 with everything, 206 with ``Content-Range`` for one satisfiable range,
+    416 with ``Content-Range: bytes */size`` otherwise. ``ETag`` and
+    ``X-Mado-Sha256`` carry the SHA-256. Shared by artifact and checkpoint
+    tar downloads.
+    """
+    etag = f'"{artifact.sha256}"'
+    header = request.META.get("HTTP_RANGE")
+    if request.META.get("HTTP_IF_RANGE", etag) != etag:
+        header = None
+    try:
+        byte_range = parse_range(header, artifact.size)
+    except RangeNotSatisfiable:
+        return Response(
+            {"error": "range_not_satisfiable", "detail": f"the file has {artifact.size} bytes", "field": "Range"},
+            status=status.HTTP_416_REQUESTED_RANGE_NOT_SATISFIABLE,
+            headers={"Content-Range": f"bytes */{artifact.size}"},
+        )
+    first, last = byte_range or (0, artifact.size - 1)
+    response = StreamingHttpResponse(
+        selectors.artifact_open_range(artifact=artifact, start=first, end=last),
+        status=status.HTTP_206_PARTIAL_CONTENT if byte_range else status.HTTP_200_OK,
+        content_type="application/octet-stream",
+    )
+    response["Content-Length"] = str(max(last - first + 1, 0))
+    if byte_range:
+        response["Content-Range"] = f"bytes {first}-{last}/{artifact.size}"
+    response["Accept-Ranges"] = "bytes"
+    response["ETag"] = etag
+    response["X-Mado-Sha256"] = artifact.sha256
+    response["Content-Disposition"] = content_disposition_header(True, artifact.path.rsplit("/", 1)[-1])
+    return response
 
 
 class ArtifactListApi(GenericAPIView):
@@ -149,7 +185,7 @@ class ArtifactDetailApi(APIView):
         (nothing kept). SPEC F1, F5.
         """
         run = run_get_for_user(user=request.user, run_id=run_id)
-        source, length = _upload_source(request)
+        source, length = upload_source(request)
         artifact, created = services.artifact_store(
             actor=request.user, run=run, path=path, source=source,
             expected_sha256=request.META.get("HTTP_X_MADO_SHA256"), expected_size=length,
@@ -178,32 +214,7 @@ class ArtifactDetailApi(APIView):
         answers the whole file.
         """
         artifact = selectors.artifact_get_for_user(user=request.user, run_id=run_id, path=path)
-        etag = f'"{artifact.sha256}"'
-        header = request.META.get("HTTP_RANGE")
-        if request.META.get("HTTP_IF_RANGE", etag) != etag:
-            header = None
-        try:
-            byte_range = parse_range(header, artifact.size)
-        except RangeNotSatisfiable:
-            return Response(
-                {"error": "range_not_satisfiable", "detail": f"the file has {artifact.size} bytes", "field": "Range"},
-                status=status.HTTP_416_REQUESTED_RANGE_NOT_SATISFIABLE,
-                headers={"Content-Range": f"bytes */{artifact.size}"},
-            )
-        first, last = byte_range or (0, artifact.size - 1)
-        response = StreamingHttpResponse(
-            selectors.artifact_open_range(artifact=artifact, start=first, end=last),
-            status=status.HTTP_206_PARTIAL_CONTENT if byte_range else status.HTTP_200_OK,
-            content_type="application/octet-stream",
-        )
-        response["Content-Length"] = str(max(last - first + 1, 0))
-        if byte_range:
-            response["Content-Range"] = f"bytes {first}-{last}/{artifact.size}"
-        response["Accept-Ranges"] = "bytes"
-        response["ETag"] = etag
-        response["X-Mado-Sha256"] = artifact.sha256
-        response["Content-Disposition"] = content_disposition_header(True, path.rsplit("/", 1)[-1])
-        return response
+        return ranged_download(request, artifact)
 
     @extend_schema(
         tags=["artifacts"],

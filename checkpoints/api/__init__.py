@@ -1,0 +1,29 @@
+"""DRF views of the checkpoints app: a Run's artifacts (``artifacts``) and Checkpoints (``checkpoints``)."""
+
+from checkpoints.api.artifacts import (
+    ArtifactDetailApi,
+    ArtifactListApi,
+    RangeNotSatisfiable,
+    parse_range,
+    ranged_download,
+)
+from checkpoints.api.checkpoints import (
+    CheckpointCompleteApi,
+    CheckpointDetailApi,
+    CheckpointListApi,
+    CheckpointTarApi,
+    CheckpointUploadPartsApi,
+)
+
+__all__ = [
+    "ArtifactDetailApi",
+    "ArtifactListApi",
+    "CheckpointCompleteApi",
+    "CheckpointDetailApi",
+    "CheckpointListApi",
+    "CheckpointTarApi",
+    "CheckpointUploadPartsApi",
+    "RangeNotSatisfiable",
+    "parse_range",
+    "ranged_download",
+]

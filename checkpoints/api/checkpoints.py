@@ -1,0 +1,287 @@
+"""API views for Checkpoints: register, upload, complete, list, read, download, delete (docs/api.md "Checkpoints").
+
+Thin views (STYLE): authenticate, validate the input shape, fetch through a
+selector, call one service, serialize. A Checkpoint in another Project
+answers 404; a viewer's write 403; a member's delete 403 (SPEC F1, F4, F5, F12).
+"""
+
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, extend_schema_field
+from rest_framework import serializers, status
+from rest_framework.generics import GenericAPIView
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from checkpoints import selectors, services, storage
+from checkpoints.api.artifacts import LenientNegotiation, OctetStreamParser, ranged_download, upload_source
+from checkpoints.models import CheckpointState
+from mado.errors import Conflict
+from runs.api.projects import valid
+from runs.selectors import run_get_for_user
+
+_RUN_ID = OpenApiParameter("run_id", int, OpenApiParameter.PATH, description="run id")
+_CHECKPOINT_ID = OpenApiParameter("checkpoint_id", int, OpenApiParameter.PATH, description="checkpoint id")
+
+
+class ManifestEntryOutputSerializer(serializers.Serializer):
+    path = serializers.CharField(help_text="relative POSIX path inside the checkpoint directory")
+    size = serializers.IntegerField(help_text="bytes")
+    sha256 = serializers.CharField(help_text="hex SHA-256 of the file")
+
+
+class PartInputSerializer(serializers.Serializer):
+    part_number = serializers.IntegerField(min_value=1)
+    etag = serializers.CharField(help_text="the ETag the part's PUT answered")
+
+
+@extend_schema_field(ManifestEntryOutputSerializer(many=True))
+class ManifestListField(serializers.ListField):
+    """Every file ``{path, size, sha256}``; entries are checked by the service in one plain loop (fast for 10^5 files)."""
+
+    def to_internal_value(self, data):
+        if not isinstance(data, list):
+            self.fail("not_a_list", input_type=type(data).__name__)
+        return data
+
+
+@extend_schema_field(PartInputSerializer(many=True))
+class PartListField(ManifestListField):
+    """``[{part_number, etag}]`` of a direct S3 upload, checked by the service."""
+
+
+class CheckpointOutputSerializer(serializers.Serializer):
+    id = serializers.IntegerField(read_only=True)
+    run_id = serializers.IntegerField(read_only=True)
+    step = serializers.IntegerField(read_only=True, help_text="steps completed when it was saved")
+    framework = serializers.CharField(read_only=True)
+    includes_optimizer = serializers.BooleanField(read_only=True)
+    file_count = serializers.IntegerField(read_only=True)
+    total_bytes = serializers.IntegerField(read_only=True, help_text="sum of the files' sizes, bytes")
+    tar_size = serializers.IntegerField(read_only=True, allow_null=True, help_text="bytes; null until complete")
+    tar_sha256 = serializers.CharField(read_only=True, help_text="empty until complete")
+    artifact_path = serializers.CharField(read_only=True, help_text="checkpoints/step-<N>.tar")
+    state = serializers.ChoiceField(choices=CheckpointState.choices, read_only=True)
+    error = serializers.CharField(read_only=True, help_text="why the last upload or verification failed; empty if none")
+    created_by = serializers.CharField(source="created_by.username", read_only=True, allow_null=True, help_text="username")
+    created_at = serializers.DateTimeField(read_only=True)
+    completed_at = serializers.DateTimeField(read_only=True, allow_null=True)
+    within_keep_count = serializers.BooleanField(read_only=True, help_text="among the Run's newest K complete ones")
+    direct_upload = serializers.SerializerMethodField(help_text="true when upload-parts (presigned S3) is available")
+
+    def get_direct_upload(self, obj) -> bool:
+        return storage.s3_storage() is not None
+
+
+class CheckpointDetailOutputSerializer(CheckpointOutputSerializer):
+    manifest = serializers.SerializerMethodField()
+
+    @extend_schema_field(ManifestEntryOutputSerializer(many=True))
+    def get_manifest(self, obj) -> list[dict]:
+        return list(selectors.checkpoint_manifest(checkpoint=obj).values("path", "size", "sha256"))
+
+
+class CheckpointRegisterInputSerializer(serializers.Serializer):
+    step = serializers.IntegerField(min_value=0, help_text="steps completed (resume runs range(step, TOTAL))")
+    framework = serializers.CharField(max_length=50, required=False, allow_blank=True, default="")
+    includes_optimizer = serializers.BooleanField(required=False, default=False)
+
+
+class CheckpointUploadOutputSerializer(serializers.Serializer):
+    received_bytes = serializers.IntegerField(help_text="bytes stored")
+    sha256 = serializers.CharField(help_text="hex SHA-256 of the tar as received")
+
+
+class CheckpointUploadPartsInputSerializer(serializers.Serializer):
+    tar_size = serializers.IntegerField(min_value=1, help_text="bytes")
+
+
+class CheckpointUploadPartsOutputSerializer(serializers.Serializer):
+    upload_id = serializers.CharField()
+    part_size = serializers.IntegerField(help_text="bytes; the last part holds the rest")
+    urls = serializers.ListField(child=serializers.URLField(), help_text="presigned PUT URL of part 1, 2, …")
+
+
+class CheckpointCompleteInputSerializer(serializers.Serializer):
+    tar_size = serializers.IntegerField(min_value=0, help_text="bytes")
+    tar_sha256 = serializers.CharField(max_length=64, help_text="hex SHA-256 of the whole tar")
+    manifest = ManifestListField()
+    upload_id = serializers.CharField(required=False, help_text="direct S3 upload only")
+    parts = PartListField(required=False)
+
+
+def _checkpoint_out(request, checkpoint_id, serializer=CheckpointOutputSerializer) -> dict:
+    checkpoint = selectors.checkpoint_get_for_user(user=request.user, checkpoint_id=checkpoint_id)
+    return serializer(checkpoint).data
+
+
+class CheckpointListApi(GenericAPIView):
+    """``runs/{id}/checkpoints/``: a Run's checkpoints; register a new one."""
+
+    @extend_schema(
+        tags=["checkpoints"],
+        parameters=[_RUN_ID, OpenApiParameter("all", bool, description="1: include pending and deleted checkpoints")],
+        responses=CheckpointOutputSerializer(many=True),
+    )
+    def get(self, request, run_id):
+        """Complete checkpoints, newest step first, each with ``within_keep_count`` (SPEC F4; paginated).
+
+        ``?all=1`` adds pending and deleted ones. Older checkpoints beyond the
+        keep count are listed too (flagged ``false``): they stay usable.
+        """
+        run = run_get_for_user(user=request.user, run_id=run_id)
+        include_unusable = request.query_params.get("all", "").lower() in ("1", "true", "yes")
+        checkpoints, _ = selectors.checkpoint_list_for_run(run=run, include_older=True, include_unusable=include_unusable)
+        page = self.paginate_queryset(checkpoints)
+        return self.get_paginated_response(CheckpointOutputSerializer(page, many=True).data)
+
+    @extend_schema(
+        tags=["checkpoints"],
+        parameters=[
+            _RUN_ID,
+            OpenApiParameter("Idempotency-Key", str, OpenApiParameter.HEADER, description="one per log_checkpoint call"),
+        ],
+        request=CheckpointRegisterInputSerializer,
+        responses={
+            201: CheckpointOutputSerializer, 200: CheckpointOutputSerializer,
+            400: OpenApiResponse(description="negative or missing step"), 403: OpenApiResponse(description="viewer"),
+            409: OpenApiResponse(description="step N is already saved in this run"),
+        },
+    )
+    def post(self, request, run_id):
+        """Register a pending checkpoint at ``step`` (member or admin; SPEC F1).
+
+        201 new; 200 the same checkpoint again for the same ``Idempotency-Key``;
+        409 ``step N is already saved in this run`` otherwise.
+        """
+        run = run_get_for_user(user=request.user, run_id=run_id)
+        data = valid(CheckpointRegisterInputSerializer, request)
+        checkpoint, created = services.checkpoint_register(
+            actor=request.user, run=run, idempotency_key=request.headers.get("Idempotency-Key"), **data
+        )
+        return Response(
+            _checkpoint_out(request, checkpoint.pk), status=status.HTTP_201_CREATED if created else status.HTTP_200_OK
+        )
+
+
+class CheckpointDetailApi(APIView):
+    """``checkpoints/{id}/``: one checkpoint with its manifest; delete (SPEC F5)."""
+
+    @extend_schema(tags=["checkpoints"], parameters=[_CHECKPOINT_ID], responses=CheckpointDetailOutputSerializer)
+    def get(self, request, checkpoint_id):
+        """The checkpoint in any state, with ``manifest`` (empty until complete) and ``within_keep_count``."""
+        return Response(_checkpoint_out(request, checkpoint_id, CheckpointDetailOutputSerializer))
+
+    @extend_schema(
+        tags=["checkpoints"],
+        parameters=[_CHECKPOINT_ID],
+        responses={
+            204: None, 403: OpenApiResponse(description="not a project admin"),
+            409: OpenApiResponse(description="inside the keep count, or the source checkpoint of a Run"),
+        },
+    )
+    def delete(self, request, checkpoint_id):
+        """Delete (Project admin only): the row stays ``deleted``, its stored tar goes (SPEC F5).
+
+        409 with the reason when the checkpoint is one of the Run's newest
+        ``MMT_CHECKPOINT_KEEP_COUNT`` complete ones or any Run's source checkpoint.
+        """
+        checkpoint = selectors.checkpoint_get_for_user(user=request.user, checkpoint_id=checkpoint_id)
+        services.checkpoint_delete(actor=request.user, checkpoint=checkpoint)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class CheckpointTarApi(APIView):
+    """``checkpoints/{id}/tar``: upload (streamed, verified) and ranged download of the tar."""
+
+    parser_classes = [OctetStreamParser]
+    content_negotiation_class = LenientNegotiation
+
+    @extend_schema(
+        tags=["checkpoints"],
+        parameters=[_CHECKPOINT_ID],
+        request={"application/x-tar": OpenApiTypes.BINARY},
+        responses={
+            200: CheckpointUploadOutputSerializer,
+            400: OpenApiResponse(description="Checkpoint <id> <what> mismatch: … (not a tar, link, '..', cut off)"),
+            403: OpenApiResponse(description="viewer"),
+            409: OpenApiResponse(description="the checkpoint is complete or deleted"),
+        },
+    )
+    def put(self, request, checkpoint_id):
+        """Stream the raw tar (send ``Content-Length``); it is parsed and hashed as it arrives (SPEC F1, F13).
+
+        A retry replaces a previous pending upload; a failed one keeps nothing.
+        """
+        checkpoint = selectors.checkpoint_get_for_user(user=request.user, checkpoint_id=checkpoint_id)
+        source, length = upload_source(request)
+        received = services.checkpoint_upload(actor=request.user, checkpoint=checkpoint, source=source, expected_size=length)
+        return Response(CheckpointUploadOutputSerializer(received).data)
+
+    @extend_schema(
+        tags=["checkpoints"],
+        parameters=[
+            _CHECKPOINT_ID,
+            OpenApiParameter("Range", str, OpenApiParameter.HEADER, description="bytes=a-b, bytes=a- or bytes=-n"),
+        ],
+        responses={
+            (200, "application/x-tar"): OpenApiTypes.BINARY,
+            (206, "application/x-tar"): OpenApiTypes.BINARY,
+            409: OpenApiResponse(description="not complete (pending or deleted)"),
+            416: OpenApiResponse(description="range selects no byte"),
+        },
+    )
+    def get(self, request, checkpoint_id):
+        """The tar of a complete checkpoint, streamed; ``Range`` resumes a broken download (206; SPEC F12)."""
+        checkpoint = selectors.checkpoint_get_for_user(user=request.user, checkpoint_id=checkpoint_id)
+        if checkpoint.state != CheckpointState.COMPLETE or checkpoint.artifact is None:
+            raise Conflict(f"checkpoint {checkpoint.pk} is {checkpoint.state}: it has no tar to download", field="checkpoint")
+        return ranged_download(request, checkpoint.artifact)
+
+
+class CheckpointUploadPartsApi(APIView):
+    """``checkpoints/{id}/upload-parts/``: presigned multipart upload straight to S3."""
+
+    @extend_schema(
+        tags=["checkpoints"],
+        parameters=[_CHECKPOINT_ID],
+        request=CheckpointUploadPartsInputSerializer,
+        responses={
+            200: CheckpointUploadPartsOutputSerializer,
+            409: OpenApiResponse(description="not S3 storage (PUT the tar instead), or not pending"),
+        },
+    )
+    def post(self, request, checkpoint_id):
+        """Start a direct upload of ``tar_size`` bytes: ``{upload_id, part_size, urls}`` (member or admin)."""
+        checkpoint = selectors.checkpoint_get_for_user(user=request.user, checkpoint_id=checkpoint_id)
+        data = valid(CheckpointUploadPartsInputSerializer, request)
+        result = services.checkpoint_upload_parts(actor=request.user, checkpoint=checkpoint, tar_size=data["tar_size"])
+        return Response(CheckpointUploadPartsOutputSerializer(result).data)
+
+
+class CheckpointCompleteApi(APIView):
+    """``checkpoints/{id}/complete/``: compare the declaration with the stored tar and complete."""
+
+    @extend_schema(
+        tags=["checkpoints"],
+        parameters=[_CHECKPOINT_ID],
+        request=CheckpointCompleteInputSerializer,
+        responses={
+            200: CheckpointOutputSerializer,
+            202: OpenApiResponse(CheckpointOutputSerializer, description="direct S3 upload: verification queued"),
+            400: OpenApiResponse(description="Checkpoint <id> <what> mismatch: … (stays pending)"),
+            409: OpenApiResponse(description="no uploaded tar, deleted, or complete with another declaration"),
+        },
+    )
+    def post(self, request, checkpoint_id):
+        """200 ``complete`` when size, SHA-256 and members match exactly (same declaration again: 200).
+
+        With ``upload_id`` + ``parts`` (direct S3 upload) the multipart upload is
+        completed and verified by a task: 202 while ``pending``, poll
+        ``checkpoints/{id}/`` for ``state`` or ``error``.
+        """
+        checkpoint = selectors.checkpoint_get_for_user(user=request.user, checkpoint_id=checkpoint_id)
+        data = valid(CheckpointCompleteInputSerializer, request)
+        checkpoint = services.checkpoint_complete(actor=request.user, checkpoint=checkpoint, **data)
+        body = _checkpoint_out(request, checkpoint.pk)
+        done = body["state"] == CheckpointState.COMPLETE
+        return Response(body, status=status.HTTP_200_OK if done else status.HTTP_202_ACCEPTED)

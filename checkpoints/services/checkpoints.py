@@ -1,0 +1,181 @@
+"""Checkpoint registration, deletion and locking for use (issue 3 parts 3 and 8; SPEC F1, F5).
+
+Registration is idempotent by ``Idempotency-Key`` and refused by the
+database's ``(run, step)`` and ``(run, idempotency_key)`` unique constraints,
+never by a check-then-insert (ARCHITECTURE rule 4). Deletion and any use of a
+checkpoint as a Run's source serialise on the checkpoint's row lock, so a
+deleted checkpoint never becomes a source and a source is never deleted.
+"""
+
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from checkpoints import selectors, storage
+from checkpoints.models import Artifact, Checkpoint, CheckpointState
+from mado import policy
+from mado.errors import Conflict, NotFound, ValidationFailed
+from runs.models import Run
+from runs.services import require
+
+FRAMEWORK_MAX = 50
+IDEMPOTENCY_KEY_MAX = 200
+
+
+def _clean_step(step) -> int:
+    if isinstance(step, bool) or not isinstance(step, int):
+        raise ValidationFailed("step must be an integer (the number of steps completed)", field="step")
+    if step < 0:
+        raise ValidationFailed(f"step must be >= 0, not {step}", field="step")
+    return step
+
+
+def _clean_key(idempotency_key) -> str | None:
+    if idempotency_key is None:
+        return None
+    key = str(idempotency_key).strip()
+    if not key or len(key) > IDEMPOTENCY_KEY_MAX:
+        raise ValidationFailed(f"Idempotency-Key must be 1 to {IDEMPOTENCY_KEY_MAX} characters", field="Idempotency-Key")
+    return key
+
+
+def _replay(existing: Checkpoint, step: int) -> tuple[Checkpoint, bool]:
+    if existing.step != step:
+        raise Conflict(
+            f"this Idempotency-Key already registered the checkpoint at step {existing.step} in this run",
+            field="Idempotency-Key",
+        )
+    return existing, False
+
+
+def _step_taken(step: int) -> Conflict:
+    return Conflict(f"step {step} is already saved in this run", field="step")
+
+
+@transaction.atomic
+def checkpoint_register(
+    *,
+    actor,
+    run: Run,
+    step: int,
+    framework: str = "",
+    includes_optimizer: bool = False,
+    idempotency_key: str | None = None,
+) -> tuple[Checkpoint, bool]:
+    """Register a pending checkpoint of ``run`` at ``step`` (steps completed); ``(checkpoint, created)`` (SPEC F1).
+
+    Member or admin of the Run's Project (else ``Forbidden``). ``step`` is an
+    integer >= 0 and ``framework`` at most 50 characters (else
+    ``ValidationFailed`` naming the field). ``idempotency_key`` (1..200
+    characters, one per ``log_checkpoint`` call) makes a retry return the
+    same row with ``created=False``; the same key for another step, or any
+    other registration of a step that already has a checkpoint (pending,
+    complete or deleted), raises ``Conflict`` "step N is already saved in
+    this run". The database's unique constraints decide, so two concurrent
+    registrations cannot both win.
+    """
+    require(policy.can_write_runs(actor, run.project), policy.why_not(actor, run.project, policy.MEMBER) or "")
+    step = _clean_step(step)
+    key = _clean_key(idempotency_key)
+    framework = (framework or "").strip()
+    if len(framework) > FRAMEWORK_MAX:
+        raise ValidationFailed(f"framework must be at most {FRAMEWORK_MAX} characters", field="framework")
+    if key is not None:
+        existing = Checkpoint.objects.filter(run=run, idempotency_key=key).first()
+        if existing is not None:
+            return _replay(existing, step)
+    try:
+        with transaction.atomic():
+            checkpoint = Checkpoint.objects.create(
+                run=run, step=step, framework=framework, includes_optimizer=bool(includes_optimizer),
+                idempotency_key=key, created_by=actor if actor.is_authenticated else None,
+            )
+    except IntegrityError:
+        existing = Checkpoint.objects.filter(run=run, idempotency_key=key).first() if key else None
+        if existing is not None:
+            return _replay(existing, step)
+        if Checkpoint.objects.filter(run=run, step=step).exists():
+            raise _step_taken(step) from None
+        raise
+    if Artifact.objects.filter(run=run, path=checkpoint.artifact_path).exists():  # raising rolls the row back
+        raise Conflict(f"{checkpoint.artifact_path} is already a file of this run; the step cannot hold a checkpoint", field="step")
+    return checkpoint, True
+
+
+@transaction.atomic
+def checkpoint_delete(*, actor, checkpoint: Checkpoint) -> Checkpoint:
+    """Delete ``checkpoint``: its row stays with state ``deleted``, its stored bytes go once this commits (SPEC F5).
+
+    Project admin only (``policy.can_delete_artifacts``, else ``Forbidden``).
+    Refused with ``Conflict`` and the reason (``selectors.checkpoint_delete_refusal``)
+    when the checkpoint is inside the keep count (newest
+    ``MMT_CHECKPOINT_KEEP_COUNT`` complete checkpoints of its Run) or is the
+    source checkpoint of any Run. Deleting a deleted checkpoint returns it
+    unchanged. Race-free: every checkpoint row of the Run is locked (in id
+    order) before the rules are read, and a Run that takes a checkpoint as
+    its source locks that row first (``checkpoint_lock_for_use``), so one of
+    the two waits for the other and then sees its outcome.
+    """
+    run = checkpoint.run
+    require(policy.can_delete_artifacts(actor, run.project), policy.why_not(actor, run.project, policy.ADMIN) or "")
+    locked = {row.pk: row for row in Checkpoint.objects.select_for_update().filter(run_id=run.pk).order_by("pk")}
+    row = locked.get(checkpoint.pk)
+    if row is None:
+        raise NotFound(f"checkpoint {checkpoint.pk} not found", field="checkpoint")
+    if row.state == CheckpointState.DELETED:
+        return row
+    refusal = selectors.checkpoint_delete_refusal(checkpoint=row, kept_ids=selectors.checkpoint_kept_ids(run_id=run.pk))
+    if refusal:
+        raise Conflict(refusal, field="checkpoint")
+    artifact = Artifact.objects.filter(pk=row.artifact_id).first() if row.artifact_id else None
+    updated = Checkpoint.objects.filter(pk=row.pk, state=row.state).update(
+        state=CheckpointState.DELETED, artifact=None, received={}, declared=None,
+        deleted_at=timezone.now(), deleted_by=actor,
+    )
+    if updated != 1:  # cannot happen while we hold the row lock; say so rather than guess
+        raise Conflict(f"checkpoint {row.pk} changed while it was being deleted; try again", field="checkpoint")
+    if artifact is not None:
+        artifact.delete()
+    discard_upload(row.received, on_commit=True)
+    if artifact is not None:
+        key = artifact.storage_key
+        transaction.on_commit(lambda: storage.blob_delete_quietly(key))
+    row.refresh_from_db()
+    return row
+
+
+def checkpoint_lock_for_use(*, checkpoint_id: int) -> Checkpoint:
+    """Lock checkpoint ``checkpoint_id``'s row and return it if it is complete; else ``Conflict`` (SPEC F5, F7, F22).
+
+    Call inside the transaction that creates a Run whose ``source_checkpoint``
+    is this checkpoint, before creating it: ``checkpoint_delete`` takes the
+    same lock, so the checkpoint cannot be deleted between this check and the
+    commit of the new Run. Must run inside ``transaction.atomic``.
+    """
+    row = Checkpoint.objects.select_for_update().filter(pk=checkpoint_id).first()
+    if row is None:
+        raise NotFound(f"checkpoint {checkpoint_id} not found", field="checkpoint")
+    if row.state != CheckpointState.COMPLETE:
+        raise Conflict(f"the checkpoint at step {row.step} is {row.state}, not complete; it cannot be used", field="checkpoint")
+    return row
+
+
+def discard_upload(received: dict, *, on_commit: bool) -> None:
+    """Remove what an upload left in the storage (the blob, an unfinished S3 multipart upload).
+
+    ``received`` is a ``Checkpoint.received`` that no row refers to any more;
+    with ``on_commit`` the removal waits for the current transaction's commit.
+    """
+    key = (received or {}).get("storage_key")
+    if not key:
+        return
+    upload_id = None if received.get("uploaded") else received.get("upload_id")
+
+    def discard():
+        if upload_id:
+            storage.s3_multipart_abort_quietly(key=key, upload_id=upload_id)
+        storage.blob_delete_quietly(key)
+
+    if on_commit:
+        transaction.on_commit(discard)
+    else:
+        discard()

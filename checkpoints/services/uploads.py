@@ -1,0 +1,270 @@
+"""Checkpoint tar upload through the web process and completion (issue 3 part 3; SPEC F1, F12, F13, F15).
+
+Two ways in, one check:
+
+- through the web process (``checkpoint_upload``): the request body is read
+  in 1 MiB chunks, written to a fresh storage key and fed to a
+  ``TarVerifier`` as it arrives; what it found (size, SHA-256, members) is
+  kept in ``Checkpoint.received`` until ``checkpoint_complete`` compares it
+  with the client's declaration;
+- straight to S3 (``checkpoint_upload_parts`` → client PUTs the parts →
+  ``checkpoint_complete`` with ``upload_id``): the verification task
+  (``checkpoint_verify_upload``, in ``direct``) streams the object back
+  through the same verifier with the declared manifest.
+
+A checkpoint becomes ``complete`` only by one conditional UPDATE
+(pending → complete) after its tar matched; any mismatch raises or records
+``Checkpoint <id> <what> mismatch: …``, keeps no bytes of the failed attempt
+and changes nothing else in the Run (ARCHITECTURE rule 5). Streaming happens
+outside any transaction (a multi-GB upload must not hold a database lock);
+the bookkeeping that follows is short, transactional and row-locked.
+"""
+
+import queue
+import re
+import threading
+
+from django.db import transaction
+
+from checkpoints import storage
+from checkpoints.models import Checkpoint, CheckpointState
+from checkpoints.services._common import finalize, lock, mismatch, require_pending, require_writer
+from checkpoints.services.checkpoints import discard_upload
+from checkpoints.services.direct import complete_direct_upload
+from checkpoints.tarverify import ManifestFile, ManifestMismatch, TarVerifier, check_member_path
+from mado.errors import Conflict, ValidationFailed
+
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+
+
+# --- upload through the web process ----------------------------------------------------
+
+
+class _CutOff(Exception):
+    """The client's body broke off (socket error) before its end."""
+
+
+class _Body:
+    """The request body; a read error is the client's broken connection, not a storage failure."""
+
+    def __init__(self, source):
+        self._source = source
+
+    def read(self, size=-1):
+        try:
+            return self._source.read(size)
+        except OSError as exc:  # Django's UnreadablePostError, a reset socket
+            raise _CutOff(str(exc)) from exc
+
+
+class _FeedThread:
+    """Runs ``feed`` on a second thread so verifying (two SHA-256 passes) overlaps receiving and writing.
+
+    At most ``depth`` chunks wait (constant memory). The first error ``feed``
+    raises is re-raised by the next ``put`` or by ``close``.
+    """
+
+    def __init__(self, feed, depth: int = 8):
+        self._feed = feed
+        self._queue: queue.Queue = queue.Queue(maxsize=depth)
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="mado-tarverify", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while (chunk := self._queue.get()) is not None:
+            if self._error is None:
+                try:
+                    self._feed(chunk)
+                except BaseException as exc:  # noqa: BLE001 - handed to the request thread
+                    self._error = exc
+
+    def put(self, chunk: bytes) -> None:
+        if self._error is not None:
+            raise self._error
+        self._queue.put(chunk)
+
+    def close(self) -> None:
+        self._queue.put(None)
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+
+
+def checkpoint_upload(*, actor, checkpoint: Checkpoint, source, expected_size: int | None) -> dict:
+    """Stream ``source`` (the request body, anything with ``read(n)``) as ``checkpoint``'s tar; return what arrived.
+
+    Member or admin (else ``Forbidden``, before any byte is read). The
+    checkpoint must be pending (complete or deleted → ``Conflict``). The body
+    is read in 1 MiB chunks into a fresh key under the Run's storage prefix
+    while ``TarVerifier`` parses and hashes it (SPEC F13: regular files
+    only, no link, ``..``, absolute path or duplicate). ``expected_size``
+    (Content-Length, bytes) catches a cut-off body. On any mismatch or cut:
+    the partial blob is removed, ``error`` is recorded, the checkpoint stays
+    pending and ``ValidationFailed`` says ``Checkpoint <id> <what> mismatch:
+    …``. On success ``received`` = ``{storage_key, size, sha256, members}``
+    replaces (and discards) a previous pending upload, and the return value
+    is ``{"received_bytes": int, "sha256": hex}``. Implements issue 3 part 3.
+    """
+    require_writer(actor, checkpoint)
+    require_pending(checkpoint)
+    verifier = TarVerifier(tar_size=expected_size)
+    feeder = _FeedThread(verifier.feed)
+    key = ""
+    try:
+        try:
+            key, size = storage.blob_write_through(
+                source=_Body(source), prefix=f"runs/{checkpoint.run_id}", on_chunk=feeder.put
+            )
+        finally:
+            feeder.close()
+        if expected_size is not None and size < expected_size:
+            raise ManifestMismatch("size", f"upload cut off: received {size} of {expected_size} bytes")
+        verifier.finish()
+    except (ManifestMismatch, _CutOff) as exc:
+        storage.blob_delete_quietly(key)
+        if isinstance(exc, _CutOff):
+            exc = ManifestMismatch("size", f"upload cut off after {verifier.size} bytes ({exc})")
+        message = mismatch(checkpoint.pk, exc)
+        Checkpoint.objects.filter(pk=checkpoint.pk, state=CheckpointState.PENDING).update(error=message)
+        raise ValidationFailed(message, field="body") from None
+    except BaseException:
+        storage.blob_delete_quietly(key)
+        raise
+    received = {
+        "storage_key": key,
+        "size": verifier.size,
+        "sha256": verifier.sha256,
+        "members": [{"path": m.path, "size": m.size, "sha256": m.sha256} for m in verifier.members.values()],
+    }
+    try:
+        _upload_record(checkpoint_id=checkpoint.pk, received=received)
+    except BaseException:
+        storage.blob_delete_quietly(key)
+        raise
+    return {"received_bytes": verifier.size, "sha256": verifier.sha256}
+
+
+@transaction.atomic
+def _upload_record(*, checkpoint_id: int, received: dict) -> None:
+    """Make ``received`` the checkpoint's current upload; the one it replaces is discarded after commit."""
+    row = lock(checkpoint_id)
+    require_pending(row)
+    previous = row.received
+    Checkpoint.objects.filter(pk=row.pk, state=CheckpointState.PENDING).update(
+        received=received, declared=None, error=""
+    )
+    discard_upload(previous, on_commit=True)
+
+
+# --- the declaration and completion ----------------------------------------------------
+
+
+def _clean_declaration(tar_size, tar_sha256, manifest) -> tuple[int, str, list[ManifestFile]]:
+    """Check the client's declaration; ``ValidationFailed`` naming the field (``manifest[i].path``...)."""
+    if isinstance(tar_size, bool) or not isinstance(tar_size, int) or tar_size < 0:
+        raise ValidationFailed("tar_size must be a non-negative integer (bytes)", field="tar_size")
+    digest = tar_sha256.strip().lower() if isinstance(tar_sha256, str) else ""
+    if not _SHA256.match(digest):
+        raise ValidationFailed("tar_sha256 must be 64 hexadecimal digits", field="tar_sha256")
+    if not isinstance(manifest, list):
+        raise ValidationFailed("manifest must be a list of {path, size, sha256}", field="manifest")
+    files, seen = [], set()
+    for index, entry in enumerate(manifest):
+        name = f"manifest[{index}]"
+        if not isinstance(entry, dict):
+            raise ValidationFailed("must be an object {path, size, sha256}", field=name)
+        path, size, sha = entry.get("path"), entry.get("size"), entry.get("sha256")
+        if not isinstance(path, str):
+            raise ValidationFailed("path must be a string", field=f"{name}.path")
+        try:
+            check_member_path(path)
+        except ManifestMismatch as exc:
+            raise ValidationFailed(f"path {exc.detail}", field=f"{name}.path") from None
+        if path in seen:
+            raise ValidationFailed(f"{path!r} appears twice in the manifest", field=f"{name}.path")
+        if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+            raise ValidationFailed("size must be a non-negative integer (bytes)", field=f"{name}.size")
+        sha = sha.strip().lower() if isinstance(sha, str) else ""
+        if not _SHA256.match(sha):
+            raise ValidationFailed("sha256 must be 64 hexadecimal digits", field=f"{name}.sha256")
+        seen.add(path)
+        files.append(ManifestFile(path, size, sha))
+    return tar_size, digest, files
+
+
+def _as_json(tar_size: int, tar_sha256: str, files: list[ManifestFile]) -> dict:
+    manifest = sorted(({"path": f.path, "size": f.size, "sha256": f.sha256} for f in files), key=lambda e: e["path"])
+    return {"tar_size": tar_size, "tar_sha256": tar_sha256, "manifest": manifest}
+
+
+def _compare_received(row: Checkpoint, tar_size: int, tar_sha256: str, files: list[ManifestFile]) -> None:
+    """Raise ``ValidationFailed`` naming what differs between the stored tar and the declaration."""
+    received = row.received
+    if received["size"] != tar_size:
+        detail = f"the stored tar is {received['size']} bytes, {tar_size} were declared"
+        raise ValidationFailed(mismatch(row.pk, ManifestMismatch("size", detail)), field="tar_size")
+    if received["sha256"] != tar_sha256:
+        detail = f"the stored tar's SHA-256 is {received['sha256']}, {tar_sha256} was declared"
+        raise ValidationFailed(mismatch(row.pk, ManifestMismatch("sha256", detail)), field="tar_sha256")
+    # The verifier found the members while the bytes arrived; it compares them with the manifest that came later.
+    verifier = TarVerifier()
+    verifier.members = {m["path"]: ManifestFile(m["path"], m["size"], m["sha256"]) for m in received["members"]}
+    try:
+        verifier.check_manifest(files)
+    except ManifestMismatch as exc:
+        raise ValidationFailed(mismatch(row.pk, exc), field="manifest") from None
+
+
+@transaction.atomic
+def checkpoint_complete(
+    *,
+    actor,
+    checkpoint: Checkpoint,
+    tar_size: int,
+    tar_sha256: str,
+    manifest: list[dict],
+    upload_id: str | None = None,
+    parts: list[dict] | None = None,
+) -> Checkpoint:
+    """Complete ``checkpoint`` against the client's declaration (SPEC F1, F13); returns the row.
+
+    ``tar_size`` in bytes, ``tar_sha256`` hex, ``manifest`` ``[{path, size,
+    sha256}]`` (every file, sizes in bytes). Member or admin. After an upload
+    through the web process the declaration must equal ``received``
+    exactly: then ManifestEntry rows, ``file_count``, ``total_bytes`` and the
+    tar fields are written, the tar becomes the Run's artifact
+    ``checkpoints/step-<N>.tar`` and one conditional UPDATE turns the state
+    pending → complete. A difference raises ``ValidationFailed``
+    ``Checkpoint <id> <what> mismatch: …`` and the checkpoint stays pending.
+    With ``upload_id`` and ``parts`` (``[{part_number, etag}]``) the direct
+    S3 upload is completed instead and ``worker.tasks.checkpoint_verify`` is
+    enqueued on commit; the checkpoint stays pending until it passes.
+    The same declaration again on a complete checkpoint returns it
+    (idempotent); another one → ``Conflict``, as do a deleted checkpoint and
+    one with no uploaded tar.
+    """
+    require_writer(actor, checkpoint)
+    tar_size, tar_sha256, files = _clean_declaration(tar_size, tar_sha256, manifest)
+    declared = _as_json(tar_size, tar_sha256, files)
+    row = lock(checkpoint.pk)
+    if row.state == CheckpointState.COMPLETE:
+        return _same_completion(row, declared)
+    require_pending(row)
+    if upload_id is not None or parts is not None:
+        return complete_direct_upload(row, declared, upload_id, parts)
+    if "members" not in row.received:
+        if row.received.get("upload_id"):
+            raise Conflict(f"checkpoint {row.pk} is being uploaded straight to S3: complete it with its upload_id")
+        raise Conflict(f"checkpoint {row.pk} has no uploaded tar: PUT checkpoints/{row.pk}/tar first", field="checkpoint")
+    _compare_received(row, tar_size, tar_sha256, files)
+    return finalize(row, row.received, files)
+
+
+def _same_completion(row: Checkpoint, declared: dict) -> Checkpoint:
+    stored = _as_json(
+        row.tar_size, row.tar_sha256, [ManifestFile(e.path, e.size, e.sha256) for e in row.manifest.all()]
+    )
+    if stored != declared:
+        raise Conflict(f"checkpoint {row.pk} is already complete with a different tar or manifest", field="checkpoint")
+    return row
