@@ -9,6 +9,7 @@ from collections.abc import Iterator
 
 from django.conf import settings
 from django.db.models import BooleanField, Case, OuterRef, Q, QuerySet, Subquery, Value, When
+from django.utils.translation import gettext as _
 
 from checkpoints import storage
 from checkpoints.models import Artifact, Checkpoint, CheckpointState, ManifestEntry
@@ -46,6 +47,24 @@ def artifact_open_range(*, artifact: Artifact, start: int = 0, end: int | None =
     """
     last = artifact.size - 1 if end is None else min(end, artifact.size - 1)
     return storage.blob_open_range(key=artifact.storage_key, start=start, length=last - start + 1)
+
+
+def artifact_delete_blockers(*, user, run: Run, artifacts) -> dict[int, str | None]:
+    """The sentence a page shows in place of each artifact's Delete button: ``{artifact id: reason or None}`` (SPEC F5).
+
+    Project admins only (``mado.policy``); a checkpoint's tar is deleted
+    through its checkpoint's rules, never as a plain file. Advisory:
+    ``services.artifact_delete`` checks again (and answers ``Conflict``).
+    """
+    artifacts = list(artifacts)
+    if not policy.can_delete_artifacts(user, run.project):
+        reason = policy.why_not(user, run.project, policy.ADMIN)
+        return {artifact.pk: reason for artifact in artifacts}
+    tar_steps = dict(
+        Checkpoint.objects.filter(artifact_id__in=[a.pk for a in artifacts]).values_list("artifact_id", "step")
+    )
+    reason = _("This file is the tar of the checkpoint at step %(step)s: delete the checkpoint on the Checkpoints tab.")
+    return {a.pk: reason % {"step": tar_steps[a.pk]} if a.pk in tar_steps else None for a in artifacts}
 
 
 # --- checkpoints (issue 3; SPEC F1, F4, F5) ------------------------------------------
@@ -145,18 +164,17 @@ def checkpoint_delete_refusal(*, checkpoint: Checkpoint, kept_ids: set[int]) -> 
     keep count; the source checkpoint of a Run.
     """
     if checkpoint.state == CheckpointState.DELETED:
-        return f"The checkpoint at step {checkpoint.step} is already deleted."
+        return _("The checkpoint at step %(step)s is already deleted.") % {"step": checkpoint.step}
     if checkpoint.pk in kept_ids:
-        return (
-            f"The checkpoint at step {checkpoint.step} is one of the newest {checkpoint_keep_count()} complete "
-            "checkpoints of this run (MMT_CHECKPOINT_KEEP_COUNT) and cannot be deleted."
-        )
+        return _(
+            "The checkpoint at step %(step)s is one of the newest %(keep)s complete checkpoints of this run "
+            "(MMT_CHECKPOINT_KEEP_COUNT) and cannot be deleted."
+        ) % {"step": checkpoint.step, "keep": checkpoint_keep_count()}
     source_of = Run.objects.filter(source_checkpoint_id=checkpoint.pk).order_by("pk").first()
     if source_of is not None:
-        return (
-            f"The checkpoint at step {checkpoint.step} is the source checkpoint of run {source_of} "
-            f"(#{source_of.pk}) and cannot be deleted."
-        )
+        return _(
+            "The checkpoint at step %(step)s is the source checkpoint of run %(run)s (#%(id)s) and cannot be deleted."
+        ) % {"step": checkpoint.step, "run": source_of, "id": source_of.pk}
     return None
 
 

@@ -13,6 +13,7 @@ not change answers 403. Querysets expose this as ``visible_to(user)`` and
 """
 
 from django.db.models import Q
+from django.utils.translation import gettext as _
 
 VIEWER = "viewer"
 MEMBER = "member"
@@ -58,15 +59,15 @@ def has_role(user, project, role: str) -> bool:
 
 
 def why_not(user, project, role: str) -> str | None:
-    """None when allowed, else the sentence a page shows in place of the button."""
+    """None when allowed, else the sentence a page shows in place of the button (in the active language)."""
     actual = role_in(user, project)
     if actual is None:
-        return "You are not a member of this project."
+        return _("You are not a member of this project.")
     if ROLE_RANK[actual] >= ROLE_RANK[role]:
         return None
     if actual == VIEWER:
-        return "Your role in this project is viewer: viewers can only read."
-    return "Only project admins can do this."
+        return _("Your role in this project is viewer: viewers can only read.")
+    return _("Only project admins can do this.")
 
 
 def can_write_runs(user, project) -> bool:

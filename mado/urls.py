@@ -9,4 +9,5 @@ urlpatterns = [
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("i18n/", include("django.conf.urls.i18n")),
     path("", include("runs.urls")),
+    path("", include("checkpoints.urls")),
 ]

@@ -7,7 +7,7 @@ through the services, which keep the invariants (ARCHITECTURE rules 2 and 4).
 
 from django.contrib import admin
 
-from runs.models import Code, CodeVersion, Dataset, DatasetVersion, Membership, MetricPoint, Project, Run
+from runs.models import Code, CodeVersion, Dataset, DatasetVersion, Membership, MetricBatch, MetricPoint, Project, Run
 
 
 class MembershipInline(admin.TabularInline):
@@ -117,4 +117,20 @@ class MetricPointAdmin(admin.ModelAdmin):
         return False
 
     def has_delete_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(MetricBatch)
+class MetricBatchAdmin(admin.ModelAdmin):
+    """Idempotency keys of metric batches already stored: read-only."""
+
+    list_display = ["run", "key", "points", "created_at"]
+    search_fields = ["key", "run__external_id"]
+    raw_id_fields = ["run"]
+    readonly_fields = ["run", "key", "points", "created_at"]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
         return False

@@ -9,11 +9,11 @@ import math
 import time
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import IntegrityError, connection, transaction
 
 from mado import policy
 from mado.errors import Forbidden, ValidationFailed
-from runs.models import MetricPoint, Run
+from runs.models import MetricBatch, MetricPoint, Run
 
 _NON_FINITE = {"NaN": math.nan, "nan": math.nan, "Infinity": math.inf, "inf": math.inf,
                "-Infinity": -math.inf, "-inf": -math.inf}
@@ -78,8 +78,12 @@ def _validate(run_id: int, points, now_ms: int) -> list[tuple]:
     return rows
 
 
-def metrics_ingest(*, actor, run: Run, points: list[dict]) -> int:
+def metrics_ingest(*, actor, run: Run, points: list[dict], idempotency_key: str | None = None) -> int:
     """Store a batch of metric points for ``run``; all or nothing. Returns the count stored.
+
+    ``idempotency_key`` (≤ 200 characters, from the ``Idempotency-Key``
+    header) makes a repeated batch a no-op returning 0: an SDK retry after a
+    lost answer, or ``mado sync`` run twice, never duplicates a point.
 
     ``points``: a list of at most ``MADO_METRIC_BATCH_MAX`` (10,000) objects
     ``{"key": str, "value": number | "NaN" | "Infinity" | "-Infinity",
@@ -92,7 +96,15 @@ def metrics_ingest(*, actor, run: Run, points: list[dict]) -> int:
     if not policy.can_write_runs(actor, run.project):
         raise Forbidden(policy.why_not(actor, run.project, policy.MEMBER) or "not allowed")
     rows = _validate(run.pk, points, int(time.time() * 1000))
+    if idempotency_key is not None and not 0 < len(idempotency_key) <= 200:
+        raise ValidationFailed("Idempotency-Key must be 1 to 200 characters", field="Idempotency-Key")
     with transaction.atomic():
+        if idempotency_key is not None:
+            try:
+                with transaction.atomic():
+                    MetricBatch.objects.create(run=run, key=idempotency_key, points=len(rows))
+            except IntegrityError:
+                return 0
         if connection.vendor == "postgresql":
             with connection.cursor() as cursor:
                 raw = cursor.cursor

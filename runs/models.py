@@ -259,3 +259,22 @@ class MetricPoint(models.Model):
     @staticmethod
     def from_db_value(value: float | None) -> float:
         return math.nan if value is None else value
+
+
+class MetricBatch(models.Model):
+    """A metrics batch sent with an ``Idempotency-Key``: a retried or re-synced batch is stored once.
+
+    The row is inserted in the same transaction as the batch's points, so the
+    unique constraint decides between two concurrent copies of one batch.
+    """
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="metric_batches")
+    key = models.CharField(max_length=200)
+    points = models.PositiveIntegerField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["run", "key"], name="metricbatch_unique_run_key")]
+
+    def __str__(self):
+        return f"{self.run_id}:{self.key}"

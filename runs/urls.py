@@ -2,6 +2,7 @@
 
 from django.urls import path
 
+from checkpoints import views as checkpoint_views
 from runs import views
 
 app_name = "runs"
@@ -14,7 +15,8 @@ urlpatterns = [
     path("projects/<slug:slug>/members/<str:username>/remove/", views.member_remove, name="member-remove"),
     path("runs/<int:pk>/", views.run_detail, name="run-detail"),
     path("runs/<int:pk>/charts/", views.run_charts, name="run-charts"),
-    path("runs/<int:pk>/checkpoints/", views.run_checkpoints, name="run-checkpoints"),
+    path("runs/<int:pk>/checkpoints/", checkpoint_views.run_checkpoints, name="run-checkpoints"),
+    path("runs/<int:pk>/artifacts/", checkpoint_views.run_artifacts, name="run-artifacts"),
     path("runs/<int:pk>/data-history/", views.run_data_history, name="run-data-history"),
     path("runs/<int:pk>/logs/", views.run_logs, name="run-logs"),
 ]

@@ -22,10 +22,12 @@ from runs import charts, selectors, services
 from runs.forms import MemberAddForm, MemberRoleForm, RunFilterForm, add_service_error
 
 RUNS_PER_PAGE = 25
-# (tab, URL name, template); later issues fill the last three (F4, F20, F16).
+# (tab, URL name, template); later issues fill the last two (F20, F16). The
+# Checkpoint and Artifacts tabs are the checkpoints app's pages (checkpoints/views.py).
 RUN_TABS = [
     ("overview", "runs:run-detail", "runs/_tab_overview.html"),
-    ("checkpoints", "runs:run-checkpoints", "runs/_tab_checkpoints.html"),
+    ("checkpoints", "runs:run-checkpoints", "checkpoints/_tab_checkpoints.html"),
+    ("artifacts", "runs:run-artifacts", "checkpoints/_tab_artifacts.html"),
     ("data-history", "runs:run-data-history", "runs/_tab_data_history.html"),
     ("logs", "runs:run-logs", "runs/_tab_logs.html"),
 ]
@@ -75,7 +77,8 @@ def project_detail(request, slug):
     return render(request, "runs/project_detail.html", context, status=400 if invalid else 200)
 
 
-def _run_page(request, pk, tab: str, **context):
+def run_page_context(request, pk, tab: str, **context):
+    """``(run, context)`` for one tab of the Run page (``runs/run_detail.html``); another Project's Run → ``NotFound``."""
     run = selectors.run_get_for_user(user=request.user, run_id=pk)
     template = next(t for name, _url, t in RUN_TABS if name == tab)
     context.update(run=run, tab=tab, tabs=RUN_TABS, tab_template=template)
@@ -85,7 +88,7 @@ def _run_page(request, pk, tab: str, **context):
 @page
 @require_GET
 def run_detail(request, pk):
-    run, context = _run_page(request, pk, "overview")
+    run, context = run_page_context(request, pk, "overview")
     context.update(
         charts=charts.run_charts(run=run),
         children=selectors.run_children(user=request.user, run=run),
@@ -104,22 +107,15 @@ def run_charts(request, pk):
 
 @page
 @require_GET
-def run_checkpoints(request, pk):
-    _run, context = _run_page(request, pk, "checkpoints")
-    return render(request, "runs/run_detail.html", context)
-
-
-@page
-@require_GET
 def run_data_history(request, pk):
-    _run, context = _run_page(request, pk, "data-history")
+    _run, context = run_page_context(request, pk, "data-history")
     return render(request, "runs/run_detail.html", context)
 
 
 @page
 @require_GET
 def run_logs(request, pk):
-    _run, context = _run_page(request, pk, "logs")
+    _run, context = run_page_context(request, pk, "logs")
     return render(request, "runs/run_detail.html", context)
 
 

@@ -14,6 +14,12 @@ from tests.factories import MembershipFactory, ProjectFactory, RunFactory, UserF
 
 
 @pytest.fixture(autouse=True)
+def _fast_password_hasher(settings):
+    """The default PBKDF2 costs about 0.5 s per user and most tests create several."""
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture(autouse=True)
 def _artifact_storage(settings, tmp_path):
     """Each test stores artifacts in its own directory (the embedded FileSystemStorage)."""
     location = {"BACKEND": "django.core.files.storage.FileSystemStorage", "OPTIONS": {"location": str(tmp_path / "artifacts")}}
@@ -74,5 +80,15 @@ def api():
             token, _ = Token.objects.get_or_create(user=user)
             client.credentials(HTTP_AUTHORIZATION=f"Bearer {token.key}")
         return client
+
+    return make
+
+
+@pytest.fixture
+def client_as(request, api):
+    """``client_as(role)``: an API client for a role fixture name, or ``"anonymous"``."""
+
+    def make(role):
+        return api(None if role == "anonymous" else request.getfixturevalue(role))
 
     return make

@@ -165,7 +165,9 @@ class RunMetricsApi(APIView):
 
     @extend_schema(
         tags=["metrics"], request=MetricBatchInputSerializer,
-        responses={201: MetricBatchOutputSerializer, 400: OpenApiResponse(description="bad point; names points[i].field"),
+        parameters=[OpenApiParameter("Idempotency-Key", str, OpenApiParameter.HEADER,
+                                     description="one per batch, reused on its retries")],
+        responses={201: MetricBatchOutputSerializer, 200: MetricBatchOutputSerializer, 400: OpenApiResponse(description="bad point; names points[i].field"),
                    403: OpenApiResponse(description="viewer")},
     )
     def post(self, request, run_id):
@@ -174,13 +176,16 @@ class RunMetricsApi(APIView):
         ``value``: a number or ``"NaN"``/``"Infinity"``/``"-Infinity"``;
         ``step``: integer ≥ 0; ``timestamp``: Unix seconds (default: now).
         The first bad point → 400 naming ``points[i].field``, nothing stored.
+        An ``Idempotency-Key`` header makes a repeated batch a no-op: 200 ``{"stored": 0}``.
         """
         run = selectors.run_get_for_user(user=request.user, run_id=run_id)
         body = _read_json_body(request)
         if not isinstance(body, dict) or "points" not in body:
             raise ValidationFailed('body must be {"points": [...]}', field="points")
-        stored = metrics_ingest(actor=request.user, run=run, points=body["points"])
-        return Response({"stored": stored}, status=status.HTTP_201_CREATED)
+        key = request.headers.get("Idempotency-Key")
+        stored = metrics_ingest(actor=request.user, run=run, points=body["points"], idempotency_key=key)
+        replayed = key is not None and stored == 0
+        return Response({"stored": stored}, status=status.HTTP_200_OK if replayed else status.HTTP_201_CREATED)
 
     @extend_schema(
         tags=["metrics"],

@@ -13,15 +13,16 @@ from mado_tracking import config as config_module
 from mado_tracking._version import __version__
 from mado_tracking.client import ApiClient
 from mado_tracking.errors import MadoError
+from mado_tracking.run import RUN_KINDS
 
 RUN_STATUSES = ("pending", "running", "finished", "failed", "aborted", "crashed", "preempting", "preempted")
-RUN_KINDS = ("training", "fine_tuning", "evaluation", "other")
 PAGE_SIZE_MAX = 1000  # docs/api.md: ?page_size= at most 1000
 
 
 def _api_options(func):
     func = click.option("--api-token", default=None, help="API token [env MMT_API_TOKEN]")(func)
-    return click.option("--api-url", default=None, help="server root, e.g. http://127.0.0.1:8000 [env MMT_API_URL]")(func)
+    url_help = "server root, e.g. http://127.0.0.1:8000 [env MMT_API_URL]"
+    return click.option("--api-url", default=None, help=url_help)(func)
 
 
 def _client(ctx: click.Context, api_url: str | None, api_token: str | None) -> ApiClient:

@@ -109,7 +109,7 @@ def _create(client: ApiClient, body: dict) -> dict:
     except ApiError as error:
         if not (retried and error.status == 409 and error.field == "external_id"):
             raise
-        found = client.request("GET", "runs/", params={"project": body["project"], "page_size": 100})
+        found = client.request("GET", "runs/", params={"project": body["project"], "external_id": body["external_id"]})
         for run in found.get("results", []):
             if run.get("external_id") == body["external_id"]:
                 return run

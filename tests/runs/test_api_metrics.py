@@ -145,3 +145,27 @@ def test_a_hundred_thousand_point_page_comes_back_whole(client_as, run, creator,
     assert body["results"][0]["value"] == "NaN" and body["results"][99_999] == {
         "step": 99_999, "value": 49_999.5, "timestamp": 1_700_000_000.0
     }
+
+
+def test_a_batch_repeated_with_its_idempotency_key_is_stored_once(client_as, run):
+    client = client_as("creator")
+    points = [{"key": "loss", "value": 0.5, "step": s} for s in range(3)]
+    body = json.dumps({"points": points})
+    url = f"/api/v1/runs/{run.pk}/metrics/"
+    first = client.post(url, body, content_type="application/json", HTTP_IDEMPOTENCY_KEY="batch-1")
+    again = client.post(url, body, content_type="application/json", HTTP_IDEMPOTENCY_KEY="batch-1")
+    other = client.post(url, body, content_type="application/json", HTTP_IDEMPOTENCY_KEY="batch-2")
+    assert (first.status_code, first.json()) == (201, {"stored": 3})
+    assert (again.status_code, again.json()) == (200, {"stored": 0})
+    assert other.status_code == 201
+    assert MetricPoint.objects.filter(run=run).count() == 6
+
+
+def test_a_refused_batch_does_not_burn_its_idempotency_key(client_as, run):
+    client = client_as("creator")
+    url = f"/api/v1/runs/{run.pk}/metrics/"
+    bad = client.post(url, json.dumps({"points": [{"key": "loss", "value": "x", "step": 0}]}),
+                      content_type="application/json", HTTP_IDEMPOTENCY_KEY="k")
+    good = client.post(url, json.dumps({"points": [{"key": "loss", "value": 1, "step": 0}]}),
+                       content_type="application/json", HTTP_IDEMPOTENCY_KEY="k")
+    assert bad.status_code == 400 and good.status_code == 201

@@ -20,12 +20,6 @@ from tests.factories import (
 )
 
 
-@pytest.fixture(autouse=True)
-def _fast_passwords(settings):
-    """Users are created per test; a cheap hasher keeps the suite fast (login still checks the password)."""
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
 @pytest.fixture
 def login(client):
     def as_user(user):

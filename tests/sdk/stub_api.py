@@ -88,7 +88,8 @@ class StubApi:
                     return self._answer(401, {"error": "unauthenticated", "detail": "bad token", "field": None})
                 if self.path == "/api/v1/runs/":
                     if any(run["external_id"] == body.get("external_id") for run in stub.runs):
-                        return self._answer(409, {"error": "conflict", "detail": "run id taken", "field": "external_id"})
+                        taken = {"error": "conflict", "detail": "run id taken", "field": "external_id"}
+                        return self._answer(409, taken)
                     stub.runs.append(body)
                     if stub.lose_create_answers > 0:
                         stub.lose_create_answers -= 1

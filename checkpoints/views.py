@@ -1,0 +1,113 @@
+"""Pages of Checkpoints and Artifacts: the Run's Checkpoint and Artifacts tabs, a checkpoint's manifest, deletion.
+
+SPEC F4, F5, F29; issue 3 part 8. Each view fetches through a selector
+(another Project's object is a 404), calls at most one service and renders or
+redirects. Who may delete what, and why not, comes from the selectors'
+blocker functions (``mado.policy`` underneath); the services check again
+under row locks, so a page that went stale meanwhile gets a message, never a
+500. Downloads are the API's streamed endpoints, which accept the session.
+"""
+
+from django.contrib import messages
+from django.core.paginator import Paginator
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.utils.translation import gettext as _
+from django.views.decorators.http import require_GET, require_http_methods
+
+from checkpoints import selectors, services
+from mado.errors import Conflict
+from runs.views import page, run_page_context
+
+ARTIFACTS_PER_PAGE = 50
+MANIFEST_PER_PAGE = 500
+
+
+@page
+@require_GET
+def run_checkpoints(request, pk):
+    """The Checkpoint tab (SPEC F4): the newest K complete checkpoints; ``?older=1`` lists every one, deleted too."""
+    older = request.GET.get("older") == "1"
+    run, context = run_page_context(request, pk, "checkpoints")
+    checkpoints, hidden = selectors.checkpoint_list_for_run(run=run, include_older=older, include_unusable=older)
+    checkpoints = list(checkpoints)
+    blockers = selectors.checkpoint_delete_blockers(user=request.user, run=run, checkpoints=checkpoints)
+    context.update(
+        rows=[(checkpoint, blockers[checkpoint.pk]) for checkpoint in checkpoints],
+        older=older,
+        hidden_older=hidden,
+        keep_count=selectors.checkpoint_keep_count(),
+    )
+    return render(request, "runs/run_detail.html", context)
+
+
+@page
+@require_GET
+def checkpoint_detail(request, pk):
+    """One checkpoint: its facts, the tar's download link, its manifest (path, size, SHA-256) and the Delete button or why not."""
+    checkpoint = selectors.checkpoint_get_for_user(user=request.user, checkpoint_id=pk)
+    manifest = Paginator(selectors.checkpoint_manifest(checkpoint=checkpoint), MANIFEST_PER_PAGE)
+    context = {
+        "checkpoint": checkpoint,
+        "run": checkpoint.run,
+        "manifest": manifest.get_page(request.GET.get("page")),
+        "blocker": selectors.checkpoint_delete_blocker(user=request.user, checkpoint=checkpoint),
+    }
+    return render(request, "checkpoints/checkpoint_detail.html", context)
+
+
+@page
+@require_http_methods(["GET", "POST"])
+def checkpoint_delete(request, pk):
+    """GET: the confirmation, or the reason it cannot be deleted; POST: ``services.checkpoint_delete`` (SPEC F5).
+
+    Not an admin → 403 (the service's ``Forbidden``); a refusal by the rules
+    (keep count, a Run's source, a concurrent change) → back to the tab with
+    the reason as a message. The row stays, marked deleted.
+    """
+    checkpoint = selectors.checkpoint_get_for_user(user=request.user, checkpoint_id=pk)
+    if request.method == "GET":
+        blocker = selectors.checkpoint_delete_blocker(user=request.user, checkpoint=checkpoint)
+        context = {"checkpoint": checkpoint, "run": checkpoint.run, "blocker": blocker}
+        return render(request, "checkpoints/checkpoint_delete.html", context)
+    try:
+        services.checkpoint_delete(actor=request.user, checkpoint=checkpoint)
+    except Conflict as exc:
+        messages.error(request, exc.detail)
+    else:
+        messages.success(request, _("The checkpoint at step %(step)s was deleted.") % {"step": checkpoint.step})
+    return redirect(reverse("runs:run-checkpoints", args=[checkpoint.run_id]) + "?older=1")
+
+
+@page
+@require_GET
+def run_artifacts(request, pk):
+    """The Artifacts tab: the Run's stored files with size, SHA-256, download link and Delete button or why not."""
+    run, context = run_page_context(request, pk, "artifacts")
+    page_obj = Paginator(selectors.artifact_list(run=run), ARTIFACTS_PER_PAGE).get_page(request.GET.get("page"))
+    blockers = selectors.artifact_delete_blockers(user=request.user, run=run, artifacts=page_obj)
+    context.update(page_obj=page_obj, rows=[(artifact, blockers[artifact.pk]) for artifact in page_obj])
+    return render(request, "runs/run_detail.html", context)
+
+
+@page
+@require_http_methods(["GET", "POST"])
+def artifact_delete(request, pk):
+    """GET ``?path=``: the confirmation or the reason; POST ``path``: ``services.artifact_delete`` (SPEC F5).
+
+    Not an admin → 403; a checkpoint's tar (the service's ``Conflict``) →
+    back to the tab with the reason as a message.
+    """
+    path = (request.POST if request.method == "POST" else request.GET).get("path", "")
+    artifact = selectors.artifact_get_for_user(user=request.user, run_id=pk, path=path)
+    if request.method == "GET":
+        blocker = selectors.artifact_delete_blockers(user=request.user, run=artifact.run, artifacts=[artifact])
+        context = {"artifact": artifact, "run": artifact.run, "blocker": blocker[artifact.pk]}
+        return render(request, "checkpoints/artifact_delete.html", context)
+    try:
+        services.artifact_delete(actor=request.user, artifact=artifact)
+    except Conflict as exc:
+        messages.error(request, exc.detail)
+    else:
+        messages.success(request, _("%(path)s was deleted.") % {"path": artifact.path})
+    return redirect("runs:run-artifacts", pk=artifact.run_id)
