@@ -44,7 +44,7 @@ def run_checkpoints(request, pk):
 @page
 @require_GET
 def checkpoint_detail(request, pk):
-    """One checkpoint: its facts, the tar's download link, its manifest (path, size, SHA-256) and the Delete button or why not."""
+    """One checkpoint: its facts, the tar's download link, its manifest (path, size, SHA-256), Delete or why not."""
     checkpoint = selectors.checkpoint_get_for_user(user=request.user, checkpoint_id=pk)
     manifest = Paginator(selectors.checkpoint_manifest(checkpoint=checkpoint), MANIFEST_PER_PAGE)
     context = {

@@ -78,7 +78,7 @@ def project_detail(request, slug):
 
 
 def run_page_context(request, pk, tab: str, **context):
-    """``(run, context)`` for one tab of the Run page (``runs/run_detail.html``); another Project's Run → ``NotFound``."""
+    """``(run, context)`` for one tab of the Run page (``runs/run_detail.html``); another Project's Run: ``NotFound``."""
     run = selectors.run_get_for_user(user=request.user, run_id=pk)
     template = next(t for name, _url, t in RUN_TABS if name == tab)
     context.update(run=run, tab=tab, tabs=RUN_TABS, tab_template=template)

@@ -1,4 +1,4 @@
-"""Pages of checkpoints and artifacts: the Checkpoint tab (F4), the manifest page, deletion (F5), the Artifacts tab (F29)."""
+"""Checkpoint and artifact pages: the Checkpoint tab (F4), the manifest page, deletion (F5), the Artifacts tab (F29)."""
 
 import hashlib
 import io
@@ -104,7 +104,9 @@ def test_the_toggle_shows_older_checkpoints_and_marks_pending_and_deleted_ones_u
     assert reverse("checkpoints:checkpoint-delete", args=[seven[80].pk]) in html
 
 
-def test_pending_and_deleted_checkpoints_are_not_in_the_default_list(login, admin, run, seven, django_capture_on_commit_callbacks):
+def test_pending_and_deleted_checkpoints_are_not_in_the_default_list(
+    login, admin, run, seven, django_capture_on_commit_callbacks
+):
     with django_capture_on_commit_callbacks(execute=True):
         services.checkpoint_delete(actor=admin, checkpoint=seven[10])
     html = login(admin).get(tab(run)).content.decode()
@@ -122,8 +124,8 @@ def test_looking_at_the_list_deletes_nothing(login, admin, run, seven, settings)
 
 def test_a_run_with_few_checkpoints_has_no_toggle(login, viewer, run, creator):
     saved(run, creator, 5)
-    html = login(viewer).get(tab(run)).content.decode()
-    assert "Show older checkpoints" not in html and shown_steps(login(viewer).get(tab(run))) == [5]
+    response = login(viewer).get(tab(run))
+    assert shown_steps(response) == [5] and "Show older checkpoints" not in response.content.decode()
 
 
 # --- the checkpoint page: manifest and download -----------------------------------------------
@@ -220,7 +222,9 @@ def test_an_admin_deletes_an_old_checkpoint_through_the_confirmation(
     ("creator", "Only project admins can do this."),
     ("viewer", "Your role in this project is viewer: viewers can only read."),
 ])
-def test_a_non_admin_sees_the_reason_instead_of_the_button_and_cannot_post(login, request, run, seven, settings, role, sentence):
+def test_a_non_admin_sees_the_reason_instead_of_the_button_and_cannot_post(
+    login, request, run, seven, settings, role, sentence
+):
     client = login(request.getfixturevalue(role))
     html = client.get(tab(run, older=1)).content.decode()
     assert html.count(sentence) == 8 and "checkpoints/%d/delete/" % seven[10].pk not in html
@@ -244,7 +248,9 @@ def test_a_checkpoint_inside_the_keep_count_shows_why_and_is_refused(login, admi
 
 
 def test_the_source_checkpoint_of_a_run_shows_why_and_is_refused(login, admin, project, creator, run, seven):
-    resumed = RunFactory(project=project, created_by=creator, name="resumed", kind=RunKind.TRAINING, source_checkpoint=seven[20])
+    resumed = RunFactory(
+        project=project, created_by=creator, name="resumed", kind=RunKind.TRAINING, source_checkpoint=seven[20]
+    )
     client = login(admin)
     reason = f"The checkpoint at step 20 is the source checkpoint of run resumed (#{resumed.pk})"
     assert reason in client.get(tab(run, older=1)).content.decode()
@@ -293,7 +299,9 @@ def test_the_reasons_are_shown_in_japanese(login, admin, member, run, seven):
 @pytest.fixture
 def files(run, creator, seven):
     """A plain file of the Run beside its checkpoint tars."""
-    artifact, _ = services.artifact_store(actor=creator, run=run, path="logs/train output.txt", source=io.BytesIO(b"hello\n" * 100))
+    artifact, _ = services.artifact_store(
+        actor=creator, run=run, path="logs/train output.txt", source=io.BytesIO(b"hello\n" * 100)
+    )
     return artifact
 
 
