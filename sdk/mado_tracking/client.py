@@ -82,13 +82,14 @@ class ApiClient:
         return self.config.api_base + path.lstrip("/")
 
     def send(self, method: str, path: str, *, body=None, raw: bytes | None = None, params: dict | None = None,
-             timeout: float | None = None) -> requests.Response:
+             timeout: float | None = None, headers: dict | None = None) -> requests.Response:
         """One attempt; ``body`` is encoded as JSON, ``raw`` is JSON text already encoded.
 
-        Raises ``requests.RequestException`` when the server cannot be reached.
+        ``headers`` are added to the request (e.g. ``Idempotency-Key``). Raises
+        ``requests.RequestException`` when the server cannot be reached.
         """
         data = raw
-        headers = {}
+        headers = dict(headers or {})
         if body is not None:
             # allow_nan=False: bare NaN is not JSON; non-finite metric values travel as strings.
             data = json.dumps(body, allow_nan=False)
@@ -100,16 +101,18 @@ class ApiClient:
                                     timeout=(connect, read))
 
     def request(self, method: str, path: str, *, body=None, params: dict | None = None, attempts: int = 5,
-                backoff: Backoff | None = None, on_retry: Callable[[], None] | None = None):
+                backoff: Backoff | None = None, on_retry: Callable[[], None] | None = None,
+                headers: dict | None = None):
         """Send with up to ``attempts`` tries on transient failures; return the JSON answer.
 
         ``on_retry`` is called before each retry (the caller learns the first
-        attempt may have reached the server). Raises ``ApiError``.
+        attempt may have reached the server); ``headers`` go with every
+        attempt (an ``Idempotency-Key`` makes the retries safe). Raises ``ApiError``.
         """
         backoff = backoff or Backoff()
         for attempt in range(1, attempts + 1):
             try:
-                response = self.send(method, path, body=body, params=params)
+                response = self.send(method, path, body=body, params=params, headers=headers)
             except requests.RequestException as exc:
                 error = ApiError(
                     f"cannot reach the mado API at {self.config.api_url} ({type(exc).__name__}: {exc}); "

@@ -4,6 +4,9 @@
 server refused a request, or could not be reached after the retries) are the
 two a caller may want to tell apart. Bad arguments (a negative step, a string
 metric value) raise the built-in ``ValueError`` instead, at call time.
+``CheckpointError`` (a directory that cannot be a checkpoint, a step already
+saved) is both a ``MadoError`` and a ``ValueError``; ``ResumeError`` says the
+``MMT_RESUME_*`` variables of a resumed run do not fit together.
 """
 
 
@@ -31,3 +34,21 @@ class ApiError(MadoError):
         self.code = code
         self.detail = detail
         self.field = field
+
+
+class CheckpointError(MadoError, ValueError):
+    """A checkpoint cannot be saved: the message names the path or step and the reason (SPEC F1).
+
+    Raised before any byte is uploaded for a symbolic link, an empty
+    directory, a non-regular file, a negative step or a step already saved in
+    the Run; after an upload when the server refused the tar or its manifest.
+    ``field`` is the API's refused field when the server said so.
+    """
+
+    def __init__(self, message: str, *, field: str | None = None):
+        super().__init__(message)
+        self.field = field
+
+
+class ResumeError(MadoError):
+    """The ``MMT_RESUME_*`` variables (SPEC F14, F17) are incomplete or disagree; the message names them."""

@@ -10,8 +10,11 @@ a full batch is queued, and posts batches of at most ``batch_max`` points to
 ``POST runs/{id}/metrics/``. A transient failure (server unreachable, 5xx,
 408, 429) is retried with exponential backoff, keeping the batch in order
 ahead of newer points; any other 4xx means the data is wrong: the batch is
-dropped with a warning naming the refused field. ``close`` drains the queue
-within a deadline.
+dropped with a warning naming the refused field. Every batch carries its own
+``Idempotency-Key`` (a uuid4, the same on each retry of that batch), so a
+retry after a lost answer is a no-op on the server instead of a second copy.
+``flush`` waits until what is queued has been sent (before a checkpoint);
+``close`` drains the queue within a deadline.
 """
 
 import json
@@ -19,6 +22,7 @@ import logging
 import math
 import threading
 import time
+import uuid
 from collections import deque
 
 import requests
@@ -87,6 +91,7 @@ class MetricSender:
         self._deadline = math.inf
         self._outage = False
         self._in_flight = 0
+        self._sending = False
         self.sent = 0
         self.dropped = 0
         self._thread = threading.Thread(target=self._loop, name=f"mado-metrics-run-{run_id}", daemon=True)
@@ -104,6 +109,21 @@ class MetricSender:
     def pending(self) -> int:
         """Points queued and not yet acknowledged by the server (a batch in flight is not counted)."""
         return len(self._queue)
+
+    def flush(self, timeout: float) -> int:
+        """Wait until every point queued so far is stored or refused, at most ``timeout`` seconds.
+
+        Returns how many points are still unsent (0 when flushed). Does not
+        cut a backoff short: during an outage it waits for the next retry.
+        """
+        deadline = time.monotonic() + max(timeout, 0.0)
+        self._wake.set()
+        # Read the queue before the flag: the sender raises the flag before it takes a batch out.
+        while self._queue or self._sending:
+            if not self._thread.is_alive() or time.monotonic() >= deadline:
+                return len(self._queue) + self._in_flight
+            time.sleep(0.005)
+        return 0
 
     def close(self, timeout: float) -> int:
         """Send everything queued, waiting at most ``timeout`` seconds; return how many points stayed unsent."""
@@ -139,6 +159,7 @@ class MetricSender:
     def _drain(self, client: ApiClient) -> bool:
         """Send queued batches; False when the close deadline passed (the batch goes back in front)."""
         while self._queue:
+            self._sending = True
             batch = self._take()
             self._in_flight = len(batch)
             try:
@@ -151,6 +172,7 @@ class MetricSender:
             if not delivered:
                 self._queue.extendleft(reversed(batch))
             self._in_flight = 0
+            self._sending = False
             if not delivered:
                 return False
         return True
@@ -158,6 +180,7 @@ class MetricSender:
     def _send(self, client: ApiClient, batch: list[str]) -> bool:
         """Post one batch until it is stored or refused; False when the close deadline ran out first."""
         body = _batch_body(batch)
+        headers = {"Idempotency-Key": str(uuid.uuid4())}  # the same key on every retry of this batch
         backoff = Backoff(*self._backoff)
         while True:
             remaining = None
@@ -166,7 +189,7 @@ class MetricSender:
                 if remaining <= 0:
                     return False
             try:
-                response = client.send("POST", self._path, raw=body, timeout=remaining)
+                response = client.send("POST", self._path, raw=body, timeout=remaining, headers=headers)
             except requests.RequestException as exc:
                 reason, delay = f"{type(exc).__name__}: {exc}", backoff.next_delay()
             else:

@@ -20,12 +20,12 @@ from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from mado_tracking.errors import CheckpointError
+
+__all__ = ["CheckpointError", "CheckpointTar", "scan"]
+
 BLOCK = 512
 END = b"\x00" * (2 * BLOCK)
-
-
-class CheckpointError(ValueError):
-    """The directory cannot be saved as a checkpoint; the message names the path and the reason."""
 
 
 def scan(directory: str | os.PathLike) -> list[tuple[str, Path, int]]:

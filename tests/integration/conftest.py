@@ -7,8 +7,11 @@ skips only when its service is truly absent on a developer machine; under CI it 
 
 import os
 
+import boto3
 import pytest
 from django.db import connection
+
+S3_BUCKET = "mado-test"
 
 
 def require_service(available: bool, reason: str) -> None:
@@ -38,3 +41,47 @@ def redis_url():
             url = None
     require_service(bool(url), "Redis is not reachable at MADO_TEST_REDIS_URL")
     return url
+
+
+@pytest.fixture(scope="session")
+def moto_endpoint():
+    """URL of moto's S3-compatible server, started in this process on a free port."""
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    yield f"http://{host}:{port}"
+    server.stop()
+
+
+@pytest.fixture
+def s3_bucket(moto_endpoint, settings, monkeypatch):
+    """``storages["artifacts"]`` is an S3Storage on a fresh bucket ``S3_BUCKET``; yields a boto3 client on it."""
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    client = boto3.client(
+        "s3", endpoint_url=moto_endpoint, region_name="us-east-1",
+        aws_access_key_id="testing", aws_secret_access_key="testing",
+    )
+    client.create_bucket(Bucket=S3_BUCKET)
+    storage = {
+        "BACKEND": "storages.backends.s3.S3Storage",
+        "OPTIONS": {
+            "bucket_name": S3_BUCKET, "endpoint_url": moto_endpoint, "region_name": "us-east-1",
+            "access_key": "testing", "secret_key": "testing", "location": "prefix",
+            "file_overwrite": False, "default_acl": None,
+        },
+    }
+    settings.STORAGES = {**settings.STORAGES, "default": storage, "artifacts": storage}
+    yield client
+    for upload in client.list_multipart_uploads(Bucket=S3_BUCKET).get("Uploads", []):
+        client.abort_multipart_upload(Bucket=S3_BUCKET, Key=upload["Key"], UploadId=upload["UploadId"])
+    for item in client.list_objects_v2(Bucket=S3_BUCKET).get("Contents", []):
+        client.delete_object(Bucket=S3_BUCKET, Key=item["Key"])
+    client.delete_bucket(Bucket=S3_BUCKET)
+
+
+def s3_keys(client) -> list[str]:
+    """The object keys in the test bucket, sorted."""
+    return sorted(item["Key"] for item in client.list_objects_v2(Bucket=S3_BUCKET).get("Contents", []))

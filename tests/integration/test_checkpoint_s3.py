@@ -5,67 +5,31 @@ bucket, the verification task, ranged download, deletion, and the upload through
 import hashlib
 import os
 
-import boto3
 import pytest
 import requests
 
 from checkpoints.models import Checkpoint, CheckpointState
 from tests.checkpoints.checkpoint_helpers import declaration, make_tar, manifest_of, put_tar, register, save
+from tests.integration.conftest import S3_BUCKET as BUCKET
+from tests.integration.conftest import s3_keys as keys
 from worker import tasks
 
-BUCKET = "mado-checkpoints-test"
 MIB = 1024 * 1024
 FILES = {"model.pt": os.urandom(17 * MIB + 123), "optim.pt": os.urandom(1000)}
 TAR = make_tar(FILES)
 
 
-@pytest.fixture(scope="module")
-def moto_endpoint():
-    from moto.server import ThreadedMotoServer
-
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    yield f"http://{host}:{port}"
-    server.stop()
-
-
 @pytest.fixture
-def s3(moto_endpoint, settings, monkeypatch):
-    """``storages["artifacts"]`` on a fresh bucket, 8 MiB parts, and the verification task run in-process."""
-    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
-        monkeypatch.delenv(name, raising=False)
-    client = boto3.client(
-        "s3", endpoint_url=moto_endpoint, region_name="us-east-1",
-        aws_access_key_id="testing", aws_secret_access_key="testing",
-    )
-    client.create_bucket(Bucket=BUCKET)
-    storage = {
-        "BACKEND": "storages.backends.s3.S3Storage",
-        "OPTIONS": {
-            "bucket_name": BUCKET, "endpoint_url": moto_endpoint, "region_name": "us-east-1",
-            "access_key": "testing", "secret_key": "testing", "location": "prefix",
-            "file_overwrite": False, "default_acl": None,
-        },
-    }
-    settings.STORAGES = {**settings.STORAGES, "default": storage, "artifacts": storage}
+def s3(s3_bucket, settings, monkeypatch):
+    """The S3 bucket with 8 MiB parts, and the verification task run in-process."""
     settings.MADO_CHECKPOINT_PART_SIZE = 8 * MIB
     queued = []
     monkeypatch.setattr(
         tasks.checkpoint_verify, "apply_async",
         lambda args=(), **options: queued.append(options) or tasks.checkpoint_verify.apply(args=args),
     )
-    client.queued = queued
-    yield client
-    for upload in client.list_multipart_uploads(Bucket=BUCKET).get("Uploads", []):
-        client.abort_multipart_upload(Bucket=BUCKET, Key=upload["Key"], UploadId=upload["UploadId"])
-    for item in client.list_objects_v2(Bucket=BUCKET).get("Contents", []):
-        client.delete_object(Bucket=BUCKET, Key=item["Key"])
-    client.delete_bucket(Bucket=BUCKET)
-
-
-def keys(client) -> list[str]:
-    return sorted(item["Key"] for item in client.list_objects_v2(Bucket=BUCKET).get("Contents", []))
+    s3_bucket.queued = queued
+    return s3_bucket
 
 
 def open_uploads(client) -> list[str]:

@@ -7,54 +7,14 @@ The same API flows as ``tests/checkpoints/test_api_artifacts.py`` with
 import hashlib
 import os
 
-import boto3
 import pytest
 
 from checkpoints.models import Artifact
+from tests.integration.conftest import S3_BUCKET as BUCKET
+from tests.integration.conftest import s3_keys as keys
 
-BUCKET = "mado-artifacts-test"
 BLOB = os.urandom(9 * 1024 * 1024 + 123)  # above boto3's 8 MiB multipart threshold
 SHA = hashlib.sha256(BLOB).hexdigest()
-
-
-@pytest.fixture(scope="module")
-def moto_endpoint():
-    from moto.server import ThreadedMotoServer
-
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    yield f"http://{host}:{port}"
-    server.stop()
-
-
-@pytest.fixture
-def s3_bucket(moto_endpoint, settings, monkeypatch):
-    """``storages["artifacts"]`` is an S3Storage on a fresh bucket; returns a boto3 client on it."""
-    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
-        monkeypatch.delenv(name, raising=False)
-    client = boto3.client(
-        "s3", endpoint_url=moto_endpoint, region_name="us-east-1",
-        aws_access_key_id="testing", aws_secret_access_key="testing",
-    )
-    client.create_bucket(Bucket=BUCKET)
-    s3 = {
-        "BACKEND": "storages.backends.s3.S3Storage",
-        "OPTIONS": {
-            "bucket_name": BUCKET, "endpoint_url": moto_endpoint, "region_name": "us-east-1",
-            "access_key": "testing", "secret_key": "testing", "location": "prefix",
-            "file_overwrite": False, "default_acl": None,
-        },
-    }
-    settings.STORAGES = {**settings.STORAGES, "default": s3, "artifacts": s3}
-    yield client
-    for item in client.list_objects_v2(Bucket=BUCKET).get("Contents", []):
-        client.delete_object(Bucket=BUCKET, Key=item["Key"])
-    client.delete_bucket(Bucket=BUCKET)
-
-
-def keys(client) -> list[str]:
-    return sorted(item["Key"] for item in client.list_objects_v2(Bucket=BUCKET).get("Contents", []))
 
 
 def url(run, path="checkpoints/step-10.tar"):
