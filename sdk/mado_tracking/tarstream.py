@@ -82,7 +82,7 @@ class CheckpointTar:
         self._length += len(END)
         self._chunk = chunk_size
         self._max_ahead = max_ahead
-        self._on_bytes = on_bytes
+        self.on_bytes = on_bytes  # called with each chunk's length as it is sent (a progress bar)
         self.manifest: list[dict] = []
         self.sha256: str | None = None
 
@@ -97,8 +97,8 @@ class CheckpointTar:
                 pending.append(hasher.submit(tar_hash.update, part))
                 if len(pending) > self._max_ahead:
                     pending.popleft().result()
-                if self._on_bytes:
-                    self._on_bytes(len(part))
+                if self.on_bytes:
+                    self.on_bytes(len(part))
                 yield part
             for future in pending:
                 future.result()

@@ -1,0 +1,303 @@
+"""Saving a checkpoint directory on the server: register, stream the tar, complete (SPEC F1; docs/api.md).
+
+``upload_checkpoint`` makes the three calls of the contract. The tar is
+never held in memory: ``CheckpointTar`` yields it in 1 MiB chunks, hashing
+every file and the whole tar in the same pass, and ``requests`` sends it
+with a ``Content-Length`` (the object has a ``len()``). A broken upload
+(connection error, 5xx, 408, 429) is retried with backoff by building the
+tar again and PUTting it again to the same checkpoint: the server replaces a
+pending upload, and the registration is replayed with the same
+``Idempotency-Key``. When the checkpoint resource says ``direct_upload``
+(S3 storage), the tar goes straight to the bucket in presigned parts, one
+part buffered at a time (``part_size``, 64 MiB by default), and the server's
+verification task is polled until the checkpoint is complete.
+"""
+
+import logging
+import math
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import requests
+from tqdm import tqdm
+
+from mado_tracking.client import CONNECT_TIMEOUT_S, ApiClient, Backoff, is_transient, retry_after_seconds
+from mado_tracking.errors import ApiError, CheckpointError
+from mado_tracking.tarstream import CheckpointTar
+
+logger = logging.getLogger("mado_tracking")
+
+UPLOAD_ATTEMPTS = 5
+UPLOAD_READ_TIMEOUT_S = 600.0  # the server verifies the last bytes before it answers
+VERIFY_TIMEOUT_S = 3600.0
+_BODY_CHUNK = 1 << 20
+
+
+@dataclass(frozen=True)
+class SavedCheckpoint:
+    """A saved checkpoint: ``id`` (API id; None offline), ``step``, ``sha256`` (hex SHA-256 of the tar),
+    ``tar_size`` (bytes), ``file_count``, ``total_bytes`` (sum of the files' sizes) and ``location``
+    (``checkpoints/step-<N>.tar`` on the server, or the local directory offline)."""
+
+    id: int | None
+    step: int
+    sha256: str
+    tar_size: int
+    file_count: int
+    total_bytes: int
+    location: str
+
+    @classmethod
+    def from_resource(cls, resource: dict) -> "SavedCheckpoint":
+        return cls(id=resource["id"], step=resource["step"], sha256=resource.get("tar_sha256") or "",
+                   tar_size=resource.get("tar_size") or 0, file_count=resource.get("file_count") or 0,
+                   total_bytes=resource.get("total_bytes") or 0, location=resource.get("artifact_path") or "")
+
+
+def check_step(step, directory) -> int:
+    """``step`` as an int >= 0 (the number of steps completed); ``CheckpointError`` naming ``directory`` otherwise."""
+    if isinstance(step, bool) or not hasattr(step, "__index__"):
+        raise CheckpointError(f"{directory}: step must be an int >= 0 (steps completed), got {step!r}", field="step")
+    step = step.__index__()
+    if step < 0:
+        raise CheckpointError(f"{directory}: step must be >= 0 (steps completed), got {step}", field="step")
+    return step
+
+
+def progress_bar(total: int, step: int):
+    """A tqdm bar in bytes, shown only when stderr is a terminal."""
+    return tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, desc=f"checkpoint step {step}",
+                disable=not sys.stderr.isatty(), leave=False)
+
+
+def upload_checkpoint(client: ApiClient, *, run_id: int, directory, step: int, idempotency_key: str,
+                      includes_optimizer: bool = False, framework: str | None = None,
+                      tar: CheckpointTar | None = None, attempts: int = UPLOAD_ATTEMPTS,
+                      verify_timeout: float = VERIFY_TIMEOUT_S) -> SavedCheckpoint:
+    """Save ``directory`` as Run ``run_id``'s checkpoint at ``step``; return it once ``complete`` (SPEC F1).
+
+    ``tar`` is the ``CheckpointTar`` of ``directory`` when the caller already
+    built it (its scan made the refusals); otherwise it is built here, so a
+    symbolic link, an empty directory or a non-regular file raises
+    ``CheckpointError`` before any request. ``idempotency_key`` identifies
+    this save: a replay of the registration returns the same checkpoint, and
+    one that is already complete is returned without uploading again.
+
+    Raises:
+        CheckpointError: the step is already saved in the Run (409), the
+            server refused the registration (400) or the tar / manifest
+            (``Checkpoint <id> <what> mismatch``), or the directory changed
+            while it was being sent.
+        ApiError: the server stayed unreachable (or answered 5xx) through
+            ``attempts`` tries, or refused for another reason (403, 404).
+    """
+    tar = tar if tar is not None else CheckpointTar(directory)
+    resource = _register(client, run_id=run_id, directory=directory, step=step, idempotency_key=idempotency_key,
+                         includes_optimizer=includes_optimizer, framework=framework)
+    if resource["state"] == "complete":
+        return SavedCheckpoint.from_resource(resource)
+    if resource["state"] != "pending":
+        raise CheckpointError(f"{directory}: checkpoint {resource['id']} at step {step} is {resource['state']}",
+                              field="step")
+    with progress_bar(len(tar), step) as bar:
+        upload = _DirectUpload if resource.get("direct_upload") else _ServerUpload
+        return upload(client, resource, directory, bar, attempts, verify_timeout).run(tar)
+
+
+def _register(client: ApiClient, *, run_id, directory, step, idempotency_key, includes_optimizer, framework) -> dict:
+    body = {"step": step, "framework": framework or "", "includes_optimizer": bool(includes_optimizer)}
+    try:
+        return client.request("POST", f"runs/{run_id}/checkpoints/", body=body,
+                              headers={"Idempotency-Key": idempotency_key})
+    except ApiError as error:
+        if error.status == 409:
+            raise CheckpointError(f"{directory}: cannot save step {step} in run {run_id}: {error.detail}",
+                                  field=error.field) from None
+        if error.status == 400:
+            raise CheckpointError(f"{directory}: the server refused the checkpoint (field {error.field}): "
+                                  f"{error.detail}", field=error.field) from None
+        raise
+
+
+class _Chunks:
+    """A bytes-like buffer sent as an iterable of known length (``Content-Length``, no copy)."""
+
+    def __init__(self, view: memoryview):
+        self._view = view
+
+    def __len__(self) -> int:
+        return len(self._view)
+
+    def __iter__(self):
+        for start in range(0, len(self._view), _BODY_CHUNK):
+            yield self._view[start:start + _BODY_CHUNK]
+
+
+class _Upload:
+    """One checkpoint's upload with its retries; ``run(tar)`` returns the completed ``SavedCheckpoint``."""
+
+    def __init__(self, client: ApiClient, resource: dict, directory, bar, attempts: int, verify_timeout: float):
+        self.client = client
+        self.id = resource["id"]
+        self.step = resource["step"]
+        self.directory = Path(directory)
+        self.bar = bar
+        self.attempts = attempts
+        self.verify_timeout = verify_timeout
+
+    def new_tar(self) -> CheckpointTar:
+        tar = CheckpointTar(self.directory, on_bytes=None if self.bar.disable else self.bar.update)
+        self.bar.reset(total=len(tar))
+        return tar
+
+    def declaration(self, tar: CheckpointTar) -> dict:
+        return {"tar_size": len(tar), "tar_sha256": tar.sha256, "manifest": tar.manifest}
+
+    def retry_or_raise(self, attempt: int, reason: str, backoff: Backoff, retry_after: float | None = None) -> None:
+        if attempt >= self.attempts:
+            raise ApiError(f"{self.directory}: uploading checkpoint {self.id} (step {self.step}) failed "
+                           f"{self.attempts} times; last: {reason}")
+        delay = backoff.next_delay(retry_after)
+        logger.warning("mado: uploading checkpoint step %s broke (%s); retrying in %.1f s", self.step, reason, delay)
+        time.sleep(delay)
+
+    def refused(self, response: requests.Response, what: str) -> CheckpointError:
+        error = self.client.error_from(response, "PUT", what)
+        return CheckpointError(f"{self.directory}: the server refused checkpoint {self.id} (step {self.step}): "
+                               f"{error.detail}", field=error.field)
+
+    def complete(self, body: dict) -> dict:
+        try:
+            return self.client.request("POST", f"checkpoints/{self.id}/complete/", body=body)
+        except ApiError as error:
+            if error.status in (400, 409):
+                raise CheckpointError(f"{self.directory}: checkpoint {self.id} (step {self.step}) was not "
+                                      f"completed: {error.detail}", field=error.field) from None
+            raise
+
+
+class _ServerUpload(_Upload):
+    """``PUT checkpoints/{id}/tar`` through the web process, then ``complete``."""
+
+    def run(self, tar: CheckpointTar) -> SavedCheckpoint:
+        if not self.bar.disable:
+            tar.on_bytes = self.bar.update
+        url = self.client.url(f"checkpoints/{self.id}/tar")
+        backoff = Backoff()
+        for attempt in range(1, self.attempts + 1):
+            tar = tar or self.new_tar()
+            retry_after = None
+            try:
+                response = self.client.session.put(url, data=tar, headers={"Content-Type": "application/x-tar"},
+                                                   timeout=(CONNECT_TIMEOUT_S, UPLOAD_READ_TIMEOUT_S))
+            except requests.RequestException as exc:
+                reason = f"{type(exc).__name__}: {exc}"
+            else:
+                if response.status_code < 400:
+                    answer = self.client.decode(response, "PUT", url) or {}
+                    if answer.get("sha256") == tar.sha256 and answer.get("received_bytes") == len(tar):
+                        return SavedCheckpoint.from_resource(self.complete(self.declaration(tar)))
+                    reason = f"the server received {answer.get('received_bytes')} bytes, {len(tar)} were sent"
+                elif response.status_code == 409:
+                    return self._already_complete(response, tar)
+                elif not is_transient(response.status_code):
+                    raise self.refused(response, url)
+                else:
+                    reason, retry_after = f"HTTP {response.status_code}", retry_after_seconds(response)
+            self.retry_or_raise(attempt, reason, backoff, retry_after)
+            tar = None
+        raise AssertionError("unreachable")
+
+    def _already_complete(self, response: requests.Response, tar: CheckpointTar) -> SavedCheckpoint:
+        # An earlier attempt completed it (its answer got lost): fine if it is this very tar.
+        resource = self.client.request("GET", f"checkpoints/{self.id}/")
+        if resource.get("state") == "complete" and resource.get("tar_sha256") == tar.sha256:
+            return SavedCheckpoint.from_resource(resource)
+        raise self.refused(response, f"checkpoints/{self.id}/tar")
+
+
+class _DirectUpload(_Upload):
+    """Presigned multipart upload straight to S3 (``upload-parts``), ``complete`` (202), then poll."""
+
+    def run(self, tar: CheckpointTar) -> SavedCheckpoint:
+        if not self.bar.disable:
+            tar.on_bytes = self.bar.update
+        backoff = Backoff()
+        parts_session = requests.Session()  # no Authorization header: the presigned URL carries the signature
+        try:
+            for attempt in range(1, self.attempts + 1):
+                tar = tar or self.new_tar()
+                plan = self.client.request("POST", f"checkpoints/{self.id}/upload-parts/",
+                                           body={"tar_size": len(tar)})
+                try:
+                    parts = self._put_parts(parts_session, tar, plan)
+                except _PartFailed as exc:
+                    reason = str(exc)
+                else:
+                    body = {**self.declaration(tar), "upload_id": plan["upload_id"], "parts": parts}
+                    resource = self._wait_verified(self.complete(body))
+                    if resource["state"] == "complete":
+                        return SavedCheckpoint.from_resource(resource)
+                    reason = f"verification failed: {resource.get('error')}"
+                self.retry_or_raise(attempt, reason, backoff)
+                tar = None
+        finally:
+            parts_session.close()
+        raise AssertionError("unreachable")
+
+    def _put_parts(self, session: requests.Session, tar: CheckpointTar, plan: dict) -> list[dict]:
+        """Send the tar as parts of ``plan["part_size"]`` bytes, holding one part; ``[{part_number, etag}]``."""
+        part_size, urls = plan["part_size"], plan["urls"]
+        if len(urls) != math.ceil(len(tar) / part_size):
+            raise ApiError(f"upload-parts answered {len(urls)} URLs for {len(tar)} bytes in parts of {part_size}")
+        buffer = bytearray(min(part_size, len(tar)))
+        view, filled, parts = memoryview(buffer), 0, []
+        for chunk in tar:
+            data = memoryview(chunk)
+            while data:
+                take = min(len(data), part_size - filled)
+                view[filled:filled + take] = data[:take]
+                filled, data = filled + take, data[take:]
+                if filled == part_size:
+                    parts.append(self._put_part(session, urls[len(parts)], view[:filled], len(parts) + 1))
+                    filled = 0
+        if filled:
+            parts.append(self._put_part(session, urls[len(parts)], view[:filled], len(parts) + 1))
+        return parts
+
+    def _put_part(self, session: requests.Session, url: str, data: memoryview, number: int) -> dict:
+        backoff = Backoff()
+        for attempt in range(1, self.attempts + 1):
+            try:
+                response = session.put(url, data=_Chunks(data), timeout=(CONNECT_TIMEOUT_S, UPLOAD_READ_TIMEOUT_S))
+            except requests.RequestException as exc:
+                reason = f"{type(exc).__name__}: {exc}"
+            else:
+                if response.status_code < 400 and response.headers.get("ETag"):
+                    return {"part_number": number, "etag": response.headers["ETag"]}
+                reason = f"HTTP {response.status_code}: {response.text[:200]}"
+                if response.status_code < 500 and response.status_code not in (408, 429):
+                    raise _PartFailed(f"part {number}: {reason}")
+            if attempt == self.attempts:
+                raise _PartFailed(f"part {number}: {reason}")
+            time.sleep(backoff.next_delay())
+        raise AssertionError("unreachable")
+
+    def _wait_verified(self, resource: dict) -> dict:
+        """Poll ``checkpoints/{id}/`` until the verification task completed it or recorded an error."""
+        deadline = time.monotonic() + self.verify_timeout
+        delay = 0.1
+        while resource["state"] == "pending" and not resource.get("error"):
+            if time.monotonic() > deadline:
+                raise ApiError(f"checkpoint {self.id} (step {self.step}) is still being verified after "
+                               f"{self.verify_timeout:.0f} s; it completes on the server by itself")
+            time.sleep(delay)
+            delay = min(delay * 2, 5.0)
+            resource = self.client.request("GET", f"checkpoints/{self.id}/")
+        return resource
+
+
+class _PartFailed(Exception):
+    """A part could not be stored; the whole direct upload starts again."""
