@@ -14,6 +14,7 @@ from checkpoints.api import (
     CheckpointTarApi,
     CheckpointUploadPartsApi,
 )
+from jobs.api import CheckpointResumeApi, JobViewSet, QueueListApi
 from runs.api.projects import (
     CodeListApi,
     CodeVersionListApi,
@@ -41,6 +42,7 @@ class BearerTokenScheme(OpenApiAuthenticationExtension):
 router = DefaultRouter()
 router.register("projects", ProjectViewSet, basename="project")
 router.register("runs", RunViewSet, basename="run")
+router.register("jobs", JobViewSet, basename="job")
 
 urlpatterns = [
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
@@ -59,5 +61,7 @@ urlpatterns = [
     path("checkpoints/<int:checkpoint_id>/tar", CheckpointTarApi.as_view(), name="checkpoint-tar"),
     path("checkpoints/<int:checkpoint_id>/upload-parts/", CheckpointUploadPartsApi.as_view(), name="checkpoint-upload-parts"),
     path("checkpoints/<int:checkpoint_id>/complete/", CheckpointCompleteApi.as_view(), name="checkpoint-complete"),
+    path("checkpoints/<int:checkpoint_id>/resume/", CheckpointResumeApi.as_view(), name="checkpoint-resume"),
+    path("queues/", QueueListApi.as_view(), name="queue-list"),
     *router.urls,
 ]

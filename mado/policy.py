@@ -83,3 +83,65 @@ def can_manage_members(user, project) -> bool:
 def can_delete_artifacts(user, project) -> bool:
     """Delete a stored artifact (SPEC F5: Project admin only)."""
     return has_role(user, project, ADMIN)
+
+
+# --- Jobs: stop, rerun and resume (SPEC F6, F8, F9; issue 4) -------------------------
+
+RESUMABLE_KINDS = ("training", "fine_tuning")
+
+
+def can_manage_job(user, run) -> bool:
+    """Stop, rerun or resume the Job of ``run``: the Run's creator (member or above) or a Project admin (F6)."""
+    return why_cannot_manage_job(user, run) is None
+
+
+def why_cannot_manage_job(user, run) -> str | None:
+    """None when ``user`` may stop, rerun or resume ``run``'s Job, else the sentence shown instead of the button."""
+    reason = why_not(user, run.project, MEMBER)
+    if reason:
+        return reason
+    if run.created_by_id == user.pk or has_role(user, run.project, ADMIN):
+        return None
+    return _("This is not your run: only its creator and project admins can stop, rerun or resume its Job.")
+
+
+def why_run_not_resumable(run, *, need_checkpoint: bool = True) -> str | None:
+    """None when ``run``'s state allows a resume, else why not (F6, F8, F9); who asks is not considered.
+
+    Refused: a Run that did not run as a Job, whose Job has not ended, that
+    finished (continue instead) or ended otherwise than failed / aborted, of
+    a kind other than training / fine-tuning, and — with ``need_checkpoint``
+    (resume from latest) — one with no checkpoint to resume from (F8's rule,
+    ``jobs.selectors.latest_resume_checkpoint``).
+    """
+    from jobs.models import ACTIVE_STATES, Job
+    from jobs.selectors import latest_resume_checkpoint
+
+    job = Job.objects.filter(run_id=run.pk).only("status").first()
+    if job is None:
+        return _(
+            "This run did not run as a Job, so it cannot be resumed: use “Continue training from these weights” instead."
+        )
+    if job.status in ACTIVE_STATES or run.status in ("pending", "running", "preempting"):
+        return _("The run is still running: it can be resumed once its Job has failed or been aborted.")
+    if run.status == "finished":
+        return _("The run finished: use “Continue training from these weights” instead of resume.")
+    if run.status not in ("failed", "aborted"):
+        return _("The run ended %(status)s: only failed or aborted runs can be resumed.") % {"status": run.status}
+    if run.kind not in RESUMABLE_KINDS:
+        return _("Only training and fine-tuning runs can be resumed.")
+    if need_checkpoint and latest_resume_checkpoint(run=run) is None:
+        return _("The run has no complete checkpoint to resume from.")
+    return None
+
+
+def why_cannot_resume(user, run, *, need_checkpoint: bool = True) -> str | None:
+    """None when ``user`` may resume ``run`` now, else the one sentence a page shows in place of the button (F6).
+
+    Reasons, first that applies: not a member, viewer role, not your run
+    (creator or admin only), then ``why_run_not_resumable``: not a Job,
+    still running, finished (use continue), other end state, kind, no
+    checkpoint (only with ``need_checkpoint``: the "Resume from latest"
+    button; the Checkpoint tab's button names its checkpoint).
+    """
+    return why_cannot_manage_job(user, run) or why_run_not_resumable(run, need_checkpoint=need_checkpoint)

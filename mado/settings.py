@@ -138,7 +138,8 @@ REST_FRAMEWORK = {
         "mado.authentication.BearerTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
-    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    # RunTokenScope: a Job's token (MMT_API_TOKEN) acts on its own Run only (docs/jobs.md).
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated", "mado.authentication.RunTokenScope"],
     "DEFAULT_PAGINATION_CLASS": "mado.pagination.DefaultPagination",
     "PAGE_SIZE": 50,
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
@@ -151,6 +152,13 @@ SPECTACULAR_SETTINGS = {
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
     "COMPONENT_SPLIT_REQUEST": True,
+    # Runs and Jobs both have a "kind" and a "status": name each choice set once.
+    "ENUM_NAME_OVERRIDES": {
+        "RunKindEnum": "runs.models.RunKind",
+        "RunStatusEnum": "runs.models.RunStatus",
+        "JobKindEnum": "jobs.models.JobKind",
+        "JobStatusEnum": "jobs.models.JobStatus",
+    },
 }
 
 # --- Celery -------------------------------------------------------------------
@@ -164,6 +172,8 @@ CELERY_BROKER_TRANSPORT_OPTIONS = (
         "data_folder_in": str(_broker_dir / "queue"),
         "data_folder_out": str(_broker_dir / "queue"),
         "processed_folder": str(_broker_dir / "processed"),
+        # broadcast tables (revoke, ping) go here too, not into the current directory
+        "control_folder": str(_broker_dir / "control"),
         "store_processed": False,
     }
     if CELERY_BROKER_URL.startswith("filesystem")
@@ -172,11 +182,34 @@ CELERY_BROKER_TRANSPORT_OPTIONS = (
     else {"visibility_timeout": env_int("MADO_BROKER_VISIBILITY_TIMEOUT", 7 * 24 * 3600, minimum=60)}
 )
 CELERY_TASK_IGNORE_RESULT = True
+# Jobs run for hours (issue 4, SPEC F16). Why these four settings are safe together:
+# - prefetch 1: a worker reserves only the task it runs, so a long Job never holds a second one hostage;
+# - late ack: the message is acknowledged when the task returns, so a task that never started (worker
+#   host lost before it ran) is delivered again rather than lost;
+# - Redis redelivers an unacknowledged message after the visibility timeout, so that timeout (above,
+#   default 7 days) must exceed the longest Job, or a running Job would be started a second time
+#   (with RabbitMQ set the server's consumer_timeout likewise);
+# - reject_on_worker_lost False: when the process running a Job is killed (SIGKILL, OOM) the message
+#   is acknowledged, not redelivered: the code may have half-run, so the Job is not started again
+#   behind the user's back; its heartbeat stops and the reaper (CELERY_BEAT_SCHEDULE) fails it
+#   "worker lost" (then max_retries decides a fresh attempt, F11).
+# Whatever the broker does, a redelivered run_job finds its Job no longer queued: job_claim's
+# conditional UPDATE (queued → running) lets exactly one delivery run the code.
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = False
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_DEFAULT_QUEUE = env_str("MADO_DEFAULT_QUEUE", "cpu")
 CELERY_TASK_ALWAYS_EAGER = env_bool("MADO_CELERY_EAGER", False)
+# Periodic work goes to this queue (default: the default queue); some worker must consume it.
+MADO_MAINTENANCE_QUEUE = env_str("MADO_MAINTENANCE_QUEUE", CELERY_TASK_DEFAULT_QUEUE)
+CELERY_BEAT_SCHEDULE = {
+    "reap-stale-jobs": {
+        "task": "jobs.tasks.reap_stale_jobs",
+        "schedule": 60.0,
+        # A run that no worker picked up within a minute is superseded by the next one.
+        "options": {"queue": MADO_MAINTENANCE_QUEUE, "expires": 55},
+    },
+}
 
 # --- mado ---------------------------------------------------------------------
 MADO_METRIC_BATCH_MAX = env_int("MADO_METRIC_BATCH_MAX", 10_000, minimum=1)
@@ -188,6 +221,19 @@ MADO_CHECKPOINT_PART_SIZE = env_int("MADO_CHECKPOINT_PART_SIZE", 64 * 1024 * 102
 MADO_CHECKPOINT_PRESIGN_EXPIRES = env_int("MADO_CHECKPOINT_PRESIGN_EXPIRES", 6 * 3600, minimum=60)
 MADO_CHECKPOINT_VERIFY_QUEUE = env_str("MADO_CHECKPOINT_VERIFY_QUEUE", CELERY_TASK_DEFAULT_QUEUE)
 MMT_CRASH_TIMEOUT = env_int("MMT_CRASH_TIMEOUT", 300, minimum=1)
+# Jobs (issue 4, docs/jobs.md). A running Job whose worker sent no heartbeat for this many seconds is
+# failed by the reaper; workers beat well within it.
+MADO_JOB_HEARTBEAT_TIMEOUT = env_int("MADO_JOB_HEARTBEAT_TIMEOUT", 120, minimum=10)
+MADO_JOB_LOG_MAX_BYTES = env_int("MADO_JOB_LOG_MAX_BYTES", 10 * 1024 * 1024, minimum=1024)  # per Run, UTF-8 bytes
+MADO_JOB_KILL_GRACE = env_int("MADO_JOB_KILL_GRACE", 30, minimum=0)  # seconds between SIGTERM and SIGKILL
+# The API URL the Job's code talks to (MMT_API_URL); must be reachable from the worker hosts.
+MADO_PUBLIC_URL = env_str("MADO_PUBLIC_URL", "http://127.0.0.1:8000")
+# GPUs of this worker host for the code (worker/container.py): "0,1" (indexes or GPU-UUIDs) →
+# CUDA_VISIBLE_DEVICES / docker --gpus; "all"; "none" (hide every GPU); "" = the worker's own
+# CUDA_VISIBLE_DEVICES, if any. Checked at startup (worker/apps.py).
+MADO_WORKER_GPUS = env_str("MADO_WORKER_GPUS", "")
+# Where the worker makes each Job's working directory (<workdir>/job-<id>: code, checkpoint); removed after the Job.
+MADO_WORKER_WORKDIR = Path(env_str("MADO_WORKER_WORKDIR", str(DATA_DIR / "jobs"))).resolve()
 
 # --- production hardening (manage.py check --deploy is clean when set) -------
 SECURE_SSL_REDIRECT = env_bool("MADO_SECURE_SSL_REDIRECT", False)

@@ -250,6 +250,44 @@ def run_create(
     return run
 
 
+def run_attach(*, actor, project: Project, external_id: str) -> Run | None:
+    """Start the pre-created Run ``external_id`` of ``project`` for its creator; the Run, or None (issue 4 part 4).
+
+    A Job's Run is created ``pending`` (never started) and its code's SDK
+    sends ``POST runs/`` with that external id (``MMT_RUN_ID``): when the
+    Run is pending and was created by ``actor``, one conditional UPDATE
+    makes it ``running`` (``started_at``, ``heartbeat_at`` now) and it is
+    returned as stored — the request's other fields never overwrite its
+    initial configuration. None otherwise (absent, another creator, already
+    started or ended): the caller then creates, which answers ``Conflict``
+    for a taken id, so two processes attaching at once start it once.
+    Member or admin only (``Forbidden``).
+    """
+    require(policy.can_write_runs(actor, project), policy.why_not(actor, project, policy.MEMBER) or "")
+    if not external_id:
+        return None
+    now = timezone.now()
+    attached = Run.objects.filter(
+        project=project, external_id=str(external_id), status=RunStatus.PENDING, created_by=actor
+    ).update(status=RunStatus.RUNNING, started_at=now, heartbeat_at=now)
+    if not attached:
+        return None
+    return Run.objects.select_related("project", "created_by").get(project=project, external_id=str(external_id))
+
+
+def run_create_or_attach(*, actor, project: Project, external_id: str | None = None, **fields) -> tuple[Run, bool]:
+    """``POST runs/``: attach to the actor's pending Run ``external_id`` (``run_attach``), else ``run_create``.
+
+    Returns ``(run, created)``: ``created`` False when an existing pending
+    Run was attached. ``fields`` are ``run_create``'s; errors as there
+    (``Conflict`` when ``external_id`` names any other existing Run).
+    """
+    run = run_attach(actor=actor, project=project, external_id=external_id) if external_id else None
+    if run is not None:
+        return run, False
+    return run_create(actor=actor, project=project, external_id=external_id, **fields), True
+
+
 def run_set_status(*, actor, run: Run, status: str) -> Run:
     """Move ``run`` to ``status`` (member or admin of its Project).
 

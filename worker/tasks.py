@@ -1,9 +1,19 @@
 """Celery tasks of the worker (STYLE: Celery tasks). Take ids, never model instances; the row is the truth."""
 
+import logging
+import socket
+import time
+
+from django.db import DatabaseError, close_old_connections
+
 from mado.celery import app
 from mado.errors import InternalError
 
 VERIFY_MAX_RETRIES = 5
+RUN_JOB_MAX_RETRIES = 5
+FINISH_ATTEMPTS = 5
+
+logger = logging.getLogger(__name__)
 
 
 @app.task(bind=True, name="worker.tasks.checkpoint_verify", acks_late=True, max_retries=VERIFY_MAX_RETRIES)
@@ -25,3 +35,57 @@ def checkpoint_verify(self, checkpoint_id: int) -> str:
             services.checkpoint_record_error(checkpoint_id=checkpoint_id, error=f"verification failed: {exc}")
             raise
         raise self.retry(exc=exc, countdown=min(10 * 2**self.request.retries, 300)) from exc
+
+
+@app.task(bind=True, name="worker.tasks.run_job", acks_late=True, reject_on_worker_lost=False,
+          max_retries=RUN_JOB_MAX_RETRIES)
+def run_job(self, job_id: int) -> str:
+    """Run Job ``job_id`` on this worker: claim → ``worker.execute.execute`` → ``job_finish`` (issue 4; SPEC F12–F16).
+
+    Sent on commit by ``jobs.services`` to the Job's queue. Returns the Job's
+    final status, or ``"skipped"`` when the Job is gone, final, or claimed by
+    another delivery (a redelivered message never runs the code twice).
+    Only a database error before the claim retries the task (bounded, 10 s
+    doubling, at most 300 s); after the claim every fault ends the Job
+    through ``job_finish`` (storage unreadable, worker error), never silently.
+    A worker killed mid-Job is acknowledged, not redelivered; the reaper
+    fails its Job.
+    """
+    from jobs.models import FINAL_STATES, Job
+    from jobs.services import job_claim
+    from worker.execute import Outcome, execute
+
+    try:
+        status = Job.objects.filter(pk=job_id).values_list("status", flat=True).first()
+        if status is None or status in FINAL_STATES:
+            return "skipped"
+        job = job_claim(job_id=job_id, worker_host=self.request.hostname or socket.gethostname())
+    except DatabaseError as exc:
+        close_old_connections()
+        raise self.retry(exc=exc, countdown=min(10 * 2**self.request.retries, 300)) from exc
+    if job is None:
+        return "skipped"
+    try:
+        outcome = execute(job)
+    except Exception as exc:  # noqa: BLE001 - ours, not the code's: the Job must still end, saying why
+        logger.exception("job %s: the worker failed", job_id)
+        outcome = Outcome(exit_code=None, error=f"Worker error on {job.worker_host}: {exc}")
+    return _finish(job_id, outcome)
+
+
+def _finish(job_id: int, outcome) -> str:
+    """``job_finish`` with a few retries: a locked or restarting database must not leave the Job running."""
+    from jobs.services import job_finish
+
+    for attempt in range(1, FINISH_ATTEMPTS + 1):
+        try:
+            return job_finish(
+                job_id=job_id, exit_code=outcome.exit_code, error=outcome.error, aborted=outcome.aborted
+            ).status
+        except DatabaseError:
+            if attempt == FINISH_ATTEMPTS:
+                raise
+            logger.warning("job %s: recording the outcome failed; trying again", job_id, exc_info=True)
+            close_old_connections()
+            time.sleep(2**attempt)
+    raise AssertionError("unreachable")  # pragma: no cover

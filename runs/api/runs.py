@@ -80,7 +80,9 @@ class RunViewSet(GenericViewSet):
 
     @extend_schema(
         tags=["runs"], request=RunInputSerializer,
-        responses={201: RunOutputSerializer, 400: OpenApiResponse(description="bad field (named)"),
+        responses={201: RunOutputSerializer,
+                   200: OpenApiResponse(RunOutputSerializer, description="attached to the caller's pending Job Run"),
+                   400: OpenApiResponse(description="bad field (named)"),
                    403: OpenApiResponse(description="viewer"), 409: OpenApiResponse(description="external_id taken")},
     )
     def create(self, request):
@@ -88,11 +90,17 @@ class RunViewSet(GenericViewSet):
 
         Dataset versions, code version and parent must belong to the Project
         (else 400 naming the field); ``external_id`` is unique per Project (409).
+        An ``external_id`` naming a ``pending`` Run the caller created (a
+        Job's pre-created Run, ``MMT_RUN_ID``) attaches to it instead: 200,
+        the Run now ``running``, its stored fields unchanged.
         """
         data = dict(valid(RunInputSerializer, request))
         project = selectors.project_get_for_user(user=request.user, slug=data.pop("project"))
-        run = services.run_create(actor=request.user, project=project, **data)
-        return Response(RunOutputSerializer(run, context={"request": request}).data, status=status.HTTP_201_CREATED)
+        run, created = services.run_create_or_attach(actor=request.user, project=project, **data)
+        return Response(
+            RunOutputSerializer(run, context={"request": request}).data,
+            status=status.HTTP_201_CREATED if created else status.HTTP_200_OK,
+        )
 
     @extend_schema(tags=["runs"], responses=RunOutputSerializer, parameters=[_RUN_ID])
     def retrieve(self, request, pk=None):

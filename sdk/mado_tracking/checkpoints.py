@@ -32,6 +32,8 @@ logger = logging.getLogger("mado_tracking")
 UPLOAD_ATTEMPTS = 5
 UPLOAD_READ_TIMEOUT_S = 600.0  # the server verifies the last bytes before it answers
 VERIFY_TIMEOUT_S = 3600.0
+BACKOFF_BASE_S = 0.5
+BACKOFF_CAP_S = 30.0
 _BODY_CHUNK = 1 << 20
 
 
@@ -74,7 +76,7 @@ def progress_bar(total: int, step: int):
 
 def upload_checkpoint(client: ApiClient, *, run_id: int, directory, step: int, idempotency_key: str,
                       includes_optimizer: bool = False, framework: str | None = None,
-                      tar: CheckpointTar | None = None, attempts: int = UPLOAD_ATTEMPTS,
+                      tar: CheckpointTar | None = None, attempts: int | None = None,
                       verify_timeout: float = VERIFY_TIMEOUT_S) -> SavedCheckpoint:
     """Save ``directory`` as Run ``run_id``'s checkpoint at ``step``; return it once ``complete`` (SPEC F1).
 
@@ -94,6 +96,7 @@ def upload_checkpoint(client: ApiClient, *, run_id: int, directory, step: int, i
             ``attempts`` tries, or refused for another reason (403, 404).
     """
     tar = tar if tar is not None else CheckpointTar(directory)
+    attempts = UPLOAD_ATTEMPTS if attempts is None else attempts
     resource = _register(client, run_id=run_id, directory=directory, step=step, idempotency_key=idempotency_key,
                          includes_optimizer=includes_optimizer, framework=framework)
     if resource["state"] == "complete":
@@ -119,6 +122,10 @@ def _register(client: ApiClient, *, run_id, directory, step, idempotency_key, in
             raise CheckpointError(f"{directory}: the server refused the checkpoint (field {error.field}): "
                                   f"{error.detail}", field=error.field) from None
         raise
+
+
+def _backoff() -> Backoff:
+    return Backoff(BACKOFF_BASE_S, BACKOFF_CAP_S)
 
 
 class _Chunks:
@@ -185,9 +192,9 @@ class _ServerUpload(_Upload):
         if not self.bar.disable:
             tar.on_bytes = self.bar.update
         url = self.client.url(f"checkpoints/{self.id}/tar")
-        backoff = Backoff()
+        backoff = _backoff()
         for attempt in range(1, self.attempts + 1):
-            tar = tar or self.new_tar()
+            tar = tar if tar is not None else self.new_tar()
             retry_after = None
             try:
                 response = self.client.session.put(url, data=tar, headers={"Content-Type": "application/x-tar"},
@@ -224,11 +231,11 @@ class _DirectUpload(_Upload):
     def run(self, tar: CheckpointTar) -> SavedCheckpoint:
         if not self.bar.disable:
             tar.on_bytes = self.bar.update
-        backoff = Backoff()
+        backoff = _backoff()
         parts_session = requests.Session()  # no Authorization header: the presigned URL carries the signature
         try:
             for attempt in range(1, self.attempts + 1):
-                tar = tar or self.new_tar()
+                tar = tar if tar is not None else self.new_tar()
                 plan = self.client.request("POST", f"checkpoints/{self.id}/upload-parts/",
                                            body={"tar_size": len(tar)})
                 try:
@@ -268,7 +275,7 @@ class _DirectUpload(_Upload):
         return parts
 
     def _put_part(self, session: requests.Session, url: str, data: memoryview, number: int) -> dict:
-        backoff = Backoff()
+        backoff = _backoff()
         for attempt in range(1, self.attempts + 1):
             try:
                 response = session.put(url, data=_Chunks(data), timeout=(CONNECT_TIMEOUT_S, UPLOAD_READ_TIMEOUT_S))

@@ -1,4 +1,4 @@
-"""The ``mado`` command line (SPEC F29): ``mado --version``, ``mado runs list``.
+"""The ``mado`` command line (SPEC F18, F29): ``mado --version``, ``mado runs list``, ``mado sync DIR``.
 
 Configuration as in the SDK: ``--api-url`` / ``--api-token`` (on ``mado`` or
 on the command), else ``MMT_API_URL`` / ``MMT_API_TOKEN``; ``--project``
@@ -14,6 +14,7 @@ from mado_tracking._version import __version__
 from mado_tracking.client import ApiClient
 from mado_tracking.errors import MadoError
 from mado_tracking.run import RUN_KINDS
+from mado_tracking.sync import sync_offline_run
 
 RUN_STATUSES = ("pending", "running", "finished", "failed", "aborted", "crashed", "preempting", "preempted")
 PAGE_SIZE_MAX = 1000  # docs/api.md: ?page_size= at most 1000
@@ -25,14 +26,19 @@ def _api_options(func):
     return click.option("--api-url", default=None, help=url_help)(func)
 
 
-def _client(ctx: click.Context, api_url: str | None, api_token: str | None) -> ApiClient:
+def _config(ctx: click.Context, api_url: str | None, api_token: str | None,
+            project: str | None = None) -> config_module.Config:
     parent = ctx.find_root().obj or {}
     try:
-        config = config_module.resolve(api_url=api_url or parent.get("api_url"),
-                                       api_token=api_token or parent.get("api_token"), require_project=False)
+        return config_module.resolve(api_url=api_url or parent.get("api_url"),
+                                     api_token=api_token or parent.get("api_token"), project=project,
+                                     require_project=False)
     except MadoError as error:
         raise click.ClickException(str(error)) from None
-    return ApiClient(config)
+
+
+def _client(ctx: click.Context, api_url: str | None, api_token: str | None) -> ApiClient:
+    return ApiClient(_config(ctx, api_url, api_token))
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -78,6 +84,28 @@ def runs_list(ctx: click.Context, project: str | None, status: str | None, kind:
                       [[str(run.get("id", "")), run.get("external_id", ""), run.get("name", ""),
                         run.get("status", ""), run.get("kind", ""), _local_time(run.get("created_at"))]
                        for run in rows[:limit]]))
+
+
+@main.command("sync")
+@click.argument("directory", type=click.Path(exists=True, file_okay=False, path_type=str))
+@click.option("--project", default=None, help="project slug (default: the offline run's, else $MMT_PROJECT)")
+@_api_options
+@click.pass_context
+def sync(ctx: click.Context, directory: str, project: str | None, api_url: str | None,
+         api_token: str | None) -> None:
+    """Upload the offline run in DIRECTORY (metrics, checkpoints, final status); safe to run again."""
+    config = _config(ctx, api_url, api_token)
+    try:
+        report = sync_offline_run(directory, config, project=project)
+    except MadoError as error:
+        raise click.ClickException(f"{error} (nothing sent is lost: run mado sync again)") from None
+    run = report.run
+    click.echo(f"run {run['id']} ({run.get('external_id', '')}) {'created' if report.created else 'found'}: "
+               f"{report.points_sent} new metric points of {report.points_total}; checkpoints uploaded "
+               f"{report.checkpoints_uploaded or 'none'}, already there {report.checkpoints_present or 'none'}; "
+               f"status {report.status}")
+    if run.get("url"):
+        click.echo(run["url"])
 
 
 def _local_time(value: str | None) -> str:

@@ -102,17 +102,18 @@ class ApiClient:
 
     def request(self, method: str, path: str, *, body=None, params: dict | None = None, attempts: int = 5,
                 backoff: Backoff | None = None, on_retry: Callable[[], None] | None = None,
-                headers: dict | None = None):
+                headers: dict | None = None, raw: bytes | None = None):
         """Send with up to ``attempts`` tries on transient failures; return the JSON answer.
 
         ``on_retry`` is called before each retry (the caller learns the first
         attempt may have reached the server); ``headers`` go with every
-        attempt (an ``Idempotency-Key`` makes the retries safe). Raises ``ApiError``.
+        attempt (an ``Idempotency-Key`` makes the retries safe); ``raw`` is a
+        JSON body already encoded. Raises ``ApiError``.
         """
         backoff = backoff or Backoff()
         for attempt in range(1, attempts + 1):
             try:
-                response = self.send(method, path, body=body, params=params, headers=headers)
+                response = self.send(method, path, body=body, raw=raw, params=params, headers=headers)
             except requests.RequestException as exc:
                 error = ApiError(
                     f"cannot reach the mado API at {self.config.api_url} ({type(exc).__name__}: {exc}); "

@@ -20,10 +20,12 @@ retry after a lost answer is a no-op on the server instead of a second copy.
 import json
 import logging
 import math
+import numbers
 import threading
 import time
 import uuid
 from collections import deque
+from collections.abc import Mapping
 
 import requests
 
@@ -38,8 +40,53 @@ BACKOFF_BASE_S = 0.5
 BACKOFF_CAP_S = 30.0
 
 
+METRIC_KEY_MAX = 250  # the server's column width (runs.models.MetricPoint.key)
+
 _KEY_JSON: dict[str, str] = {}
 _KEY_JSON_MAX = 10_000
+
+
+def check_metric_step(step) -> int:
+    """``step`` as an int >= 0; ``ValueError`` otherwise (numpy integers are accepted)."""
+    if type(step) is not int:
+        if isinstance(step, bool) or not isinstance(step, numbers.Integral):
+            raise ValueError(f"step must be an int >= 0, got {step!r}")
+        step = int(step)
+    if step < 0:
+        raise ValueError(f"step must be an int >= 0, got {step}")
+    return step
+
+
+def encode_metrics(metrics, step, now: float) -> list[str]:
+    """Validate one ``log_metrics`` call and return its points as JSON texts (``encode_point``).
+
+    Raises ``ValueError`` for a bad step, key or value (naming the key) and
+    ``TypeError`` when ``metrics`` is not a mapping; nothing is returned then.
+    """
+    step = check_metric_step(step)
+    if not isinstance(metrics, Mapping):
+        raise TypeError(f"metrics must be a dict of {{key: number}}, got {type(metrics).__name__}")
+    points = []
+    for key, value in metrics.items():
+        if type(key) is not str or not key or len(key) > METRIC_KEY_MAX:
+            raise ValueError(f"metric key must be a non-empty str of at most {METRIC_KEY_MAX} characters, "
+                             f"got {key!r}")
+        points.append(encode_point(key, _as_float(key, value), step, now))
+    return points
+
+
+def _as_float(key: str, value) -> float:
+    kind = type(value)
+    if kind is float:
+        return value
+    if (kind is int or isinstance(value, numbers.Real)) and not isinstance(value, bool):
+        try:
+            return float(value)
+        except OverflowError:
+            raise ValueError(f"metric {key!r}: {value} does not fit a float") from None
+    hint = "; pass a Python number such as tensor.item()" if hasattr(value, "item") else ""
+    raise ValueError(f"metric {key!r}: value must be an int or float (NaN and ±inf allowed), "
+                     f"got {type(value).__name__}{hint}")
 
 
 def encode_point(key: str, value: float, step: int, timestamp: float) -> str:

@@ -7,49 +7,51 @@ interpreter exit is finished by an ``atexit`` hook: ``failed`` when the
 program ended with an uncaught exception, else ``finished``.
 """
 
-import atexit
-import json
 import logging
-import numbers
-import secrets
-import sys
+import os
 import threading
 import time
+import uuid
 from collections.abc import Mapping
+from pathlib import Path
 
 from mado_tracking import config as config_module
+from mado_tracking._base import (
+    FINISH_STATUSES,
+    RUN_KINDS,
+    RunBase,
+    check_finish_status,
+    check_kind,
+    check_parameters,
+    new_external_id,
+)
+from mado_tracking.checkpoints import SavedCheckpoint, check_step, upload_checkpoint
 from mado_tracking.client import ApiClient
-from mado_tracking.errors import ApiError, MadoError
-from mado_tracking.metrics import MetricSender, encode_point
+from mado_tracking.errors import ApiError, CheckpointError, MadoError
+from mado_tracking.metrics import MetricSender, encode_metrics
+from mado_tracking.tarstream import CheckpointTar
 
 logger = logging.getLogger("mado_tracking")
 
-RUN_KINDS = ("training", "fine_tuning", "evaluation", "other")
-FINISH_STATUSES = ("finished", "failed", "aborted")
-METRIC_KEY_MAX = 250  # the server's column width (runs.models.MetricPoint.key)
+__all__ = ["FINISH_STATUSES", "RUN_KINDS", "Run", "start_run"]
+
 DEFAULT_FLUSH_TIMEOUT_S = 60.0
-
-_ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789"
-_open_runs: set["Run"] = set()
-_open_runs_lock = threading.Lock()
-
-
-def _new_external_id() -> str:
-    # Chosen here, not by the server, so a retried create cannot make a second Run (ARCHITECTURE rule 4).
-    return "".join(secrets.choice(_ALPHABET) for _ in range(8))
+ENV_MODE = "MMT_MODE"
+ENV_RUN_ID = "MMT_RUN_ID"
 
 
 def start_run(project: str | None = None, name: str | None = None, kind: str = "training",
               parameters: Mapping | None = None, *, api_url: str | None = None, api_token: str | None = None,
-              flush_timeout: float = DEFAULT_FLUSH_TIMEOUT_S) -> "Run":
-    """Create a Run on the mado server and return its handle, status ``running`` (SPEC F2, F29).
+              flush_timeout: float = DEFAULT_FLUSH_TIMEOUT_S, offline: bool | None = None,
+              output: str | os.PathLike | None = None):
+    """Create a Run on the mado server (or offline, in a local directory) and return its handle (SPEC F2, F18).
 
     Use it as a context manager (``with start_run(...) as run:``) or call
     ``run.finish()`` yourself.
 
     Args:
         project: slug of the Project (``MMT_PROJECT`` when None); the token's
-            user must be a member or admin of it.
+            user must be a member or admin of it. Optional offline.
         name: free label shown in the UI (at most 200 characters; None = no name).
         kind: ``"training"``, ``"fine_tuning"``, ``"evaluation"`` or ``"other"``.
         parameters: JSON object of the run's parameters (str keys; values
@@ -58,45 +60,62 @@ def start_run(project: str | None = None, name: str | None = None, kind: str = "
         api_url: server root such as ``http://127.0.0.1:8000`` (``MMT_API_URL``).
         api_token: API token (``MMT_API_TOKEN``), sent as ``Authorization: Bearer``.
         flush_timeout: seconds ``finish`` waits for buffered metrics to reach the server.
+        offline: True = no server: everything goes to a local directory
+            (``mado_tracking.offline``; ``mado sync DIR`` uploads it later).
+            None = offline when ``MMT_MODE=offline``.
+        output: offline only: the run's directory (default ``MMT_OFFLINE_DIR``,
+            else ``./mado-offline/<run id>``).
+
+    The run id (``external_id``) is ``MMT_RUN_ID`` when set (a Job's code:
+    the worker pre-created that Run ``pending`` and the server attaches this
+    process to it, docs/jobs.md), else a fresh random one.
+
+    Returns:
+        ``Run`` online, ``OfflineRun`` offline (same methods).
 
     Raises:
-        ConfigError: API URL, token or project neither passed nor in the environment (named).
-        ValueError: unknown ``kind``, or ``parameters`` not a JSON object.
+        ConfigError: online, API URL, token or project neither passed nor in the environment (named).
+        ValueError: unknown ``kind``, ``parameters`` not a JSON object, or ``MMT_MODE`` not online/offline.
         ApiError: the server refused (unknown project → 404, viewer → 403, bad
             field → 400 naming it) or stayed unreachable through the retries.
+        MadoError: offline, the directory already holds another run.
     """
+    check_kind(kind)
+    parameters = check_parameters(parameters)
+    if offline is None:
+        offline = _offline_from_environment()
+    if offline:
+        from mado_tracking.offline import start_offline_run
+
+        return start_offline_run(project=project or os.environ.get(config_module.ENV_PROJECT) or None, name=name,
+                                 kind=kind, parameters=parameters, output=output,
+                                 external_id=_run_id_from_environment())
     config = config_module.resolve(api_url=api_url, api_token=api_token, project=project)
-    if kind not in RUN_KINDS:
-        raise ValueError(f"kind must be one of {', '.join(RUN_KINDS)}, got {kind!r}")
-    body = {"project": config.project, "kind": kind, "parameters": _check_parameters(parameters),
-            "external_id": _new_external_id()}
+    body = {"project": config.project, "kind": kind, "parameters": parameters,
+            "external_id": _run_id_from_environment() or new_external_id()}
     if name is not None:
         body["name"] = str(name)
     client = ApiClient(config)
     try:
-        data = _create(client, body)
+        data = create_run(client, body)
     except BaseException:
         client.close()
         raise
     return Run(client=client, config=config, data=data, flush_timeout=flush_timeout)
 
 
-def _check_parameters(parameters) -> dict:
-    if parameters is None:
-        return {}
-    if not isinstance(parameters, Mapping):
-        raise ValueError(f"parameters must be a dict (a JSON object), got {type(parameters).__name__}")
-    parameters = dict(parameters)
-    try:
-        json.dumps(parameters, allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(
-            f"parameters must be JSON (str keys; finite numbers, str, bool, None, lists, dicts): {exc}"
-        ) from None
-    return parameters
+def _run_id_from_environment() -> str | None:
+    return os.environ.get(ENV_RUN_ID, "").strip() or None
 
 
-def _create(client: ApiClient, body: dict) -> dict:
+def _offline_from_environment() -> bool:
+    mode = os.environ.get(ENV_MODE, "").strip().lower()
+    if mode not in ("", "online", "offline"):
+        raise ValueError(f"{ENV_MODE} must be 'online' or 'offline', got {mode!r}")
+    return mode == "offline"
+
+
+def create_run(client: ApiClient, body: dict) -> dict:
     """POST runs/, retried on transient failures; a retry that finds its own Run already created returns it."""
     retried = False
 
@@ -109,14 +128,22 @@ def _create(client: ApiClient, body: dict) -> dict:
     except ApiError as error:
         if not (retried and error.status == 409 and error.field == "external_id"):
             raise
-        found = client.request("GET", "runs/", params={"project": body["project"], "external_id": body["external_id"]})
-        for run in found.get("results", []):
-            if run.get("external_id") == body["external_id"]:
-                return run
-        raise
+        found = find_run(client, body["project"], body["external_id"])
+        if found is None:
+            raise
+        return found
 
 
-class Run:
+def find_run(client: ApiClient, project: str, external_id: str) -> dict | None:
+    """The Run of ``project`` whose run id is ``external_id``, or None."""
+    found = client.request("GET", "runs/", params={"project": project, "external_id": external_id})
+    for run in found.get("results", []):
+        if run.get("external_id") == external_id:
+            return run
+    return None
+
+
+class Run(RunBase):
     """Handle of a Run on the server; created by ``start_run``.
 
     Attributes: ``id`` (int, the API id), ``external_id`` (the run id, str),
@@ -131,11 +158,10 @@ class Run:
         self._update(data)
         self._finishing = False
         self._finish_lock = threading.Lock()
-        # An uncaught exception leaves sys.last_value behind; one from before this Run is not ours.
-        self._last_value_at_start = getattr(sys, "last_value", None)
+        self._checkpoint_keys: dict[int, str] = {}  # step → Idempotency-Key of a save not yet completed
+        self._saved_steps: set[int] = set()
         self._sender = MetricSender(config, self.id)
-        with _open_runs_lock:
-            _open_runs.add(self)
+        self._opened()
 
     def _update(self, data: dict) -> None:
         self.id: int = data["id"]
@@ -149,18 +175,6 @@ class Run:
 
     def __repr__(self) -> str:
         return f"<Run {self.id} {self.external_id} {self.name!r} {self.status}>"
-
-    def __enter__(self) -> "Run":
-        return self
-
-    def __exit__(self, exc_type, exc, tb) -> bool:
-        clean = exc_type is None or (exc_type is SystemExit and exc.code in (0, None))
-        try:
-            self.finish("finished" if clean else "failed")
-        except MadoError as error:
-            # Training is over either way; failing the program now would only hide its own outcome.
-            logger.error("mado: could not mark run %s as ended: %s", self.id, error)
-        return False
 
     def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
         """Queue metric values measured at ``step``; sent in the background (SPEC F2).
@@ -184,22 +198,56 @@ class Run:
         """
         if self._finishing:
             raise MadoError(f"run {self.id} is finished; log_metrics must come before finish()")
-        if type(step) is not int:
-            if isinstance(step, bool) or not isinstance(step, numbers.Integral):
-                raise ValueError(f"step must be an int >= 0, got {step!r}")
-            step = int(step)
-        if step < 0:
-            raise ValueError(f"step must be an int >= 0, got {step}")
-        if not isinstance(metrics, Mapping):
-            raise TypeError(f"metrics must be a dict of {{key: number}}, got {type(metrics).__name__}")
-        now = time.time()
-        points = []
-        for key, value in metrics.items():
-            if type(key) is not str or not key or len(key) > METRIC_KEY_MAX:
-                raise ValueError(f"metric key must be a non-empty str of at most {METRIC_KEY_MAX} characters, "
-                                 f"got {key!r}")
-            points.append(encode_point(key, _as_float(key, value), step, now))
-        self._sender.add(points)
+        self._sender.add(encode_metrics(metrics, step, time.time()))
+
+    def log_checkpoint(self, directory: str | os.PathLike, step: int, includes_optimizer: bool = False,
+                       framework: str | None = None) -> SavedCheckpoint:
+        """Save ``directory`` as this Run's checkpoint at ``step``; return it once stored and verified (SPEC F1).
+
+        The directory is packed into one tar (the Run's artifact
+        ``checkpoints/step-<step>.tar``) streamed to the server while every
+        file's SHA-256 and the tar's are computed; memory does not grow with
+        the checkpoint's size. Metric points logged before are sent first, so
+        the curve and the checkpoint agree. A broken upload is retried with
+        backoff; a progress bar shows on a terminal.
+
+        Args:
+            directory: the checkpoint directory: regular files in
+                subdirectories, no symbolic link, no empty directory.
+            step: number of steps completed (int >= 0); a resumed loop runs
+                ``range(checkpoint.step, total)``.
+            includes_optimizer: the directory holds optimizer state too.
+            framework: free label, e.g. ``"torch"`` (at most 50 characters).
+
+        Returns:
+            ``SavedCheckpoint`` with ``.id``, ``.step``, ``.sha256`` (of the tar).
+
+        Raises:
+            CheckpointError: before any upload, naming the path: a symbolic
+                link, an empty directory, a non-regular file, a missing
+                directory, a negative step, a step already saved in this Run;
+                after it: the server refused the tar or its manifest.
+            ApiError: the server stayed unreachable through the retries.
+            MadoError: the Run was already finished.
+        """
+        if self._finishing:
+            raise MadoError(f"run {self.id} is finished; log_checkpoint must come before finish()")
+        step = check_step(step, directory)
+        if step in self._saved_steps:
+            raise CheckpointError(f"{directory}: step {step} is already saved in run {self.id}", field="step")
+        tar = CheckpointTar(directory)
+        unsent = self._sender.flush(self._flush_timeout)
+        if unsent:
+            logger.warning("mado: %d metric points of run %s are not sent yet; saving the checkpoint at step %s "
+                           "anyway", unsent, self.id, step)
+        # A second call for a step whose save failed replays the same registration instead of a 409.
+        key = self._checkpoint_keys.setdefault(step, str(uuid.uuid4()))
+        saved = upload_checkpoint(self._client, run_id=self.id, directory=Path(directory), step=step,
+                                  idempotency_key=key, includes_optimizer=includes_optimizer, framework=framework,
+                                  tar=tar)
+        self._saved_steps.add(step)
+        self._checkpoint_keys.pop(step, None)
+        return saved
 
     def finish(self, status: str = "finished", *, timeout: float | None = None) -> None:
         """Send the buffered metrics, then set the Run's final status on the server (SPEC F29).
@@ -218,14 +266,12 @@ class Run:
             ApiError: the status could not be set (server unreachable through
                 the retries, or refused).
         """
-        if status not in FINISH_STATUSES:
-            raise ValueError(f"status must be one of {', '.join(FINISH_STATUSES)}, got {status!r}")
+        check_finish_status(status)
         with self._finish_lock:
             if self._finishing:
                 return
             self._finishing = True
-        with _open_runs_lock:
-            _open_runs.discard(self)
+        self._closed()
         interrupted = None
         try:
             unsent = self._sender.close(self._flush_timeout if timeout is None else timeout)
@@ -234,50 +280,21 @@ class Run:
         if unsent:
             logger.warning("mado: %d metric points of run %s could not be sent before finishing", unsent, self.id)
         try:
-            self._set_status(status, attempts=1 if interrupted else 5)
+            self._update(set_status(self._client, self.id, status, attempts=1 if interrupted else 5))
         finally:
             self._client.close()
         if interrupted is not None:
             raise interrupted
 
-    def _set_status(self, status: str, *, attempts: int) -> None:
-        try:
-            data = self._client.request("PATCH", f"runs/{self.id}/", body={"status": status}, attempts=attempts)
-        except ApiError as error:
-            if error.status != 409:
-                raise
-            data = self._client.request("GET", f"runs/{self.id}/", attempts=attempts)
-            logger.warning("mado: run %s already ended as %s on the server; not marked %s",
-                           self.id, data.get("status"), status)
-        self._update(data)
 
-    def _finish_at_exit(self) -> None:
-        uncaught = getattr(sys, "last_value", None)
-        failed = uncaught is not None and uncaught is not self._last_value_at_start
-        self.finish("failed" if failed else "finished")
-
-
-def _as_float(key: str, value) -> float:
-    kind = type(value)
-    if kind is float:
-        return value
-    if (kind is int or isinstance(value, numbers.Real)) and not isinstance(value, bool):
-        try:
-            return float(value)
-        except OverflowError:
-            raise ValueError(f"metric {key!r}: {value} does not fit a float") from None
-    hint = "; pass a Python number such as tensor.item()" if hasattr(value, "item") else ""
-    raise ValueError(f"metric {key!r}: value must be an int or float (NaN and ±inf allowed), "
-                     f"got {type(value).__name__}{hint}")
-
-
-@atexit.register
-def _finish_open_runs() -> None:
-    """Finish every Run left open when the interpreter exits (metrics flushed first)."""
-    with _open_runs_lock:
-        runs = list(_open_runs)
-    for run in runs:
-        try:
-            run._finish_at_exit()
-        except Exception as error:  # noqa: BLE001 - exiting anyway; say why the Run stays open
-            logger.error("mado: could not finish run %s at exit: %s", run.id, error)
+def set_status(client: ApiClient, run_id: int, status: str, *, attempts: int = 5) -> dict:
+    """PATCH the Run's final status; another final state already on the server is kept (warning). The Run's JSON."""
+    try:
+        return client.request("PATCH", f"runs/{run_id}/", body={"status": status}, attempts=attempts)
+    except ApiError as error:
+        if error.status != 409:
+            raise
+        data = client.request("GET", f"runs/{run_id}/", attempts=attempts)
+        logger.warning("mado: run %s already ended as %s on the server; not marked %s",
+                       run_id, data.get("status"), status)
+        return data

@@ -1,13 +1,16 @@
 """SDK test fixtures: no ``MMT_*`` variable leaks in from the developer's shell; a member's token."""
 
+import os
+
 import pytest
 from rest_framework.authtoken.models import Token
 
 
 @pytest.fixture(autouse=True)
 def _clean_mmt_environment(monkeypatch):
-    for name in ("MMT_API_URL", "MMT_API_TOKEN", "MMT_PROJECT"):
-        monkeypatch.delenv(name, raising=False)
+    for name in list(os.environ):
+        if name.startswith("MMT_"):
+            monkeypatch.delenv(name, raising=False)
 
 
 @pytest.fixture

@@ -13,7 +13,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 class StubApi:
     """Records what it receives: ``runs`` (create bodies), ``posts`` (status answered per metric post),
     ``batch_sizes`` (points per metric post), ``points`` (stored points, in arrival order) and
-    ``statuses`` (PATCHed statuses). While ``release`` is clear, metric posts hang.
+    ``statuses`` (PATCHed statuses), ``batch_keys`` (the ``Idempotency-Key`` of each metric post).
+While ``release`` is clear, metric posts hang.
     ``lose_create_answers``: that many run creations are stored but answered 503 (the answer got lost)."""
 
     def __init__(self, *, fail_metrics: int = 0, fail_status: int = 503, refuse: dict | None = None,
@@ -25,6 +26,7 @@ class StubApi:
         self.release = threading.Event()
         self.release.set()
         self.runs, self.posts, self.points, self.statuses, self.batch_sizes = [], [], [], [], []
+        self.batch_keys = []
         self.lock = threading.Lock()
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.server.daemon_threads = True
@@ -40,9 +42,10 @@ class StubApi:
         self.server.shutdown()
         self.server.server_close()
 
-    def _metrics(self, body: dict) -> tuple[int, dict]:
+    def _metrics(self, body: dict, key: str | None) -> tuple[int, dict]:
         self.release.wait(30)
         with self.lock:
+            self.batch_keys.append(key)
             self.batch_sizes.append(len(body["points"]))
             if self.fail_metrics > 0:
                 self.fail_metrics -= 1
@@ -96,7 +99,7 @@ class StubApi:
                         return self._answer(503, {"error": "unavailable", "detail": "lost", "field": None})
                     return self._answer(201, self._run(body))
                 if self.path == "/api/v1/runs/1/metrics/":
-                    return self._answer(*stub._metrics(body))
+                    return self._answer(*stub._metrics(body, self.headers.get("Idempotency-Key")))
                 self._answer(404, {"error": "not_found", "detail": self.path, "field": None})
 
             def do_GET(self):

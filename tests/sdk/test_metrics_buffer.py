@@ -157,3 +157,26 @@ def test_a_non_mapping_is_a_type_error():
     with StubApi() as stub, _start(stub) as run:
         with pytest.raises(TypeError, match="dict"):
             run.log_metrics([("loss", 1.0)], step=0)
+
+
+def test_each_batch_carries_its_own_idempotency_key_reused_on_its_retries():
+    with StubApi(fail_metrics=2, fail_status=503) as stub:
+        run = _start(stub)
+        run.log_metrics({"loss": 1.0}, step=0)
+        assert run._sender.flush(10) == 0
+        run.log_metrics({"loss": 2.0}, step=1)
+        run.finish()
+    assert stub.posts == [503, 503, 201, 201]
+    first, second = stub.batch_keys[0], stub.batch_keys[3]
+    assert stub.batch_keys == [first, first, first, second]
+    assert first and second and first != second
+
+
+def test_flush_waits_until_the_queued_points_are_stored():
+    with StubApi() as stub:
+        run = _start(stub)
+        for step in range(5):
+            run.log_metrics({"loss": 0.1}, step=step)
+        assert run._sender.flush(10) == 0
+        assert len(stub.points) == 5  # before finish: the sender's one-second interval did not have to pass
+        run.finish()

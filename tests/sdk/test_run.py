@@ -168,3 +168,18 @@ def test_a_run_left_open_is_finished_at_interpreter_exit(mmt_env, ending, status
     run = Run.objects.get(name="open")
     assert run.status == status, done.stderr
     assert _points(run.pk, "loss") == [(3, 1.5)]
+
+
+def test_a_jobs_code_attaches_to_its_pre_created_pending_run_through_mmt_run_id(mmt_env, monkeypatch, member,
+                                                                                  project):
+    from tests.factories import RunFactory
+
+    pending = RunFactory(project=project, created_by=member, status=RunStatus.PENDING, external_id="job-run-1",
+                         name="queued by a job")
+    monkeypatch.setenv("MMT_RUN_ID", "job-run-1")
+    with mado_tracking.start_run(name="ignored") as run:
+        run.log_metrics({"loss": 1.0}, step=0)
+    assert run.id == pending.pk and run.external_id == "job-run-1"
+    stored = Run.objects.get(pk=pending.pk)
+    assert (stored.status, stored.name) == (RunStatus.FINISHED, "queued by a job")
+    assert Run.objects.count() == 1 and _points(pending.pk, "loss") == [(0, 1.0)]

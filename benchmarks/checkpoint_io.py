@@ -1,0 +1,170 @@
+"""Checkpoint save / download benchmark (issue 3): prints figures, asserts nothing.
+
+Starts gunicorn (2 sync workers) on a fresh SQLite data directory with the
+file-system artifact storage, writes ``--files`` files of random bytes
+(``--size-mib`` in all, written in 1 MiB chunks so the generation holds no
+more than that), then, in the same run:
+
+- a single SHA-256 pass over the same files with ``hashlib`` (1 MiB reads):
+  the reference rate;
+- ``run.log_checkpoint`` through the SDK: tar + every file's SHA-256 + the
+  tar's SHA-256 + upload + the server's streaming check + complete;
+- ``mado_tracking.download_checkpoint``: the tar back to a file, SHA-256 checked;
+- a plain copy of the same files (1 MiB reads and writes) in the same
+  directory: the disk's write rate, which bounds the save (the server writes
+  the tar) and the download (the client writes it).
+
+Prints MB/s (10^6 bytes per second, of the files' total size) for each, the
+save rate as a fraction of the single-pass rate, the peak RSS of this
+process around the save and the download (``/proc/self/status`` VmHWM,
+reset through ``/proc/self/clear_refs`` before each), and the peak RSS of
+the gunicorn processes (VmHWM, over the whole run).
+
+    .venv/bin/python benchmarks/checkpoint_io.py                 # 1 GiB in 8 files
+    .venv/bin/python benchmarks/checkpoint_io.py --size-mib 256
+    .venv/bin/python benchmarks/checkpoint_io.py --workdir /dev/shm   # files and server data in memory
+"""
+
+import argparse
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import requests
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from metrics_ingest import ROOT, free_port, peak_rss_mib, prepare, server_pids  # noqa: E402
+
+MIB = 1024 * 1024
+
+
+def write_random_files(directory: Path, count: int, total_mib: int) -> int:
+    """``count`` files of random bytes, ``total_mib`` MiB in all, written 1 MiB at a time; returns the bytes."""
+    directory.mkdir(parents=True)
+    sizes = [total_mib // count + (1 if index < total_mib % count else 0) for index in range(count)]
+    for index, size_mib in enumerate(sizes):
+        with open(directory / f"shard-{index:02d}.bin", "wb") as handle:
+            for _ in range(size_mib):
+                handle.write(os.urandom(MIB))
+    return sum(sizes) * MIB
+
+
+def sha256_single_pass(directory: Path) -> float:
+    """Seconds for one hashlib SHA-256 pass over every file, 1 MiB reads."""
+    started = time.perf_counter()
+    for path in sorted(directory.iterdir()):
+        digest = hashlib.sha256()
+        with open(path, "rb") as handle:
+            while chunk := handle.read(MIB):
+                digest.update(chunk)
+    return time.perf_counter() - started
+
+
+def plain_copy(directory: Path, target: Path) -> float:
+    """Seconds to copy every file with 1 MiB reads and writes (the disk's write rate for this data)."""
+    target.mkdir()
+    started = time.perf_counter()
+    for path in sorted(directory.iterdir()):
+        with open(path, "rb") as source, open(target / path.name, "wb") as sink:
+            while chunk := source.read(MIB):
+                sink.write(chunk)
+    elapsed = time.perf_counter() - started
+    shutil.rmtree(target)
+    return elapsed
+
+
+def reset_peak_rss() -> bool:
+    """Reset this process's VmHWM to its current RSS (Linux ≥ 4.0); False when not possible."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+        return True
+    except OSError:
+        return False
+
+
+def own_peak_rss_mib() -> float:
+    return peak_rss_mib([os.getpid()])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size-mib", type=int, default=1024, help="checkpoint size in MiB (default 1024)")
+    parser.add_argument("--files", type=int, default=8, help="number of files (default 8)")
+    parser.add_argument("--workers", type=int, default=2, help="gunicorn workers (default 2)")
+    parser.add_argument("--workdir", default=None, help="where the files and the server's data go (default: $TMPDIR)")
+    args = parser.parse_args()
+
+    work = Path(tempfile.mkdtemp(prefix="mado-ckpt-bench-", dir=args.workdir))
+    env = {**os.environ, "MADO_DATA_DIR": str(work / "data")}
+    env.pop("MADO_STORAGE", None)
+    try:
+        token = prepare(env)
+        port = free_port()
+        url = f"http://127.0.0.1:{port}"
+        server = subprocess.Popen(
+            [sys.executable, "-m", "gunicorn", "mado.wsgi:application", "--bind", f"127.0.0.1:{port}",
+             "--workers", str(args.workers), "--timeout", "600", "--log-level", "warning"],
+            env=env, cwd=ROOT,
+        )
+        try:
+            for _ in range(100):
+                try:
+                    requests.get(f"{url}/accounts/login/", timeout=5)
+                    break
+                except requests.RequestException:
+                    time.sleep(0.2)
+            run_benchmark(url, token, work, args, server.pid)
+        finally:
+            server.terminate()
+            server.wait(timeout=30)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def run_benchmark(url: str, token: str, work: Path, args, server_pid: int) -> None:
+    import mado_tracking
+
+    checkpoint_dir = work / "ckpt"
+    total = write_random_files(checkpoint_dir, args.files, args.size_mib)
+    generated_peak = own_peak_rss_mib()
+    hash_s = sha256_single_pass(checkpoint_dir)
+    copy_s = plain_copy(checkpoint_dir, work / "copy")
+
+    run = mado_tracking.start_run(project="bench", name="checkpoint-io", api_url=url, api_token=token)
+    reset = reset_peak_rss()
+    before_save = own_peak_rss_mib()
+    started = time.perf_counter()
+    saved = run.log_checkpoint(checkpoint_dir, step=1, includes_optimizer=False, framework="bench")
+    save_s = time.perf_counter() - started
+    save_peak = own_peak_rss_mib()
+    run.finish()
+
+    reset_peak_rss()
+    started = time.perf_counter()
+    mado_tracking.download_checkpoint(saved.id, work / "downloaded.tar", api_url=url, api_token=token)
+    download_s = time.perf_counter() - started
+    download_peak = own_peak_rss_mib()
+    server_peak = peak_rss_mib(server_pids(server_pid))
+
+    rate = lambda seconds: total / seconds / 1e6  # noqa: E731
+    print(f"checkpoint: {args.files} files, {total / MIB:,.0f} MiB ({total / 1e6:,.0f} MB); tar {saved.tar_size:,} bytes")
+    print(f"work directory: {work}")
+    print(f"hashlib SHA-256 single pass (1 MiB reads): {rate(hash_s):,.0f} MB/s ({hash_s:.2f} s)")
+    print(f"plain copy of the files there (1 MiB reads + writes): {rate(copy_s):,.0f} MB/s ({copy_s:.2f} s)")
+    print(f"save (log_checkpoint: tar + file and tar SHA-256 + upload + server check + complete): "
+          f"{rate(save_s):,.0f} MB/s ({save_s:.2f} s) = {hash_s / save_s:.0%} of the single-pass rate")
+    print(f"download (download_checkpoint: stream to file + SHA-256 check): {rate(download_s):,.0f} MB/s "
+          f"({download_s:.2f} s)")
+    where = "around the call, VmHWM reset before" if reset else "lifetime VmHWM: clear_refs unavailable"
+    print(f"SDK peak RSS ({where}): save {save_peak:.0f} MiB (before {before_save:.0f} MiB), "
+          f"download {download_peak:.0f} MiB; after writing the files {generated_peak:.0f} MiB")
+    print(f"server peak RSS (largest gunicorn process, VmHWM): {server_peak:.0f} MiB")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,97 @@
+"""Reads of Jobs, Queues and Run logs for pages and the API (STYLE: Selectors; issue 4, SPEC F6–F16).
+
+Every lookup is scoped to the user's Projects: another Project's Job is
+indistinguishable from a missing one (``NotFound``, 404). F8's "latest
+checkpoint" rule lives in ``latest_resume_checkpoint`` only.
+"""
+
+from django.conf import settings
+from django.db.models import QuerySet
+
+from checkpoints.models import Checkpoint, CheckpointState
+from jobs.models import Job, Queue, RunLogChunk
+from mado.errors import NotFound, ValidationFailed
+from runs.models import Project, Run
+
+LOG_PAGE_MAX = 1000
+
+
+def _int_or_none(value):
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _with_relations(jobs: QuerySet[Job]) -> QuerySet[Job]:
+    return jobs.select_related(
+        "run__project", "run__created_by", "run__source_checkpoint", "code_version__code", "queue", "created_by"
+    )
+
+
+def job_list(*, user, project: Project | None = None, status: str | None = None) -> QuerySet[Job]:
+    """Jobs of the user's Projects (any role), newest first, optionally of one ``project`` and ``status``."""
+    jobs = Job.objects.visible_to(user)
+    if project is not None:
+        jobs = jobs.filter(run__project=project)
+    if status:
+        jobs = jobs.filter(status=status)
+    return _with_relations(jobs).order_by("-created_at", "-id")
+
+
+def job_get_for_user(*, user, job_id) -> Job:
+    """The Job ``job_id`` in one of the user's Projects; else ``NotFound`` (404, ARCHITECTURE rule 1)."""
+    job = _with_relations(Job.objects.visible_to(user)).filter(pk=_int_or_none(job_id)).first()
+    if job is None:
+        raise NotFound(f"job {job_id!r} not found", field="job")
+    return job
+
+
+def job_for_run(*, run: Run) -> Job | None:
+    """The Job that executes ``run``, or None (a Run created by the SDK alone)."""
+    return Job.objects.filter(run=run).select_related("queue", "code_version__code").first()
+
+
+def queue_list(*, include_disabled: bool = False) -> QuerySet[Queue]:
+    """The execution targets by name; only enabled ones unless ``include_disabled``."""
+    queues = Queue.objects.all()
+    if not include_disabled:
+        queues = queues.filter(enabled=True)
+    return queues.order_by("name")
+
+
+def default_queue_name() -> str:
+    """The queue a Job goes to when none is named (``MADO_DEFAULT_QUEUE``, default ``cpu``)."""
+    return settings.CELERY_TASK_DEFAULT_QUEUE
+
+
+def queue_get(*, name: str) -> Queue:
+    """The enabled Queue called ``name``; else ``ValidationFailed`` naming ``queue`` and the choices."""
+    queue = Queue.objects.filter(name=name, enabled=True).first()
+    if queue is None:
+        choices = ", ".join(queue_list().values_list("name", flat=True)) or "none configured"
+        raise ValidationFailed(f"unknown or disabled queue {name!r}; one of: {choices}", field="queue")
+    return queue
+
+
+def latest_resume_checkpoint(*, run: Run) -> Checkpoint | None:
+    """The checkpoint "Resume from latest" uses for ``run`` (SPEC F8), or None.
+
+    The Run's ``complete`` checkpoint with the highest step; if it has none
+    and is itself a resumed Run, its own source checkpoint (when still
+    complete); else None. Advisory: the resume service locks and checks it
+    again (``checkpoint_lock_for_use``).
+    """
+    own = Checkpoint.objects.filter(run=run, state=CheckpointState.COMPLETE).order_by("-step").first()
+    if own is not None:
+        return own
+    if run.source_checkpoint_id:
+        return Checkpoint.objects.filter(pk=run.source_checkpoint_id, state=CheckpointState.COMPLETE).first()
+    return None
+
+
+def run_log_tail(*, run: Run, after_seq: int = 0, limit: int = LOG_PAGE_MAX) -> list[RunLogChunk]:
+    """The Run's log chunks with ``seq > after_seq``, oldest first, at most ``limit`` (≤ 1000)."""
+    limit = max(1, min(limit, LOG_PAGE_MAX))
+    return list(RunLogChunk.objects.filter(run=run, seq__gt=after_seq).order_by("seq")[:limit])
+

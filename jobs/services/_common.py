@@ -1,0 +1,135 @@
+"""Helpers shared by the Job services: creating a Job's Run and Job, dispatch and revoke on commit, ending a Run."""
+
+import copy
+import importlib
+import logging
+import uuid
+
+from celery import current_app
+from django.db import transaction
+from django.utils import timezone
+
+from jobs.models import Job, JobStatus, Queue, RunToken
+from mado.errors import ValidationFailed
+from runs.models import FINAL_STATES as RUN_FINAL_STATES
+from runs.models import CodeVersion, Run, RunStatus
+
+logger = logging.getLogger("jobs")
+
+RUN_JOB_TASK = "worker.tasks.run_job"
+
+# Job outcome → Run status (F16: the exit code decides both, consistently).
+RUN_STATUS_FOR_JOB = {
+    JobStatus.SUCCEEDED: RunStatus.FINISHED,
+    JobStatus.FAILED: RunStatus.FAILED,
+    JobStatus.ABORTED: RunStatus.ABORTED,
+}
+MAX_RETRIES_LIMIT = 10
+
+
+def clean_max_retries(value) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_RETRIES_LIMIT:
+        raise ValidationFailed(f"max_retries must be an integer from 0 to {MAX_RETRIES_LIMIT}", field="max_retries")
+    return value
+
+
+def require_enabled(queue: Queue) -> Queue:
+    if not queue.enabled:
+        raise ValidationFailed(f"queue {queue.name!r} is disabled and accepts no new Jobs", field="queue")
+    return queue
+
+
+def new_job_run(
+    *, source: Run, created_by, name: str, code_version: CodeVersion, parent: Run | None = None, source_checkpoint=None
+) -> Run:
+    """A pending Run with ``source``'s project, kind, parameters and input dataset versions (copied, F10, F11).
+
+    ``source`` itself is only read (ARCHITECTURE rule 2).
+    """
+    run = Run.objects.create(
+        project_id=source.project_id, name=name[:200], kind=source.kind, status=RunStatus.PENDING,
+        created_by=created_by, parameters=copy.deepcopy(source.parameters), code_version=code_version,
+        parent=parent, source_checkpoint=source_checkpoint,
+    )
+    run.input_dataset_versions.set(list(source.input_dataset_versions.values_list("pk", flat=True)))
+    return run
+
+
+def create_job(
+    *, run: Run, code_version: CodeVersion, queue: Queue, kind: str, created_by, max_retries: int,
+    attempt: int = 1, retry_of: Job | None = None, resumed_from: Run | None = None,
+) -> Job:
+    """Insert the queued Job of ``run`` with a fresh Celery task id and send it to its queue on commit."""
+    job = Job.objects.create(
+        run=run, code_version=code_version, queue=queue, kind=kind, status=JobStatus.QUEUED, created_by=created_by,
+        max_retries=max_retries, attempt=attempt, retry_of=retry_of, resumed_from=resumed_from,
+        celery_task_id=str(uuid.uuid4()),
+    )
+    enqueue_on_commit(job)
+    return job
+
+
+def enqueue_on_commit(job: Job) -> None:
+    """Send ``worker.tasks.run_job(job.id)`` to the Job's queue once the current transaction commits.
+
+    The task is named, not imported, so jobs/ does not depend on worker/
+    being importable in the web process. The task id stored on the Job is the
+    one the message carries. If the broker refuses the message the Job fails
+    with that error (never stays queued without a message). With
+    ``MADO_CELERY_EAGER`` (``task_always_eager``, which ``send_task``
+    ignores) the registered task runs in this process instead.
+    """
+    job_id, queue, task_id = job.pk, job.queue.name, job.celery_task_id
+
+    def send():
+        try:
+            if current_app.conf.task_always_eager:
+                importlib.import_module(RUN_JOB_TASK.rpartition(".")[0])  # registers the task in this process
+                current_app.tasks[RUN_JOB_TASK].apply_async(args=[job_id], queue=queue, task_id=task_id)
+            else:
+                current_app.send_task(RUN_JOB_TASK, args=[job_id], queue=queue, task_id=task_id)
+        except Exception as exc:  # noqa: BLE001 - any broker failure ends the Job with its message
+            logger.exception("could not send job %s to queue %s", job_id, queue)
+            from jobs.services.lifecycle import job_finish
+
+            job_finish(job_id=job_id, exit_code=None, error=f"Could not send the Job to queue {queue!r}: {exc}")
+
+    transaction.on_commit(send)
+
+
+def revoke_on_commit(task_id: str) -> None:
+    """Ask the workers to drop task ``task_id`` once the current transaction commits (best effort: the row decides)."""
+    if not task_id:
+        return
+
+    def send():
+        try:
+            current_app.control.revoke(task_id)
+        except Exception:  # noqa: BLE001 - a missed revoke is harmless: job_claim refuses a final Job
+            logger.warning("could not revoke task %s", task_id, exc_info=True)
+
+    transaction.on_commit(send)
+
+
+def end_run(*, run_id: int, job_status: str, now=None) -> None:
+    """Give the Job's Run the status matching ``job_status`` (F16), inside the caller's transaction.
+
+    A Run not yet ended also gets ``ended_at``. A Run the SDK already ended
+    otherwise takes the Job's outcome (the exit code decides), except that a
+    failed Run that was preempting or preempted stays ``preempted`` (F26).
+    """
+    now = now or timezone.now()
+    target = RUN_STATUS_FOR_JOB[job_status]
+    if target == RunStatus.FAILED:
+        Run.objects.filter(pk=run_id, status=RunStatus.PREEMPTING).update(status=RunStatus.PREEMPTED, ended_at=now)
+        Run.objects.filter(pk=run_id, status=RunStatus.PREEMPTED, ended_at__isnull=True).update(ended_at=now)
+        if Run.objects.filter(pk=run_id, status=RunStatus.PREEMPTED).exists():
+            return
+    Run.objects.filter(pk=run_id).exclude(status__in=RUN_FINAL_STATES).update(status=target, ended_at=now)
+    Run.objects.filter(pk=run_id).exclude(status=target).update(status=target)
+
+
+def revoke_run_tokens(*, run_id: int, now=None) -> None:
+    """Revoke the Run's API tokens: the Job's code no longer acts on the Run once the Job ended."""
+    RunToken.objects.filter(run_id=run_id, revoked_at__isnull=True).update(revoked_at=now or timezone.now())
+

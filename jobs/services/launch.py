@@ -1,0 +1,85 @@
+"""Launching a Job and its automatic retries from scratch (issue 4 part 2; SPEC F11, F16)."""
+
+from django.db import IntegrityError, transaction
+
+from jobs.models import Job, JobKind, JobStatus, Queue
+from jobs.services._common import clean_max_retries, create_job, new_job_run, require_enabled
+from mado import policy
+from mado.errors import Conflict
+from runs.models import CodeVersion, RunKind, RunStatus
+from runs.services import require, run_create
+
+
+@transaction.atomic
+def job_launch(
+    *,
+    actor,
+    code_version: CodeVersion,
+    queue: Queue,
+    parameters: dict | None,
+    dataset_version_ids: list[int] | None,
+    name: str = "",
+    kind_of_run: str = RunKind.TRAINING,
+    max_retries: int = 0,
+) -> Job:
+    """Create a pending Run and its queued Job (kind ``new``) running ``code_version`` on ``queue``; enqueue on commit.
+
+    The Run lives in the Code's Project; member or admin only (viewer →
+    ``Forbidden``). ``parameters`` is a JSON object and ``dataset_version_ids``
+    ids of the Project's dataset versions (else ``ValidationFailed`` naming
+    ``parameters`` / ``input_dataset_version_ids``); ``kind_of_run`` a Run
+    kind; ``max_retries`` 0..10 automatic fresh attempts after a failure,
+    never from a checkpoint (F11); a disabled ``queue`` → ``ValidationFailed``
+    naming ``queue``. ``worker.tasks.run_job(job.id)`` is sent to the queue
+    named ``queue.name`` once the transaction commits.
+    """
+    project = code_version.code.project
+    require(policy.can_write_runs(actor, project), policy.why_not(actor, project, policy.MEMBER) or "")
+    require_enabled(queue)
+    max_retries = clean_max_retries(max_retries)
+    run = run_create(
+        actor=actor, project=project, name=name, kind=kind_of_run, parameters=parameters,
+        input_dataset_version_ids=dataset_version_ids, code_version_id=code_version.pk, status=RunStatus.PENDING,
+    )
+    return create_job(
+        run=run, code_version=code_version, queue=queue, kind=JobKind.NEW, created_by=actor, max_retries=max_retries
+    )
+
+
+@transaction.atomic
+def job_retry_from_scratch(*, job: Job) -> Job:
+    """The next attempt of a failed ``job``: a new Run and Job (kind ``retry``) that start the code from scratch (F11).
+
+    Automatic (``job_finish`` calls it while attempts are left): the new Run
+    copies the failed Run's kind, parameters and input dataset versions,
+    runs the same code version on the same queue, and has no parent and no
+    source checkpoint, so the worker never sets ``MMT_RESUME_*``.
+    ``attempt`` is the failed Job's + 1, ``retry_of`` the failed Job.
+    Idempotent: a Job has at most one retry (database constraint), which is
+    returned when it exists. ``Conflict`` unless ``job`` failed with attempts
+    left (``attempt <= max_retries``) on an enabled queue.
+    """
+    row = Job.objects.select_for_update(of=("self",)).select_related("run", "queue", "code_version").get(pk=job.pk)
+    existing = Job.objects.filter(retry_of=row).first()
+    if existing is not None:
+        return existing
+    if row.status != JobStatus.FAILED:
+        raise Conflict(f"job {row.pk} is {row.status}: only a failed Job is retried", field="job")
+    if row.attempt > row.max_retries:
+        raise Conflict(f"job {row.pk} used its {row.max_retries} automatic retries", field="job")
+    if not row.queue.enabled:
+        raise Conflict(f"queue {row.queue.name!r} is disabled: job {row.pk} is not retried", field="queue")
+    source = row.run
+    name = f"{source.name or source.external_id} · attempt {row.attempt + 1}"
+    try:
+        with transaction.atomic():
+            run = new_job_run(source=source, created_by=row.created_by, name=name, code_version=row.code_version)
+            return create_job(
+                run=run, code_version=row.code_version, queue=row.queue, kind=JobKind.RETRY,
+                created_by=row.created_by, max_retries=row.max_retries, attempt=row.attempt + 1, retry_of=row,
+            )
+    except IntegrityError:
+        existing = Job.objects.filter(retry_of=row).first()
+        if existing is None:
+            raise
+        return existing

@@ -1,0 +1,248 @@
+"""What happens to a Job while it runs: claim, heartbeat, log, finish, abort, reap, token (issue 4 parts 2, 3; SPEC F16).
+
+The worker (``worker/tasks.py``) calls ``job_claim`` → ``run_token_issue`` →
+``job_heartbeat`` / ``job_append_log`` while the code runs → ``job_finish``;
+users call ``job_abort``; beat calls ``job_reap_stale`` every minute. Each
+status change is a conditional UPDATE (or runs under the Job's row lock), so
+a worker, a reaper and an abort racing on one Job leave one consistent end
+state: the first to finish it wins, the others see a final Job and stop.
+"""
+
+import logging
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import F, Max, Q
+from django.utils import timezone
+
+from jobs.models import FINAL_STATES, Job, JobStatus, RunLogChunk, RunToken
+from jobs.services._common import end_run, revoke_on_commit, revoke_run_tokens
+from mado import policy
+from mado.errors import Conflict, Forbidden, NotFound, UserError
+
+logger = logging.getLogger("jobs")
+
+TRUNCATED_LINE = "[log truncated]\n"
+
+
+def _job_or_404(job_id: int, *, lock: bool = False) -> Job:
+    jobs = Job.objects.select_for_update() if lock else Job.objects
+    job = jobs.filter(pk=job_id).first()
+    if job is None:
+        raise NotFound(f"job {job_id} not found", field="job")
+    return job
+
+
+def job_claim(*, job_id: int, worker_host: str) -> Job | None:
+    """Move Job ``job_id`` from queued to running for ``worker_host``; the Job, or None when it must not run (F16).
+
+    One conditional UPDATE (queued → running, setting ``started_at``,
+    ``heartbeat_at`` and ``worker_host``): None when another worker won, the
+    Job was aborted, already ran (a redelivered message) or does not exist.
+    The Run stays ``pending`` until the code's SDK attaches to it
+    (``POST runs/`` with its external id).
+    """
+    now = timezone.now()
+    claimed = Job.objects.filter(pk=job_id, status=JobStatus.QUEUED, abort_requested_at__isnull=True).update(
+        status=JobStatus.RUNNING, started_at=now, heartbeat_at=now, worker_host=(worker_host or "")[:255]
+    )
+    if not claimed:
+        return None
+    return Job.objects.select_related(
+        "run__project", "run__source_checkpoint__run", "code_version__code", "code_version__archive", "queue", "created_by"
+    ).get(pk=job_id)
+
+
+def job_heartbeat(*, job_id: int) -> bool:
+    """Record that the worker still runs Job ``job_id``; False means "stop the code now" (F16).
+
+    False when an abort was requested, or when the Job is no longer running
+    (gone, ended, or failed by the reaper after a missed heartbeat). The
+    heartbeat is refreshed even while an abort is pending, so the reaper
+    leaves the worker its kill grace period. Call it well within
+    ``MADO_JOB_HEARTBEAT_TIMEOUT`` (e.g. every 15 s).
+    """
+    if not Job.objects.filter(pk=job_id, status=JobStatus.RUNNING).update(heartbeat_at=timezone.now()):
+        return False
+    return not Job.objects.filter(pk=job_id, abort_requested_at__isnull=False).exists()
+
+
+def _fit(text: str, room: int) -> str:
+    """``text`` cut to at most ``room`` UTF-8 bytes, at a character boundary."""
+    return text.encode("utf-8")[: max(room, 0)].decode("utf-8", "ignore")
+
+
+@transaction.atomic
+def job_append_log(*, job_id: int, text: str) -> RunLogChunk | None:
+    """Append ``text`` (the code's stdout+stderr, any size) to the log of Job ``job_id``'s Run as the next chunk (F16).
+
+    Chunks are numbered 1, 2, … per Run (``seq``; unique). The log is capped
+    at ``MADO_JOB_LOG_MAX_BYTES`` UTF-8 bytes: the chunk that crosses the cap
+    is cut and followed by one ``[log truncated]`` line, and later text is
+    dropped (returns None). NUL characters, which PostgreSQL text cannot hold,
+    become U+FFFD. ``NotFound`` for an unknown Job.
+    """
+    if not text:
+        return None
+    job = _job_or_404(job_id, lock=True)
+    if job.log_truncated:
+        return None
+    text = text.replace("\x00", "\ufffd")
+    size = len(text.encode("utf-8"))
+    cap = settings.MADO_JOB_LOG_MAX_BYTES
+    truncated = job.log_bytes + size > cap
+    if truncated:
+        text = _fit(text, cap - job.log_bytes)
+        size = len(text.encode("utf-8"))
+        text += ("" if not text or text.endswith("\n") else "\n") + TRUNCATED_LINE
+    seq = (RunLogChunk.objects.filter(run_id=job.run_id).aggregate(n=Max("seq"))["n"] or 0) + 1
+    chunk = RunLogChunk.objects.create(run_id=job.run_id, seq=seq, text=text)
+    Job.objects.filter(pk=job.pk).update(log_bytes=F("log_bytes") + size, log_truncated=truncated)
+    return chunk
+
+
+def _outcome(job: Job, exit_code: int | None, error: str, aborted: bool) -> str:
+    if aborted or (job.abort_requested_at is not None and exit_code != 0):
+        return JobStatus.ABORTED
+    if exit_code == 0 and not error:
+        return JobStatus.SUCCEEDED
+    return JobStatus.FAILED
+
+
+def _finish(*, job_id: int, exit_code: int | None, error: str, aborted: bool, stale_before=None) -> tuple[Job, bool]:
+    """End the Job under its row lock; ``(job, ended_now)``. With ``stale_before``, only a running Job whose
+    heartbeat is older than that (the reaper's guard against a heartbeat that arrived meanwhile)."""
+    with transaction.atomic():
+        job = _job_or_404(job_id, lock=True)
+        if job.status in FINAL_STATES:
+            return job, False
+        if stale_before is not None and (
+            job.status != JobStatus.RUNNING or (job.heartbeat_at and job.heartbeat_at >= stale_before)
+        ):
+            return job, False
+        status = _outcome(job, exit_code, error, aborted)
+        if status == JobStatus.FAILED and not error:
+            error = f"The code exited with code {exit_code}." if exit_code is not None else "The Job failed."
+        elif status == JobStatus.ABORTED and not error:
+            error = "Aborted on request."
+        now = timezone.now()
+        updated = Job.objects.filter(pk=job.pk, status=job.status).update(
+            status=status, exit_code=exit_code, error=error, ended_at=now
+        )
+        if updated != 1:  # unreachable under the row lock; never end a Job twice
+            raise Conflict(f"job {job.pk} changed while it was being finished", field="job")
+        end_run(run_id=job.run_id, job_status=status, now=now)
+        revoke_run_tokens(run_id=job.run_id, now=now)
+        job.refresh_from_db()
+        if status == JobStatus.FAILED and job.attempt <= job.max_retries:
+            _retry_quietly(job)
+    return job, True
+
+
+def _retry_quietly(job: Job) -> None:
+    from jobs.services.launch import job_retry_from_scratch
+
+    try:
+        with transaction.atomic():
+            job_retry_from_scratch(job=job)
+    except UserError as exc:  # e.g. the queue was disabled meanwhile: the failure stands, say why
+        logger.warning("job %s not retried: %s", job.pk, exc)
+        Job.objects.filter(pk=job.pk).update(error=f"{job.error}\nNot retried: {exc.detail}".strip())
+        job.refresh_from_db()
+
+
+def job_finish(*, job_id: int, exit_code: int | None, error: str = "", aborted: bool = False) -> Job:
+    """End Job ``job_id`` with the code's outcome and give its Run the matching status (F15, F16).
+
+    ``succeeded`` (exit code 0, no ``error``) → Run ``finished``; ``aborted``
+    (``aborted=True``, or an abort was requested and the exit code is not 0)
+    → Run ``aborted``; otherwise ``failed`` → Run ``failed`` (``error``
+    defaults to "The code exited with code N."; pass the verification
+    message of F15 when the code never started, ``exit_code`` None). The
+    Run's ``ended_at`` is set, its tokens revoked. A failed Job with attempts
+    left (``attempt <= max_retries``) gets its retry from scratch in the same
+    transaction (``job_retry_from_scratch``, F11). Idempotent: a Job already
+    final (e.g. failed by the reaper) is returned unchanged. ``NotFound`` for
+    an unknown Job.
+    """
+    return _finish(job_id=job_id, exit_code=exit_code, error=error or "", aborted=aborted)[0]
+
+
+@transaction.atomic
+def job_abort(*, actor, job: Job) -> Job:
+    """Abort ``job`` (F16): the Run's creator or a Project admin (else ``Forbidden``), like resume.
+
+    Records ``abort_requested_at`` and revokes the Celery task on commit. A
+    queued Job ends ``aborted`` at once (its Run too; a worker that receives
+    the message anyway cannot claim it). A running Job is stopped by its
+    worker: ``job_heartbeat`` answers False, the worker sends SIGTERM to the
+    code's process group (SIGKILL after ``MADO_JOB_KILL_GRACE`` s) and calls
+    ``job_finish(aborted=True)``. Aborting an aborted Job returns it;
+    another final state → ``Conflict``.
+    """
+    reason = policy.why_cannot_manage_job(actor, job.run)
+    if reason:
+        raise Forbidden(reason, field="job")
+    row = _job_or_404(job.pk, lock=True)
+    if row.status == JobStatus.ABORTED:
+        return row
+    if row.status in FINAL_STATES:
+        raise Conflict(f"job {row.pk} already ended {row.status}; there is nothing to abort", field="job")
+    now = timezone.now()
+    Job.objects.filter(pk=row.pk, abort_requested_at__isnull=True).update(abort_requested_at=now)
+    if Job.objects.filter(pk=row.pk, status=JobStatus.QUEUED).update(
+        status=JobStatus.ABORTED, ended_at=now, error=f"Aborted by {actor.get_username()} before it started."
+    ):
+        end_run(run_id=row.run_id, job_status=JobStatus.ABORTED, now=now)
+        revoke_run_tokens(run_id=row.run_id, now=now)
+    revoke_on_commit(row.celery_task_id)
+    row.refresh_from_db()
+    return row
+
+
+def job_reap_stale(*, now=None) -> int:
+    """Fail every running Job whose heartbeat is older than ``MADO_JOB_HEARTBEAT_TIMEOUT`` s; how many (F16).
+
+    The worker vanished (host lost, SIGKILL, OOM): such a Job ends
+    ``failed`` with "Worker lost: …" (``aborted`` when an abort was pending)
+    and its Run likewise, through ``job_finish``'s rules (including an
+    automatic retry). A heartbeat that arrives between the scan and the
+    row lock spares the Job. ``now`` is for tests. Called by beat every 60 s
+    (``jobs.tasks.reap_stale_jobs``).
+    """
+    now = now or timezone.now()
+    timeout = settings.MADO_JOB_HEARTBEAT_TIMEOUT
+    cutoff = now - timedelta(seconds=timeout)
+    stale = Job.objects.filter(status=JobStatus.RUNNING).filter(
+        Q(heartbeat_at__lt=cutoff) | Q(heartbeat_at__isnull=True, started_at__lt=cutoff)
+    )
+    reaped = 0
+    for job_id, host, beat, abort in stale.values_list("pk", "worker_host", "heartbeat_at", "abort_requested_at"):
+        since = beat.isoformat(timespec="seconds") if beat else "its start"
+        error = (
+            f"Worker lost: no heartbeat from {host or 'the worker'} since {since} "
+            f"(MADO_JOB_HEARTBEAT_TIMEOUT={timeout} s)."
+        )
+        _, ended = _finish(job_id=job_id, exit_code=None, error=error, aborted=abort is not None, stale_before=cutoff)
+        if ended:
+            logger.warning("job %s reaped: %s", job_id, error)
+            reaped += 1
+    return reaped
+
+
+@transaction.atomic
+def run_token_issue(*, job: Job) -> RunToken:
+    """The API token for ``job``'s code (``MMT_API_TOKEN``): acts as the Job's creator on the Job's Run only.
+
+    Returns the Run's active token, creating it on the first call (one active
+    token per Run: row lock + database constraint). Revoked when the Job
+    ends; ``Conflict`` for a Job that already ended.
+    """
+    row = _job_or_404(job.pk, lock=True)
+    if row.status in FINAL_STATES:
+        raise Conflict(f"job {row.pk} already ended {row.status}: no token is issued", field="job")
+    token = RunToken.objects.filter(run_id=row.run_id, revoked_at__isnull=True).first()
+    if token is not None:
+        return token
+    return RunToken.objects.create(run_id=row.run_id, user_id=row.created_by_id)

@@ -1,0 +1,116 @@
+"""What online and offline Runs share: run kinds, the run id, parameter checks, ``with`` and the exit hook."""
+
+import atexit
+import json
+import logging
+import secrets
+import sys
+import threading
+from collections.abc import Mapping
+
+from mado_tracking.errors import MadoError
+from mado_tracking.resume import ResumeCheckpoint, resume_checkpoint
+
+logger = logging.getLogger("mado_tracking")
+
+RUN_KINDS = ("training", "fine_tuning", "evaluation", "other")
+FINISH_STATUSES = ("finished", "failed", "aborted")
+
+_ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789"
+_open_runs: set["RunBase"] = set()
+_open_runs_lock = threading.Lock()
+
+
+def new_external_id() -> str:
+    # Chosen here, not by the server, so a retried create cannot make a second Run (ARCHITECTURE rule 4).
+    return "".join(secrets.choice(_ALPHABET) for _ in range(8))
+
+
+def check_kind(kind: str) -> str:
+    if kind not in RUN_KINDS:
+        raise ValueError(f"kind must be one of {', '.join(RUN_KINDS)}, got {kind!r}")
+    return kind
+
+
+def check_parameters(parameters) -> dict:
+    """``parameters`` as a JSON-able dict (None → {}); ``ValueError`` otherwise."""
+    if parameters is None:
+        return {}
+    if not isinstance(parameters, Mapping):
+        raise ValueError(f"parameters must be a dict (a JSON object), got {type(parameters).__name__}")
+    parameters = dict(parameters)
+    try:
+        json.dumps(parameters, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(
+            f"parameters must be JSON (str keys; finite numbers, str, bool, None, lists, dicts): {exc}"
+        ) from None
+    return parameters
+
+
+def check_finish_status(status: str) -> str:
+    if status not in FINISH_STATUSES:
+        raise ValueError(f"status must be one of {', '.join(FINISH_STATUSES)}, got {status!r}")
+    return status
+
+
+class RunBase:
+    """``with`` support, ``resume_checkpoint`` and the interpreter-exit hook of online and offline Runs.
+
+    A subclass sets ``id`` and implements ``finish(status)``; it calls
+    ``_opened()`` once ready and ``_closed()`` when it starts finishing.
+    """
+
+    id: object = None
+    offline = False
+
+    def _opened(self) -> None:
+        # An uncaught exception leaves sys.last_value behind; one from before this Run is not ours.
+        self._last_value_at_start = getattr(sys, "last_value", None)
+        with _open_runs_lock:
+            _open_runs.add(self)
+
+    def _closed(self) -> None:
+        with _open_runs_lock:
+            _open_runs.discard(self)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        clean = exc_type is None or (exc_type is SystemExit and exc.code in (0, None))
+        try:
+            self.finish("finished" if clean else "failed")
+        except MadoError as error:
+            # Training is over either way; failing the program now would only hide its own outcome.
+            logger.error("mado: could not mark run %s as ended: %s", self.id, error)
+        return False
+
+    def finish(self, status: str = "finished", *, timeout: float | None = None) -> None:
+        raise NotImplementedError
+
+    def resume_checkpoint(self) -> ResumeCheckpoint | None:
+        """The checkpoint this run resumes from, or None (SPEC F17); see ``mado_tracking.resume_checkpoint``.
+
+        Load the weights from ``.path`` and continue the loop with
+        ``range(checkpoint.step, total)``: metric steps go on from there (F2).
+        Raises ``ResumeError`` when the ``MMT_RESUME_*`` variables disagree.
+        """
+        return resume_checkpoint()
+
+    def _finish_at_exit(self) -> None:
+        uncaught = getattr(sys, "last_value", None)
+        failed = uncaught is not None and uncaught is not self._last_value_at_start
+        self.finish("failed" if failed else "finished")
+
+
+@atexit.register
+def _finish_open_runs() -> None:
+    """Finish every Run left open when the interpreter exits (metrics flushed first)."""
+    with _open_runs_lock:
+        runs = list(_open_runs)
+    for run in runs:
+        try:
+            run._finish_at_exit()
+        except Exception as error:  # noqa: BLE001 - exiting anyway; say why the Run stays open
+            logger.error("mado: could not finish run %s at exit: %s", run.id, error)

@@ -1,0 +1,162 @@
+"""Save and restore everything a PyTorch training loop needs to continue bit for bit (SPEC F17, F19).
+
+    from mado_tracking.torch import load_checkpoint, save_checkpoint
+
+    checkpoint = run.resume_checkpoint()
+    start = load_checkpoint(checkpoint.path, model=model, optimizer=optimizer) if checkpoint else 0
+    for step in range(start, total):
+        ...
+        if (step + 1) % every == 0:
+            save_checkpoint("ckpt", model=model, optimizer=optimizer, step=step + 1)
+            run.log_checkpoint("ckpt", step=step + 1, includes_optimizer=True, framework="torch")
+
+A checkpoint directory holds ``model.pt``, ``optimizer.pt``, ``scheduler.pt``
+(when given), ``rng.pt`` (Python ``random``, NumPy's global generator,
+torch's CPU generator, every CUDA device's generator when CUDA is available,
+and the ``generators`` you pass, e.g. the one that draws batches),
+``extra.pt`` (when given) and ``mado-checkpoint.json`` (step and file list).
+Everything is written with ``torch.save`` and read back with
+``torch.load(weights_only=True)``: no pickled code runs on load.
+"""
+
+import json
+import logging
+import random
+from pathlib import Path
+
+import torch
+
+try:
+    import numpy
+except ImportError:  # numpy is optional
+    numpy = None
+
+logger = logging.getLogger("mado_tracking")
+
+INFO_FILE = "mado-checkpoint.json"
+FILES = {"model": "model.pt", "optimizer": "optimizer.pt", "scheduler": "scheduler.pt", "rng": "rng.pt",
+         "extra": "extra.pt"}
+FORMAT = 1
+
+
+def save_checkpoint(directory, *, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None,
+                    scheduler=None, step: int, extra=None,
+                    generators: dict[str, torch.Generator] | None = None) -> Path:
+    """Write the training state into ``directory`` (created if needed); return it as a ``Path``.
+
+    Args:
+        directory: where to write; files of an earlier save there are replaced,
+            and one this save does not write (``optimizer.pt`` …) is removed.
+        model: its ``state_dict()`` goes to ``model.pt``.
+        optimizer: its ``state_dict()`` (momentum buffers, …) to ``optimizer.pt``.
+        scheduler: an LR scheduler; its ``state_dict()`` to ``scheduler.pt``.
+        step: steps completed (int >= 0); ``load_checkpoint`` returns it.
+        extra: anything ``torch.load(weights_only=True)`` can read back
+            (tensors, numbers, str, lists, dicts) to ``extra.pt``.
+        generators: ``{name: torch.Generator}`` whose states are saved beside
+            the global RNG states.
+
+    Raises:
+        ValueError: a negative or non-int ``step``.
+    """
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        raise ValueError(f"step must be an int >= 0 (steps completed), got {step!r}")
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    states = {"model": model.state_dict(), "rng": _rng_state(generators or {})}
+    if optimizer is not None:
+        states["optimizer"] = optimizer.state_dict()
+    if scheduler is not None:
+        states["scheduler"] = scheduler.state_dict()
+    if extra is not None:
+        states["extra"] = extra
+    for part, name in FILES.items():
+        path = directory / name
+        if part in states:
+            torch.save(states[part], path)
+        elif path.exists():
+            path.unlink()
+    info = {"format": FORMAT, "step": step, "files": {part: FILES[part] for part in states},
+            "torch": torch.__version__}
+    (directory / INFO_FILE).write_text(json.dumps(info, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    return directory
+
+
+def load_checkpoint(directory, *, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None,
+                    scheduler=None, generators: dict[str, torch.Generator] | None = None,
+                    map_location="cpu", restore_rng: bool = True) -> int:
+    """Restore what ``save_checkpoint`` wrote into the given objects and the RNGs; return the step.
+
+    ``model``, ``optimizer``, ``scheduler`` get their ``load_state_dict``;
+    with ``restore_rng`` the global RNG states (Python, NumPy, torch CPU,
+    CUDA when available) and each named generator in ``generators`` are set
+    back, so the next random numbers are those the saved run would have
+    drawn. ``map_location`` as in ``torch.load`` (tensors land on the CPU by
+    default; ``load_state_dict`` copies them to the parameters' devices).
+
+    Raises:
+        FileNotFoundError: ``directory`` holds no ``mado-checkpoint.json``.
+        ValueError: an optimizer, scheduler or generator was passed but the
+            checkpoint has no state for it.
+    """
+    directory = Path(directory)
+    info = json.loads((directory / INFO_FILE).read_text(encoding="utf-8"))
+    files = info.get("files", {})
+
+    def load(part: str):
+        if part not in files:
+            raise ValueError(f"{directory}: the checkpoint holds no {part} state ({', '.join(files)} only)")
+        return torch.load(directory / files[part], map_location=map_location, weights_only=True)
+
+    model.load_state_dict(load("model"))
+    if optimizer is not None:
+        optimizer.load_state_dict(load("optimizer"))
+    if scheduler is not None:
+        scheduler.load_state_dict(load("scheduler"))
+    if restore_rng:
+        _set_rng_state(load("rng"), generators or {}, directory)
+    return int(info["step"])
+
+
+def load_extra(directory, *, map_location="cpu"):
+    """The ``extra`` object saved with the checkpoint in ``directory``, or None when there was none."""
+    path = Path(directory) / FILES["extra"]
+    return torch.load(path, map_location=map_location, weights_only=True) if path.exists() else None
+
+
+def _rng_state(generators: dict[str, torch.Generator]) -> dict:
+    state = {"python": random.getstate(), "torch": torch.get_rng_state(), "numpy": None, "cuda": None,
+             "generators": {name: generator.get_state() for name, generator in generators.items()}}
+    if numpy is not None:
+        legacy = numpy.random.get_state(legacy=False)
+        state["numpy"] = {"bit_generator": legacy["bit_generator"], "pos": int(legacy["state"]["pos"]),
+                          "key": torch.from_numpy(legacy["state"]["key"].astype(numpy.int64)),
+                          "has_gauss": int(legacy["has_gauss"]), "gauss": float(legacy["gauss"])}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def _set_rng_state(state: dict, generators: dict[str, torch.Generator], directory: Path) -> None:
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+    torch.set_rng_state(state["torch"])
+    saved = state.get("numpy")
+    if saved is not None and numpy is not None:
+        numpy.random.set_state({
+            "bit_generator": saved["bit_generator"], "has_gauss": saved["has_gauss"], "gauss": saved["gauss"],
+            "state": {"key": saved["key"].numpy().astype(numpy.uint32), "pos": saved["pos"]},
+        })
+    cuda = state.get("cuda")
+    if cuda is not None and torch.cuda.is_available():
+        count = torch.cuda.device_count()
+        if len(cuda) != count:
+            logger.warning("mado: %s was saved with %d CUDA devices, %d now; the RNG states of the first %d are "
+                           "restored", directory, len(cuda), count, min(len(cuda), count))
+        for index, device_state in enumerate(cuda[:count]):
+            torch.cuda.set_rng_state(device_state, index)
+    for name, generator in generators.items():
+        if name not in state.get("generators", {}):
+            raise ValueError(f"{directory}: no state for generator {name!r} "
+                             f"(saved: {', '.join(state.get('generators', {})) or 'none'})")
+        generator.set_state(state["generators"][name])

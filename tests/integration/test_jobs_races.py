@@ -1,0 +1,140 @@
+"""Races on a real PostgreSQL around Jobs (issue 4; ARCHITECTURE rule 4, SPEC F5, F6, F16).
+
+Two resumes of one failed Run at once create exactly one Job; a resume and
+the deletion of its checkpoint never both win; a worker's claim and an
+abort of the queued Job end in one consistent state; the worker's finish
+and the reaper end a Job once.
+"""
+
+import threading
+from datetime import timedelta
+
+import pytest
+from django.db import connection
+from django.utils import timezone
+
+from checkpoints import services as checkpoint_services
+from checkpoints.models import Checkpoint, CheckpointState
+from jobs import services
+from jobs.models import Job, JobKind, JobStatus, Queue
+from mado.errors import Conflict
+from runs.models import Run, RunStatus
+from tests.factories import CodeVersionFactory
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def together(*calls):
+    """Run each ``(function, kwargs)`` on its own thread and connection, released at once; ``[(result, error)]``."""
+    barrier = threading.Barrier(len(calls))
+    outcomes = [None] * len(calls)
+
+    def body(index, function, kwargs):
+        try:
+            barrier.wait(10)
+            outcomes[index] = (function(**kwargs), None)
+        except BaseException as exc:  # noqa: BLE001 - inspected by the test
+            outcomes[index] = (None, exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=body, args=(i, f, kw), daemon=True) for i, (f, kw) in enumerate(calls)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    return outcomes
+
+
+@pytest.fixture
+def failed_job(postgres, project, creator, admin):
+    version = CodeVersionFactory(code__project=project, code__created_by=creator)
+    job = services.job_launch(
+        actor=creator, code_version=version, queue=Queue.objects.get_or_create(name="cpu")[0], parameters={}, dataset_version_ids=[]
+    )
+    services.job_claim(job_id=job.pk, worker_host="w")
+    return services.job_finish(job_id=job.pk, exit_code=1)
+
+
+def complete_checkpoint(run, step) -> Checkpoint:
+    return Checkpoint.objects.create(run=run, step=step, state=CheckpointState.COMPLETE)
+
+
+def test_two_resumes_at_once_create_exactly_one_job(failed_job, creator, admin):
+    for round_ in range(5):
+        Job.objects.filter(kind=JobKind.RESUME).update(status=JobStatus.FAILED, ended_at=timezone.now())
+        ckpt = complete_checkpoint(failed_job.run, 10 + round_)
+        outcomes = together(
+            (services.run_resume_from_checkpoint, {"actor": creator, "checkpoint": ckpt}),
+            (services.job_resume_from_latest, {"actor": admin, "job": failed_job}),
+            (services.run_resume_from_checkpoint, {"actor": admin, "checkpoint": ckpt}),
+        )
+        created = [result for result, error in outcomes if error is None]
+        errors = [error for result, error in outcomes if error is not None]
+        assert len(created) == 1, outcomes
+        assert all(isinstance(e, Conflict) and e.extra == {"job_id": created[0].pk} for e in errors), errors
+        active = Job.objects.filter(resumed_from=failed_job.run, status=JobStatus.QUEUED)
+        assert list(active) == [created[0]]
+    assert Run.objects.filter(parent=failed_job.run).count() == 5
+    failed_job.run.refresh_from_db()
+    assert failed_job.run.status == RunStatus.FAILED
+
+
+def test_a_resume_and_the_deletion_of_its_checkpoint_never_both_win(failed_job, creator, admin, settings):
+    settings.MMT_CHECKPOINT_KEEP_COUNT = 1
+    for step in range(1, 8):
+        complete_checkpoint(failed_job.run, step)
+    complete_checkpoint(failed_job.run, 100)  # the kept one: steps 1..7 may be deleted
+    for step in range(1, 8):
+        Job.objects.filter(kind=JobKind.RESUME).update(status=JobStatus.FAILED, ended_at=timezone.now())
+        target = Checkpoint.objects.get(run=failed_job.run, step=step)
+        (job, resume_error), (_, delete_error) = together(
+            (services.run_resume_from_checkpoint, {"actor": creator, "checkpoint": target}),
+            (checkpoint_services.checkpoint_delete, {"actor": admin, "checkpoint": target}),
+        )
+        state = Checkpoint.objects.get(pk=target.pk).state
+        assert (resume_error is None) != (delete_error is None), (resume_error, delete_error)
+        if resume_error is None:
+            assert state == CheckpointState.COMPLETE and job.run.source_checkpoint_id == target.pk
+            assert isinstance(delete_error, Conflict) and "source checkpoint" in delete_error.detail
+        else:
+            assert state == CheckpointState.DELETED
+            assert isinstance(resume_error, Conflict) and "not complete" in resume_error.detail
+    assert not Run.objects.filter(source_checkpoint__state=CheckpointState.DELETED).exists()
+
+
+def test_claim_and_abort_of_a_queued_job_end_consistently(postgres, project, creator):
+    version = CodeVersionFactory(code__project=project, code__created_by=creator)
+    cpu = Queue.objects.get_or_create(name="cpu")[0]
+    for _ in range(8):
+        job = services.job_launch(actor=creator, code_version=version, queue=cpu, parameters={}, dataset_version_ids=[])
+        (claimed, claim_error), (aborted, abort_error) = together(
+            (services.job_claim, {"job_id": job.pk, "worker_host": "w"}),
+            (services.job_abort, {"actor": creator, "job": job}),
+        )
+        assert claim_error is None and abort_error is None
+        job.refresh_from_db()
+        assert job.abort_requested_at is not None
+        if claimed is None:
+            assert (job.status, job.run.status) == (JobStatus.ABORTED, RunStatus.ABORTED)
+        else:
+            assert job.status == JobStatus.RUNNING and services.job_heartbeat(job_id=job.pk) is False
+
+
+def test_finish_and_reaper_end_a_job_once(postgres, project, creator):
+    version = CodeVersionFactory(code__project=project, code__created_by=creator)
+    cpu = Queue.objects.get_or_create(name="cpu")[0]
+    for _ in range(6):
+        job = services.job_launch(
+            actor=creator, code_version=version, queue=cpu, parameters={}, dataset_version_ids=[], max_retries=1
+        )
+        services.job_claim(job_id=job.pk, worker_host="w")
+        Job.objects.filter(pk=job.pk).update(heartbeat_at=timezone.now() - timedelta(hours=1))
+        (finished, finish_error), (reaped, reap_error) = together(
+            (services.job_finish, {"job_id": job.pk, "exit_code": 1}),
+            (services.job_reap_stale, {}),
+        )
+        assert finish_error is None and reap_error is None
+        job.refresh_from_db()
+        assert job.status == JobStatus.FAILED and job.run.status == RunStatus.FAILED
+        assert Job.objects.filter(retry_of=job).count() == 1, "one retry whoever ended it"

@@ -1,0 +1,215 @@
+"""Execute one claimed Job: prepare its working directory, run the code, report while it runs (SPEC F12–F16).
+
+``execute(job)`` is what ``worker.tasks.run_job`` calls between ``job_claim``
+and ``job_finish``. In order, nothing started before the previous step
+succeeded (ARCHITECTURE rule 3):
+
+1. a fresh ``<MADO_WORKER_WORKDIR>/job-<id>``;
+2. the Code version's archive: fetched (size + SHA-256), extracted safely into ``code/``;
+3. resume / continue only: the Run's source checkpoint fetched and verified
+   while it streams, extracted read-only into ``checkpoint/``, and
+   ``resume-checkpoint.json`` written (``worker.fetch``, ``worker.extract``);
+4. the Run's token (``jobs.services.run_token_issue``) and the environment of docs/jobs.md;
+5. the code: a subprocess or ``docker run`` (the Queue's runner), its log appended to the Run,
+   ``job_heartbeat`` every ``HEARTBEAT_S`` seconds (False → SIGTERM, SIGKILL after ``MADO_JOB_KILL_GRACE``).
+
+Heartbeats are sent during the download and extraction too, so a long
+download is not taken for a lost worker, and an abort stops it. The working
+directory is removed when the Job ends.
+"""
+
+import logging
+import os
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from django.conf import settings
+
+from jobs import services as jobs_services
+from jobs.models import Job, JobKind, Runner
+from worker import container
+from worker.errors import PrepareError
+from worker.extract import extract_checkpoint, extract_code_archive, remove_tree, write_resume_info
+from worker.fetch import fetch_artifact, fetch_checkpoint
+from worker.runner import child_env, run_process
+
+HEARTBEAT_S = 2.0  # seconds between job_heartbeat calls (well within MADO_JOB_HEARTBEAT_TIMEOUT)
+RESUMING_KINDS = frozenset({JobKind.RESUME, JobKind.CONTINUE})
+LOG_PREFIX = "[mado] "
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What ``job_finish`` is told: the code's ``exit_code`` (None: it never ran), an ``error``, ``aborted``."""
+
+    exit_code: int | None
+    error: str = ""
+    aborted: bool = False
+
+
+@dataclass(frozen=True)
+class Prepared:
+    code_dir: Path
+    checkpoint_dir: Path | None = None
+    resume_file: Path | None = None
+    step: int | None = None
+
+
+class _StopRequested(Exception):
+    """``job_heartbeat`` said stop while the Job was being prepared."""
+
+
+class _Heartbeat:
+    """Calls ``job_heartbeat`` at most every ``HEARTBEAT_S`` seconds; remembers a "stop" answer."""
+
+    def __init__(self, job_id: int):
+        self.job_id = job_id
+        self.stop = False
+        self._last = 0.0
+
+    def __call__(self, *, force: bool = False) -> bool:
+        """True when the code must stop (abort requested, or the Job no longer running)."""
+        now = time.monotonic()
+        if not self.stop and (force or now - self._last >= HEARTBEAT_S):
+            self._last = now
+            self.stop = not jobs_services.job_heartbeat(job_id=self.job_id)
+        return self.stop
+
+    def during_prepare(self) -> None:
+        if self():
+            raise _StopRequested
+
+
+def job_workdir(job_id: int) -> Path:
+    return Path(settings.MADO_WORKER_WORKDIR) / f"job-{job_id}"
+
+
+def execute(job: Job) -> Outcome:
+    """Run claimed ``job`` (status running; loaded by ``job_claim``) to its outcome; never raises for the code's
+    or the data's faults (SPEC F15, F16).
+
+    A verification failure or an unusable Code archive → ``Outcome(None,
+    "<message>")`` and the code never starts; an abort → ``aborted=True``.
+    Raises ``StorageUnavailable`` (storage unreadable after retries) and
+    unexpected errors, which the task turns into a failed Job.
+    """
+    workdir = job_workdir(job.pk)
+    remove_tree(workdir)  # a redelivered message may find an earlier attempt's leftovers
+    workdir.mkdir(parents=True)
+    heartbeat = _Heartbeat(job.pk)
+    try:
+        try:
+            prepared = prepare(job, workdir, heartbeat.during_prepare)
+        except PrepareError as exc:
+            _log(job, str(exc))
+            return Outcome(exit_code=None, error=str(exc))
+        except _StopRequested:
+            return Outcome(exit_code=None, error="Aborted before the code started.", aborted=True)
+        if heartbeat(force=True):
+            return Outcome(exit_code=None, error="Aborted before the code started.", aborted=True)
+        return run_code(job, prepared, heartbeat)
+    finally:
+        remove_tree(workdir)
+
+
+def prepare(job: Job, workdir: Path, on_progress) -> Prepared:
+    """Steps 2 and 3 of the module docstring; ``PrepareError`` when the Job cannot start."""
+    code_version = job.code_version
+    if code_version.archive_id is None:
+        code_dir = workdir / "code"
+        code_dir.mkdir()
+    else:
+        label = f"Code version {code_version.pk} archive"
+        archive = workdir / "code.archive"
+        fetch_artifact(artifact=code_version.archive, dest=archive, label=label, on_progress=on_progress)
+        code_dir = extract_code_archive(archive_path=archive, workdir=workdir, label=label)
+        archive.unlink()
+    if job.kind not in RESUMING_KINDS:
+        return Prepared(code_dir=code_dir)
+    checkpoint = job.run.source_checkpoint
+    if checkpoint is None:
+        raise PrepareError(f"Job {job.pk} is a {job.kind} but its Run records no source checkpoint")
+    started = time.monotonic()
+    fetched = fetch_checkpoint(checkpoint=checkpoint, dest=workdir / "checkpoint.tar", on_progress=on_progress)
+    fetched_at = time.monotonic()
+    checkpoint_dir = extract_checkpoint(
+        checkpoint_id=checkpoint.pk, tar_path=fetched.tar_path, workdir=workdir, manifest=fetched.manifest,
+        on_progress=on_progress,
+    )
+    fetched.tar_path.unlink()
+    resume_file = write_resume_info(workdir=workdir, checkpoint=checkpoint, manifest=fetched.manifest)
+    _log(job, (
+        f"checkpoint {checkpoint.pk} (step {checkpoint.step}): {len(fetched.manifest)} files, {fetched.size} bytes "
+        f"downloaded and verified in {fetched_at - started:.2f} s, extracted in {time.monotonic() - fetched_at:.2f} s"
+    ))
+    return Prepared(code_dir=code_dir, checkpoint_dir=checkpoint_dir, resume_file=resume_file, step=checkpoint.step)
+
+
+def code_variables(job: Job, prepared: Prepared, token: str) -> dict[str, str]:
+    """The ``MMT_*`` variables and GPU assignment of docs/jobs.md for the code of ``job``."""
+    run = job.run
+    variables = {
+        "MMT_API_URL": settings.MADO_PUBLIC_URL.rstrip("/"),
+        "MMT_API_TOKEN": token,
+        "MMT_PROJECT": run.project.slug,
+        "MMT_RUN_ID": run.external_id,
+    }
+    if prepared.checkpoint_dir is not None:
+        variables.update({
+            "MMT_RESUME_CHECKPOINT_DIR": str(prepared.checkpoint_dir),
+            "MMT_RESUME_STEP": str(prepared.step),
+            "MMT_RESUME_CHECKPOINT_FILE": str(prepared.resume_file),
+        })
+    devices = container.cuda_visible_devices(settings.MADO_WORKER_GPUS, os.environ)
+    if devices is not None:
+        variables["CUDA_VISIBLE_DEVICES"] = devices
+    return variables
+
+
+def command(job: Job, prepared: Prepared, variables: dict[str, str]) -> tuple[list[str], dict[str, str], object]:
+    """``(argv, env, on_kill)`` for the Queue's runner: the entrypoint itself, or ``docker run`` around it."""
+    entrypoint = list(job.code_version.entrypoint)
+    if job.queue.runner != Runner.CONTAINER:
+        return entrypoint, child_env(variables), None
+    inside = container.container_env(variables)
+    env = child_env(inside, passthrough=container.DOCKER_CLIENT_VARIABLES)
+    argv = container.docker_run_argv(
+        job_id=job.pk, image=job.queue.image, argv=entrypoint, env_names=[*inside, "PYTHONUNBUFFERED"],
+        code_dir=prepared.code_dir, checkpoint_dir=prepared.checkpoint_dir, resume_file=prepared.resume_file,
+        gpus=settings.MADO_WORKER_GPUS, worker_env=os.environ,
+    )
+
+    def remove_container() -> None:
+        try:
+            subprocess.run(container.docker_kill_argv(job.pk), env=env, capture_output=True, timeout=60, check=False)
+        except (OSError, subprocess.SubprocessError):
+            logger.warning("could not remove the container of job %s", job.pk, exc_info=True)
+
+    return argv, env, remove_container
+
+
+def run_code(job: Job, prepared: Prepared, heartbeat: _Heartbeat) -> Outcome:
+    """Step 4 and 5: start the code and wait for it; its exit code (or the stop) is the outcome."""
+    token = jobs_services.run_token_issue(job=job).key
+    argv, env, on_kill = command(job, prepared, code_variables(job, prepared, token))
+    _log(job, f"starting {argv!r} in {prepared.code_dir}")
+    try:
+        result = run_process(
+            argv, cwd=prepared.code_dir, env=env,
+            on_output=lambda text: jobs_services.job_append_log(job_id=job.pk, text=text),
+            should_stop=heartbeat, grace_s=settings.MADO_JOB_KILL_GRACE,
+            log_max_bytes=settings.MADO_JOB_LOG_MAX_BYTES, on_kill=on_kill,
+        )
+    except OSError as exc:  # the entrypoint's program does not exist or is not executable
+        message = f"The code could not be started: {argv[0]!r}: {exc.strerror or exc}"
+        _log(job, message)
+        return Outcome(exit_code=None, error=message)
+    return Outcome(exit_code=result.exit_code, aborted=result.stopped)
+
+
+def _log(job: Job, line: str) -> None:
+    jobs_services.job_append_log(job_id=job.pk, text=f"{LOG_PREFIX}{line}\n")

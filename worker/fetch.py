@@ -1,0 +1,241 @@
+"""Fetch a stored artifact into a Job's working directory, checking it while the bytes stream (SPEC F12, F13, F15).
+
+The bytes are read from the artifact storage in 1 MiB chunks and each chunk
+is hashed (and, for a checkpoint, fed to ``TarVerifier``) in the same pass
+that writes it to the local file: nothing is read twice. A read that breaks
+(connection reset, S3 error, a body that ends early) resumes with a ranged
+read from the first byte not yet received, with backoff, at most
+``READ_ATTEMPTS`` consecutive failures in a row. A checkpoint whose stored
+bytes differ from its record raises ``CheckpointMismatch``
+(``Checkpoint <id> <what> mismatch: <detail>``); a storage that stays
+unreadable raises ``StorageUnavailable``.
+"""
+
+import hashlib
+import logging
+import os
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from checkpoints import storage
+from checkpoints.models import Artifact, Checkpoint, CheckpointState, ManifestEntry
+from checkpoints.tarverify import ManifestFile, ManifestMismatch, TarVerifier
+from worker.errors import ArchiveRejected, CheckpointMismatch, StorageUnavailable
+
+CHUNK_SIZE = storage.CHUNK_SIZE  # 1 MiB
+READ_ATTEMPTS = 5  # consecutive failed reads of one object before giving up
+BACKOFF_S = 0.5  # first pause after a failed read; doubles, capped at BACKOFF_MAX_S
+BACKOFF_MAX_S = 30.0
+OVERSIZE_SLACK = 1024 * 1024  # bytes a stored tar may exceed its record by and still be read to name the difference
+
+logger = logging.getLogger(__name__)
+
+
+class _Missing(Exception):
+    """The storage has no object under the key."""
+
+
+@dataclass(frozen=True)
+class FetchedCheckpoint:
+    """A checkpoint tar written to ``tar_path`` and verified: its files, ``size`` (bytes) and hex ``sha256``."""
+
+    tar_path: Path
+    manifest: list[ManifestFile]
+    size: int
+    sha256: str
+
+
+def manifest_files(checkpoint: Checkpoint) -> list[ManifestFile]:
+    """The checkpoint's manifest (``ManifestEntry`` rows) as ``ManifestFile`` values, by path."""
+    rows = ManifestEntry.objects.filter(checkpoint_id=checkpoint.pk).order_by("path").values_list("path", "size", "sha256")
+    return [ManifestFile(path, size, sha256) for path, size, sha256 in rows]
+
+
+def fetch_checkpoint(
+    *, checkpoint: Checkpoint, dest: Path, attempts: int = READ_ATTEMPTS, backoff_s: float = BACKOFF_S,
+    on_progress: Callable[[], None] | None = None,
+) -> FetchedCheckpoint:
+    """Download ``checkpoint``'s tar to ``dest`` (a new file) and verify it against its record (SPEC F12, F13).
+
+    While the bytes stream, ``TarVerifier`` checks every member against the
+    manifest (extra, missing, size, SHA-256, unsafe path, link or other
+    non-regular member) and the whole tar against the recorded size and
+    SHA-256. Raises ``CheckpointMismatch`` (``dest`` removed) when the
+    checkpoint is not complete, its object is missing from the storage or
+    any byte differs; ``StorageUnavailable`` when reads keep failing.
+    ``on_progress()`` is called after each chunk (a heartbeat; what it raises
+    stops the download).
+    """
+    cid = checkpoint.pk
+    artifact = checkpoint.artifact
+    if checkpoint.state != CheckpointState.COMPLETE or artifact is None or checkpoint.tar_size is None:
+        raise CheckpointMismatch(cid, "artifact", f"the checkpoint is {checkpoint.state} and has no verified tar")
+    manifest = manifest_files(checkpoint)
+    if not manifest:
+        raise CheckpointMismatch(cid, "manifest", "the checkpoint records no files")
+    # The tar-level size and SHA-256 are compared last, so a tampered tar names the member that differs;
+    # an object far longer than recorded is refused before it is read.
+    verifier = TarVerifier(manifest)
+    key, recorded = artifact.storage_key, checkpoint.tar_size
+    _refuse_existing(dest)
+    try:
+        size = _stored_size(key, attempts=attempts, backoff_s=backoff_s)
+        if size > recorded + OVERSIZE_SLACK:
+            raise ManifestMismatch("size", f"the stored tar is {size} bytes, {recorded} were recorded")
+        _download(key, size, dest, verifier.feed, attempts=attempts, backoff_s=backoff_s, on_progress=on_progress)
+        verifier.finish()
+        if verifier.size != recorded:
+            raise ManifestMismatch("size", f"the stored tar is {verifier.size} bytes, {recorded} were recorded")
+        if verifier.sha256 != checkpoint.tar_sha256:
+            raise ManifestMismatch(
+                "sha256", f"the stored tar's SHA-256 is {verifier.sha256}, {checkpoint.tar_sha256} was recorded"
+            )
+    except _Missing:
+        _unlink(dest)
+        raise CheckpointMismatch(cid, "artifact", f"object missing: {artifact.storage_key} is not in the storage") from None
+    except ManifestMismatch as exc:
+        _unlink(dest)
+        raise CheckpointMismatch(cid, exc.what, exc.detail) from None
+    except BaseException:
+        _unlink(dest)
+        raise
+    return FetchedCheckpoint(tar_path=dest, manifest=manifest, size=verifier.size, sha256=verifier.sha256)
+
+
+def fetch_artifact(
+    *, artifact: Artifact, dest: Path, label: str, attempts: int = READ_ATTEMPTS, backoff_s: float = BACKOFF_S,
+    on_progress: Callable[[], None] | None = None,
+) -> None:
+    """Download ``artifact`` to ``dest`` (a new file), checking its recorded size and SHA-256 on the way.
+
+    ``label`` names it in errors (``"Code version 3 archive"``). Raises
+    ``ArchiveRejected`` (``dest`` removed) when the object is missing or its
+    bytes differ; ``StorageUnavailable`` when reads keep failing.
+    ``on_progress()`` is called after each chunk.
+    """
+    digest, count = hashlib.sha256(), 0
+
+    def take(chunk: bytes) -> None:
+        nonlocal count
+        count += len(chunk)
+        if count > artifact.size:
+            raise ArchiveRejected(f"{label} size mismatch: the stored object is longer than {artifact.size} bytes")
+        digest.update(chunk)
+
+    _refuse_existing(dest)
+    try:
+        size = _stored_size(artifact.storage_key, attempts=attempts, backoff_s=backoff_s)
+        _download(artifact.storage_key, size, dest, take, attempts=attempts, backoff_s=backoff_s,
+                  on_progress=on_progress)
+        if count != artifact.size:
+            raise ArchiveRejected(f"{label} size mismatch: the stored object is {count} bytes, {artifact.size} recorded")
+        if digest.hexdigest() != artifact.sha256:
+            raise ArchiveRejected(
+                f"{label} sha256 mismatch: the stored object's SHA-256 is {digest.hexdigest()}, {artifact.sha256} recorded"
+            )
+    except _Missing:
+        _unlink(dest)
+        raise ArchiveRejected(f"{label} is missing from the storage ({artifact.storage_key})") from None
+    except BaseException:
+        _unlink(dest)
+        raise
+
+
+def _stored_size(key: str, *, attempts: int, backoff_s: float) -> int:
+    """The stored object's current size: a truncated or replaced object is checked for what it is, not retried."""
+    return _retrying(lambda: storage.blob_size(key), key, attempts=attempts, backoff_s=backoff_s)
+
+
+def _download(
+    key: str, size: int, dest: Path, on_chunk: Callable[[bytes], None], *, attempts: int, backoff_s: float,
+    on_progress: Callable[[], None] | None = None,
+) -> None:
+    """Write the ``size`` bytes of stored object ``key`` to ``dest`` (created, never overwritten), handing each
+    chunk to ``on_chunk`` before it is written."""
+    with open(dest, "xb") as out:
+        for chunk in stream_resuming(key=key, size=size, attempts=attempts, backoff_s=backoff_s):
+            on_chunk(chunk)
+            out.write(chunk)
+            if on_progress is not None:
+                on_progress()
+
+
+def stream_resuming(
+    *, key: str, size: int, attempts: int = READ_ATTEMPTS, backoff_s: float = BACKOFF_S, chunk_size: int = CHUNK_SIZE
+) -> Iterator[bytes]:
+    """Yield the ``size`` bytes of stored object ``key`` in order, resuming a broken read with a ranged read.
+
+    Each resume opens ``key`` again from the first byte not yet yielded
+    (HTTP Range / S3 ranged GET); the pause between tries doubles from
+    ``backoff_s``. Raises ``_Missing`` when the object is gone and
+    ``StorageUnavailable`` after ``attempts`` consecutive failures.
+    """
+    offset, failures = 0, 0
+    while offset < size:
+        chunks = None
+        try:
+            chunks = storage.blob_open_range(key=key, start=offset, length=size - offset, chunk_size=chunk_size)
+            for data in chunks:
+                data = data[: size - offset]
+                offset += len(data)
+                failures = 0
+                yield data
+            if offset < size:
+                raise OSError(f"the read ended after {offset} of {size} bytes")
+        except _transient_errors() as exc:
+            if _is_missing(exc):
+                raise _Missing(key) from exc
+            failures += 1
+            if failures >= attempts:
+                raise StorageUnavailable(f"reading {key} failed {failures} times at byte {offset}: {exc}") from exc
+            logger.warning("reading %s broke at byte %d of %d (%s); resuming with a ranged read", key, offset, size, exc)
+            time.sleep(min(backoff_s * 2 ** (failures - 1), BACKOFF_MAX_S))
+        finally:
+            closer = getattr(chunks, "close", None)
+            if closer is not None:
+                closer()
+
+
+def _retrying(call, key: str, *, attempts: int, backoff_s: float):
+    for failures in range(1, attempts + 1):
+        try:
+            return call()
+        except _transient_errors() as exc:
+            if _is_missing(exc):
+                raise _Missing(key) from exc
+            if failures >= attempts:
+                raise StorageUnavailable(f"reading {key} failed {failures} times: {exc}") from exc
+            logger.warning("reading %s failed (%s); trying again", key, exc)
+            time.sleep(min(backoff_s * 2 ** (failures - 1), BACKOFF_MAX_S))
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _transient_errors() -> tuple[type[BaseException], ...]:
+    try:
+        from botocore.exceptions import BotoCoreError, ClientError
+    except ImportError:  # pragma: no cover - boto3 is a dependency
+        return (OSError,)
+    return (OSError, BotoCoreError, ClientError)
+
+
+def _is_missing(exc: BaseException) -> bool:
+    if isinstance(exc, FileNotFoundError):
+        return True
+    response = getattr(exc, "response", None)
+    if isinstance(response, dict):
+        return str(response.get("Error", {}).get("Code")) in {"404", "NoSuchKey", "NotFound"}
+    return False
+
+
+def _refuse_existing(dest: Path) -> None:
+    if os.path.lexists(dest):  # the failure paths below remove ``dest``: it must be ours
+        raise FileExistsError(f"{dest} already exists")
+
+
+def _unlink(path: Path) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
