@@ -16,6 +16,7 @@ from django.utils.translation import gettext as _
 from django.views.decorators.http import require_GET, require_http_methods
 
 from checkpoints import selectors, services
+from mado import policy
 from mado.errors import Conflict
 from runs.views import page, run_page_context
 
@@ -37,6 +38,8 @@ def run_checkpoints(request, pk):
         older=older,
         hidden_older=hidden,
         keep_count=selectors.checkpoint_keep_count(),
+        # "Resume from this checkpoint" (F6, F7), or the sentence shown in its place.
+        resume_refusal=policy.why_cannot_resume(request.user, run, need_checkpoint=False),
     )
     return render(request, "runs/run_detail.html", context)
 

@@ -9,7 +9,7 @@ from django.conf import settings
 from django.db.models import QuerySet
 
 from checkpoints.models import Checkpoint, CheckpointState
-from jobs.models import Job, Queue, RunLogChunk
+from jobs.models import ACTIVE_STATES, Job, JobKind, Queue, RunLogChunk
 from mado.errors import NotFound, ValidationFailed
 from runs.models import Project, Run
 
@@ -95,3 +95,14 @@ def run_log_tail(*, run: Run, after_seq: int = 0, limit: int = LOG_PAGE_MAX) -> 
     limit = max(1, min(limit, LOG_PAGE_MAX))
     return list(RunLogChunk.objects.filter(run=run, seq__gt=after_seq).order_by("seq")[:limit])
 
+
+
+def active_resume_job_ids(*, run_ids) -> dict[int, int]:
+    """``{source run id: id of its queued or running resume Job}`` for ``run_ids`` (at most one each, F6).
+
+    The Jobs pages show "already queued or running" with a link in place of
+    "Resume from latest checkpoint" for these Runs; the service refuses a
+    second resume anyway (database constraint).
+    """
+    jobs = Job.objects.filter(resumed_from_id__in=list(run_ids), kind=JobKind.RESUME, status__in=ACTIVE_STATES)
+    return dict(jobs.values_list("resumed_from_id", "pk"))

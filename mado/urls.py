@@ -10,4 +10,5 @@ urlpatterns = [
     path("i18n/", include("django.conf.urls.i18n")),
     path("", include("runs.urls")),
     path("", include("checkpoints.urls")),
+    path("", include("jobs.urls")),
 ]

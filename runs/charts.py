@@ -79,6 +79,22 @@ def _scale(low: float, high: float, size: float, flip: bool):
 
 def render_svg(key: str, points: list[tuple[float, float]]) -> SafeString:
     """The ``<svg>`` of finite ``points`` (x ordered); an empty plot area says so through ``data-empty``."""
+    if not points:
+        return _svg_frame(key, [])
+    return _svg_frame(key, points, lambda sx, sy: _series(points, sx, sy))
+
+
+def _series(points, sx, sy, *, css: str = "series", attrs: SafeString = mark_safe("")) -> SafeString:
+    coords = " ".join(f"{LEFT + sx(x):.1f},{TOP + sy(y):.1f}" for x, y in points)
+    if len(points) > 1:
+        return format_html('<polyline class="{}"{} points="{}"/>', css, attrs, coords)
+    x, y = coords.split(",")
+    return format_html('<circle class="{}"{} cx="{}" cy="{}" r="3"/>', css.replace("series", "series-dot", 1), attrs, x, y)
+
+
+def _svg_frame(key: str, points: list[tuple[float, float]], draw=None) -> SafeString:
+    """Axes, min/max labels of ``points`` and what ``draw(sx, sy)`` returns, where ``sx``/``sy`` map a step /
+    value to plot coordinates (relative to the plot's top left corner)."""
     plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
     head = format_html(
         '<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {} {}" role="img" aria-label="{}"'
@@ -93,14 +109,8 @@ def render_svg(key: str, points: list[tuple[float, float]]) -> SafeString:
         return mark_safe(head + axes + "</svg>")
     xs = [p[0] for p in points]
     ys = [p[1] for p in points]
-    x_low, x_high, sx = _scale(min(xs), max(xs), plot_w, flip=False)
-    y_low, y_high, sy = _scale(min(ys), max(ys), plot_h, flip=True)
-    coords = " ".join(f"{LEFT + sx(x):.1f},{TOP + sy(y):.1f}" for x, y in points)
-    line = (
-        format_html('<polyline class="series" points="{}"/>', coords)
-        if len(points) > 1
-        else format_html('<circle class="series-dot" cx="{}" cy="{}" r="3"/>', *coords.split(","))
-    )
+    _x_low, _x_high, sx = _scale(min(xs), max(xs), plot_w, flip=False)
+    _y_low, _y_high, sy = _scale(min(ys), max(ys), plot_h, flip=True)
     labels = format_html(
         '<g class="labels">'
         '<text class="y-max" x="{lx}" y="{t}" dy="0.8em" text-anchor="end">{ymax}</text>'
@@ -111,7 +121,7 @@ def render_svg(key: str, points: list[tuple[float, float]]) -> SafeString:
         lx=LEFT - 6, t=TOP, b=TOP + plot_h, l=LEFT, r=LEFT + plot_w, by=HEIGHT - 8,
         ymax=_label(max(ys)), ymin=_label(min(ys)), xmin=_label(min(xs)), xmax=_label(max(xs)),
     )
-    return mark_safe(head + axes + line + labels + "</svg>")
+    return mark_safe(head + axes + draw(sx, sy) + labels + "</svg>")
 
 
 def build_chart(key: str, points, *, skipped: int = 0, total: int | None = None) -> Chart:
@@ -130,3 +140,77 @@ def run_charts(*, run: Run) -> list[Chart]:
         points, skipped, total = selectors.metric_chart_series(run=run, key=key, max_points=MAX_POINTS)
         charts.append(build_chart(key, points, skipped=skipped, total=total))
     return charts
+
+
+# --- "Show with ancestors" (SPEC F2): a resumed Run's curves joined with its parent chain's ------------------
+
+LINEAGE_STROKES = 6  # CSS classes lineage-0 … lineage-5, cycled
+
+
+@dataclass(frozen=True)
+class LineageRun:
+    """One Run of the drawn chain (oldest first); ``stroke`` its CSS class suffix (``lineage-<stroke>``: an index
+    for an ancestor, ``current`` for the Run itself), ``until_step`` where its points were cut (None: not cut)."""
+
+    run: Run
+    stroke: str
+    until_step: int | None
+    is_current: bool
+
+
+@dataclass(frozen=True)
+class _Segment:
+    lineage: LineageRun
+    points: list[tuple[float, float]]
+
+
+def render_lineage_svg(key: str, segments: list[_Segment]) -> SafeString:
+    """The ``<svg>`` of one key over a chain of Runs: one polyline per Run (its own stroke), all on one
+    scale, each starting at the previous Run's last drawn point so the curves join into one line (F2)."""
+    everything = [p for segment in segments for p in segment.points]
+
+    def draw(sx, sy):
+        lines, previous = [], None
+        for segment in segments:
+            if not segment.points:
+                continue
+            item = segment.lineage
+            css = f"series lineage-{item.stroke}" + ("" if item.is_current else " ancestor")
+            attrs = format_html(' data-run="{}" data-points="{}"', item.run.pk, len(segment.points))
+            lines.append(_series(([previous] if previous else []) + segment.points, sx, sy, css=css, attrs=attrs))
+            previous = segment.points[-1]
+        return mark_safe("".join(lines))
+
+    return _svg_frame(key, everything, draw)
+
+
+def lineage_runs(*, user, run: Run) -> list[LineageRun]:
+    """``run``'s ancestors (oldest first) and ``run`` itself, each with its stroke and cut step."""
+    chain = selectors.run_ancestors(user=user, run=run) + [(run, None)]
+    return [
+        LineageRun(
+            run=item, stroke="current" if item.pk == run.pk else str(index % LINEAGE_STROKES), until_step=until,
+            is_current=item.pk == run.pk,
+        )
+        for index, (item, until) in enumerate(chain)
+    ]
+
+
+def run_charts_with_ancestors(*, user, run: Run) -> tuple[list[Chart], list[LineageRun]]:
+    """One ``Chart`` per metric key of ``run`` and its ancestors, each ancestor's points drawn up to (not
+    including) the step where its child resumed, then the child's (SPEC F2); plus the legend's Runs."""
+    lineage = lineage_runs(user=user, run=run)
+    keys = sorted({key for item in lineage for key in selectors.metric_keys(run=item.run)})
+    per_segment = max(MAX_POINTS // len(lineage), 2)
+    charts = []
+    for key in keys:
+        segments, skipped, total = [], 0, 0
+        for item in lineage:
+            points, bad, count = selectors.metric_chart_series(
+                run=item.run, key=key, max_points=per_segment, before_step=item.until_step
+            )
+            segments.append(_Segment(lineage=item, points=[(s, v) for s, v in points]))
+            skipped, total = skipped + bad, total + count
+        drawn = sum(len(segment.points) for segment in segments)
+        charts.append(Chart(key=key, svg=render_lineage_svg(key, segments), drawn=drawn, skipped=skipped, total=total))
+    return charts, lineage

@@ -158,7 +158,9 @@ def run_input_dataset_versions(*, run: Run):
     return run.input_dataset_versions.select_related("dataset").order_by("dataset__name", "version")
 
 
-def metric_chart_series(*, run: Run, key: str, max_points: int = 1000) -> tuple[list[tuple[int, float]], int, int]:
+def metric_chart_series(
+    *, run: Run, key: str, max_points: int = 1000, before_step: int | None = None
+) -> tuple[list[tuple[int, float]], int, int]:
     """The points of ``key`` to draw, reduced in the database: ``(points, non_finite_count, total_count)``.
 
     ``points`` are finite ``(step, value)`` pairs ordered by step, at most
@@ -166,8 +168,12 @@ def metric_chart_series(*, run: Run, key: str, max_points: int = 1000) -> tuple[
     ``max_points // 2`` equal buckets and each bucket keeps the rows holding its
     smallest and its largest value, so spikes (a diverging loss) survive the
     reduction. NaN (stored NULL) and ±Infinity are counted, never drawn (F2, F29).
+    With ``before_step``, only points at steps below it count (an ancestor's
+    curve up to where its child resumed).
     """
     points = MetricPoint.objects.filter(run=run, key=key)
+    if before_step is not None:
+        points = points.filter(step__lt=before_step)
     non_finite = Q(value__isnull=True) | Q(value__in=[math.inf, -math.inf])
     stats = points.aggregate(
         total=Count("id"), bad=Count("id", filter=non_finite), low=Min("step"), high=Max("step")
@@ -189,3 +195,63 @@ def metric_chart_series(*, run: Run, key: str, max_points: int = 1000) -> tuple[
         .values_list("step", "value")
     )
     return list(rows), stats["bad"], stats["total"]
+
+
+# --- Jobs pages: launch form choices, lineage, ancestors' curves (issue 4 part 5; SPEC F2, F7) ---------------
+
+
+def code_version_choices(*, project: Project) -> QuerySet[CodeVersion]:
+    """Every version of every Code of ``project`` (the Launch Job form's select), by Code name then newest first."""
+    return CodeVersion.objects.filter(code__project=project).select_related("code").order_by("code__name", "-version")
+
+
+def dataset_version_choices(*, project: Project) -> QuerySet[DatasetVersion]:
+    """Every dataset version of ``project`` (the Launch Job form's multi-select), by dataset name then version."""
+    return DatasetVersion.objects.filter(dataset__project=project).select_related("dataset").order_by(
+        "dataset__name", "version"
+    )
+
+
+def run_first_metric_step(*, run: Run) -> int | None:
+    """The lowest step any metric of ``run`` was logged at, or None before the first point."""
+    return MetricPoint.objects.filter(run=run).aggregate(low=Min("step"))["low"]
+
+
+def run_ancestors(*, user, run: Run, max_depth: int = 50) -> list[tuple[Run, int | None]]:
+    """``run``'s parent chain, oldest first, each with the step its child resumed at (SPEC F2).
+
+    Each pair is ``(ancestor, until_step)``: the child of ``ancestor`` in the
+    chain started from a checkpoint at ``until_step`` steps completed, so the
+    ancestor's own points from that step on were redone by the child (None:
+    the child recorded no source checkpoint, every point counts). Only Runs
+    in the user's Projects are followed; at most ``max_depth`` ancestors (a
+    guard against a corrupt cycle).
+    """
+    chain: list[tuple[Run, int | None]] = []
+    seen = {run.pk}
+    child = run
+    visible = Run.objects.visible_to(user).select_related("source_checkpoint", "created_by")
+    while child.parent_id and child.parent_id not in seen and len(chain) < max_depth:
+        parent = visible.filter(pk=child.parent_id).first()
+        if parent is None:
+            break
+        until = child.source_checkpoint.step if child.source_checkpoint_id else None
+        chain.append((parent, until))
+        seen.add(parent.pk)
+        child = parent
+    chain.reverse()
+    return chain
+
+
+LOG_TAIL_CHUNKS = 300
+
+
+def run_log_tail_last(*, run: Run, max_chunks: int = LOG_TAIL_CHUNKS) -> tuple[list, int]:
+    """The last ``max_chunks`` chunks of the Run's log (what its Job's code printed, F16), oldest first, and how
+    many earlier chunks were left out. The Logs tab and the Job page show this tail."""
+    from jobs.models import RunLogChunk  # jobs depends on runs; the log is read here for the Run page
+
+    chunks = list(RunLogChunk.objects.filter(run=run).order_by("-seq")[:max_chunks])
+    chunks.reverse()
+    hidden = chunks[0].seq - 1 if chunks else 0
+    return chunks, hidden

@@ -16,6 +16,7 @@ from django.shortcuts import redirect, render
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from jobs import selectors as job_selectors
 from mado import policy
 from mado.errors import Conflict, Forbidden, NotFound, ValidationFailed
 from runs import charts, selectors, services
@@ -81,8 +82,24 @@ def run_page_context(request, pk, tab: str, **context):
     """``(run, context)`` for one tab of the Run page (``runs/run_detail.html``); another Project's Run: ``NotFound``."""
     run = selectors.run_get_for_user(user=request.user, run_id=pk)
     template = next(t for name, _url, t in RUN_TABS if name == tab)
-    context.update(run=run, tab=tab, tabs=RUN_TABS, tab_template=template)
+    context.update(run=run, tab=tab, tabs=RUN_TABS, tab_template=template, job=job_selectors.job_for_run(run=run))
     return run, context
+
+
+def _charts_context(request, run) -> dict:
+    """The charts of the Run alone, or with ``?ancestors=1`` joined with its parent chain's curves (F2)."""
+    if request.GET.get("ancestors") == "1" and run.parent_id:
+        chart_list, lineage = charts.run_charts_with_ancestors(user=request.user, run=run)
+        return {"charts": chart_list, "lineage": lineage, "with_ancestors": True}
+    return {"charts": charts.run_charts(run=run), "with_ancestors": False}
+
+
+def _ignored_checkpoint_step(run) -> int | None:
+    """The first logged step of a Run started from a checkpoint when it lies below the checkpoint's step."""
+    if not run.source_checkpoint_id:
+        return None
+    first = selectors.run_first_metric_step(run=run)
+    return first if first is not None and first < run.source_checkpoint.step else None
 
 
 @page
@@ -90,9 +107,10 @@ def run_page_context(request, pk, tab: str, **context):
 def run_detail(request, pk):
     run, context = run_page_context(request, pk, "overview")
     context.update(
-        charts=charts.run_charts(run=run),
         children=selectors.run_children(user=request.user, run=run),
         dataset_versions=selectors.run_input_dataset_versions(run=run),
+        ignored_checkpoint_step=_ignored_checkpoint_step(run),
+        **_charts_context(request, run),
     )
     return render(request, "runs/run_detail.html", context)
 
@@ -102,7 +120,7 @@ def run_detail(request, pk):
 def run_charts(request, pk):
     """The charts partial that the Run page polls (htmx) while the Run is not final."""
     run = selectors.run_get_for_user(user=request.user, run_id=pk)
-    return render(request, "runs/_charts.html", {"run": run, "charts": charts.run_charts(run=run)})
+    return render(request, "runs/_charts.html", {"run": run, **_charts_context(request, run)})
 
 
 @page
@@ -115,7 +133,9 @@ def run_data_history(request, pk):
 @page
 @require_GET
 def run_logs(request, pk):
-    _run, context = run_page_context(request, pk, "logs")
+    run, context = run_page_context(request, pk, "logs")
+    chunks, hidden = selectors.run_log_tail_last(run=run)
+    context.update(chunks=chunks, hidden_chunks=hidden)
     return render(request, "runs/run_detail.html", context)
 
 

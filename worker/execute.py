@@ -22,10 +22,12 @@ import logging
 import os
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from django.conf import settings
+from django.db import DatabaseError, close_old_connections
 
 from jobs import services as jobs_services
 from jobs.models import Job, JobKind, Runner
@@ -76,7 +78,11 @@ class _Heartbeat:
         now = time.monotonic()
         if not self.stop and (force or now - self._last >= HEARTBEAT_S):
             self._last = now
-            self.stop = not jobs_services.job_heartbeat(job_id=self.job_id)
+            try:
+                self.stop = not jobs_services.job_heartbeat(job_id=self.job_id)
+            except DatabaseError:  # a database hiccup must not kill hours of training; the reaper decides
+                logger.warning("job %s: heartbeat failed; the code keeps running", self.job_id, exc_info=True)
+                close_old_connections()
         return self.stop
 
     def during_prepare(self) -> None:
@@ -113,10 +119,10 @@ def execute(job: Job) -> Outcome:
             return Outcome(exit_code=None, error="Aborted before the code started.", aborted=True)
         return run_code(job, prepared, heartbeat)
     finally:
-        remove_tree(workdir)
+        _remove_quietly(workdir)
 
 
-def prepare(job: Job, workdir: Path, on_progress) -> Prepared:
+def prepare(job: Job, workdir: Path, on_progress: Callable[[], None]) -> Prepared:
     """Steps 2 and 3 of the module docstring; ``PrepareError`` when the Job cannot start."""
     code_version = job.code_version
     if code_version.archive_id is None:
@@ -170,7 +176,9 @@ def code_variables(job: Job, prepared: Prepared, token: str) -> dict[str, str]:
     return variables
 
 
-def command(job: Job, prepared: Prepared, variables: dict[str, str]) -> tuple[list[str], dict[str, str], object]:
+def command(
+    job: Job, prepared: Prepared, variables: dict[str, str]
+) -> tuple[list[str], dict[str, str], Callable[[], None] | None]:
     """``(argv, env, on_kill)`` for the Queue's runner: the entrypoint itself, or ``docker run`` around it."""
     entrypoint = list(job.code_version.entrypoint)
     if job.queue.runner != Runner.CONTAINER:
@@ -200,7 +208,7 @@ def run_code(job: Job, prepared: Prepared, heartbeat: _Heartbeat) -> Outcome:
     try:
         result = run_process(
             argv, cwd=prepared.code_dir, env=env,
-            on_output=lambda text: jobs_services.job_append_log(job_id=job.pk, text=text),
+            on_output=lambda text: _append_log(job, text),
             should_stop=heartbeat, grace_s=settings.MADO_JOB_KILL_GRACE,
             log_max_bytes=settings.MADO_JOB_LOG_MAX_BYTES, on_kill=on_kill,
         )
@@ -211,5 +219,21 @@ def run_code(job: Job, prepared: Prepared, heartbeat: _Heartbeat) -> Outcome:
     return Outcome(exit_code=result.exit_code, aborted=result.stopped)
 
 
+def _remove_quietly(workdir: Path) -> None:
+    """Remove the working directory; what the code left there must not change the Job's outcome."""
+    try:
+        remove_tree(workdir)
+    except OSError:
+        logger.warning("could not remove %s", workdir, exc_info=True)
+
+
+def _append_log(job: Job, text: str) -> None:
+    try:
+        jobs_services.job_append_log(job_id=job.pk, text=text)
+    except DatabaseError:  # losing a piece of log beats killing the code
+        logger.warning("job %s: %d characters of log lost", job.pk, len(text), exc_info=True)
+        close_old_connections()
+
+
 def _log(job: Job, line: str) -> None:
-    jobs_services.job_append_log(job_id=job.pk, text=f"{LOG_PREFIX}{line}\n")
+    _append_log(job, f"{LOG_PREFIX}{line}\n")

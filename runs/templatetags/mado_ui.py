@@ -33,6 +33,20 @@ LABELS = {
         "member": pgettext_lazy("project role", "member"),
         "viewer": pgettext_lazy("project role", "viewer"),
     },
+    "job_status": {
+        "queued": pgettext_lazy("job status", "queued"),
+        "running": pgettext_lazy("job status", "running"),
+        "succeeded": pgettext_lazy("job status", "succeeded"),
+        "failed": pgettext_lazy("job status", "failed"),
+        "aborted": pgettext_lazy("job status", "aborted"),
+    },
+    # The Jobs list's badges (F7): a resume Job is "resumed".
+    "job_kind": {
+        "new": pgettext_lazy("job kind", "new"),
+        "resume": pgettext_lazy("job kind", "resumed"),
+        "continue": pgettext_lazy("job kind", "continued"),
+        "retry": pgettext_lazy("job kind", "retry"),
+    },
 }
 
 HTMX_FILE = "htmx.min.js"

@@ -227,7 +227,9 @@ def test_a_non_admin_sees_the_reason_instead_of_the_button_and_cannot_post(
 ):
     client = login(request.getfixturevalue(role))
     html = client.get(tab(run, older=1)).content.decode()
-    assert html.count(sentence) == 8 and "checkpoints/%d/delete/" % seven[10].pk not in html
+    # One per row in the Deletion column (the tab may also say once why the user cannot resume).
+    assert html.count(f'<span class="reason">{sentence}</span>') == 8
+    assert "checkpoints/%d/delete/" % seven[10].pk not in html
     confirm = client.get(reverse("checkpoints:checkpoint-delete", args=[seven[10].pk])).content.decode()
     assert sentence in confirm and 'type="submit" class="danger"' not in confirm
     before = stored_files(settings)

@@ -107,3 +107,32 @@ def test_unusable_input_is_refused(overrides):
 
 def test_a_killed_client_s_container_is_removed_by_name():
     assert docker_kill_argv(42) == ["docker", "rm", "--force", "mado-job-42"]
+
+
+@pytest.mark.django_db
+def test_a_container_queue_runs_the_entrypoint_through_docker_run(failed_source_job, creator, settings, monkeypatch):
+    from jobs.models import Queue
+    from jobs.services import run_resume_from_checkpoint
+    from tests.worker.helpers import stored_checkpoint
+    from worker.execute import Prepared, code_variables, command
+
+    monkeypatch.setenv("MADO_SECRET_KEY", "server-secret")
+    settings.MADO_WORKER_GPUS = "2,3"
+    gpu = Queue.objects.create(name="gpu-a100", runner="container", image="ghcr.io/acme/train:1")
+    checkpoint = stored_checkpoint(failed_source_job.run, 20)
+    job = run_resume_from_checkpoint(actor=creator, checkpoint=checkpoint, queue=gpu)
+    work = settings.MADO_WORKER_WORKDIR / f"job-{job.pk}"
+    prepared = Prepared(code_dir=work / "code", checkpoint_dir=work / "checkpoint",
+                        resume_file=work / "resume-checkpoint.json", step=20)
+    variables = code_variables(job, prepared, "run-token")
+    assert variables["CUDA_VISIBLE_DEVICES"] == "2,3" and variables["MMT_RESUME_STEP"] == "20"
+    argv, env, on_kill = command(job, prepared, variables)
+    assert argv[:3] == ["docker", "run", "--rm"] and argv[-4:] == ["ghcr.io/acme/train:1", *job.code_version.entrypoint]
+    assert f"type=bind,source={work / 'checkpoint'},target=/mmt/inputs/checkpoint,readonly" in argv
+    assert option_values(argv, "--gpus") == ['"device=2,3"']
+    assert "run-token" not in " ".join(argv)
+    assert env["MMT_API_TOKEN"] == "run-token" and env["MMT_RESUME_CHECKPOINT_DIR"] == "/mmt/inputs/checkpoint"
+    assert env["MMT_RESUME_CHECKPOINT_FILE"] == "/mmt/inputs/resume-checkpoint.json"
+    assert "CUDA_VISIBLE_DEVICES" not in env and "MADO_SECRET_KEY" not in env
+    assert set(option_values(argv, "--env")) == {name for name in env if name.startswith("MMT_")} | {"PYTHONUNBUFFERED"}
+    assert callable(on_kill)

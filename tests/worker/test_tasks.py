@@ -286,3 +286,52 @@ def test_extraction_never_leaves_a_checkpoint_directory_behind(failed_source_job
     run_job(job.pk)
     assert not any(settings.MADO_WORKER_WORKDIR.rglob("checkpoint*"))
     assert not any(p for p in settings.MADO_WORKER_WORKDIR.rglob("*") if stat.S_ISDIR(p.lstat().st_mode))
+
+
+def test_a_database_error_before_the_claim_retries_the_task(launch, control, monkeypatch):
+    from django.db import OperationalError
+
+    marker = control()
+    job = launch()
+    real, calls = jobs_services.job_claim, []
+
+    def flaky_claim(**kwargs):
+        calls.append(kwargs)
+        if len(calls) == 1:
+            raise OperationalError("database is locked")
+        return real(**kwargs)
+
+    monkeypatch.setattr(jobs_services, "job_claim", flaky_claim)
+    result = run_job.apply(args=[job.pk])
+    assert result.get() == JobStatus.SUCCEEDED and len(calls) == 2 and marker.exists()
+
+
+def test_the_task_is_configured_for_long_jobs():
+    assert run_job.acks_late is True and run_job.reject_on_worker_lost is False
+    assert run_job.max_retries == 5 and run_job.name == "worker.tasks.run_job"
+
+
+def test_database_hiccups_while_the_code_runs_do_not_kill_it(launch, control, monkeypatch):
+    from django.db import OperationalError
+
+    control(lines=2)
+    job = launch()
+    beats, appends = [], []
+    real_beat, real_append = jobs_services.job_heartbeat, jobs_services.job_append_log
+
+    def heartbeat(**kwargs):
+        beats.append(1)
+        if len(beats) <= 2:
+            raise OperationalError("server closed the connection unexpectedly")
+        return real_beat(**kwargs)
+
+    def append(**kwargs):
+        appends.append(kwargs["text"])
+        if "training code started" in kwargs["text"]:
+            raise OperationalError("database is locked")
+        return real_append(**kwargs)
+
+    monkeypatch.setattr(jobs_services, "job_heartbeat", heartbeat)
+    monkeypatch.setattr(jobs_services, "job_append_log", append)
+    assert run_job(job.pk) == JobStatus.SUCCEEDED
+    assert len(beats) >= 2 and any("training code started" in text for text in appends)

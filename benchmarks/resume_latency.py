@@ -1,0 +1,278 @@
+"""Resume latency (issue 4 "Done when"): from the resume request to the first line of the resumed code.
+
+Prints figures, asserts nothing. On a fresh ``MADO_DATA_DIR`` (SQLite file, file-system artifact storage)
+this process migrates, registers a tiny Code whose first statement records ``time.time()``, and starts one
+real Celery worker (``--pool solo``) on a queue of its own, with the Redis broker of ``--broker`` when it
+answers, else the embedded filesystem broker. A warm-up Job runs first (worker imports, connections). Then,
+per ``--size-mib``:
+
+1. a Job that failed (claimed and finished here, inside the transaction that launches it, so the worker
+   skips its message) and a complete checkpoint of its Run: one file of random bytes plus a small JSON,
+   stored through the checkpoint services (register, upload, complete), as the SDK's upload would;
+2. one hashlib SHA-256 pass over the checkpoint's tar (1 MiB reads, page cache warm as for the worker):
+   the reference rate;
+3. ``job_resume_from_latest`` (the service behind the button and ``POST jobs/{id}/resume-latest/``),
+   then the code's first-line timestamp and the Job's records.
+
+Phases, from what the worker records: ``request`` (the service call: transaction + send on commit),
+``dispatch`` (broker delivery to the claim, ``Job.started_at``), ``code`` (the Code archive fetched and
+extracted), ``download+verify`` and ``extract`` (the worker's ``[mado] checkpoint …`` log line:
+"downloaded and verified in X s, extracted in Y s"; the worker verifies while the bytes stream, so it
+reports the two as one figure), ``start`` (token, environment, ``Popen``, interpreter start until the
+code's first line). "Overhead" is the total minus download+verify+extract; "rate" is the checkpoint's tar
+bytes over download+verify+extract, also as a fraction of the hashlib rate.
+
+    .venv/bin/python benchmarks/resume_latency.py --size-mib 64          # develop with this
+    .venv/bin/python benchmarks/resume_latency.py                        # 1 MiB and 1 GiB (≈ 5 GiB of disk)
+    .venv/bin/python benchmarks/resume_latency.py --broker filesystem:// --workdir /dev/shm
+"""
+
+import argparse
+import hashlib
+import io
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+MIB = 1024 * 1024
+FIRST_LINE = (
+    "import time; STARTED = time.time()  # the first line: the benchmark measures up to here\n"
+    "import os, sys\n"
+    "with open(os.path.join(sys.argv[1], os.environ['MMT_RUN_ID']), 'w') as out:\n"
+    "    out.write(repr(STARTED))\n"
+)
+CHECKPOINT_LINE = re.compile(r"downloaded and verified in ([0-9.]+) s, extracted in ([0-9.]+) s")
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size-mib", type=int, nargs="+", default=[1, 1024],
+                        help="checkpoint sizes in MiB, one measurement each (default: 1 1024)")
+    parser.add_argument("--broker", default="redis://127.0.0.1:6379/14",
+                        help="Celery broker; falls back to the filesystem broker when Redis does not answer")
+    parser.add_argument("--workdir", default=None, help="where the data directory goes (default: a temp dir)")
+    parser.add_argument("--keep", action="store_true", help="keep the data directory")
+    return parser.parse_args()
+
+
+def choose_broker(url: str) -> str:
+    if url.startswith("redis"):
+        import redis
+
+        try:
+            redis.Redis.from_url(url, socket_connect_timeout=2).ping()
+        except redis.exceptions.ConnectionError:
+            print(f"Redis does not answer at {url}: using the filesystem broker")
+            return "filesystem://"
+    return url
+
+
+def setup_django(data_dir: Path, broker: str) -> None:
+    for name in [n for n in os.environ if n.startswith(("MADO_", "CELERY_", "MMT_"))]:
+        del os.environ[name]
+    os.environ.update({"MADO_DATA_DIR": str(data_dir), "CELERY_BROKER_URL": broker,
+                       "DJANGO_SETTINGS_MODULE": "mado.settings", "MADO_WORKER_GPUS": "none"})
+    sys.path.insert(0, str(ROOT))
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+
+
+def make_fixture(stamps: Path):
+    """User, project, queue and a Code version whose first line records the time; returns them."""
+    from django.contrib.auth import get_user_model
+
+    from checkpoints.services import code_version_create_with_archive
+    from jobs.models import Queue
+    from runs.models import Code, Membership, Project, Role
+
+    user = get_user_model().objects.create_user("bench")
+    project = Project.objects.create(name="Bench", slug="bench")
+    Membership.objects.create(user=user, project=project, role=Role.MEMBER)
+    queue = Queue.objects.create(name=f"bench-{uuid.uuid4().hex[:8]}")
+    code = Code.objects.create(project=project, name="first-line", created_by=user)
+    archive = io.BytesIO()
+    with tarfile.open(fileobj=archive, mode="w:gz") as tar:
+        info = tarfile.TarInfo("first_line.py")
+        info.size = len(FIRST_LINE)
+        tar.addfile(info, io.BytesIO(FIRST_LINE.encode()))
+    archive.seek(0)
+    version = code_version_create_with_archive(actor=user, code=code, entrypoint=[sys.executable, "first_line.py", str(stamps)],
+                                               archive=archive, archive_name="code.tar.gz")
+    return user, queue, version
+
+
+def start_worker(queue: str, log: Path) -> subprocess.Popen:
+    argv = [sys.executable, "-m", "celery", "-A", "mado", "worker", "-Q", queue, "--pool", "solo", "--concurrency", "1",
+            "--hostname", "bench@%h", "--without-gossip", "--without-mingle", "--loglevel", "INFO"]
+    with open(log, "wb") as out:
+        return subprocess.Popen(argv, cwd=ROOT, env=dict(os.environ), stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+
+
+def wait_for(path: Path, worker: subprocess.Popen, log: Path, timeout: float = 600.0) -> float:
+    """The timestamp the code wrote to ``path``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if path.exists() and path.stat().st_size:
+            return float(path.read_text())
+        if worker.poll() is not None:
+            sys.exit(f"the worker exited:\n{log.read_text()[-4000:]}")
+        time.sleep(0.002)
+    sys.exit(f"no first line after {timeout:.0f} s:\n{log.read_text()[-4000:]}")
+
+
+def wait_final(job_id: int, timeout: float = 600.0):
+    from jobs.models import Job
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        job = Job.objects.select_related("run").get(pk=job_id)
+        if job.is_final:
+            return job
+        time.sleep(0.05)
+    sys.exit(f"job {job_id} did not end within {timeout:.0f} s")
+
+
+def write_checkpoint_tar(directory: Path, size_mib: int) -> tuple[Path, list[dict]]:
+    """A tar of ``model.bin`` (``size_mib`` MiB of random bytes, written 1 MiB at a time) and ``meta.json``."""
+    directory.mkdir(parents=True)
+    model, digest = directory / "model.bin", hashlib.sha256()
+    with open(model, "wb") as out:
+        for _ in range(size_mib):
+            block = os.urandom(MIB)
+            digest.update(block)
+            out.write(block)
+    meta = json.dumps({"size_mib": size_mib}).encode()
+    (directory / "meta.json").write_bytes(meta)
+    tar_path = directory.with_suffix(".tar")
+    with tarfile.open(tar_path, "w", format=tarfile.PAX_FORMAT) as tar:
+        tar.add(model, arcname="model.bin")
+        tar.add(directory / "meta.json", arcname="meta.json")
+    shutil.rmtree(directory)
+    manifest = [{"path": "meta.json", "size": len(meta), "sha256": hashlib.sha256(meta).hexdigest()},
+                {"path": "model.bin", "size": size_mib * MIB, "sha256": digest.hexdigest()}]
+    return tar_path, manifest
+
+
+def sha256_pass(path: Path) -> tuple[str, float]:
+    digest, started = hashlib.sha256(), time.perf_counter()
+    with open(path, "rb") as source:
+        while block := source.read(MIB):
+            digest.update(block)
+    return digest.hexdigest(), time.perf_counter() - started
+
+
+def failed_job_with_checkpoint(user, queue, version, tar_path: Path, tar_sha256: str, manifest: list[dict]):
+    from django.db import transaction
+
+    from checkpoints.services import checkpoint_complete, checkpoint_register, checkpoint_upload
+    from jobs.services import job_claim, job_finish, job_launch
+
+    with transaction.atomic():  # its message leaves after the claim: the worker skips it
+        job = job_launch(actor=user, code_version=version, queue=queue, parameters={}, dataset_version_ids=[],
+                         name="source")
+        job_claim(job_id=job.pk, worker_host="bench-setup")
+        checkpoint, _ = checkpoint_register(actor=user, run=job.run, step=20, framework="bench", idempotency_key=uuid.uuid4().hex)
+        size = tar_path.stat().st_size
+        with open(tar_path, "rb") as body:
+            checkpoint_upload(actor=user, checkpoint=checkpoint, source=body, expected_size=size)
+        checkpoint_complete(actor=user, checkpoint=checkpoint, tar_size=size, tar_sha256=tar_sha256, manifest=manifest)
+        job = job_finish(job_id=job.pk, exit_code=1)
+    return job
+
+
+def measure(user, queue, version, stamps: Path, worker, log: Path, size_mib: int, scratch: Path) -> dict:
+    from jobs.models import RunLogChunk
+    from jobs.services import job_resume_from_latest
+
+    tar_path, manifest = write_checkpoint_tar(scratch / f"ckpt-{size_mib}", size_mib)
+    tar_sha256, sha_seconds = sha256_pass(tar_path)
+    tar_size = tar_path.stat().st_size
+    source = failed_job_with_checkpoint(user, queue, version, tar_path, tar_sha256, manifest)
+    tar_path.unlink()
+    time.sleep(1.0)  # the source Job's own message reaches the worker and is skipped before we start the clock
+
+    requested = time.time()
+    job = job_resume_from_latest(actor=user, job=source)
+    sent = time.time()
+    first_line = wait_for(stamps / job.run.external_id, worker, log)
+    job = wait_final(job.pk)
+    chunk = next(c for c in RunLogChunk.objects.filter(run_id=job.run_id).order_by("seq")
+                 if CHECKPOINT_LINE.search(c.text))
+    download, extract = (float(x) for x in CHECKPOINT_LINE.search(chunk.text).groups())
+    prepared = chunk.created_at.timestamp()
+    started = job.started_at.timestamp()
+    phases = {
+        "request": sent - requested,
+        "dispatch": started - sent,
+        "code": prepared - download - extract - started,
+        "download+verify": download,
+        "extract": extract,
+        "start": first_line - prepared,
+    }
+    total = first_line - requested
+    moved = download + extract
+    return {"size_mib": size_mib, "tar_bytes": tar_size, "status": job.status, "phases": phases, "total": total,
+            "overhead": total - moved, "rate": tar_size / moved / 1e6 if moved else float("inf"),
+            "sha_rate": tar_size / sha_seconds / 1e6}
+
+
+def report(result: dict) -> None:
+    phases = "  ".join(f"{name} {seconds:.3f}" for name, seconds in result["phases"].items())
+    ratio = result["rate"] / result["sha_rate"] if result["sha_rate"] else 0
+    print(f"{result['size_mib']:>5} MiB checkpoint (tar {result['tar_bytes']} bytes), Job {result['status']}")
+    print(f"      request → first line of the code: {result['total']:.3f} s   [{phases}] s")
+    print(f"      overhead beyond moving the bytes: {result['overhead']:.3f} s")
+    print(f"      download+verify+extract: {result['rate']:.0f} MB/s; hashlib SHA-256 single pass: "
+          f"{result['sha_rate']:.0f} MB/s; ratio {ratio:.0%}")
+
+
+def main() -> None:
+    args = parse_args()
+    base = Path(args.workdir or tempfile.gettempdir())
+    workdir = Path(tempfile.mkdtemp(prefix="mado-resume-latency-", dir=base))
+    broker = choose_broker(args.broker)
+    worker = None
+    try:
+        setup_django(workdir / "data", broker)
+        stamps = workdir / "stamps"
+        stamps.mkdir()
+        user, queue, version = make_fixture(stamps)
+        log = workdir / "worker.log"
+        worker = start_worker(queue.name, log)
+        from jobs.services import job_launch
+
+        warm = job_launch(actor=user, code_version=version, queue=queue, parameters={}, dataset_version_ids=[],
+                          name="warm-up")
+        wait_for(stamps / warm.run.external_id, worker, log, timeout=120)
+        wait_final(warm.pk)
+        print(f"broker {broker.split('://')[0]}, SQLite and file storage under {workdir}, worker queue {queue.name}")
+        for size_mib in args.size_mib:
+            report(measure(user, queue, version, stamps, worker, log, size_mib, workdir))
+    finally:
+        if worker is not None and worker.poll() is None:
+            os.killpg(worker.pid, signal.SIGTERM)
+            try:
+                worker.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(worker.pid, signal.SIGKILL)
+        if not args.keep:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

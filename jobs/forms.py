@@ -1,0 +1,122 @@
+"""Forms of the Jobs pages: they parse and validate input; the services decide (STYLE: What a view may do).
+
+Field names follow the services' error fields (``parameters``, ``queue``,
+``max_retries``, ``input_dataset_version_ids``, ``code_version``), so a
+service's ``UserError`` lands on the field it names (``add_service_error``).
+"""
+
+import json
+
+from django import forms
+from django.utils.translation import gettext_lazy as _
+
+from jobs import selectors
+from jobs.services._common import MAX_RETRIES_LIMIT
+from runs import selectors as run_selectors
+from runs.models import CodeVersion, RunKind
+from runs.templatetags.mado_ui import LABELS
+
+RETRY_HELP = _(
+    "A retry starts the code again from scratch, without any checkpoint. To continue from a checkpoint after a "
+    "failure, resume the Job by hand."
+)
+
+
+class CodeVersionChoiceField(forms.ModelChoiceField):
+    def label_from_instance(self, obj):
+        return f"{obj.code.name} v{obj.version}"
+
+
+class DatasetVersionChoiceField(forms.ModelMultipleChoiceField):
+    def label_from_instance(self, obj):
+        return f"{obj.dataset.name}:{obj.version}"
+
+
+class QueueChoiceField(forms.ModelChoiceField):
+    def label_from_instance(self, obj):
+        return f"{obj.name} — {obj.description}" if obj.description else obj.name
+
+
+class JobLaunchForm(forms.Form):
+    """Launch Job (issue 4 part 5): a Code version of the Project run on an enabled queue as a new Run."""
+
+    code_version = CodeVersionChoiceField(label=_("Code version"), queryset=None, empty_label=None)
+    parameters = forms.CharField(
+        label=_("Parameters"), required=False, initial="{}",
+        widget=forms.Textarea(attrs={"rows": 6, "spellcheck": "false", "class": "code"}),
+        help_text=_('A JSON object, for example {"lr": 0.01, "steps": 200}.'),
+    )
+    input_dataset_version_ids = DatasetVersionChoiceField(
+        label=_("Dataset versions"), queryset=None, required=False,
+        widget=forms.SelectMultiple(attrs={"size": 6}),
+    )
+    queue = QueueChoiceField(label=_("Queue"), queryset=None, empty_label=None, to_field_name="name")
+    name = forms.CharField(label=_("Run name"), max_length=200, required=False)
+    kind = forms.ChoiceField(
+        label=_("Run kind"), choices=[(code, LABELS["kind"][code]) for code in RunKind.values], initial=RunKind.TRAINING
+    )
+    max_retries = forms.IntegerField(
+        label=_("Max retries"), min_value=0, max_value=MAX_RETRIES_LIMIT, initial=0, help_text=RETRY_HELP
+    )
+
+    def __init__(self, *args, project, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["code_version"].queryset = run_selectors.code_version_choices(project=project)
+        self.fields["input_dataset_version_ids"].queryset = run_selectors.dataset_version_choices(project=project)
+        self.fields["queue"].queryset = selectors.queue_list()
+        self.fields["queue"].initial = selectors.default_queue_name()
+
+    def clean_parameters(self) -> dict:
+        raw = (self.cleaned_data.get("parameters") or "").strip() or "{}"
+        try:
+            value = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise forms.ValidationError(
+                _("Not valid JSON: %(error)s (line %(line)s, column %(column)s)."),
+                params={"error": exc.msg, "line": exc.lineno, "column": exc.colno}, code="json",
+            ) from None
+        if not isinstance(value, dict):
+            raise forms.ValidationError(_('Parameters must be a JSON object such as {"lr": 0.01}.'), code="object")
+        return value
+
+    def service_arguments(self) -> dict:
+        """The keyword arguments of ``jobs.services.job_launch`` (without ``actor``)."""
+        data = self.cleaned_data
+        return {
+            "code_version": data["code_version"], "queue": data["queue"], "parameters": data["parameters"],
+            "dataset_version_ids": [version.pk for version in data["input_dataset_version_ids"]],
+            "name": data["name"], "kind_of_run": data["kind"], "max_retries": data["max_retries"],
+        }
+
+
+class CheckpointResumeForm(forms.Form):
+    """"Resume in a new Run" (F7): a version of the source Job's Code and a queue, both defaulting to the source Job's.
+
+    Without a source Job (the Run did not run as a Job) both lists are empty
+    and the service refuses with the reason.
+    """
+
+    code_version = CodeVersionChoiceField(
+        label=_("Code version"), queryset=None, empty_label=None, required=False,
+        help_text=_("A version of the same Code; by default the version the stopped Job ran."),
+    )
+    queue = QueueChoiceField(
+        label=_("Queue"), queryset=None, empty_label=None, to_field_name="name", required=False,
+        help_text=_("By default the queue of the stopped Job."),
+    )
+
+    def __init__(self, *args, source_job, **kwargs):
+        super().__init__(*args, **kwargs)
+        versions = self.fields["code_version"]
+        queues = self.fields["queue"]
+        queues.queryset = selectors.queue_list()
+        if source_job is None:
+            versions.queryset = CodeVersion.objects.none()
+            return
+        versions.queryset = run_selectors.code_version_list(code=source_job.code_version.code).select_related("code")
+        versions.initial = source_job.code_version_id
+        queues.initial = source_job.queue.name
+
+    def service_arguments(self) -> dict:
+        """``code_version`` and ``queue`` for ``run_resume_from_checkpoint`` (None: the source Job's)."""
+        return {"code_version": self.cleaned_data.get("code_version"), "queue": self.cleaned_data.get("queue")}

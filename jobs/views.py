@@ -1,0 +1,211 @@
+"""Pages of Jobs: launch, the Jobs list, a Job, abort, resume from latest, resume from a checkpoint, the log tail.
+
+Issue 4 part 5; SPEC F6–F11, F16. Each view fetches through a selector
+(another Project's object is a 404), calls at most one service and renders
+or redirects. Who may do what, and why not, comes from ``mado.policy``; the
+services check again under row locks, so a page that went stale meanwhile
+gets a form error or a message, never a 500. The list, a Job's status and
+the logs refresh through htmx partials while a Job is not final.
+"""
+
+from django.contrib import messages
+from django.core.paginator import Paginator
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.utils.html import format_html
+from django.utils.http import url_has_allowed_host_and_scheme
+from django.utils.translation import gettext as _
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+
+from checkpoints.models import CheckpointState
+from checkpoints.selectors import checkpoint_get_for_user
+from jobs import selectors, services
+from jobs.forms import CheckpointResumeForm, JobLaunchForm
+from mado import policy
+from mado.errors import Conflict, ValidationFailed
+from runs import selectors as run_selectors
+from runs.forms import add_service_error
+from runs.views import page
+
+JOBS_PER_PAGE = 25
+SERVICE_FORM_ERRORS = (ValidationFailed, Conflict)
+
+
+def _refusal_message(error):
+    """A service refusal for a message or a form: an active resume of the Run links to its Job."""
+    job_id = error.extra.get("job_id")
+    if not job_id:
+        return error.detail
+    return format_html(
+        '{} <a href="{}">{}</a>', _("A resume of this run is already queued or running:"),
+        reverse("jobs:job-detail", args=[job_id]), _("Job %(id)s") % {"id": job_id},
+    )
+
+
+def _back(request, job):
+    """Where a button's POST returns: its ``next`` (same site only), else the Job page."""
+    target = request.POST.get("next", "")
+    if url_has_allowed_host_and_scheme(target, allowed_hosts={request.get_host()}, require_https=request.is_secure()):
+        return redirect(target)
+    return redirect("jobs:job-detail", pk=job.pk)
+
+
+def _job_actions(user, job, active_resumes: dict[int, int]) -> dict:
+    """The Job's buttons or, in their place, the policy's sentence (F6): resume from latest, abort.
+
+    ``active_resume_id``: the resume of this Job's Run already queued or running, if any.
+    """
+    return {
+        "job": job,
+        "resume_refusal": policy.why_cannot_resume(user, job.run),
+        "manage_refusal": policy.why_cannot_manage_job(user, job.run),
+        "active_resume_id": active_resumes.get(job.run_id),
+    }
+
+
+def _jobs_context(request, project) -> dict:
+    page_obj = Paginator(selectors.job_list(user=request.user, project=project), JOBS_PER_PAGE).get_page(
+        request.GET.get("page")
+    )
+    active = selectors.active_resume_job_ids(run_ids=[job.run_id for job in page_obj])
+    return {
+        "project": project,
+        "page_obj": page_obj,
+        "rows": [_job_actions(request.user, job, active) for job in page_obj],
+        "live": any(not job.is_final for job in page_obj),
+        "launch_refusal": policy.why_not(request.user, project, policy.MEMBER),
+    }
+
+
+@page
+@require_GET
+def project_jobs(request, slug):
+    """The Jobs list of a Project (F7, F8): status, kind badge, queue, creator, attempt, duration, buttons."""
+    project = run_selectors.project_get_for_user(user=request.user, slug=slug)
+    return render(request, "jobs/job_list.html", _jobs_context(request, project))
+
+
+@page
+@require_GET
+def project_jobs_table(request, slug):
+    """The Jobs table partial that the list polls (htmx) while any Job on the page is not final."""
+    project = run_selectors.project_get_for_user(user=request.user, slug=slug)
+    return render(request, "jobs/_job_table.html", _jobs_context(request, project))
+
+
+@page
+@require_http_methods(["GET", "POST"])
+def job_launch(request, slug):
+    """GET: the Launch Job form, or why the user cannot launch; POST: ``services.job_launch`` → the Job page."""
+    project = run_selectors.project_get_for_user(user=request.user, slug=slug)
+    form = JobLaunchForm(request.POST if request.method == "POST" else None, project=project)
+    status = 400 if form.is_bound else 200
+    if form.is_bound and form.is_valid():
+        try:
+            job = services.job_launch(actor=request.user, **form.service_arguments())
+        except SERVICE_FORM_ERRORS as exc:
+            add_service_error(form, exc)
+            status = exc.status
+        else:
+            messages.success(request, _("Job %(id)s was queued on %(queue)s.") % {"id": job.pk, "queue": job.queue})
+            return redirect("jobs:job-detail", pk=job.pk)
+    context = {"project": project, "form": form, "refusal": policy.why_not(request.user, project, policy.MEMBER)}
+    return render(request, "jobs/job_launch.html", context, status=status)
+
+
+def _job_page_context(request, job) -> dict:
+    chunks, hidden = run_selectors.run_log_tail_last(run=job.run)
+    active = selectors.active_resume_job_ids(run_ids=[job.run_id])
+    return {**_job_actions(request.user, job, active), "run": job.run, "chunks": chunks, "hidden_chunks": hidden}
+
+
+@page
+@require_GET
+def job_detail(request, pk):
+    """A Job: status, kind, queue, attempt, exit code, error, worker, times, lineage, log tail, buttons (F15, F16)."""
+    job = selectors.job_get_for_user(user=request.user, job_id=pk)
+    return render(request, "jobs/job_detail.html", _job_page_context(request, job))
+
+
+@page
+@require_GET
+def job_live(request, pk):
+    """The Job page's live part (status, error, buttons, log tail), polled while the Job is not final."""
+    job = selectors.job_get_for_user(user=request.user, job_id=pk)
+    return render(request, "jobs/_job_live.html", _job_page_context(request, job))
+
+
+@page
+@require_POST
+def job_abort(request, pk):
+    """``services.job_abort``: creator or Project admin (else 403); a Job that already ended → a message."""
+    job = selectors.job_get_for_user(user=request.user, job_id=pk)
+    try:
+        job = services.job_abort(actor=request.user, job=job)
+    except Conflict as exc:
+        messages.error(request, exc.detail)
+    else:
+        if job.is_final:
+            messages.success(request, _("Job %(id)s was aborted.") % {"id": job.pk})
+        else:
+            messages.success(request, _("Abort of Job %(id)s requested: the worker stops the code.") % {"id": job.pk})
+    return _back(request, job)
+
+
+@page
+@require_POST
+def job_resume_latest(request, pk):
+    """"Resume from latest checkpoint" (F8): ``services.job_resume_from_latest`` → the new Job's page."""
+    job = selectors.job_get_for_user(user=request.user, job_id=pk)
+    try:
+        new = services.job_resume_from_latest(actor=request.user, job=job)
+    except SERVICE_FORM_ERRORS as exc:
+        messages.error(request, _refusal_message(exc))
+        return _back(request, job)
+    step = new.run.source_checkpoint.step
+    messages.success(request, _("Job %(id)s resumes the run from the checkpoint at step %(step)s.") % {
+        "id": new.pk, "step": step})
+    return redirect("jobs:job-detail", pk=new.pk)
+
+
+@page
+@require_http_methods(["GET", "POST"])
+def checkpoint_resume(request, pk):
+    """GET: the confirmation "Training will resume as a new Run from the checkpoint at step N." (F7) with the
+    Code version and queue, or the reason the user cannot; POST: ``services.run_resume_from_checkpoint``.
+
+    A second POST while the first resume is active is refused by the service
+    (one active resume per Run): the page says so and links the Job.
+    """
+    checkpoint = checkpoint_get_for_user(user=request.user, checkpoint_id=pk)
+    source_job = selectors.job_for_run(run=checkpoint.run)
+    form = CheckpointResumeForm(request.POST if request.method == "POST" else None, source_job=source_job)
+    status = 400 if form.is_bound else 200
+    if form.is_bound and form.is_valid():
+        try:
+            job = services.run_resume_from_checkpoint(
+                actor=request.user, checkpoint=checkpoint, **form.service_arguments()
+            )
+        except SERVICE_FORM_ERRORS as exc:
+            form.add_error(exc.field if exc.field in form.fields else None, _refusal_message(exc))
+            status = exc.status
+        else:
+            messages.success(request, _("Job %(id)s resumes the run from the checkpoint at step %(step)s.") % {
+                "id": job.pk, "step": checkpoint.step})
+            return redirect("jobs:job-detail", pk=job.pk)
+    refusal = policy.why_cannot_resume(request.user, checkpoint.run, need_checkpoint=False)
+    if not refusal and checkpoint.state != CheckpointState.COMPLETE:
+        refusal = _("This checkpoint is not complete: it cannot be used to resume.")
+    context = {"checkpoint": checkpoint, "run": checkpoint.run, "source_job": source_job, "form": form,
+               "refusal": refusal}
+    return render(request, "jobs/checkpoint_resume.html", context, status=status)
+
+
+@page
+@require_GET
+def run_log(request, pk):
+    """The Run's log tail partial (Logs tab), polled while its Job is queued or running (F16)."""
+    run = run_selectors.run_get_for_user(user=request.user, run_id=pk)
+    chunks, hidden = run_selectors.run_log_tail_last(run=run)
+    context = {"run": run, "job": selectors.job_for_run(run=run), "chunks": chunks, "hidden_chunks": hidden}
+    return render(request, "jobs/_log.html", context)

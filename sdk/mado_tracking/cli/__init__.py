@@ -1,0 +1,31 @@
+"""The ``mado`` command line (SPEC F18, F29; issue 4 part 6).
+
+``mado --version``, ``mado runs list``, ``mado sync DIR``,
+``mado code push DIR``, ``mado job launch | list | show | abort | resume | logs``.
+Configuration as in the SDK: ``--api-url`` / ``--api-token`` (on ``mado`` or
+on the command), else ``MMT_API_URL`` / ``MMT_API_TOKEN``; ``--project``
+defaults to ``MMT_PROJECT``. Exit statuses: ``mado_tracking.cli._common``.
+"""
+
+import click
+
+from mado_tracking._version import __version__
+from mado_tracking.cli.code import code
+from mado_tracking.cli.jobs import job
+from mado_tracking.cli.runs import runs, sync
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, "--version", prog_name="mado", message="%(prog)s %(version)s")
+@click.option("--api-token", default=None, help="API token [env MMT_API_TOKEN]")
+@click.option("--api-url", default=None, help="server root, e.g. http://127.0.0.1:8000 [env MMT_API_URL]")
+@click.pass_context
+def main(ctx: click.Context, api_url: str | None, api_token: str | None) -> None:
+    """mado: experiment tracking and training jobs built around the checkpoint."""
+    ctx.obj = {"api_url": api_url, "api_token": api_token}
+
+
+for _command in (runs, sync, code, job):
+    main.add_command(_command)
+
+__all__ = ["main"]

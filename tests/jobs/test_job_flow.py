@@ -1,0 +1,198 @@
+"""End to end with real processes (issue 4 "Done when"; SPEC F6–F19): a web server (gunicorn), a real Celery
+worker on the embedded filesystem broker, and ``examples/training.py`` run by the worker as a Job.
+
+``mado code push`` registers ``examples/`` twice (a version that fails at step 27 and one that does not),
+``mado job launch`` starts the first: it saves checkpoints 10 and 20 and fails at 27; ``mado job resume
+--latest`` (``POST jobs/{id}/resume-latest/`` → ``job_resume_from_latest``) resumes it on the second
+version; the resumed Job succeeds, its Run's parent is the failed Run and its source checkpoint step 20,
+its metric steps start at 20, and its final weights are byte-identical to an uninterrupted offline run.
+
+Every process, this test's included, talks to one deployment in a fresh ``MADO_DATA_DIR``: pytest-django's
+in-memory SQLite test database would be invisible to the worker, so the server runs out of process on a
+migrated SQLite file and the test reads everything through the API. ``tests/integration/test_job_flow.py``
+runs the same flow on PostgreSQL and a Redis broker. ``test_make_demo_…`` runs ``manage.py demo`` (about
+20 s; kept in the suite because it is the README's first command).
+"""
+
+import os
+import re
+import shlex
+import socket
+import sqlite3
+import subprocess
+import sys
+import uuid
+from contextlib import closing, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from mado.management.commands.demo import start_process, stop_processes, wait_for_web, web_argv, worker_argv
+from mado_tracking.cli import main
+from mado_tracking.client import ApiClient
+from mado_tracking.config import Config
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE_ARGS = ["--steps", "40", "--checkpoint-every", "10"]
+JOB_TIMEOUT_S = "300"
+SETUP = """
+from django.contrib.auth import get_user_model
+from rest_framework.authtoken.models import Token
+from jobs.models import Queue
+from runs.models import Membership, Project, Role
+user = get_user_model().objects.create_user("flow", password="flow-password")
+project = Project.objects.create(name="Flow", slug="flow")
+Membership.objects.create(user=user, project=project, role=Role.MEMBER)
+Queue.objects.get_or_create(name={queue!r})
+print(Token.objects.create(user=user).key)
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def deployment_env(data_dir: Path, **variables: str) -> dict[str, str]:
+    """Our environment without any ``MADO_*``/``CELERY_*``/``MMT_*`` setting, pointed at ``data_dir``, plus ``variables``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MADO_", "CELERY_", "DJANGO_", "MMT_"))}
+    env.update({"MADO_DATA_DIR": str(data_dir), "DJANGO_SETTINGS_MODULE": "mado.settings", "MADO_WORKER_GPUS": "none",
+                "MADO_JOB_KILL_GRACE": "5", "MADO_SECRET_KEY": "job-flow-test-secret-value",
+                "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", os.defpath)])})
+    env.update(variables)
+    return env
+
+
+@dataclass
+class Deployment:
+    url: str
+    token: str
+    queue: str
+    data_dir: Path
+    worker_log: Path
+    web_log: Path
+
+    def client(self) -> ApiClient:
+        return ApiClient(Config(api_url=self.url, api_token=self.token))
+
+    def mado(self, *args):
+        """The ``mado`` command line against this deployment as user ``flow``."""
+        env = {"MMT_API_URL": self.url, "MMT_API_TOKEN": self.token, "MMT_PROJECT": None}
+        return CliRunner().invoke(main, [str(arg) for arg in args], env=env, catch_exceptions=False)
+
+    def logs(self) -> str:
+        return "\n".join(f"--- {path.name} ---\n{path.read_text(errors='replace')[-6000:]}"
+                         for path in (self.worker_log, self.web_log) if path.exists())
+
+
+@contextmanager
+def deployment(directory: Path, **variables: str):
+    """Migrate a fresh ``MADO_DATA_DIR``, add user ``flow`` (member of project ``flow``) and a queue of its own,
+    start gunicorn and one Celery worker on that queue; yield a ``Deployment``; stop both."""
+    port, queue = free_port(), f"flow-{uuid.uuid4().hex[:8]}"
+    url = f"http://127.0.0.1:{port}"
+    env = deployment_env(directory / "data", MADO_PUBLIC_URL=url, **variables)
+    manage = [sys.executable, "manage.py"]
+    subprocess.run([*manage, "migrate", "--noinput"], cwd=ROOT, env=env, check=True, capture_output=True)
+    setup = subprocess.run([*manage, "shell", "-c", SETUP.format(queue=queue)], cwd=ROOT, env=env, check=True,
+                           capture_output=True, text=True)
+    found = Deployment(url=url, token=setup.stdout.strip().splitlines()[-1], queue=queue, data_dir=directory / "data",
+                       worker_log=directory / "worker.log", web_log=directory / "web.log")
+    children = []
+    try:
+        with open(found.web_log, "wb") as web_out, open(found.worker_log, "wb") as worker_out:
+            children.append(start_process(web_argv("127.0.0.1", port), env=env, stdout=web_out))
+            children.append(start_process(worker_argv([queue], hostname="flow@%h", loglevel="INFO"), env=env,
+                                          stdout=worker_out))
+        wait_for_web(url, children)
+        yield found
+    finally:
+        stop_processes(children)
+
+
+def example_offline(output: Path) -> subprocess.Popen:
+    """The uninterrupted 40-step run of the example, offline (no server): its weights are the reference."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MMT_")}
+    return subprocess.Popen([sys.executable, str(ROOT / "examples" / "training.py"), "--offline", *EXAMPLE_ARGS,
+                             "--output", str(output)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+
+
+def metric_steps(client: ApiClient, run_id: int, key: str = "train.loss") -> list[int]:
+    page = client.request("GET", f"runs/{run_id}/metrics/", params={"key": key, "page_size": 1000})
+    return [point["step"] for point in page["results"]]
+
+
+def run_the_flow(site: Deployment, directory: Path) -> None:
+    """The scenario of the module docstring against ``site``; asserts every step."""
+    reference = example_offline(directory / "offline" / "weights.json")
+    resumed_weights = directory / "resumed-weights.json"
+    failing_entrypoint = shlex.join(["python", "training.py", *EXAMPLE_ARGS, "--fail-at-step", "27"])
+    fixed_entrypoint = shlex.join(["python", "training.py", *EXAMPLE_ARGS, "--output", str(resumed_weights)])
+    for entrypoint in (failing_entrypoint, fixed_entrypoint):
+        pushed = site.mado("code", "push", ROOT / "examples", "--project", "flow", "--name", "example",
+                           "--entrypoint", entrypoint)
+        assert pushed.exit_code == 0, pushed.output
+
+    launched = site.mado("job", "launch", "--project", "flow", "--code-version", "example:1", "--queue", site.queue,
+                         "--name", "first", "-q")
+    assert launched.exit_code == 0, launched.output
+    first_id = int(launched.output)
+    first_log = site.mado("job", "logs", first_id, "--follow", "--interval", "0.3", "--timeout", JOB_TIMEOUT_S)
+    assert first_log.exit_code == 3, f"{first_log.output}\n{site.logs()}"  # 3: the Job failed
+    assert "failed: --fail-at-step 27: stopping at step 27" in first_log.output
+
+    with closing(site.client()) as client:
+        first = client.request("GET", f"jobs/{first_id}/")
+        assert (first["status"], first["exit_code"], first["run_status"]) == ("failed", 1, "failed")
+        source_run = first["run_id"]
+        checkpoints = client.request("GET", f"runs/{source_run}/checkpoints/")["results"]
+        assert [(c["step"], c["state"]) for c in checkpoints] == [(20, "complete"), (10, "complete")]
+
+        resumed = site.mado("job", "resume", first_id, "--latest", "--code-version", "example:2", "-q")
+        assert resumed.exit_code == 0, resumed.output
+        second_id = int(resumed.output)
+        second_log = site.mado("job", "logs", second_id, "--follow", "--interval", "0.3", "--timeout", JOB_TIMEOUT_S)
+        assert second_log.exit_code == 0, f"{second_log.output}\n{site.logs()}"
+        assert f"resuming from checkpoint {checkpoints[0]['id']} at step 20" in second_log.output
+
+        second = client.request("GET", f"jobs/{second_id}/")
+        assert (second["status"], second["kind"], second["resumed"]) == ("succeeded", "resume", True)
+        assert (second["resumed_from_run_id"], second["source_checkpoint_step"]) == (source_run, 20)
+        run = client.request("GET", f"runs/{second['run_id']}/")
+        assert (run["status"], run["parent_id"], run["source_checkpoint_id"]) == ("finished", source_run,
+                                                                                 checkpoints[0]["id"])
+        assert metric_steps(client, second["run_id"]) == list(range(20, 40))  # continues at 20, never 0 (F2)
+        assert metric_steps(client, source_run) == list(range(27))
+        assert client.request("GET", f"runs/{source_run}/")["status"] == "failed"  # the source is not changed (F10)
+        assert [c["step"] for c in client.request("GET", f"runs/{source_run}/checkpoints/")["results"]] == [20, 10]
+
+    assert reference.wait(timeout=300) == 0, reference.stdout.read().decode()
+    assert resumed_weights.read_bytes() == (directory / "offline" / "weights.json").read_bytes()
+
+
+def test_a_job_that_fails_at_step_27_resumed_from_latest_ends_with_the_uninterrupted_weights(tmp_path):
+    with deployment(tmp_path) as site:
+        run_the_flow(site, tmp_path)
+
+
+def test_make_demo_fails_a_job_resumes_it_and_prints_both_run_urls(tmp_path):
+    port = free_port()
+    env = deployment_env(tmp_path / "data")
+    done = subprocess.run([sys.executable, "manage.py", "demo", "--exit-after-run", "--port", str(port)], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    base = re.escape(f"http://127.0.0.1:{port}/runs/")
+    failed = re.search(rf"^Failed run \(job \d+, stopped at step 27\): {base}(\d+)/$", done.stdout, re.M)
+    resumed = re.search(rf"^Resumed run \(job \d+, from the checkpoint at step 20, finished\): {base}(\d+)/$",
+                        done.stdout, re.M)
+    assert failed and resumed, done.stdout
+    assert "Log in as demo / demo-password" in done.stdout
+    with closing(sqlite3.connect(f"file:{tmp_path / 'data' / 'mado.sqlite3'}?mode=ro", uri=True)) as db:
+        runs = dict(db.execute("SELECT id, status FROM runs_run").fetchall())
+        parent, source_step = db.execute(
+            "SELECT r.parent_id, c.step FROM runs_run r JOIN checkpoints_checkpoint c ON c.id = r.source_checkpoint_id "
+            "WHERE r.id = ?", (int(resumed.group(1)),)).fetchone()
+    assert (runs[int(failed.group(1))], runs[int(resumed.group(1))]) == ("failed", "finished")
+    assert (parent, source_step) == (int(failed.group(1)), 20)

@@ -1,0 +1,322 @@
+"""``mado code push`` and ``mado job launch | list | show | abort | resume | logs`` against a live server
+(issue 4 part 6; SPEC F6–F11, F16). Celery's ``send_task`` is recorded, not sent: no worker runs here
+(tests/jobs/test_job_flow.py drives the same commands with a real worker)."""
+
+import hashlib
+import io
+import json
+import tarfile
+import threading
+import time
+from types import SimpleNamespace
+
+import pytest
+from celery import current_app
+from click.testing import CliRunner
+
+from checkpoints import storage
+from checkpoints.models import Checkpoint, CheckpointState
+from jobs import services
+from jobs.models import Job, JobKind, JobStatus, Queue
+from mado_tracking.cli import main
+from runs.models import Code, CodeVersion, Role
+from tests.factories import CodeVersionFactory, DatasetFactory, DatasetVersionFactory, MembershipFactory
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture(autouse=True)
+def sent(monkeypatch):
+    """Every ``send_task`` (the dispatch on commit) recorded instead of reaching a broker."""
+    calls = []
+
+    def send_task(name, args=None, kwargs=None, **options):
+        calls.append({"name": name, "args": args, **options})
+        return SimpleNamespace(id=options.get("task_id"))
+
+    monkeypatch.setattr(current_app, "send_task", send_task)
+    monkeypatch.setattr(current_app.control, "revoke", lambda task_id, **kw: None)
+    return calls
+
+
+@pytest.fixture
+def cpu(db):
+    # a transactional test's flush removes the row the data migration created
+    return Queue.objects.get_or_create(name="cpu")[0]
+
+
+@pytest.fixture
+def mado(live_server, token_of):
+    """``mado(*args, user=…)``: the command line as ``user`` against the live server (exceptions propagate)."""
+
+    def invoke(*args, user, input=None):
+        env = {"MMT_API_URL": live_server.url, "MMT_API_TOKEN": token_of(user), "MMT_PROJECT": None}
+        return CliRunner().invoke(main, [str(arg) for arg in args], env=env, input=input, catch_exceptions=False)
+
+    return invoke
+
+
+@pytest.fixture
+def code_version(project, creator):
+    return CodeVersionFactory(code__project=project, code__created_by=creator, code__name="trainer", version=1)
+
+
+def _failed_job(actor, code_version, queue, *, steps=(10, 20)) -> tuple[Job, dict[int, Checkpoint]]:
+    job = services.job_launch(actor=actor, code_version=code_version, queue=queue, parameters={"lr": 0.1},
+                              dataset_version_ids=[], name="baseline")
+    services.job_claim(job_id=job.pk, worker_host="gpu-1")
+    job = services.job_finish(job_id=job.pk, exit_code=1)
+    checkpoints = {step: Checkpoint.objects.create(run=job.run, step=step, state=CheckpointState.COMPLETE,
+                                                   file_count=1, total_bytes=10) for step in steps}
+    return job, checkpoints
+
+
+def _stored_archive(version: CodeVersion) -> bytes:
+    key, size = version.archive.storage_key, version.archive.size
+    return b"".join(storage.blob_open_range(key=key, start=0, length=size))
+
+
+# --- code push -------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def source_dir(tmp_path):
+    root = tmp_path / "src"
+    (root / "pkg").mkdir(parents=True)
+    (root / "train.py").write_text("print('hello')\n")
+    (root / "pkg" / "util.py").write_text("X = 1\n")
+    (root / "__pycache__").mkdir()
+    (root / "__pycache__" / "train.cpython-311.pyc").write_bytes(b"\0")
+    (root / "pkg" / "stale.pyc").write_bytes(b"\0")
+    return root
+
+
+def test_code_push_registers_the_folder_as_version_1_of_a_new_code_then_version_2(mado, creator, project, source_dir):
+    entrypoint = "python train.py --steps 40 --note 'two words'"
+    first = mado("code", "push", source_dir, "--project", "vision", "--name", "trainer", "--entrypoint", entrypoint,
+                 user=creator)
+    assert first.exit_code == 0, first.output
+    version = CodeVersion.objects.get()
+    assert first.output.splitlines()[0] == f"code version {version.pk}: trainer v1 (code {version.code_id}, new) in project vision"
+    assert "entrypoint: python train.py --steps 40 --note 'two words'" in first.output
+    assert version.entrypoint == ["python", "train.py", "--steps", "40", "--note", "two words"]
+    archive = _stored_archive(version)
+    assert hashlib.sha256(archive).hexdigest() == version.archive.sha256
+    with tarfile.open(fileobj=io.BytesIO(archive), mode="r:gz") as tar:
+        assert sorted(tar.getnames()) == ["pkg", "pkg/util.py", "train.py"]  # no __pycache__, no *.pyc
+        assert tar.extractfile("train.py").read() == b"print('hello')\n"
+        assert {member.uid for member in tar.getmembers()} == {0}
+
+    again = mado("code", "push", source_dir, "--project", "vision", "--name", "trainer", "--entrypoint", "python train.py",
+                 "--quiet", user=creator)
+    assert again.exit_code == 0, again.output
+    second = CodeVersion.objects.get(version=2)
+    assert again.output == f"{second.pk}\n"
+    assert second.code_id == version.code_id and Code.objects.count() == 1
+
+
+def test_code_push_refuses_a_symbolic_link_before_sending_anything(mado, creator, project, source_dir):
+    (source_dir / "data").symlink_to("/etc")
+    result = mado("code", "push", source_dir, "--project", "vision", "--name", "trainer", "--entrypoint", "python train.py",
+                  user=creator)
+    assert result.exit_code == 1
+    assert f"{source_dir / 'data'}: symbolic links cannot be pushed" in result.output
+    assert not Code.objects.exists()
+
+
+@pytest.mark.parametrize(("entrypoint", "reason"), [("", "is empty"), ("python 'train.py", "No closing quotation")])
+def test_code_push_refuses_an_entrypoint_that_is_not_a_command(mado, creator, project, source_dir, entrypoint, reason):
+    result = mado("code", "push", source_dir, "--project", "vision", "--name", "t", "--entrypoint", entrypoint,
+                  user=creator)
+    assert result.exit_code == 2
+    assert "--entrypoint" in result.output and reason in result.output
+    assert not Code.objects.exists()
+
+
+def test_code_push_says_why_the_server_refused(mado, viewer, outsider, project, source_dir):
+    result = mado("code", "push", source_dir, "--project", "vision", "--name", "t", "--entrypoint", "python train.py",
+                  user=viewer)
+    assert result.exit_code == 1
+    assert result.output.startswith(f"Error: cannot push {source_dir} as code 't': ")
+    assert "HTTP 403 forbidden" in result.output
+    hidden = mado("code", "push", source_dir, "--project", "vision", "--name", "t", "--entrypoint", "python train.py",
+                  user=outsider)
+    assert hidden.exit_code == 1 and "HTTP 404 not_found" in hidden.output
+    assert not Code.objects.exists()
+
+
+# --- job launch / list / show ----------------------------------------------------------------------
+
+
+def test_job_launch_creates_the_run_and_sends_the_job_to_its_queue(mado, creator, project, code_version, cpu, sent):
+    gpu = Queue.objects.create(name="gpu-a100")
+    dataset = DatasetFactory(project=project, name="digits")
+    data_version = DatasetVersionFactory(dataset=dataset, version="v1")
+    result = mado("job", "launch", "--project", "vision", "--code-version", "trainer:1", "--param", "lr=0.05",
+                  "--param", "optimizer=adam", "--param", "layers=[64, 32]", "--param", "note=", "--dataset-version",
+                  data_version.pk, "--queue", "gpu-a100", "--max-retries", "2", "--name", "wide", user=creator)
+    assert result.exit_code == 0, result.output
+    job = Job.objects.select_related("run").get()
+    assert (job.queue, job.max_retries, job.kind, job.status) == (gpu, 2, JobKind.NEW, JobStatus.QUEUED)
+    assert job.run.parameters == {"lr": 0.05, "optimizer": "adam", "layers": [64, 32], "note": ""}
+    assert list(job.run.input_dataset_versions.all()) == [data_version] and job.run.name == "wide"
+    assert result.output.splitlines()[0] == (
+        f"job {job.pk} queued on gpu-a100: run {job.run_id} ({job.run.external_id}) in project vision")
+    assert result.output.splitlines()[1].endswith(f"/runs/{job.run_id}/")
+    assert [(call["name"], call["args"], call["queue"]) for call in sent] == [("worker.tasks.run_job", [job.pk], "gpu-a100")]
+
+    by_id = mado("job", "launch", "--code-version", code_version.pk, "-q", user=creator)
+    assert by_id.exit_code == 0, by_id.output
+    assert by_id.output == f"{Job.objects.latest('pk').pk}\n" and Job.objects.latest("pk").queue == cpu
+
+
+def test_job_launch_names_the_refused_field(mado, creator, project, code_version, cpu, other_project, outsider, sent):
+    unknown = mado("job", "launch", "--code-version", code_version.pk, "--queue", "nope", user=creator)
+    assert unknown.exit_code == 1
+    assert unknown.output.startswith("Error: cannot launch the job: ") and "(field queue; HTTP 400 invalid)" in unknown.output
+
+    elsewhere = CodeVersionFactory(code__project=other_project, code__created_by=outsider, code__name="theirs")
+    hidden = mado("job", "launch", "--code-version", elsewhere.pk, user=creator)
+    assert hidden.exit_code == 1 and "HTTP 404" in hidden.output
+    MembershipFactory(user=creator, project=other_project, role=Role.MEMBER)
+    wrong_project = mado("job", "launch", "--project", "vision", "--code-version", elsewhere.pk, user=creator)
+    assert wrong_project.exit_code == 1
+    assert f"code version {elsewhere.pk} is not a version of a Code of project 'vision'" in wrong_project.output
+    missing = mado("job", "launch", "--project", "vision", "--code-version", "trainer:7", user=creator)
+    assert missing.exit_code == 1 and "Code 'trainer' has no version 7" in missing.output
+    no_code = mado("job", "launch", "--project", "vision", "--code-version", "ghost", user=creator)
+    assert no_code.exit_code == 1 and "project 'vision' has no Code named 'ghost'" in no_code.output
+    bad_param = mado("job", "launch", "--code-version", code_version.pk, "--param", "lr", user=creator)
+    assert bad_param.exit_code == 2 and "'lr': use KEY=VALUE" in bad_param.output
+    assert not Job.objects.exists() and sent == []
+
+
+def test_job_list_and_show(mado, creator, member, project, code_version, cpu):
+    failed, _ = _failed_job(creator, code_version, cpu)
+    resumed = services.job_resume_from_latest(actor=creator, job=failed)
+    listed = mado("job", "list", "--project", "vision", user=member)
+    assert listed.exit_code == 0, listed.output
+    header, *rows = listed.output.strip().splitlines()
+    assert header.split()[:5] == ["ID", "STATUS", "KIND", "QUEUE", "RUN"]
+    assert [row.split()[:4] for row in rows] == [[str(resumed.pk), "queued", "resume", "cpu"],
+                                                  [str(failed.pk), "failed", "new", "cpu"]]
+    assert mado("job", "list", "--status", "succeeded", user=member).output.strip() == "no jobs"
+
+    shown = mado("job", "show", failed.pk, user=member)
+    assert shown.exit_code == 0, shown.output
+    assert f"job {failed.pk} failed on cpu: run {failed.run_id}" in shown.output
+    assert "error: The code exited with code 1." in shown.output
+    assert "resume: This is not your run" in shown.output  # the reason shown in place of the button (F6)
+    resumed_line = mado("job", "show", resumed.pk, user=creator).output.splitlines()[0]
+    assert resumed_line.endswith(f", resume of run {failed.run_id} from checkpoint "
+                                 f"{resumed.run.source_checkpoint_id} (step 20)")
+
+
+# --- abort / resume --------------------------------------------------------------------------------
+
+
+def test_job_abort_by_its_creator_and_refused_to_another_member(mado, creator, member, project, code_version, cpu):
+    job = services.job_launch(actor=creator, code_version=code_version, queue=cpu, parameters={},
+                              dataset_version_ids=[])
+    refused = mado("job", "abort", job.pk, user=member)
+    assert refused.exit_code == 1
+    assert f"cannot abort job {job.pk}: This is not your run" in refused.output and "HTTP 403" in refused.output
+    job.refresh_from_db()
+    assert job.status == JobStatus.QUEUED
+
+    done = mado("job", "abort", job.pk, user=creator)
+    assert done.exit_code == 0, done.output
+    assert done.output == f"job {job.pk} aborted\n"
+    job.refresh_from_db()
+    assert job.status == JobStatus.ABORTED
+
+    services.job_claim(job_id=(running := services.job_launch(
+        actor=creator, code_version=code_version, queue=cpu, parameters={}, dataset_version_ids=[])).pk,
+        worker_host="gpu-1")
+    requested = mado("job", "abort", running.pk, user=creator)
+    assert requested.exit_code == 0 and "abort requested" in requested.output
+    assert Job.objects.get(pk=running.pk).abort_requested_at is not None
+
+
+def test_job_resume_latest_then_from_a_chosen_checkpoint(mado, creator, project, code_version, cpu, sent):
+    failed, checkpoints = _failed_job(creator, code_version, cpu)
+    newer = CodeVersionFactory(code=code_version.code, version=2)
+    latest = mado("job", "resume", failed.pk, "--latest", "--code-version", "trainer:2", user=creator)
+    assert latest.exit_code == 0, latest.output
+    resumed = Job.objects.select_related("run").latest("pk")
+    assert (resumed.kind, resumed.resumed_from_id, resumed.code_version_id) == (JobKind.RESUME, failed.run_id, newer.pk)
+    assert (resumed.run.parent_id, resumed.run.source_checkpoint_id) == (failed.run_id, checkpoints[20].pk)
+    assert latest.output.splitlines()[0] == (
+        f"job {resumed.pk} queued on cpu: run {resumed.run_id} ({resumed.run.external_id}) in project vision, "
+        f"resume of run {failed.run_id} from checkpoint {checkpoints[20].pk} (step 20)")
+    assert sent[-1]["args"] == [resumed.pk]
+
+    twice = mado("job", "resume", failed.pk, "--latest", user=creator)
+    assert twice.exit_code == 1
+    assert f"is already being resumed by Job {resumed.pk}" in twice.output and "HTTP 409 conflict" in twice.output
+
+    services.job_abort(actor=creator, job=resumed)
+    chosen = mado("job", "resume", failed.pk, "--checkpoint", checkpoints[10].pk, "-q", user=creator)
+    assert chosen.exit_code == 0, chosen.output
+    again = Job.objects.select_related("run").get(pk=int(chosen.output))
+    assert (again.run.source_checkpoint_id, again.code_version_id) == (checkpoints[10].pk, code_version.pk)
+    failed.run.refresh_from_db()
+    assert failed.run.status == "failed"  # the source Run is never changed (F10)
+
+
+def test_job_resume_refusals(mado, creator, member, project, code_version, cpu):
+    failed, checkpoints = _failed_job(creator, code_version, cpu)
+    other, other_checkpoints = _failed_job(creator, code_version, cpu, steps=(5,))
+    for flags in ([], ["--latest", "--checkpoint", checkpoints[10].pk]):
+        usage = mado("job", "resume", failed.pk, *flags, user=creator)
+        assert usage.exit_code == 2 and "give either --latest or --checkpoint ID" in usage.output
+    foreign = mado("job", "resume", failed.pk, "--checkpoint", other_checkpoints[5].pk, user=creator)
+    assert foreign.exit_code == 1
+    assert f"checkpoint {other_checkpoints[5].pk} belongs to run {other.run_id}, not to run {failed.run_id}" in foreign.output
+    not_yours = mado("job", "resume", failed.pk, "--latest", user=member)
+    assert not_yours.exit_code == 1 and "This is not your run" in not_yours.output and "HTTP 403" in not_yours.output
+    running = services.job_launch(actor=creator, code_version=code_version, queue=cpu, parameters={},
+                                  dataset_version_ids=[])
+    services.job_claim(job_id=running.pk, worker_host="gpu-1")
+    busy = mado("job", "resume", running.pk, "--latest", user=creator)
+    assert busy.exit_code == 1 and "HTTP 409" in busy.output
+    assert Job.objects.filter(kind=JobKind.RESUME).count() == 0
+
+
+# --- logs ------------------------------------------------------------------------------------------
+
+
+def test_job_logs_prints_the_output_and_follows_it_until_the_job_ends(mado, creator, project, code_version, cpu):
+    job = services.job_launch(actor=creator, code_version=code_version, queue=cpu, parameters={},
+                              dataset_version_ids=[])
+    services.job_claim(job_id=job.pk, worker_host="gpu-1")
+    services.job_append_log(job_id=job.pk, text="step 0\nstep 1\n")
+    now = mado("job", "logs", job.pk, user=creator)
+    assert (now.exit_code, now.output) == (0, "step 0\nstep 1\n")
+    waited = mado("job", "logs", job.pk, "--follow", "--interval", "0.05", "--timeout", "0.3", user=creator)
+    assert waited.exit_code == 4 and waited.output.endswith(f"job {job.pk} is still running after 0.3 s\n")
+
+    def worker():
+        time.sleep(0.5)
+        services.job_append_log(job_id=job.pk, text="step 2\n")
+        time.sleep(0.3)
+        services.job_append_log(job_id=job.pk, text="done\n")
+        services.job_finish(job_id=job.pk, exit_code=0)
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+    followed = mado("job", "logs", job.pk, "-f", "--interval", "0.05", "--timeout", "60", user=creator)
+    thread.join()
+    assert followed.exit_code == 0, followed.output
+    assert followed.output == f"step 0\nstep 1\nstep 2\ndone\njob {job.pk} succeeded, exit code 0\n"
+
+
+def test_job_logs_follow_exits_3_for_a_failed_job(mado, creator, member, project, code_version, cpu, outsider):
+    failed, _ = _failed_job(creator, code_version, cpu)
+    result = mado("job", "logs", failed.pk, "--follow", user=member)
+    assert result.exit_code == 3
+    assert result.output.endswith(f"job {failed.pk} failed, exit code 1: The code exited with code 1.\n")
+    hidden = mado("job", "logs", failed.pk, user=outsider)
+    assert hidden.exit_code == 1 and "HTTP 404" in hidden.output
+    assert json.loads(json.dumps(hidden.output))  # printable text, no traceback
+    assert "Traceback" not in hidden.output
