@@ -89,7 +89,8 @@ def _series(points, sx, sy, *, css: str = "series", attrs: SafeString = mark_saf
     if len(points) > 1:
         return format_html('<polyline class="{}"{} points="{}"/>', css, attrs, coords)
     x, y = coords.split(",")
-    return format_html('<circle class="{}"{} cx="{}" cy="{}" r="3"/>', css.replace("series", "series-dot", 1), attrs, x, y)
+    dot_css = css.replace("series", "series-dot", 1)
+    return format_html('<circle class="{}"{} cx="{}" cy="{}" r="3"/>', dot_css, attrs, x, y)
 
 
 def _svg_frame(key: str, points: list[tuple[float, float]], draw=None) -> SafeString:

@@ -1,4 +1,4 @@
-"""Jobs pages: Launch Job, the Jobs list, a Job, abort, resume from latest and from a checkpoint, logs, lineage (issue 4 part 5).
+"""Jobs pages: Launch Job, Jobs list, a Job, abort, resume from latest / a checkpoint, logs, lineage (issue 4 part 5).
 
 SPEC F2, F6–F11, F15, F16. Celery is never reached (``celery_calls`` in
 conftest records ``send_task``); checkpoints are rows made by ``checkpoint()``.
@@ -236,7 +236,9 @@ def test_a_finished_job_says_use_continue(login, creator, code_version, cpu):
     assert "Resume from latest checkpoint" not in tr and "Abort" not in tr
 
 
-def test_a_running_job_has_abort_for_its_creator_and_says_it_is_still_running(login, creator, member, code_version, cpu):
+def test_a_running_job_has_abort_for_its_creator_and_says_it_is_still_running(
+    login, creator, member, code_version, cpu
+):
     job = launch(creator, code_version, cpu)
     services.job_claim(job_id=job.pk, worker_host="gpu-1")
     tr = row(body(login(creator).get(jobs_url())), job)
@@ -418,7 +420,9 @@ def test_the_checkpoint_tab_shows_others_the_reason(login, request, failed_job, 
     assert sentence in html and "Resume from this checkpoint" not in html
 
 
-def test_the_checkpoint_tab_of_a_run_without_a_job_or_a_finished_run_says_why(login, creator, project, code_version, cpu):
+def test_the_checkpoint_tab_of_a_run_without_a_job_or_a_finished_run_says_why(
+    login, creator, project, code_version, cpu
+):
     plain = RunFactory(project=project, created_by=creator, status=RunStatus.FAILED)
     checkpoint(plain, 10)
     assert "did not run as a Job" in body(login(creator).get(tab(plain)))
@@ -557,7 +561,9 @@ def test_a_resumed_run_that_logs_below_its_checkpoint_gets_a_warning(login, view
 
 def test_the_ancestors_chart_includes_the_parents_points_up_to_the_resume_step(login, viewer, creator, failed_job):
     parent = failed_job.run
-    metrics_ingest(actor=creator, run=parent, points=[{"key": "loss", "value": 3.0 - s / 10, "step": s} for s in range(27)])
+    metrics_ingest(actor=creator, run=parent, points=[
+        {"key": "loss", "value": 3.0 - s / 10, "step": s} for s in range(27)
+    ])
     child = resumed_run(creator, failed_job)
     metrics_ingest(actor=creator, run=child, points=[{"key": "loss", "value": 1.0 - s / 100, "step": s}
                                                     for s in range(20, 40)])
@@ -565,8 +571,12 @@ def test_the_ancestors_chart_includes_the_parents_points_up_to_the_resume_step(l
     plain = body(client.get(reverse("runs:run-detail", args=[child.pk])))
     assert "Show with ancestors" in plain and f'data-run="{parent.pk}"' not in plain
     html = body(client.get(reverse("runs:run-detail", args=[child.pk]) + "?ancestors=1"))
-    ancestor = re.search(rf'<polyline class="series lineage-0 ancestor" data-run="{parent.pk}" data-points="(\d+)"', html)
-    own = re.search(rf'<polyline class="series lineage-current" data-run="{child.pk}" data-points="(\d+)" points="([^"]+)"', html)
+    ancestor = re.search(
+        rf'<polyline class="series lineage-0 ancestor" data-run="{parent.pk}" data-points="(\d+)"', html
+    )
+    own = re.search(
+        rf'<polyline class="series lineage-current" data-run="{child.pk}" data-points="(\d+)" points="([^"]+)"', html
+    )
     assert ancestor and ancestor.group(1) == "20"  # steps 0..19: the child redid 20..26
     assert own and own.group(1) == "20"
     assert len(own.group(2).split()) == 21  # starts at the parent's last point: one joined line
@@ -579,3 +589,18 @@ def test_a_run_without_a_parent_has_no_ancestors_toggle(login, viewer, failed_jo
     metrics_ingest(actor=creator, run=failed_job.run, points=[{"key": "loss", "value": 1.0, "step": s} for s in (0, 1)])
     html = body(login(viewer).get(reverse("runs:run-detail", args=[failed_job.run_id]) + "?ancestors=1"))
     assert "Show with ancestors" not in html and 'class="series"' in html
+
+
+def test_the_resume_pages_are_translated_into_japanese(login, creator, member, failed_job, settings):
+    ckpt = checkpoint(failed_job.run, 20)
+    client = login(creator)
+    client.cookies[settings.LANGUAGE_COOKIE_NAME] = "ja"
+    html = body(client.get(reverse("jobs:checkpoint-resume", args=[ckpt.pk])))
+    assert "step 20のcheckpointから、新しいRunとして学習を再開します。" in html and "新しいRunで再開" in html
+    html = body(client.get(tab(failed_job.run)))
+    assert "このcheckpointから再開" in html
+    html = body(client.get(jobs_url()))
+    assert "最新checkpointから再開" in html and "ジョブを起動" in html and ">失敗<" in html
+    other = login(member)
+    other.cookies[settings.LANGUAGE_COOKIE_NAME] = "ja"
+    assert "あなたが作成したRunではありません" in body(other.get(tab(failed_job.run)))

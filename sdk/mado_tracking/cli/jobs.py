@@ -110,7 +110,8 @@ def job() -> None:
 @click.option("--code-version", "code_version", required=True, metavar="ID|NAME[:VERSION]",
               help="the code version to run (mado code push prints its id)")
 @click.option("--param", "params", multiple=True, metavar="KEY=VALUE",
-              help="a parameter of the Run (repeatable); JSON values (0.05, true, [1,2]) are decoded")
+              help="a parameter recorded on the Run (repeatable; JSON values such as 0.05, true, [1,2] are decoded); "
+                   "the code gets its arguments from the entrypoint")
 @click.option("--dataset-version", "dataset_versions", multiple=True, type=click.IntRange(min=1), metavar="ID",
               help="an input dataset version id (repeatable)")
 @click.option("--queue", default=None, help="execution target (default: the server's default queue)")
