@@ -16,12 +16,12 @@ per ``--size-mib``:
    then the code's first-line timestamp and the Job's records.
 
 Phases, from what the worker records: ``dispatch`` (the request — the service's transaction and the send
-on commit, also printed alone — and the broker's delivery, up to the claim, ``Job.started_at``), ``code`` (the Code archive fetched and
-extracted), ``download+verify`` and ``extract`` (the worker's ``[mado] checkpoint …`` log line:
-"downloaded and verified in X s, extracted in Y s"; the worker verifies while the bytes stream, so it
-reports the two as one figure), ``start`` (token, environment, ``Popen``, interpreter start until the
-code's first line). "Overhead" is the total minus download+verify+extract; "rate" is the checkpoint's tar
-bytes over download+verify+extract, also as a fraction of the hashlib rate.
+on commit, also printed alone — and the broker's delivery, up to the claim, ``Job.started_at``), ``code``
+(the Code archive fetched and extracted), ``download+verify`` and ``extract`` (the worker's
+``[mado] checkpoint …`` log line: "downloaded and verified in X s, extracted in Y s"; the worker verifies
+while the bytes stream, so it reports the two as one figure), ``start`` (token, environment, ``Popen``,
+interpreter start until the code's first line). "Overhead" is the total minus download+verify+extract;
+"rate" is the checkpoint's tar bytes over download+verify+extract, also as a fraction of the hashlib rate.
 
     .venv/bin/python benchmarks/resume_latency.py --size-mib 64          # develop with this
     .venv/bin/python benchmarks/resume_latency.py                        # 1 MiB and 1 GiB (≈ 5 GiB of disk)
@@ -111,8 +111,9 @@ def make_fixture(stamps: Path):
         info.size = len(FIRST_LINE)
         tar.addfile(info, io.BytesIO(FIRST_LINE.encode()))
     archive.seek(0)
-    version = code_version_create_with_archive(actor=user, code=code, entrypoint=[sys.executable, "first_line.py", str(stamps)],
-                                               archive=archive, archive_name="code.tar.gz")
+    entrypoint = [sys.executable, "first_line.py", str(stamps)]
+    version = code_version_create_with_archive(actor=user, code=code, entrypoint=entrypoint, archive=archive,
+                                               archive_name="code.tar.gz")
     return user, queue, version
 
 
@@ -187,7 +188,8 @@ def failed_job_with_checkpoint(user, queue, version, tar_path: Path, tar_sha256:
         job = job_launch(actor=user, code_version=version, queue=queue, parameters={}, dataset_version_ids=[],
                          name="source")
         job_claim(job_id=job.pk, worker_host="bench-setup")
-        checkpoint, _ = checkpoint_register(actor=user, run=job.run, step=20, framework="bench", idempotency_key=uuid.uuid4().hex)
+        checkpoint, _ = checkpoint_register(actor=user, run=job.run, step=20, framework="bench",
+                                            idempotency_key=uuid.uuid4().hex)
         size = tar_path.stat().st_size
         with open(tar_path, "rb") as body:
             checkpoint_upload(actor=user, checkpoint=checkpoint, source=body, expected_size=size)

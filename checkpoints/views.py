@@ -16,6 +16,7 @@ from django.utils.translation import gettext as _
 from django.views.decorators.http import require_GET, require_http_methods
 
 from checkpoints import selectors, services
+from checkpoints.models import CheckpointState
 from mado import policy
 from mado.errors import Conflict
 from runs.views import page, run_page_context
@@ -27,14 +28,22 @@ MANIFEST_PER_PAGE = 500
 @page
 @require_GET
 def run_checkpoints(request, pk):
-    """The Checkpoint tab (SPEC F4): the newest K complete checkpoints; ``?older=1`` lists every one, deleted too."""
+    """The Checkpoint tab (SPEC F4): the newest K complete checkpoints; ``?older=1`` lists every one, deleted too.
+
+    Each complete checkpoint offers "Resume from this checkpoint" (F7) and "Continue training from these
+    weights" (F22), or the policy's reason in their place."""
     older = request.GET.get("older") == "1"
     run, context = run_page_context(request, pk, "checkpoints")
     checkpoints, hidden = selectors.checkpoint_list_for_run(run=run, include_older=older, include_unusable=older)
     checkpoints = list(checkpoints)
     blockers = selectors.checkpoint_delete_blockers(user=request.user, run=run, checkpoints=checkpoints)
+    # "Continue training from these weights" (F22) on each complete checkpoint, or the sentence in its place.
+    continue_refusals = {
+        checkpoint.pk: policy.why_cannot_continue(request.user, checkpoint)
+        for checkpoint in checkpoints if checkpoint.state == CheckpointState.COMPLETE
+    }
     context.update(
-        rows=[(checkpoint, blockers[checkpoint.pk]) for checkpoint in checkpoints],
+        rows=[(ckpt, blockers[ckpt.pk], continue_refusals.get(ckpt.pk)) for ckpt in checkpoints],
         older=older,
         hidden_older=hidden,
         keep_count=selectors.checkpoint_keep_count(),

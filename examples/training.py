@@ -25,10 +25,17 @@ step S; ``--output PATH`` writes the final weights as JSON (byte-comparable);
     MMT_RESUME_CHECKPOINT_DIR=/tmp/x/checkpoints/step-20 MMT_RESUME_STEP=20 \
     MMT_RESUME_CHECKPOINT_FILE=/tmp/x/resume.json \
         python examples/training.py --offline --steps 40 --checkpoint-every 10 --output /tmp/x/resumed.json
+
+``--add-dataset-at-step S`` adds data mid-training (SPEC F20, F21): from step S the loader draws from the
+digits plus a noisy copy of them (a second, deterministic dataset version), and the program then records
+that data stage with ``run.log_training_data_stage(S, ids, checkpoint_id=<latest checkpoint <= S>)``,
+``ids`` being the full set given by ``--dataset-version-ids A,B`` (or ``MMT_DATASET_VERSION_IDS``).
+Offline, the loader switches but the stage is not recorded (online only). Without the flag nothing changes.
 """
 
 import argparse
 import json
+import os
 import random
 import sys
 import tempfile
@@ -45,6 +52,9 @@ from mado_tracking.torch import load_checkpoint, save_checkpoint
 
 HIDDEN = 64
 MOMENTUM = 0.9
+NOISE_SEED = 1234  # the noisy copy is the same in every process (a dataset version), whatever --seed is
+NOISE_STD = 0.1
+ENV_DATASET_VERSION_IDS = "MMT_DATASET_VERSION_IDS"
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -64,6 +74,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--offline", action="store_true",
                         help="no server: record into the directory of --output (else $MMT_OFFLINE_DIR); "
                              "upload later with `mado sync DIR`")
+    parser.add_argument("--add-dataset-at-step", type=int, default=None, metavar="S",
+                        help="from step S, also train on a noisy copy of the digits and record the data stage")
+    parser.add_argument("--dataset-version-ids", default=None, metavar="A,B",
+                        help="the full set of dataset version ids from step S on (default: "
+                             f"${ENV_DATASET_VERSION_IDS})")
     args = parser.parse_args(argv)
     if args.steps < 0:
         parser.error("--steps must be >= 0")
@@ -71,6 +86,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error("--batch-size must be >= 1")
     if args.checkpoint_every < 0:
         parser.error("--checkpoint-every must be >= 0")
+    if args.add_dataset_at_step is not None:
+        if args.add_dataset_at_step < 0:
+            parser.error("--add-dataset-at-step must be >= 0")
+        raw = args.dataset_version_ids or os.environ.get(ENV_DATASET_VERSION_IDS, "")
+        try:
+            args.stage_ids = [int(part) for part in raw.split(",") if part.strip()]
+        except ValueError:
+            parser.error(f"--dataset-version-ids must be comma-separated integers, got {raw!r}")
+        if not args.stage_ids and not args.offline:
+            parser.error(f"--add-dataset-at-step needs --dataset-version-ids A,B (or ${ENV_DATASET_VERSION_IDS}) "
+                         "to record the stage")
     return args
 
 
@@ -94,6 +120,22 @@ def load_data() -> tuple[torch.Tensor, torch.Tensor]:
     x = torch.from_numpy(digits.data.astype(np.float32) / 16.0)
     y = torch.from_numpy(digits.target.astype(np.int64))
     return x, y
+
+
+def noisy_copy(data: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """The second dataset version: the digits with Gaussian pixel noise (std 0.1, clipped to [0, 1]).
+
+    Drawn from its own generator, so the training RNGs (and checkpoints) are untouched.
+    """
+    x, y = data
+    noise = torch.randn(x.shape, generator=torch.Generator().manual_seed(NOISE_SEED)) * NOISE_STD
+    return (x + noise).clamp(0.0, 1.0), y.clone()
+
+
+def with_added_dataset(data: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """The loader after the switch: the digits followed by their noisy copy."""
+    extra_x, extra_y = noisy_copy(data)
+    return torch.cat([data[0], extra_x]), torch.cat([data[1], extra_y])
 
 
 def build_model(in_features: int = 64, classes: int = 10) -> nn.Module:
@@ -120,26 +162,48 @@ def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tens
 
 def train(run, model: nn.Module, optimizer: torch.optim.Optimizer, data: tuple[torch.Tensor, torch.Tensor],
           generator: torch.Generator, *, start_step: int, steps: int, batch_size: int, checkpoint_every: int = 0,
-          fail_at_step: int | None = None) -> dict:
+          fail_at_step: int | None = None, add_dataset_at_step: int | None = None,
+          stage_ids: list[int] | None = None) -> dict:
     """Run steps ``start_step .. steps-1``, logging ``train.loss`` and ``train.accuracy`` at each step index.
 
     Every ``checkpoint_every`` steps the state is saved with ``step`` = steps
-    completed; reaching ``fail_at_step`` raises ``SimulatedFailure``.
+    completed; reaching ``fail_at_step`` raises ``SimulatedFailure``. From
+    ``add_dataset_at_step`` on the batches come from ``with_added_dataset``;
+    when that switch happens in this loop the stage is recorded with
+    ``stage_ids`` (a run resumed past it starts on the switched data).
     """
+    if add_dataset_at_step is not None and start_step > add_dataset_at_step:
+        data = with_added_dataset(data)
     x, y = data
     loss = accuracy = float("nan")
+    last_checkpoint_id = None
     with tempfile.TemporaryDirectory(prefix="mado-example-ckpt-") as scratch:
         for step in range(start_step, steps):
             if step == fail_at_step:
                 raise SimulatedFailure(f"--fail-at-step {fail_at_step}: stopping at step {step}")
+            if step == add_dataset_at_step:
+                x, y = with_added_dataset(data)  # switch the loader first, then record (F21)
+                record_stage(run, step, stage_ids or [], last_checkpoint_id)
             index = torch.randint(0, x.shape[0], (batch_size,), generator=generator)
             loss, accuracy = train_step(model, optimizer, x[index], y[index])
             run.log_metrics({"train.loss": loss, "train.accuracy": accuracy}, step=step)
             if checkpoint_every and (step + 1) % checkpoint_every == 0:
                 save_checkpoint(scratch, model=model, optimizer=optimizer, step=step + 1,
                                 generators={"batches": generator})
-                run.log_checkpoint(scratch, step=step + 1, includes_optimizer=True, framework="torch")
+                saved = run.log_checkpoint(scratch, step=step + 1, includes_optimizer=True, framework="torch")
+                last_checkpoint_id = getattr(saved, "id", None)
     return {"train.loss": loss, "train.accuracy": accuracy}
+
+
+def record_stage(run, step: int, ids: list[int], checkpoint_id) -> None:
+    """Record the data stage that starts at ``step`` (online only: an offline run says so and goes on)."""
+    if getattr(run, "offline", False):
+        print(f"offline: training on the added dataset from step {step}; data stage not recorded (online only)",
+              flush=True)
+        return
+    stage = run.log_training_data_stage(step, ids, checkpoint_id=checkpoint_id,
+                                        metadata={"note": "added a noisy copy of the digits"})
+    print(f"data stage {stage['id']} from step {step}: dataset versions {stage['dataset_version_ids']}", flush=True)
 
 
 def weights_json(model: nn.Module) -> str:
@@ -170,7 +234,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"resuming from checkpoint {checkpoint.id} at step {start_step}", flush=True)
             final = train(run, model, optimizer, data, generator, start_step=start_step, steps=args.steps,
                           batch_size=args.batch_size, checkpoint_every=args.checkpoint_every,
-                          fail_at_step=args.fail_at_step)
+                          fail_at_step=args.fail_at_step, add_dataset_at_step=args.add_dataset_at_step,
+                          stage_ids=getattr(args, "stage_ids", None))
     except SimulatedFailure as failure:
         print(f"failed: {failure}", file=sys.stderr, flush=True)
         return 1

@@ -282,6 +282,50 @@ class CheckpointResumeApi(APIView):
         return _job_response(request, job, status.HTTP_201_CREATED)
 
 
+class JobContinueInputSerializer(serializers.Serializer):
+    code_version_id = serializers.IntegerField(help_text="a version of the source Run's Code (any, if it has none)")
+    queue = serializers.SlugField(required=False, allow_null=True, default=None,
+                                  help_text="queue name (default: the server's default queue)")
+    parameters = serializers.JSONField(required=False, allow_null=True, default=None,
+                                       help_text="a JSON object (default: the source Run's parameters)")
+    input_dataset_version_ids = serializers.ListField(
+        child=serializers.IntegerField(), allow_empty=True,
+        help_text="the new Run's dataset versions, e.g. the composition at the checkpoint's step plus new ones",
+    )
+    name = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
+
+
+class CheckpointContinueApi(APIView):
+    """``checkpoints/{id}/continue/``: "Continue training from these weights" (F22, F23)."""
+
+    run_token_allowed = False  # a Job's own token never launches Jobs (mado.authentication.RunTokenScope)
+
+    @extend_schema(
+        tags=TAGS, parameters=[_CHECKPOINT_ID], request=JobContinueInputSerializer,
+        responses={201: JobDetailOutputSerializer,
+                   400: OpenApiResponse(description="bad field (named): dataset version ids (listed), code version "
+                                                    "of another Code, parameters, unknown or disabled queue"),
+                   403: OpenApiResponse(description="viewer"),
+                   404: OpenApiResponse(description="checkpoint or code version not in the user's projects"),
+                   409: OpenApiResponse(description="the checkpoint is not complete (pending or deleted)")},
+    )
+    def post(self, request, checkpoint_id):
+        """Start a new Run and Job (kind ``continue``) from the checkpoint's weights with the chosen data: 201 the Job.
+
+        Member or admin; the source Run may be in any state. The new Run
+        inherits the kind, records parent Run and source checkpoint, and
+        starts with ``input_dataset_version_ids``.
+        """
+        checkpoint = checkpoint_get_for_user(user=request.user, checkpoint_id=checkpoint_id)
+        data = valid(JobContinueInputSerializer, request)
+        job = services.run_continue_from_checkpoint(
+            actor=request.user, checkpoint=checkpoint, code_version=_code_version(request.user, data["code_version_id"]),
+            queue=selectors.queue_get(name=data["queue"] or selectors.default_queue_name()),
+            parameters=data["parameters"], dataset_version_ids=data["input_dataset_version_ids"], name=data["name"],
+        )
+        return _job_response(request, job, status.HTTP_201_CREATED)
+
+
 class QueueListApi(GenericAPIView):
     """``queues/``: the enabled execution targets."""
 

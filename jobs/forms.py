@@ -13,6 +13,7 @@ from django.utils.translation import gettext_lazy as _
 from jobs import selectors
 from jobs.services._common import MAX_RETRIES_LIMIT
 from runs import selectors as run_selectors
+from runs.forms import DatasetVersionChoiceField
 from runs.models import CodeVersion, RunKind
 from runs.templatetags.mado_ui import LABELS
 
@@ -27,30 +28,54 @@ class CodeVersionChoiceField(forms.ModelChoiceField):
         return f"{obj.code.name} v{obj.version}"
 
 
-class DatasetVersionChoiceField(forms.ModelMultipleChoiceField):
-    def label_from_instance(self, obj):
-        return f"{obj.dataset.name}:{obj.version}"
-
-
 class QueueChoiceField(forms.ModelChoiceField):
     def label_from_instance(self, obj):
         return f"{obj.name} — {obj.description}" if obj.description else obj.name
 
 
-class JobLaunchForm(forms.Form):
-    """Launch Job (issue 4 part 5): a Code version of the Project run on an enabled queue as a new Run."""
-
-    code_version = CodeVersionChoiceField(label=_("Code version"), queryset=None, empty_label=None)
-    parameters = forms.CharField(
+def parameters_field() -> forms.CharField:
+    return forms.CharField(
         label=_("Parameters"), required=False, initial="{}",
         widget=forms.Textarea(attrs={"rows": 6, "spellcheck": "false", "class": "code"}),
         help_text=_('A JSON object, for example {"lr": 0.01, "steps": 200}.'),
     )
-    input_dataset_version_ids = DatasetVersionChoiceField(
-        label=_("Dataset versions"), queryset=None, required=False,
-        widget=forms.SelectMultiple(attrs={"size": 6}),
+
+
+def dataset_versions_field(**kwargs) -> DatasetVersionChoiceField:
+    return DatasetVersionChoiceField(
+        label=_("Dataset versions"), queryset=None, required=False, widget=forms.SelectMultiple(attrs={"size": 6}),
+        **kwargs,
     )
-    queue = QueueChoiceField(label=_("Queue"), queryset=None, empty_label=None, to_field_name="name")
+
+
+def queue_field(**kwargs) -> QueueChoiceField:
+    return QueueChoiceField(label=_("Queue"), queryset=None, empty_label=None, to_field_name="name", **kwargs)
+
+
+class ParametersMixin:
+    """``clean_parameters``: the ``parameters`` field's text as a JSON object (a form error otherwise)."""
+
+    def clean_parameters(self) -> dict:
+        raw = (self.cleaned_data.get("parameters") or "").strip() or "{}"
+        try:
+            value = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise forms.ValidationError(
+                _("Not valid JSON: %(error)s (line %(line)s, column %(column)s)."),
+                params={"error": exc.msg, "line": exc.lineno, "column": exc.colno}, code="json",
+            ) from None
+        if not isinstance(value, dict):
+            raise forms.ValidationError(_('Parameters must be a JSON object such as {"lr": 0.01}.'), code="object")
+        return value
+
+
+class JobLaunchForm(ParametersMixin, forms.Form):
+    """Launch Job (issue 4 part 5): a Code version of the Project run on an enabled queue as a new Run."""
+
+    code_version = CodeVersionChoiceField(label=_("Code version"), queryset=None, empty_label=None)
+    parameters = parameters_field()
+    input_dataset_version_ids = dataset_versions_field()
+    queue = queue_field()
     name = forms.CharField(label=_("Run name"), max_length=200, required=False)
     kind = forms.ChoiceField(
         label=_("Run kind"), choices=[(code, LABELS["kind"][code]) for code in RunKind.values], initial=RunKind.TRAINING
@@ -65,19 +90,6 @@ class JobLaunchForm(forms.Form):
         self.fields["input_dataset_version_ids"].queryset = run_selectors.dataset_version_choices(project=project)
         self.fields["queue"].queryset = selectors.queue_list()
         self.fields["queue"].initial = selectors.default_queue_name()
-
-    def clean_parameters(self) -> dict:
-        raw = (self.cleaned_data.get("parameters") or "").strip() or "{}"
-        try:
-            value = json.loads(raw)
-        except json.JSONDecodeError as exc:
-            raise forms.ValidationError(
-                _("Not valid JSON: %(error)s (line %(line)s, column %(column)s)."),
-                params={"error": exc.msg, "line": exc.lineno, "column": exc.colno}, code="json",
-            ) from None
-        if not isinstance(value, dict):
-            raise forms.ValidationError(_('Parameters must be a JSON object such as {"lr": 0.01}.'), code="object")
-        return value
 
     def service_arguments(self) -> dict:
         """The keyword arguments of ``jobs.services.job_launch`` (without ``actor``)."""
@@ -100,10 +112,7 @@ class CheckpointResumeForm(forms.Form):
         label=_("Code version"), queryset=None, empty_label=None, required=False,
         help_text=_("A version of the same Code; by default the version the stopped Job ran."),
     )
-    queue = QueueChoiceField(
-        label=_("Queue"), queryset=None, empty_label=None, to_field_name="name", required=False,
-        help_text=_("By default the queue of the stopped Job."),
-    )
+    queue = queue_field(required=False, help_text=_("By default the queue of the stopped Job."))
 
     def __init__(self, *args, source_job, **kwargs):
         super().__init__(*args, **kwargs)
@@ -120,3 +129,50 @@ class CheckpointResumeForm(forms.Form):
     def service_arguments(self) -> dict:
         """``code_version`` and ``queue`` for ``run_resume_from_checkpoint`` (None: the source Job's)."""
         return {"code_version": self.cleaned_data.get("code_version"), "queue": self.cleaned_data.get("queue")}
+
+
+class CheckpointContinueForm(ParametersMixin, forms.Form):
+    """"Continue training from these weights" (SPEC F22): the data mix, Code version, parameters, queue, name.
+
+    ``composition`` (the dataset versions in force at the checkpoint's step)
+    is preselected; any dataset version of the Project may be added. The Code
+    versions offered are those of the source Run's Code (default: the
+    source's), or every Code of the Project when the source recorded none;
+    parameters default to the source Run's, the queue to the source Job's.
+    """
+
+    SERVICE_FIELDS = {"dataset_version_ids": "input_dataset_version_ids", "code_version_id": "code_version"}
+
+    input_dataset_version_ids = dataset_versions_field(
+        help_text=_("Preselected: the versions in force at the checkpoint's step. Add the new data here."),
+    )
+    code_version = CodeVersionChoiceField(label=_("Code version"), queryset=None, empty_label=None)
+    parameters = parameters_field()
+    queue = queue_field()
+    name = forms.CharField(label=_("Run name"), max_length=200, required=False)
+
+    def __init__(self, *args, source_run, source_job, composition, **kwargs):
+        super().__init__(*args, **kwargs)
+        project = source_run.project
+        self.fields["input_dataset_version_ids"].queryset = run_selectors.dataset_version_choices(project=project)
+        self.fields["input_dataset_version_ids"].initial = [version.pk for version in composition]
+        versions = self.fields["code_version"]
+        if source_run.code_version_id:
+            versions.queryset = run_selectors.code_version_list(code=source_run.code_version.code).select_related(
+                "code"
+            )
+            versions.initial = source_run.code_version_id
+        else:
+            versions.queryset = run_selectors.code_version_choices(project=project)
+        self.fields["parameters"].initial = json.dumps(source_run.parameters or {}, indent=2)
+        self.fields["queue"].queryset = selectors.queue_list()
+        self.fields["queue"].initial = source_job.queue.name if source_job else selectors.default_queue_name()
+
+    def service_arguments(self) -> dict:
+        """The keyword arguments of ``jobs.services.run_continue_from_checkpoint`` (without actor, checkpoint)."""
+        data = self.cleaned_data
+        return {
+            "code_version": data["code_version"], "queue": data["queue"], "parameters": data["parameters"],
+            "dataset_version_ids": [version.pk for version in data["input_dataset_version_ids"]],
+            "name": data["name"],
+        }

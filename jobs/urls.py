@@ -20,5 +20,6 @@ urlpatterns = [
     path("jobs/<int:pk>/abort/", views.job_abort, name="job-abort"),
     path("jobs/<int:pk>/resume-latest/", views.job_resume_latest, name="job-resume-latest"),
     path("checkpoints/<int:pk>/resume/", views.checkpoint_resume, name="checkpoint-resume"),
+    path("checkpoints/<int:pk>/continue/", views.checkpoint_continue, name="checkpoint-continue"),
     path("runs/<int:pk>/log/", views.run_log, name="run-log"),
 ]

@@ -1,4 +1,5 @@
-"""Pages of Jobs: launch, the Jobs list, a Job, abort, resume from latest, resume from a checkpoint, the log tail.
+"""Pages of Jobs: launch, the Jobs list, a Job, abort, resume from latest, resume from a checkpoint, continue
+from a checkpoint (issue 5 part 5, F22), the log tail.
 
 Issue 4 part 5; SPEC F6–F11, F16. Each view fetches through a selector
 (another Project's object is a 404), calls at most one service and renders
@@ -9,6 +10,7 @@ the logs refresh through htmx partials while a Job is not final.
 """
 
 from django.contrib import messages
+from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.shortcuts import redirect, render
 from django.urls import reverse
@@ -20,7 +22,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from checkpoints.models import CheckpointState
 from checkpoints.selectors import checkpoint_get_for_user
 from jobs import selectors, services
-from jobs.forms import CheckpointResumeForm, JobLaunchForm
+from jobs.forms import CheckpointContinueForm, CheckpointResumeForm, JobLaunchForm
 from mado import policy
 from mado.errors import Conflict, ValidationFailed
 from runs import selectors as run_selectors
@@ -199,6 +201,41 @@ def checkpoint_resume(request, pk):
     context = {"checkpoint": checkpoint, "run": checkpoint.run, "source_job": source_job, "form": form,
                "refusal": refusal}
     return render(request, "jobs/checkpoint_resume.html", context, status=status)
+
+
+@page
+@require_http_methods(["GET", "POST"])
+def checkpoint_continue(request, pk):
+    """"Continue training from these weights" (F22): GET the form (data mix preselected with the composition at
+    the checkpoint's step); POST shows the confirmation of what will run; POST with ``confirm`` launches
+    ``services.run_continue_from_checkpoint`` → the new Job's page. A refusal by the service is a form error."""
+    checkpoint = checkpoint_get_for_user(user=request.user, checkpoint_id=pk)
+    source_run = checkpoint.run
+    if request.method == "POST" and not policy.can_write_runs(request.user, source_run.project):
+        raise PermissionDenied(policy.why_not(request.user, source_run.project, policy.MEMBER))
+    source_job = selectors.job_for_run(run=source_run)
+    form = CheckpointContinueForm(
+        request.POST if request.method == "POST" else None, source_run=source_run, source_job=source_job,
+        composition=run_selectors.data_composition_at(run=source_run, step=checkpoint.step),
+    )
+    confirming, status = False, 400 if form.is_bound else 200
+    if form.is_bound and form.is_valid():
+        confirming, status = not request.POST.get("edit"), 200
+        if confirming and request.POST.get("confirm"):
+            try:
+                job = services.run_continue_from_checkpoint(
+                    actor=request.user, checkpoint=checkpoint, **form.service_arguments()
+                )
+            except SERVICE_FORM_ERRORS as exc:
+                add_service_error(form, exc)
+                confirming, status = False, exc.status
+            else:
+                messages.success(request, _("Job %(id)s continues training from the checkpoint at step %(step)s.") % {
+                    "id": job.pk, "step": checkpoint.step})
+                return redirect("jobs:job-detail", pk=job.pk)
+    context = {"checkpoint": checkpoint, "run": source_run, "source_job": source_job, "form": form,
+               "confirming": confirming, "refusal": policy.why_cannot_continue(request.user, checkpoint)}
+    return render(request, "jobs/checkpoint_continue.html", context, status=status)
 
 
 @page

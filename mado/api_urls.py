@@ -14,7 +14,7 @@ from checkpoints.api import (
     CheckpointTarApi,
     CheckpointUploadPartsApi,
 )
-from jobs.api import CheckpointResumeApi, JobViewSet, QueueListApi
+from jobs.api import CheckpointContinueApi, CheckpointResumeApi, JobViewSet, QueueListApi
 from runs.api.projects import (
     CodeListApi,
     CodeVersionListApi,
@@ -25,6 +25,7 @@ from runs.api.projects import (
     ProjectViewSet,
 )
 from runs.api.runs import RunMetricsApi, RunViewSet
+from runs.api.stages import RunDataStagesApi
 
 app_name = "api"
 
@@ -62,6 +63,8 @@ urlpatterns = [
     path("checkpoints/<int:checkpoint_id>/upload-parts/", CheckpointUploadPartsApi.as_view(), name="checkpoint-upload-parts"),
     path("checkpoints/<int:checkpoint_id>/complete/", CheckpointCompleteApi.as_view(), name="checkpoint-complete"),
     path("checkpoints/<int:checkpoint_id>/resume/", CheckpointResumeApi.as_view(), name="checkpoint-resume"),
+    path("checkpoints/<int:checkpoint_id>/continue/", CheckpointContinueApi.as_view(), name="checkpoint-continue"),
+    path("runs/<int:run_id>/data-stages/", RunDataStagesApi.as_view(), name="run-data-stages"),
     path("queues/", QueueListApi.as_view(), name="queue-list"),
     *router.urls,
 ]

@@ -145,3 +145,23 @@ def why_cannot_resume(user, run, *, need_checkpoint: bool = True) -> str | None:
     button; the Checkpoint tab's button names its checkpoint).
     """
     return why_cannot_manage_job(user, run) or why_run_not_resumable(run, need_checkpoint=need_checkpoint)
+
+
+# --- Continue training from a checkpoint (SPEC F22, F23; issue 5) ---------------------
+
+
+def why_cannot_continue(user, checkpoint) -> str | None:
+    """None when ``user`` may continue training from ``checkpoint``, else the sentence shown instead of the button.
+
+    Any member or admin of the checkpoint's Project, whatever the state of
+    its Run (finished included, with or without a Job); the checkpoint must
+    be ``complete`` (not pending, not deleted).
+    """
+    reason = why_not(user, checkpoint.run.project, MEMBER)
+    if reason:
+        return reason
+    if checkpoint.state != "complete":
+        return _("Only a complete checkpoint can be continued from (this one is %(state)s).") % {
+            "state": checkpoint.state
+        }
+    return None

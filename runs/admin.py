@@ -7,7 +7,18 @@ through the services, which keep the invariants (ARCHITECTURE rules 2 and 4).
 
 from django.contrib import admin
 
-from runs.models import Code, CodeVersion, Dataset, DatasetVersion, Membership, MetricBatch, MetricPoint, Project, Run
+from runs.models import (
+    Code,
+    CodeVersion,
+    Dataset,
+    DatasetVersion,
+    DataStage,
+    Membership,
+    MetricBatch,
+    MetricPoint,
+    Project,
+    Run,
+)
 
 
 class MembershipInline(admin.TabularInline):
@@ -133,4 +144,24 @@ class MetricBatchAdmin(admin.ModelAdmin):
         return False
 
     def has_change_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(DataStage)
+class DataStageAdmin(admin.ModelAdmin):
+    """Data stages are append-only (ARCHITECTURE rule 2): read-only, recorded through ``data_stage_record``."""
+
+    list_display = ["run", "start_step", "checkpoint", "created_by", "created_at"]
+    list_filter = ["run__project"]
+    search_fields = ["run__external_id", "run__name", "created_by__username"]
+    list_select_related = ["run", "checkpoint", "created_by"]
+    readonly_fields = ["run", "start_step", "dataset_versions", "checkpoint", "metadata", "created_by", "created_at"]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
         return False

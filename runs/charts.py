@@ -5,7 +5,9 @@ with their minimum and maximum. Non-finite values (NaN, ±Infinity) are valid
 metric values but cannot be drawn: they are skipped and counted so the page
 can say how many are missing. At most ``MAX_POINTS`` points are drawn per key;
 the database does the heavy reduction (``selectors.metric_chart_series``) and
-``downsample`` bounds whatever reaches this module.
+``downsample`` bounds whatever reaches this module. Data stages (F20) are
+drawn as vertical markers at their start steps, with a tooltip saying what
+changed.
 """
 
 import math
@@ -13,6 +15,7 @@ from dataclasses import dataclass
 
 from django.utils.html import format_html
 from django.utils.safestring import SafeString, mark_safe
+from django.utils.translation import gettext as _
 
 from runs import selectors
 from runs.models import Run
@@ -77,11 +80,46 @@ def _scale(low: float, high: float, size: float, flip: bool):
     return low, high, lambda v: (v - low) * ratio
 
 
-def render_svg(key: str, points: list[tuple[float, float]]) -> SafeString:
+@dataclass(frozen=True)
+class Marker:
+    """A vertical line at ``step`` (a data stage's start step, F20) with ``label`` as its tooltip."""
+
+    step: int
+    label: str
+
+
+def render_svg(key: str, points: list[tuple[float, float]], markers: list[Marker] = ()) -> SafeString:
     """The ``<svg>`` of finite ``points`` (x ordered); an empty plot area says so through ``data-empty``."""
     if not points:
         return _svg_frame(key, [])
-    return _svg_frame(key, points, lambda sx, sy: _series(points, sx, sy))
+    return _svg_frame(key, points, lambda sx, sy: _series(points, sx, sy), markers=markers)
+
+
+def _markers(markers: list[Marker], low: float, high: float, sx, plot_h: float) -> SafeString:
+    """One ``<g class="data-stage-marker">`` per marker whose step lies within the drawn step range."""
+    drawn = []
+    for marker in markers:
+        if not low <= marker.step <= high:
+            continue
+        x = LEFT + sx(marker.step)
+        drawn.append(format_html(
+            '<g class="data-stage-marker" data-step="{}"><title>{}</title>'
+            '<line x1="{x}" y1="{t}" x2="{x}" y2="{b}"/><text x="{tx}" y="{ty}">{}</text></g>',
+            marker.step, marker.label, marker.step, x=f"{x:.1f}", t=TOP, b=TOP + plot_h, tx=f"{x + 3:.1f}", ty=TOP + 10,
+        ))
+    return mark_safe("".join(drawn))
+
+
+def data_stage_markers(*, run: Run) -> list[Marker]:
+    """A ``Marker`` per data stage of ``run`` at its start step, labelled with what it added and removed (F20)."""
+    markers = []
+    for item in selectors.data_stage_history(run=run):
+        changes = [f"+{v.dataset.name}:{v.version}" for v in item["added"]]
+        changes += [f"−{v.dataset.name}:{v.version}" for v in item["removed"]]
+        step = item["stage"].start_step
+        label = _("Data change at step %(step)s") % {"step": step}
+        markers.append(Marker(step=step, label=f"{label}: {' '.join(changes)}" if changes else label))
+    return markers
 
 
 def _series(points, sx, sy, *, css: str = "series", attrs: SafeString = mark_safe("")) -> SafeString:
@@ -93,9 +131,9 @@ def _series(points, sx, sy, *, css: str = "series", attrs: SafeString = mark_saf
     return format_html('<circle class="{}"{} cx="{}" cy="{}" r="3"/>', dot_css, attrs, x, y)
 
 
-def _svg_frame(key: str, points: list[tuple[float, float]], draw=None) -> SafeString:
-    """Axes, min/max labels of ``points`` and what ``draw(sx, sy)`` returns, where ``sx``/``sy`` map a step /
-    value to plot coordinates (relative to the plot's top left corner)."""
+def _svg_frame(key: str, points: list[tuple[float, float]], draw=None, markers: list[Marker] = ()) -> SafeString:
+    """Axes, min/max labels of ``points``, ``markers`` within the step range and what ``draw(sx, sy)`` returns,
+    where ``sx``/``sy`` map a step / value to plot coordinates (relative to the plot's top left corner)."""
     plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
     head = format_html(
         '<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {} {}" role="img" aria-label="{}"'
@@ -110,7 +148,7 @@ def _svg_frame(key: str, points: list[tuple[float, float]], draw=None) -> SafeSt
         return mark_safe(head + axes + "</svg>")
     xs = [p[0] for p in points]
     ys = [p[1] for p in points]
-    _x_low, _x_high, sx = _scale(min(xs), max(xs), plot_w, flip=False)
+    x_low, x_high, sx = _scale(min(xs), max(xs), plot_w, flip=False)
     _y_low, _y_high, sy = _scale(min(ys), max(ys), plot_h, flip=True)
     labels = format_html(
         '<g class="labels">'
@@ -122,24 +160,27 @@ def _svg_frame(key: str, points: list[tuple[float, float]], draw=None) -> SafeSt
         lx=LEFT - 6, t=TOP, b=TOP + plot_h, l=LEFT, r=LEFT + plot_w, by=HEIGHT - 8,
         ymax=_label(max(ys)), ymin=_label(min(ys)), xmin=_label(min(xs)), xmax=_label(max(xs)),
     )
-    return mark_safe(head + axes + draw(sx, sy) + labels + "</svg>")
+    lines = _markers(markers, x_low, x_high, sx, plot_h)
+    return mark_safe(head + axes + lines + draw(sx, sy) + labels + "</svg>")
 
 
-def build_chart(key: str, points, *, skipped: int = 0, total: int | None = None) -> Chart:
-    """A ``Chart`` of ``points`` ((step, value) pairs by step); non-finite values are skipped and counted."""
+def build_chart(key: str, points, *, skipped: int = 0, total: int | None = None, markers: list[Marker] = ()) -> Chart:
+    """A ``Chart`` of ``points`` ((step, value) pairs by step) with ``markers``; non-finite values are skipped
+    and counted."""
     finite = [(s, v) for s, v in points if v is not None and math.isfinite(v)]
     skipped += len(points) - len(finite)
     drawn = downsample(finite, MAX_POINTS)
     total = total if total is not None else len(points)
-    return Chart(key=key, svg=render_svg(key, drawn), drawn=len(drawn), skipped=skipped, total=total)
+    return Chart(key=key, svg=render_svg(key, drawn, markers), drawn=len(drawn), skipped=skipped, total=total)
 
 
 def run_charts(*, run: Run) -> list[Chart]:
-    """One ``Chart`` per metric key of ``run``, keys sorted (the Run page's Overview tab)."""
+    """One ``Chart`` per metric key of ``run``, keys sorted, with its data stages as markers (Overview tab)."""
     charts = []
+    markers = data_stage_markers(run=run)
     for key in selectors.metric_keys(run=run):
         points, skipped, total = selectors.metric_chart_series(run=run, key=key, max_points=MAX_POINTS)
-        charts.append(build_chart(key, points, skipped=skipped, total=total))
+        charts.append(build_chart(key, points, skipped=skipped, total=total, markers=markers))
     return charts
 
 
@@ -165,7 +206,7 @@ class _Segment:
     points: list[tuple[float, float]]
 
 
-def render_lineage_svg(key: str, segments: list[_Segment]) -> SafeString:
+def render_lineage_svg(key: str, segments: list[_Segment], markers: list[Marker] = ()) -> SafeString:
     """The ``<svg>`` of one key over a chain of Runs: one polyline per Run (its own stroke), all on one
     scale, each starting at the previous Run's last drawn point so the curves join into one line (F2)."""
     everything = [p for segment in segments for p in segment.points]
@@ -182,7 +223,7 @@ def render_lineage_svg(key: str, segments: list[_Segment]) -> SafeString:
             previous = segment.points[-1]
         return mark_safe("".join(lines))
 
-    return _svg_frame(key, everything, draw)
+    return _svg_frame(key, everything, draw, markers=markers)
 
 
 def lineage_runs(*, user, run: Run) -> list[LineageRun]:
@@ -201,6 +242,11 @@ def run_charts_with_ancestors(*, user, run: Run) -> tuple[list[Chart], list[Line
     """One ``Chart`` per metric key of ``run`` and its ancestors, each ancestor's points drawn up to (not
     including) the step where its child resumed, then the child's (SPEC F2); plus the legend's Runs."""
     lineage = lineage_runs(user=user, run=run)
+    # Each Run's data stages, an ancestor's only below the step its child resumed at (what the chain trained on).
+    markers = [
+        marker for item in lineage for marker in data_stage_markers(run=item.run)
+        if item.until_step is None or marker.step < item.until_step
+    ]
     keys = sorted({key for item in lineage for key in selectors.metric_keys(run=item.run)})
     per_segment = max(MAX_POINTS // len(lineage), 2)
     charts = []
@@ -213,5 +259,6 @@ def run_charts_with_ancestors(*, user, run: Run) -> tuple[list[Chart], list[Line
             segments.append(_Segment(lineage=item, points=[(s, v) for s, v in points]))
             skipped, total = skipped + bad, total + count
         drawn = sum(len(segment.points) for segment in segments)
-        charts.append(Chart(key=key, svg=render_lineage_svg(key, segments), drawn=drawn, skipped=skipped, total=total))
+        svg = render_lineage_svg(key, segments, markers)
+        charts.append(Chart(key=key, svg=svg, drawn=drawn, skipped=skipped, total=total))
     return charts, lineage

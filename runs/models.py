@@ -283,3 +283,41 @@ class MetricBatch(models.Model):
 
     def __str__(self):
         return f"{self.run_id}:{self.key}"
+
+
+class DataStageQuerySet(VisibleQuerySet):
+    project_path = "run__project"
+
+
+class DataStage(models.Model):
+    """From ``start_step`` on, the Run trained on exactly ``dataset_versions`` (SPEC F20, F21).
+
+    Append-only: ``runs.stages.data_stage_record`` is the only writer and
+    there is no update or delete path (API, pages, admin). One stage per
+    ``(run, start_step)``, held by the database, so two concurrent records at
+    one step cannot both win. ``checkpoint`` (optional) is a checkpoint of the
+    same Run whose step is at most ``start_step``. The Run's own
+    ``input_dataset_versions`` stay its initial configuration.
+    """
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="data_stages")
+    start_step = models.BigIntegerField(help_text="the first step trained on this set")
+    dataset_versions = models.ManyToManyField(DatasetVersion, related_name="data_stages")
+    checkpoint = models.ForeignKey(
+        "checkpoints.Checkpoint", null=True, blank=True, on_delete=models.PROTECT, related_name="data_stages"
+    )
+    metadata = models.JSONField(default=dict, blank=True)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = DataStageQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["run", "start_step"]
+        constraints = [
+            models.UniqueConstraint(fields=["run", "start_step"], name="datastage_unique_run_start_step"),
+            models.CheckConstraint(condition=Q(start_step__gte=0), name="datastage_start_step_non_negative"),
+        ]
+
+    def __str__(self):
+        return f"{self.run} from step {self.start_step}"

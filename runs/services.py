@@ -26,6 +26,7 @@ from runs.models import (
     RunKind,
     RunStatus,
 )
+from runs.stages import data_stage_record  # noqa: F401 - a service of this app (SPEC F20, F21)
 
 
 def require(allowed: bool, reason: str) -> None:

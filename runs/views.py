@@ -1,4 +1,5 @@
-"""Pages of Projects, Runs and members (SPEC F29; issue 1, part 5).
+"""Pages of Projects, Runs and members (SPEC F29; issue 1, part 5) and the Run's "Training data history" tab
+with "Record data change" (SPEC F20; issue 5, part 5).
 
 Each view authenticates, parses input with a form, fetches through a
 selector (another Project's object is a 404), calls at most one service and
@@ -16,14 +17,15 @@ from django.shortcuts import redirect, render
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from checkpoints import selectors as checkpoint_selectors
 from jobs import selectors as job_selectors
 from mado import policy
 from mado.errors import Conflict, Forbidden, NotFound, ValidationFailed
 from runs import charts, selectors, services
-from runs.forms import MemberAddForm, MemberRoleForm, RunFilterForm, add_service_error
+from runs.forms import DataStageRecordForm, MemberAddForm, MemberRoleForm, RunFilterForm, add_service_error
 
 RUNS_PER_PAGE = 25
-# (tab, URL name, template); later issues fill the last two (F20, F16). The
+# (tab, URL name, template); "data-history" is F20, "logs" F16. The
 # Checkpoint and Artifacts tabs are the checkpoints app's pages (checkpoints/views.py).
 RUN_TABS = [
     ("overview", "runs:run-detail", "runs/_tab_overview.html"),
@@ -123,11 +125,48 @@ def run_charts(request, pk):
     return render(request, "runs/_charts.html", {"run": run, **_charts_context(request, run)})
 
 
+# "The latest step" of a running Run: the composition in force from its last stage on.
+LATEST_STEP = 2**62
+
+
+def _data_stage_form(request, run):
+    """The "Record data change" form, bound on POST, preloaded with the composition in force now (F20)."""
+    return DataStageRecordForm(
+        request.POST if request.method == "POST" else None,
+        versions=selectors.dataset_version_choices(project=run.project),
+        composition=selectors.data_composition_at(run=run, step=LATEST_STEP),
+        checkpoints=checkpoint_selectors.checkpoint_list_for_run(run=run, include_older=True)[0],
+    )
+
+
 @page
-@require_GET
+@require_http_methods(["GET", "POST"])
 def run_data_history(request, pk):
-    _run, context = run_page_context(request, pk, "data-history")
-    return render(request, "runs/run_detail.html", context)
+    """The "Training data history" tab (F20): the starting composition, one row per stage with what it added
+    and removed, and on a running Run the "Record data change" form (POST: ``services.data_stage_record``)."""
+    run, context = run_page_context(request, pk, "data-history")
+    if request.method == "POST" and not policy.can_write_runs(request.user, run.project):
+        raise PermissionDenied(policy.why_not(request.user, run.project, policy.MEMBER))
+    form = _data_stage_form(request, run)
+    status = 400 if form.is_bound else 200
+    if form.is_bound and form.is_valid():
+        try:
+            stage, created = services.data_stage_record(actor=request.user, run=run, **form.service_arguments())
+        except SERVICE_FORM_ERRORS as exc:
+            add_service_error(form, exc)
+            status = exc.status
+        else:
+            note = _("The data change at step %(step)s was recorded.") if created else _(
+                "This data change at step %(step)s was already recorded.")
+            messages.success(request, note % {"step": stage.start_step})
+            return redirect("runs:run-data-history", pk=run.pk)
+    context.update(
+        initial_versions=selectors.run_input_dataset_versions(run=run),
+        stages=selectors.data_stage_history(run=run),
+        record_refusal=selectors.why_cannot_record_stage(user=request.user, run=run),
+        form=form,
+    )
+    return render(request, "runs/run_detail.html", context, status=status)
 
 
 @page

@@ -2,6 +2,7 @@
 
 ``launch``: ``job_launch`` and the automatic ``job_retry_from_scratch`` (F11);
 ``resume``: ``run_resume_from_checkpoint`` and ``job_resume_from_latest`` (F6–F10);
+``continue_``: ``run_continue_from_checkpoint`` (F22, F23);
 ``lifecycle``: what the worker and beat call while a Job runs — ``job_claim``,
 ``job_heartbeat``, ``job_append_log``, ``job_finish``, ``job_abort``,
 ``job_reap_stale``, ``run_token_issue`` (F16).
@@ -12,6 +13,7 @@ errors: ``ValidationFailed`` (400, naming the field), ``Forbidden`` (403),
 UPDATE on the expected old status; Celery is only reached on commit.
 """
 
+from jobs.services.continue_ import run_continue_from_checkpoint
 from jobs.services.launch import job_launch, job_retry_from_scratch
 from jobs.services.lifecycle import (
     job_abort,
@@ -34,6 +36,7 @@ __all__ = [
     "job_reap_stale",
     "job_resume_from_latest",
     "job_retry_from_scratch",
+    "run_continue_from_checkpoint",
     "run_resume_from_checkpoint",
     "run_token_issue",
 ]

@@ -40,18 +40,23 @@ def require_enabled(queue: Queue) -> Queue:
 
 
 def new_job_run(
-    *, source: Run, created_by, name: str, code_version: CodeVersion, parent: Run | None = None, source_checkpoint=None
+    *, source: Run, created_by, name: str, code_version: CodeVersion, parent: Run | None = None, source_checkpoint=None,
+    parameters: dict | None = None, dataset_versions: list | None = None,
 ) -> Run:
     """A pending Run with ``source``'s project, kind, parameters and input dataset versions (copied, F10, F11).
 
-    ``source`` itself is only read (ARCHITECTURE rule 2).
+    A continue (F22, F23) passes its own ``parameters`` and ``dataset_versions``
+    (already validated) instead of the copies. ``source`` itself is only read
+    (ARCHITECTURE rule 2).
     """
     run = Run.objects.create(
         project_id=source.project_id, name=name[:200], kind=source.kind, status=RunStatus.PENDING,
-        created_by=created_by, parameters=copy.deepcopy(source.parameters), code_version=code_version,
-        parent=parent, source_checkpoint=source_checkpoint,
+        created_by=created_by, parameters=copy.deepcopy(source.parameters if parameters is None else parameters),
+        code_version=code_version, parent=parent, source_checkpoint=source_checkpoint,
     )
-    run.input_dataset_versions.set(list(source.input_dataset_versions.values_list("pk", flat=True)))
+    if dataset_versions is None:
+        dataset_versions = list(source.input_dataset_versions.values_list("pk", flat=True))
+    run.input_dataset_versions.set(dataset_versions)
     return run
 
 

@@ -133,6 +133,19 @@ class OfflineRun(RunBase):
     def __repr__(self) -> str:
         return f"<OfflineRun {self.external_id} {self.name!r} {self.status} in {self.directory}>"
 
+    def log_training_data_stage(self, start_step: int, input_dataset_version_ids, checkpoint_id=None,
+                                metadata=None) -> dict:
+        """Not available offline (SPEC F21): data stages are recorded on the server only.
+
+        Raises:
+            MadoError: always, saying so.
+        """
+        raise MadoError(
+            "log_training_data_stage is online only: data stages are not recorded offline and `mado sync` does not "
+            "upload them; run online (unset MMT_MODE=offline / offline=True) to record the stage at step "
+            f"{start_step}"
+        )
+
     def _save_record(self) -> None:
         write_json_atomically(self.directory / RUN_FILE, self._record)
 

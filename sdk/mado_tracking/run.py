@@ -12,7 +12,7 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from mado_tracking import config as config_module
@@ -249,6 +249,42 @@ class Run(RunBase):
         self._checkpoint_keys.pop(step, None)
         return saved
 
+    def log_training_data_stage(self, start_step: int, input_dataset_version_ids: Sequence[int],
+                                checkpoint_id: int | None = None, metadata: Mapping | None = None) -> dict:
+        """Record that from ``start_step`` on this Run trains on exactly ``input_dataset_version_ids`` (SPEC F21).
+
+        Switch your data loader first, then record: recording changes no
+        loader. Stages are immutable. Sending the same content again returns
+        the same record, so the call is retried on transient failures (server
+        unreachable, 5xx, 429) without risk of a duplicate.
+
+        Args:
+            start_step: the first step trained on the new set (int >= 0,
+                greater than the previous stage's).
+            input_dataset_version_ids: the FULL set of dataset version ids
+                from ``start_step`` on (not only the added ones); not empty.
+            checkpoint_id: optional id of a checkpoint of this Run at a step
+                <= ``start_step`` (e.g. ``run.log_checkpoint(...).id``).
+            metadata: optional JSON object, e.g. ``{"note": "synthetic data"}``.
+
+        Returns:
+            The stage as the API answers it: ``{"id", "start_step",
+            "dataset_version_ids", "dataset_versions", "added", "removed",
+            "checkpoint_id", "metadata", "created_by", "created_at", …}``.
+
+        Raises:
+            ValueError: a bad argument (nothing sent).
+            ApiError: refused: 400 (field named: empty set, unknown ids,
+                step, checkpoint), 409 (another set is recorded at that step
+                — ``detail`` shows it — or the Run's Job has ended), or the
+                server stayed unreachable through the retries.
+            MadoError: the Run was already finished.
+        """
+        if self._finishing:
+            raise MadoError(f"run {self.id} is finished; log_training_data_stage must come before finish()")
+        body = data_stage_body(start_step, input_dataset_version_ids, checkpoint_id, metadata)
+        return self._client.request("POST", f"runs/{self.id}/data-stages/", body=body)
+
     def finish(self, status: str = "finished", *, timeout: float | None = None) -> None:
         """Send the buffered metrics, then set the Run's final status on the server (SPEC F29).
 
@@ -285,6 +321,24 @@ class Run(RunBase):
             self._client.close()
         if interrupted is not None:
             raise interrupted
+
+
+def data_stage_body(start_step, input_dataset_version_ids, checkpoint_id, metadata) -> dict:
+    """The ``POST runs/{id}/data-stages/`` body, checked here so a bad argument fails before any request."""
+    if isinstance(start_step, bool) or not isinstance(start_step, int) or start_step < 0:
+        raise ValueError(f"start_step must be an int >= 0, got {start_step!r}")
+    if isinstance(input_dataset_version_ids, (str, bytes)) or not isinstance(input_dataset_version_ids, Sequence):
+        raise ValueError("input_dataset_version_ids must be a list of dataset version ids (the full set)")
+    ids = list(input_dataset_version_ids)
+    if not ids or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
+        raise ValueError(f"input_dataset_version_ids must be a non-empty list of int ids (the full set), got {ids!r}")
+    checkpoint_id = getattr(checkpoint_id, "id", checkpoint_id)  # a SavedCheckpoint is accepted too
+    if checkpoint_id is not None and (isinstance(checkpoint_id, bool) or not isinstance(checkpoint_id, int)):
+        raise ValueError(f"checkpoint_id must be an int or None, got {checkpoint_id!r}")
+    if metadata is not None and not isinstance(metadata, Mapping):
+        raise ValueError("metadata must be a mapping (a JSON object) or None")
+    return {"start_step": start_step, "input_dataset_version_ids": ids, "checkpoint_id": checkpoint_id,
+            "metadata": dict(metadata or {})}
 
 
 def set_status(client: ApiClient, run_id: int, status: str, *, attempts: int = 5) -> dict:

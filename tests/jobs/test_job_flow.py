@@ -56,7 +56,7 @@ def free_port() -> int:
 
 
 def deployment_env(data_dir: Path, **variables: str) -> dict[str, str]:
-    """Our environment without any ``MADO_*``/``CELERY_*``/``MMT_*`` setting, pointed at ``data_dir``, plus ``variables``."""
+    """Our environment without ``MADO_*``/``CELERY_*``/``MMT_*`` settings, on ``data_dir``, plus ``variables``."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MADO_", "CELERY_", "DJANGO_", "MMT_"))}
     env.update({"MADO_DATA_DIR": str(data_dir), "DJANGO_SETTINGS_MODULE": "mado.settings", "MADO_WORKER_GPUS": "none",
                 "MADO_JOB_KILL_GRACE": "5", "MADO_SECRET_KEY": "job-flow-test-secret-value",

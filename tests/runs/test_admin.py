@@ -7,7 +7,7 @@ from django.urls import reverse
 
 from checkpoints.models import Artifact, Checkpoint, CheckpointState, ManifestEntry
 from runs.metrics import metrics_ingest
-from runs.models import Code, CodeVersion, Dataset, DatasetVersion, Membership, MetricPoint, Project, Run
+from runs.models import Code, CodeVersion, Dataset, DatasetVersion, DataStage, Membership, MetricPoint, Project, Run
 from tests.factories import CodeVersionFactory, DatasetVersionFactory, UserFactory
 
 MODELS = [model for label in ("runs", "checkpoints") for model in apps.get_app_config(label).get_models()]
@@ -32,6 +32,8 @@ def one_of_each(project, run, creator):
         run=run, step=10, artifact=artifact, file_count=1, total_bytes=3, state=CheckpointState.COMPLETE
     )
     ManifestEntry.objects.create(checkpoint=checkpoint, path="model.pt", sha256="b" * 64, size=3)
+    stage = DataStage.objects.create(run=run, start_step=10, checkpoint=checkpoint, created_by=creator)
+    stage.dataset_versions.set(run.input_dataset_versions.all())
 
 
 @pytest.mark.parametrize("model", MODELS, ids=lambda m: m.__name__)

@@ -104,7 +104,8 @@ def test_code_push_registers_the_folder_as_version_1_of_a_new_code_then_version_
                  user=creator)
     assert first.exit_code == 0, first.output
     version = CodeVersion.objects.get()
-    assert first.output.splitlines()[0] == f"code version {version.pk}: trainer v1 (code {version.code_id}, new) in project vision"
+    assert first.output.splitlines()[0] == (
+        f"code version {version.pk}: trainer v1 (code {version.code_id}, new) in project vision")
     assert "entrypoint: python train.py --steps 40 --note 'two words'" in first.output
     assert version.entrypoint == ["python", "train.py", "--steps", "40", "--note", "two words"]
     archive = _stored_archive(version)
@@ -114,8 +115,8 @@ def test_code_push_registers_the_folder_as_version_1_of_a_new_code_then_version_
         assert tar.extractfile("train.py").read() == b"print('hello')\n"
         assert {member.uid for member in tar.getmembers()} == {0}
 
-    again = mado("code", "push", source_dir, "--project", "vision", "--name", "trainer", "--entrypoint", "python train.py",
-                 "--quiet", user=creator)
+    again = mado("code", "push", source_dir, "--project", "vision", "--name", "trainer",
+                 "--entrypoint", "python train.py", "--quiet", user=creator)
     assert again.exit_code == 0, again.output
     second = CodeVersion.objects.get(version=2)
     assert again.output == f"{second.pk}\n"
@@ -124,8 +125,8 @@ def test_code_push_registers_the_folder_as_version_1_of_a_new_code_then_version_
 
 def test_code_push_refuses_a_symbolic_link_before_sending_anything(mado, creator, project, source_dir):
     (source_dir / "data").symlink_to("/etc")
-    result = mado("code", "push", source_dir, "--project", "vision", "--name", "trainer", "--entrypoint", "python train.py",
-                  user=creator)
+    result = mado("code", "push", source_dir, "--project", "vision", "--name", "trainer",
+                  "--entrypoint", "python train.py", user=creator)
     assert result.exit_code == 1
     assert f"{source_dir / 'data'}: symbolic links cannot be pushed" in result.output
     assert not Code.objects.exists()
@@ -170,7 +171,8 @@ def test_job_launch_creates_the_run_and_sends_the_job_to_its_queue(mado, creator
     assert result.output.splitlines()[0] == (
         f"job {job.pk} queued on gpu-a100: run {job.run_id} ({job.run.external_id}) in project vision")
     assert result.output.splitlines()[1].endswith(f"/runs/{job.run_id}/")
-    assert [(call["name"], call["args"], call["queue"]) for call in sent] == [("worker.tasks.run_job", [job.pk], "gpu-a100")]
+    assert [(call["name"], call["args"], call["queue"]) for call in sent] == [
+        ("worker.tasks.run_job", [job.pk], "gpu-a100")]
 
     by_id = mado("job", "launch", "--code-version", code_version.pk, "-q", user=creator)
     assert by_id.exit_code == 0, by_id.output
@@ -180,7 +182,8 @@ def test_job_launch_creates_the_run_and_sends_the_job_to_its_queue(mado, creator
 def test_job_launch_names_the_refused_field(mado, creator, project, code_version, cpu, other_project, outsider, sent):
     unknown = mado("job", "launch", "--code-version", code_version.pk, "--queue", "nope", user=creator)
     assert unknown.exit_code == 1
-    assert unknown.output.startswith("Error: cannot launch the job: ") and "(field queue; HTTP 400 invalid)" in unknown.output
+    assert unknown.output.startswith("Error: cannot launch the job: ")
+    assert "(field queue; HTTP 400 invalid)" in unknown.output
 
     elsewhere = CodeVersionFactory(code__project=other_project, code__created_by=outsider, code__name="theirs")
     hidden = mado("job", "launch", "--code-version", elsewhere.pk, user=creator)
@@ -279,7 +282,8 @@ def test_job_resume_refusals(mado, creator, member, project, code_version, cpu):
         assert usage.exit_code == 2 and "give either --latest or --checkpoint ID" in usage.output
     foreign = mado("job", "resume", failed.pk, "--checkpoint", other_checkpoints[5].pk, user=creator)
     assert foreign.exit_code == 1
-    assert f"checkpoint {other_checkpoints[5].pk} belongs to run {other.run_id}, not to run {failed.run_id}" in foreign.output
+    assert (f"checkpoint {other_checkpoints[5].pk} belongs to run {other.run_id}, not to run {failed.run_id}"
+            in foreign.output)
     not_yours = mado("job", "resume", failed.pk, "--latest", user=member)
     assert not_yours.exit_code == 1 and "This is not your run" in not_yours.output and "HTTP 403" in not_yours.output
     running = services.job_launch(actor=creator, code_version=code_version, queue=cpu, parameters={},
@@ -311,7 +315,8 @@ def test_job_logs_prints_the_output_and_follows_it_until_the_job_ends(mado, crea
             services.job_append_log(job_id=job.pk, text="done\n")
             services.job_finish(job_id=job.pk, exit_code=0)
         finally:
-            connection.close()  # this thread's own connection (PostgreSQL: the test database is dropped later)
+            if connection.vendor != "sqlite":  # in-memory SQLite: one connection shared by every thread
+                connection.close()  # PostgreSQL: this thread's own, which would block dropping the test database
 
     thread = threading.Thread(target=worker)
     thread.start()

@@ -61,8 +61,8 @@ def child_env(base_url: str) -> dict[str, str]:
 
 def start_process(argv: list[str], *, env: dict[str, str], stdout=None) -> subprocess.Popen:
     """Start ``argv`` in the repository in its own process group (Ctrl-C reaches us, and we stop it in order)."""
-    return subprocess.Popen(argv, cwd=settings.BASE_DIR, env=env, stdout=stdout, stderr=subprocess.STDOUT if stdout else None,
-                            start_new_session=True)
+    return subprocess.Popen(argv, cwd=settings.BASE_DIR, env=env, stdout=stdout,
+                            stderr=subprocess.STDOUT if stdout else None, start_new_session=True)
 
 
 def web_argv(host: str, port: int) -> list[str]:
@@ -92,7 +92,7 @@ def wait_for_web(base_url: str, children, timeout: float = 60.0) -> None:
 
 
 def stop_processes(children, grace: float = 10.0) -> None:
-    """SIGTERM to each main process (gunicorn and celery stop their own workers), SIGKILL to the group after ``grace``."""
+    """SIGTERM to each main process (gunicorn and celery stop their own workers); SIGKILL after ``grace`` s."""
     for child in children:
         if child.poll() is None:
             child.terminate()
@@ -151,7 +151,8 @@ class Command(BaseCommand):
             self.stdout.write(f"Log in as {DEMO_USER} / {DEMO_PASSWORD}")
             if exit_after_run:
                 return
-            self.stdout.write(self.style.SUCCESS(f"serving on {base_url}/ (Ctrl-C stops the web server and the worker)"))
+            self.stdout.write(self.style.SUCCESS(
+                f"serving on {base_url}/ (Ctrl-C stops the web server and the worker)"))
             while all(child.poll() is None for child in children):
                 time.sleep(1)
             raise CommandError("a child process exited; see its output above")
@@ -181,7 +182,8 @@ class Command(BaseCommand):
                            dataset_version_ids=[], name=f"demo: fails at step {FAIL_AT_STEP}")
         first = self._wait(first, children)
         if first.status != JobStatus.FAILED:
-            raise CommandError(f"job {first.pk} ended {first.status}, expected failed at step {FAIL_AT_STEP}: {first.error}")
+            raise CommandError(
+                f"job {first.pk} ended {first.status}, expected failed at step {FAIL_AT_STEP}: {first.error}")
         resumed = job_resume_from_latest(actor=user, job=first, code_version=fixed)
         self.stdout.write(f"resuming job {first.pk} from its latest checkpoint (step "
                           f"{resumed.run.source_checkpoint.step}) as job {resumed.pk} on {code.name} v{fixed.version}")
@@ -192,8 +194,8 @@ class Command(BaseCommand):
 
     @staticmethod
     def _push(user, code: Code, entrypoint: list[str]):
-        return code_version_create_with_archive(actor=user, code=code, entrypoint=entrypoint, archive=examples_archive(),
-                                                archive_name="examples.tar.gz")
+        return code_version_create_with_archive(actor=user, code=code, entrypoint=entrypoint,
+                                                archive=examples_archive(), archive_name="examples.tar.gz")
 
     def _wait(self, job: Job, children, timeout: float = JOB_TIMEOUT_S) -> Job:
         """Echo the Job's log while it runs; return it once final. ``CommandError`` on a dead child or timeout."""

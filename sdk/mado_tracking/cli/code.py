@@ -46,7 +46,8 @@ def _members(root: Path) -> Iterator[tuple[Path, str]]:
             rel = path.relative_to(root).as_posix()
             mode = path.lstat().st_mode
             if stat.S_ISLNK(mode):
-                raise PackError(f"{path}: symbolic links cannot be pushed (the worker refuses them); copy the target in")
+                raise PackError(f"{path}: symbolic links cannot be pushed (the worker refuses them); "
+                                "copy the target in")
             if stat.S_ISDIR(mode):
                 yield path, rel
             elif stat.S_ISREG(mode):

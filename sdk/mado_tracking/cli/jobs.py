@@ -45,8 +45,9 @@ def resolve_code_version(client: ApiClient, spec: str, project: str | None) -> i
     """
     if spec.isdigit():
         version_id = int(spec)
-        if project is not None and not any(version["id"] == version_id for code in pages(client, f"projects/{project}/codes/")
-                                           for version in pages(client, f"codes/{code['id']}/versions/")):
+        codes = pages(client, f"projects/{project}/codes/") if project is not None else None
+        if codes is not None and not any(version["id"] == version_id for code in codes
+                                         for version in pages(client, f"codes/{code['id']}/versions/")):
             raise _not_found(f"code version {version_id} is not a version of a Code of project {project!r}",
                              "code_version")
         return version_id
@@ -58,7 +59,8 @@ def resolve_code_version(client: ApiClient, spec: str, project: str | None) -> i
         raise click.BadParameter(f"{spec!r}: use ID, NAME or NAME:VERSION", param_hint="--code-version")
     code = find_code(client, project, name)
     if code is None:
-        raise _not_found(f"project {project!r} has no Code named {name!r} (mado code push registers one)", "code_version")
+        raise _not_found(f"project {project!r} has no Code named {name!r} (mado code push registers one)",
+                         "code_version")
     for version in pages(client, f"codes/{code['id']}/versions/"):  # highest version first
         if not number or version["version"] == int(number):
             return version["id"]
@@ -106,7 +108,8 @@ def job() -> None:
 
 
 @job.command("launch")
-@project_option(help_text="project slug: required to name the code version as NAME[:VERSION]; checks an id [env MMT_PROJECT]")
+@project_option(help_text="project slug: needed to name the code version as NAME[:VERSION]; checks an id "
+                          "[env MMT_PROJECT]")
 @click.option("--code-version", "code_version", required=True, metavar="ID|NAME[:VERSION]",
               help="the code version to run (mado code push prints its id)")
 @click.option("--param", "params", multiple=True, metavar="KEY=VALUE",

@@ -1,0 +1,91 @@
+"""Continue training from a checkpoint with a changed data mix (issue 5 part 4; SPEC F22, F23).
+
+(``continue`` is a Python keyword, hence the module's trailing underscore.)
+
+The protocol is resume's (``resume.py``) without its source-state rules:
+check who asks (``mado.policy.why_cannot_continue``), lock the checkpoint
+with ``checkpoint_lock_for_use`` (so it cannot be deleted before this
+commits, F5), then create the Run (``new_job_run``: parent + source
+checkpoint, kind inherited) and its Job (``create_job``, sent to the queue on
+commit). The worker treats ``continue`` like ``resume``: it fetches, verifies
+and extracts the source checkpoint and sets ``MMT_RESUME_*``. The source Run
+is only read.
+"""
+
+from django.db import transaction
+
+from checkpoints.models import Checkpoint
+from checkpoints.services import checkpoint_lock_for_use
+from jobs.models import Job, JobKind, Queue
+from jobs.services._common import create_job, new_job_run, require_enabled
+from mado import policy
+from mado.errors import Conflict, Forbidden, NotFound, ValidationFailed
+from runs.models import CodeVersion
+from runs.stages import dataset_versions_of_project
+
+
+def _check_code_version(source_run, code_version: CodeVersion) -> CodeVersion:
+    if code_version.code.project_id != source_run.project_id:
+        raise NotFound(f"code version {code_version.pk} not found", field="code_version_id")
+    source_version = source_run.code_version
+    if source_version is not None and code_version.code_id != source_version.code_id:
+        raise ValidationFailed(
+            f"code_version_id must be a version of Code {source_version.code.name!r} (the Code run {source_run.pk} "
+            "ran)", field="code_version_id",
+        )
+    return code_version
+
+
+@transaction.atomic
+def run_continue_from_checkpoint(
+    *,
+    actor,
+    checkpoint: Checkpoint,
+    code_version: CodeVersion,
+    queue: Queue,
+    parameters: dict | None = None,
+    dataset_version_ids: list[int],
+    name: str = "",
+) -> Job:
+    """Continue training from ``checkpoint``'s weights as a new Run and Job (kind ``continue``; SPEC F22, F23).
+
+    Member or admin of the checkpoint's Project; the source Run (the
+    checkpoint's) may be in any state, with or without a Job. The new Run
+    (``pending``, created by ``actor``) inherits the source's kind, records
+    ``parent`` = the source Run and ``source_checkpoint``, and starts with
+    ``dataset_version_ids`` (ids of the Project's dataset versions; may
+    differ from the source's, e.g. the composition at the checkpoint's step
+    plus new versions) as its initial inputs. ``parameters`` is a JSON
+    object (None: the source's, copied). ``code_version`` must be a version
+    of the source Run's Code when the source has one. ``name`` defaults to
+    "<source> · continued from step N". The Job runs on ``queue`` (enabled)
+    and is sent to the worker on commit.
+
+    Raises ``Forbidden`` (viewer; not a member), ``NotFound`` (code version
+    of another Project), ``Conflict`` (the checkpoint is not ``complete``:
+    pending or deleted), ``ValidationFailed`` naming the field
+    (``input_dataset_version_ids`` unknown or of another Project,
+    ``code_version_id`` of another Code, ``parameters`` not an object,
+    disabled ``queue``).
+    """
+    checkpoint = Checkpoint.objects.select_related("run__project", "run__code_version__code").get(pk=checkpoint.pk)
+    source_run = checkpoint.run
+    reason = policy.why_cannot_continue(actor, checkpoint)
+    if reason:
+        raise (Conflict if policy.can_write_runs(actor, source_run.project) else Forbidden)(reason, field="checkpoint")
+    if parameters is not None and not isinstance(parameters, dict):
+        raise ValidationFailed("parameters must be a JSON object", field="parameters")
+    versions = dataset_versions_of_project(project=source_run.project, ids=dataset_version_ids)
+    code_version = _check_code_version(source_run, code_version)
+    queue = require_enabled(queue)
+    locked = checkpoint_lock_for_use(checkpoint_id=checkpoint.pk)  # Conflict unless complete; blocks its deletion
+    name = (name or "").strip() or f"{source_run.name or source_run.external_id} · continued from step {locked.step}"
+    run = new_job_run(
+        source=source_run, created_by=actor, name=name, code_version=code_version, parent=source_run,
+        source_checkpoint=locked, parameters=parameters, dataset_versions=versions,
+    )
+    # No automatic retries: a retry starts from scratch (F11), which would drop the weights continued from.
+    return create_job(
+        run=run, code_version=code_version, queue=queue, kind=JobKind.CONTINUE, created_by=actor,
+        max_retries=0, resumed_from=source_run,
+    )
