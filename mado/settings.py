@@ -163,7 +163,7 @@ SPECTACULAR_SETTINGS = {
 
 # --- Celery -------------------------------------------------------------------
 _broker_dir = DATA_DIR / "broker"
-CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", "filesystem://")
+CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", "filesystem://localhost//")
 if CELERY_BROKER_URL.startswith("filesystem"):
     for _folder in ("queue", "processed"):
         (_broker_dir / _folder).mkdir(parents=True, exist_ok=True)
@@ -175,6 +175,8 @@ CELERY_BROKER_TRANSPORT_OPTIONS = (
         # broadcast tables (revoke, ping) go here too, not into the current directory
         "control_folder": str(_broker_dir / "control"),
         "store_processed": False,
+        # kombu polls the folder; the default 1 s would add up to a second to every dispatch
+        "polling_interval": 0.1,
     }
     if CELERY_BROKER_URL.startswith("filesystem")
     # Redis re-delivers an unacked task after this many seconds; it must be

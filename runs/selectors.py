@@ -6,8 +6,8 @@ from django.db.models import Count, F, Max, Min, OuterRef, Q, QuerySet, Subquery
 from django.db.models.functions import RowNumber
 
 from mado.errors import NotFound, ValidationFailed
-from runs.stages import data_composition_at, data_stage_history, why_cannot_record_stage  # noqa: F401 (F20)
 from runs.models import Code, CodeVersion, Dataset, DatasetVersion, Membership, MetricPoint, Project, Run, RunKind, RunStatus
+from runs.stages import data_composition_at, data_stage_history, why_cannot_record_stage  # noqa: F401 (F20)
 
 
 def project_list(*, user) -> QuerySet[Project]:
