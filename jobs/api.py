@@ -28,6 +28,10 @@ from runs.selectors import project_get_for_user
 TAGS = ["jobs"]
 _JOB_ID = OpenApiParameter("id", int, OpenApiParameter.PATH, description="job id")
 _CHECKPOINT_ID = OpenApiParameter("checkpoint_id", int, OpenApiParameter.PATH, description="checkpoint id")
+_IDEMPOTENCY_KEY = OpenApiParameter(
+    "Idempotency-Key", str, OpenApiParameter.HEADER,
+    description="the same key again (same user) returns the first Job instead of creating a second",
+)
 
 
 class QueueOutputSerializer(serializers.Serializer):
@@ -171,7 +175,7 @@ class JobViewSet(GenericViewSet):
         return self.get_paginated_response(JobOutputSerializer(page, many=True, context={"request": request}).data)
 
     @extend_schema(
-        tags=TAGS, request=JobLaunchInputSerializer,
+        tags=TAGS, request=JobLaunchInputSerializer, parameters=[_IDEMPOTENCY_KEY],
         responses={201: JobDetailOutputSerializer, 400: OpenApiResponse(description="bad field (named)"),
                    403: OpenApiResponse(description="viewer"),
                    404: OpenApiResponse(description="code version not visible")},
@@ -189,6 +193,7 @@ class JobViewSet(GenericViewSet):
             actor=request.user, code_version=_code_version(request.user, data["code_version_id"]), queue=queue,
             parameters=data["parameters"], dataset_version_ids=data["input_dataset_version_ids"], name=data["name"],
             kind_of_run=data["kind"], max_retries=data["max_retries"],
+            request_key=request.headers.get("Idempotency-Key"),
         )
         return _job_response(request, job, status.HTTP_201_CREATED)
 
@@ -301,7 +306,7 @@ class CheckpointContinueApi(APIView):
     run_token_allowed = False  # a Job's own token never launches Jobs (mado.authentication.RunTokenScope)
 
     @extend_schema(
-        tags=TAGS, parameters=[_CHECKPOINT_ID], request=JobContinueInputSerializer,
+        tags=TAGS, parameters=[_CHECKPOINT_ID, _IDEMPOTENCY_KEY], request=JobContinueInputSerializer,
         responses={201: JobDetailOutputSerializer,
                    400: OpenApiResponse(description="bad field (named): dataset version ids (listed), code version "
                                                     "of another Code, parameters, unknown or disabled queue"),
@@ -322,6 +327,7 @@ class CheckpointContinueApi(APIView):
             actor=request.user, checkpoint=checkpoint, code_version=_code_version(request.user, data["code_version_id"]),
             queue=selectors.queue_get(name=data["queue"] or selectors.default_queue_name()),
             parameters=data["parameters"], dataset_version_ids=data["input_dataset_version_ids"], name=data["name"],
+            request_key=request.headers.get("Idempotency-Key"),
         )
         return _job_response(request, job, status.HTTP_201_CREATED)
 

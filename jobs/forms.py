@@ -6,6 +6,7 @@ service's ``UserError`` lands on the field it names (``add_service_error``).
 """
 
 import json
+import uuid
 
 from django import forms
 from django.utils.translation import gettext_lazy as _
@@ -52,6 +53,11 @@ def queue_field(**kwargs) -> QueueChoiceField:
     return QueueChoiceField(label=_("Queue"), queryset=None, empty_label=None, to_field_name="name", **kwargs)
 
 
+def request_key_field() -> forms.CharField:
+    """A hidden one-time token per rendered form: a double-clicked submit launches one Job (rule 4)."""
+    return forms.CharField(widget=forms.HiddenInput, required=False, initial=lambda: uuid.uuid4().hex, max_length=100)
+
+
 class ParametersMixin:
     """``clean_parameters``: the ``parameters`` field's text as a JSON object (a form error otherwise)."""
 
@@ -83,6 +89,7 @@ class JobLaunchForm(ParametersMixin, forms.Form):
     max_retries = forms.IntegerField(
         label=_("Max retries"), min_value=0, max_value=MAX_RETRIES_LIMIT, initial=0, help_text=RETRY_HELP
     )
+    request_key = request_key_field()
 
     def __init__(self, *args, project, **kwargs):
         super().__init__(*args, **kwargs)
@@ -98,6 +105,7 @@ class JobLaunchForm(ParametersMixin, forms.Form):
             "code_version": data["code_version"], "queue": data["queue"], "parameters": data["parameters"],
             "dataset_version_ids": [version.pk for version in data["input_dataset_version_ids"]],
             "name": data["name"], "kind_of_run": data["kind"], "max_retries": data["max_retries"],
+            "request_key": data["request_key"],
         }
 
 
@@ -150,6 +158,7 @@ class CheckpointContinueForm(ParametersMixin, forms.Form):
     parameters = parameters_field()
     queue = queue_field()
     name = forms.CharField(label=_("Run name"), max_length=200, required=False)
+    request_key = request_key_field()
 
     def __init__(self, *args, source_run, source_job, composition, **kwargs):
         super().__init__(*args, **kwargs)
@@ -174,5 +183,5 @@ class CheckpointContinueForm(ParametersMixin, forms.Form):
         return {
             "code_version": data["code_version"], "queue": data["queue"], "parameters": data["parameters"],
             "dataset_version_ids": [version.pk for version in data["input_dataset_version_ids"]],
-            "name": data["name"],
+            "name": data["name"], "request_key": data["request_key"],
         }

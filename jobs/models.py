@@ -99,6 +99,10 @@ class Job(models.Model):
     exit_code = models.IntegerField(null=True, blank=True)
     error = models.TextField(blank=True)
     celery_task_id = models.CharField(max_length=255, blank=True)
+    request_key = models.CharField(
+        max_length=100, null=True, blank=True,
+        help_text="the submitting form's or API client's Idempotency-Key: a repeated submission returns this Job",
+    )
     worker_host = models.CharField(max_length=255, blank=True)
     heartbeat_at = models.DateTimeField(null=True, blank=True)
     abort_requested_at = models.DateTimeField(null=True, blank=True)
@@ -130,6 +134,11 @@ class Job(models.Model):
                 condition=~Q(status__in=[JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.ABORTED])
                 | Q(ended_at__isnull=False),
                 name="job_final_has_ended_at",
+            ),
+            # A double-clicked Launch / Continue button or an API retry with the same key: one Job (rule 4).
+            models.UniqueConstraint(
+                fields=["created_by", "request_key"], condition=Q(request_key__isnull=False),
+                name="job_unique_creator_request_key",
             ),
             # Two clicks, two tabs or an API retry: at most one active resume per source Run (rule 4).
             models.UniqueConstraint(

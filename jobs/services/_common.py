@@ -6,7 +6,7 @@ import logging
 import uuid
 
 from celery import current_app
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from jobs.models import Job, JobStatus, Queue, RunToken
@@ -62,13 +62,13 @@ def new_job_run(
 
 def create_job(
     *, run: Run, code_version: CodeVersion, queue: Queue, kind: str, created_by, max_retries: int,
-    attempt: int = 1, retry_of: Job | None = None, resumed_from: Run | None = None,
+    attempt: int = 1, retry_of: Job | None = None, resumed_from: Run | None = None, request_key: str | None = None,
 ) -> Job:
     """Insert the queued Job of ``run`` with a fresh Celery task id and send it to its queue on commit."""
     job = Job.objects.create(
         run=run, code_version=code_version, queue=queue, kind=kind, status=JobStatus.QUEUED, created_by=created_by,
         max_retries=max_retries, attempt=attempt, retry_of=retry_of, resumed_from=resumed_from,
-        celery_task_id=str(uuid.uuid4()),
+        celery_task_id=str(uuid.uuid4()), request_key=request_key,
     )
     enqueue_on_commit(job)
     return job
@@ -138,3 +138,36 @@ def revoke_run_tokens(*, run_id: int, now=None) -> None:
     """Revoke the Run's API tokens: the Job's code no longer acts on the Run once the Job ended."""
     RunToken.objects.filter(run_id=run_id, revoked_at__isnull=True).update(revoked_at=now or timezone.now())
 
+
+
+def clean_request_key(request_key) -> str | None:
+    """An Idempotency-Key / form token: None, or 1..100 characters (else ``ValidationFailed``)."""
+    if request_key in (None, ""):
+        return None
+    if not isinstance(request_key, str) or len(request_key) > 100:
+        raise ValidationFailed("the request key must be at most 100 characters", field="request_key")
+    return request_key
+
+
+def once_per_request(*, actor, request_key: str | None, create) -> Job:
+    """Run ``create()`` (which passes ``request_key`` to ``create_job``) at most once per (actor, key).
+
+    A repeated submission returns the Job of the first one. Two concurrent
+    ones race on the database constraint ``job_unique_creator_request_key``:
+    the loser's transaction (its Run included) rolls back and it returns the
+    winner's Job (ARCHITECTURE rule 4). Without a key, ``create()`` runs as is.
+    """
+    request_key = clean_request_key(request_key)
+    if request_key is None:
+        return create(None)
+    existing = Job.objects.filter(created_by=actor, request_key=request_key).first()
+    if existing is not None:
+        return existing
+    try:
+        with transaction.atomic():
+            return create(request_key)
+    except IntegrityError:
+        existing = Job.objects.filter(created_by=actor, request_key=request_key).first()
+        if existing is None:
+            raise
+        return existing

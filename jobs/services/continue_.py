@@ -17,7 +17,7 @@ from django.db import transaction
 from checkpoints.models import Checkpoint
 from checkpoints.services import checkpoint_lock_for_use
 from jobs.models import Job, JobKind, Queue
-from jobs.services._common import create_job, new_job_run, require_enabled
+from jobs.services._common import create_job, new_job_run, once_per_request, require_enabled
 from mado import policy
 from mado.errors import Conflict, Forbidden, NotFound, ValidationFailed
 from runs.models import CodeVersion
@@ -46,6 +46,7 @@ def run_continue_from_checkpoint(
     parameters: dict | None = None,
     dataset_version_ids: list[int],
     name: str = "",
+    request_key: str | None = None,
 ) -> Job:
     """Continue training from ``checkpoint``'s weights as a new Run and Job (kind ``continue``; SPEC F22, F23).
 
@@ -59,7 +60,9 @@ def run_continue_from_checkpoint(
     object (None: the source's, copied). ``code_version`` must be a version
     of the source Run's Code when the source has one. ``name`` defaults to
     "<source> · continued from step N". The Job runs on ``queue`` (enabled)
-    and is sent to the worker on commit.
+    and is sent to the worker on commit. ``request_key`` (the form's token or
+    the API's ``Idempotency-Key``): the same key again by the same user
+    returns the first Job (a double-clicked "Launch Job", rule 4).
 
     Raises ``Forbidden`` (viewer; not a member), ``NotFound`` (code version
     of another Project), ``Conflict`` (the checkpoint is not ``complete``:
@@ -78,14 +81,20 @@ def run_continue_from_checkpoint(
     versions = dataset_versions_of_project(project=source_run.project, ids=dataset_version_ids)
     code_version = _check_code_version(source_run, code_version)
     queue = require_enabled(queue)
-    locked = checkpoint_lock_for_use(checkpoint_id=checkpoint.pk)  # Conflict unless complete; blocks its deletion
-    name = (name or "").strip() or f"{source_run.name or source_run.external_id} · continued from step {locked.step}"
-    run = new_job_run(
-        source=source_run, created_by=actor, name=name, code_version=code_version, parent=source_run,
-        source_checkpoint=locked, parameters=parameters, dataset_versions=versions,
-    )
-    # No automatic retries: a retry starts from scratch (F11), which would drop the weights continued from.
-    return create_job(
-        run=run, code_version=code_version, queue=queue, kind=JobKind.CONTINUE, created_by=actor,
-        max_retries=0, resumed_from=source_run,
-    )
+
+    def create(key: str | None) -> Job:
+        locked = checkpoint_lock_for_use(checkpoint_id=checkpoint.pk)  # Conflict unless complete; blocks deletion
+        run_name = (name or "").strip() or (
+            f"{source_run.name or source_run.external_id} · continued from step {locked.step}"
+        )
+        run = new_job_run(
+            source=source_run, created_by=actor, name=run_name, code_version=code_version, parent=source_run,
+            source_checkpoint=locked, parameters=parameters, dataset_versions=versions,
+        )
+        # No automatic retries: a retry starts from scratch (F11), which would drop the weights continued from.
+        return create_job(
+            run=run, code_version=code_version, queue=queue, kind=JobKind.CONTINUE, created_by=actor,
+            max_retries=0, resumed_from=source_run, request_key=key,
+        )
+
+    return once_per_request(actor=actor, request_key=request_key, create=create)

@@ -3,7 +3,7 @@
 from django.db import IntegrityError, transaction
 
 from jobs.models import Job, JobKind, JobStatus, Queue
-from jobs.services._common import clean_max_retries, create_job, new_job_run, require_enabled
+from jobs.services._common import clean_max_retries, create_job, new_job_run, once_per_request, require_enabled
 from mado import policy
 from mado.errors import Conflict
 from runs.models import CodeVersion, RunKind, RunStatus
@@ -21,6 +21,7 @@ def job_launch(
     name: str = "",
     kind_of_run: str = RunKind.TRAINING,
     max_retries: int = 0,
+    request_key: str | None = None,
 ) -> Job:
     """Create a pending Run and its queued Job (kind ``new``) running ``code_version`` on ``queue``; enqueue on commit.
 
@@ -31,19 +32,26 @@ def job_launch(
     kind; ``max_retries`` 0..10 automatic fresh attempts after a failure,
     never from a checkpoint (F11); a disabled ``queue`` → ``ValidationFailed``
     naming ``queue``. ``worker.tasks.run_job(job.id)`` is sent to the queue
-    named ``queue.name`` once the transaction commits.
+    named ``queue.name`` once the transaction commits. ``request_key`` (the
+    form's token or the API's ``Idempotency-Key``): the same key again by the
+    same user returns the first Job instead of launching a second (rule 4).
     """
     project = code_version.code.project
     require(policy.can_write_runs(actor, project), policy.why_not(actor, project, policy.MEMBER) or "")
     require_enabled(queue)
     max_retries = clean_max_retries(max_retries)
-    run = run_create(
-        actor=actor, project=project, name=name, kind=kind_of_run, parameters=parameters,
-        input_dataset_version_ids=dataset_version_ids, code_version_id=code_version.pk, status=RunStatus.PENDING,
-    )
-    return create_job(
-        run=run, code_version=code_version, queue=queue, kind=JobKind.NEW, created_by=actor, max_retries=max_retries
-    )
+
+    def create(key: str | None) -> Job:
+        run = run_create(
+            actor=actor, project=project, name=name, kind=kind_of_run, parameters=parameters,
+            input_dataset_version_ids=dataset_version_ids, code_version_id=code_version.pk, status=RunStatus.PENDING,
+        )
+        return create_job(
+            run=run, code_version=code_version, queue=queue, kind=JobKind.NEW, created_by=actor,
+            max_retries=max_retries, request_key=key,
+        )
+
+    return once_per_request(actor=actor, request_key=request_key, create=create)
 
 
 @transaction.atomic
