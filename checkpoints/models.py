@@ -50,6 +50,13 @@ class CheckpointQuerySet(VisibleQuerySet):
 USABLE_STATES = frozenset({CheckpointState.COMPLETE})
 
 
+class CheckpointLayout(models.TextChoices):
+    """How a checkpoint's bytes are stored: one tar Artifact (the SDK) or one Artifact per file (MLflow, SPEC F3)."""
+
+    TAR = "tar", "tar"
+    FILES = "files", "files"
+
+
 class Checkpoint(models.Model):
     """A directory saved at ``step`` (steps completed), stored as one tar artifact (SPEC F1).
 
@@ -62,7 +69,10 @@ class Checkpoint(models.Model):
     client's declaration awaiting the verification task (``{"tar_size",
     "tar_sha256", "manifest"}``) and ``error`` why the last attempt failed.
     Once complete, the files are ManifestEntry rows, the tar an Artifact, and
-    ``received`` keeps only ``{"size", "sha256"}``.
+    ``received`` keeps only ``{"size", "sha256"}``. With ``layout="files"``
+    (uploaded by the MLflow client, SPEC F3) there is no tar: each
+    ManifestEntry points at the Artifact holding that file, rows are added
+    while pending, and ``tar_size``/``tar_sha256``/``artifact`` stay empty.
     """
 
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="checkpoints")
@@ -75,6 +85,10 @@ class Checkpoint(models.Model):
     tar_sha256 = models.CharField(max_length=64, blank=True)
     tar_size = models.BigIntegerField(null=True, blank=True, help_text="bytes")
     state = models.CharField(max_length=10, choices=CheckpointState.choices, default=CheckpointState.PENDING)
+    layout = models.CharField(
+        max_length=5, choices=CheckpointLayout.choices, default=CheckpointLayout.TAR,
+        help_text="tar: one tar artifact; files: one artifact per manifest entry (MLflow log_artifacts, SPEC F3)",
+    )
     idempotency_key = models.CharField(
         max_length=200, null=True, blank=True, help_text="the registering request's Idempotency-Key (unique per run)"
     )
@@ -126,6 +140,10 @@ class ManifestEntry(models.Model):
     path = models.CharField(max_length=1024)
     sha256 = models.CharField(max_length=64)
     size = models.BigIntegerField(help_text="bytes")
+    artifact = models.ForeignKey(
+        Artifact, null=True, blank=True, on_delete=models.PROTECT, related_name="+",
+        help_text="layout files only: the Run artifact holding this file's bytes (protected from a plain delete, F5)",
+    )
 
     class Meta:
         ordering = ["path"]

@@ -5,6 +5,8 @@ from django.urls import include, path
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/v1/", include("mado.api_urls")),
+    path("api/", include("runs.mlflow.urls")),  # MLflow tracking API: api/2.0/mlflow/ (+ api/3.0/mlflow/ → 404)
+    path("api/2.0/mlflow-artifacts/", include("checkpoints.mlflow_artifacts.urls")),
     path("accounts/login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("i18n/", include("django.conf.urls.i18n")),

@@ -7,6 +7,7 @@ through the services, which keep the invariants (ARCHITECTURE rules 2 and 4).
 
 from django.contrib import admin
 
+from runs.models import RunTag  # noqa: I001
 from runs.models import (
     Code,
     CodeVersion,
@@ -165,3 +166,12 @@ class DataStageAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request, obj=None):
         return False
+
+
+@admin.register(RunTag)
+class RunTagAdmin(admin.ModelAdmin):
+    """Run tags set through the MLflow API (SPEC F30)."""
+
+    list_display = ("run", "key", "value")
+    search_fields = ("key", "value", "run__external_id")
+    raw_id_fields = ("run",)

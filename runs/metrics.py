@@ -42,7 +42,7 @@ def parse_value(raw, field: str) -> float:
     raise ValidationFailed(f"value must be a number or NaN/Infinity/-Infinity, got {raw!r}", field=field)
 
 
-def _validate(run_id: int, points, now_ms: int) -> list[tuple]:
+def _validate(run_id: int, points, now_ms: int, timestamps_ms: bool = False) -> list[tuple]:
     limit = settings.MADO_METRIC_BATCH_MAX
     if not isinstance(points, list):
         raise ValidationFailed("points must be a list of {key, value, step, timestamp}", field="points")
@@ -70,15 +70,20 @@ def _validate(run_id: int, points, now_ms: int) -> list[tuple]:
         ts = point.get("timestamp")
         if ts is None:
             ts_ms = now_ms
-        elif isinstance(ts, (int, float)) and not isinstance(ts, bool) and 0 <= ts < _TS_MAX:
+        elif timestamps_ms and isinstance(ts, int) and not isinstance(ts, bool) and 0 <= ts <= _INT64_MAX:
+            ts_ms = ts
+        elif not timestamps_ms and isinstance(ts, (int, float)) and not isinstance(ts, bool) and 0 <= ts < _TS_MAX:
             ts_ms = int(ts * 1000)
         else:
-            raise ValidationFailed("timestamp must be Unix time in seconds (a number >= 0)", field=f"{where}.timestamp")
+            unit = "integer milliseconds" if timestamps_ms else "seconds (a number >= 0)"
+            raise ValidationFailed(f"timestamp must be Unix time in {unit}", field=f"{where}.timestamp")
         rows.append((run_id, key, step, to_db(value), ts_ms))
     return rows
 
 
-def metrics_ingest(*, actor, run: Run, points: list[dict], idempotency_key: str | None = None) -> int:
+def metrics_ingest(
+    *, actor, run: Run, points: list[dict], idempotency_key: str | None = None, timestamps_ms: bool = False
+) -> int:
     """Store a batch of metric points for ``run``; all or nothing. Returns the count stored.
 
     ``idempotency_key`` (≤ 200 characters, from the ``Idempotency-Key``
@@ -89,13 +94,14 @@ def metrics_ingest(*, actor, run: Run, points: list[dict], idempotency_key: str 
     ``{"key": str, "value": number | "NaN" | "Infinity" | "-Infinity",
     "step": int >= 0, "timestamp": Unix seconds (optional, default now)}``.
     NaN and ±Infinity are valid values and are stored (a diverged loss is
-    information). Raises ``Forbidden`` unless the actor is a member or admin,
+    information). With ``timestamps_ms`` (the MLflow API) ``timestamp`` is
+    integer Unix milliseconds, stored exactly. Raises ``Forbidden`` unless the actor is a member or admin,
     ``ValidationFailed`` naming the first bad field (``points[3].value``);
     nothing of a refused batch is stored.
     """
     if not policy.can_write_runs(actor, run.project):
         raise Forbidden(policy.why_not(actor, run.project, policy.MEMBER) or "not allowed")
-    rows = _validate(run.pk, points, int(time.time() * 1000))
+    rows = _validate(run.pk, points, int(time.time() * 1000), timestamps_ms)
     if idempotency_key is not None and not 0 < len(idempotency_key) <= 200:
         raise ValidationFailed("Idempotency-Key must be 1 to 200 characters", field="Idempotency-Key")
     with transaction.atomic():

@@ -321,3 +321,28 @@ class DataStage(models.Model):
 
     def __str__(self):
         return f"{self.run} from step {self.start_step}"
+
+
+class RunTagQuerySet(VisibleQuerySet):
+    project_path = "run__project"
+
+
+class RunTag(models.Model):
+    """A free-form ``key → value`` label of a Run, set through the MLflow API (SPEC F30).
+
+    One value per ``(run, key)``, held by the database: setting a tag again
+    replaces its value (MLflow's ``set_tag``).
+    """
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="tags")
+    key = models.CharField(max_length=250)
+    value = models.TextField(blank=True)
+
+    objects = RunTagQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["run", "key"]
+        constraints = [models.UniqueConstraint(fields=["run", "key"], name="runtag_unique_run_key")]
+
+    def __str__(self):
+        return f"{self.key}={self.value}"

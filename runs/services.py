@@ -317,5 +317,10 @@ def run_set_status(*, actor, run: Run, status: str) -> Run:
         if run.status == status:
             return run
         raise Conflict(f"run {run.pk} changed to {run.status} meanwhile", field="status")
+    if status in FINAL_STATES:
+        # Files logged under checkpoints/step-N/ through the MLflow API become usable once the Run ended (F3).
+        from checkpoints.services.mlflow_checkpoints import checkpoint_files_complete_for_run
+
+        checkpoint_files_complete_for_run(run_id=run.pk)
     run.refresh_from_db()
     return run

@@ -8,7 +8,8 @@ succeeded (ARCHITECTURE rule 3):
 2. the Code version's archive: fetched (size + SHA-256), extracted safely into ``code/``;
 3. resume / continue only: the Run's source checkpoint fetched and verified
    while it streams, extracted read-only into ``checkpoint/``, and
-   ``resume-checkpoint.json`` written (``worker.fetch``, ``worker.extract``);
+   ``resume-checkpoint.json`` written (``worker.fetch``, ``worker.extract``;
+   a checkpoint stored file by file, e.g. from MLflow: ``worker.fetch_files``);
 4. the Run's token (``jobs.services.run_token_issue``) and the environment of docs/jobs.md;
 5. the code: a subprocess or ``docker run`` (the Queue's runner), its log appended to the Run,
    ``job_heartbeat`` every ``HEARTBEAT_S`` seconds (False → SIGTERM, SIGKILL after ``MADO_JOB_KILL_GRACE``).
@@ -29,12 +30,14 @@ from pathlib import Path
 from django.conf import settings
 from django.db import DatabaseError, close_old_connections
 
+from checkpoints.models import CheckpointLayout
 from jobs import services as jobs_services
 from jobs.models import Job, JobKind, Runner
 from worker import container
 from worker.errors import PrepareError
 from worker.extract import extract_checkpoint, extract_code_archive, remove_tree, write_resume_info
 from worker.fetch import fetch_artifact, fetch_checkpoint
+from worker.fetch_files import restore_checkpoint_files
 from worker.runner import child_env, run_process
 
 HEARTBEAT_S = 2.0  # seconds between job_heartbeat calls (well within MADO_JOB_HEARTBEAT_TIMEOUT)
@@ -139,6 +142,8 @@ def prepare(job: Job, workdir: Path, on_progress: Callable[[], None]) -> Prepare
     checkpoint = job.run.source_checkpoint
     if checkpoint is None:
         raise PrepareError(f"Job {job.pk} is a {job.kind} but its Run records no source checkpoint")
+    if checkpoint.layout == CheckpointLayout.FILES:
+        return _prepare_files_checkpoint(job, checkpoint, code_dir, workdir, on_progress)
     started = time.monotonic()
     fetched = fetch_checkpoint(checkpoint=checkpoint, dest=workdir / "checkpoint.tar", on_progress=on_progress)
     fetched_at = time.monotonic()
@@ -153,6 +158,19 @@ def prepare(job: Job, workdir: Path, on_progress: Callable[[], None]) -> Prepare
         f"downloaded and verified in {fetched_at - started:.2f} s, extracted in {time.monotonic() - fetched_at:.2f} s"
     ))
     return Prepared(code_dir=code_dir, checkpoint_dir=checkpoint_dir, resume_file=resume_file, step=checkpoint.step)
+
+
+def _prepare_files_checkpoint(job: Job, checkpoint, code_dir: Path, workdir: Path, on_progress) -> Prepared:
+    """Step 3 for a checkpoint stored as one artifact per file (MLflow, SPEC F3): same checks, same directory."""
+    started = time.monotonic()
+    restored = restore_checkpoint_files(checkpoint=checkpoint, workdir=workdir, on_progress=on_progress)
+    resume_file = write_resume_info(workdir=workdir, checkpoint=checkpoint, manifest=restored.manifest)
+    _log(job, (
+        f"checkpoint {checkpoint.pk} (step {checkpoint.step}): {len(restored.manifest)} files, {restored.size} bytes "
+        f"downloaded and verified in {time.monotonic() - started:.2f} s"
+    ))
+    return Prepared(code_dir=code_dir, checkpoint_dir=restored.checkpoint_dir, resume_file=resume_file,
+                    step=checkpoint.step)
 
 
 def code_variables(job: Job, prepared: Prepared, token: str) -> dict[str, str]:

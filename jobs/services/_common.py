@@ -123,8 +123,14 @@ def end_run(*, run_id: int, job_status: str, now=None) -> None:
     otherwise takes the Job's outcome (the exit code decides), except that a
     failed Run that was preempting or preempted stays ``preempted`` (F26).
     """
-    now = now or timezone.now()
-    target = RUN_STATUS_FOR_JOB[job_status]
+    _set_final_status(run_id=run_id, target=RUN_STATUS_FOR_JOB[job_status], now=now or timezone.now())
+    # Files logged under checkpoints/step-N/ through the MLflow API become usable once the Run ended (F3).
+    from checkpoints.services.mlflow_checkpoints import checkpoint_files_complete_for_run
+
+    checkpoint_files_complete_for_run(run_id=run_id)
+
+
+def _set_final_status(*, run_id: int, target: str, now) -> None:
     if target == RunStatus.FAILED:
         Run.objects.filter(pk=run_id, status=RunStatus.PREEMPTING).update(status=RunStatus.PREEMPTED, ended_at=now)
         Run.objects.filter(pk=run_id, status=RunStatus.PREEMPTED, ended_at__isnull=True).update(ended_at=now)

@@ -17,101 +17,17 @@ runs the same flow on PostgreSQL and a Redis broker. ``test_make_demo_…`` runs
 import os
 import re
 import shlex
-import socket
 import sqlite3
 import subprocess
 import sys
-import uuid
-from contextlib import closing, contextmanager
-from dataclasses import dataclass
+from contextlib import closing
 from pathlib import Path
 
-from click.testing import CliRunner
-
-from mado.management.commands.demo import start_process, stop_processes, wait_for_web, web_argv, worker_argv
-from mado_tracking.cli import main
 from mado_tracking.client import ApiClient
-from mado_tracking.config import Config
+from tests.deployment import ROOT, Deployment, deployment, deployment_env, free_port
 
-ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE_ARGS = ["--steps", "40", "--checkpoint-every", "10"]
 JOB_TIMEOUT_S = "300"
-SETUP = """
-from django.contrib.auth import get_user_model
-from rest_framework.authtoken.models import Token
-from jobs.models import Queue
-from runs.models import Membership, Project, Role
-user = get_user_model().objects.create_user("flow", password="flow-password")
-project = Project.objects.create(name="Flow", slug="flow")
-Membership.objects.create(user=user, project=project, role=Role.MEMBER)
-Queue.objects.get_or_create(name={queue!r})
-print(Token.objects.create(user=user).key)
-"""
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def deployment_env(data_dir: Path, **variables: str) -> dict[str, str]:
-    """Our environment without ``MADO_*``/``CELERY_*``/``MMT_*`` settings, on ``data_dir``, plus ``variables``."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("MADO_", "CELERY_", "DJANGO_", "MMT_"))}
-    env.update({"MADO_DATA_DIR": str(data_dir), "DJANGO_SETTINGS_MODULE": "mado.settings", "MADO_WORKER_GPUS": "none",
-                "MADO_JOB_KILL_GRACE": "5", "MADO_SECRET_KEY": "job-flow-test-secret-value",
-                "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", os.defpath)])})
-    env.update(variables)
-    return env
-
-
-@dataclass
-class Deployment:
-    url: str
-    token: str
-    queue: str
-    data_dir: Path
-    worker_log: Path
-    web_log: Path
-
-    def client(self) -> ApiClient:
-        return ApiClient(Config(api_url=self.url, api_token=self.token))
-
-    def mado(self, *args):
-        """The ``mado`` command line against this deployment as user ``flow``."""
-        env = {"MMT_API_URL": self.url, "MMT_API_TOKEN": self.token, "MMT_PROJECT": None}
-        return CliRunner().invoke(main, [str(arg) for arg in args], env=env, catch_exceptions=False)
-
-    def logs(self) -> str:
-        return "\n".join(f"--- {path.name} ---\n{path.read_text(errors='replace')[-6000:]}"
-                         for path in (self.worker_log, self.web_log) if path.exists())
-
-
-@contextmanager
-def deployment(directory: Path, **variables: str):
-    """Migrate a fresh ``MADO_DATA_DIR``, add user ``flow`` (member of project ``flow``) and a queue of its own,
-    start gunicorn and one Celery worker on that queue; yield a ``Deployment``; stop both."""
-    port, queue = free_port(), f"flow-{uuid.uuid4().hex[:8]}"
-    url = f"http://127.0.0.1:{port}"
-    env = deployment_env(directory / "data", MADO_PUBLIC_URL=url, **variables)
-    manage = [sys.executable, "manage.py"]
-    subprocess.run([*manage, "migrate", "--noinput"], cwd=ROOT, env=env, check=True, capture_output=True)
-    setup = subprocess.run([*manage, "shell", "-c", SETUP.format(queue=queue)], cwd=ROOT, env=env, check=True,
-                           capture_output=True, text=True)
-    found = Deployment(url=url, token=setup.stdout.strip().splitlines()[-1], queue=queue, data_dir=directory / "data",
-                       worker_log=directory / "worker.log", web_log=directory / "web.log")
-    children = []
-    try:
-        with open(found.web_log, "wb") as web_out, open(found.worker_log, "wb") as worker_out:
-            children.append(start_process(web_argv("127.0.0.1", port), env=env, stdout=web_out))
-            children.append(start_process(worker_argv([queue], hostname="flow@%h", loglevel="INFO"), env=env,
-                                          stdout=worker_out))
-        wait_for_web(url, children)
-        yield found
-    finally:
-        stop_processes(children)
-
-
 def example_offline(output: Path) -> subprocess.Popen:
     """The uninterrupted 40-step run of the example, offline (no server): its weights are the reference."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("MMT_")}

@@ -34,6 +34,7 @@ def one_of_each(project, run, creator):
     ManifestEntry.objects.create(checkpoint=checkpoint, path="model.pt", sha256="b" * 64, size=3)
     stage = DataStage.objects.create(run=run, start_step=10, checkpoint=checkpoint, created_by=creator)
     stage.dataset_versions.set(run.input_dataset_versions.all())
+    run.tags.create(key="team", value="vision")
 
 
 @pytest.mark.parametrize("model", MODELS, ids=lambda m: m.__name__)

@@ -1,0 +1,107 @@
+"""Path checks and reads for the MLflow artifact proxy (issue 7 part 2 and "Bad input"; SPEC F30).
+
+Every path the client sends (``artifacts/<path>``, ``?path=``, ``mpu/*/<path>``)
+is ``<experiment_id>/<run_id>/artifacts[/<path inside the run>]``:
+experiment = Project id, run = the Run's ``external_id``. ``check_path``
+refuses traversal and injection before anything is looked up or stored.
+"""
+
+import re
+from dataclasses import dataclass
+
+from checkpoints.models import Artifact
+from mado.mlflow_auth import RESOURCE_DOES_NOT_EXIST, MlflowError
+from runs.models import Run
+
+PATH_MAX = 2048
+_ENCODED = re.compile(r"%[0-9a-fA-F]{2}")
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
+_FORBIDDEN = frozenset("\\#?;")
+
+
+@dataclass(frozen=True)
+class ArtifactTarget:
+    """A parsed proxy path: the experiment (Project) id, the run's external id, the path inside the run ("" = root)."""
+
+    experiment_id: str
+    run_id: str
+    path: str
+
+
+def check_path(raw) -> str:
+    """``raw`` if it is a safe ``/``-separated relative path, else ``MlflowError`` 400 ``INVALID_PARAMETER_VALUE``.
+
+    Refused: empty or longer than 2048 characters; absolute; a URI scheme
+    (``file:``, ``http:``); an empty (``//``), ``.`` or ``..`` segment; a
+    backslash, ``#``, ``?``, ``;``, NUL or other control character; a
+    percent-encoded byte left after the server's decoding (``%2e%2e``).
+    """
+    if not isinstance(raw, str) or not raw:
+        raise MlflowError("path must not be empty")
+    if len(raw) > PATH_MAX:
+        raise MlflowError(f"path must be at most {PATH_MAX} characters")
+    if any(ord(char) < 32 or ord(char) == 127 for char in raw):
+        raise MlflowError("path must not contain NUL or control characters")
+    if _FORBIDDEN.intersection(raw):
+        raise MlflowError("path must not contain a backslash, '#', '?' or ';'")
+    if _ENCODED.search(raw):
+        raise MlflowError("path must not contain percent-encoded characters")
+    if raw.startswith("/") or _SCHEME.match(raw):
+        raise MlflowError("path must be relative, not absolute or a URI")
+    if any(segment in ("", ".", "..") for segment in raw.split("/")):
+        raise MlflowError("path must not contain empty, '.' or '..' segments")
+    return raw
+
+
+def parse_target(raw, *, allow_root: bool) -> ArtifactTarget:
+    """Check ``raw`` (``check_path``) and split it; the run root (no path inside) only with ``allow_root``."""
+    parts = check_path(raw).split("/", 3)
+    if len(parts) < 3 or parts[2] != "artifacts":
+        raise MlflowError("path must be <experiment_id>/<run_id>/artifacts/<path>")
+    inner = parts[3] if len(parts) == 4 else ""
+    if not inner and not allow_root:
+        raise MlflowError("path must name a file inside the run's artifacts")
+    return ArtifactTarget(experiment_id=parts[0], run_id=parts[1], path=inner)
+
+
+def run_for_target(*, user, target: ArtifactTarget) -> Run:
+    """The Run ``target`` names in one of the user's Projects; else ``MlflowError`` 404 ``RESOURCE_DOES_NOT_EXIST``."""
+    run = None
+    if target.experiment_id.isdigit():
+        run = (
+            Run.objects.visible_to(user).select_related("project")
+            .filter(project_id=int(target.experiment_id), external_id=target.run_id).first()
+        )
+    if run is None:
+        raise MlflowError(f"run {target.run_id!r} of experiment {target.experiment_id!r} not found",
+                          code=RESOURCE_DOES_NOT_EXIST, status=404)
+    return run
+
+
+def artifact_for_target(*, run: Run, target: ArtifactTarget) -> Artifact:
+    """The stored file ``target.path`` of ``run``; else 404 ``RESOURCE_DOES_NOT_EXIST``."""
+    artifact = Artifact.objects.filter(run=run, path=target.path).first()
+    if artifact is None:
+        raise MlflowError(f"artifact {target.path!r} not found", code=RESOURCE_DOES_NOT_EXIST, status=404)
+    return artifact
+
+
+def list_directory(*, run: Run, path: str) -> list[dict]:
+    """MLflow's ``files`` of directory ``path`` ("" = root) of ``run``: ``{"path", "is_dir", "file_size"?}``.
+
+    ``path`` of each entry is relative to the listed directory (the client
+    joins it); directories have no ``file_size``. Sorted by path; empty when
+    nothing is stored below ``path``.
+    """
+    prefix = f"{path}/" if path else ""
+    files, dirs = {}, set()
+    rows = Artifact.objects.filter(run=run, path__startswith=prefix).values_list("path", "size")
+    for full, size in rows.iterator(chunk_size=2000):
+        name, sep, _rest = full[len(prefix):].partition("/")
+        if sep:
+            dirs.add(name)
+        else:
+            files[name] = size
+    entries = [{"path": name, "is_dir": True} for name in dirs]
+    entries += [{"path": name, "is_dir": False, "file_size": size} for name, size in files.items()]
+    return sorted(entries, key=lambda entry: entry["path"])

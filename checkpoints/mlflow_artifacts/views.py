@@ -1,0 +1,81 @@
+"""The MLflow artifact proxy ``/api/2.0/mlflow-artifacts/`` (issue 7 part 2; SPEC F3, F5, F30).
+
+``PUT artifacts/<path>`` streams the raw body into the artifact storage
+(never ``request.body``, no size cap: ``checkpoints.storage`` reads 1 MiB at
+a time); ``GET`` streams it back with Range; ``GET artifacts?path=`` lists a
+directory; ``DELETE`` is for Project admins (SPEC F5). Multipart upload
+(``mpu/create|complete|abort``) answers 501 with the message the MLflow
+client recognises, so it falls back to a single streamed PUT. Paths are
+checked (``paths.check_path``) before anything is looked up or stored.
+"""
+
+from rest_framework import status
+from rest_framework.response import Response
+
+from checkpoints.api.artifacts import LenientNegotiation, OctetStreamParser, ranged_download, upload_source
+from checkpoints.mlflow_artifacts import paths
+from checkpoints.services.mlflow_checkpoints import mlflow_artifact_delete, mlflow_artifact_put
+from mado.mlflow_auth import NOT_IMPLEMENTED, MlflowApiView, mlflow_error, require_run_token_scope
+
+# The MLflow client falls back to a single PUT when the message starts with exactly this
+# (mlflow.exceptions._UnsupportedMultipartUploadException.MESSAGE).
+MULTIPART_UNSUPPORTED = "Multipart upload is not supported for the current artifact repository"
+
+MULTIPART_ACTIONS = frozenset({"create", "complete", "abort"})
+
+
+def _resolve(request, raw: str, *, allow_root: bool = False):
+    target = paths.parse_target(raw, allow_root=allow_root)
+    run = paths.run_for_target(user=request.user, target=target)
+    require_run_token_scope(request, run)
+    return target, run
+
+
+class MlflowArtifactListApi(MlflowApiView):
+    """``GET artifacts?path=<experiment_id>/<run_id>/artifacts[/<dir>]``."""
+
+    def get(self, request):
+        """``{"files": [{"path", "is_dir", "file_size"}]}`` of the directory (any member of the Project)."""
+        target, run = _resolve(request, request.query_params.get("path", ""), allow_root=True)
+        return Response({"files": paths.list_directory(run=run, path=target.path)})
+
+
+class MlflowArtifactApi(MlflowApiView):
+    """``artifacts/<experiment_id>/<run_id>/artifacts/<path>``: one file of a Run."""
+
+    parser_classes = [OctetStreamParser]
+    content_negotiation_class = LenientNegotiation
+
+    def put(self, request, artifact_path):
+        """Store the raw body, streamed (member or admin); a ``checkpoints/step-N/`` file joins checkpoint N (F3).
+
+        200 ``{}``; the same bytes again is a no-op; different bytes at a
+        stored path → 409 ``RESOURCE_ALREADY_EXISTS`` (never overwritten).
+        """
+        target, run = _resolve(request, artifact_path)
+        source, length = upload_source(request)
+        mlflow_artifact_put(actor=request.user, run=run, path=target.path, source=source, expected_size=length)
+        return Response({})
+
+    def get(self, request, artifact_path):
+        """The file's bytes, streamed; ``Range`` answers 206 (any member of the Project)."""
+        target, run = _resolve(request, artifact_path)
+        return ranged_download(request, paths.artifact_for_target(run=run, target=target))
+
+    def delete(self, request, artifact_path):
+        """Delete the file, or every file below the directory: Project admin only, F5's rules (409 for a checkpoint's file)."""
+        target, run = _resolve(request, artifact_path)
+        mlflow_artifact_delete(actor=request.user, run=run, path=target.path)
+        return Response({})
+
+
+class MlflowMultipartApi(MlflowApiView):
+    """``mpu/create|complete|abort/<path>``: not offered; the client then uploads with one streamed PUT."""
+
+    def post(self, request, action, artifact_path):
+        """501 ``NOT_IMPLEMENTED`` with MLflow's "multipart upload is not supported" message (after the path checks)."""
+        if action not in MULTIPART_ACTIONS:
+            return mlflow_error(NOT_IMPLEMENTED, f"unknown multipart action {action!r}", status.HTTP_404_NOT_FOUND)
+        _resolve(request, artifact_path)
+        return mlflow_error(NOT_IMPLEMENTED, f"{MULTIPART_UNSUPPORTED}: mado streams a single PUT of any size",
+                            status.HTTP_501_NOT_IMPLEMENTED)

@@ -1,0 +1,166 @@
+"""Artifacts uploaded by the MLflow client, and the checkpoints they form (issue 7 parts 2 and 4; SPEC F3, F5, F30).
+
+A file PUT under ``checkpoints/step-<int>/`` of a ``training`` or
+``fine_tuning`` Run is stored like any artifact (streamed, SHA-256 and size
+computed by the server) and added to the pending Checkpoint of that step,
+``layout="files"``: one ManifestEntry per file, pointing at its Artifact.
+The checkpoint becomes ``complete`` (usable for resume) when the Run reaches
+a final state (``checkpoint_files_complete_for_run``, called by
+``runs.services.run_set_status``) or when a checkpoint with a higher step
+starts, whichever comes first. Every checkpoint change of a Run serialises on
+the Run's row lock, so a file never joins a checkpoint that has completed.
+"""
+
+import re
+
+from django.db import transaction
+from django.db.models import F
+from django.utils import timezone
+
+from checkpoints import storage
+from checkpoints.models import Artifact, Checkpoint, CheckpointLayout, CheckpointState, ManifestEntry
+from checkpoints.services.artifacts import artifact_delete, artifact_store, validate_artifact_path
+from mado import policy
+from mado.errors import Conflict, NotFound
+from runs.models import FINAL_STATES, Run, RunKind
+from runs.services import require
+
+CHECKPOINT_KINDS = frozenset({RunKind.TRAINING, RunKind.FINE_TUNING})
+_CHECKPOINT_FILE = re.compile(r"^checkpoints/step-(0|[1-9][0-9]{0,17})/(.+)$")
+
+
+def checkpoint_file_of(*, run: Run, path: str) -> tuple[int, str] | None:
+    """``(step, path inside the checkpoint)`` when artifact ``path`` of ``run`` belongs to a checkpoint, else None.
+
+    Only ``training`` and ``fine_tuning`` Runs form checkpoints (SPEC F3);
+    ``path`` is a safe artifact path (``validate_artifact_path``).
+    """
+    if run.kind not in CHECKPOINT_KINDS:
+        return None
+    match = _CHECKPOINT_FILE.match(path)
+    if match is None:
+        return None
+    return int(match.group(1)), match.group(2)
+
+
+def mlflow_artifact_put(*, actor, run: Run, path: str, source, expected_size: int | None = None) -> Artifact:
+    """Stream ``source`` into ``run``'s artifact ``path`` (``artifact_store``); a checkpoint file also joins its checkpoint.
+
+    Member or admin (else ``Forbidden``); unsafe ``path`` → ``ValidationFailed``.
+    A checkpoint file (``checkpoint_file_of``) whose step cannot take files
+    any more (complete, deleted or a tar checkpoint; a higher step started;
+    the Run has ended) raises ``Conflict`` before any byte is stored, and
+    again — removing what this call stored — if that happened meanwhile.
+    Re-sending the same bytes is idempotent; different bytes → ``Conflict``.
+    """
+    require(policy.can_write_runs(actor, run.project), policy.why_not(actor, run.project, policy.MEMBER) or "")
+    path = validate_artifact_path(path)
+    target = checkpoint_file_of(run=run, path=path)
+    if target is not None:
+        with transaction.atomic():
+            _refusal_check(Run.objects.get(pk=run.pk), target[0])
+    artifact, created = artifact_store(actor=actor, run=run, path=path, source=source, expected_size=expected_size)
+    if target is None:
+        return artifact
+    try:
+        checkpoint_add_file(actor=actor, run=run, step=target[0], path=target[1], artifact=artifact)
+    except BaseException:
+        if created:
+            Artifact.objects.filter(pk=artifact.pk).delete()
+            storage.blob_delete_quietly(artifact.storage_key)
+        raise
+    return artifact
+
+
+def _refusal_check(run: Run, step: int) -> Checkpoint | None:
+    """The pending files checkpoint of ``step`` (None: not started yet); ``Conflict`` when it cannot take a file."""
+    if run.status in FINAL_STATES:
+        raise Conflict(f"run {run.pk} has ended ({run.status}); its checkpoints are complete", field="path")
+    existing = Checkpoint.objects.filter(run_id=run.pk, step=step).first()
+    if existing is not None:
+        if existing.layout != CheckpointLayout.FILES or existing.state != CheckpointState.PENDING:
+            raise Conflict(f"the checkpoint at step {step} is {existing.state}; it can no longer change", field="path")
+        return existing
+    higher = Checkpoint.objects.filter(run_id=run.pk, step__gt=step).order_by("-step").first()
+    if higher is not None:
+        raise Conflict(
+            f"a checkpoint at step {higher.step} already started; step {step} can no longer be saved", field="path"
+        )
+    return None
+
+
+@transaction.atomic
+def checkpoint_add_file(*, actor, run: Run, step: int, path: str, artifact: Artifact) -> Checkpoint:
+    """Add stored ``artifact`` as file ``path`` of ``run``'s pending ``layout="files"`` checkpoint at ``step`` (SPEC F3).
+
+    Starts the checkpoint with its first file; starting it completes every
+    pending files checkpoint of the Run at a lower step. The Run's row is
+    locked first (the one order every checkpoint change of the Run takes).
+    Adding the same file again is a no-op. ``Conflict`` as in
+    ``mlflow_artifact_put``. Returns the checkpoint.
+    """
+    locked_run = Run.objects.select_for_update().get(pk=run.pk)
+    checkpoint = _refusal_check(locked_run, step)
+    if checkpoint is None:
+        checkpoint = Checkpoint.objects.create(
+            run_id=run.pk, step=step, layout=CheckpointLayout.FILES,
+            created_by=actor if getattr(actor, "is_authenticated", False) else None,
+        )
+        for older in Checkpoint.objects.filter(
+            run_id=run.pk, step__lt=step, layout=CheckpointLayout.FILES, state=CheckpointState.PENDING
+        ):
+            _complete(older)
+    entry, created = ManifestEntry.objects.get_or_create(
+        checkpoint=checkpoint, path=path, defaults={"size": artifact.size, "sha256": artifact.sha256, "artifact": artifact}
+    )
+    if created:
+        Checkpoint.objects.filter(pk=checkpoint.pk).update(
+            file_count=F("file_count") + 1, total_bytes=F("total_bytes") + artifact.size
+        )
+    elif entry.artifact_id != artifact.pk:  # (run, path) is unique, so this is a broken invariant
+        raise Conflict(f"{path} is already another file of the checkpoint at step {step}", field="path")
+    checkpoint.refresh_from_db()
+    return checkpoint
+
+
+def _complete(checkpoint: Checkpoint) -> bool:
+    """pending → complete for a files checkpoint with at least one file; False when it was not pending."""
+    return bool(
+        Checkpoint.objects.filter(
+            pk=checkpoint.pk, state=CheckpointState.PENDING, layout=CheckpointLayout.FILES, file_count__gt=0
+        ).update(state=CheckpointState.COMPLETE, completed_at=timezone.now(), received={"layout": "files"}, error="")
+    )
+
+
+@transaction.atomic
+def checkpoint_files_complete_for_run(*, run_id: int) -> int:
+    """Complete every pending ``layout="files"`` checkpoint of Run ``run_id``; the number completed (SPEC F3).
+
+    Call when the Run has reached a final state (``run_set_status``).
+    Idempotent; takes the Run's row lock like ``checkpoint_add_file``, so a
+    file being added either lands before the completion or is refused.
+    """
+    Run.objects.select_for_update().filter(pk=run_id).first()
+    pending = Checkpoint.objects.filter(run_id=run_id, layout=CheckpointLayout.FILES, state=CheckpointState.PENDING)
+    return sum(_complete(checkpoint) for checkpoint in pending)
+
+
+@transaction.atomic
+def mlflow_artifact_delete(*, actor, run: Run, path: str) -> int:
+    """Delete ``run``'s artifact ``path``, or every artifact below directory ``path``; the number deleted (SPEC F5).
+
+    Project admin only (``Forbidden``). ``NotFound`` when nothing is there.
+    All or nothing: a checkpoint's file (or tar) among them raises
+    ``Conflict`` and nothing is deleted; bytes go once the delete commits.
+    """
+    require(policy.can_delete_artifacts(actor, run.project), policy.why_not(actor, run.project, policy.ADMIN) or "")
+    path = validate_artifact_path(path)
+    artifacts = list(
+        Artifact.objects.select_related("project").filter(run=run, path=path)
+        or Artifact.objects.select_related("project").filter(run=run, path__startswith=f"{path}/").order_by("path")
+    )
+    if not artifacts:
+        raise NotFound(f"artifact {path!r} of run {run.external_id} not found", field="path")
+    for artifact in artifacts:
+        artifact_delete(actor=actor, artifact=artifact)
+    return len(artifacts)

@@ -1,0 +1,110 @@
+"""Authentication and error shape shared by the MLflow-compatible endpoints (issue 7 part 3; SPEC F30).
+
+The stock MLflow client sends ``Authorization: Bearer <MLFLOW_TRACKING_TOKEN>``
+(a mado user token, or a Job's Run token) or ``Basic`` with
+``MLFLOW_TRACKING_USERNAME/PASSWORD`` (a mado user). No session, so no CSRF
+path. Every error is MLflow's ``{"error_code", "message"}`` with the HTTP
+status the client expects; anonymous → 401 ``UNAUTHENTICATED``. Views
+subclass ``MlflowApiView``.
+"""
+
+import logging
+
+from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.http import Http404
+from rest_framework import exceptions as drf_exceptions
+from rest_framework.authentication import BasicAuthentication
+from rest_framework.permissions import IsAuthenticated
+from rest_framework.renderers import JSONRenderer
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from mado.authentication import BearerTokenAuthentication
+from mado.errors import Conflict, Forbidden, NotFound, UserError
+
+logger = logging.getLogger(__name__)
+
+INVALID_PARAMETER_VALUE = "INVALID_PARAMETER_VALUE"
+RESOURCE_DOES_NOT_EXIST = "RESOURCE_DOES_NOT_EXIST"
+RESOURCE_ALREADY_EXISTS = "RESOURCE_ALREADY_EXISTS"
+PERMISSION_DENIED = "PERMISSION_DENIED"
+UNAUTHENTICATED = "UNAUTHENTICATED"
+NOT_IMPLEMENTED = "NOT_IMPLEMENTED"
+INTERNAL_ERROR = "INTERNAL_ERROR"
+
+
+class MlflowError(Exception):
+    """An error answered as ``{"error_code": code, "message": message}`` with HTTP ``status``."""
+
+    def __init__(self, message: str, *, code: str = INVALID_PARAMETER_VALUE, status: int = 400):
+        super().__init__(message)
+        self.message, self.code, self.status = message, code, status
+
+
+def mlflow_error(code: str, message: str, status: int) -> Response:
+    return Response({"error_code": code, "message": message}, status=status)
+
+
+def _user_error_code(exc: UserError) -> str:
+    if isinstance(exc, NotFound):
+        return RESOURCE_DOES_NOT_EXIST
+    if isinstance(exc, Forbidden):
+        return PERMISSION_DENIED
+    if isinstance(exc, Conflict):
+        return RESOURCE_ALREADY_EXISTS
+    return INVALID_PARAMETER_VALUE
+
+
+def mlflow_exception_handler(exc, context) -> Response:
+    """Every exception of an MLflow view as ``{"error_code", "message"}``; unexpected ones as 500 ``INTERNAL_ERROR``."""
+    if isinstance(exc, MlflowError):
+        return mlflow_error(exc.code, exc.message, exc.status)
+    if isinstance(exc, UserError):
+        return mlflow_error(_user_error_code(exc), exc.detail, exc.status)
+    if isinstance(exc, Http404):
+        return mlflow_error(RESOURCE_DOES_NOT_EXIST, "not found", 404)
+    if isinstance(exc, (drf_exceptions.NotAuthenticated, drf_exceptions.AuthenticationFailed)):
+        response = mlflow_error(UNAUTHENTICATED, str(exc.detail), 401)
+        response["WWW-Authenticate"] = 'Bearer realm="mado", Basic realm="mado"'
+        return response
+    if isinstance(exc, (drf_exceptions.PermissionDenied, DjangoPermissionDenied)):
+        return mlflow_error(PERMISSION_DENIED, str(getattr(exc, "detail", "permission denied")), 403)
+    if isinstance(exc, drf_exceptions.MethodNotAllowed):
+        return mlflow_error(NOT_IMPLEMENTED, str(exc.detail), 405)
+    if isinstance(exc, drf_exceptions.APIException):
+        return mlflow_error(INVALID_PARAMETER_VALUE, str(exc.detail), exc.status_code)
+    logger.exception("MLflow endpoint failed")
+    return mlflow_error(INTERNAL_ERROR, "internal error", 500)
+
+
+class MlflowBasicAuthentication(BasicAuthentication):
+    """HTTP Basic with a mado username and password (``MLFLOW_TRACKING_USERNAME/PASSWORD``)."""
+
+    def authenticate_header(self, request):
+        return 'Basic realm="mado"'
+
+
+class MlflowApiView(APIView):
+    """Base of the MLflow endpoints: Bearer or Basic auth, no session, MLflow's JSON errors.
+
+    A Run token may be used; a view must check it acts on the token's own
+    Run (``require_run_token_scope``), as ``RunTokenScope`` does for ``/api/v1/``.
+    """
+
+    authentication_classes = [BearerTokenAuthentication, MlflowBasicAuthentication]
+    permission_classes = [IsAuthenticated]
+    renderer_classes = [JSONRenderer]
+    schema = None  # MLflow's own protocol, not part of mado's /api/v1/ OpenAPI schema
+
+    def get_exception_handler(self):
+        return mlflow_exception_handler
+
+
+def require_run_token_scope(request, run) -> None:
+    """403 ``PERMISSION_DENIED`` when the request uses a Run token of another Run than ``run``."""
+    from jobs.models import RunToken
+
+    token = request.auth
+    if isinstance(token, RunToken) and token.run_id != run.pk:
+        raise MlflowError("This token belongs to one run and may only act on that run.", code=PERMISSION_DENIED,
+                          status=403)

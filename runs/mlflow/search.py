@@ -1,0 +1,217 @@
+"""``runs/search``: MLflow's filter string and ``order_by`` over mado Runs (issue 7 part 1).
+
+Supported filter clauses, joined by ``AND`` (keywords case-insensitive):
+
+- ``params.<key>`` / ``tags.<key>`` with ``=``, ``!=``, ``LIKE``, ``ILIKE`` and a quoted string;
+- ``attributes.status`` (or ``status``) with ``=``, ``!=``, ``IN (...)``, ``NOT IN (...)``;
+- ``attributes.run_name`` / ``attributes.run_id`` with ``=``, ``!=``, ``LIKE``, ``ILIKE`` (run_id also ``IN``);
+- ``attributes.start_time`` / ``end_time`` and ``metrics.<key>`` (latest value by step) with
+  ``=``, ``!=``, ``<``, ``<=``, ``>``, ``>=`` and a number.
+
+Keys may be quoted with backticks or double quotes (``params.`my key```).
+Anything else answers 400 INVALID_PARAMETER_VALUE naming the clause.
+``order_by`` accepts the same identifiers plus ``ASC``/``DESC``; ties are
+broken by start time (newest first) then id, so pages are stable.
+"""
+
+import re
+
+from django.db.models import CharField, Exists, F, OuterRef, Q, Subquery
+from django.db.models.fields.json import KeyTextTransform
+from django.db.models.functions import Cast, Coalesce
+
+from runs.mlflow.errors import INVALID_PARAMETER_VALUE, MlflowError
+from runs.mlflow.translate import FROM_MLFLOW_STATUS, KIND_TAG, RUN_NAME_TAG, mado_statuses
+from runs.models import MetricPoint, RunTag
+
+_ENTITY = {
+    "params": "param", "param": "param", "parameters": "param", "parameter": "param",
+    "tags": "tag", "tag": "tag",
+    "metrics": "metric", "metric": "metric",
+    "attributes": "attr", "attribute": "attr", "attr": "attr", "run": "attr",
+}
+_ATTRIBUTES = {"status", "start_time", "end_time", "run_name", "run_id", "run_uuid"}
+_IDENT = r"(?:(?P<entity>[A-Za-z]+)\.)?(?P<key>`[^`]+`|\"[^\"]+\"|[\w.\-/:]+)"
+_CLAUSE = re.compile(
+    _IDENT
+    + r"\s*(?P<op>!=|>=|<=|=|>|<|(?i:not\s+in)\b|(?i:in)\b|(?i:not\s+i?like)\b|(?i:i?like)\b)\s*"
+    + r"(?P<value>'(?:[^']|'')*'|\"[^\"]*\"|-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?|\((?:[^()'\"]|'[^']*'|\"[^\"]*\")*\))"
+)
+_AND = re.compile(r"\s+(?i:and)\s+")
+_ORDER = re.compile(_IDENT + r"(?:\s+(?P<dir>(?i:asc|desc)))?\s*$")
+_STRING_OPS = {"=", "!=", "like", "ilike", "not like", "not ilike"}
+_NUMBER_OPS = {"=": "exact", ">": "gt", ">=": "gte", "<": "lt", "<=": "lte"}
+
+
+def _bad(message: str) -> MlflowError:
+    return MlflowError(INVALID_PARAMETER_VALUE, message)
+
+
+def _unquote_key(key: str) -> str:
+    return key[1:-1] if key[:1] in "`\"" else key
+
+
+def _ident(entity: str | None, key: str) -> tuple[str, str]:
+    key = _unquote_key(key)
+    if entity is None:
+        if key not in _ATTRIBUTES:
+            raise _bad(f"unknown identifier {key!r}: use params.<key>, tags.<key>, metrics.<key> or attributes.<name>")
+        return "attr", key
+    kind = _ENTITY.get(entity.lower())
+    if kind is None:
+        # An unquoted dotted key without entity prefix, e.g. "status" never has one; refuse the rest.
+        raise _bad(f"unknown entity {entity!r}: use params, tags, metrics or attributes")
+    if kind == "attr" and key not in _ATTRIBUTES:
+        raise _bad(f"unknown attribute {key!r}; one of {', '.join(sorted(_ATTRIBUTES))}")
+    return kind, key
+
+
+def _string(raw: str) -> str:
+    if raw[:1] == "'":
+        return raw[1:-1].replace("''", "'")
+    if raw[:1] == '"':
+        return raw[1:-1]
+    raise _bad(f"expected a quoted string, got {raw}")
+
+
+def _strings(raw: str) -> list[str]:
+    if raw[:1] != "(":
+        raise _bad(f"IN expects a parenthesised list of strings, got {raw}")
+    items = re.findall(r"'(?:[^']|'')*'|\"[^\"]*\"", raw)
+    if not items:
+        raise _bad("IN expects at least one quoted string")
+    return [_string(item) for item in items]
+
+
+def _number(raw: str) -> float:
+    try:
+        return float(raw)
+    except ValueError:
+        raise _bad(f"expected a number, got {raw}") from None
+
+
+def _like_regex(pattern: str) -> str:
+    parts = []
+    for char in pattern:
+        parts.append(".*" if char == "%" else "." if char == "_" else re.escape(char))
+    return "^" + "".join(parts) + "$"
+
+
+def _string_q(field, op: str, value: str) -> Q:
+    if op == "=":
+        return Q(**{field: value})
+    if op == "!=":
+        return ~Q(**{field: value})
+    lookup = "iregex" if "ilike" in op else "regex"
+    q = Q(**{f"{field}__{lookup}": _like_regex(value)})
+    return ~q if op.startswith("not") else q
+
+
+def _latest_metric(key: str):
+    points = MetricPoint.objects.filter(run=OuterRef("pk"), key=key).order_by("-step", "-timestamp", "-id")
+    return Subquery(points.values("value")[:1])
+
+
+def _param(key: str):
+    # Cast: compare the extracted text as plain text (SQLite would otherwise read the right side as JSON).
+    return Cast(KeyTextTransform(key, "parameters"), CharField())
+
+
+def _tag_value(key: str):
+    return Subquery(RunTag.objects.filter(run=OuterRef("pk"), key=key).values("value")[:1])
+
+
+def _apply_clause(runs, index: int, kind: str, key: str, op: str, raw: str):
+    alias = f"_f{index}"
+    if kind == "metric":
+        if op not in _NUMBER_OPS and op != "!=":
+            raise _bad(f"metrics compare with =, !=, <, <=, >, >=; got {op}")
+        runs = runs.annotate(**{alias: _latest_metric(key)})
+        value = _number(raw)
+        return runs.exclude(**{alias: value}).exclude(**{f"{alias}__isnull": True}) if op == "!=" else runs.filter(
+            **{f"{alias}__{_NUMBER_OPS[op]}": value}
+        )
+    if kind == "attr" and key in ("start_time", "end_time"):
+        if op not in _NUMBER_OPS:
+            raise _bad(f"{key} compares with =, <, <=, >, >=; got {op}")
+        from datetime import datetime, timezone
+
+        moment = datetime.fromtimestamp(_number(raw) / 1000, tz=timezone.utc)
+        column = "started_at" if key == "start_time" else "ended_at"
+        return runs.filter(**{f"{column}__{_NUMBER_OPS[op]}": moment})
+    if kind == "attr" and key == "status":
+        if op in ("in", "not in"):
+            statuses = [s for name in _strings(raw) for s in mado_statuses(name)]
+        elif op in ("=", "!="):
+            statuses = mado_statuses(_string(raw))
+        else:
+            raise _bad(f"attributes.status compares with =, !=, IN, NOT IN; got {op}")
+        return runs.exclude(status__in=statuses) if op.startswith("not") or op == "!=" else runs.filter(status__in=statuses)
+    if kind == "attr" and key in ("run_id", "run_uuid") and op in ("in", "not in"):
+        q = Q(external_id__in=_strings(raw))
+        return runs.exclude(q) if op == "not in" else runs.filter(q)
+    if op not in _STRING_OPS:
+        raise _bad(f"{kind} {key!r} compares with =, !=, LIKE, ILIKE; got {op}")
+    value = _string(raw)
+    if kind == "attr":
+        field = {"run_name": "name", "run_id": "external_id", "run_uuid": "external_id"}[key]
+    elif kind == "tag" and key in (RUN_NAME_TAG, KIND_TAG):
+        field = "name" if key == RUN_NAME_TAG else "kind"
+    elif kind == "tag":
+        if op == "!=":
+            return runs.filter(Exists(RunTag.objects.filter(run=OuterRef("pk"), key=key).exclude(value=value)))
+        runs, field = runs.annotate(**{alias: _tag_value(key)}), alias
+    else:
+        runs, field = runs.annotate(**{alias: _param(key)}), alias
+        if op == "!=":
+            return runs.filter(**{f"{alias}__isnull": False}).exclude(**{alias: value})
+    return runs.filter(_string_q(field, op, value))
+
+
+def apply_filter(runs, filter_string: str):
+    """``runs`` narrowed by an MLflow filter string (grammar in the module docstring)."""
+    text = (filter_string or "").strip()
+    position, index = 0, 0
+    while position < len(text):
+        match = _CLAUSE.match(text, position)
+        if match is None:
+            raise _bad(f"invalid filter at {text[position:position + 60]!r}")
+        kind, key = _ident(match["entity"], match["key"])
+        op = re.sub(r"\s+", " ", match["op"].lower())
+        runs = _apply_clause(runs, index, kind, key, op, match["value"])
+        position, index = match.end(), index + 1
+        if position < len(text):
+            joiner = _AND.match(text, position)
+            if joiner is None:
+                raise _bad(f"expected AND at {text[position:position + 60]!r}")
+            position = joiner.end()
+    return runs
+
+
+def apply_order(runs, order_by: list):
+    """``runs`` ordered by MLflow ``order_by`` clauses, then start time (newest first) and id."""
+    if not isinstance(order_by, list):
+        raise _bad("order_by must be a list of strings")
+    runs = runs.annotate(_start=Coalesce("started_at", "created_at"))
+    ordering = []
+    for index, clause in enumerate(order_by):
+        match = _ORDER.match(str(clause).strip())
+        if match is None:
+            raise _bad(f"invalid order_by clause {clause!r}")
+        kind, key = _ident(match["entity"], match["key"])
+        alias = f"_o{index}"
+        if kind == "metric":
+            runs = runs.annotate(**{alias: _latest_metric(key)})
+        elif kind == "param":
+            runs = runs.annotate(**{alias: _param(key)})
+        elif kind == "tag":
+            runs = runs.annotate(**{alias: _tag_value(key)})
+        else:
+            alias = {"start_time": "_start", "end_time": "ended_at", "run_name": "name", "status": "status",
+                     "run_id": "external_id", "run_uuid": "external_id"}[key]
+        descending = (match["dir"] or "asc").lower() == "desc"
+        ordering.append(F(alias).desc(nulls_last=True) if descending else F(alias).asc(nulls_last=True))
+    return runs.order_by(*ordering, F("_start").desc(), "-id")
+
+
+__all__ = ["apply_filter", "apply_order", "FROM_MLFLOW_STATUS"]

@@ -1,0 +1,104 @@
+"""Reads for the MLflow API, scoped to the user's Projects (invisible → RESOURCE_DOES_NOT_EXIST, 404)."""
+
+from django.db.models import F, Window
+from django.db.models.functions import RowNumber
+
+from runs.mlflow import search
+from runs.mlflow.errors import INVALID_PARAMETER_VALUE, RESOURCE_DOES_NOT_EXIST, MlflowError
+from runs.mlflow.translate import decode_page_token, encode_page_token, metric_json, run_json
+from runs.models import MetricPoint, Project, Run, RunTag
+
+
+def experiment_get(*, user, experiment_id) -> Project:
+    """The Project whose id is ``experiment_id`` (a string of digits) if the user is a member; else 404."""
+    try:
+        pk = int(str(experiment_id))
+    except ValueError:
+        raise MlflowError(RESOURCE_DOES_NOT_EXIST, f"No Experiment with id={experiment_id} exists") from None
+    project = Project.objects.visible_to(user).filter(pk=pk).first()
+    if project is None:
+        raise MlflowError(RESOURCE_DOES_NOT_EXIST, f"No Experiment with id={experiment_id} exists")
+    return project
+
+
+def experiment_get_by_name(*, user, name: str) -> Project:
+    """The user's Project named ``name`` (or with that slug); else 404 (the client then creates it)."""
+    projects = Project.objects.visible_to(user)
+    project = projects.filter(name=name).order_by("pk").first() or projects.filter(slug=name).first()
+    if project is None:
+        raise MlflowError(RESOURCE_DOES_NOT_EXIST, f"Could not find experiment with name '{name}'")
+    return project
+
+
+def experiment_search(*, user, max_results: int, page_token, name: str | None = None) -> tuple[list, str | None]:
+    """A page of the user's Projects by name; ``(projects, next_page_token or None)``."""
+    projects = Project.objects.visible_to(user).order_by("name", "pk")
+    if name is not None:
+        projects = projects.filter(name=name)
+    offset = decode_page_token(page_token)
+    page = list(projects[offset : offset + max_results + 1])
+    token = encode_page_token(offset + max_results) if len(page) > max_results else None
+    return page[:max_results], token
+
+
+def run_get(*, user, run_id) -> Run:
+    """The visible Run whose external id is ``run_id`` (the newest when two Projects share one); else 404."""
+    if not isinstance(run_id, str) or not run_id:
+        raise MlflowError(INVALID_PARAMETER_VALUE, "Missing value for required parameter 'run_id'.")
+    run = (
+        Run.objects.visible_to(user).select_related("project", "created_by")
+        .filter(external_id=run_id).order_by("-created_at", "-id").first()
+    )
+    if run is None:
+        raise MlflowError(RESOURCE_DOES_NOT_EXIST, f"Run '{run_id}' not found")
+    return run
+
+
+def _latest_metrics(run_ids: list[int]) -> dict[int, list[dict]]:
+    """The latest point (highest step, then timestamp) of every key of every run, in one query."""
+    ranked = MetricPoint.objects.filter(run_id__in=run_ids).annotate(
+        rank=Window(RowNumber(), partition_by=[F("run_id"), F("key")], order_by=[F("step").desc(), F("timestamp").desc(), F("id").desc()])
+    ).filter(rank=1).values_list("run_id", "key", "value", "step", "timestamp")
+    latest: dict[int, list[dict]] = {pk: [] for pk in run_ids}
+    for run_id, key, value, step, ts in ranked:
+        latest[run_id].append(metric_json(key, MetricPoint.from_db_value(value), step, ts))
+    return latest
+
+
+def runs_json(runs: list[Run]) -> list[dict]:
+    """MLflow Run objects for ``runs`` (tags and latest metrics fetched in two queries)."""
+    ids = [run.pk for run in runs]
+    tags: dict[int, dict] = {pk: {} for pk in ids}
+    for run_id, key, value in RunTag.objects.filter(run_id__in=ids).values_list("run_id", "key", "value"):
+        tags[run_id][key] = value
+    metrics = _latest_metrics(ids)
+    return [run_json(run, tags=tags[run.pk], metrics=metrics[run.pk]) for run in runs]
+
+
+def run_search(
+    *, user, experiment_ids: list, filter_string: str, order_by: list, max_results: int, page_token
+) -> tuple[list[Run], str | None]:
+    """A page of the user's Runs in ``experiment_ids`` matching the filter (``runs.mlflow.search``)."""
+    if not isinstance(experiment_ids, list) or not experiment_ids:
+        raise MlflowError(INVALID_PARAMETER_VALUE, "experiment_ids must be a non-empty list")
+    try:
+        project_ids = [int(str(e)) for e in experiment_ids]
+    except ValueError:
+        raise MlflowError(INVALID_PARAMETER_VALUE, "experiment_ids must be experiment ids (digits)") from None
+    runs = Run.objects.visible_to(user).filter(project_id__in=project_ids).select_related("project", "created_by")
+    runs = search.apply_order(search.apply_filter(runs, filter_string), order_by or [])
+    offset = decode_page_token(page_token)
+    page = list(runs[offset : offset + max_results + 1])
+    token = encode_page_token(offset + max_results) if len(page) > max_results else None
+    return page[:max_results], token
+
+
+def metric_history_page(*, run: Run, key: str, max_results: int, page_token) -> tuple[list[dict], str | None]:
+    """A page of ``key``'s points in ``run`` by step (then insertion), as MLflow Metric objects."""
+    offset = decode_page_token(page_token)
+    rows = list(
+        MetricPoint.objects.filter(run=run, key=key).order_by("step", "id")
+        .values_list("step", "value", "timestamp")[offset : offset + max_results + 1]
+    )
+    token = encode_page_token(offset + max_results) if len(rows) > max_results else None
+    return [metric_json(key, MetricPoint.from_db_value(v), s, ts) for s, v, ts in rows[:max_results]], token

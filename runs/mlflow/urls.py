@@ -1,0 +1,30 @@
+"""Routes of the MLflow tracking API, included at ``api/`` by ``mado.urls`` (``api/2.0/mlflow/…``)."""
+
+from django.urls import path, re_path
+
+from runs.mlflow import views
+
+P = "2.0/mlflow/"
+
+urlpatterns = [
+    path(P + "experiments/get-by-name", views.experiment_get_by_name),
+    path(P + "experiments/get", views.experiment_get),
+    path(P + "experiments/create", views.experiment_create),
+    path(P + "experiments/search", views.experiment_search),
+    path(P + "experiments/delete", views.refused),
+    path(P + "experiments/restore", views.refused),
+    path(P + "runs/create", views.run_create),
+    path(P + "runs/get", views.run_get),
+    path(P + "runs/update", views.run_update),
+    path(P + "runs/search", views.run_search),
+    path(P + "runs/log-batch", views.run_log_batch),
+    path(P + "runs/log-metric", views.run_log_metric),
+    path(P + "runs/log-parameter", views.run_log_parameter),
+    path(P + "runs/set-tag", views.run_set_tag),
+    path(P + "runs/delete-tag", views.run_delete_tag),
+    path(P + "runs/delete", views.refused),
+    path(P + "runs/restore", views.refused),
+    path(P + "metrics/get-history", views.metric_history),
+    path(P + "logged-models/search", views.logged_models_search),
+    re_path(r"^(?P<rest>2\.0/mlflow/.*|3\.0/mlflow/.*)$", views.not_found),
+]

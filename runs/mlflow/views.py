@@ -1,0 +1,207 @@
+"""MLflow REST endpoints: plain Django views (no session, no CSRF), JSON in and out (issue 7 parts 1, 3).
+
+Each view authenticates (``runs.mlflow.auth``), reads its arguments (JSON
+body for POST, query string for GET), calls one selector or service and
+answers MLflow's JSON; every error is ``{"error_code", "message"}``.
+"""
+
+import functools
+import json
+
+from django.http import JsonResponse
+from django.views.decorators.csrf import csrf_exempt
+
+from mado.errors import UserError
+from runs.mlflow import selectors, services
+from runs.mlflow.auth import authenticate_request
+from runs.mlflow.errors import ENDPOINT_NOT_FOUND, INVALID_PARAMETER_VALUE, MlflowError, error_response, from_user_error
+from runs.mlflow.translate import experiment_json, int_arg, str_arg
+
+
+def endpoint(*methods):
+    """Decorate ``view(request, user, data)``: method check, auth, JSON body, error translation."""
+
+    def wrap(view):
+        @csrf_exempt
+        @functools.wraps(view)
+        def handle(request, **kwargs):
+            try:
+                if request.method not in methods:
+                    raise MlflowError(ENDPOINT_NOT_FOUND, f"{request.method} is not allowed on {request.path}")
+                user = authenticate_request(request)
+                return JsonResponse(view(request, user, _arguments(request), **kwargs))
+            except UserError as exc:
+                return error_response(from_user_error(exc))
+            except MlflowError as exc:
+                return error_response(exc)
+
+        return handle
+
+    return wrap
+
+
+def _arguments(request) -> dict:
+    if request.method == "GET":
+        data = {key: values[-1] if len(values) == 1 else values for key, values in request.GET.lists()}
+        return data
+    if not request.body:
+        return {}
+    try:
+        data = json.loads(request.body)
+    except (ValueError, UnicodeDecodeError):
+        raise MlflowError(INVALID_PARAMETER_VALUE, "the request body must be JSON") from None
+    if not isinstance(data, dict):
+        raise MlflowError(INVALID_PARAMETER_VALUE, "the request body must be a JSON object")
+    return data
+
+
+def _run_id(data: dict) -> str:
+    return str_arg(data, "run_id", required=False, max_length=128) or str_arg(data, "run_uuid", max_length=128)
+
+
+@endpoint("GET")
+def experiment_get_by_name(request, user, data):
+    project = selectors.experiment_get_by_name(user=user, name=str_arg(data, "experiment_name", max_length=500))
+    return {"experiment": experiment_json(project)}
+
+
+@endpoint("GET")
+def experiment_get(request, user, data):
+    project = selectors.experiment_get(user=user, experiment_id=str_arg(data, "experiment_id", max_length=40))
+    return {"experiment": experiment_json(project)}
+
+
+@endpoint("POST")
+def experiment_create(request, user, data):
+    name = str_arg(data, "name", max_length=200)
+    location = str_arg(data, "artifact_location", required=False, max_length=2000)
+    project = services.experiment_create(actor=user, name=name, artifact_location=location)
+    return {"experiment_id": str(project.pk)}
+
+
+@endpoint("POST", "GET")
+def experiment_search(request, user, data):
+    name = None
+    flt = str_arg(data, "filter", required=False, max_length=1000).strip()
+    if flt:
+        left, sep, value = flt.partition("=")
+        if not sep or left.strip().lower() not in ("name", "attribute.name", "attributes.name") or value.strip()[:1] not in "'\"":
+            raise MlflowError(INVALID_PARAMETER_VALUE, "experiment filter supports only name = '<name>'")
+        name = value.strip()[1:-1]
+    projects, token = selectors.experiment_search(
+        user=user, max_results=int_arg(data, "max_results", default=1000, maximum=50000),
+        page_token=data.get("page_token"), name=name,
+    )
+    answer = {"experiments": [experiment_json(p) for p in projects]}
+    if token:
+        answer["next_page_token"] = token
+    return answer
+
+
+@endpoint("POST")
+def run_create(request, user, data):
+    project = selectors.experiment_get(user=user, experiment_id=str_arg(data, "experiment_id", max_length=40))
+    run = services.run_create(
+        actor=user, project=project, run_name=str_arg(data, "run_name", required=False, max_length=200),
+        tags=data.get("tags"),
+    )
+    return {"run": selectors.runs_json([run])[0]}
+
+
+@endpoint("GET")
+def run_get(request, user, data):
+    return {"run": selectors.runs_json([selectors.run_get(user=user, run_id=_run_id(data))])[0]}
+
+
+@endpoint("POST")
+def run_update(request, user, data):
+    run = selectors.run_get(user=user, run_id=_run_id(data))
+    run = services.run_update(
+        actor=user, run=run, status=str_arg(data, "status", required=False, max_length=20) or None,
+        run_name=str_arg(data, "run_name", required=False, max_length=200) or None,
+    )
+    return {"run_info": selectors.runs_json([run])[0]["info"]}
+
+
+@endpoint("POST", "GET")
+def run_search(request, user, data):
+    experiment_ids = data.get("experiment_ids")
+    if isinstance(experiment_ids, str):
+        experiment_ids = [experiment_ids]
+    order_by = data.get("order_by") or []
+    runs, token = selectors.run_search(
+        user=user, experiment_ids=experiment_ids, filter_string=str_arg(data, "filter", required=False, max_length=4000),
+        order_by=[order_by] if isinstance(order_by, str) else order_by,
+        max_results=int_arg(data, "max_results", default=1000, maximum=50000), page_token=data.get("page_token"),
+    )
+    answer = {"runs": selectors.runs_json(runs)}
+    if token:
+        answer["next_page_token"] = token
+    return answer
+
+
+@endpoint("POST")
+def run_log_batch(request, user, data):
+    run = selectors.run_get(user=user, run_id=_run_id(data))
+    services.log_batch(actor=user, run=run, metrics=data.get("metrics"), params=data.get("params"), tags=data.get("tags"))
+    return {}
+
+
+@endpoint("POST")
+def run_log_metric(request, user, data):
+    run = selectors.run_get(user=user, run_id=_run_id(data))
+    metric = {name: data.get(name) for name in ("key", "value", "timestamp", "step")}
+    services.log_batch(actor=user, run=run, metrics=[metric])
+    return {}
+
+
+@endpoint("POST")
+def run_log_parameter(request, user, data):
+    run = selectors.run_get(user=user, run_id=_run_id(data))
+    services.log_batch(actor=user, run=run, params=[{"key": data.get("key"), "value": data.get("value")}])
+    return {}
+
+
+@endpoint("POST")
+def run_set_tag(request, user, data):
+    run = selectors.run_get(user=user, run_id=_run_id(data))
+    services.log_batch(actor=user, run=run, tags=[{"key": data.get("key"), "value": data.get("value")}])
+    return {}
+
+
+@endpoint("POST")
+def run_delete_tag(request, user, data):
+    run = selectors.run_get(user=user, run_id=_run_id(data))
+    services.tag_delete(actor=user, run=run, key=str_arg(data, "key", max_length=250))
+    return {}
+
+
+@endpoint("POST")
+def refused(request, user, data):
+    """Deleting or restoring runs/experiments: mado keeps Runs (checkpoints and Jobs refer to them)."""
+    raise MlflowError(INVALID_PARAMETER_VALUE, "mado does not delete or restore runs or experiments through the MLflow API")
+
+
+@endpoint("GET")
+def metric_history(request, user, data):
+    run = selectors.run_get(user=user, run_id=_run_id(data))
+    metrics, token = selectors.metric_history_page(
+        run=run, key=str_arg(data, "metric_key", max_length=250),
+        max_results=int_arg(data, "max_results", default=25000, maximum=25000), page_token=data.get("page_token"),
+    )
+    answer = {"metrics": metrics}
+    if token:
+        answer["next_page_token"] = token
+    return answer
+
+
+@endpoint("POST", "GET")
+def logged_models_search(request, user, data):
+    """mado has no logged models: always an empty page (the 3.x client asks before listing artifacts)."""
+    return {"models": []}
+
+
+@csrf_exempt
+def not_found(request, rest=""):
+    """Any other MLflow path (``server-info`` included): a JSON 404 the client understands."""
+    return error_response(MlflowError(ENDPOINT_NOT_FOUND, f"mado does not implement {request.path}"))
