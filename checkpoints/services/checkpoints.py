@@ -11,7 +11,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from checkpoints import selectors, storage
-from checkpoints.models import Artifact, Checkpoint, CheckpointState
+from checkpoints.models import Artifact, Checkpoint, CheckpointState, ManifestEntry
 from mado import policy
 from mado.errors import Conflict, NotFound, ValidationFailed
 from runs.models import Run
@@ -133,12 +133,15 @@ def checkpoint_delete(*, actor, checkpoint: Checkpoint) -> Checkpoint:
     )
     if updated != 1:  # cannot happen while we hold the row lock; say so rather than guess
         raise Conflict(f"checkpoint {row.pk} changed while it was being deleted; try again", field="checkpoint")
-    if artifact is not None:
-        artifact.delete()
+    # A tar checkpoint has one artifact; one logged file by file (MLflow, layout "files") one per manifest entry.
+    artifacts = [artifact] if artifact is not None else []
+    entries = ManifestEntry.objects.filter(checkpoint=row, artifact__isnull=False)
+    artifacts += [entry.artifact for entry in entries.select_related("artifact")]
+    entries.update(artifact=None)
     discard_upload(row.received, on_commit=True)
-    if artifact is not None:
-        key = artifact.storage_key
-        transaction.on_commit(lambda: storage.blob_delete_quietly(key))
+    for stored in artifacts:
+        stored.delete()
+        transaction.on_commit(lambda key=stored.storage_key: storage.blob_delete_quietly(key))
     row.refresh_from_db()
     return row
 

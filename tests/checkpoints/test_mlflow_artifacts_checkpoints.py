@@ -85,3 +85,23 @@ def test_a_checkpoint_file_cannot_be_deleted_as_a_plain_artifact(admin, member, 
                                     "/artifacts/checkpoints/step-100/model.pt")
     assert response.status_code == 409
     assert Artifact.objects.filter(run=run).count() == 4
+
+
+def test_deleting_a_files_checkpoint_removes_every_stored_file(
+    settings, admin, member, run, django_capture_on_commit_callbacks
+):
+    from checkpoints.services import checkpoint_delete
+    from checkpoints.storage import artifact_storage
+
+    settings.MMT_CHECKPOINT_KEEP_COUNT = 1
+    upload(member, run, 100)
+    upload(member, run, 200, {"model.pt": b"later"})
+    upload(member, run, 300, {"model.pt": b"latest"})  # completes 200, which the keep count of 1 then holds
+    old = Checkpoint.objects.get(run=run, step=100)
+    keys = [entry.artifact.storage_key for entry in old.manifest.select_related("artifact")]
+    with django_capture_on_commit_callbacks(execute=True):
+        deleted = checkpoint_delete(actor=admin, checkpoint=old)
+    assert deleted.state == CheckpointState.DELETED
+    assert not Artifact.objects.filter(run=run, path__startswith="checkpoints/step-100/").exists()
+    assert not any(artifact_storage().exists(key) for key in keys)
+    assert old.manifest.count() == len(FILES)  # the record of what it held stays
