@@ -166,3 +166,11 @@ def test_tags_delete_and_unknown_paths_answer_json(call, member, mlrun):
     assert call(member, "POST", "logged-models/search", {}).json() == {"models": []}
     for answer in (call(member, "GET", "nope"), call(member, "GET", "../3.0/mlflow/server-info")):
         assert answer.status_code == 404 and answer["Content-Type"] == "application/json"
+
+
+def test_the_api_also_answers_under_the_mlflow_path_prefix(client, member, project, mlrun):
+    auth = {"HTTP_AUTHORIZATION": f"Bearer {Token.objects.get_or_create(user=member)[0].key}"}
+    answer = client.get("/mlflow" + API + "runs/get", {"run_id": mlrun}, **auth)
+    assert answer.status_code == 200 and answer.json()["run"]["info"]["run_id"] == mlrun
+    listing = client.get("/mlflow/api/2.0/mlflow-artifacts/artifacts", {"path": f"{project.pk}/{mlrun}/artifacts"}, **auth)
+    assert listing.status_code == 200
