@@ -92,3 +92,14 @@ def client_as(request, api):
         return api(None if role == "anonymous" else request.getfixturevalue(role))
 
     return make
+
+
+@pytest.fixture
+def login(client):
+    """``login(user)``: Django's test client, logged in as ``user`` (pages)."""
+
+    def as_user(user):
+        client.force_login(user)
+        return client
+
+    return as_user

@@ -35,15 +35,6 @@ def shown_steps(response) -> list[int]:
 
 
 @pytest.fixture
-def login(client):
-    def as_user(user):
-        client.force_login(user)
-        return client
-
-    return as_user
-
-
-@pytest.fixture
 def seven(run, creator, django_capture_on_commit_callbacks):
     """Steps 10..70 complete (K = 5 keeps 70..30) and a pending step 80."""
     with django_capture_on_commit_callbacks(execute=True):

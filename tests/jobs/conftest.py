@@ -72,3 +72,7 @@ def failed_job(creator, code_version, cpu, dataset_versions) -> Job:
     """A training Job launched by ``creator`` that failed (exit code 1): Run ``failed``."""
     job = launch(creator, code_version, cpu, dataset_version_ids=[v.pk for v in dataset_versions])
     return run_to_end(job, exit_code=1)
+
+
+def body(response) -> str:
+    return response.content.decode()

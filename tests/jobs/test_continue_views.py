@@ -18,16 +18,7 @@ from runs import services as run_services
 from runs.models import Run, RunKind
 from runs.selectors import data_composition_at
 from tests.factories import CodeVersionFactory, DatasetFactory, DatasetVersionFactory, RunFactory
-from tests.jobs.conftest import checkpoint, launch, run_to_end
-
-
-@pytest.fixture
-def login(client):
-    def as_user(user):
-        client.force_login(user)
-        return client
-
-    return as_user
+from tests.jobs.conftest import checkpoint, launch
 
 
 def body(response) -> str:

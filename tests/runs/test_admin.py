@@ -7,7 +7,7 @@ from django.urls import reverse
 
 from checkpoints.models import Artifact, Checkpoint, CheckpointState, ManifestEntry
 from runs.metrics import metrics_ingest
-from runs.models import Code, CodeVersion, Dataset, DatasetVersion, DataStage, Membership, MetricPoint, Project, Run
+from runs.models import DataStage, Project, Run
 from tests.factories import CodeVersionFactory, DatasetVersionFactory, UserFactory
 
 MODELS = [model for label in ("runs", "checkpoints") for model in apps.get_app_config(label).get_models()]

@@ -16,15 +16,6 @@ from tests.factories import DatasetFactory, DatasetVersionFactory, RunFactory
 
 
 @pytest.fixture
-def login(client):
-    def as_user(user):
-        client.force_login(user)
-        return client
-
-    return as_user
-
-
-@pytest.fixture
 def versions(project):
     """digits:v1 and digits:v2 plus synthetic:s1."""
     digits = DatasetFactory(project=project, name="digits")

@@ -20,15 +20,6 @@ from tests.factories import (
 )
 
 
-@pytest.fixture
-def login(client):
-    def as_user(user):
-        client.force_login(user)
-        return client
-
-    return as_user
-
-
 # --- access --------------------------------------------------------------------
 
 

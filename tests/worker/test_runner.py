@@ -201,7 +201,8 @@ def test_code_that_ignores_sigterm_is_killed_after_the_grace_period(tmp_path):
     elapsed = time.monotonic() - started
     assert outcome == (-signal.SIGKILL, True)
     assert killed == [True]
-    assert 1.0 <= elapsed < 15
+    assert elapsed >= 1.0, "SIGKILL came before the grace period ended"
+    assert elapsed < 15
 
 
 def test_stop_kills_the_whole_process_group_grandchildren_included(tmp_path):
