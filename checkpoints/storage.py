@@ -259,10 +259,10 @@ def _s3_target(key: str) -> tuple[object, str, str]:
     return storage.connection.meta.client, storage.bucket_name, storage._normalize_name(clean_name(key))
 
 
-def s3_multipart_create(*, key: str) -> str:
-    """Start a multipart upload of blob ``key``; return its upload id."""
+def s3_multipart_create(*, key: str, content_type: str = "application/x-tar") -> str:
+    """Start a multipart upload of blob ``key`` (stored with ``content_type``); return its upload id."""
     client, bucket, name = _s3_target(key)
-    return client.create_multipart_upload(Bucket=bucket, Key=name, ContentType="application/x-tar")["UploadId"]
+    return client.create_multipart_upload(Bucket=bucket, Key=name, ContentType=content_type)["UploadId"]
 
 
 def s3_presign_parts(*, key: str, upload_id: str, count: int, expires_s: int) -> list[str]:
@@ -297,3 +297,18 @@ def s3_multipart_abort_quietly(*, key: str, upload_id: str) -> None:
         client.abort_multipart_upload(Bucket=bucket, Key=name, UploadId=upload_id)
     except Exception:  # noqa: BLE001 - finished or already aborted uploads answer NoSuchUpload
         logger.info("could not abort multipart upload %s of %s", upload_id, key, exc_info=True)
+
+
+def blob_stat(key: str) -> StoredBlob:
+    """Size (a stat or S3 HEAD) and SHA-256 of stored blob ``key``, read back in ``CHUNK_SIZE`` chunks (constant memory).
+
+    For bytes that reached the storage without passing through the server
+    (an MLflow multipart upload straight to S3); a broken read resumes.
+    """
+    size = blob_size(key)
+    digest = hashlib.sha256()
+    received = 0
+    for data in blob_iter_resuming(key=key, size=size):
+        digest.update(data)
+        received += len(data)
+    return StoredBlob(key=key, size=received, sha256=digest.hexdigest())

@@ -4,8 +4,9 @@
 (never ``request.body``, no size cap: ``checkpoints.storage`` reads 1 MiB at
 a time); ``GET`` streams it back with Range; ``GET artifacts?path=`` lists a
 directory; ``DELETE`` is for Project admins (SPEC F5). Multipart upload
-(``mpu/create|complete|abort``) answers 501 with the message the MLflow
-client recognises, so it falls back to a single streamed PUT. Paths are
+(``mpu/create|complete|abort``) goes straight to S3 with presigned part URLs
+when the artifact storage is S3; otherwise it answers 501 with the message
+the MLflow client recognises, so it falls back to a single streamed PUT. Paths are
 checked (``paths.check_path``) before anything is looked up or stored.
 """
 
@@ -14,7 +15,14 @@ from rest_framework.response import Response
 
 from checkpoints.api.artifacts import LenientNegotiation, OctetStreamParser, ranged_download, upload_source
 from checkpoints.mlflow_artifacts import paths
-from checkpoints.services.mlflow_checkpoints import mlflow_artifact_delete, mlflow_artifact_put
+from checkpoints import storage
+from checkpoints.services.mlflow_checkpoints import (
+    mlflow_artifact_delete,
+    mlflow_artifact_put,
+    mlflow_multipart_abort,
+    mlflow_multipart_complete,
+    mlflow_multipart_create,
+)
 from mado.mlflow_auth import NOT_IMPLEMENTED, MlflowApiView, mlflow_error, require_run_token_scope
 
 # The MLflow client falls back to a single PUT when the message starts with exactly this
@@ -70,12 +78,32 @@ class MlflowArtifactApi(MlflowApiView):
 
 
 class MlflowMultipartApi(MlflowApiView):
-    """``mpu/create|complete|abort/<path>``: not offered; the client then uploads with one streamed PUT."""
+    """``mpu/create|complete|abort/<path>``: multipart upload straight to S3; 501 on any other storage.
+
+    With the S3 artifact storage: ``create`` ``{num_parts}`` →
+    ``{"upload_id", "credentials": [{"part_number", "url", "headers"}]}``
+    (presigned part URLs); ``complete`` ``{upload_id, parts: [{part_number,
+    etag}]}`` records the artifact as a single PUT would (checkpoint files
+    included); ``abort`` ``{upload_id}`` discards the parts. Same path
+    checks, permissions and run-token scope as the PUT. Otherwise 501 with
+    the message that makes the client fall back to one streamed PUT.
+    """
 
     def post(self, request, action, artifact_path):
-        """501 ``NOT_IMPLEMENTED`` with MLflow's "multipart upload is not supported" message (after the path checks)."""
+        """The ``action`` on the upload of ``artifact_path``; 200 (``{}`` for complete and abort)."""
         if action not in MULTIPART_ACTIONS:
             return mlflow_error(NOT_IMPLEMENTED, f"unknown multipart action {action!r}", status.HTTP_404_NOT_FOUND)
-        _resolve(request, artifact_path)
-        return mlflow_error(NOT_IMPLEMENTED, f"{MULTIPART_UNSUPPORTED}: mado streams a single PUT of any size",
-                            status.HTTP_501_NOT_IMPLEMENTED)
+        target, run = _resolve(request, artifact_path)
+        if storage.s3_storage() is None:
+            return mlflow_error(NOT_IMPLEMENTED, f"{MULTIPART_UNSUPPORTED}: mado streams a single PUT of any size",
+                                status.HTTP_501_NOT_IMPLEMENTED)
+        data = request.data if isinstance(request.data, dict) else {}
+        if action == "create":
+            return Response(mlflow_multipart_create(actor=request.user, run=run, path=target.path,
+                                                    num_parts=data.get("num_parts")))
+        if action == "complete":
+            mlflow_multipart_complete(actor=request.user, run=run, path=target.path,
+                                      upload_id=data.get("upload_id"), parts=data.get("parts"))
+        else:
+            mlflow_multipart_abort(actor=request.user, run=run, path=target.path, upload_id=data.get("upload_id"))
+        return Response({})

@@ -107,7 +107,7 @@ def artifact_store(
     blob = storage.blob_write(source=source, prefix=f"runs/{run.pk}")
     try:
         _check_received(blob, expected_sha256, expected_size)
-        artifact, created = _artifact_insert(run=run, path=path, blob=blob)
+        artifact, created = artifact_insert(run=run, path=path, blob=blob)
     except BaseException:
         storage.blob_delete_quietly(blob.key)
         raise
@@ -116,8 +116,13 @@ def artifact_store(
     return artifact, created
 
 
-def _artifact_insert(*, run: Run, path: str, blob: storage.StoredBlob) -> tuple[Artifact, bool]:
-    """Create the row, or (when a concurrent upload won the path) compare with the winner."""
+def artifact_insert(*, run: Run, path: str, blob: storage.StoredBlob) -> tuple[Artifact, bool]:
+    """Record ``blob`` (already stored) as ``run``'s artifact ``path``; ``(artifact, created)``.
+
+    When the path is taken (a concurrent upload won it, or a retry): the same
+    bytes return the stored row (``created`` False), other bytes raise
+    ``Conflict``; the caller drops ``blob`` in both cases.
+    """
     try:
         with transaction.atomic():
             artifact = Artifact.objects.create(

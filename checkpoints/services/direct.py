@@ -68,7 +68,8 @@ def checkpoint_upload_parts(*, actor, checkpoint: Checkpoint, tar_size: int) -> 
     return {"upload_id": upload_id, "part_size": part_size, "urls": urls}
 
 
-def _clean_parts(parts, count: int) -> list[dict]:
+def clean_parts(parts, count: int) -> list[dict]:
+    """``parts`` (``[{part_number, etag}]``, every part 1..``count`` once, in order) as S3 expects; else ``ValidationFailed``."""
     if not isinstance(parts, list) or not parts:
         raise ValidationFailed("parts must be a non-empty list of {part_number, etag}", field="parts")
     cleaned = []
@@ -107,7 +108,7 @@ def complete_direct_upload(row: Checkpoint, declared: dict, upload_id, parts) ->
             f"Checkpoint {row.pk} size mismatch: the upload was started for {received['tar_size']} bytes, "
             f"{declared['tar_size']} were declared", field="tar_size",
         )
-    parts = _clean_parts(parts, math.ceil(received["tar_size"] / received["part_size"]))
+    parts = clean_parts(parts, math.ceil(received["tar_size"] / received["part_size"]))
     _s3_complete(row, received, parts)
     Checkpoint.objects.filter(pk=row.pk, state=CheckpointState.PENDING).update(
         received={**received, "uploaded": True}, declared=declared, error=""
