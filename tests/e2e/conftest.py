@@ -7,7 +7,10 @@ where a missing browser is a failure, not a skip.
 import os
 from pathlib import Path
 
+from types import SimpleNamespace
+
 import pytest
+from celery import current_app
 
 # Playwright's sync API keeps an event loop running in this thread; Django
 # would otherwise refuse ORM calls from the test body.
@@ -48,7 +51,11 @@ def browser_page(browser, live_server):
     context.close()
 
 
-@pytest.fixture(autouse=True)
-def _fast_passwords(settings):
-    """A cheap hasher: users are created per test and log in through the form."""
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+@pytest.fixture
+def sent_tasks(monkeypatch):
+    """Celery's ``send_task`` and ``revoke`` recorded instead of sent: pages launch Jobs without a worker."""
+    sent = []
+    monkeypatch.setattr(current_app, "send_task", lambda name, args=None, **kw: sent.append((name, args, kw)) or
+                        SimpleNamespace(id=kw.get("task_id")))
+    monkeypatch.setattr(current_app.control, "revoke", lambda task_id, **kw: None)
+    return sent

@@ -12,6 +12,7 @@ from checkpoints.models import Checkpoint, CheckpointState
 from runs.models import Role
 from tests.checkpoints.checkpoint_helpers import declaration, make_tar
 from tests.factories import MembershipFactory, ProjectFactory, RunFactory, UserFactory
+from tests.e2e.helpers import log_in, screenshot
 
 
 def _run_with_seven_checkpoints():
@@ -30,25 +31,12 @@ def _run_with_seven_checkpoints():
     return run
 
 
-def _screenshot(page, name):
-    """With ``MADO_E2E_SCREENSHOTS=DIR`` set, save the page as ``DIR/<name>.png`` for a person to look at."""
-    if os.environ.get("MADO_E2E_SCREENSHOTS"):
-        page.screenshot(path=os.path.join(os.environ["MADO_E2E_SCREENSHOTS"], f"{name}.png"), full_page=True)
-
-
-def _log_in(page, next_url):
-    page.goto(f"/accounts/login/?next={next_url}")
-    page.get_by_label("Username").fill("erin")
-    page.get_by_label("Password").fill("pw-123456")
-    page.get_by_role("button", name="Log in").click()
-
-
 @pytest.mark.e2e
 @pytest.mark.django_db(transaction=True)
 def test_the_checkpoint_tab_shows_five_toggles_to_seven_and_an_admin_deletes_an_old_one(browser_page):
     page = browser_page
     run = _run_with_seven_checkpoints()
-    _log_in(page, f"/runs/{run.pk}/checkpoints/")
+    log_in(page, "erin", f"/runs/{run.pk}/checkpoints/")
     rows = page.locator("table.checkpoints tbody tr")
 
     expect(page.get_by_role("link", name="Checkpoints", exact=True)).to_have_attribute("aria-current", "page")
@@ -56,7 +44,7 @@ def test_the_checkpoint_tab_shows_five_toggles_to_seven_and_an_admin_deletes_an_
     expect(rows.first).to_have_attribute("data-step", "700")
     expect(rows.first.locator("a.download")).to_have_attribute("href", re.compile(r"/api/v1/checkpoints/\d+/tar$"))
     expect(rows.first).to_contain_text("one of the newest 5 complete checkpoints")
-    _screenshot(page, "checkpoint-tab")
+    screenshot(page, "checkpoint-tab")
 
     page.get_by_role("link", name="Show older checkpoints beyond the keep count (2)").click()
     expect(rows).to_have_count(7)
@@ -75,7 +63,7 @@ def test_the_checkpoint_tab_shows_five_toggles_to_seven_and_an_admin_deletes_an_
     expect(oldest.locator("a.download")).to_have_count(0)
     expect(oldest.get_by_role("link", name="Delete")).to_have_count(0)
     assert Checkpoint.objects.get(run=run, step=100).state == CheckpointState.DELETED
-    _screenshot(page, "checkpoint-tab-older")
+    screenshot(page, "checkpoint-tab-older")
 
     page.get_by_role("link", name="Hide older checkpoints").click()
     expect(rows).to_have_count(5)
@@ -84,8 +72,8 @@ def test_the_checkpoint_tab_shows_five_toggles_to_seven_and_an_admin_deletes_an_
     page.get_by_role("button", name="日本語").click()
     expect(page.get_by_role("link", name="保持数を超える古いcheckpointを表示 (1)")).to_be_visible()
     expect(rows.first).to_contain_text("最新の 5 件")
-    _screenshot(page, "checkpoint-tab-ja")
+    screenshot(page, "checkpoint-tab-ja")
     page.get_by_role("link", name="step 700 のcheckpoint").click()
     expect(page.get_by_role("heading", name=re.compile("step 700 のcheckpoint"))).to_be_visible()
     expect(page.locator("table.manifest tbody tr")).to_have_count(2)
-    _screenshot(page, "checkpoint-detail-ja")
+    screenshot(page, "checkpoint-detail-ja")

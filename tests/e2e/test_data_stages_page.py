@@ -8,12 +8,9 @@ Job page, and the new Run's overview shows the chosen versions. The Jobs are
 made with the services; Celery is never reached (``send_task`` is recorded).
 """
 
-import os
 import re
-from types import SimpleNamespace
 
 import pytest
-from celery import current_app
 from playwright.sync_api import expect
 
 from checkpoints.models import Checkpoint, CheckpointState
@@ -21,6 +18,7 @@ from jobs import services
 from jobs.models import Job, JobKind, Queue
 from runs.metrics import metrics_ingest
 from runs.models import DataStage, Role
+from tests.e2e.helpers import log_in, screenshot
 from tests.factories import (
     CodeVersionFactory,
     DatasetFactory,
@@ -29,15 +27,6 @@ from tests.factories import (
     ProjectFactory,
     UserFactory,
 )
-
-
-@pytest.fixture
-def sent_tasks(monkeypatch):
-    sent = []
-    monkeypatch.setattr(current_app, "send_task", lambda name, args=None, **kw: sent.append((name, args, kw)) or
-                        SimpleNamespace(id=kw.get("task_id")))
-    monkeypatch.setattr(current_app.control, "revoke", lambda task_id, **kw: None)
-    return sent
 
 
 def _running_job():
@@ -58,19 +47,6 @@ def _running_job():
     return job, versions
 
 
-def _screenshot(page, name):
-    """With ``MADO_E2E_SCREENSHOTS=DIR`` set, save the page as ``DIR/<name>.png`` for a person to look at."""
-    if os.environ.get("MADO_E2E_SCREENSHOTS"):
-        page.screenshot(path=os.path.join(os.environ["MADO_E2E_SCREENSHOTS"], f"{name}.png"), full_page=True)
-
-
-def _log_in(page, username, next_url):
-    page.goto(f"/accounts/login/?next={next_url}")
-    page.get_by_label("Username").fill(username)
-    page.get_by_label("Password").fill("pw-123456")
-    page.get_by_role("button", name="Log in").click()
-
-
 @pytest.mark.e2e
 @pytest.mark.django_db(transaction=True)
 def test_record_a_data_change_then_continue_from_a_checkpoint_with_more_data(browser_page, sent_tasks):
@@ -80,7 +56,7 @@ def test_record_a_data_change_then_continue_from_a_checkpoint_with_more_data(bro
     digits, synthetic, noisy = versions["digits"], versions["synthetic"], versions["noisy"]
 
     # F20: "Record data change" on the running Run.
-    _log_in(page, "carol", f"/runs/{run.pk}/")
+    log_in(page, "carol", f"/runs/{run.pk}/")
     page.get_by_role("link", name="Training data history").click()
     expect(page.locator(".initial-composition")).to_contain_text("digits:v1")
     select = page.get_by_label("Dataset versions from this step")
@@ -96,7 +72,7 @@ def test_record_a_data_change_then_continue_from_a_checkpoint_with_more_data(bro
     expect(row.locator("li.removed")).to_have_count(0)
     expect(row.locator("td.note")).to_have_text("add synthetic digits")
     expect(row.locator("td.author")).to_have_text("carol")
-    _screenshot(page, "data-history")
+    screenshot(page, "data-history")
     stage = DataStage.objects.get(run=run)
     assert stage.start_step == 15 and set(stage.dataset_versions.all()) == {digits, synthetic}
     assert list(run.input_dataset_versions.all()) == [digits]
@@ -125,7 +101,7 @@ def test_record_a_data_change_then_continue_from_a_checkpoint_with_more_data(bro
     expect(page.get_by_label("Queue")).to_have_value("cpu")
     datasets.select_option([str(digits.pk), str(synthetic.pk), str(noisy.pk)])
     page.get_by_label("Run name").fill("pretrain + noisy")
-    _screenshot(page, "continue-form")
+    screenshot(page, "continue-form")
     page.get_by_role("button", name="Review").click()
 
     summary = page.locator("dl.continue-summary")
@@ -134,7 +110,7 @@ def test_record_a_data_change_then_continue_from_a_checkpoint_with_more_data(bro
     expect(summary.locator("dd.code-version")).to_have_text("digits-mlp v1")
     expect(summary.locator("dd.datasets li")).to_have_text(["digits:v1", "noisy:n1", "synthetic:s1"])
     expect(summary.locator("dd.queue")).to_have_text("cpu")
-    _screenshot(page, "continue-confirmation")
+    screenshot(page, "continue-confirmation")
     page.get_by_role("button", name="Launch Job").click()
 
     new = Job.objects.get(kind=JobKind.CONTINUE)
@@ -150,5 +126,5 @@ def test_record_a_data_change_then_continue_from_a_checkpoint_with_more_data(bro
     ])
     expect(page.locator("dd.source-checkpoint")).to_contain_text("step 20")
     expect(page.locator("dd.parent")).to_have_text("pretrain")
-    _screenshot(page, "continued-run")
+    screenshot(page, "continued-run")
     assert new.run.kind == "fine_tuning" and new.run.source_checkpoint.run_id == run.pk

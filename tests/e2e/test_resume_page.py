@@ -7,12 +7,9 @@ instead of the button. The failed Job, its Run and checkpoints are made with
 the services; Celery is never reached (``send_task`` is recorded).
 """
 
-import os
 import re
-from types import SimpleNamespace
 
 import pytest
-from celery import current_app
 from playwright.sync_api import expect
 
 from checkpoints.models import Checkpoint, CheckpointState
@@ -21,15 +18,7 @@ from jobs.models import Job, JobKind, Queue
 from runs.metrics import metrics_ingest
 from runs.models import Role
 from tests.factories import CodeVersionFactory, MembershipFactory, ProjectFactory, UserFactory
-
-
-@pytest.fixture
-def sent_tasks(monkeypatch):
-    sent = []
-    monkeypatch.setattr(current_app, "send_task", lambda name, args=None, **kw: sent.append((name, args, kw)) or
-                        SimpleNamespace(id=kw.get("task_id")))
-    monkeypatch.setattr(current_app.control, "revoke", lambda task_id, **kw: None)
-    return sent
+from tests.e2e.helpers import log_in, screenshot
 
 
 def _failed_job():
@@ -61,19 +50,6 @@ def _failed_job():
     return services.job_finish(job_id=job.pk, exit_code=1)
 
 
-def _screenshot(page, name):
-    """With ``MADO_E2E_SCREENSHOTS=DIR`` set, save the page as ``DIR/<name>.png`` for a person to look at."""
-    if os.environ.get("MADO_E2E_SCREENSHOTS"):
-        page.screenshot(path=os.path.join(os.environ["MADO_E2E_SCREENSHOTS"], f"{name}.png"), full_page=True)
-
-
-def _log_in(page, username, next_url):
-    page.goto(f"/accounts/login/?next={next_url}")
-    page.get_by_label("Username").fill(username)
-    page.get_by_label("Password").fill("pw-123456")
-    page.get_by_role("button", name="Log in").click()
-
-
 @pytest.mark.e2e
 @pytest.mark.django_db(transaction=True)
 def test_the_creator_resumes_from_a_checkpoint_and_another_member_sees_why_not(browser_page, sent_tasks):
@@ -81,7 +57,7 @@ def test_the_creator_resumes_from_a_checkpoint_and_another_member_sees_why_not(b
     failed = _failed_job()
     run = failed.run
 
-    _log_in(page, "carol", "/projects/vision/jobs/")
+    log_in(page, "carol", "/projects/vision/jobs/")
     row = page.locator(f'tr[data-job="{failed.pk}"]')
     expect(row.locator(".badge.status")).to_have_text("failed")
     expect(row.get_by_role("button", name="Resume from latest checkpoint")).to_be_visible()
@@ -97,7 +73,7 @@ def test_the_creator_resumes_from_a_checkpoint_and_another_member_sees_why_not(b
     )
     expect(page.get_by_label("Code version")).to_have_value(str(failed.code_version_id))
     expect(page.get_by_label("Queue")).to_have_value("cpu")
-    _screenshot(page, "resume-confirmation")
+    screenshot(page, "resume-confirmation")
     page.get_by_role("button", name="Resume in a new Run").click()
 
     new = Job.objects.get(kind=JobKind.RESUME)
@@ -118,12 +94,12 @@ def test_the_creator_resumes_from_a_checkpoint_and_another_member_sees_why_not(b
     expect(old_row.get_by_role("link", name=f"Job {new.pk}")).to_be_visible()
     expect(page.locator("#job-table")).to_have_attribute("data-live", "true")
 
-    _screenshot(page, "jobs-list")
+    screenshot(page, "jobs-list")
 
     page.get_by_role("link", name=f"Job {failed.pk}", exact=True).first.click()
     expect(page.locator(".job-error")).to_contain_text("The code exited with code 1.")
     expect(page.locator("pre.log")).to_contain_text("SimulatedFailure: --fail-at-step 27")
-    _screenshot(page, "job-failed")
+    screenshot(page, "job-failed")
 
     # F2: the resumed Run's curve joins its parent's (steps 0..19 from the parent, 20.. from the new Run).
     metrics_ingest(actor=new.created_by, run=new.run, points=[
@@ -134,13 +110,13 @@ def test_the_creator_resumes_from_a_checkpoint_and_another_member_sees_why_not(b
     chart = page.locator('figure.metric-chart[data-key="train.loss"]')
     expect(chart.locator(f'polyline[data-run="{run.pk}"]')).to_have_attribute("data-points", "20")
     expect(chart.locator(f'polyline[data-run="{new.run_id}"]')).to_have_attribute("data-points", "20")
-    _screenshot(page, "run-with-ancestors")
+    screenshot(page, "run-with-ancestors")
 
     page.get_by_role("button", name="Log out").click()
-    _log_in(page, "mike", f"/runs/{run.pk}/checkpoints/")
+    log_in(page, "mike", f"/runs/{run.pk}/checkpoints/")
     expect(page.locator(".resume-note .resume-refusal")).to_have_text(
         "This is not your run: only its creator and project admins can stop, rerun or resume its Job."
     )
     expect(page.get_by_role("link", name="Resume from this checkpoint")).to_have_count(0)
-    _screenshot(page, "checkpoint-tab-not-creator")
+    screenshot(page, "checkpoint-tab-not-creator")
     assert Job.objects.count() == 2

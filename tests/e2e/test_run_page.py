@@ -12,6 +12,7 @@ from playwright.sync_api import expect
 from runs.metrics import metrics_ingest
 from runs.models import Role, RunStatus
 from tests.factories import MembershipFactory, ProjectFactory, RunFactory, UserFactory
+from tests.e2e.helpers import log_in
 
 KEYS = ("train.loss", "val.accuracy", "lr")
 
@@ -39,19 +40,12 @@ def _run_with_metrics(*, status=RunStatus.FINISHED):
     return run, user
 
 
-def _log_in(page, next_url):
-    page.goto(f"/accounts/login/?next={next_url}")
-    page.get_by_label("Username").fill("erin")
-    page.get_by_label("Password").fill("pw-123456")
-    page.get_by_role("button", name="Log in").click()
-
-
 @pytest.mark.e2e
 @pytest.mark.django_db(transaction=True)
 def test_run_page_shows_a_chart_per_key_and_switches_to_japanese(browser_page):
     page = browser_page
     run, _user = _run_with_metrics()
-    _log_in(page, f"/runs/{run.pk}/")
+    log_in(page, "erin", f"/runs/{run.pk}/")
 
     expect(page).to_have_url(re.compile(rf"/runs/{run.pk}/$"))
     expect(page.get_by_role("heading", name=re.compile("resnet-resumed"))).to_be_visible()
@@ -83,7 +77,7 @@ def test_charts_of_a_running_run_refresh_without_reloading(browser_page):
         pytest.skip("htmx is not installed (npm ci): pages work without live refresh, nothing to test")
     page = browser_page
     run, user = _run_with_metrics(status=RunStatus.RUNNING)
-    _log_in(page, f"/runs/{run.pk}/")
+    log_in(page, "erin", f"/runs/{run.pk}/")
     expect(page.locator("figure.metric-chart")).to_have_count(len(KEYS))
     page.evaluate("window.__same_document = true")
 
