@@ -98,6 +98,9 @@ class Checkpoint(models.Model):
     received = models.JSONField(default=dict, blank=True, help_text="what the server computed from the uploaded tar")
     declared = models.JSONField(null=True, blank=True, help_text="declaration awaiting the S3 verification task")
     error = models.TextField(blank=True, help_text="why the last upload or verification failed")
+    lease_token = models.BigIntegerField(
+        default=0, help_text="the Run's fencing token when registered: a pending checkpoint of an older writer can be taken over (F25)"
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     completed_at = models.DateTimeField(null=True, blank=True)
     deleted_at = models.DateTimeField(null=True, blank=True)

@@ -14,3 +14,27 @@ def reap_stale_jobs() -> int:
     from jobs.services import job_reap_stale
 
     return job_reap_stale()
+
+
+@shared_task(name="jobs.tasks.reap_crashed_runs", ignore_result=True)
+def reap_crashed_runs() -> int:
+    """Mark Runs whose SDK heartbeat stopped ``crashed`` (``preempted`` when preempting); SPEC F26.
+
+    Scheduled every 60 s by ``CELERY_BEAT_SCHEDULE``; returns how many Runs it ended
+    (``runs.liveness.runs_reap_crashed``).
+    """
+    from runs.liveness import runs_reap_crashed
+
+    return runs_reap_crashed()
+
+
+@shared_task(name="jobs.tasks.release_sweep_leases", ignore_result=True)
+def release_sweep_leases() -> int:
+    """Return sweep trials whose claim expired (``MMT_SWEEP_LEASE``) to the queue; SPEC F28.
+
+    Scheduled every 60 s by ``CELERY_BEAT_SCHEDULE``; returns how many trials it released
+    (``runs.sweeps.services.sweep_release_expired_leases``).
+    """
+    from runs.sweeps.services import sweep_release_expired_leases
+
+    return sweep_release_expired_leases()

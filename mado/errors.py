@@ -46,6 +46,24 @@ class Conflict(UserError):
     code = "conflict"
 
 
+class RunLive(Conflict):
+    """Same-run resume refused: another process holds the Run's lease (heartbeat fresh; SPEC F25)."""
+
+    code = "run_live"
+
+
+class LeaseLost(Conflict):
+    """A write carrying a stale fencing token: another process took the Run over (SPEC F25)."""
+
+    code = "lease_lost"
+
+
+class RunEnded(Conflict):
+    """A heartbeat for a Run that already ended (crashed included): only a resume revives it (SPEC F26)."""
+
+    code = "run_ended"
+
+
 class InternalError(Exception):
     """Our fault (storage unreachable, broken invariant): logged, retried if transient."""
 

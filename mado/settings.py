@@ -211,6 +211,16 @@ CELERY_BEAT_SCHEDULE = {
         # A run that no worker picked up within a minute is superseded by the next one.
         "options": {"queue": MADO_MAINTENANCE_QUEUE, "expires": 55},
     },
+    "reap-crashed-runs": {
+        "task": "jobs.tasks.reap_crashed_runs",
+        "schedule": 60.0,
+        "options": {"queue": MADO_MAINTENANCE_QUEUE, "expires": 55},
+    },
+    "release-sweep-leases": {
+        "task": "jobs.tasks.release_sweep_leases",
+        "schedule": 60.0,
+        "options": {"queue": MADO_MAINTENANCE_QUEUE, "expires": 55},
+    },
 }
 
 # --- mado ---------------------------------------------------------------------
@@ -222,7 +232,13 @@ MMT_CHECKPOINT_KEEP_COUNT = env_int("MMT_CHECKPOINT_KEEP_COUNT", 5, minimum=1)
 MADO_CHECKPOINT_PART_SIZE = env_int("MADO_CHECKPOINT_PART_SIZE", 64 * 1024 * 1024, minimum=8 * 1024 * 1024)
 MADO_CHECKPOINT_PRESIGN_EXPIRES = env_int("MADO_CHECKPOINT_PRESIGN_EXPIRES", 6 * 3600, minimum=60)
 MADO_CHECKPOINT_VERIFY_QUEUE = env_str("MADO_CHECKPOINT_VERIFY_QUEUE", CELERY_TASK_DEFAULT_QUEUE)
+# Same-run resume and sweeps (SPEC F24–F28). A running Run whose SDK sent no heartbeat for
+# MMT_CRASH_TIMEOUT seconds becomes crashed (a preempting one preempted); the SDK beats every
+# MMT_HEARTBEAT_INTERVAL seconds (told to it when it starts the Run). An agent's claim on a sweep
+# trial returns to the queue when its program has not started the Run within MMT_SWEEP_LEASE seconds.
 MMT_CRASH_TIMEOUT = env_int("MMT_CRASH_TIMEOUT", 300, minimum=1)
+MMT_HEARTBEAT_INTERVAL = env_int("MMT_HEARTBEAT_INTERVAL", 30, minimum=1)
+MMT_SWEEP_LEASE = env_int("MMT_SWEEP_LEASE", 3600, minimum=1)
 # Jobs (issue 4, docs/jobs.md). A running Job whose worker sent no heartbeat for this many seconds is
 # failed by the reaper; workers beat well within it.
 MADO_JOB_HEARTBEAT_TIMEOUT = env_int("MADO_JOB_HEARTBEAT_TIMEOUT", 120, minimum=10)

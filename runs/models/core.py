@@ -1,4 +1,4 @@
-"""Projects, members, Code, Datasets, Runs and metric points (issue 2, SPEC F2, F29)."""
+"""Projects, members, Code, Datasets, Runs and metric points (issue 2, SPEC F2, F24–F26, F29)."""
 
 import math
 import secrets
@@ -203,6 +203,16 @@ class Run(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
     ended_at = models.DateTimeField(null=True, blank=True)
+    # Same-run resume (SPEC F24, F25): the process writing to this Run holds a lease. Every start or
+    # resume takes a new fencing token; a write that carries an older one is refused, so a stale
+    # process cannot write after another took over.
+    lease_token = models.BigIntegerField(default=0, help_text="fencing token of the current writer (0: never started by the SDK)")
+    writer_host = models.CharField(max_length=255, blank=True, help_text="host name of the current writer")
+    writer_pid = models.IntegerField(null=True, blank=True, help_text="process id of the current writer")
+    writer_since = models.DateTimeField(null=True, blank=True, help_text="when the current writer started or resumed")
+    resume_count = models.PositiveIntegerField(default=0, help_text="how many times the Run was resumed under its id")
+    step_floor = models.BigIntegerField(default=0, help_text="points at a lower step are dropped (set by a resume)")
+    dropped_points = models.BigIntegerField(default=0, help_text="points dropped because their step was below step_floor")
 
     objects = VisibleQuerySet.as_manager()
 
@@ -346,3 +356,31 @@ class RunTag(models.Model):
 
     def __str__(self):
         return f"{self.key}={self.value}"
+
+
+class ParameterChangeQuerySet(VisibleQuerySet):
+    project_path = "run__project"
+
+
+class ParameterChange(models.Model):
+    """A parameter whose value a resume changed with ``allow_param_change`` (SPEC F24; append-only).
+
+    The Run's ``parameters`` hold the current values; these rows keep what
+    they were before, so the Run page can show every change.
+    """
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="parameter_changes")
+    key = models.CharField(max_length=250)
+    old_value = models.JSONField(null=True, blank=True)
+    new_value = models.JSONField(null=True, blank=True)
+    lease_token = models.BigIntegerField(help_text="fencing token of the resume that made the change")
+    changed_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    changed_at = models.DateTimeField(auto_now_add=True)
+
+    objects = ParameterChangeQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["run", "changed_at", "id"]
+
+    def __str__(self):
+        return f"{self.key}: {self.old_value!r} → {self.new_value!r}"

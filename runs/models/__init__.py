@@ -1,0 +1,36 @@
+"""The runs app's models: Projects, Runs and their records (``core``), Sweeps and trials (``sweeps``)."""
+
+from runs.models.core import (
+    FINAL_STATES,
+    Code,
+    CodeVersion,
+    CodeVersionQuerySet,
+    DataStage,
+    DataStageQuerySet,
+    Dataset,
+    DatasetVersion,
+    DatasetVersionQuerySet,
+    Membership,
+    MetricBatch,
+    MetricPoint,
+    MetricPointQuerySet,
+    ParameterChange,
+    Project,
+    ProjectQuerySet,
+    Role,
+    Run,
+    RunKind,
+    RunStatus,
+    RunTag,
+    RunTagQuerySet,
+    VisibleQuerySet,
+    new_external_id,
+)
+from runs.models.sweeps import MetricGoal, Sweep, SweepMethod, SweepTrial, TrialState
+
+__all__ = [
+    "FINAL_STATES", "Code", "CodeVersion", "CodeVersionQuerySet", "DataStage", "DataStageQuerySet", "Dataset",
+    "DatasetVersion", "DatasetVersionQuerySet", "MetricBatch", "MetricGoal", "MetricPoint", "MetricPointQuerySet",
+    "Membership", "ParameterChange", "Project", "ProjectQuerySet", "Role", "Run", "RunKind", "RunStatus", "RunTag",
+    "RunTagQuerySet", "Sweep", "SweepMethod", "SweepTrial", "TrialState", "VisibleQuerySet", "new_external_id",
+]
