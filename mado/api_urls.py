@@ -24,8 +24,10 @@ from runs.api.projects import (
     MemberListApi,
     ProjectViewSet,
 )
+from runs.api.liveness import RunHeartbeatApi
 from runs.api.runs import RunMetricsApi, RunViewSet
 from runs.api.stages import RunDataStagesApi
+from runs.api.sweeps import SweepViewSet
 
 app_name = "api"
 
@@ -44,6 +46,7 @@ router = DefaultRouter()
 router.register("projects", ProjectViewSet, basename="project")
 router.register("runs", RunViewSet, basename="run")
 router.register("jobs", JobViewSet, basename="job")
+router.register("sweeps", SweepViewSet, basename="sweep")
 
 urlpatterns = [
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
@@ -55,6 +58,7 @@ urlpatterns = [
     path("projects/<slug:slug>/codes/", CodeListApi.as_view(), name="code-list"),
     path("codes/<int:code_id>/versions/", CodeVersionListApi.as_view(), name="code-version-list"),
     path("runs/<int:run_id>/metrics/", RunMetricsApi.as_view(), name="run-metrics"),
+    path("runs/<int:run_id>/heartbeat/", RunHeartbeatApi.as_view(), name="run-heartbeat"),
     path("runs/<int:run_id>/artifacts/", ArtifactListApi.as_view(), name="artifact-list"),
     path("runs/<int:run_id>/artifacts/<path:path>", ArtifactDetailApi.as_view(), name="artifact-detail"),
     path("runs/<int:run_id>/checkpoints/", CheckpointListApi.as_view(), name="checkpoint-list"),

@@ -158,6 +158,8 @@ SPECTACULAR_SETTINGS = {
         "RunStatusEnum": "runs.models.RunStatus",
         "JobKindEnum": "jobs.models.JobKind",
         "JobStatusEnum": "jobs.models.JobStatus",
+        "SweepTrialStateEnum": "runs.models.TrialState",
+        "CheckpointStateEnum": "checkpoints.models.CheckpointState",
     },
 }
 

@@ -7,6 +7,7 @@ through the services, which keep the invariants (ARCHITECTURE rules 2 and 4).
 
 from django.contrib import admin
 
+import runs.sweeps.admin  # noqa: F401 - registers Sweep and SweepTrial
 from runs.models import RunTag  # noqa: I001
 from runs.models import (
     Code,
@@ -17,6 +18,7 @@ from runs.models import (
     Membership,
     MetricBatch,
     MetricPoint,
+    ParameterChange,
     Project,
     Run,
 )
@@ -157,6 +159,26 @@ class DataStageAdmin(admin.ModelAdmin):
     search_fields = ["run__external_id", "run__name", "created_by__username"]
     list_select_related = ["run", "checkpoint", "created_by"]
     readonly_fields = ["run", "start_step", "dataset_versions", "checkpoint", "metadata", "created_by", "created_at"]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(ParameterChange)
+class ParameterChangeAdmin(admin.ModelAdmin):
+    """Parameter changes made by resumes with ``allow_param_change`` (SPEC F24): an append-only record, read-only."""
+
+    list_display = ["run", "key", "old_value", "new_value", "lease_token", "changed_by", "changed_at"]
+    list_filter = ["run__project"]
+    search_fields = ["key", "run__external_id", "run__name", "changed_by__username"]
+    list_select_related = ["run", "changed_by"]
+    readonly_fields = ["run", "key", "old_value", "new_value", "lease_token", "changed_by", "changed_at"]
 
     def has_add_permission(self, request):
         return False

@@ -7,12 +7,15 @@ insert is PostgreSQL ``COPY`` (psycopg 3) or ``executemany`` on SQLite.
 
 import math
 import time
+from typing import NamedTuple
 
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
+from django.db.models import F
 
 from mado import policy
 from mado.errors import Forbidden, ValidationFailed
+from runs.lease import lease_check
 from runs.models import MetricBatch, MetricPoint, Run
 
 _NON_FINITE = {"NaN": math.nan, "nan": math.nan, "Infinity": math.inf, "inf": math.inf,
@@ -81,47 +84,81 @@ def _validate(run_id: int, points, now_ms: int, timestamps_ms: bool = False) -> 
     return rows
 
 
+class MetricsIngested(NamedTuple):
+    """What ``metrics_ingest`` did with a batch: points ``stored``, ``dropped`` below the step floor, their keys."""
+
+    stored: int
+    dropped: int
+    dropped_keys: list[str]
+    replayed: bool
+
+
+def _drop_below_floor(rows: list[tuple], floor: int) -> tuple[list[tuple], int, list[str]]:
+    """``rows`` without those at a step below ``floor``; the count and sorted keys of those dropped."""
+    kept = [row for row in rows if row[2] >= floor]
+    if len(kept) == len(rows):
+        return rows, 0, []
+    return kept, len(rows) - len(kept), sorted({row[1] for row in rows if row[2] < floor})
+
+
 def metrics_ingest(
-    *, actor, run: Run, points: list[dict], idempotency_key: str | None = None, timestamps_ms: bool = False
-) -> int:
-    """Store a batch of metric points for ``run``; all or nothing. Returns the count stored.
+    *, actor, run: Run, points: list[dict], idempotency_key: str | None = None, timestamps_ms: bool = False,
+    fencing_token: int | None = None,
+) -> MetricsIngested:
+    """Store a batch of metric points for ``run``; all or nothing (SPEC F2, F24, F25).
 
     ``idempotency_key`` (≤ 200 characters, from the ``Idempotency-Key``
-    header) makes a repeated batch a no-op returning 0: an SDK retry after a
-    lost answer, or ``mado sync`` run twice, never duplicates a point.
+    header) makes a repeated batch a no-op (``replayed``, nothing stored or
+    counted): an SDK retry after a lost answer, or ``mado sync`` run twice,
+    never duplicates a point.
 
     ``points``: a list of at most ``MADO_METRIC_BATCH_MAX`` (10,000) objects
     ``{"key": str, "value": number | "NaN" | "Infinity" | "-Infinity",
     "step": int >= 0, "timestamp": Unix seconds (optional, default now)}``.
     NaN and ±Infinity are valid values and are stored (a diverged loss is
     information). With ``timestamps_ms`` (the MLflow API) ``timestamp`` is
-    integer Unix milliseconds, stored exactly. Raises ``Forbidden`` unless the actor is a member or admin,
-    ``ValidationFailed`` naming the first bad field (``points[3].value``);
-    nothing of a refused batch is stored.
+    integer Unix milliseconds, stored exactly. Points at a step below
+    ``run.step_floor`` (a resumed Run's last step + 1) are dropped, added
+    to ``Run.dropped_points`` and reported in ``dropped`` / ``dropped_keys``
+    (sorted, distinct). ``fencing_token`` (the ``Mado-Fencing-Token``
+    header; None: not fenced) is checked in the writing transaction.
+
+    Raises ``Forbidden`` unless the actor is a member or admin,
+    ``ValidationFailed`` naming the first bad field (``points[3].value``),
+    ``LeaseLost`` for a stale ``fencing_token``; nothing of a refused batch
+    is stored.
     """
     if not policy.can_write_runs(actor, run.project):
         raise Forbidden(policy.why_not(actor, run.project, policy.MEMBER) or "not allowed")
     rows = _validate(run.pk, points, int(time.time() * 1000), timestamps_ms)
     if idempotency_key is not None and not 0 < len(idempotency_key) <= 200:
         raise ValidationFailed("Idempotency-Key must be 1 to 200 characters", field="Idempotency-Key")
+    # A matching token proves no resume happened since this writer started, so run.step_floor is current.
+    rows, dropped, dropped_keys = _drop_below_floor(rows, run.step_floor) if run.step_floor else (rows, 0, [])
     with transaction.atomic():
+        lease_check(run_id=run.pk, token=fencing_token)
         if idempotency_key is not None:
             try:
                 with transaction.atomic():
                     MetricBatch.objects.create(run=run, key=idempotency_key, points=len(rows))
             except IntegrityError:
-                return 0
-        if connection.vendor == "postgresql":
-            with connection.cursor() as cursor:
-                raw = cursor.cursor
-                # Binary COPY skips text formatting and parsing of every value (~25% faster).
-                with raw.copy(f'COPY {_TABLE} ({", ".join(_COLUMNS)}) FROM STDIN (FORMAT BINARY)') as copy:
-                    copy.set_types(_COPY_TYPES)
-                    for row in rows:
-                        copy.write_row(row)
-        else:
-            with connection.cursor() as cursor:
-                cursor.executemany(
-                    f'INSERT INTO {_TABLE} ({", ".join(_COLUMNS)}) VALUES (%s, %s, %s, %s, %s)', rows
-                )
-    return len(rows)
+                return MetricsIngested(0, 0, [], replayed=True)
+        if dropped:
+            Run.objects.filter(pk=run.pk).update(dropped_points=F("dropped_points") + dropped)
+        if rows:
+            _insert(rows)
+    return MetricsIngested(len(rows), dropped, dropped_keys, replayed=False)
+
+
+def _insert(rows: list[tuple]) -> None:
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            raw = cursor.cursor
+            # Binary COPY skips text formatting and parsing of every value (~25% faster).
+            with raw.copy(f'COPY {_TABLE} ({", ".join(_COLUMNS)}) FROM STDIN (FORMAT BINARY)') as copy:
+                copy.set_types(_COPY_TYPES)
+                for row in rows:
+                    copy.write_row(row)
+    else:
+        with connection.cursor() as cursor:
+            cursor.executemany(f'INSERT INTO {_TABLE} ({", ".join(_COLUMNS)}) VALUES (%s, %s, %s, %s, %s)', rows)

@@ -6,7 +6,9 @@ from django.db.models import Count, F, Max, Min, OuterRef, Q, QuerySet, Subquery
 from django.db.models.functions import RowNumber
 
 from mado.errors import NotFound, ValidationFailed
-from runs.models import Code, CodeVersion, Dataset, DatasetVersion, Membership, MetricPoint, Project, Run, RunKind, RunStatus
+from runs.models import (
+    Code, CodeVersion, Dataset, DatasetVersion, Membership, MetricPoint, Project, Run, RunKind, RunStatus, SweepTrial,
+)
 from runs.stages import data_composition_at, data_stage_history, why_cannot_record_stage  # noqa: F401 (F20)
 
 
@@ -256,3 +258,13 @@ def run_log_tail_last(*, run: Run, max_chunks: int = LOG_TAIL_CHUNKS) -> tuple[l
     chunks.reverse()
     hidden = chunks[0].seq - 1 if chunks else 0
     return chunks, hidden
+
+
+def run_parameter_changes(*, run: Run) -> list:
+    """The parameter values resumes changed with ``allow_param_change`` (SPEC F24), oldest first, with ``changed_by``."""
+    return list(run.parameter_changes.select_related("changed_by").order_by("changed_at", "id"))
+
+
+def run_sweep_trial(*, run: Run):
+    """The sweep trial ``run`` trains, with its Sweep (SPEC F28); None when the Run is not a trial."""
+    return SweepTrial.objects.select_related("sweep").filter(run=run).first()

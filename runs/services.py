@@ -7,7 +7,7 @@ Every function takes keyword-only arguments, checks the actor through
 
 from django.contrib.auth import get_user_model
 from django.db import IntegrityError, transaction
-from django.db.models import Max
+from django.db.models import F, Max
 from django.utils import timezone
 from django.utils.text import slugify
 
@@ -26,6 +26,8 @@ from runs.models import (
     RunKind,
     RunStatus,
 )
+from runs.lease import lease_check
+from runs.liveness import run_ended_effects
 from runs.stages import data_stage_record  # noqa: F401 - a service of this app (SPEC F20, F21)
 
 
@@ -251,18 +253,19 @@ def run_create(
     return run
 
 
-def run_attach(*, actor, project: Project, external_id: str) -> Run | None:
+def run_attach(*, actor, project: Project, external_id: str, host: str = "", pid: int | None = None) -> Run | None:
     """Start the pre-created Run ``external_id`` of ``project`` for its creator; the Run, or None (issue 4 part 4).
 
-    A Job's Run is created ``pending`` (never started) and its code's SDK
-    sends ``POST runs/`` with that external id (``MMT_RUN_ID``): when the
-    Run is pending and was created by ``actor``, one conditional UPDATE
-    makes it ``running`` (``started_at``, ``heartbeat_at`` now) and it is
-    returned as stored — the request's other fields never overwrite its
-    initial configuration. None otherwise (absent, another creator, already
-    started or ended): the caller then creates, which answers ``Conflict``
-    for a taken id, so two processes attaching at once start it once.
-    Member or admin only (``Forbidden``).
+    A Job's or sweep trial's Run is created ``pending`` (never started) and
+    its code's SDK sends ``POST runs/`` with that external id
+    (``MMT_RUN_ID``; ``runs.resume.run_start`` decides): when the Run is
+    pending and was created by ``actor``, one conditional UPDATE makes it
+    ``running`` (``started_at``, ``heartbeat_at`` now) and takes its write
+    lease (``lease_token`` + 1, writer ``host`` / ``pid`` since now; SPEC
+    F25); it is returned as stored — the request's other fields never
+    overwrite its initial configuration. None otherwise (absent, another
+    creator, already started or ended), so two processes attaching at once
+    start it once. Member or admin only (``Forbidden``).
     """
     require(policy.can_write_runs(actor, project), policy.why_not(actor, project, policy.MEMBER) or "")
     if not external_id:
@@ -270,57 +273,76 @@ def run_attach(*, actor, project: Project, external_id: str) -> Run | None:
     now = timezone.now()
     attached = Run.objects.filter(
         project=project, external_id=str(external_id), status=RunStatus.PENDING, created_by=actor
-    ).update(status=RunStatus.RUNNING, started_at=now, heartbeat_at=now)
+    ).update(
+        status=RunStatus.RUNNING, started_at=now, heartbeat_at=now,
+        lease_token=F("lease_token") + 1, writer_host=host or "", writer_pid=pid, writer_since=now,
+    )
     if not attached:
         return None
     return Run.objects.select_related("project", "created_by").get(project=project, external_id=str(external_id))
 
 
-def run_create_or_attach(*, actor, project: Project, external_id: str | None = None, **fields) -> tuple[Run, bool]:
-    """``POST runs/``: attach to the actor's pending Run ``external_id`` (``run_attach``), else ``run_create``.
-
-    Returns ``(run, created)``: ``created`` False when an existing pending
-    Run was attached. ``fields`` are ``run_create``'s; errors as there
-    (``Conflict`` when ``external_id`` names any other existing Run).
-    """
-    run = run_attach(actor=actor, project=project, external_id=external_id) if external_id else None
-    if run is not None:
-        return run, False
-    return run_create(actor=actor, project=project, external_id=external_id, **fields), True
+# Asked of a preempting Run, these end it preempted: it was told to stop (SPEC F26).
+PREEMPTED_OUTCOMES = frozenset({RunStatus.FAILED, RunStatus.CRASHED, RunStatus.PREEMPTED})
 
 
-def run_set_status(*, actor, run: Run, status: str) -> Run:
-    """Move ``run`` to ``status`` (member or admin of its Project).
+def _status_after(run: Run, old: str, asked: str) -> str:
+    """The status ``asked`` leads to from ``old`` (SPEC F26); ``Conflict`` when the change is refused."""
+    if old in FINAL_STATES:
+        if asked == old or (old == RunStatus.PREEMPTED and asked in PREEMPTED_OUTCOMES):
+            return old
+        if asked == RunStatus.RUNNING:
+            raise Conflict(f"run {run.external_id} ended as {old}; only a resume restarts it "
+                           f"(start_run(id={run.external_id!r}, resume='allow'))", field="status")
+        raise Conflict(f"run {run.external_id} already ended as {old}; it cannot become {asked}", field="status")
+    if old == RunStatus.PREEMPTING:
+        if asked in PREEMPTED_OUTCOMES:
+            return RunStatus.PREEMPTED
+        if asked in (RunStatus.RUNNING, RunStatus.PENDING):
+            raise Conflict(f"run {run.external_id} is preempting: it can only end (finished or preempted), "
+                           f"not become {asked}", field="status")
+    return asked
 
-    A final state (finished, failed, aborted, crashed, preempted) is kept:
-    asking again for the same final state is idempotent, asking for another
-    raises ``Conflict``. The change is a conditional UPDATE on the old status,
-    so a concurrent change wins cleanly (STYLE: Services). ``ended_at`` is set
-    on entering a final state.
+
+@transaction.atomic
+def run_set_status(*, actor, run: Run, status: str, fencing_token: int | None = None) -> Run:
+    """Move ``run`` to ``status`` (member or admin of its Project); the Run as stored (SPEC F26).
+
+    Rules: running → preempting is allowed and preempting is sticky (→
+    running or pending: ``Conflict``); from preempting, finished stays
+    finished while failed, crashed or preempted end it ``preempted``. A
+    final state (finished, failed, aborted, crashed, preempted) is kept:
+    the same one again is idempotent (failed or crashed asked of a preempted
+    Run too), running raises ``Conflict`` ("only a resume restarts it"),
+    another raises ``Conflict``. ``fencing_token`` (the ``Mado-Fencing-Token``
+    header; None: not fenced) is checked under the Run's row lock
+    (``LeaseLost`` when stale). The change is a conditional UPDATE on the
+    old status. Entering a final state sets ``ended_at`` and calls
+    ``runs.liveness.run_ended_effects`` (MLflow checkpoint files, sweep trial).
+    ``heartbeat_at`` is refreshed only for a Run that sends heartbeats, so a
+    Run that never did (MLflow) is never reaped as crashed.
     """
     require(policy.can_write_runs(actor, run.project), policy.why_not(actor, run.project, policy.MEMBER) or "")
     if status not in RunStatus.values:
         raise ValidationFailed(f"status must be one of {', '.join(RunStatus.values)}", field="status")
-    old = run.status
+    lease_check(run_id=run.pk, token=fencing_token)
+    locked = Run.objects.select_for_update().only("status", "heartbeat_at", "started_at").get(pk=run.pk)
+    old = locked.status
+    status = _status_after(run, old, status)
     if old == status:
+        run.refresh_from_db()
         return run
-    if old in FINAL_STATES:
-        raise Conflict(f"run {run.pk} already ended as {old}; it cannot become {status}", field="status")
     now = timezone.now()
-    changes = {"status": status, "heartbeat_at": now}
+    changes = {"status": status}
+    if locked.heartbeat_at is not None:
+        changes["heartbeat_at"] = now
     if status in FINAL_STATES:
         changes["ended_at"] = now
-    if status == RunStatus.RUNNING and run.started_at is None:
+    if status == RunStatus.RUNNING and locked.started_at is None:
         changes["started_at"] = now
     if Run.objects.filter(pk=run.pk, status=old).update(**changes) == 0:
-        run.refresh_from_db()
-        if run.status == status:
-            return run
-        raise Conflict(f"run {run.pk} changed to {run.status} meanwhile", field="status")
-    if status in FINAL_STATES:
-        # Files logged under checkpoints/step-N/ through the MLflow API become usable once the Run ended (F3).
-        from checkpoints.services.mlflow_checkpoints import checkpoint_files_complete_for_run
-
-        checkpoint_files_complete_for_run(run_id=run.pk)
+        raise Conflict(f"run {run.external_id} changed status meanwhile; try again", field="status")
     run.refresh_from_db()
+    if status in FINAL_STATES:
+        run_ended_effects(run=run)
     return run

@@ -18,6 +18,7 @@ from django.utils.translation import gettext as _
 from checkpoints.models import Checkpoint, CheckpointState
 from mado import policy
 from mado.errors import Conflict, Forbidden, ValidationFailed
+from runs.lease import lease_check
 from runs.models import DatasetVersion, DataStage, Project, Run
 
 IDS_FIELD = "input_dataset_version_ids"
@@ -105,7 +106,8 @@ def _checkpoint(run: Run, checkpoint_id, start_step: int) -> Checkpoint | None:
 
 @transaction.atomic
 def data_stage_record(*, actor, run: Run, start_step: int, dataset_version_ids: list[int],
-                      checkpoint_id: int | None = None, metadata: dict | None = None) -> tuple[DataStage, bool]:
+                      checkpoint_id: int | None = None, metadata: dict | None = None,
+                      fencing_token: int | None = None) -> tuple[DataStage, bool]:
     """Record that ``run`` trains on exactly ``dataset_version_ids`` from ``start_step`` on (SPEC F20, F21).
 
     Returns ``(stage, created)``. Identical content at a recorded step (same
@@ -118,8 +120,9 @@ def data_stage_record(*, actor, run: Run, start_step: int, dataset_version_ids: 
     ``checkpoint_id`` not of this Run, deleted or after ``start_step``,
     ``metadata`` not an object; ``Conflict``: another content is recorded
     at ``start_step`` (``extra["recorded"]``), or the Run's Job has ended /
-    the Run is final ("the Job has ended"). ``run.input_dataset_versions``
-    is never touched.
+    the Run is final ("the Job has ended"); ``LeaseLost``: a stale
+    ``fencing_token`` (the ``Mado-Fencing-Token`` header; None: not fenced;
+    SPEC F25). ``run.input_dataset_versions`` is never touched.
     """
     reason = policy.why_not(actor, run.project, policy.MEMBER)
     if reason:
@@ -132,6 +135,7 @@ def data_stage_record(*, actor, run: Run, start_step: int, dataset_version_ids: 
     versions = dataset_versions_of_project(project=run.project, ids=dataset_version_ids, allow_empty=False)
     checkpoint = _checkpoint(run, checkpoint_id, start_step)
     version_ids = {v.pk for v in versions}
+    lease_check(run_id=run.pk, token=fencing_token)
     run = Run.objects.select_for_update().select_related("project").get(pk=run.pk)
     existing = DataStage.objects.filter(run=run, start_step=start_step).first()
     if existing is not None:

@@ -4,6 +4,7 @@ from django.urls import path
 
 from checkpoints import views as checkpoint_views
 from runs import views
+from runs.sweeps import views as sweep_views
 
 app_name = "runs"
 
@@ -13,6 +14,9 @@ urlpatterns = [
     path("projects/<slug:slug>/members/", views.project_members, name="project-members"),
     path("projects/<slug:slug>/members/<str:username>/role/", views.member_role, name="member-role"),
     path("projects/<slug:slug>/members/<str:username>/remove/", views.member_remove, name="member-remove"),
+    path("projects/<slug:slug>/sweeps/", sweep_views.sweep_list, name="sweep-list"),
+    path("projects/<slug:slug>/sweeps/new/", sweep_views.sweep_create, name="sweep-create"),
+    path("sweeps/<int:pk>/", sweep_views.sweep_detail, name="sweep-detail"),
     path("runs/<int:pk>/", views.run_detail, name="run-detail"),
     path("runs/<int:pk>/charts/", views.run_charts, name="run-charts"),
     path("runs/<int:pk>/checkpoints/", checkpoint_views.run_checkpoints, name="run-checkpoints"),

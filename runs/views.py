@@ -112,6 +112,8 @@ def run_detail(request, pk):
         children=selectors.run_children(user=request.user, run=run),
         dataset_versions=selectors.run_input_dataset_versions(run=run),
         ignored_checkpoint_step=_ignored_checkpoint_step(run),
+        parameter_changes=selectors.run_parameter_changes(run=run),
+        sweep_trial=selectors.run_sweep_trial(run=run),
         **_charts_context(request, run),
     )
     return render(request, "runs/run_detail.html", context)

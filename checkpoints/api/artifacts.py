@@ -22,6 +22,8 @@ from rest_framework.views import APIView
 
 from checkpoints import selectors, services
 from mado.errors import ValidationFailed
+from runs.api.serializers import FENCING_PARAMETER
+from runs.lease import fencing_token
 from runs.selectors import run_get_for_user
 
 _RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
@@ -167,12 +169,13 @@ class ArtifactDetailApi(APIView):
         parameters=[
             OpenApiParameter("path", str, OpenApiParameter.PATH, description=_PATH_DOC),
             OpenApiParameter("X-Mado-Sha256", str, OpenApiParameter.HEADER, description="expected SHA-256 (hex) of the body"),
+            FENCING_PARAMETER,
         ],
         responses={
             201: ArtifactOutputSerializer, 200: ArtifactOutputSerializer,
             400: OpenApiResponse(description="unsafe path, digest mismatch or cut upload"),
             403: OpenApiResponse(description="viewer"),
-            409: OpenApiResponse(description="different content already stored at this path"),
+            409: OpenApiResponse(description="different content already stored at this path; lease_lost"),
         },
     )
     def put(self, request, run_id, path):
@@ -189,6 +192,7 @@ class ArtifactDetailApi(APIView):
         artifact, created = services.artifact_store(
             actor=request.user, run=run, path=path, source=source,
             expected_sha256=request.META.get("HTTP_X_MADO_SHA256"), expected_size=length,
+            fencing_token=fencing_token(request),
         )
         return Response(ArtifactOutputSerializer(artifact).data, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
 

@@ -17,6 +17,8 @@ from checkpoints.api.artifacts import LenientNegotiation, OctetStreamParser, ran
 from checkpoints.models import CheckpointState
 from mado.errors import Conflict
 from runs.api.projects import valid
+from runs.api.serializers import FENCING_PARAMETER
+from runs.lease import fencing_token
 from runs.selectors import run_get_for_user
 
 _RUN_ID = OpenApiParameter("run_id", int, OpenApiParameter.PATH, description="run id")
@@ -139,24 +141,28 @@ class CheckpointListApi(GenericAPIView):
         parameters=[
             _RUN_ID,
             OpenApiParameter("Idempotency-Key", str, OpenApiParameter.HEADER, description="one per log_checkpoint call"),
+            FENCING_PARAMETER,
         ],
         request=CheckpointRegisterInputSerializer,
         responses={
             201: CheckpointOutputSerializer, 200: CheckpointOutputSerializer,
             400: OpenApiResponse(description="negative or missing step"), 403: OpenApiResponse(description="viewer"),
-            409: OpenApiResponse(description="step N is already saved in this run"),
+            409: OpenApiResponse(description="step N is already saved in this run; lease_lost (stale fencing token)"),
         },
     )
     def post(self, request, run_id):
         """Register a pending checkpoint at ``step`` (member or admin; SPEC F1).
 
         201 new; 200 the same checkpoint again for the same ``Idempotency-Key``;
-        409 ``step N is already saved in this run`` otherwise.
+        409 ``step N is already saved in this run`` otherwise, except a pending
+        one of a writer that was taken over (older fencing token): it is
+        discarded and the step registered anew (SPEC F25).
         """
         run = run_get_for_user(user=request.user, run_id=run_id)
         data = valid(CheckpointRegisterInputSerializer, request)
         checkpoint, created = services.checkpoint_register(
-            actor=request.user, run=run, idempotency_key=request.headers.get("Idempotency-Key"), **data
+            actor=request.user, run=run, idempotency_key=request.headers.get("Idempotency-Key"),
+            fencing_token=fencing_token(request), **data
         )
         return Response(
             _checkpoint_out(request, checkpoint.pk), status=status.HTTP_201_CREATED if created else status.HTTP_200_OK
@@ -198,13 +204,13 @@ class CheckpointTarApi(APIView):
 
     @extend_schema(
         tags=["checkpoints"],
-        parameters=[_CHECKPOINT_ID],
+        parameters=[_CHECKPOINT_ID, FENCING_PARAMETER],
         request={"application/x-tar": OpenApiTypes.BINARY},
         responses={
             200: CheckpointUploadOutputSerializer,
             400: OpenApiResponse(description="Checkpoint <id> <what> mismatch: … (not a tar, link, '..', cut off)"),
             403: OpenApiResponse(description="viewer"),
-            409: OpenApiResponse(description="the checkpoint is complete or deleted"),
+            409: OpenApiResponse(description="the checkpoint is complete or deleted; lease_lost"),
         },
     )
     def put(self, request, checkpoint_id):
@@ -214,7 +220,10 @@ class CheckpointTarApi(APIView):
         """
         checkpoint = selectors.checkpoint_get_for_user(user=request.user, checkpoint_id=checkpoint_id)
         source, length = upload_source(request)
-        received = services.checkpoint_upload(actor=request.user, checkpoint=checkpoint, source=source, expected_size=length)
+        received = services.checkpoint_upload(
+            actor=request.user, checkpoint=checkpoint, source=source, expected_size=length,
+            fencing_token=fencing_token(request),
+        )
         return Response(CheckpointUploadOutputSerializer(received).data)
 
     @extend_schema(
@@ -243,18 +252,20 @@ class CheckpointUploadPartsApi(APIView):
 
     @extend_schema(
         tags=["checkpoints"],
-        parameters=[_CHECKPOINT_ID],
+        parameters=[_CHECKPOINT_ID, FENCING_PARAMETER],
         request=CheckpointUploadPartsInputSerializer,
         responses={
             200: CheckpointUploadPartsOutputSerializer,
-            409: OpenApiResponse(description="not S3 storage (PUT the tar instead), or not pending"),
+            409: OpenApiResponse(description="not S3 storage (PUT the tar instead), or not pending; lease_lost"),
         },
     )
     def post(self, request, checkpoint_id):
         """Start a direct upload of ``tar_size`` bytes: ``{upload_id, part_size, urls}`` (member or admin)."""
         checkpoint = selectors.checkpoint_get_for_user(user=request.user, checkpoint_id=checkpoint_id)
         data = valid(CheckpointUploadPartsInputSerializer, request)
-        result = services.checkpoint_upload_parts(actor=request.user, checkpoint=checkpoint, tar_size=data["tar_size"])
+        result = services.checkpoint_upload_parts(
+            actor=request.user, checkpoint=checkpoint, tar_size=data["tar_size"], fencing_token=fencing_token(request)
+        )
         return Response(CheckpointUploadPartsOutputSerializer(result).data)
 
 
@@ -263,13 +274,13 @@ class CheckpointCompleteApi(APIView):
 
     @extend_schema(
         tags=["checkpoints"],
-        parameters=[_CHECKPOINT_ID],
+        parameters=[_CHECKPOINT_ID, FENCING_PARAMETER],
         request=CheckpointCompleteInputSerializer,
         responses={
             200: CheckpointOutputSerializer,
             202: OpenApiResponse(CheckpointOutputSerializer, description="direct S3 upload: verification queued"),
             400: OpenApiResponse(description="Checkpoint <id> <what> mismatch: … (stays pending)"),
-            409: OpenApiResponse(description="no uploaded tar, deleted, or complete with another declaration"),
+            409: OpenApiResponse(description="no uploaded tar, deleted, or complete with another declaration; lease_lost"),
         },
     )
     def post(self, request, checkpoint_id):
@@ -281,7 +292,9 @@ class CheckpointCompleteApi(APIView):
         """
         checkpoint = selectors.checkpoint_get_for_user(user=request.user, checkpoint_id=checkpoint_id)
         data = valid(CheckpointCompleteInputSerializer, request)
-        checkpoint = services.checkpoint_complete(actor=request.user, checkpoint=checkpoint, **data)
+        checkpoint = services.checkpoint_complete(
+            actor=request.user, checkpoint=checkpoint, fencing_token=fencing_token(request), **data
+        )
         body = _checkpoint_out(request, checkpoint.pk)
         done = body["state"] == CheckpointState.COMPLETE
         return Response(body, status=status.HTTP_200_OK if done else status.HTTP_202_ACCEPTED)

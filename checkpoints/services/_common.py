@@ -6,7 +6,7 @@ from django.utils import timezone
 from checkpoints.models import Artifact, Checkpoint, CheckpointState, ManifestEntry
 from checkpoints.tarverify import ManifestFile, ManifestMismatch
 from mado import policy
-from mado.errors import Conflict
+from mado.errors import Conflict, NotFound
 from runs.services import require
 
 
@@ -27,7 +27,11 @@ def require_pending(checkpoint: Checkpoint) -> None:
 
 
 def lock(checkpoint_id: int) -> Checkpoint:
-    return Checkpoint.objects.select_for_update().select_related("run").get(pk=checkpoint_id)
+    """The checkpoint's row, locked; ``NotFound`` when it is gone (a newer writer discarded it, SPEC F25)."""
+    row = Checkpoint.objects.select_for_update().select_related("run").filter(pk=checkpoint_id).first()
+    if row is None:
+        raise NotFound(f"checkpoint {checkpoint_id} not found: it was discarded", field="checkpoint")
+    return row
 
 
 def finalize(row: Checkpoint, received: dict, files: list[ManifestFile]) -> Checkpoint:

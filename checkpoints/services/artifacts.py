@@ -16,6 +16,7 @@ from checkpoints import storage
 from checkpoints.models import Artifact, Checkpoint
 from mado import policy
 from mado.errors import Conflict, ValidationFailed
+from runs.lease import lease_check
 from runs.models import Code, CodeVersion, Run
 from runs.services import code_version_create, require
 
@@ -83,6 +84,7 @@ def artifact_store(
     source,
     expected_sha256: str | None = None,
     expected_size: int | None = None,
+    fencing_token: int | None = None,
 ) -> tuple[Artifact, bool]:
     """Stream ``source`` (anything with ``read(n)``) into ``run``'s artifact ``path``; ``(artifact, created)``.
 
@@ -95,10 +97,15 @@ def artifact_store(
     stored Artifact with ``created=False`` (an SDK retry is idempotent);
     different content raises ``Conflict`` and leaves the stored one as it is.
     When the path is already taken the body is only hashed, never stored.
+    ``fencing_token`` (the ``Mado-Fencing-Token`` header; None: not fenced)
+    is checked before the body is read and again in the transaction that
+    records it: ``LeaseLost``, nothing kept (SPEC F25).
     """
     require(policy.can_write_runs(actor, run.project), policy.why_not(actor, run.project, policy.MEMBER) or "")
     path = validate_artifact_path(path)
     expected_sha256 = _check_digest(expected_sha256)
+    with transaction.atomic():  # refuse a stale writer before it streams the body
+        lease_check(run_id=run.pk, token=fencing_token)
     existing = Artifact.objects.filter(run=run, path=path).first()
     if existing is not None:
         blob = storage.blob_digest(source=source)
@@ -107,7 +114,7 @@ def artifact_store(
     blob = storage.blob_write(source=source, prefix=f"runs/{run.pk}")
     try:
         _check_received(blob, expected_sha256, expected_size)
-        artifact, created = artifact_insert(run=run, path=path, blob=blob)
+        artifact, created = artifact_insert(run=run, path=path, blob=blob, fencing_token=fencing_token)
     except BaseException:
         storage.blob_delete_quietly(blob.key)
         raise
@@ -116,15 +123,19 @@ def artifact_store(
     return artifact, created
 
 
-def artifact_insert(*, run: Run, path: str, blob: storage.StoredBlob) -> tuple[Artifact, bool]:
+def artifact_insert(
+    *, run: Run, path: str, blob: storage.StoredBlob, fencing_token: int | None = None
+) -> tuple[Artifact, bool]:
     """Record ``blob`` (already stored) as ``run``'s artifact ``path``; ``(artifact, created)``.
 
     When the path is taken (a concurrent upload won it, or a retry): the same
     bytes return the stored row (``created`` False), other bytes raise
-    ``Conflict``; the caller drops ``blob`` in both cases.
+    ``Conflict``; the caller drops ``blob`` in both cases. A stale
+    ``fencing_token`` raises ``LeaseLost`` (SPEC F25; None: not fenced).
     """
     try:
         with transaction.atomic():
+            lease_check(run_id=run.pk, token=fencing_token)
             artifact = Artifact.objects.create(
                 project_id=run.project_id, run=run, path=path, size=blob.size, sha256=blob.sha256, storage_key=blob.key
             )

@@ -8,12 +8,14 @@ deleted checkpoint never becomes a source and a source is never deleted.
 """
 
 from django.db import IntegrityError, transaction
+from django.db.models import ProtectedError
 from django.utils import timezone
 
 from checkpoints import selectors, storage
-from checkpoints.models import Artifact, Checkpoint, CheckpointState, ManifestEntry
+from checkpoints.models import Artifact, Checkpoint, CheckpointLayout, CheckpointState, ManifestEntry
 from mado import policy
 from mado.errors import Conflict, NotFound, ValidationFailed
+from runs.lease import lease_check
 from runs.models import Run
 from runs.services import require
 
@@ -60,8 +62,9 @@ def checkpoint_register(
     framework: str = "",
     includes_optimizer: bool = False,
     idempotency_key: str | None = None,
+    fencing_token: int | None = None,
 ) -> tuple[Checkpoint, bool]:
-    """Register a pending checkpoint of ``run`` at ``step`` (steps completed); ``(checkpoint, created)`` (SPEC F1).
+    """Register a pending checkpoint of ``run`` at ``step`` (steps completed); ``(checkpoint, created)`` (SPEC F1, F25).
 
     Member or admin of the Run's Project (else ``Forbidden``). ``step`` is an
     integer >= 0 and ``framework`` at most 50 characters (else
@@ -72,6 +75,12 @@ def checkpoint_register(
     complete or deleted), raises ``Conflict`` "step N is already saved in
     this run". The database's unique constraints decide, so two concurrent
     registrations cannot both win.
+
+    ``fencing_token`` (the ``Mado-Fencing-Token`` header; None: not fenced)
+    is checked under the Run's row lock (``LeaseLost`` when stale) and kept
+    in ``Checkpoint.lease_token``. A pending tar checkpoint at ``step``
+    registered under an older token (a process that was taken over) is
+    discarded with its stored bytes, and the registration proceeds.
     """
     require(policy.can_write_runs(actor, run.project), policy.why_not(actor, run.project, policy.MEMBER) or "")
     step = _clean_step(step)
@@ -79,15 +88,19 @@ def checkpoint_register(
     framework = (framework or "").strip()
     if len(framework) > FRAMEWORK_MAX:
         raise ValidationFailed(f"framework must be at most {FRAMEWORK_MAX} characters", field="framework")
+    lease_check(run_id=run.pk, token=fencing_token)
     if key is not None:
         existing = Checkpoint.objects.filter(run=run, idempotency_key=key).first()
         if existing is not None:
             return _replay(existing, step)
+    if fencing_token is not None:
+        _take_over_pending(run_id=run.pk, step=step, token=fencing_token)
     try:
         with transaction.atomic():
             checkpoint = Checkpoint.objects.create(
                 run=run, step=step, framework=framework, includes_optimizer=bool(includes_optimizer),
                 idempotency_key=key, created_by=actor if actor.is_authenticated else None,
+                lease_token=run.lease_token if fencing_token is None else fencing_token,
             )
     except IntegrityError:
         existing = Checkpoint.objects.filter(run=run, idempotency_key=key).first() if key else None
@@ -99,6 +112,28 @@ def checkpoint_register(
     if Artifact.objects.filter(run=run, path=checkpoint.artifact_path).exists():  # raising rolls the row back
         raise Conflict(f"{checkpoint.artifact_path} is already a file of this run; the step cannot hold a checkpoint", field="step")
     return checkpoint, True
+
+
+def _take_over_pending(*, run_id: int, step: int, token: int) -> None:
+    """Discard the pending tar checkpoint at ``step`` left by an older writer than ``token`` (row locked; F25).
+
+    Its stored bytes go once this commits. A checkpoint a data stage names
+    is kept (the registration then answers "step N is already saved").
+    """
+    old = (
+        Checkpoint.objects.select_for_update()
+        .filter(run_id=run_id, step=step, state=CheckpointState.PENDING, layout=CheckpointLayout.TAR,
+                lease_token__lt=token)
+        .first()
+    )
+    if old is None:
+        return
+    try:
+        with transaction.atomic():
+            old.delete()
+    except ProtectedError:
+        return
+    discard_upload(old.received, on_commit=True)
 
 
 @transaction.atomic

@@ -20,6 +20,7 @@ from checkpoints.services._common import finalize, lock, mismatch, require_pendi
 from checkpoints.services.checkpoints import discard_upload
 from checkpoints.tarverify import ManifestFile, ManifestMismatch, TarVerifier
 from mado.errors import Conflict, InternalError, ValidationFailed
+from runs.lease import lease_check
 
 S3_MAX_PARTS = 10_000
 S3_MAX_OBJECT = 5 * 1024**4  # bytes
@@ -33,7 +34,7 @@ def _part_size(tar_size: int) -> int:
 
 
 @transaction.atomic
-def checkpoint_upload_parts(*, actor, checkpoint: Checkpoint, tar_size: int) -> dict:
+def checkpoint_upload_parts(*, actor, checkpoint: Checkpoint, tar_size: int, fencing_token: int | None = None) -> dict:
     """Start a presigned multipart upload of ``checkpoint``'s tar straight to S3 (issue 3 part 3, SPEC F1).
 
     Member or admin; the checkpoint must be pending; the artifact storage
@@ -42,9 +43,12 @@ def checkpoint_upload_parts(*, actor, checkpoint: Checkpoint, tar_size: int) -> 
     "urls"}``: one presigned ``PUT`` URL per part (part ``i`` is bytes
     ``(i-1)*part_size`` .. ``i*part_size-1``; parts of at least 8 MiB, by
     default 64 MiB, valid ``MADO_CHECKPOINT_PRESIGN_EXPIRES`` seconds).
-    A new call replaces (and aborts) an earlier unfinished upload.
+    A new call replaces (and aborts) an earlier unfinished upload. A stale
+    ``fencing_token`` (the ``Mado-Fencing-Token`` header; None: not fenced)
+    raises ``LeaseLost`` and starts nothing (SPEC F25).
     """
     require_writer(actor, checkpoint)
+    lease_check(run_id=checkpoint.run_id, token=fencing_token)
     if storage.s3_storage() is None:
         raise Conflict("direct upload needs the S3 artifact storage (MADO_STORAGE=s3); PUT the tar instead", field=None)
     if isinstance(tar_size, bool) or not isinstance(tar_size, int) or not 0 < tar_size <= S3_MAX_OBJECT:

@@ -33,6 +33,7 @@ from checkpoints.services.checkpoints import discard_upload
 from checkpoints.services.direct import complete_direct_upload
 from checkpoints.tarverify import ManifestFile, ManifestMismatch, TarVerifier, check_member_path
 from mado.errors import Conflict, ValidationFailed
+from runs.lease import lease_check
 
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
@@ -91,7 +92,9 @@ class _FeedThread:
             raise self._error
 
 
-def checkpoint_upload(*, actor, checkpoint: Checkpoint, source, expected_size: int | None) -> dict:
+def checkpoint_upload(
+    *, actor, checkpoint: Checkpoint, source, expected_size: int | None, fencing_token: int | None = None
+) -> dict:
     """Stream ``source`` (the request body, anything with ``read(n)``) as ``checkpoint``'s tar; return what arrived.
 
     Member or admin (else ``Forbidden``, before any byte is read). The
@@ -104,10 +107,15 @@ def checkpoint_upload(*, actor, checkpoint: Checkpoint, source, expected_size: i
     pending and ``ValidationFailed`` says ``Checkpoint <id> <what> mismatch:
     …``. On success ``received`` = ``{storage_key, size, sha256, members}``
     replaces (and discards) a previous pending upload, and the return value
-    is ``{"received_bytes": int, "sha256": hex}``. Implements issue 3 part 3.
+    is ``{"received_bytes": int, "sha256": hex}``. ``fencing_token`` (the
+    ``Mado-Fencing-Token`` header; None: not fenced) is checked before any
+    byte is read and again when the upload is recorded (``LeaseLost``, the
+    bytes discarded; SPEC F25). Implements issue 3 part 3.
     """
     require_writer(actor, checkpoint)
     require_pending(checkpoint)
+    with transaction.atomic():  # refuse a stale writer before it streams gigabytes
+        lease_check(run_id=checkpoint.run_id, token=fencing_token)
     verifier = TarVerifier(tar_size=expected_size)
     feeder = _FeedThread(verifier.feed)
     key = ""
@@ -138,7 +146,7 @@ def checkpoint_upload(*, actor, checkpoint: Checkpoint, source, expected_size: i
         "members": [{"path": m.path, "size": m.size, "sha256": m.sha256} for m in verifier.members.values()],
     }
     try:
-        _upload_record(checkpoint_id=checkpoint.pk, received=received)
+        _upload_record(checkpoint=checkpoint, received=received, fencing_token=fencing_token)
     except BaseException:
         storage.blob_delete_quietly(key)
         raise
@@ -146,9 +154,10 @@ def checkpoint_upload(*, actor, checkpoint: Checkpoint, source, expected_size: i
 
 
 @transaction.atomic
-def _upload_record(*, checkpoint_id: int, received: dict) -> None:
+def _upload_record(*, checkpoint: Checkpoint, received: dict, fencing_token: int | None) -> None:
     """Make ``received`` the checkpoint's current upload; the one it replaces is discarded after commit."""
-    row = lock(checkpoint_id)
+    lease_check(run_id=checkpoint.run_id, token=fencing_token)  # the Run's row before the checkpoint's, as register
+    row = lock(checkpoint.pk)
     require_pending(row)
     previous = row.received
     Checkpoint.objects.filter(pk=row.pk, state=CheckpointState.PENDING).update(
@@ -226,6 +235,7 @@ def checkpoint_complete(
     manifest: list[dict],
     upload_id: str | None = None,
     parts: list[dict] | None = None,
+    fencing_token: int | None = None,
 ) -> Checkpoint:
     """Complete ``checkpoint`` against the client's declaration (SPEC F1, F13); returns the row.
 
@@ -242,11 +252,14 @@ def checkpoint_complete(
     enqueued on commit; the checkpoint stays pending until it passes.
     The same declaration again on a complete checkpoint returns it
     (idempotent); another one → ``Conflict``, as do a deleted checkpoint and
-    one with no uploaded tar.
+    one with no uploaded tar. A stale ``fencing_token`` (the
+    ``Mado-Fencing-Token`` header; None: not fenced) raises ``LeaseLost``
+    and changes nothing (SPEC F25).
     """
     require_writer(actor, checkpoint)
     tar_size, tar_sha256, files = _clean_declaration(tar_size, tar_sha256, manifest)
     declared = _as_json(tar_size, tar_sha256, files)
+    lease_check(run_id=checkpoint.run_id, token=fencing_token)
     row = lock(checkpoint.pk)
     if row.state == CheckpointState.COMPLETE:
         return _same_completion(row, declared)

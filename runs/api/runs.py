@@ -23,6 +23,7 @@ from mado.errors import NotFound, ValidationFailed
 from runs import selectors, services
 from runs.api.projects import valid
 from runs.api.serializers import (
+    FENCING_PARAMETER,
     MetricBatchInputSerializer,
     MetricBatchOutputSerializer,
     MetricHistoryOutputSerializer,
@@ -32,8 +33,10 @@ from runs.api.serializers import (
     RunStatusInputSerializer,
 )
 from runs.history import metric_history_json
+from runs.lease import fencing_token
 from runs.metrics import metrics_ingest
 from runs.models import DatasetVersion
+from runs.resume import run_start
 
 METRIC_PAGE_SIZE = 1000
 METRIC_BODY_MAX = 64 * 1024 * 1024  # bytes; 10,000 points with 250-character keys fit many times over
@@ -79,25 +82,33 @@ class RunViewSet(GenericViewSet):
     @extend_schema(
         tags=["runs"], request=RunInputSerializer,
         responses={201: RunOutputSerializer,
-                   200: OpenApiResponse(RunOutputSerializer, description="attached to the caller's pending Job Run"),
-                   400: OpenApiResponse(description="bad field (named)"),
-                   403: OpenApiResponse(description="viewer"), 409: OpenApiResponse(description="external_id taken")},
+                   200: OpenApiResponse(RunOutputSerializer, description="attached to a pending Run, or resumed"),
+                   400: OpenApiResponse(description="bad field (named): external_id, resume, host, pid..."),
+                   403: OpenApiResponse(description="viewer"),
+                   404: OpenApiResponse(description="resume=must: run <id> not found in project <slug>"),
+                   409: OpenApiResponse(description="external_id taken (never), run_live (another process "
+                                                    "heartbeats), or a changed parameters.<key>")},
     )
     def create(self, request):
-        """Create a running Run in ``project`` (slug); member or admin.
+        """Start a Run in ``project`` (slug) by the resume matrix (member or admin; SPEC F24, F25).
 
-        Dataset versions, code version and parent must belong to the Project
-        (else 400 naming the field); ``external_id`` is unique per Project (409).
-        An ``external_id`` naming a ``pending`` Run the caller created (a
-        Job's pre-created Run, ``MMT_RUN_ID``) attaches to it instead: 200,
-        the Run now ``running``, its stored fields unchanged.
+        Without ``external_id``: a new Run (201). With it, by ``resume``:
+        ``must`` resumes that started Run (else 404), ``allow`` resumes it or
+        creates it, ``never`` or absent create it (409 when it exists). A
+        ``pending`` Run the caller created (a Job's or sweep trial's,
+        ``MMT_RUN_ID``) is attached instead: 200, ``running``, stored fields
+        unchanged. A resume (200, ``resumed`` true) continues the steps
+        (``step_floor``), merges ``parameters`` and is refused with 409
+        ``run_live`` while another process heartbeats. Every start answers a
+        new ``fencing_token``.
         """
         data = dict(valid(RunInputSerializer, request))
         project = selectors.project_get_for_user(user=request.user, slug=data.pop("project"))
-        run, created = services.run_create_or_attach(actor=request.user, project=project, **data)
+        started = run_start(actor=request.user, project=project, **data)
+        context = {"request": request, "resumed": started.resumed, "last_step": started.last_step}
         return Response(
-            RunOutputSerializer(run, context={"request": request}).data,
-            status=status.HTTP_201_CREATED if created else status.HTTP_200_OK,
+            RunOutputSerializer(started.run, context=context).data,
+            status=status.HTTP_201_CREATED if started.created else status.HTTP_200_OK,
         )
 
     @extend_schema(tags=["runs"], responses=RunOutputSerializer, parameters=[_RUN_ID])
@@ -109,12 +120,17 @@ class RunViewSet(GenericViewSet):
     @extend_schema(
         tags=["runs"], request=RunStatusInputSerializer, parameters=[_RUN_ID],
         responses={200: RunOutputSerializer, 403: OpenApiResponse(description="viewer"),
-                   409: OpenApiResponse(description="already ended in another final state")},
+                   409: OpenApiResponse(description="refused transition (ended, preempting) or lease_lost")},
     )
     def partial_update(self, request, pk=None):
-        """Set ``{status}``. A final state is kept: the same one again is a no-op, another → 409 (SPEC F26)."""
+        """Set ``{status}`` (SPEC F26): running → preempting; preempting is sticky and ends finished or preempted.
+
+        A final state is kept: the same one again is a no-op, running → 409
+        ("only a resume restarts it"), another → 409. Fenced by ``Mado-Fencing-Token`` (stale → 409 lease_lost).
+        """
         run = selectors.run_get_for_user(user=request.user, run_id=pk)
-        run = services.run_set_status(actor=request.user, run=run, status=valid(RunStatusInputSerializer, request)["status"])
+        asked = valid(RunStatusInputSerializer, request)["status"]
+        run = services.run_set_status(actor=request.user, run=run, status=asked, fencing_token=fencing_token(request))
         return Response(RunOutputSerializer(run, context={"request": request}).data)
 
 
@@ -156,26 +172,31 @@ class RunMetricsApi(APIView):
     @extend_schema(
         tags=["metrics"], request=MetricBatchInputSerializer,
         parameters=[OpenApiParameter("Idempotency-Key", str, OpenApiParameter.HEADER,
-                                     description="one per batch, reused on its retries")],
+                                     description="one per batch, reused on its retries"), FENCING_PARAMETER],
         responses={201: MetricBatchOutputSerializer, 200: MetricBatchOutputSerializer, 400: OpenApiResponse(description="bad point; names points[i].field"),
-                   403: OpenApiResponse(description="viewer")},
+                   403: OpenApiResponse(description="viewer"), 409: OpenApiResponse(description="lease_lost: stale fencing token")},
     )
     def post(self, request, run_id):
-        """Store ``{"points": [{key, value, step, timestamp?}, …]}`` (≤ 10,000) all or nothing; 201 ``{"stored": n}``.
+        """Store ``{"points": [{key, value, step, timestamp?}, …]}`` (≤ 10,000) all or nothing.
 
-        ``value``: a number or ``"NaN"``/``"Infinity"``/``"-Infinity"``;
+        201 ``{"stored": n, "dropped": m, "dropped_keys": [...]}``: points at a
+        step below the Run's ``step_floor`` (set by a resume) are dropped and
+        counted, not stored. ``value``: a number or ``"NaN"``/``"Infinity"``/``"-Infinity"``;
         ``step``: integer ≥ 0; ``timestamp``: Unix seconds (default: now).
         The first bad point → 400 naming ``points[i].field``, nothing stored.
-        An ``Idempotency-Key`` header makes a repeated batch a no-op: 200 ``{"stored": 0}``.
+        An ``Idempotency-Key`` header makes a repeated batch a no-op: 200 ``{"stored": 0, …}``.
+        A stale ``Mado-Fencing-Token`` → 409 ``lease_lost``, nothing stored (SPEC F25).
         """
         run = selectors.run_get_for_user(user=request.user, run_id=run_id)
         body = _read_json_body(request)
         if not isinstance(body, dict) or "points" not in body:
             raise ValidationFailed('body must be {"points": [...]}', field="points")
-        key = request.headers.get("Idempotency-Key")
-        stored = metrics_ingest(actor=request.user, run=run, points=body["points"], idempotency_key=key)
-        replayed = key is not None and stored == 0
-        return Response({"stored": stored}, status=status.HTTP_200_OK if replayed else status.HTTP_201_CREATED)
+        result = metrics_ingest(
+            actor=request.user, run=run, points=body["points"], idempotency_key=request.headers.get("Idempotency-Key"),
+            fencing_token=fencing_token(request),
+        )
+        answer = {"stored": result.stored, "dropped": result.dropped, "dropped_keys": result.dropped_keys}
+        return Response(answer, status=status.HTTP_200_OK if result.replayed else status.HTTP_201_CREATED)
 
     @extend_schema(
         tags=["metrics"],

@@ -1,12 +1,16 @@
 """Input and output serializers of the runs API (docs/api.md). Names are globally unique for the schema."""
 
+from django.conf import settings
+from django.core.validators import RegexValidator
 from django.urls import NoReverseMatch, reverse
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import extend_schema_field
+from drf_spectacular.utils import OpenApiParameter, extend_schema_field
 from rest_framework import serializers
 
 from mado import policy
+from runs.lease import FENCING_HEADER
 from runs.models import Role, RunKind, RunStatus
+from runs.resume import RESUME_ERROR, RESUME_MODES, RUN_ID_ERROR, RUN_ID_PATTERN
 
 # --- projects and members ---------------------------------------------------------
 
@@ -126,8 +130,26 @@ class RunInputSerializer(serializers.Serializer):
     code_version_id = serializers.IntegerField(required=False, allow_null=True, default=None)
     parent_id = serializers.IntegerField(required=False, allow_null=True, default=None)
     external_id = serializers.CharField(
-        max_length=128, required=False, allow_blank=True, allow_null=True, default=None, help_text="run id, unique per project"
+        max_length=128, required=False, allow_blank=True, allow_null=True, default=None,
+        validators=[RegexValidator(RUN_ID_PATTERN, RUN_ID_ERROR)], error_messages={"max_length": RUN_ID_ERROR},
+        help_text="run id, unique per project: 1 to 128 characters from [A-Za-z0-9_.-] (SPEC F24)",
     )
+    resume = serializers.ChoiceField(
+        choices=RESUME_MODES, required=False, allow_null=True, default=None,
+        error_messages={"invalid_choice": RESUME_ERROR},
+        help_text="must: resume external_id or 404; allow: resume it or create it; never (or absent): 409 if it exists",
+    )
+    allow_param_change = serializers.BooleanField(
+        required=False, default=False, help_text="on a resume, let parameters change value (each change is recorded)"
+    )
+    host = serializers.CharField(max_length=255, required=False, allow_blank=True, default="", help_text="writer host name")
+    pid = serializers.IntegerField(min_value=0, required=False, allow_null=True, default=None, help_text="writer process id")
+
+
+FENCING_PARAMETER = OpenApiParameter(
+    FENCING_HEADER, OpenApiTypes.INT, OpenApiParameter.HEADER,
+    description="the run's fencing_token from POST runs/ (SPEC F25): a stale one answers 409 lease_lost, nothing stored",
+)
 
 
 class RunStatusInputSerializer(serializers.Serializer):
@@ -161,12 +183,33 @@ class RunOutputSerializer(serializers.Serializer):
     started_at = serializers.DateTimeField(read_only=True, allow_null=True)
     ended_at = serializers.DateTimeField(read_only=True, allow_null=True)
     url = serializers.SerializerMethodField(help_text="absolute URL of the Run page")
+    fencing_token = serializers.IntegerField(
+        source="lease_token", read_only=True, help_text="send it as the Mado-Fencing-Token header with every write"
+    )
+    resumed = serializers.SerializerMethodField(help_text="true when this POST runs/ resumed a stopped run")
+    resume_count = serializers.IntegerField(read_only=True)
+    last_step = serializers.SerializerMethodField(help_text="highest step reached before this resume; null otherwise")
+    step_floor = serializers.IntegerField(read_only=True, help_text="metric points at a lower step are dropped")
+    dropped_points = serializers.IntegerField(read_only=True, help_text="points dropped below step_floor so far")
+    writer_host = serializers.CharField(read_only=True)
+    writer_pid = serializers.IntegerField(read_only=True, allow_null=True)
+    writer_since = serializers.DateTimeField(read_only=True, allow_null=True)
+    heartbeat_interval = serializers.SerializerMethodField(help_text="seconds between the SDK's heartbeats")
 
     def get_input_dataset_version_ids(self, run) -> list[int]:
         return sorted(version.pk for version in run.input_dataset_versions.all())
 
     def get_url(self, run) -> str:
         return run_page_url(self.context.get("request"), run)
+
+    def get_resumed(self, run) -> bool:
+        return bool(self.context.get("resumed", False))
+
+    def get_last_step(self, run) -> int | None:
+        return self.context.get("last_step")
+
+    def get_heartbeat_interval(self, run) -> int:
+        return settings.MMT_HEARTBEAT_INTERVAL
 
 
 # --- metrics (documentation only: the hot path parses and renders plain JSON) -----
@@ -192,6 +235,8 @@ class MetricBatchInputSerializer(serializers.Serializer):
 
 class MetricBatchOutputSerializer(serializers.Serializer):
     stored = serializers.IntegerField()
+    dropped = serializers.IntegerField(help_text="points not stored: their step was below the run's step_floor")
+    dropped_keys = serializers.ListField(child=serializers.CharField(), help_text="the dropped points' keys, sorted")
 
 
 class MetricKeysOutputSerializer(serializers.Serializer):

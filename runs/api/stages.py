@@ -14,6 +14,8 @@ from rest_framework.views import APIView
 from mado.errors import ValidationFailed
 from runs import selectors, services
 from runs.api.projects import valid
+from runs.api.serializers import FENCING_PARAMETER
+from runs.lease import fencing_token
 
 TAGS = ["data stages"]
 _RUN_ID = OpenApiParameter("run_id", int, OpenApiParameter.PATH, description="run id")
@@ -110,13 +112,13 @@ class RunDataStagesApi(APIView):
         return Response(DataStageHistoryOutputSerializer(body).data)
 
     @extend_schema(
-        tags=TAGS, parameters=[_RUN_ID], request=DataStageInputSerializer,
+        tags=TAGS, parameters=[_RUN_ID, FENCING_PARAMETER], request=DataStageInputSerializer,
         responses={201: DataStageOutputSerializer,
                    200: OpenApiResponse(DataStageOutputSerializer, description="identical content already recorded"),
                    400: OpenApiResponse(description="bad field (named): empty set, unknown ids (listed), step, checkpoint"),
                    403: OpenApiResponse(description="viewer"), 404: OpenApiResponse(description="run not visible"),
                    409: OpenApiResponse(description="another set is recorded at start_step (body: recorded), "
-                                                    "or the Job has ended")},
+                                                    "the Job has ended, or lease_lost (stale fencing token)")},
     )
     def post(self, request, run_id):
         """Record ``{start_step, input_dataset_version_ids, checkpoint_id?, metadata?}``: 201 the stage.
@@ -128,7 +130,7 @@ class RunDataStagesApi(APIView):
         stage, created = services.data_stage_record(
             actor=request.user, run=run, start_step=data["start_step"],
             dataset_version_ids=data["input_dataset_version_ids"], checkpoint_id=data["checkpoint_id"],
-            metadata=data["metadata"],
+            metadata=data["metadata"], fencing_token=fencing_token(request),
         )
         entry = next(e for e in selectors.data_stage_history(run=run) if e["stage"].pk == stage.pk)
         return Response(DataStageOutputSerializer(entry).data,

@@ -214,7 +214,7 @@ def log_batch(*, actor, run: Run, metrics=None, params=None, tags=None) -> int:
             return 0
         return metrics_ingest(
             actor=actor, run=run, points=fresh, idempotency_key=f"mlflow:{digest}", timestamps_ms=True
-        )
+        ).stored
 
 
 def tag_delete(*, actor, run: Run, key: str) -> None:

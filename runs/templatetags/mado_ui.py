@@ -47,6 +47,22 @@ LABELS = {
         "continue": pgettext_lazy("job kind", "continued"),
         "retry": pgettext_lazy("job kind", "retry"),
     },
+    # Sweeps (F27, F28): a trial's state and a sweep's search method.
+    "trial_state": {
+        "queued": pgettext_lazy("trial state", "queued"),
+        "leased": pgettext_lazy("trial state", "claimed"),
+        "running": pgettext_lazy("trial state", "running"),
+        "done": pgettext_lazy("trial state", "done"),
+    },
+    "sweep_method": {
+        "grid": pgettext_lazy("sweep method", "grid"),
+        "random": pgettext_lazy("sweep method", "random"),
+        "bayes": pgettext_lazy("sweep method", "Bayesian (TPE)"),
+    },
+    "metric_goal": {
+        "minimize": pgettext_lazy("metric goal", "minimize"),
+        "maximize": pgettext_lazy("metric goal", "maximize"),
+    },
 }
 
 HTMX_FILE = "htmx.min.js"

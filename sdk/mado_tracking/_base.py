@@ -1,4 +1,5 @@
-"""What online and offline Runs share: run kinds, the run id, parameter checks, ``with`` and the exit hook."""
+"""What online and offline Runs share: run kinds, the run id, parameter checks, the step counter, ``with`` and
+the exit hook (SPEC F2, F27, F29)."""
 
 import atexit
 import json
@@ -6,15 +7,17 @@ import logging
 import secrets
 import sys
 import threading
+import time
 from collections.abc import Mapping
 
 from mado_tracking.errors import MadoError
+from mado_tracking.metrics import check_metric_step, encode_metrics
 from mado_tracking.resume import ResumeCheckpoint, resume_checkpoint
 
 logger = logging.getLogger("mado_tracking")
 
 RUN_KINDS = ("training", "fine_tuning", "evaluation", "other")
-FINISH_STATUSES = ("finished", "failed", "aborted")
+FINISH_STATUSES = ("finished", "failed", "aborted", "preempted")
 
 _ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789"
 _open_runs: set["RunBase"] = set()
@@ -55,14 +58,34 @@ def check_finish_status(status: str) -> str:
 
 
 class RunBase:
-    """``with`` support, ``resume_checkpoint`` and the interpreter-exit hook of online and offline Runs.
+    """``with`` support, the step counter, ``resume_checkpoint`` and the interpreter-exit hook of online and
+    offline Runs.
 
-    A subclass sets ``id`` and implements ``finish(status)``; it calls
-    ``_opened()`` once ready and ``_closed()`` when it starts finishing.
+    A subclass sets ``id`` and ``step`` and implements ``finish(status)`` and
+    ``mark_preempting()`` (which sets ``preempting``); it calls ``_opened()``
+    once ready and ``_closed()`` when it starts finishing.
     """
 
     id: object = None
     offline = False
+    step = 0
+    preempting = False
+
+    def _encode(self, metrics, step) -> list[str]:
+        """The points of a ``log_metrics`` call at ``step`` (None: ``self.step``); ``self.step`` moves past it.
+
+        Raises ``ValueError`` / ``TypeError`` as ``encode_metrics``; ``self.step`` is unchanged then.
+        """
+        step = check_metric_step(self.step if step is None else step)
+        points = encode_metrics(metrics, step, time.time())
+        self.step = max(self.step, step + 1)
+        return points
+
+    def _ending_status(self, clean: bool) -> str:
+        # SPEC F27: after mark_preempting, only a clean exit finishes; anything else is a preemption.
+        if clean:
+            return "finished"
+        return "preempted" if self.preempting else "failed"
 
     def _opened(self) -> None:
         # An uncaught exception leaves sys.last_value behind; one from before this Run is not ours.
@@ -80,7 +103,7 @@ class RunBase:
     def __exit__(self, exc_type, exc, tb) -> bool:
         clean = exc_type is None or (exc_type is SystemExit and exc.code in (0, None))
         try:
-            self.finish("finished" if clean else "failed")
+            self.finish(self._ending_status(clean))
         except MadoError as error:
             # Training is over either way; failing the program now would only hide its own outcome.
             logger.error("mado: could not mark run %s as ended: %s", self.id, error)
@@ -99,9 +122,10 @@ class RunBase:
         return resume_checkpoint()
 
     def _finish_at_exit(self) -> None:
+        # The exit code is not visible here: a preempting run left open ends preempted whatever it was.
         uncaught = getattr(sys, "last_value", None)
-        failed = uncaught is not None and uncaught is not self._last_value_at_start
-        self.finish("failed" if failed else "finished")
+        failed = self.preempting or (uncaught is not None and uncaught is not self._last_value_at_start)
+        self.finish(self._ending_status(not failed))
 
 
 @atexit.register

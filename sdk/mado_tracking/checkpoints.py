@@ -24,6 +24,7 @@ import requests
 from tqdm import tqdm
 
 from mado_tracking.client import CONNECT_TIMEOUT_S, ApiClient, Backoff, is_transient, retry_after_seconds
+from mado_tracking.lease import LOST_CODES
 from mado_tracking.errors import ApiError, CheckpointError
 from mado_tracking.tarstream import CheckpointTar
 
@@ -93,7 +94,9 @@ def upload_checkpoint(client: ApiClient, *, run_id: int, directory, step: int, i
             (``Checkpoint <id> <what> mismatch``), or the directory changed
             while it was being sent.
         ApiError: the server stayed unreachable (or answered 5xx) through
-            ``attempts`` tries, or refused for another reason (403, 404).
+            ``attempts`` tries, or refused for another reason (403, 404, or
+            409 ``lease_lost`` / ``run_ended``: the Run was taken over by
+            another process or ended on the server, SPEC F25).
     """
     tar = tar if tar is not None else CheckpointTar(directory)
     attempts = UPLOAD_ATTEMPTS if attempts is None else attempts
@@ -115,7 +118,7 @@ def _register(client: ApiClient, *, run_id, directory, step, idempotency_key, in
         return client.request("POST", f"runs/{run_id}/checkpoints/", body=body,
                               headers={"Idempotency-Key": idempotency_key})
     except ApiError as error:
-        if error.status == 409:
+        if error.status == 409 and error.code not in LOST_CODES:
             raise CheckpointError(f"{directory}: cannot save step {step} in run {run_id}: {error.detail}",
                                   field=error.field) from None
         if error.status == 400:
@@ -179,7 +182,7 @@ class _Upload:
         try:
             return self.client.request("POST", f"checkpoints/{self.id}/complete/", body=body)
         except ApiError as error:
-            if error.status in (400, 409):
+            if error.status in (400, 409) and error.code not in LOST_CODES:
                 raise CheckpointError(f"{self.directory}: checkpoint {self.id} (step {self.step}) was not "
                                       f"completed: {error.detail}", field=error.field) from None
             raise
@@ -208,7 +211,7 @@ class _ServerUpload(_Upload):
                         return SavedCheckpoint.from_resource(self.complete(self.declaration(tar)))
                     reason = f"the server received {answer.get('received_bytes')} bytes, {len(tar)} were sent"
                 elif response.status_code == 409:
-                    return self._already_complete(response, tar)
+                    return self._already_complete(response, tar, url)
                 elif not is_transient(response.status_code):
                     raise self.refused(response, url)
                 else:
@@ -217,7 +220,10 @@ class _ServerUpload(_Upload):
             tar = None
         raise AssertionError("unreachable")
 
-    def _already_complete(self, response: requests.Response, tar: CheckpointTar) -> SavedCheckpoint:
+    def _already_complete(self, response: requests.Response, tar: CheckpointTar, url: str) -> SavedCheckpoint:
+        error = self.client.error_from(response, "PUT", url)
+        if error.code in LOST_CODES:  # another process took the Run over: the caller's Run learns it
+            raise error
         # An earlier attempt completed it (its answer got lost): fine if it is this very tar.
         resource = self.client.request("GET", f"checkpoints/{self.id}/")
         if resource.get("state") == "complete" and resource.get("tar_sha256") == tar.sha256:

@@ -62,10 +62,11 @@ class ApiClient:
 
     ``request`` returns the decoded JSON body (None for 204) and raises
     ``ApiError``: for a refused request at once, for a transient failure
-    after ``attempts`` tries.
+    after ``attempts`` tries. ``headers`` go with every request of this
+    client (a Run's ``Mado-Fencing-Token``).
     """
 
-    def __init__(self, config: Config, *, read_timeout: float = READ_TIMEOUT_S):
+    def __init__(self, config: Config, *, read_timeout: float = READ_TIMEOUT_S, headers: dict | None = None):
         self.config = config
         self.read_timeout = read_timeout
         self.session = requests.Session()
@@ -73,6 +74,7 @@ class ApiClient:
             "Authorization": f"Bearer {config.api_token}",
             "Accept": "application/json",
             "User-Agent": f"mado-tracking/{__version__}",
+            **(headers or {}),
         })
 
     def url(self, path: str) -> str:

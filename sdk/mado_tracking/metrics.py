@@ -15,6 +15,13 @@ dropped with a warning naming the refused field. Every batch carries its own
 retry after a lost answer is a no-op on the server instead of a second copy.
 ``flush`` waits until what is queued has been sent (before a checkpoint);
 ``close`` drains the queue within a deadline.
+
+The same thread sends the Run's heartbeats (SPEC F26) every
+``lease.heartbeat_interval`` seconds, so a slow server never delays
+``log_metrics``. A 409 ``lease_lost`` / ``run_ended`` answer to either loses
+the Run (``mado_tracking.lease``): what is queued is dropped and the thread
+ends. Points the server drops after a resume (their step is below the
+resumed run's step counter) are reported with one warning per key.
 """
 
 import json
@@ -31,6 +38,7 @@ import requests
 
 from mado_tracking.client import ApiClient, Backoff, is_transient, retry_after_seconds
 from mado_tracking.config import Config
+from mado_tracking.lease import Lease
 
 logger = logging.getLogger("mado_tracking")
 
@@ -121,11 +129,14 @@ class MetricSender:
     """The queue of one Run's metric points and the daemon thread that sends them.
 
     Points arrive validated and encoded by ``encode_point`` (JSON text). Counters ``sent`` and
-    ``dropped`` (refused by the server) are for reports and tests.
+    ``dropped`` (refused by the server, or never sent once the Run was lost) are for reports and tests.
+    ``lease`` (None: no fencing, no heartbeat) is the Run's write lease.
     """
 
-    def __init__(self, config: Config, run_id: int):
+    def __init__(self, config: Config, run_id: int, *, lease: Lease | None = None):
         self._config = config
+        self._lease = lease
+        self._warned_keys: set[str] = set()
         self._path = f"runs/{run_id}/metrics/"
         self._run_id = run_id
         self._batch_max = BATCH_MAX
@@ -184,17 +195,30 @@ class MetricSender:
 
     # --- sender thread ---------------------------------------------------------------
     def _loop(self) -> None:
-        client = ApiClient(self._config)
+        lease = self._lease
+        client = ApiClient(self._config, headers=lease.headers if lease else None)
+        next_heartbeat = time.monotonic() + lease.heartbeat_interval if lease else math.inf
         try:
             while True:
-                self._wake.wait(self._interval)
+                self._wake.wait(min(self._interval, max(next_heartbeat - time.monotonic(), 0.0)))
                 self._wake.clear()
-                if not self._drain(client):
+                if not self._drain(client) or (lease and lease.lost):
                     return
                 if self._closing.is_set() and not self._queue:
                     return
+                if time.monotonic() >= next_heartbeat:
+                    lease.heartbeat(client, self._run_id)
+                    if lease.lost:
+                        self._drop_queue()
+                        return
+                    next_heartbeat = time.monotonic() + lease.heartbeat_interval
         finally:
             client.close()
+
+    def _drop_queue(self) -> None:
+        dropped = len(self._queue)
+        self._queue.clear()
+        self.dropped += dropped
 
     def _take(self) -> list[str]:
         queue = self._queue
@@ -243,6 +267,7 @@ class MetricSender:
                 if response.status_code < 400:
                     self._recovered()
                     self.sent += len(batch)
+                    self._warn_dropped_keys(response)
                     return True
                 if not is_transient(response.status_code):
                     self._refused(client, response, len(batch))
@@ -266,8 +291,23 @@ class MetricSender:
             self._outage = False
             logger.warning("mado: sending metrics of run %s again", self._run_id)
 
+    def _warn_dropped_keys(self, response: requests.Response) -> None:
+        try:
+            keys = response.json().get("dropped_keys") or []
+        except (ValueError, AttributeError):
+            return
+        for key in keys:
+            if key not in self._warned_keys:
+                self._warned_keys.add(key)
+                logger.warning("mado: points of %r were dropped by the server: their step is below the step run %s "
+                               "continues at after its resume (run.step; log_metrics without step= counts from it)",
+                               key, self._run_id)
+
     def _refused(self, client: ApiClient, response: requests.Response, count: int) -> None:
         error = client.error_from(response, "POST", self._path)
         self.dropped += count
+        if self._lease is not None and self._lease.lost_by(error):
+            self._drop_queue()
+            return
         logger.warning("mado: the server refused a batch of %d metric points of run %s (field %s: %s); "
                        "the batch is dropped", count, self._run_id, error.field or "unknown", error.detail)

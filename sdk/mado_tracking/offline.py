@@ -23,7 +23,6 @@ refused, so two unrelated runs never mix their points.
 import json
 import os
 import shutil
-import time
 import uuid
 from datetime import datetime, timezone
 from pathlib import Path
@@ -31,7 +30,6 @@ from pathlib import Path
 from mado_tracking._base import RunBase, check_finish_status, new_external_id
 from mado_tracking.checkpoints import SavedCheckpoint, check_step
 from mado_tracking.errors import CheckpointError, MadoError
-from mado_tracking.metrics import encode_metrics
 from mado_tracking.resume import resume_checkpoint
 from mado_tracking.tarstream import CheckpointTar, scan
 
@@ -100,7 +98,7 @@ def start_offline_run(*, project: str | None, name: str | None, kind: str, param
                   else str(name), "kind": kind, "parameters": parameters, "status": "running",
                   "created_at": started, "started_at": started, "ended_at": None, "attempts": [attempt],
                   "checkpoints": []}
-    return OfflineRun(directory=directory, record=record)
+    return OfflineRun(directory=directory, record=record, step=0 if resume is None else resume.step)
 
 
 class OfflineRun(RunBase):
@@ -109,13 +107,16 @@ class OfflineRun(RunBase):
 
     Attributes: ``id`` (None: no server id), ``external_id`` (the run id,
     kept by ``mado sync``), ``directory`` (Path), ``url`` (``file://`` URL of
-    the directory), ``project``, ``name``, ``kind``, ``parameters``, ``status``.
+    the directory), ``project``, ``name``, ``kind``, ``parameters``, ``status``,
+    ``step`` (next ``log_metrics`` step: 0, or the step of the checkpoint
+    resumed from), ``preempting``.
     """
 
     offline = True
 
-    def __init__(self, *, directory: Path, record: dict):
+    def __init__(self, *, directory: Path, record: dict, step: int = 0):
         self.id = None
+        self.step = step
         self.directory = Path(directory)
         self._record = record
         self.external_id: str = record["external_id"]
@@ -153,10 +154,11 @@ class OfflineRun(RunBase):
         if self._finishing:
             raise MadoError(f"offline run {self.external_id} is finished; {what} must come before finish()")
 
-    def log_metrics(self, metrics, step: int) -> None:
-        """Append the points to ``metrics.jsonl`` and flush (SPEC F2, F18); validation as ``Run.log_metrics``."""
+    def log_metrics(self, metrics, step: int | None = None) -> None:
+        """Append the points to ``metrics.jsonl`` and flush (SPEC F2, F18); ``step`` and validation as
+        ``Run.log_metrics``."""
         self._require_open("log_metrics")
-        points = encode_metrics(metrics, step, time.time())
+        points = self._encode(metrics, step)
         if points:
             self._metrics.write("\n".join(points) + "\n")
             self._metrics.flush()
@@ -203,19 +205,33 @@ class OfflineRun(RunBase):
         return SavedCheckpoint(id=None, step=step, sha256=tar.sha256, tar_size=len(tar),
                                file_count=len(tar.manifest), total_bytes=tar.total_bytes, location=str(target))
 
+    def mark_preempting(self) -> None:
+        """Record ``preempting`` in ``run.json`` (SPEC F27), as ``Run.mark_preempting``: sticky, idempotent,
+        safe in a signal handler; the run then ends ``preempted`` unless the program exits cleanly."""
+        if self.preempting or self._finishing:
+            return
+        self.preempting = True
+        self._set_status("preempting", ended=None)
+
     def finish(self, status: str = "finished", *, timeout: float | None = None) -> None:
         """Record the final status and end time in ``run.json``; calling it again does nothing.
 
-        ``status``: ``"finished"``, ``"failed"`` or ``"aborted"`` (else
-        ``ValueError``); ``timeout`` is accepted for symmetry with ``Run``.
+        ``status``: ``"finished"``, ``"failed"``, ``"aborted"`` or
+        ``"preempted"`` (else ``ValueError``); after ``mark_preempting``,
+        ``"failed"`` is recorded as ``"preempted"`` (as the server does).
+        ``timeout`` is accepted for symmetry with ``Run``.
         """
         check_finish_status(status)
+        if self.preempting and status == "failed":
+            status = "preempted"
         if self._finishing:
             return
         self._finishing = True
         self._closed()
         self._metrics.close()
-        ended = now_iso()
+        self._set_status(status, ended=now_iso())
+
+    def _set_status(self, status: str, *, ended: str | None) -> None:
         self._record["status"], self._record["ended_at"] = status, ended
         attempts = self._record.get("attempts") or []
         if attempts:

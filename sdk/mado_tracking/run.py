@@ -1,16 +1,19 @@
-"""``start_run`` and the ``Run`` handle: one Run of training code on the mado server (SPEC F2, F29).
+"""``start_run`` and the ``Run`` handle: one Run of training code on the mado server (SPEC F2, F24–F27, F29).
 
-A Run is created on the server when ``start_run`` returns. Leaving a ``with``
-block finishes it (``finished``, or ``failed`` on an exception, Ctrl-C
-included); without ``with``, call ``run.finish()``. Whatever is still open at
-interpreter exit is finished by an ``atexit`` hook: ``failed`` when the
-program ended with an uncaught exception, else ``finished``.
+A Run is created (or resumed under its id, ``mado_tracking.resume_mode``) on
+the server when ``start_run`` returns. Leaving a ``with`` block finishes it
+(``finished``, or ``failed`` on an exception, Ctrl-C and ``sys.exit(1)``
+included; ``preempted`` instead after ``run.mark_preempting()``); without
+``with``, call ``run.finish()``. Whatever is still open at interpreter exit is
+finished by an ``atexit`` hook: ``failed`` when the program ended with an
+uncaught exception, ``preempted`` after ``mark_preempting``, else ``finished``.
+While it is open the process holds the Run's write lease and heartbeats
+(``mado_tracking.lease``).
 """
 
 import logging
 import os
 import threading
-import time
 import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -28,7 +31,20 @@ from mado_tracking._base import (
 from mado_tracking.checkpoints import SavedCheckpoint, check_step, upload_checkpoint
 from mado_tracking.client import ApiClient
 from mado_tracking.errors import ApiError, CheckpointError, MadoError
-from mado_tracking.metrics import MetricSender, encode_metrics
+from mado_tracking.lease import DEFAULT_HEARTBEAT_INTERVAL_S, Lease, heartbeat_interval_from_environment
+from mado_tracking.metrics import MetricSender
+from mado_tracking.resume_mode import (
+    auto_resume_target,
+    check_resume_mode,
+    check_run_id,
+    clear_resume_file,
+    create_run,
+    resume_file_path,
+    start_body,
+    write_resume_file,
+)
+from mado_tracking.stages import data_stage_body
+from mado_tracking.status import set_preempting, set_status
 from mado_tracking.tarstream import CheckpointTar
 
 logger = logging.getLogger("mado_tracking")
@@ -37,14 +53,15 @@ __all__ = ["FINISH_STATUSES", "RUN_KINDS", "Run", "start_run"]
 
 DEFAULT_FLUSH_TIMEOUT_S = 60.0
 ENV_MODE = "MMT_MODE"
-ENV_RUN_ID = "MMT_RUN_ID"
 
 
 def start_run(project: str | None = None, name: str | None = None, kind: str = "training",
-              parameters: Mapping | None = None, *, api_url: str | None = None, api_token: str | None = None,
+              parameters: Mapping | None = None, *, id: str | None = None, resume: str | None = None,
+              allow_param_change: bool = False, api_url: str | None = None, api_token: str | None = None,
               flush_timeout: float = DEFAULT_FLUSH_TIMEOUT_S, offline: bool | None = None,
               output: str | os.PathLike | None = None):
-    """Create a Run on the mado server (or offline, in a local directory) and return its handle (SPEC F2, F18).
+    """Create or resume a Run on the mado server (or offline, in a local directory); return its handle
+    (SPEC F2, F18, F24).
 
     Use it as a context manager (``with start_run(...) as run:``) or call
     ``run.finish()`` yourself.
@@ -55,8 +72,16 @@ def start_run(project: str | None = None, name: str | None = None, kind: str = "
         name: free label shown in the UI (at most 200 characters; None = no name).
         kind: ``"training"``, ``"fine_tuning"``, ``"evaluation"`` or ``"other"``.
         parameters: JSON object of the run's parameters (str keys; values
-            str, int, finite float, bool, None, lists and dicts of those);
-            recorded once, never overwritten.
+            str, int, finite float, bool, None, lists and dicts of those).
+            On a resume new keys are added; changing a recorded value is
+            refused unless ``allow_param_change``.
+        id: the run id (``MMT_RUN_ID`` when None): 1 to 128 characters of
+            ``[A-Za-z0-9_.-]``, unique in the project; default a fresh random one.
+        resume: ``"must"``, ``"allow"``, ``"never"`` or ``"auto"``
+            (``MMT_RESUME`` when None; see ``mado_tracking.resume_mode``).
+            A resumed run continues its step counter (``run.step``).
+        allow_param_change: on a resume, let ``parameters`` change recorded
+            values (each change is recorded on the Run).
         api_url: server root such as ``http://127.0.0.1:8000`` (``MMT_API_URL``).
         api_token: API token (``MMT_API_TOKEN``), sent as ``Authorization: Bearer``.
         flush_timeout: seconds ``finish`` waits for buffered metrics to reach the server.
@@ -66,46 +91,58 @@ def start_run(project: str | None = None, name: str | None = None, kind: str = "
         output: offline only: the run's directory (default ``MMT_OFFLINE_DIR``,
             else ``./mado-offline/<run id>``).
 
-    The run id (``external_id``) is ``MMT_RUN_ID`` when set (a Job's code:
-    the worker pre-created that Run ``pending`` and the server attaches this
-    process to it, docs/jobs.md), else a fresh random one.
+    With ``MMT_RUN_ID`` and no resume mode (a Job's code: the worker
+    pre-created that Run ``pending``) the server attaches this process to
+    it (docs/jobs.md). Every online start records the run in
+    ``<cwd>/.mado/resume.json`` for ``resume="auto"``.
 
     Returns:
         ``Run`` online, ``OfflineRun`` offline (same methods).
 
     Raises:
         ConfigError: online, API URL, token or project neither passed nor in the environment (named).
-        ValueError: unknown ``kind``, ``parameters`` not a JSON object, or ``MMT_MODE`` not online/offline.
-        ApiError: the server refused (unknown project → 404, viewer → 403, bad
-            field → 400 naming it) or stayed unreachable through the retries.
+        ValueError: before any request: unknown ``kind`` or ``resume``, a bad
+            ``id``, ``parameters`` not a JSON object, ``MMT_MODE`` not
+            online/offline, ``MMT_HEARTBEAT_INTERVAL`` not seconds > 0, or a
+            resume mode offline (the argument and variable are named).
+        ApiError: the server refused: unknown project → 404, viewer → 403,
+            bad field → 400 naming it, ``must`` with an unknown id → 404,
+            ``never`` with a taken id → 409, a recorded parameter changed →
+            409 ``parameters.<key>``, the run live in another process → 409
+            ``run_live``; or it stayed unreachable through the retries.
         MadoError: offline, the directory already holds another run.
     """
     check_kind(kind)
     parameters = check_parameters(parameters)
+    run_id = check_run_id(id)
+    resume = check_resume_mode(resume, run_id)
     if offline is None:
         offline = _offline_from_environment()
     if offline:
+        if resume is not None:
+            raise ValueError(f"resume needs the mado server (resume={resume!r}, argument resume= or MMT_RESUME); "
+                             "offline runs cannot be resumed by id: unset it or run online")
         from mado_tracking.offline import start_offline_run
 
         return start_offline_run(project=project or os.environ.get(config_module.ENV_PROJECT) or None, name=name,
-                                 kind=kind, parameters=parameters, output=output,
-                                 external_id=_run_id_from_environment())
+                                 kind=kind, parameters=parameters, output=output, external_id=run_id)
+    heartbeat_interval = heartbeat_interval_from_environment()
     config = config_module.resolve(api_url=api_url, api_token=api_token, project=project)
-    body = {"project": config.project, "kind": kind, "parameters": parameters,
-            "external_id": _run_id_from_environment() or new_external_id()}
-    if name is not None:
-        body["name"] = str(name)
     client = ApiClient(config)
     try:
+        resume_file = resume_file_path()
+        if resume == "auto":  # an explicit id makes it "allow"; else the last unfinished run started here
+            run_id = run_id or auto_resume_target(client, config.project, resume_file)
+            resume = "allow" if run_id is not None else None
+        body = start_body(project=config.project, kind=kind, parameters=parameters, name=name,
+                          run_id=run_id or new_external_id(), resume=resume, allow_param_change=allow_param_change)
         data = create_run(client, body)
     except BaseException:
         client.close()
         raise
-    return Run(client=client, config=config, data=data, flush_timeout=flush_timeout)
-
-
-def _run_id_from_environment() -> str | None:
-    return os.environ.get(ENV_RUN_ID, "").strip() or None
+    write_resume_file(resume_file, project=config.project, run=data)
+    return Run(client=client, config=config, data=data, flush_timeout=flush_timeout,
+               heartbeat_interval=heartbeat_interval, resume_file=resume_file)
 
 
 def _offline_from_environment() -> bool:
@@ -115,53 +152,46 @@ def _offline_from_environment() -> bool:
     return mode == "offline"
 
 
-def create_run(client: ApiClient, body: dict) -> dict:
-    """POST runs/, retried on transient failures; a retry that finds its own Run already created returns it."""
-    retried = False
-
-    def note_retry():
-        nonlocal retried
-        retried = True
-
-    try:
-        return client.request("POST", "runs/", body=body, on_retry=note_retry)
-    except ApiError as error:
-        if not (retried and error.status == 409 and error.field == "external_id"):
-            raise
-        found = find_run(client, body["project"], body["external_id"])
-        if found is None:
-            raise
-        return found
-
-
-def find_run(client: ApiClient, project: str, external_id: str) -> dict | None:
-    """The Run of ``project`` whose run id is ``external_id``, or None."""
-    found = client.request("GET", "runs/", params={"project": project, "external_id": external_id})
-    for run in found.get("results", []):
-        if run.get("external_id") == external_id:
-            return run
-    return None
-
-
 class Run(RunBase):
     """Handle of a Run on the server; created by ``start_run``.
 
     Attributes: ``id`` (int, the API id), ``external_id`` (the run id, str),
     ``url`` (absolute URL of the Run page), ``project`` (slug), ``name``,
-    ``kind``, ``parameters`` (dict), ``status`` (last status known here).
+    ``kind``, ``parameters`` (dict), ``status`` (last status known here),
+    ``step`` (the step the next ``log_metrics`` without ``step=`` uses: 0 for
+    a new run, the last step + 1 after a resume), ``resumed`` (bool),
+    ``resume_count``, ``fencing_token`` (int or None), ``preempting`` (bool),
+    ``lost`` (another process took the Run over, or it ended on the server).
     """
 
-    def __init__(self, *, client: ApiClient, config: config_module.Config, data: dict, flush_timeout: float):
+    def __init__(self, *, client: ApiClient, config: config_module.Config, data: dict, flush_timeout: float,
+                 heartbeat_interval: float | None = None, resume_file: Path | None = None):
         self._client = client
         self._config = config
         self._flush_timeout = flush_timeout
+        self._resume_file = resume_file
         self._update(data)
+        self.resumed: bool = bool(data.get("resumed"))
+        self.resume_count: int = data.get("resume_count") or 0
+        self.fencing_token: int | None = data.get("fencing_token")
+        last_step = data.get("last_step")
+        self.step = max(data.get("step_floor") or 0, 0 if last_step is None else last_step + 1)
+        self._lease = Lease(run_label=self.external_id or str(self.id), token=self.fencing_token,
+                            heartbeat_interval=heartbeat_interval or data.get("heartbeat_interval")
+                            or DEFAULT_HEARTBEAT_INTERVAL_S)
+        client.session.headers.update(self._lease.headers)
         self._finishing = False
+        self._dropping_warned = False
         self._finish_lock = threading.Lock()
         self._checkpoint_keys: dict[int, str] = {}  # step → Idempotency-Key of a save not yet completed
         self._saved_steps: set[int] = set()
-        self._sender = MetricSender(config, self.id)
+        self._sender = MetricSender(config, self.id, lease=self._lease)
         self._opened()
+
+    @property
+    def lost(self) -> bool:
+        """True once another process took this Run over or it ended on the server (nothing is sent any more)."""
+        return self._lease.lost
 
     def _update(self, data: dict) -> None:
         self.id: int = data["id"]
@@ -176,19 +206,22 @@ class Run(RunBase):
     def __repr__(self) -> str:
         return f"<Run {self.id} {self.external_id} {self.name!r} {self.status}>"
 
-    def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
-        """Queue metric values measured at ``step``; sent in the background (SPEC F2).
+    def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
+        """Queue metric values measured at ``step``; sent in the background (SPEC F2, F24).
 
         Returns at once: no network I/O and no lock held while sending happens
         (a daemon thread posts batches about every second). The values are
-        stamped with the current wall-clock time.
+        stamped with the current wall-clock time. Once the Run is ``lost``
+        the values are dropped (one warning), not raised: training goes on.
 
         Args:
             metrics: ``{key: value}``; key a non-empty str of at most 250
                 characters (``"train.loss"``), value an int or float
                 (numpy scalars too; NaN and ±inf are kept and stored).
             step: int >= 0, the number of steps completed or the step index;
-                after a resume, keep counting from the checkpoint's step (F2).
+                None = ``run.step``. ``run.step`` then moves past the step
+                used. After a resume the server drops points below the
+                resumed run's first step (one warning per key).
 
         Raises:
             ValueError: a bad step, key or value (the message names the key);
@@ -198,7 +231,14 @@ class Run(RunBase):
         """
         if self._finishing:
             raise MadoError(f"run {self.id} is finished; log_metrics must come before finish()")
-        self._sender.add(encode_metrics(metrics, step, time.time()))
+        points = self._encode(metrics, step)
+        if self._lease.lost:
+            if not self._dropping_warned:
+                self._dropping_warned = True
+                logger.warning("mado: run %s is no longer written by this process (see the error above); "
+                               "log_metrics values are dropped from now on", self.external_id)
+            return
+        self._sender.add(points)
 
     def log_checkpoint(self, directory: str | os.PathLike, step: int, includes_optimizer: bool = False,
                        framework: str | None = None) -> SavedCheckpoint:
@@ -227,11 +267,14 @@ class Run(RunBase):
                 link, an empty directory, a non-regular file, a missing
                 directory, a negative step, a step already saved in this Run;
                 after it: the server refused the tar or its manifest.
-            ApiError: the server stayed unreachable through the retries.
-            MadoError: the Run was already finished.
+            ApiError: the server stayed unreachable through the retries, or
+                the Run was taken over by another process or ended on the
+                server (409 ``lease_lost`` / ``run_ended``).
+            MadoError: the Run was already finished, or ``lost`` before.
         """
         if self._finishing:
             raise MadoError(f"run {self.id} is finished; log_checkpoint must come before finish()")
+        self._require_lease("log_checkpoint")
         step = check_step(step, directory)
         if step in self._saved_steps:
             raise CheckpointError(f"{directory}: step {step} is already saved in run {self.id}", field="step")
@@ -242,9 +285,13 @@ class Run(RunBase):
                            "anyway", unsent, self.id, step)
         # A second call for a step whose save failed replays the same registration instead of a 409.
         key = self._checkpoint_keys.setdefault(step, str(uuid.uuid4()))
-        saved = upload_checkpoint(self._client, run_id=self.id, directory=Path(directory), step=step,
-                                  idempotency_key=key, includes_optimizer=includes_optimizer, framework=framework,
-                                  tar=tar)
+        try:
+            saved = upload_checkpoint(self._client, run_id=self.id, directory=Path(directory), step=step,
+                                      idempotency_key=key, includes_optimizer=includes_optimizer,
+                                      framework=framework, tar=tar)
+        except ApiError as error:
+            self._lease.lost_by(error)
+            raise
         self._saved_steps.add(step)
         self._checkpoint_keys.pop(step, None)
         return saved
@@ -277,13 +324,40 @@ class Run(RunBase):
             ApiError: refused: 400 (field named: empty set, unknown ids,
                 step, checkpoint), 409 (another set is recorded at that step
                 — ``detail`` shows it — or the Run's Job has ended), or the
-                server stayed unreachable through the retries.
-            MadoError: the Run was already finished.
+                server stayed unreachable through the retries; 409
+                ``lease_lost`` / ``run_ended`` when the Run was lost.
+            MadoError: the Run was already finished, or ``lost`` before.
         """
         if self._finishing:
             raise MadoError(f"run {self.id} is finished; log_training_data_stage must come before finish()")
+        self._require_lease("log_training_data_stage")
         body = data_stage_body(start_step, input_dataset_version_ids, checkpoint_id, metadata)
-        return self._client.request("POST", f"runs/{self.id}/data-stages/", body=body)
+        try:
+            return self._client.request("POST", f"runs/{self.id}/data-stages/", body=body)
+        except ApiError as error:
+            self._lease.lost_by(error)
+            raise
+
+    def _require_lease(self, what: str) -> None:
+        if self._lease.lost:
+            raise MadoError(f"run {self.external_id} is no longer written by this process (taken over by another "
+                            f"one, or ended on the server); {what} sent nothing")
+
+    def mark_preempting(self) -> None:
+        """Tell the server this run is being preempted (SPEC F27); safe to call from a signal handler.
+
+        Sticky: from now on leaving the run any other way than a clean exit
+        (``with`` left normally or by ``sys.exit(0)``) ends it ``preempted``,
+        as does the interpreter exit of a run left open; a sweep then
+        requeues it. Calling it again does nothing. The ``PATCH`` is tried
+        a few times quickly on its own connection; when it fails the server
+        learns it at the end (a warning says so). Never raises.
+        """
+        if self.preempting or self._finishing:
+            return
+        self.preempting = True
+        if not self._lease.lost:
+            self.status = (set_preempting(self._config, self._lease, self.id) or {}).get("status", self.status)
 
     def finish(self, status: str = "finished", *, timeout: float | None = None) -> None:
         """Send the buffered metrics, then set the Run's final status on the server (SPEC F29).
@@ -292,9 +366,12 @@ class Run(RunBase):
         seconds (default: ``flush_timeout`` of ``start_run``) are given up
         with a warning. If the server already holds another final state
         (the Job was aborted meanwhile), that state is kept, with a warning.
+        A ``lost`` Run is left to the process that holds it. After
+        ``mark_preempting`` the server turns ``failed`` into ``preempted``.
+        ``finished`` removes ``.mado/resume.json`` (nothing to resume).
 
         Args:
-            status: ``"finished"``, ``"failed"`` or ``"aborted"``.
+            status: ``"finished"``, ``"failed"``, ``"aborted"`` or ``"preempted"``.
             timeout: seconds to wait for the metric buffer to drain.
 
         Raises:
@@ -313,42 +390,16 @@ class Run(RunBase):
             unsent = self._sender.close(self._flush_timeout if timeout is None else timeout)
         except KeyboardInterrupt as exc:  # a second Ctrl-C: stop waiting for the network
             interrupted, status, unsent = exc, "failed", self._sender.pending
-        if unsent:
+        if unsent and not self._lease.lost:
             logger.warning("mado: %d metric points of run %s could not be sent before finishing", unsent, self.id)
         try:
-            self._update(set_status(self._client, self.id, status, attempts=1 if interrupted else 5))
+            if not self._lease.lost:
+                data = set_status(self._client, self.id, status, attempts=1 if interrupted else 5, lease=self._lease)
+                if data is not None:
+                    self._update(data)
         finally:
             self._client.close()
+        if self.status == "finished" and self._resume_file is not None:
+            clear_resume_file(self._resume_file, self.external_id)
         if interrupted is not None:
             raise interrupted
-
-
-def data_stage_body(start_step, input_dataset_version_ids, checkpoint_id, metadata) -> dict:
-    """The ``POST runs/{id}/data-stages/`` body, checked here so a bad argument fails before any request."""
-    if isinstance(start_step, bool) or not isinstance(start_step, int) or start_step < 0:
-        raise ValueError(f"start_step must be an int >= 0, got {start_step!r}")
-    if isinstance(input_dataset_version_ids, (str, bytes)) or not isinstance(input_dataset_version_ids, Sequence):
-        raise ValueError("input_dataset_version_ids must be a list of dataset version ids (the full set)")
-    ids = list(input_dataset_version_ids)
-    if not ids or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
-        raise ValueError(f"input_dataset_version_ids must be a non-empty list of int ids (the full set), got {ids!r}")
-    checkpoint_id = getattr(checkpoint_id, "id", checkpoint_id)  # a SavedCheckpoint is accepted too
-    if checkpoint_id is not None and (isinstance(checkpoint_id, bool) or not isinstance(checkpoint_id, int)):
-        raise ValueError(f"checkpoint_id must be an int or None, got {checkpoint_id!r}")
-    if metadata is not None and not isinstance(metadata, Mapping):
-        raise ValueError("metadata must be a mapping (a JSON object) or None")
-    return {"start_step": start_step, "input_dataset_version_ids": ids, "checkpoint_id": checkpoint_id,
-            "metadata": dict(metadata or {})}
-
-
-def set_status(client: ApiClient, run_id: int, status: str, *, attempts: int = 5) -> dict:
-    """PATCH the Run's final status; another final state already on the server is kept (warning). The Run's JSON."""
-    try:
-        return client.request("PATCH", f"runs/{run_id}/", body={"status": status}, attempts=attempts)
-    except ApiError as error:
-        if error.status != 409:
-            raise
-        data = client.request("GET", f"runs/{run_id}/", attempts=attempts)
-        logger.warning("mado: run %s already ended as %s on the server; not marked %s",
-                       run_id, data.get("status"), status)
-        return data

@@ -30,7 +30,9 @@ from mado_tracking.config import ENV_PROJECT, Config
 from mado_tracking.errors import ConfigError
 from mado_tracking.metrics import BATCH_MAX
 from mado_tracking.offline import CHECKPOINTS_DIR, METRICS_FILE, read_record, write_json_atomically
-from mado_tracking.run import FINISH_STATUSES, create_run, find_run, set_status
+from mado_tracking._base import FINISH_STATUSES
+from mado_tracking.resume_mode import create_run, find_run
+from mado_tracking.status import set_status
 
 logger = logging.getLogger("mado_tracking")
 

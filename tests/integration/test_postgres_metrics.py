@@ -12,7 +12,7 @@ from runs.metrics import metrics_ingest
 def test_copy_ingest_stores_every_point_including_non_finite(postgres, run, creator):
     points = [{"key": "loss", "value": 1.0 / (s + 1), "step": s, "timestamp": 1_700_000_000 + s} for s in range(5000)]
     points += [{"key": "loss", "value": "NaN", "step": 5000}, {"key": "loss", "value": "-Infinity", "step": 5001}]
-    assert metrics_ingest(actor=creator, run=run, points=points) == 5002
+    assert metrics_ingest(actor=creator, run=run, points=points).stored == 5002
     history = selectors.metric_history(run=run, key="loss")
     assert len(history) == 5002
     assert history[10] == (10, 1.0 / 11, (1_700_000_000 + 10) * 1000)

@@ -8,6 +8,7 @@ from django.urls import reverse
 from checkpoints.models import Artifact, Checkpoint, CheckpointState, ManifestEntry
 from runs.metrics import metrics_ingest
 from runs.models import DataStage, Project, Run
+from runs.sweeps.services import sweep_claim, sweep_create
 from tests.factories import CodeVersionFactory, DatasetVersionFactory, UserFactory
 
 MODELS = [model for label in ("runs", "checkpoints") for model in apps.get_app_config(label).get_models()]
@@ -35,6 +36,10 @@ def one_of_each(project, run, creator):
     stage = DataStage.objects.create(run=run, start_step=10, checkpoint=checkpoint, created_by=creator)
     stage.dataset_versions.set(run.input_dataset_versions.all())
     run.tags.create(key="team", value="vision")
+    run.parameter_changes.create(key="lr", old_value=0.1, new_value=0.2, lease_token=2, changed_by=creator)
+    sweep = sweep_create(actor=creator, project=project, config={
+        "method": "grid", "metric": {"name": "loss"}, "parameters": {"lr": {"values": [0.1]}}, "program": "python t.py"})
+    sweep_claim(actor=creator, sweep=sweep, agent="gpu-1:7")
 
 
 @pytest.mark.parametrize("model", MODELS, ids=lambda m: m.__name__)

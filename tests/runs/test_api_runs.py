@@ -11,6 +11,8 @@ RUN_FIELDS = {
     "id", "external_id", "project", "name", "kind", "status", "created_by", "parameters",
     "input_dataset_version_ids", "code_version_id", "parent_id", "source_checkpoint_id",
     "heartbeat_at", "created_at", "started_at", "ended_at", "url",
+    "fencing_token", "resumed", "resume_count", "last_step", "step_floor", "dropped_points",
+    "writer_host", "writer_pid", "writer_since", "heartbeat_interval",
 }
 
 

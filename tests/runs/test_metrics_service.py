@@ -9,7 +9,7 @@ from runs.metrics import metrics_ingest
 
 def test_it_stores_a_batch_and_reads_history_in_step_order(run, creator):
     points = [{"key": "loss", "value": 1.0 / (s + 1), "step": s} for s in (2, 0, 1)]
-    assert metrics_ingest(actor=creator, run=run, points=points) == 3
+    assert metrics_ingest(actor=creator, run=run, points=points).stored == 3
     history = selectors.metric_history(run=run, key="loss")
     assert [p[0] for p in history] == [0, 1, 2]
     assert history[0][1] == 1.0

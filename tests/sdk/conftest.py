@@ -1,4 +1,5 @@
-"""SDK test fixtures: no ``MMT_*`` variable leaks in from the developer's shell; a member's token."""
+"""SDK test fixtures: no ``MMT_*`` variable leaks in from the developer's shell, each test runs in its own
+directory (``start_run`` writes ``.mado/resume.json`` there); a member's token."""
 
 import os
 
@@ -11,6 +12,11 @@ def _clean_mmt_environment(monkeypatch):
     for name in list(os.environ):
         if name.startswith("MMT_"):
             monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture(autouse=True)
+def _own_working_directory(monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
 
 
 @pytest.fixture

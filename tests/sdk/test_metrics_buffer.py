@@ -4,6 +4,8 @@ and the checks ``log_metrics`` makes before queueing anything."""
 import json
 import logging
 import math
+import os
+import socket
 
 import pytest
 
@@ -109,7 +111,7 @@ def test_the_run_is_created_with_a_client_chosen_run_id_and_the_token():
             pass
     (body,) = stub.runs
     assert body == {"project": "vision", "kind": "training", "parameters": {"lr": 0.1}, "name": "n1",
-                    "external_id": run.external_id}
+                    "external_id": run.external_id, "host": socket.gethostname(), "pid": os.getpid()}
     assert len(run.external_id) == 8
 
 

@@ -1,7 +1,8 @@
 """The ``mado`` command line (SPEC F18, F29; issue 4 part 6).
 
 ``mado --version``, ``mado runs list``, ``mado sync DIR``,
-``mado code push DIR``, ``mado job launch | list | show | abort | resume | logs``.
+``mado code push DIR``, ``mado job launch | list | show | abort | resume | logs``,
+``mado sweep create | show`` and ``mado agent SWEEP_ID`` (F27, F28).
 Configuration as in the SDK: ``--api-url`` / ``--api-token`` (on ``mado`` or
 on the command), else ``MMT_API_URL`` / ``MMT_API_TOKEN``; ``--project``
 defaults to ``MMT_PROJECT``. Exit statuses: ``mado_tracking.cli._common``.
@@ -10,9 +11,11 @@ defaults to ``MMT_PROJECT``. Exit statuses: ``mado_tracking.cli._common``.
 import click
 
 from mado_tracking._version import __version__
+from mado_tracking.cli.agent import agent
 from mado_tracking.cli.code import code
 from mado_tracking.cli.jobs import job
 from mado_tracking.cli.runs import runs, sync
+from mado_tracking.cli.sweeps import sweep
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -25,7 +28,7 @@ def main(ctx: click.Context, api_url: str | None, api_token: str | None) -> None
     ctx.obj = {"api_url": api_url, "api_token": api_token}
 
 
-for _command in (runs, sync, code, job):
+for _command in (runs, sync, code, job, sweep, agent):
     main.add_command(_command)
 
 __all__ = ["main"]

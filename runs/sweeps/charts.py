@@ -1,0 +1,106 @@
+"""The Sweep page's scatter plots: the sweep's metric (y) against each searched parameter (x), one dot per trial.
+
+Server-rendered inline SVG in the style of ``runs.charts`` (same size,
+margins and min/max labels). A numeric parameter is drawn on a linear axis
+(logarithmic for ``log_uniform_values``), a parameter with listed values on
+one slot per value, labelled. Trials without a finite metric are not drawn;
+the best trial's dot is marked.
+"""
+
+import math
+from dataclasses import dataclass
+
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString, mark_safe
+from django.utils.translation import gettext as _
+
+from runs.charts import BOTTOM, HEIGHT, LEFT, RIGHT, TOP, WIDTH
+from runs.models import Sweep, SweepTrial
+
+PLOT_W, PLOT_H = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
+MAX_CATEGORY_LABELS = 12
+
+
+@dataclass(frozen=True)
+class Scatter:
+    """One parameter's plot: ``svg`` is safe markup, ``drawn`` how many trials have a dot."""
+
+    parameter: str
+    svg: SafeString
+    drawn: int
+
+
+def _label(value) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def _axis(low: float, high: float, size: float, flip: bool):
+    """A function mapping [low, high] onto [0, size] (reversed when ``flip``); a single value sits mid-axis."""
+    if high == low:
+        return lambda v: size / 2
+    ratio = size / (high - low)
+    return (lambda v: size - (v - low) * ratio) if flip else (lambda v: (v - low) * ratio)
+
+
+def _x_positions(spec: dict, values: list):
+    """``(position of each value, x-axis labels as (x, text))`` for one parameter's values."""
+    if "values" in spec and not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in spec["values"]):
+        slots = {repr(v): i for i, v in enumerate(spec["values"])}
+        step = PLOT_W / len(slots)
+        positions = [step * (slots.get(repr(v), 0) + 0.5) for v in values]
+        every = max(1, math.ceil(len(slots) / MAX_CATEGORY_LABELS))
+        labels = [(step * (i + 0.5), _label(v)) for i, v in enumerate(spec["values"]) if i % every == 0]
+        return positions, labels
+    log = spec.get("distribution") == "log_uniform_values"
+    scaled = [math.log10(v) if log else float(v) for v in values]
+    sx = _axis(min(scaled), max(scaled), PLOT_W, flip=False)
+    low, high = min(values), max(values)
+    return [sx(v) for v in scaled], [(0, _label(low)), (PLOT_W, _label(high))] if low != high else [(PLOT_W / 2, _label(low))]
+
+
+def render_scatter(*, parameter: str, spec: dict, trials: list[SweepTrial], best: SweepTrial | None) -> SafeString:
+    """The ``<svg>`` of ``trials`` (each with a finite ``metric``): metric against ``parameter``."""
+    head = format_html(
+        '<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {} {}" role="img" aria-label="{}"{}><title>{}</title>',
+        WIDTH, HEIGHT, parameter, mark_safe(' data-empty="true"' if not trials else ""), parameter,
+    )
+    axes = format_html(
+        '<g class="axes"><line x1="{l}" y1="{t}" x2="{l}" y2="{b}"/><line x1="{l}" y1="{b}" x2="{r}" y2="{b}"/></g>',
+        l=LEFT, t=TOP, b=TOP + PLOT_H, r=LEFT + PLOT_W,
+    )
+    if not trials:
+        return mark_safe(head + axes + "</svg>")
+    xs, x_labels = _x_positions(spec, [trial.parameters.get(parameter) for trial in trials])
+    metrics = [trial.metric for trial in trials]
+    sy = _axis(min(metrics), max(metrics), PLOT_H, flip=True)
+    dots = format_html_join("", '<circle class="{}" data-trial="{}" cx="{}" cy="{}" r="4"><title>{}</title></circle>', (
+        ("trial best" if best is not None and trial.pk == best.pk else "trial", trial.number, f"{LEFT + x:.1f}", f"{TOP + sy(trial.metric):.1f}",
+         _("Trial %(number)s: %(parameter)s = %(value)s, metric %(metric)s") % {
+             "number": trial.number, "parameter": parameter, "value": _label(trial.parameters.get(parameter)),
+             "metric": _label(trial.metric)})
+        for trial, x in zip(trials, xs, strict=True)
+    ))
+    labels = format_html(
+        '<g class="labels"><text class="y-max" x="{lx}" y="{t}" dy="0.8em" text-anchor="end">{}</text>'
+        '<text class="y-min" x="{lx}" y="{b}" text-anchor="end">{}</text>{}</g>',
+        _label(max(metrics)), _label(min(metrics)),
+        format_html_join("", '<text class="x-label" x="{}" y="{}" text-anchor="middle">{}</text>',
+                         ((f"{LEFT + x:.1f}", HEIGHT - 8, text) for x, text in x_labels)),
+        lx=LEFT - 6, t=TOP, b=TOP + PLOT_H,
+    )
+    return mark_safe(head + axes + dots + labels + "</svg>")
+
+
+def sweep_scatters(*, sweep: Sweep, trials: list[SweepTrial], best: SweepTrial | None) -> list[Scatter]:
+    """One ``Scatter`` per searched parameter of ``sweep`` (a fixed ``value`` is left out), by name; ``trials``
+    come from ``selectors.sweep_trials`` (with ``metric``)."""
+    scored = [trial for trial in trials if trial.metric is not None and math.isfinite(trial.metric)]
+    scatters = []
+    for name in sorted(sweep.parameters):
+        spec = sweep.parameters[name]
+        if "value" in spec:
+            continue
+        drawn = [trial for trial in scored if name in trial.parameters]
+        scatters.append(Scatter(parameter=name, svg=render_scatter(parameter=name, spec=spec, trials=drawn, best=best),
+                                drawn=len(drawn)))
+    return scatters

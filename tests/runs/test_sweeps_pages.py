@@ -1,0 +1,122 @@
+"""Sweep pages (SPEC F27, F28, F29): list, "New sweep" form, Sweep page with trials, best trial and scatter plots."""
+
+import re
+
+import pytest
+from django.urls import reverse
+
+from runs.models import RunStatus, Sweep, SweepTrial
+from runs.services import run_set_status
+from runs.sweeps.services import sweep_claim
+from tests.runs.sweep_helpers import RANDOM, log_metric, make_sweep, start_program
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def grid(project, member):
+    return make_sweep(actor=member, project=project)
+
+
+@pytest.fixture
+def scored(grid, member):
+    """Trials 1–3 of the grid: 1 finished (val_loss 0.5), 2 preempted and requeued (0.2), 3 claimed (none)."""
+    trials = [sweep_claim(actor=member, sweep=grid, agent=f"gpu:{i}").trial for i in range(3)]
+    for trial, values, status in ((trials[0], [0.9, 0.5], RunStatus.FINISHED), (trials[1], [0.7, 0.2], RunStatus.PREEMPTED)):
+        run = start_program(actor=member, trial=trial)
+        log_metric(actor=member, run=run, key="val_loss", values=values)
+        run_set_status(actor=member, run=run, status=status)
+    return grid
+
+
+def test_the_project_page_links_to_its_sweeps(login, viewer, project):
+    body = login(viewer).get(reverse("runs:project-detail", args=["vision"])).content.decode()
+    assert reverse("runs:sweep-list", args=["vision"]) in body and ">Sweeps<" in body
+
+
+def test_the_list_shows_sweeps_and_the_new_button_to_members(login, grid, member, viewer, outsider):
+    body = login(member).get(reverse("runs:sweep-list", args=["vision"])).content.decode()
+    assert "digits" in body and reverse("runs:sweep-detail", args=[grid.pk]) in body
+    assert reverse("runs:sweep-create", args=["vision"]) in body
+    body = login(viewer).get(reverse("runs:sweep-list", args=["vision"])).content.decode()
+    assert reverse("runs:sweep-create", args=["vision"]) not in body
+    assert "viewers can only read" in body
+    assert login(outsider).get(reverse("runs:sweep-list", args=["vision"])).status_code == 404
+
+
+def test_the_create_form_makes_a_sweep_from_yaml(login, project, member):
+    client = login(member)
+    page = client.get(reverse("runs:sweep-create", args=["vision"]))
+    assert page.status_code == 200 and "method: bayes" in page.content.decode()
+    config = "method: grid\nmetric: {name: loss}\nparameters: {lr: {values: [0.1, 0.2]}}\nprogram: python t.py\n"
+    response = client.post(reverse("runs:sweep-create", args=["vision"]), {"config": config})
+    sweep = Sweep.objects.get()
+    assert response.status_code == 302 and response["Location"] == reverse("runs:sweep-detail", args=[sweep.pk])
+    assert (sweep.method, sweep.run_cap, sweep.created_by) == ("grid", 2, member)
+    assert f"mado agent {sweep.pk}" in client.get(response["Location"]).content.decode()
+
+
+def test_a_bad_config_is_shown_on_the_form_naming_the_field(login, project, member):
+    config = "method: grid\nmetric: {name: loss}\nparameters: {}\nprogram: python t.py\n"
+    response = login(member).post(reverse("runs:sweep-create", args=["vision"]), {"config": config})
+    assert response.status_code == 400
+    assert "parameters: parameters must be a non-empty mapping" in response.content.decode()
+    assert "parameters: {}" in response.content.decode()  # what the user typed stays in the textarea
+    assert not Sweep.objects.exists()
+
+
+def test_viewers_and_outsiders_cannot_create(login, project, viewer, outsider):
+    assert login(viewer).post(reverse("runs:sweep-create", args=["vision"]), {"config": "x"}).status_code == 403
+    assert "viewers can only read" in login(viewer).get(reverse("runs:sweep-create", args=["vision"])).content.decode()
+    assert login(outsider).get(reverse("runs:sweep-create", args=["vision"])).status_code == 404
+
+
+def test_the_sweep_page_shows_trials_best_and_scatter(login, scored, viewer):
+    response = login(viewer).get(reverse("runs:sweep-detail", args=[scored.pk]))
+    assert response.status_code == 200
+    body = response.content.decode()
+    rows = {int(n): row for n, row in re.findall(r'<tr data-trial="(\d+)"[^>]*>(.*?)</tr>', body, re.S)}
+    assert sorted(rows) == [1, 2, 3]
+    assert "0.5" in rows[1] and 'data-state="done"' in rows[1]
+    assert "0.2" in rows[2] and 'data-state="queued"' in rows[2] and '<td class="num requeues">1</td>' in rows[2]
+    assert 'data-state="leased"' in rows[3] and "gpu:2" in rows[3]
+    trial2 = SweepTrial.objects.get(number=2)
+    assert reverse("runs:run-detail", args=[trial2.run_id]) in rows[2]
+    assert '<tr data-trial="2" class="best">' in body
+    best = re.search(r'<section class="card best-trial" data-trial="(\d+)">', body)
+    assert best.group(1) == "2"
+    scatters = re.findall(r'<figure class="metric-chart sweep-scatter" data-parameter="([^"]+)">(.*?)</figure>', body, re.S)
+    assert [name for name, _ in scatters] == ["hidden", "lr"]  # epochs is fixed: not plotted
+    for _name, figure in scatters:
+        assert figure.count('<circle class="trial') == 2
+        assert '<circle class="trial best" data-trial="2"' in figure
+    assert "3 trials: 1 done, 0 running, 1 queued, 1 claimed" in body
+
+
+def test_a_range_parameter_is_plotted_on_a_numeric_axis(login, project, member):
+    sweep = make_sweep(actor=member, project=project, base=RANDOM)
+    for _ in range(2):
+        trial = sweep_claim(actor=member, sweep=sweep, agent="a").trial
+        log_metric(actor=member, run=start_program(actor=member, trial=trial), key="acc", values=[0.5])
+    body = login(member).get(reverse("runs:sweep-detail", args=[sweep.pk])).content.decode()
+    assert body.count('data-parameter="') == 4
+    assert body.count('<text class="x-label"') >= 7  # two per numeric axis, one per optimizer value
+
+
+def test_an_empty_sweep_says_how_to_start_agents(login, grid, viewer):
+    body = login(viewer).get(reverse("runs:sweep-detail", args=[grid.pk])).content.decode()
+    assert f"mado agent {grid.pk}" in body and "No trial has logged val_loss yet." in body
+    assert 'data-empty="true"' in body
+
+
+def test_the_sweep_page_is_404_for_outsiders(login, grid, outsider):
+    assert login(outsider).get(reverse("runs:sweep-detail", args=[grid.pk])).status_code == 404
+
+
+def test_the_sweep_pages_are_translated_into_japanese(login, scored, viewer):
+    client = login(viewer)
+    client.post(reverse("set_language"), {"language": "ja", "next": "/"})
+    body = client.get(reverse("runs:sweep-detail", args=[scored.pk])).content.decode()
+    assert "最良のトライアル" in body and "トライアル" in body and "キュー待ち" in body
+    body = client.get(reverse("runs:sweep-list", args=["vision"])).content.decode()
+    assert "スイープ" in body

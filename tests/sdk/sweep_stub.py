@@ -1,0 +1,89 @@
+"""A stand-in for the sweep API on a stdlib ``http.server``: what ``mado agent`` calls, answered from a script.
+
+``claims`` is the list of claim answers to give in order (each ``{"trial", "done"}``; ``program`` and
+``project`` are added); once it is empty every claim answers ``done``. ``reports`` records each trial
+report as ``(number, body)``, ``agents`` the ``agent`` of each claim. ``checkpoints`` maps an id to
+``(resource, tar bytes)`` for ``GET checkpoints/{id}/`` and ``…/tar``. Any other path is a 404 naming it.
+"""
+
+import json
+import re
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+TOKEN = "sweep-stub-token"
+
+
+class SweepStub:
+    def __init__(self, *, program: list[str], claims: list[dict], project: str = "vision"):
+        self.program = program
+        self.project = project
+        self.claims = list(claims)
+        self.reports: list[tuple[int, dict]] = []
+        self.agents: list[str] = []
+        self.checkpoints: dict[int, tuple[dict, bytes]] = {}
+        self.lock = threading.Lock()
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_port}"
+        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.server.shutdown()
+        self.server.server_close()
+
+    def _claim(self, body: dict) -> dict:
+        with self.lock:
+            self.agents.append(body["agent"])
+            answer = self.claims.pop(0) if self.claims else {"trial": None, "done": True, "reason": "cap reached"}
+        return {"program": self.program, "project": self.project, "reason": "", **answer}
+
+    def _handler(self):
+        stub = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def _send(self, status: int, data: bytes, content_type: str = "application/json") -> None:
+                self.send_response(status)
+                self.send_header("Content-Type", content_type)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def _answer(self, status: int, payload: dict) -> None:
+                self._send(status, json.dumps(payload).encode())
+
+            def _missing(self) -> None:
+                self._answer(404, {"error": "not_found", "detail": f"nothing at {self.path}", "field": None})
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
+                if self.headers.get("Authorization") != f"Bearer {TOKEN}":
+                    return self._answer(401, {"error": "unauthenticated", "detail": "bad token", "field": None})
+                if re.fullmatch(r"/api/v1/sweeps/7/claim/", self.path):
+                    return self._answer(200, stub._claim(body))
+                report = re.fullmatch(r"/api/v1/sweeps/7/trials/(\d+)/report/", self.path)
+                if report:
+                    with stub.lock:
+                        stub.reports.append((int(report.group(1)), body))
+                    return self._answer(200, {"number": int(report.group(1))})
+                self._missing()
+
+            def do_GET(self):
+                found = re.fullmatch(r"/api/v1/checkpoints/(\d+)/(tar)?", self.path)
+                if not found or int(found.group(1)) not in stub.checkpoints:
+                    return self._missing()
+                resource, tar = stub.checkpoints[int(found.group(1))]
+                if found.group(2):
+                    return self._send(200, tar, "application/x-tar")
+                self._answer(200, resource)
+
+        return Handler
