@@ -122,18 +122,23 @@ def run_start(
     if external_id in (None, ""):
         if resume == MUST:
             raise ValidationFailed("resume='must' needs the external_id of the run to resume", field="external_id")
-        return _create(actor, project, None, host, pid, create_fields)
-    external_id = clean_run_id(external_id)
-    try:
-        return _start(actor, project, external_id, resume, bool(allow_param_change), host, pid, create_fields)
-    except _IdTaken:
-        if resume != ALLOW:
-            raise Conflict(f"run {external_id} already exists in project {project.slug}", field="external_id") from None
-    # allow: another process created the id just now; decide again, now as a resume (RunLive while it lives).
-    try:
-        return _start(actor, project, external_id, resume, bool(allow_param_change), host, pid, create_fields)
-    except _IdTaken:
-        raise Conflict(f"run {external_id} already exists in project {project.slug}", field="external_id") from None
+        external_id = None
+    else:
+        external_id = clean_run_id(external_id)
+    tries = 2
+    while True:
+        tries -= 1
+        try:
+            if external_id is None:
+                return _create(actor, project, None, host, pid, create_fields)
+            return _start(actor, project, external_id, resume, bool(allow_param_change), host, pid, create_fields)
+        except _IdTaken:
+            # Another process created the id just now: with allow, decide again (now a resume, RunLive while it
+            # lives); a generated id that collided is simply drawn again.
+            if not tries or (external_id is not None and resume != ALLOW):
+                raise Conflict(
+                    f"run {external_id} already exists in project {project.slug}", field="external_id"
+                ) from None
 
 
 @transaction.atomic
@@ -156,12 +161,6 @@ def _start(actor, project, external_id, resume, allow_param_change, host, pid, c
     )
 
 
-def _take_lease(run_id: int, host: str, pid: int | None, now, **changes) -> None:
-    Run.objects.filter(pk=run_id).update(
-        lease_token=F("lease_token") + 1, writer_host=host, writer_pid=pid, writer_since=now, heartbeat_at=now, **changes
-    )
-
-
 @transaction.atomic
 def _create(actor, project, external_id, host, pid, create_fields) -> RunStarted:
     try:
@@ -170,7 +169,10 @@ def _create(actor, project, external_id, host, pid, create_fields) -> RunStarted
         if exc.field == "external_id":
             raise _IdTaken from None
         raise
-    _take_lease(run.pk, host, pid, timezone.now())
+    now = timezone.now()
+    Run.objects.filter(pk=run.pk).update(
+        lease_token=F("lease_token") + 1, writer_host=host, writer_pid=pid, writer_since=now, heartbeat_at=now
+    )
     run.refresh_from_db()
     return RunStarted(run, created=True, resumed=False, last_step=None)
 

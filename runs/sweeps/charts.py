@@ -44,7 +44,8 @@ def _axis(low: float, high: float, size: float, flip: bool):
 
 def _x_positions(spec: dict, values: list):
     """``(position of each value, x-axis labels as (x, text))`` for one parameter's values."""
-    if "values" in spec and not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in spec["values"]):
+    numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in spec.get("values", [0]))
+    if not numeric:
         slots = {repr(v): i for i, v in enumerate(spec["values"])}
         step = PLOT_W / len(slots)
         positions = [step * (slots.get(repr(v), 0) + 0.5) for v in values]
@@ -55,7 +56,20 @@ def _x_positions(spec: dict, values: list):
     scaled = [math.log10(v) if log else float(v) for v in values]
     sx = _axis(min(scaled), max(scaled), PLOT_W, flip=False)
     low, high = min(values), max(values)
-    return [sx(v) for v in scaled], [(0, _label(low)), (PLOT_W, _label(high))] if low != high else [(PLOT_W / 2, _label(low))]
+    labels = [(0, _label(low)), (PLOT_W, _label(high))] if low != high else [(PLOT_W / 2, _label(low))]
+    return [sx(v) for v in scaled], labels
+
+
+def _dot(trial: SweepTrial, parameter: str, x: float, y: float, best: SweepTrial | None) -> SafeString:
+    tooltip = _("Trial %(number)s: %(parameter)s = %(value)s, metric %(metric)s") % {
+        "number": trial.number, "parameter": parameter, "value": _label(trial.parameters.get(parameter)),
+        "metric": _label(trial.metric),
+    }
+    css = "trial best" if best is not None and trial.pk == best.pk else "trial"
+    return format_html(
+        '<circle class="{}" data-trial="{}" cx="{}" cy="{}" r="4"><title>{}</title></circle>',
+        css, trial.number, f"{x:.1f}", f"{y:.1f}", tooltip,
+    )
 
 
 def render_scatter(*, parameter: str, spec: dict, trials: list[SweepTrial], best: SweepTrial | None) -> SafeString:
@@ -73,12 +87,8 @@ def render_scatter(*, parameter: str, spec: dict, trials: list[SweepTrial], best
     xs, x_labels = _x_positions(spec, [trial.parameters.get(parameter) for trial in trials])
     metrics = [trial.metric for trial in trials]
     sy = _axis(min(metrics), max(metrics), PLOT_H, flip=True)
-    dots = format_html_join("", '<circle class="{}" data-trial="{}" cx="{}" cy="{}" r="4"><title>{}</title></circle>', (
-        ("trial best" if best is not None and trial.pk == best.pk else "trial", trial.number, f"{LEFT + x:.1f}", f"{TOP + sy(trial.metric):.1f}",
-         _("Trial %(number)s: %(parameter)s = %(value)s, metric %(metric)s") % {
-             "number": trial.number, "parameter": parameter, "value": _label(trial.parameters.get(parameter)),
-             "metric": _label(trial.metric)})
-        for trial, x in zip(trials, xs, strict=True)
+    dots = mark_safe("".join(
+        _dot(trial, parameter, LEFT + x, TOP + sy(trial.metric), best) for trial, x in zip(trials, xs, strict=True)
     ))
     labels = format_html(
         '<g class="labels"><text class="y-max" x="{lx}" y="{t}" dy="0.8em" text-anchor="end">{}</text>'
@@ -101,6 +111,6 @@ def sweep_scatters(*, sweep: Sweep, trials: list[SweepTrial], best: SweepTrial |
         if "value" in spec:
             continue
         drawn = [trial for trial in scored if name in trial.parameters]
-        scatters.append(Scatter(parameter=name, svg=render_scatter(parameter=name, spec=spec, trials=drawn, best=best),
-                                drawn=len(drawn)))
+        svg = render_scatter(parameter=name, spec=spec, trials=drawn, best=best)
+        scatters.append(Scatter(parameter=name, svg=svg, drawn=len(drawn)))
     return scatters

@@ -1,4 +1,4 @@
-"""mado_tracking: the Python SDK of mado (SPEC F1, F2, F17, F18, F29), a pure HTTP client of ``/api/v1/``.
+"""mado_tracking: the Python SDK of mado (SPEC F1, F2, F17, F18, F24–F27, F29), a pure HTTP client of ``/api/v1/``.
 
     import mado_tracking
 
@@ -11,6 +11,9 @@
 
 Configuration: arguments, else ``MMT_API_URL``, ``MMT_API_TOKEN``, ``MMT_PROJECT``;
 ``start_run(offline=True)`` or ``MMT_MODE=offline`` needs no server (``mado sync DIR`` later).
+``start_run(id="exp-42", resume="allow")`` (``MMT_RUN_ID`` / ``MMT_RESUME``) continues a run under its id,
+``run.mark_preempting()`` makes a non-zero exit end it ``preempted`` (``mado_tracking.resume_mode``,
+``mado_tracking.lease``).
 ``mado_tracking.torch`` saves and restores model, optimizer, scheduler and RNG states;
 ``download_checkpoint(id, path)`` fetches a checkpoint's tar (resumed with HTTP Range, SHA-256 checked).
 """

@@ -85,7 +85,8 @@ class Lease:
     def _lost_reason(self, error: ApiError) -> str:
         if error.code == "lease_lost":
             holder = re.search(r" on (.+? \(pid [^)]*\))", error.detail or "")
-            return f"run {self.run_label} was taken over by another process" + (f" on {holder.group(1)}" if holder else "")
+            where = f" on {holder.group(1)}" if holder else ""
+            return f"run {self.run_label} was taken over by another process{where}"
         ended = re.search(r"ended as (\w+)", error.detail or "")
         return (f"run {self.run_label} ended as {ended.group(1) if ended else 'a final state'} on the server "
                 f"({error.detail})")

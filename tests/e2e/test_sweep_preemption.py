@@ -2,8 +2,8 @@
 a real deployment (gunicorn on a fresh SQLite file, tests/deployment.py), one trial preempted mid-way.
 
 Two agents (`--forward-signals`) run ``examples/sweep_training.py``. Once a trial of the first agent has
-logged steps past its first checkpoint, the first agent gets SIGTERM: it passes it on, the program marks its
-Run preempting, checkpoints at the step it reached and exits 1, the Run ends ``preempted``, the trial goes
+saved its first checkpoint (step 10), the first agent gets SIGTERM: it passes it on, the program marks its
+Run preempting, checkpoints at the step it reached (past 10) and exits 1, the Run ends ``preempted``, the trial goes
 back to the queue and the agent stops (143). A third agent is started; the requeued trial is claimed before
 the remaining parameter sets and resumes under its own run id from that checkpoint. In the end all 4 trials
 are done and finished; the preempted one is the same Run (resumed once, requeued once) whose metric steps
@@ -25,8 +25,8 @@ from pathlib import Path
 from mado_tracking.client import ApiClient
 from tests.deployment import ROOT, Deployment, deployment
 
-STEPS = 40
-PREEMPT_AFTER_STEP = 12  # past the checkpoint at 10, well before the end (metrics reach the server about 1 s late)
+STEPS = 30
+FIRST_CHECKPOINT = 10
 MADO = str(Path(sys.executable).parent / "mado")
 CONFIG = {
     "name": "digits-e2e", "method": "grid", "metric": {"name": "val_loss", "goal": "minimize"},
@@ -45,7 +45,7 @@ def start_agent(site: Deployment, sweep_id: int, work: Path, name: str) -> subpr
                                  "--kill-grace", "20"], cwd=work, env=env, stdout=log, stderr=subprocess.STDOUT)
 
 
-def wait_until(what: str, check, timeout: float = 60.0, diagnose=lambda: ""):
+def wait_until(what: str, check, timeout: float = 120.0, diagnose=lambda: ""):
     deadline = time.monotonic() + timeout
     while True:
         found = check()
@@ -82,15 +82,15 @@ def test_a_grid_sweep_with_a_preempted_trial_finishes_every_trial_once_resuming_
             agents += [start_agent(site, sweep_id, work, "agent-1"), start_agent(site, sweep_id, work, "agent-2")]
             first = f"{socket.gethostname()}:{agents[0].pid}"
 
-            def first_agents_trial_past_a_checkpoint():
+            def first_agents_trial_with_a_checkpoint():
                 for trial in client.request("GET", f"sweeps/{sweep_id}/")["trials"]:
                     if trial["agent"] == first and trial["state"] == "running":
-                        steps = loss_steps(client, trial["run_id"])
-                        return trial if steps and max(steps) >= PREEMPT_AFTER_STEP else None
+                        saved = client.request("GET", f"runs/{trial['run_id']}/checkpoints/")["results"]
+                        return trial if saved else None  # the program saves synchronously: it is at step 10 now
                 return None
 
-            target = wait_until(f"a trial of agent 1 logs step {PREEMPT_AFTER_STEP}",
-                                first_agents_trial_past_a_checkpoint, diagnose=logs)
+            target = wait_until(f"a trial of agent 1 saves its checkpoint at step {FIRST_CHECKPOINT}",
+                                first_agents_trial_with_a_checkpoint, diagnose=logs)
             agents[0].send_signal(signal.SIGTERM)
             assert agents[0].wait(timeout=30) == 128 + signal.SIGTERM, logs()
             first_stopped = time.time()
@@ -99,7 +99,7 @@ def test_a_grid_sweep_with_a_preempted_trial_finishes_every_trial_once_resuming_
 
             agents.append(start_agent(site, sweep_id, work, "agent-3"))
             for agent in agents[1:]:
-                assert agent.wait(timeout=60) == 0, logs()
+                assert agent.wait(timeout=180) == 0, logs()
         finally:
             for agent in agents:
                 if agent.poll() is None:
@@ -119,7 +119,7 @@ def test_a_grid_sweep_with_a_preempted_trial_finishes_every_trial_once_resuming_
                                 r"(\d+) \(step (\d+)\)$", logs(), re.M)
         assert resume_line, logs()
         checkpoint_id, step = int(resume_line.group(1)), int(resume_line.group(2))
-        assert step > PREEMPT_AFTER_STEP  # the checkpoint the program saved when it was preempted
+        assert FIRST_CHECKPOINT < step < STEPS  # the checkpoint the program saved when it was preempted
         assert f"resuming run {target['external_id']} from checkpoint {checkpoint_id} at step {step}" in logs()
         points = loss_points(client, target["run_id"])
         assert all(p["timestamp"] < first_stopped for p in points if p["step"] < step)  # logged before SIGTERM,

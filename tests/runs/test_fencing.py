@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from checkpoints.models import Artifact, Checkpoint, CheckpointState
 from runs.models import DataStage, MetricPoint, Run, RunStatus
-from tests.checkpoints.checkpoint_helpers import complete, declaration, make_tar, put_tar, register
+from tests.checkpoints.checkpoint_helpers import declaration, make_tar, put_tar
 from tests.factories import DatasetFactory, DatasetVersionFactory, RunFactory
 
 OLD, NEW = {"HTTP_MADO_FENCING_TOKEN": "1"}, {"HTTP_MADO_FENCING_TOKEN": "2"}
@@ -34,6 +34,15 @@ def taken_over(api, project, creator):
 @pytest.fixture
 def client(api, creator):
     return api(creator)
+
+
+def register(client, run, step: int, **headers):
+    return client.post(f"/api/v1/runs/{run.pk}/checkpoints/", {"step": step}, format="json", **headers)
+
+
+def complete(client, checkpoint_id: int, **headers):
+    body = declaration(TAR, {"model.pt": b"weights"})
+    return client.post(f"/api/v1/checkpoints/{checkpoint_id}/complete/", body, format="json", **headers)
 
 
 def stored_files(tmp_path) -> list:
@@ -92,10 +101,10 @@ def test_upload_parts_from_the_old_process_is_refused(client, taken_over):
 def test_completing_a_checkpoint_from_the_old_process_is_refused(client, taken_over):
     checkpoint = Checkpoint.objects.create(run=taken_over, step=10, lease_token=2)
     assert put_tar(client, checkpoint.pk, TAR, **NEW).status_code == 200
-    assert_lease_lost(complete(client, checkpoint.pk, declaration(TAR, {"model.pt": b"weights"}), **OLD))
+    assert_lease_lost(complete(client, checkpoint.pk, **OLD))
     checkpoint.refresh_from_db()
     assert checkpoint.state == CheckpointState.PENDING and not Artifact.objects.filter(run=taken_over).exists()
-    assert complete(client, checkpoint.pk, declaration(TAR, {"model.pt": b"weights"}), **NEW).status_code == 200
+    assert complete(client, checkpoint.pk, **NEW).status_code == 200
 
 
 def test_a_data_stage_from_the_old_process_is_refused(client, taken_over, project):
@@ -138,9 +147,9 @@ def test_the_new_process_takes_over_the_old_pending_checkpoint_at_its_step(
     assert created.json()["id"] != old.pk and created.json()["state"] == "pending"
     assert not Checkpoint.objects.filter(pk=old.pk).exists()
     assert stored_files(tmp_path) == [], "the old upload's bytes are discarded"
-    assert_lease_lost(put_tar(client, old.pk, TAR, **OLD))
+    assert put_tar(client, old.pk, TAR, **OLD).status_code == 404, "the old process finds its checkpoint gone"
     assert put_tar(client, created.json()["id"], TAR, **NEW).status_code == 200
-    assert complete(client, created.json()["id"], declaration(TAR, {"model.pt": b"weights"}), **NEW).status_code == 200
+    assert complete(client, created.json()["id"], **NEW).status_code == 200
 
 
 def test_a_complete_checkpoint_at_the_step_is_never_taken_over(client, taken_over):

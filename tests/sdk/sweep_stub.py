@@ -3,12 +3,14 @@
 ``claims`` is the list of claim answers to give in order (each ``{"trial", "done"}``; ``program`` and
 ``project`` are added); once it is empty every claim answers ``done``. ``reports`` records each trial
 report as ``(number, body)``, ``agents`` the ``agent`` of each claim. ``checkpoints`` maps an id to
-``(resource, tar bytes)`` for ``GET checkpoints/{id}/`` and ``…/tar``. Any other path is a 404 naming it.
+``(resource, tar bytes)`` for ``GET checkpoints/{id}/`` and ``…/tar``; a tar is sent ``tar_delay`` seconds
+after ``tar_requested`` is set. Any other path is a 404 naming it.
 """
 
 import json
 import re
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 TOKEN = "sweep-stub-token"
@@ -22,6 +24,8 @@ class SweepStub:
         self.reports: list[tuple[int, dict]] = []
         self.agents: list[str] = []
         self.checkpoints: dict[int, tuple[dict, bytes]] = {}
+        self.tar_delay = 0.0
+        self.tar_requested = threading.Event()
         self.lock = threading.Lock()
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.server.daemon_threads = True
@@ -83,6 +87,8 @@ class SweepStub:
                     return self._missing()
                 resource, tar = stub.checkpoints[int(found.group(1))]
                 if found.group(2):
+                    stub.tar_requested.set()
+                    time.sleep(stub.tar_delay)
                     return self._send(200, tar, "application/x-tar")
                 self._answer(200, resource)
 

@@ -114,16 +114,18 @@ def test_the_agent_runs_each_claimed_trial_with_its_parameters_and_run_id_until_
     assert first["env"] == {"MMT_RUN_ID": "trial-1", "MMT_RESUME": "allow", "MMT_SWEEP_ID": "7",
                             "MMT_PROJECT": "vision", "MMT_API_URL": api.url, "MMT_API_TOKEN": TOKEN}
     assert (trial_out / "trial-2.json").exists()
-    assert api.reports == [(1, {"exit_code": 0, "preempted": False}), (2, {"exit_code": 0, "preempted": False})]
-    assert len(api.agents) == 4 and len(set(api.agents)) == 1  # two trials, one empty answer, then done
-    host, pid = api.agents[0].rsplit(":", 1)
+    name = api.agents[0]
+    host, pid = name.rsplit(":", 1)
     assert host and int(pid) > 0
+    assert api.reports == [(1, {"exit_code": 0, "preempted": False, "agent": name}),
+                           (2, {"exit_code": 0, "preempted": False, "agent": name})]
+    assert api.agents == [name] * 4  # two trials, one empty answer, then done
 
 
 def test_count_stops_the_agent_after_n_trials(stub, trial_out):
     api = stub([trial(1), trial(2)])
     code, out, _ = finish(start_agent(api, trial_out, "--count", "1"))
-    assert (code, api.reports) == (0, [(1, {"exit_code": 0, "preempted": False})])
+    assert (code, api.reports) == (0, [(1, {"exit_code": 0, "preempted": False, "agent": api.agents[0]})])
     assert "1 trial(s) ran" in out and len(api.agents) == 1
 
 
@@ -136,7 +138,7 @@ def test_a_forwarded_preemption_signal_reaches_the_program_is_reported_and_ends_
     agent.send_signal(signum)
     code, _, err = finish(agent)
     assert json.loads((trial_out / "trial-1.signals").read_text()) == [signum]
-    assert api.reports == [(1, {"exit_code": 1, "preempted": True})]
+    assert api.reports == [(1, {"exit_code": 1, "preempted": True, "agent": api.agents[0]})]
     assert (code, len(api.agents)) == (128 + signum, 1)  # trial 2 is never claimed
     assert f"stopped by {signal.Signals(signum).name}" in err
 
@@ -148,7 +150,7 @@ def test_a_forwarded_sigint_stops_the_agent_without_calling_the_trial_preempted(
     agent.send_signal(signal.SIGINT)
     code, _, _ = finish(agent)
     assert json.loads((trial_out / "trial-1.signals").read_text()) == [signal.SIGINT]
-    assert (code, api.reports) == (130, [(1, {"exit_code": 1, "preempted": False})])
+    assert (code, api.reports) == (130, [(1, {"exit_code": 1, "preempted": False, "agent": api.agents[0]})])
 
 
 def test_a_program_that_ignores_sigterm_is_killed_after_the_grace(stub, trial_out):
@@ -159,7 +161,8 @@ def test_a_program_that_ignores_sigterm_is_killed_after_the_grace(stub, trial_ou
     agent.send_signal(signal.SIGTERM)
     code, _, err = finish(agent)
     assert time.monotonic() - started < 10
-    assert (code, api.reports) == (143, [(1, {"exit_code": 128 + signal.SIGKILL, "preempted": True})])
+    assert (code, api.reports) == (143, [(1, {"exit_code": -signal.SIGKILL, "preempted": True,
+                                               "agent": api.agents[0]})])
     assert "still running 0.3 s after SIGTERM; SIGKILL" in err
 
 
@@ -197,6 +200,25 @@ def test_a_requeued_trial_resumes_from_its_checkpoint_downloaded_verified_and_ex
     assert not Path(resume["path"]).exists()  # the agent removes it once the trial has ended
     assert "trial 3: resuming run trial-3 from checkpoint 55 (step 20)" in out
     assert "requeued 1x" in out
+
+
+def test_sigterm_while_the_checkpoint_downloads_requeues_the_trial_without_starting_the_program(
+        stub, trial_out, tmp_path):
+    saved = tmp_path / "saved"
+    saved.mkdir()
+    (saved / "model.pt").write_text("weights at step 20")
+    data, described = checkpoint_tar(saved)
+    api = stub([trial(3, latest_checkpoint={"id": 55, "step": 20}), trial(4)])
+    api.checkpoints[55] = ({"id": 55, "run_id": 103, "step": 20, "state": "complete", **described}, data)
+    api.tar_delay = 1.0
+    agent = start_agent(api, trial_out, "--forward-signals")
+    assert api.tar_requested.wait(30)
+    agent.send_signal(signal.SIGTERM)
+    code, out, _ = finish(agent)
+    assert (code, api.reports) == (143, [(3, {"exit_code": -signal.SIGTERM, "preempted": True,
+                                               "agent": api.agents[0]})])
+    assert "trial 3 was not started: SIGTERM came first (preempted)" in out
+    assert not (trial_out / "trial-3.json").exists() and len(api.agents) == 1
 
 
 def test_a_checkpoint_that_does_not_match_its_sha256_stops_the_agent_before_the_program_starts(

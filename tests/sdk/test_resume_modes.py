@@ -10,6 +10,7 @@ from django.utils import timezone
 
 import mado_tracking
 from mado_tracking import ApiError
+from mado_tracking.resume_mode import create_run, start_body
 from runs.models import MetricPoint, ParameterChange, Run, RunStatus
 from tests.factories import RunFactory
 
@@ -187,3 +188,27 @@ def test_a_live_run_is_refused_naming_its_host(mmt_env):
     Run.objects.filter(pk=live.id).update(heartbeat_at=timezone.now() - timedelta(hours=1))
     with mado_tracking.start_run(id="busy", resume="must") as run:  # finished, so not live any more
         assert run.resumed
+
+
+class _LostAnswerClient:
+    """The first POST reached the server but its answer was lost; the retry meets the Run it made."""
+
+    def __init__(self, found: dict, code: str):
+        self.found, self.code = found, code
+
+    def request(self, method, path, *, body=None, params=None, on_retry=None, **kwargs):
+        if method == "POST":
+            on_retry()
+            raise ApiError("taken", status=409, code=self.code, field="external_id")
+        return {"results": [self.found]}
+
+
+@pytest.mark.parametrize("code", ["conflict", "run_live"])
+def test_a_retried_start_returns_its_own_run_but_not_another_writers(code):
+    body = start_body(project="vision", kind="training", parameters={}, name=None, run_id="exp-1", resume="allow",
+                      allow_param_change=False)
+    own = {"external_id": "exp-1", "writer_host": body["host"], "writer_pid": body["pid"], "fencing_token": 3}
+    assert create_run(_LostAnswerClient(own, code), body) == own
+    other = {**own, "writer_pid": body["pid"] + 1}
+    with pytest.raises(ApiError):
+        create_run(_LostAnswerClient(other, code), body)

@@ -8,8 +8,9 @@ the environment ``MMT_RUN_ID`` (the trial's run id), ``MMT_RESUME=allow``,
 program's ``start_run()`` starts or resumes the trial's own Run. A trial that
 comes back with a checkpoint has it downloaded, verified and extracted first
 (``mado_tracking.extract``): ``run.resume_checkpoint()`` returns it (F14).
-When the program exits the agent reports ``{exit_code, preempted}``
-(``POST sweeps/{id}/trials/{n}/report/``). No trial to hand out: the agent
+When the program exits the agent reports ``{exit_code, preempted, agent}``
+(``POST sweeps/{id}/trials/{n}/report/``; ``exit_code`` as ``Popen`` gives
+it: -n when signal n killed the program). No trial to hand out: the agent
 stops when the sweep is done, else asks again after ``--poll-interval``.
 
 ``--forward-signals``: the program runs in its own process group and the
@@ -67,9 +68,11 @@ def trial_environment(config: Config, *, sweep_id: int, project: str, external_i
     return env
 
 
-def exit_status(returncode: int) -> int:
-    """A child's status as a shell shows it: killed by signal n (Popen's ``-n``) → 128 + n."""
-    return 128 - returncode if returncode < 0 else returncode
+def describe_exit(returncode: int) -> str:
+    """``"exited with status 1"``, or ``"was killed by SIGKILL"`` for Popen's ``-9``."""
+    if returncode < 0:
+        return f"was killed by {signal.Signals(-returncode).name}"
+    return f"exited with status {returncode}"
 
 
 class Agent:
@@ -90,7 +93,8 @@ class Agent:
         self.kill_at: float | None = None
 
     def run(self, count: int | None) -> int:
-        """Claim and run trials until the sweep is done, ``count`` trials ran or a signal came; return the exit status."""
+        """Claim and run trials until the sweep is done, ``count`` trials ran or a signal came; return the exit
+        status (module docstring). Raises ``ApiError`` when the server refuses or stays unreachable."""
         previous = {sig: signal.signal(sig, self._on_signal) for sig in FORWARDED} if self.forward_signals else {}
         try:
             ran = 0
@@ -129,11 +133,15 @@ class Agent:
                 returncode = self._execute(number, trial, argv, env)
             finally:
                 _make_removable(Path(scratch))
-        preempted = any(sig in PREEMPTING for sig in self.forwarded) or returncode is None
-        status = exit_status(returncode) if returncode is not None else 128 + (self.stop_signal or 0)
+        preempted = returncode is None or any(sig in PREEMPTING for sig in self.forwarded)
+        if returncode is None:  # never started: reported as stopped by the signal that came first
+            returncode = -self.stop_signal
+            outcome = f"was not started: {signal.Signals(self.stop_signal).name} came first"
+        else:
+            outcome = describe_exit(returncode)
         self.client.request("POST", f"sweeps/{self.sweep_id}/trials/{number}/report/",
-                            body={"exit_code": status, "preempted": preempted}, attempts=5)
-        click.echo(f"trial {number} exited with status {status}" + (" (preempted)" if preempted else ""))
+                            body={"exit_code": returncode, "preempted": preempted, "agent": self.name}, attempts=5)
+        click.echo(f"trial {number} {outcome}" + (" (preempted)" if preempted else ""))
 
     def _checkpoint(self, trial: dict, scratch: Path) -> dict[str, str]:
         latest = trial.get("latest_checkpoint")

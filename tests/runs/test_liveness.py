@@ -1,0 +1,195 @@
+"""Heartbeats and the crash reaper (SPEC F26; issue 6 part 2): time is injected, never slept."""
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from jobs.models import Job, JobStatus, Queue
+from jobs.tasks import reap_crashed_runs
+from runs import liveness
+from runs.liveness import runs_reap_crashed
+from runs.models import Run, RunStatus
+from tests.factories import CodeVersionFactory, RunFactory
+
+FENCE = "HTTP_MADO_FENCING_TOKEN"
+
+
+@pytest.fixture
+def ended(monkeypatch):
+    """The runs the sweep hook was told about, in order (the hook itself is the sweeps app's)."""
+    calls = []
+    monkeypatch.setattr(liveness, "sweep_trial_run_ended", lambda *, run: calls.append((run.pk, run.status)))
+    return calls
+
+
+@pytest.fixture
+def live_run(run):
+    """``run`` as the SDK leaves it after starting: running, fencing token 3, heartbeat now."""
+    Run.objects.filter(pk=run.pk).update(lease_token=3, heartbeat_at=timezone.now(), started_at=timezone.now())
+    run.refresh_from_db()
+    return run
+
+
+def beat(client, run, token=None):
+    extra = {} if token is None else {FENCE: str(token)}
+    return client.post(f"/api/v1/runs/{run.pk}/heartbeat/", **extra)
+
+
+def age(run, seconds: float, status=None) -> Run:
+    """Set the Run's last heartbeat ``seconds`` ago (and its status), straight in the database."""
+    changes = {"heartbeat_at": timezone.now() - timedelta(seconds=seconds)}
+    if status:
+        changes["status"] = status
+    Run.objects.filter(pk=run.pk).update(**changes)
+    run.refresh_from_db()
+    return run
+
+
+# --- POST runs/{id}/heartbeat/ ---------------------------------------------------------------
+
+
+def test_a_heartbeat_with_the_current_token_refreshes_heartbeat_at(client_as, live_run, settings):
+    settings.MMT_HEARTBEAT_INTERVAL = 7
+    age(live_run, 100)
+    before = timezone.now()
+    response = beat(client_as("creator"), live_run, token=3)
+    assert response.status_code == 200, response.json()
+    body = response.json()
+    assert body["status"] == "running" and body["heartbeat_interval"] == 7
+    live_run.refresh_from_db()
+    assert live_run.heartbeat_at >= before
+
+
+def test_a_heartbeat_without_a_token_is_not_fenced(client_as, live_run):
+    assert beat(client_as("member"), live_run).status_code == 200
+
+
+def test_a_preempting_run_still_beats(client_as, live_run):
+    age(live_run, 10, status=RunStatus.PREEMPTING)
+    response = beat(client_as("creator"), live_run, token=3)
+    assert response.status_code == 200 and response.json()["status"] == "preempting"
+
+
+def test_a_heartbeat_with_a_stale_token_is_refused_and_changes_nothing(client_as, live_run):
+    live_run = age(live_run, 100)
+    response = beat(client_as("creator"), live_run, token=2)
+    assert response.status_code == 409
+    assert response.json()["error"] == "lease_lost" and response.json()["field"] == "Mado-Fencing-Token"
+    assert Run.objects.get(pk=live_run.pk).heartbeat_at == live_run.heartbeat_at
+
+
+def test_a_crashed_run_that_beats_again_stays_crashed(client_as, live_run):
+    age(live_run, 1000)
+    assert runs_reap_crashed() == 1
+    response = beat(client_as("creator"), live_run, token=3)
+    assert response.status_code == 409
+    body = response.json()
+    assert body["error"] == "run_ended"
+    assert f"ended as crashed; resume it (start_run(id='{live_run.external_id}', resume='allow'))" in body["detail"]
+    assert Run.objects.get(pk=live_run.pk).status == RunStatus.CRASHED
+
+
+def test_a_pending_run_cannot_beat(client_as, run):
+    Run.objects.filter(pk=run.pk).update(status=RunStatus.PENDING)
+    response = beat(client_as("creator"), run)
+    assert response.status_code == 409 and response.json()["error"] == "conflict"
+
+
+@pytest.mark.parametrize("role, code", [("viewer", 403), ("outsider", 404), ("anonymous", 401)])
+def test_only_members_beat(client_as, live_run, role, code):
+    assert beat(client_as(role), live_run).status_code == code
+
+
+# --- runs_reap_crashed -------------------------------------------------------------------------
+
+
+def test_a_running_run_silent_past_the_timeout_becomes_crashed(live_run, settings, ended):
+    settings.MMT_CRASH_TIMEOUT = 60
+    age(live_run, 61)
+    now = timezone.now()
+    assert runs_reap_crashed(now=now) == 1
+    live_run.refresh_from_db()
+    assert live_run.status == RunStatus.CRASHED and live_run.ended_at == now
+    assert ended == [(live_run.pk, RunStatus.CRASHED)]
+    assert runs_reap_crashed(now=now) == 0
+
+
+def test_a_silent_preempting_run_becomes_preempted(live_run, settings, ended):
+    settings.MMT_CRASH_TIMEOUT = 60
+    age(live_run, 61, status=RunStatus.PREEMPTING)
+    assert runs_reap_crashed() == 1
+    assert Run.objects.get(pk=live_run.pk).status == RunStatus.PREEMPTED
+    assert ended == [(live_run.pk, RunStatus.PREEMPTED)]
+
+
+def test_the_timeout_is_measured_from_the_injected_now(live_run, settings):
+    settings.MMT_CRASH_TIMEOUT = 300
+    age(live_run, 10)
+    assert runs_reap_crashed(now=timezone.now() + timedelta(seconds=200)) == 0
+    assert Run.objects.get(pk=live_run.pk).status == RunStatus.RUNNING
+    assert runs_reap_crashed(now=timezone.now() + timedelta(seconds=400)) == 1
+
+
+def test_a_run_with_a_fresh_heartbeat_is_untouched(live_run, settings, ended):
+    settings.MMT_CRASH_TIMEOUT = 60
+    age(live_run, 59)
+    assert runs_reap_crashed() == 0
+    assert Run.objects.get(pk=live_run.pk).status == RunStatus.RUNNING and ended == []
+
+
+def test_a_run_that_never_sent_a_heartbeat_is_never_reaped(project, creator, settings):
+    settings.MMT_CRASH_TIMEOUT = 1
+    mlflow_run = RunFactory(project=project, created_by=creator, started_at=timezone.now() - timedelta(days=3))
+    assert mlflow_run.heartbeat_at is None
+    assert runs_reap_crashed(now=timezone.now() + timedelta(days=1)) == 0
+    assert Run.objects.get(pk=mlflow_run.pk).status == RunStatus.RUNNING
+
+
+@pytest.mark.parametrize("status", [RunStatus.PENDING, RunStatus.FINISHED, RunStatus.FAILED])
+def test_runs_that_are_not_live_are_left_alone(live_run, settings, status):
+    settings.MMT_CRASH_TIMEOUT = 60
+    age(live_run, 1000, status=status)
+    assert runs_reap_crashed() == 0
+    assert Run.objects.get(pk=live_run.pk).status == status
+
+
+def _job(run, creator, *, status, job_beat_age):
+    return Job.objects.create(
+        run=run, code_version=CodeVersionFactory(code__project=run.project, code__created_by=creator),
+        queue=Queue.objects.get_or_create(name="cpu")[0], status=status, created_by=creator,
+        started_at=timezone.now() - timedelta(hours=1),
+        heartbeat_at=timezone.now() - timedelta(seconds=job_beat_age),
+        ended_at=None if status == JobStatus.RUNNING else timezone.now(),
+    )
+
+
+def test_a_run_whose_job_is_still_heartbeating_is_not_crashed(live_run, creator, settings):
+    settings.MMT_CRASH_TIMEOUT = 60
+    settings.MADO_JOB_HEARTBEAT_TIMEOUT = 120
+    _job(live_run, creator, status=JobStatus.RUNNING, job_beat_age=30)
+    age(live_run, 1000)
+    assert runs_reap_crashed() == 0
+    assert Run.objects.get(pk=live_run.pk).status == RunStatus.RUNNING
+
+
+@pytest.mark.parametrize("job_status, job_beat_age", [(JobStatus.RUNNING, 500), (JobStatus.FAILED, 1)])
+def test_a_run_whose_job_went_silent_or_ended_is_crashed(live_run, creator, settings, job_status, job_beat_age):
+    settings.MMT_CRASH_TIMEOUT = 60
+    settings.MADO_JOB_HEARTBEAT_TIMEOUT = 120
+    _job(live_run, creator, status=job_status, job_beat_age=job_beat_age)
+    age(live_run, 1000)
+    assert runs_reap_crashed() == 1
+    assert Run.objects.get(pk=live_run.pk).status == RunStatus.CRASHED
+
+
+def test_the_beat_task_reaps_crashed_runs(live_run, settings):
+    settings.MMT_CRASH_TIMEOUT = 60
+    age(live_run, 61)
+    assert reap_crashed_runs() == 1
+    assert Run.objects.get(pk=live_run.pk).status == RunStatus.CRASHED
+
+
+def test_the_beat_schedule_runs_the_reaper(settings):
+    tasks = {entry["task"] for entry in settings.CELERY_BEAT_SCHEDULE.values()}
+    assert "jobs.tasks.reap_crashed_runs" in tasks
