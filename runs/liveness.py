@@ -42,7 +42,7 @@ def run_ended_effects(*, run: Run) -> None:
     sweep_trial_run_ended(run=run)
 
 
-def ended_message(run: Run) -> str:
+def _ended_message(run: Run) -> str:
     """The ``RunEnded`` text for ``run`` (in a final state): how to continue it."""
     return (
         f"run {run.external_id} ended as {run.status}; resume it "
@@ -65,12 +65,12 @@ def run_heartbeat(*, actor, run: Run, fencing_token: int | None) -> Run:
         raise Forbidden(policy.why_not(actor, run.project, policy.MEMBER) or "")
     lease_check(run_id=run.pk, token=fencing_token)
     now = timezone.now()
-    if Run.objects.filter(pk=run.pk, status__in=LIVE_STATES).update(heartbeat_at=now):
-        run.refresh_from_db()
-        return run
+    beaten = Run.objects.filter(pk=run.pk, status__in=LIVE_STATES).update(heartbeat_at=now)
     run.refresh_from_db()
+    if beaten:
+        return run
     if run.status in FINAL_STATES:
-        raise RunEnded(ended_message(run), field="status")
+        raise RunEnded(_ended_message(run), field="status")
     raise Conflict(f"run {run.external_id} is {run.status}: start it (start_run) before it sends heartbeats", field="status")
 
 
