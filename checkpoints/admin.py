@@ -8,18 +8,9 @@ delete.
 
 from django.contrib import admin
 
+from mado.admin import ReadOnlyAdmin
+
 from checkpoints.models import Artifact, Checkpoint, ManifestEntry
-
-
-class ReadOnlyAdmin(admin.ModelAdmin):
-    def has_add_permission(self, request, obj=None):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
 
 
 @admin.register(Artifact)

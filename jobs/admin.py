@@ -8,18 +8,9 @@ change or delete; a token's key is shown shortened.
 
 from django.contrib import admin
 
+from mado.admin import ReadOnlyAdmin
+
 from jobs.models import Job, Queue, RunLogChunk, RunToken
-
-
-class ReadOnlyAdmin(admin.ModelAdmin):
-    def has_add_permission(self, request, obj=None):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
 
 
 @admin.register(Queue)

@@ -7,6 +7,8 @@ through the services, which keep the invariants (ARCHITECTURE rules 2 and 4).
 
 from django.contrib import admin
 
+from mado.admin import ReadOnlyAdmin
+
 import runs.sweeps.admin  # noqa: F401 - registers Sweep and SweepTrial
 from runs.models import RunTag  # noqa: I001
 from runs.models import (
@@ -114,7 +116,7 @@ class RunAdmin(admin.ModelAdmin):
 
 
 @admin.register(MetricPoint)
-class MetricPointAdmin(admin.ModelAdmin):
+class MetricPointAdmin(ReadOnlyAdmin):
     """Metric points are a log: read-only; tables can be huge, so no full count and no date drill-down."""
 
     list_display = ["run", "key", "step", "value", "timestamp"]
@@ -123,15 +125,6 @@ class MetricPointAdmin(admin.ModelAdmin):
     list_select_related = ["run"]
     show_full_result_count = False
     readonly_fields = ["run", "key", "step", "value", "timestamp"]
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
 
 
 @admin.register(MetricBatch)
@@ -151,7 +144,7 @@ class MetricBatchAdmin(admin.ModelAdmin):
 
 
 @admin.register(DataStage)
-class DataStageAdmin(admin.ModelAdmin):
+class DataStageAdmin(ReadOnlyAdmin):
     """Data stages are append-only (ARCHITECTURE rule 2): read-only, recorded through ``data_stage_record``."""
 
     list_display = ["run", "start_step", "checkpoint", "created_by", "created_at"]
@@ -160,18 +153,9 @@ class DataStageAdmin(admin.ModelAdmin):
     list_select_related = ["run", "checkpoint", "created_by"]
     readonly_fields = ["run", "start_step", "dataset_versions", "checkpoint", "metadata", "created_by", "created_at"]
 
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
-
 
 @admin.register(ParameterChange)
-class ParameterChangeAdmin(admin.ModelAdmin):
+class ParameterChangeAdmin(ReadOnlyAdmin):
     """Parameter changes made by resumes with ``allow_param_change`` (SPEC F24): an append-only record, read-only."""
 
     list_display = ["run", "key", "old_value", "new_value", "lease_token", "changed_by", "changed_at"]
@@ -179,15 +163,6 @@ class ParameterChangeAdmin(admin.ModelAdmin):
     search_fields = ["key", "run__external_id", "run__name", "changed_by__username"]
     list_select_related = ["run", "changed_by"]
     readonly_fields = ["run", "key", "old_value", "new_value", "lease_token", "changed_by", "changed_at"]
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
 
 
 @admin.register(RunTag)

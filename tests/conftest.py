@@ -103,3 +103,22 @@ def login(client):
         return client
 
     return as_user
+
+
+@pytest.fixture
+def ended(monkeypatch):
+    """``[(run id, status)]`` of every Run whose end reached the sweep hook (``sweep_trial_run_ended``), in order.
+
+    Both callers are watched: ``runs.liveness`` (status changes, the reaper) and a Job's end.
+    """
+    from jobs.services import _common
+    from runs import liveness
+
+    calls = []
+
+    def record(*, run):
+        calls.append((run.pk, run.status))
+
+    monkeypatch.setattr(liveness, "sweep_trial_run_ended", record)
+    monkeypatch.setattr(_common, "sweep_trial_run_ended", record)
+    return calls

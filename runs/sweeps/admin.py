@@ -7,15 +7,9 @@ the Run lifecycle (``runs.sweeps.services``, ``runs.sweeps.hooks``).
 
 from django.contrib import admin
 
+from mado.admin import ReadOnlyAdmin
+
 from runs.models import Sweep, SweepTrial
-
-
-class ReadOnlyAdmin(admin.ModelAdmin):
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
 
 
 @admin.register(Sweep)
@@ -41,7 +35,3 @@ class SweepTrialAdmin(ReadOnlyAdmin):
         "sweep", "number", "run", "parameters", "state", "requeue_count", "agent", "claimed_at", "lease_expires_at",
         "created_at",
     ]
-
-    def has_delete_permission(self, request, obj=None):
-        # A trial and its Run go together; deleting the trial alone would orphan a sweep's Run.
-        return False

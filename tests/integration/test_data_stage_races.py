@@ -10,7 +10,7 @@ from mado.errors import Conflict
 from runs.models import DataStage
 from runs.services import data_stage_record
 from tests.factories import DatasetFactory, DatasetVersionFactory
-from tests.integration.test_jobs_races import together
+from tests.integration.concurrency import together
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -6,11 +6,9 @@ abort of the queued Job end in one consistent state; the worker's finish
 and the reaper end a Job once.
 """
 
-import threading
 from datetime import timedelta
 
 import pytest
-from django.db import connection
 from django.utils import timezone
 
 from checkpoints import services as checkpoint_services
@@ -19,31 +17,12 @@ from jobs import services
 from jobs.models import Job, JobKind, JobStatus, Queue
 from mado.errors import Conflict
 from runs.models import Run, RunStatus
+from tests.integration.concurrency import together
 from tests.factories import CodeVersionFactory
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def together(*calls):
-    """Run each ``(function, kwargs)`` on its own thread and connection, released at once; ``[(result, error)]``."""
-    barrier = threading.Barrier(len(calls))
-    outcomes = [None] * len(calls)
-
-    def body(index, function, kwargs):
-        try:
-            barrier.wait(10)
-            outcomes[index] = (function(**kwargs), None)
-        except BaseException as exc:  # noqa: BLE001 - inspected by the test
-            outcomes[index] = (None, exc)
-        finally:
-            connection.close()
-
-    threads = [threading.Thread(target=body, args=(i, f, kw), daemon=True) for i, (f, kw) in enumerate(calls)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(30)
-    return outcomes
 
 
 @pytest.fixture

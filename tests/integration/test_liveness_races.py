@@ -16,7 +16,7 @@ from mado.errors import RunEnded
 from runs.liveness import run_heartbeat, runs_reap_crashed
 from runs.models import Run, RunStatus
 from runs.resume import run_start
-from tests.integration.test_jobs_races import together
+from tests.integration.concurrency import together
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

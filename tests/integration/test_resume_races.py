@@ -18,7 +18,7 @@ from runs.metrics import metrics_ingest
 from runs.models import MetricPoint, Run, RunStatus
 from runs.resume import run_start
 from tests.factories import RunFactory
-from tests.integration.test_jobs_races import together
+from tests.integration.concurrency import together
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

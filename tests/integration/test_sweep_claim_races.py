@@ -5,45 +5,24 @@ numbered under the Sweep's row lock, queued trials are taken with
 ``SKIP LOCKED`` plus a conditional UPDATE, and requeued trials go first.
 """
 
-import threading
 from datetime import timedelta
 
 import pytest
-from django.db import connection
 from django.utils import timezone
 
 from runs.models import Run, RunStatus, SweepTrial, TrialState
 from runs.sweeps.services import sweep_claim, sweep_create
+from tests.integration.concurrency import together
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 AGENTS = 8
 
 
-def together(calls):
-    """Run each ``(function, kwargs)`` on its own thread and connection, released at once; ``[(result, error)]``."""
-    barrier = threading.Barrier(len(calls))
-    outcomes = [None] * len(calls)
-
-    def body(index, function, kwargs):
-        try:
-            barrier.wait(10)
-            outcomes[index] = (function(**kwargs), None)
-        except BaseException as exc:  # noqa: BLE001 - inspected by the test
-            outcomes[index] = (None, exc)
-        finally:
-            connection.close()
-
-    threads = [threading.Thread(target=body, args=(i, f, kw), daemon=True) for i, (f, kw) in enumerate(calls)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(60)
-    return outcomes
 
 
 def claims_at_once(sweep, actors, now=None):
-    outcomes = together([(sweep_claim, {"actor": actor, "sweep": sweep, "agent": f"agent:{i}", "now": now})
+    outcomes = together(*[(sweep_claim, {"actor": actor, "sweep": sweep, "agent": f"agent:{i}", "now": now})
                          for i, actor in enumerate(actors)])
     assert all(error is None for _, error in outcomes), outcomes
     return [claim for claim, _ in outcomes]

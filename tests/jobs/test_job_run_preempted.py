@@ -3,17 +3,9 @@
 import pytest
 
 from jobs import services
-from jobs.services import _common
 from runs.models import RunStatus
 from runs.services import run_set_status
 from tests.jobs.conftest import launch, run_to_end
-
-
-@pytest.fixture
-def ended(monkeypatch):
-    calls = []
-    monkeypatch.setattr(_common, "sweep_trial_run_ended", lambda *, run: calls.append((run.pk, run.status)))
-    return calls
 
 
 @pytest.fixture
@@ -43,4 +35,4 @@ def test_a_run_the_sdk_already_ended_preempted_is_not_reported_twice(job, creato
     run_set_status(actor=creator, run=job.run, status=RunStatus.PREEMPTING)
     run_set_status(actor=creator, run=job.run, status=RunStatus.PREEMPTED)
     services.job_finish(job_id=job.pk, exit_code=1)
-    assert ended == []  # run_set_status told the hook (runs.liveness); end_run changed nothing
+    assert ended == [(job.run.pk, RunStatus.PREEMPTED)]  # told once, by run_set_status; end_run changed nothing

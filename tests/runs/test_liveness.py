@@ -7,20 +7,11 @@ from django.utils import timezone
 
 from jobs.models import Job, JobStatus, Queue
 from jobs.tasks import reap_crashed_runs
-from runs import liveness
 from runs.liveness import runs_reap_crashed
 from runs.models import Run, RunStatus
 from tests.factories import CodeVersionFactory, RunFactory
 
 FENCE = "HTTP_MADO_FENCING_TOKEN"
-
-
-@pytest.fixture
-def ended(monkeypatch):
-    """The runs the sweep hook was told about, in order (the hook itself is the sweeps app's)."""
-    calls = []
-    monkeypatch.setattr(liveness, "sweep_trial_run_ended", lambda *, run: calls.append((run.pk, run.status)))
-    return calls
 
 
 @pytest.fixture

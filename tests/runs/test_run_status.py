@@ -3,17 +3,9 @@
 import pytest
 from django.utils import timezone
 
-from runs import liveness
 from runs.models import Run, RunStatus
 
 FENCE = "HTTP_MADO_FENCING_TOKEN"
-
-
-@pytest.fixture
-def ended(monkeypatch):
-    calls = []
-    monkeypatch.setattr(liveness, "sweep_trial_run_ended", lambda *, run: calls.append((run.pk, run.status)))
-    return calls
 
 
 @pytest.fixture

@@ -10,7 +10,32 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
-class StubApi:
+class HttpStub:
+    """A stdlib HTTP server on a free loopback port, served from a daemon thread while the ``with`` block runs.
+
+    Subclasses build their request handler class in ``_handler()``; ``url`` is the server root.
+    """
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_port}"
+        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        raise NotImplementedError
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class StubApi(HttpStub):
     """Records what it receives: ``runs`` (create bodies), ``posts`` (status answered per metric post),
     ``batch_sizes`` (points per metric post), ``points`` (stored points, in arrival order) and
     ``statuses`` (PATCHed statuses), ``batch_keys`` (the ``Idempotency-Key`` of each metric post).
@@ -27,20 +52,11 @@ While ``release`` is clear, metric posts hang.
         self.release.set()
         self.runs, self.posts, self.points, self.statuses, self.batch_sizes = [], [], [], [], []
         self.batch_keys = []
-        self.lock = threading.Lock()
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_port}"
-        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-
-    def __enter__(self):
-        self.thread.start()
-        return self
+        super().__init__()
 
     def __exit__(self, *exc):
         self.release.set()
-        self.server.shutdown()
-        self.server.server_close()
+        super().__exit__(*exc)
 
     def _metrics(self, body: dict, key: str | None) -> tuple[int, dict]:
         self.release.wait(30)

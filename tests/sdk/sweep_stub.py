@@ -11,12 +11,14 @@ import json
 import re
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
+
+from tests.sdk.stub_api import HttpStub
 
 TOKEN = "sweep-stub-token"
 
 
-class SweepStub:
+class SweepStub(HttpStub):
     def __init__(self, *, program: list[str], claims: list[dict], project: str = "vision"):
         self.program = program
         self.project = project
@@ -26,19 +28,7 @@ class SweepStub:
         self.checkpoints: dict[int, tuple[dict, bytes]] = {}
         self.tar_delay = 0.0
         self.tar_requested = threading.Event()
-        self.lock = threading.Lock()
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_port}"
-        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.server.shutdown()
-        self.server.server_close()
+        super().__init__()
 
     def _claim(self, body: dict) -> dict:
         with self.lock:
