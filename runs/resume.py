@@ -15,7 +15,11 @@ never/None  409 "already exists"   attach (creator only)       create
 ==========  =====================  ==========================  ==========================
 
 Every start takes the Run's write lease: ``lease_token`` + 1 is the fencing
-token the SDK sends with each write (``runs.lease``). Races: the Run row is
+token the SDK sends with each write (``runs.lease``). A start that names its
+writer ``host`` (the SDK does) promises heartbeats: ``heartbeat_at`` is set
+now, so the Run is live (F25) and is reaped as crashed when the beats stop
+(F26). A start without ``host`` (curl, an older SDK) leaves ``heartbeat_at``
+empty: such a Run is never reaped and never refused as live. Races: the Run row is
 locked (``SELECT … FOR UPDATE``) and every change is a conditional UPDATE on
 the lease token or status read under that lock; two creates of one id are
 decided by the ``(project, external_id)`` unique constraint. So two
@@ -103,8 +107,9 @@ def run_start(
     ``create_fields`` are ``runs.services.run_create``'s (name, kind,
     parameters, input_dataset_version_ids, code_version_id, parent_id); on
     a resume only ``parameters`` is used (merged, see ``_merge_parameters``).
-    Every start takes a new fencing token (``run.lease_token``), sets the
-    writer and ``heartbeat_at`` now; attach and resume tell the Run's sweep
+    Every start takes a new fencing token (``run.lease_token``) and sets the
+    writer; ``heartbeat_at`` is set now only when ``host`` is given (the
+    client heartbeats; see the module docstring); attach and resume tell the Run's sweep
     trial (``sweep_trial_run_started``).
 
     Raises ``Forbidden`` unless member or admin; ``ValidationFailed`` naming
@@ -171,7 +176,8 @@ def _create(actor, project, external_id, host, pid, create_fields) -> RunStarted
         raise
     now = timezone.now()
     Run.objects.filter(pk=run.pk).update(
-        lease_token=F("lease_token") + 1, writer_host=host, writer_pid=pid, writer_since=now, heartbeat_at=now
+        lease_token=F("lease_token") + 1, writer_host=host, writer_pid=pid, writer_since=now,
+        heartbeat_at=now if host else None,
     )
     run.refresh_from_db()
     return RunStarted(run, created=True, resumed=False, last_step=None)
@@ -260,7 +266,7 @@ def _resume(actor, run: Run, parameters, allow_change: bool, host, pid) -> RunSt
     extra = {"started_at": now} if run.started_at is None else {}
     updated = Run.objects.filter(pk=run.pk, lease_token=run.lease_token, status=run.status).update(
         status=RunStatus.RUNNING, ended_at=None, lease_token=run.lease_token + 1, writer_host=host, writer_pid=pid,
-        writer_since=now, heartbeat_at=now, resume_count=F("resume_count") + 1, step_floor=floor,
+        writer_since=now, heartbeat_at=now if host else None, resume_count=F("resume_count") + 1, step_floor=floor,
         parameters=merged, **extra,
     )
     if not updated:  # another start won between our read and this UPDATE (no row lock on SQLite)

@@ -274,7 +274,7 @@ def run_attach(*, actor, project: Project, external_id: str, host: str = "", pid
     attached = Run.objects.filter(
         project=project, external_id=str(external_id), status=RunStatus.PENDING, created_by=actor
     ).update(
-        status=RunStatus.RUNNING, started_at=now, heartbeat_at=now,
+        status=RunStatus.RUNNING, started_at=now, heartbeat_at=now if host else None,
         lease_token=F("lease_token") + 1, writer_host=host or "", writer_pid=pid, writer_since=now,
     )
     if not attached:

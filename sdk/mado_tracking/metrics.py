@@ -301,7 +301,7 @@ class MetricSender:
                 self._warned_keys.add(key)
                 logger.warning("mado: points of %r were dropped by the server: their step is below the step run %s "
                                "continues at after its resume (run.step; log_metrics without step= counts from it)",
-                               key, self._run_id)
+                               key, self._lease.run_label if self._lease is not None else self._run_id)
 
     def _refused(self, client: ApiClient, response: requests.Response, count: int) -> None:
         error = client.error_from(response, "POST", self._path)

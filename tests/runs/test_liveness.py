@@ -137,6 +137,18 @@ def test_a_run_that_never_sent_a_heartbeat_is_never_reaped(project, creator, set
     assert Run.objects.get(pk=mlflow_run.pk).status == RunStatus.RUNNING
 
 
+@pytest.mark.parametrize("body, reaped", [({}, False), ({"host": "gpu-7", "pid": 4242}, True)])
+def test_only_a_start_that_names_its_host_is_watched_for_heartbeats(client_as, project, settings, body, reaped):
+    """curl or an SDK older than issue 6 never heartbeats: its run must not turn crashed while it still logs."""
+    settings.MMT_CRASH_TIMEOUT = 300
+    answer = client_as("creator").post("/api/v1/runs/", {"project": project.slug, **body}, format="json")
+    assert answer.status_code == 201
+    assert (answer.json()["heartbeat_at"] is not None) is reaped
+    assert runs_reap_crashed(now=timezone.now() + timedelta(seconds=301)) == int(reaped)
+    expected = RunStatus.CRASHED if reaped else RunStatus.RUNNING
+    assert Run.objects.get(pk=answer.json()["id"]).status == expected
+
+
 @pytest.mark.parametrize("status", [RunStatus.PENDING, RunStatus.FINISHED, RunStatus.FAILED])
 def test_runs_that_are_not_live_are_left_alone(live_run, settings, status):
     settings.MMT_CRASH_TIMEOUT = 60

@@ -21,8 +21,10 @@ SIGTERM is killed (SIGKILL). Without the flag the signals keep their default
 effect (Ctrl-C in a terminal reaches the agent and the program alike).
 
 Exit statuses: 0 the sweep is done or ``--count`` trials ran; 1 the server
-refused or could not be reached (the message says what failed), or the
-trial's checkpoint did not verify; 128 + n after signal n stopped the agent.
+refused or could not be reached (the message says what failed), the
+trial's checkpoint did not verify, or the program could not be started (not
+found or not executable: the trial is reported preempted, so it goes back to
+the queue with its Run still pending); 128 + n after signal n stopped the agent.
 """
 
 import json
@@ -91,6 +93,7 @@ class Agent:
         self.child: subprocess.Popen | None = None
         self.forwarded: list[int] = []  # signals passed to the current child
         self.kill_at: float | None = None
+        self.unstartable: str | None = None  # why the program could not be started (then the agent stops)
 
     def run(self, count: int | None) -> int:
         """Claim and run trials until the sweep is done, ``count`` trials ran or a signal came; return the exit
@@ -133,7 +136,10 @@ class Agent:
                 returncode = self._execute(number, trial, argv, env)
             finally:
                 _make_removable(Path(scratch))
-        preempted = returncode is None or any(sig in PREEMPTING for sig in self.forwarded)
+        # A program that cannot be started (not found, not executable) never started its Run: the trial goes
+        # back to the queue (its Run stays pending) and the agent stops, instead of failing trial after trial.
+        preempted = (returncode is None or self.unstartable is not None
+                     or any(sig in PREEMPTING for sig in self.forwarded))
         if returncode is None:  # never started: reported as stopped by the signal that came first
             returncode = -self.stop_signal
             outcome = f"was not started: {signal.Signals(self.stop_signal).name} came first"
@@ -141,6 +147,11 @@ class Agent:
             outcome = describe_exit(returncode)
         self.client.request("POST", f"sweeps/{self.sweep_id}/trials/{number}/report/",
                             body={"exit_code": returncode, "preempted": preempted, "agent": self.name}, attempts=5)
+        if self.unstartable is not None:
+            raise click.ClickException(
+                f"trial {number}: cannot start {argv[0]!r}: {self.unstartable}; the trial goes back to the queue "
+                "and this agent stops. The sweep's program must be a command this machine can run, e.g. "
+                "'python train.py' rather than 'train.py'")
         click.echo(f"trial {number} {outcome}" + (" (preempted)" if preempted else ""))
 
     def _checkpoint(self, trial: dict, scratch: Path) -> dict[str, str]:
@@ -165,7 +176,7 @@ class Agent:
         try:
             self.child = subprocess.Popen(argv, env=env, start_new_session=self.forward_signals)
         except OSError as error:
-            click.echo(f"trial {number}: cannot start {argv[0]!r}: {error}", err=True)
+            self.unstartable = str(error)
             return 127
         if self.stop_signal is not None and not self.forwarded:  # it came while the child was being started
             self._forward(self.stop_signal)
