@@ -42,6 +42,8 @@ elif mode == "record":
         signal.signal(signum, lambda n, f: received.append(n))
 Path(f"{out}.tmp").write_text(json.dumps(record))
 os.rename(f"{out}.tmp", f"{out}.json")
+if os.environ.get("TRIAL_EXIT"):
+    sys.exit(int(os.environ["TRIAL_EXIT"]))
 if mode:
     deadline = time.monotonic() + 30
     while not received and time.monotonic() < deadline:
@@ -127,6 +129,14 @@ def test_count_stops_the_agent_after_n_trials(stub, trial_out):
     code, out, _ = finish(start_agent(api, trial_out, "--count", "1"))
     assert (code, api.reports) == (0, [(1, {"exit_code": 0, "preempted": False, "agent": api.agents[0]})])
     assert "1 trial(s) ran" in out and len(api.agents) == 1
+
+
+def test_the_agent_stops_after_max_failures_trials_in_a_row_failed(stub, trial_out):
+    api = stub([trial(1), trial(2), trial(3), trial(4)])
+    code, _, err = finish(start_agent(api, trial_out, "--max-failures", "2", TRIAL_EXIT="3"))
+    assert code == 1
+    assert "2 trials in a row failed; stopping this agent (--max-failures 2)" in err
+    assert [number for number, _ in api.reports] == [1, 2]  # trials 3 and 4 are left for a mended program
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGUSR1])

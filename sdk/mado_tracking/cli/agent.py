@@ -20,11 +20,16 @@ agent claims nothing more; a trial that got SIGTERM or SIGUSR1 is reported
 SIGTERM is killed (SIGKILL). Without the flag the signals keep their default
 effect (Ctrl-C in a terminal reaches the agent and the program alike).
 
+``--max-failures N`` (default 3, like W&B's agent): after N trials in a row
+that failed (non-zero exit, not preempted) the agent stops, so a broken
+program does not burn through a whole random sweep.
+
 Exit statuses: 0 the sweep is done or ``--count`` trials ran; 1 the server
 refused or could not be reached (the message says what failed), the
-trial's checkpoint did not verify, or the program could not be started (not
-found or not executable: the trial is reported preempted, so it goes back to
-the queue with its Run still pending); 128 + n after signal n stopped the agent.
+trial's checkpoint did not verify, ``--max-failures`` trials failed in a
+row, or the program could not be started (not found or not executable: the
+trial is reported preempted, so it goes back to the queue with its Run still
+pending); 128 + n after signal n stopped the agent.
 """
 
 import json
@@ -81,13 +86,15 @@ class Agent:
     """One agent process: claims trials of ``sweep_id`` and runs them (see the module docstring)."""
 
     def __init__(self, client: ApiClient, config: Config, sweep_id: int, *, forward_signals: bool,
-                 poll_interval: float, kill_grace: float):
+                 poll_interval: float, kill_grace: float, max_failures: int = 3):
         self.client = client
         self.config = config
         self.sweep_id = sweep_id
         self.forward_signals = forward_signals
         self.poll_interval = poll_interval
         self.kill_grace = kill_grace
+        self.max_failures = max_failures
+        self.failures = 0  # trials in a row that failed (non-zero exit, not preempted)
         self.name = f"{socket.gethostname()}:{os.getpid()}"
         self.stop_signal: int | None = None  # the first signal received: claim nothing more
         self.child: subprocess.Popen | None = None
@@ -114,6 +121,10 @@ class Agent:
                     continue
                 self.run_trial(answer)
                 ran += 1
+                if self.failures >= self.max_failures:
+                    raise click.ClickException(
+                        f"{self.failures} trials in a row failed; stopping this agent (--max-failures "
+                        f"{self.max_failures}). Run the program by hand to see why: {shlex.join(answer['program'])}")
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
@@ -152,6 +163,7 @@ class Agent:
                 f"trial {number}: cannot start {argv[0]!r}: {self.unstartable}; the trial goes back to the queue "
                 "and this agent stops. The sweep's program must be a command this machine can run, e.g. "
                 "'python train.py' rather than 'train.py'")
+        self.failures = self.failures + 1 if returncode != 0 and not preempted else 0
         click.echo(f"trial {number} {outcome}" + (" (preempted)" if preempted else ""))
 
     def _checkpoint(self, trial: dict, scratch: Path) -> dict[str, str]:
@@ -229,10 +241,12 @@ def _make_removable(directory: Path) -> None:
               help="seconds between claims while every trial is taken but the sweep is not done")
 @click.option("--kill-grace", type=click.FloatRange(min=0), default=30.0, show_default=True,
               help="with --forward-signals: SIGKILL the program this many seconds after a forwarded SIGTERM")
+@click.option("--max-failures", type=click.IntRange(min=1), default=3, show_default=True,
+              help="stop after this many trials in a row failed (non-zero exit, not preempted)")
 @api_options
 @click.pass_context
 def agent(ctx: click.Context, sweep_id: int, count: int | None, forward_signals: bool, poll_interval: float,
-          kill_grace: float, api_url: str | None, api_token: str | None) -> None:
+          kill_grace: float, max_failures: int, api_url: str | None, api_token: str | None) -> None:
     """Claim trials of sweep SWEEP_ID and run its program for each, until the sweep is done (SPEC F27, F28).
 
     A preempted trial comes back first and resumes under its own run id from
@@ -241,5 +255,5 @@ def agent(ctx: click.Context, sweep_id: int, count: int | None, forward_signals:
     config = resolve_config(ctx, api_url, api_token)
     with api_client(ctx, config.api_url, config.api_token, f"agent on sweep {sweep_id}") as client:
         status = Agent(client, config, sweep_id, forward_signals=forward_signals, poll_interval=poll_interval,
-                       kill_grace=kill_grace).run(count)
+                       kill_grace=kill_grace, max_failures=max_failures).run(count)
     ctx.exit(status)
