@@ -69,9 +69,13 @@ def sweep_trials(*, sweep: Sweep) -> list[SweepTrial]:
 
 
 def sweep_best_trial(*, sweep: Sweep, trials: list[SweepTrial]) -> SweepTrial | None:
-    """The trial of ``trials`` (from ``sweep_trials``) with the best finite metric for the sweep's goal, the
-    lowest number on a tie; None when no trial has one."""
-    scored = [trial for trial in trials if trial.metric is not None and math.isfinite(trial.metric)]
+    """The trial of ``trials`` (from ``sweep_trials``) whose Run finished with the best finite metric for the
+    sweep's goal, the lowest number on a tie; None when no finished trial has one. A running, preempted or
+    crashed trial's last value is a partial result and never "best"."""
+    scored = [
+        trial for trial in trials
+        if trial.run.status == RunStatus.FINISHED and trial.metric is not None and math.isfinite(trial.metric)
+    ]
     if not scored:
         return None
     sign = -1 if sweep.metric_goal == MetricGoal.MAXIMIZE else 1

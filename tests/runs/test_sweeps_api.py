@@ -153,13 +153,17 @@ def test_detail_lists_trials_with_their_last_metric_and_the_best(api, grid, memb
     claim(api(member), grid)
     claim(api(member), grid)
     first, second = SweepTrial.objects.order_by("number")
-    log_metric(actor=member, run=start_program(actor=member, trial=first), key="val_loss", values=[0.9, 0.5])
-    log_metric(actor=member, run=start_program(actor=member, trial=second), key="val_loss", values=[0.8, 0.3, 0.4])
+    runs = [start_program(actor=member, trial=trial) for trial in (first, second)]
+    log_metric(actor=member, run=runs[0], key="val_loss", values=[0.9, 0.5])
+    log_metric(actor=member, run=runs[1], key="val_loss", values=[0.8, 0.3, 0.4])
     body = api(viewer).get(f"/api/v1/sweeps/{grid.pk}/").json()
     rows = [(t["number"], t["state"], t["run_status"], t["metric"]) for t in body["trials"]]
     assert rows == [(1, "running", "running", 0.5), (2, "running", "running", 0.4)]
     assert body["trials"][0]["parameters"] == first.parameters
-    assert body["best_trial"] == 2
+    assert body["best_trial"] is None  # running trials' last values are partial results
+    for run in runs:
+        run_set_status(actor=member, run=run, status=RunStatus.FINISHED)
+    assert api(viewer).get(f"/api/v1/sweeps/{grid.pk}/").json()["best_trial"] == 2
     assert body["trial_counts"]["running"] == 2 and body["trial_counts"]["total"] == 2
 
 

@@ -82,14 +82,15 @@ def test_the_sweep_page_shows_trials_best_and_scatter(login, scored, viewer):
     assert 'data-state="leased"' in rows[3] and "gpu:2" in rows[3]
     trial2 = SweepTrial.objects.get(number=2)
     assert reverse("runs:run-detail", args=[trial2.run_id]) in rows[2]
-    assert '<tr data-trial="2" class="best">' in body
+    # Trial 2's 0.2 is lower but partial (preempted): the best is the finished trial 1.
+    assert '<tr data-trial="1" class="best">' in body
     best = re.search(r'<section class="card best-trial" data-trial="(\d+)">', body)
-    assert best.group(1) == "2"
+    assert best.group(1) == "1"
     scatters = re.findall(r'<figure class="metric-chart sweep-scatter" data-parameter="([^"]+)">(.*?)</figure>', body, re.S)
     assert [name for name, _ in scatters] == ["hidden", "lr"]  # epochs is fixed: not plotted
     for _name, figure in scatters:
         assert figure.count('<circle class="trial') == 2
-        assert '<circle class="trial best" data-trial="2"' in figure
+        assert '<circle class="trial best" data-trial="1"' in figure
     assert "3 trials: 1 done, 0 running, 1 queued, 1 claimed" in body
 
 

@@ -311,6 +311,8 @@ def test_sweep_show_lists_the_trials_and_the_best_one(mado, api, member):
     logged = client.post(f"/api/v1/runs/{claims[1]['run_id']}/metrics/",
                          {"points": [{"key": "val_loss", "step": 0, "value": 0.25}]}, format="json")
     assert logged.status_code == 201, logged.content
+    finished = client.patch(f"/api/v1/runs/{claims[1]['run_id']}/", {"status": "finished"}, format="json")
+    assert finished.status_code == 200, finished.content
     shown = mado("sweep", "show", sweep_id)
     assert shown.exit_code == 0, shown.output
     assert f"sweep {sweep_id} 'digits-lr-hidden' in project vision: grid search" in shown.output
@@ -318,7 +320,7 @@ def test_sweep_show_lists_the_trials_and_the_best_one(mado, api, member):
     rows = {line.split()[0]: line.split() for line in shown.output.splitlines()[3:]}
     second = f"hidden={claims[1]['parameters']['hidden']} lr={claims[1]['parameters']['lr']}"
     assert rows["1"] == ["1", "leased", "pending", "0", claims[0]["external_id"], "box:1", "hidden=32", "lr=0.01"]
-    assert rows["2"] == ["2", "running", "running", "0", claims[1]["external_id"], "box:1", "0.25", *second.split()]
+    assert rows["2"] == ["2", "done", "finished", "0", claims[1]["external_id"], "box:1", "0.25", *second.split()]
     assert shown.output.splitlines()[-1] == f"best: trial 2 (val_loss 0.25; {second})"
     missing = mado("sweep", "show", 99999)
     assert missing.exit_code == 1 and "cannot read sweep 99999" in missing.output
