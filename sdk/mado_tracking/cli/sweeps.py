@@ -45,8 +45,10 @@ def format_parameters(parameters: dict) -> str:
 
 
 def describe_sweep(sweep: dict) -> str:
+    """One line: ``sweep 3 'digits' in project vision: grid search, minimize val_loss, at most 4 trials``."""
     cap = "no trial limit" if sweep.get("run_cap") is None else f"at most {sweep['run_cap']} trials"
-    return (f"sweep {sweep['id']} {sweep.get('name', '')!r} in project {sweep['project']}: {sweep['method']} search, "
+    name = f" {sweep['name']!r}" if sweep.get("name") else ""
+    return (f"sweep {sweep['id']}{name} in project {sweep['project']}: {sweep['method']} search, "
             f"{sweep['metric_goal']} {sweep['metric_name']}, {cap}")
 
 
