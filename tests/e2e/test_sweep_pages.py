@@ -113,14 +113,14 @@ def test_a_member_creates_a_grid_sweep_from_yaml_and_reads_its_trials_and_a_view
     assert (sweep.project_id, sweep.method, sweep.run_cap, sweep.created_by_id) == (project.pk, "grid", 4, dana.pk)
     assert sweep.parameters == {"lr": {"values": [0.01, 0.1]}, "hidden": {"values": [32, 64]}}
 
-    # Agents claim all 4 trials; two programs log val_loss and finish, one is preempted (back to the queue),
-    # the fourth is still claimed.
+    # Agents claim all 4 trials; two programs log val_loss and finish, one logs a lower val_loss but is
+    # preempted (back to the queue: a partial result), the fourth is still claimed.
     trials = [sweep_claim(actor=dana, sweep=sweep, agent="gpu-node-1:4242").trial for _ in range(4)]
     assert [t.number for t in trials] == [1, 2, 3, 4]
     assert sweep_claim(actor=dana, sweep=sweep).trial is None  # the grid is exhausted
     _run_trial(dana, trials[0], losses=[0.9, 0.6, 0.42], end=RunStatus.FINISHED)
     _run_trial(dana, trials[1], losses=[0.8, 0.3, 0.17], end=RunStatus.FINISHED)
-    _run_trial(dana, trials[2], losses=None, end=RunStatus.PREEMPTED)
+    _run_trial(dana, trials[2], losses=[0.5, 0.05], end=RunStatus.PREEMPTED)
 
     page.reload()
     expect(facts.locator(".trial-counts")).to_have_text("4 trials: 2 done, 0 running, 1 queued, 1 claimed")
@@ -130,7 +130,7 @@ def test_a_member_creates_a_grid_sweep_from_yaml_and_reads_its_trials_and_a_view
     expected = {  # number: (metric, state label, data-state, requeues)
         1: ("0.42", "done", "done", "0"),
         2: ("0.17", "done", "done", "0"),
-        3: ("—", "queued", "queued", "1"),
+        3: ("0.05", "queued", "queued", "1"),
         4: ("—", "claimed", "leased", "0"),
     }
     for trial in trials:
@@ -147,7 +147,8 @@ def test_a_member_creates_a_grid_sweep_from_yaml_and_reads_its_trials_and_a_view
     assert {(t.parameters["lr"], t.parameters["hidden"]) for t in trials} == {
         (0.01, 32), (0.01, 64), (0.1, 32), (0.1, 64)}  # the grid, each point once
 
-    # The best trial is the one with the lowest val_loss (trial 2), in the card and highlighted in the table.
+    # The best trial is the finished one with the lowest val_loss (trial 2; trial 3's 0.05 is partial), in the
+    # card and highlighted in the table.
     best = page.locator(".best-trial")
     expect(best).to_have_attribute("data-trial", "2")
     expect(best.locator("dd.metric")).to_have_text("0.17")
@@ -162,10 +163,10 @@ def test_a_member_creates_a_grid_sweep_from_yaml_and_reads_its_trials_and_a_view
     for name in ("hidden", "lr"):
         scatter = page.locator(f'figure.sweep-scatter[data-parameter="{name}"]')
         expect(scatter.locator("svg")).to_be_visible()
-        expect(scatter.locator("figcaption")).to_contain_text("2 trials")
-        expect(scatter.locator("svg circle.trial")).to_have_count(2)
+        expect(scatter.locator("figcaption")).to_contain_text("3 trials")
+        expect(scatter.locator("svg circle.trial")).to_have_count(3)
         assert sorted(scatter.locator("svg circle.trial").evaluate_all(
-            "dots => dots.map(d => d.dataset.trial)")) == ["1", "2"]
+            "dots => dots.map(d => d.dataset.trial)")) == ["1", "2", "3"]
         expect(scatter.locator("svg circle.trial.best")).to_have_count(1)
         expect(scatter.locator("svg circle.trial.best")).to_have_attribute("data-trial", "2")
     # The y axis is val_loss growing upwards: trial 2's lower loss is drawn below trial 1's.
