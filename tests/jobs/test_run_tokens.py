@@ -39,12 +39,14 @@ def attach_body(run: Run, **extra) -> dict:
 
 def test_the_sdk_attaches_to_the_pending_run_of_its_job(code_client, running_job):
     run = running_job.run
-    response = code_client.post("/api/v1/runs/", attach_body(run, parameters={"other": 1}, name="renamed"), format="json")
+    body = attach_body(run, parameters={"other": 1}, name="renamed", host="gpu-1", pid=77)
+    response = code_client.post("/api/v1/runs/", body, format="json")
     assert response.status_code == 200, response.content
     data = response.json()
     assert (data["id"], data["status"], data["parameters"], data["name"]) == (run.pk, "running", {"lr": 0.1}, "baseline")
     run.refresh_from_db()
     assert run.status == RunStatus.RUNNING and run.started_at and run.heartbeat_at
+    assert (run.writer_host, run.writer_pid, run.lease_token) == ("gpu-1", 77, 1)
 
 
 def test_a_second_attach_is_refused_like_any_taken_run_id(code_client, running_job):
