@@ -1,0 +1,108 @@
+"""Same-run resume and sweep claims (issue 6, SPEC F24, F25, F28): prints figures, asserts nothing.
+
+In-process against a fresh database: a Run logs ``--points`` metric points
+(through ``metrics_ingest``, 10,000 a batch), then is resumed by id
+(``run_start(resume="allow")``, which reads the last step, takes a new
+fencing token and merges parameters) ``--resumes`` times; then ``--claims``
+claims of a random-search sweep (Optuna, rebuilt from the finished trials
+each time) are timed one by one, each trial finished with a metric.
+
+    .venv/bin/python benchmarks/same_run_resume.py                      # SQLite under a temp dir
+    .venv/bin/python benchmarks/same_run_resume.py --database-url postgresql://postgres@127.0.0.1:5432/mado_bench
+"""
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from metrics_ingest import recreate_postgres_database  # noqa: E402
+
+SWEEP = {
+    "method": "random",
+    "metric": {"name": "val_loss", "goal": "minimize"},
+    "parameters": {"lr": {"min": 1e-4, "max": 1e-1, "distribution": "log_uniform_values"},
+                   "hidden": {"values": [32, 64, 128, 256]}},
+    "program": "python train.py",
+}
+
+
+def milliseconds(samples: list[float]) -> str:
+    ordered = sorted(samples)
+    return (f"median {statistics.median(ordered) * 1000:.1f} ms, p90 {ordered[int(len(ordered) * 0.9)] * 1000:.1f} ms, "
+            f"max {ordered[-1] * 1000:.1f} ms")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--database-url", help="PostgreSQL URL (the database is dropped and recreated); default SQLite")
+    parser.add_argument("--points", type=int, default=1_000_000, help="metric points of the resumed Run")
+    parser.add_argument("--resumes", type=int, default=20)
+    parser.add_argument("--claims", type=int, default=50)
+    args = parser.parse_args()
+
+    data_dir = tempfile.mkdtemp(prefix="mado-bench-resume-")
+    os.environ["MADO_DATA_DIR"] = data_dir
+    if args.database_url:
+        recreate_postgres_database(args.database_url)
+        os.environ["MADO_DATABASE_URL"] = args.database_url
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "mado.settings")
+    import django
+
+    django.setup()
+    from django.contrib.auth import get_user_model
+    from django.core.management import call_command
+    from django.db import connection
+
+    from runs.metrics import metrics_ingest
+    from runs.models import RunStatus
+    from runs.resume import run_start
+    from runs.services import project_create, run_set_status
+    from runs.sweeps.services import sweep_claim, sweep_create
+
+    call_command("migrate", verbosity=0)
+    user = get_user_model().objects.create_user("bench")
+    project = project_create(user=user, name="Bench", slug="bench")
+    run = run_start(actor=user, project=project, external_id="exp-42", resume="allow", host="bench", pid=1).run
+
+    started = time.perf_counter()
+    for first in range(0, args.points, 10_000):
+        points = [{"key": "loss" if i % 2 else "acc", "value": 0.5, "step": (first + i) // 2, "timestamp": 1.0}
+                  for i in range(min(10_000, args.points - first))]
+        metrics_ingest(actor=user, run=run, points=points, fencing_token=run.lease_token)
+    logged = time.perf_counter() - started
+
+    resumes = []
+    for n in range(args.resumes):
+        run_set_status(actor=user, run=run, status=RunStatus.FAILED)
+        started = time.perf_counter()
+        run = run_start(actor=user, project=project, external_id="exp-42", resume="allow", host="bench", pid=n,
+                        parameters={"lr": 0.1, f"extra{n}": n}).run
+        resumes.append(time.perf_counter() - started)
+
+    sweep = sweep_create(actor=user, project=project, config=SWEEP)
+    claims = []
+    for n in range(args.claims):
+        started = time.perf_counter()
+        trial = sweep_claim(actor=user, sweep=sweep, agent=f"bench:{n}").trial
+        claims.append(time.perf_counter() - started)
+        trial_run = run_start(actor=user, project=project, external_id=trial.run.external_id, resume="allow",
+                              host="bench", pid=n).run
+        metrics_ingest(actor=user, run=trial_run, points=[{"key": "val_loss", "value": 1.0 / (n + 1), "step": 0}])
+        run_set_status(actor=user, run=trial_run, status=RunStatus.FINISHED)
+
+    print(f"backend: {'PostgreSQL' if connection.vendor == 'postgresql' else 'SQLite'}")
+    print(f"resumed run: {args.points:,} points logged in {logged:.1f} s; step floor now {run.step_floor:,}")
+    print(f"resume by id (run_start allow, {args.resumes} times): {milliseconds(resumes)}")
+    print(f"sweep claims (random search, Optuna, 1..{args.claims} finished trials): {milliseconds(claims)}")
+
+
+if __name__ == "__main__":
+    main()
