@@ -211,7 +211,8 @@ def _refuse_live(run: Run, now) -> None:
     since = (run.writer_since or run.started_at or run.heartbeat_at).isoformat()
     raise RunLive(
         f"run {run.external_id} is live on {run.writer_host or 'an unknown host'} since {since} "
-        f"(last heartbeat {max(int(age), 0)} s ago)",
+        f"(last heartbeat {max(int(age), 0)} s ago): stop that process (pid {run.writer_pid}), or resume once it is "
+        f"marked crashed, {settings.MMT_CRASH_TIMEOUT} s after its last heartbeat",
         field="external_id",
     )
 
