@@ -70,7 +70,11 @@ def _label(number: float) -> str:
     return f"{number:.4g}"
 
 
-def _scale(low: float, high: float, size: float, flip: bool):
+PLOT_W, PLOT_H = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
+
+
+def scale(low: float, high: float, size: float, flip: bool):
+    """``(low, high, f)``: ``f`` maps [low, high] onto [0, size] (reversed when ``flip``, for a y axis)."""
     if high == low:
         # A flat series sits in the middle rather than on an axis.
         low, high = low - (abs(low) or 1.0) * 0.05, high + (abs(high) or 1.0) * 0.05
@@ -131,25 +135,31 @@ def _series(points, sx, sy, *, css: str = "series", attrs: SafeString = mark_saf
     return format_html('<circle class="{}"{} cx="{}" cy="{}" r="3"/>', dot_css, attrs, x, y)
 
 
-def _svg_frame(key: str, points: list[tuple[float, float]], draw=None, markers: list[Marker] = ()) -> SafeString:
-    """Axes, min/max labels of ``points``, ``markers`` within the step range and what ``draw(sx, sy)`` returns,
-    where ``sx``/``sy`` map a step / value to plot coordinates (relative to the plot's top left corner)."""
-    plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
+def svg_open(label: str, *, empty: bool) -> SafeString:
+    """The opening ``<svg>`` of a chart titled ``label`` (``data-empty`` when nothing is drawn) and its two axes."""
     head = format_html(
         '<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {} {}" role="img" aria-label="{}"'
         ' preserveAspectRatio="xMidYMid meet"{}><title>{}</title>',
-        WIDTH, HEIGHT, key, mark_safe(' data-empty="true"' if not points else ""), key,
+        WIDTH, HEIGHT, label, mark_safe(' data-empty="true"' if empty else ""), label,
     )
     axes = format_html(
         '<g class="axes"><line x1="{l}" y1="{t}" x2="{l}" y2="{b}"/><line x1="{l}" y1="{b}" x2="{r}" y2="{b}"/></g>',
-        l=LEFT, t=TOP, b=TOP + plot_h, r=LEFT + plot_w,
+        l=LEFT, t=TOP, b=TOP + PLOT_H, r=LEFT + PLOT_W,
     )
+    return mark_safe(head + axes)
+
+
+def _svg_frame(key: str, points: list[tuple[float, float]], draw=None, markers: list[Marker] = ()) -> SafeString:
+    """Axes, min/max labels of ``points``, ``markers`` within the step range and what ``draw(sx, sy)`` returns,
+    where ``sx``/``sy`` map a step / value to plot coordinates (relative to the plot's top left corner)."""
+    plot_w, plot_h = PLOT_W, PLOT_H
+    frame = svg_open(key, empty=not points)
     if not points:
-        return mark_safe(head + axes + "</svg>")
+        return mark_safe(frame + "</svg>")
     xs = [p[0] for p in points]
     ys = [p[1] for p in points]
-    x_low, x_high, sx = _scale(min(xs), max(xs), plot_w, flip=False)
-    _y_low, _y_high, sy = _scale(min(ys), max(ys), plot_h, flip=True)
+    x_low, x_high, sx = scale(min(xs), max(xs), plot_w, flip=False)
+    _y_low, _y_high, sy = scale(min(ys), max(ys), plot_h, flip=True)
     labels = format_html(
         '<g class="labels">'
         '<text class="y-max" x="{lx}" y="{t}" dy="0.8em" text-anchor="end">{ymax}</text>'
@@ -161,7 +171,7 @@ def _svg_frame(key: str, points: list[tuple[float, float]], draw=None, markers: 
         ymax=_label(max(ys)), ymin=_label(min(ys)), xmin=_label(min(xs)), xmax=_label(max(xs)),
     )
     lines = _markers(markers, x_low, x_high, sx, plot_h)
-    return mark_safe(head + axes + lines + draw(sx, sy) + labels + "</svg>")
+    return mark_safe(frame + lines + draw(sx, sy) + labels + "</svg>")
 
 
 def build_chart(key: str, points, *, skipped: int = 0, total: int | None = None, markers: list[Marker] = ()) -> Chart:

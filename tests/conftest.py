@@ -109,16 +109,10 @@ def login(client):
 def ended(monkeypatch):
     """``[(run id, status)]`` of every Run whose end reached the sweep hook (``sweep_trial_run_ended``), in order.
 
-    Both callers are watched: ``runs.liveness`` (status changes, the reaper) and a Job's end.
+    Every caller goes through ``runs.liveness.run_ended_effects``: status changes, the reaper and a Job's end.
     """
-    from jobs.services import _common
     from runs import liveness
 
     calls = []
-
-    def record(*, run):
-        calls.append((run.pk, run.status))
-
-    monkeypatch.setattr(liveness, "sweep_trial_run_ended", record)
-    monkeypatch.setattr(_common, "sweep_trial_run_ended", record)
+    monkeypatch.setattr(liveness, "sweep_trial_run_ended", lambda *, run: calls.append((run.pk, run.status)))
     return calls

@@ -13,7 +13,7 @@ from jobs.models import Job, JobStatus, Queue, RunToken
 from mado.errors import ValidationFailed
 from runs.models import FINAL_STATES as RUN_FINAL_STATES
 from runs.models import CodeVersion, Run, RunStatus
-from runs.sweeps.hooks import sweep_trial_run_ended
+from runs.liveness import run_ended_effects
 
 logger = logging.getLogger("jobs")
 
@@ -124,17 +124,15 @@ def end_run(*, run_id: int, job_status: str, now=None) -> None:
     otherwise takes the Job's outcome (the exit code decides), except that a
     failed Run that was preempting or preempted stays ``preempted`` (F26).
     The Run's row is locked first (a concurrent ``run_set_status`` waits); when
-    its status changed here, its sweep trial is told (F28).
+    its status changed here, ``runs.liveness.run_ended_effects`` follows
+    (MLflow checkpoint files become usable, F3; its sweep trial is told, F28).
     """
     before = Run.objects.select_for_update().filter(pk=run_id).values_list("status", flat=True).first()
     _set_final_status(run_id=run_id, target=RUN_STATUS_FOR_JOB[job_status], now=now or timezone.now())
-    # Files logged under checkpoints/step-N/ through the MLflow API become usable once the Run ended (F3).
-    from checkpoints.services.mlflow_checkpoints import checkpoint_files_complete_for_run
-
-    checkpoint_files_complete_for_run(run_id=run_id)
     run = Run.objects.get(pk=run_id)
     if run.status != before:
-        sweep_trial_run_ended(run=run)
+        # A Run the SDK or the reaper already ended had these effects then (run_set_status, runs_reap_crashed).
+        run_ended_effects(run=run)
 
 
 def _set_final_status(*, run_id: int, target: str, now) -> None:

@@ -13,7 +13,8 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from runs import selectors
-from runs.lease import FENCING_HEADER, fencing_token
+from runs.api.serializers import FENCING_PARAMETER
+from runs.lease import fencing_token
 from runs.liveness import run_heartbeat
 
 
@@ -30,8 +31,7 @@ class RunHeartbeatApi(APIView):
         tags=["runs"], request=None,
         parameters=[
             OpenApiParameter("run_id", int, OpenApiParameter.PATH, description="run id"),
-            OpenApiParameter(FENCING_HEADER, int, OpenApiParameter.HEADER,
-                             description="the fencing token from POST runs/ (absent: not fenced)"),
+            FENCING_PARAMETER,
         ],
         responses={
             200: RunHeartbeatOutputSerializer,

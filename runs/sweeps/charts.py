@@ -14,10 +14,9 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 from django.utils.translation import gettext as _
 
-from runs.charts import BOTTOM, HEIGHT, LEFT, RIGHT, TOP, WIDTH
+from runs.charts import HEIGHT, LEFT, PLOT_H, PLOT_W, TOP, scale, svg_open
 from runs.models import Sweep, SweepTrial
 
-PLOT_W, PLOT_H = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
 MAX_CATEGORY_LABELS = 12
 
 
@@ -34,14 +33,6 @@ def _label(value) -> str:
     return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
-def _axis(low: float, high: float, size: float, flip: bool):
-    """A function mapping [low, high] onto [0, size] (reversed when ``flip``); a single value sits mid-axis."""
-    if high == low:
-        return lambda v: size / 2
-    ratio = size / (high - low)
-    return (lambda v: size - (v - low) * ratio) if flip else (lambda v: (v - low) * ratio)
-
-
 def _x_positions(spec: dict, values: list):
     """``(position of each value, x-axis labels as (x, text))`` for one parameter's values."""
     numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in spec.get("values", [0]))
@@ -54,7 +45,7 @@ def _x_positions(spec: dict, values: list):
         return positions, labels
     log = spec.get("distribution") == "log_uniform_values"
     scaled = [math.log10(v) if log else float(v) for v in values]
-    sx = _axis(min(scaled), max(scaled), PLOT_W, flip=False)
+    sx = scale(min(scaled), max(scaled), PLOT_W, flip=False)[2]
     low, high = min(values), max(values)
     labels = [(0, _label(low)), (PLOT_W, _label(high))] if low != high else [(PLOT_W / 2, _label(low))]
     return [sx(v) for v in scaled], labels
@@ -74,19 +65,12 @@ def _dot(trial: SweepTrial, parameter: str, x: float, y: float, best: SweepTrial
 
 def render_scatter(*, parameter: str, spec: dict, trials: list[SweepTrial], best: SweepTrial | None) -> SafeString:
     """The ``<svg>`` of ``trials`` (each with a finite ``metric``): metric against ``parameter``."""
-    head = format_html(
-        '<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {} {}" role="img" aria-label="{}"{}><title>{}</title>',
-        WIDTH, HEIGHT, parameter, mark_safe(' data-empty="true"' if not trials else ""), parameter,
-    )
-    axes = format_html(
-        '<g class="axes"><line x1="{l}" y1="{t}" x2="{l}" y2="{b}"/><line x1="{l}" y1="{b}" x2="{r}" y2="{b}"/></g>',
-        l=LEFT, t=TOP, b=TOP + PLOT_H, r=LEFT + PLOT_W,
-    )
+    frame = svg_open(parameter, empty=not trials)
     if not trials:
-        return mark_safe(head + axes + "</svg>")
+        return mark_safe(frame + "</svg>")
     xs, x_labels = _x_positions(spec, [trial.parameters.get(parameter) for trial in trials])
     metrics = [trial.metric for trial in trials]
-    sy = _axis(min(metrics), max(metrics), PLOT_H, flip=True)
+    sy = scale(min(metrics), max(metrics), PLOT_H, flip=True)[2]
     dots = mark_safe("".join(
         _dot(trial, parameter, LEFT + x, TOP + sy(trial.metric), best) for trial, x in zip(trials, xs, strict=True)
     ))
@@ -98,7 +82,7 @@ def render_scatter(*, parameter: str, spec: dict, trials: list[SweepTrial], best
                          ((f"{LEFT + x:.1f}", HEIGHT - 8, text) for x, text in x_labels)),
         lx=LEFT - 6, t=TOP, b=TOP + PLOT_H,
     )
-    return mark_safe(head + axes + dots + labels + "</svg>")
+    return mark_safe(frame + dots + labels + "</svg>")
 
 
 def sweep_scatters(*, sweep: Sweep, trials: list[SweepTrial], best: SweepTrial | None) -> list[Scatter]:

@@ -10,6 +10,29 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
+class JsonHandler(BaseHTTPRequestHandler):
+    """A quiet HTTP/1.1 handler with JSON helpers: ``_send`` raw bytes, ``_answer`` a JSON object, ``_body``."""
+
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):
+        pass
+
+    def _send(self, status: int, data: bytes, content_type: str = "application/json") -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _answer(self, status: int, payload: dict) -> None:
+        self._send(status, json.dumps(payload).encode())
+
+    def _body(self) -> dict:
+        length = int(self.headers.get("Content-Length") or 0)
+        return json.loads(self.rfile.read(length) or b"{}")
+
+
 class HttpStub:
     """A stdlib HTTP server on a free loopback port, served from a daemon thread while the ``with`` block runs.
 
@@ -78,24 +101,7 @@ While ``release`` is clear, metric posts hang.
     def _handler(self):
         stub = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args):
-                pass
-
-            def _answer(self, status: int, payload: dict) -> None:
-                data = json.dumps(payload).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def _body(self) -> dict:
-                length = int(self.headers.get("Content-Length") or 0)
-                return json.loads(self.rfile.read(length) or b"{}")
-
+        class Handler(JsonHandler):
             def _run(self, body: dict, status: str = "running") -> dict:
                 return {"id": 1, "external_id": body.get("external_id", "stubrun1"), "project": body.get("project"),
                         "name": body.get("name", ""), "kind": body.get("kind", "training"), "status": status,

@@ -7,13 +7,11 @@ report as ``(number, body)``, ``agents`` the ``agent`` of each claim. ``checkpoi
 after ``tar_requested`` is set. Any other path is a 404 naming it.
 """
 
-import json
 import re
 import threading
 import time
-from http.server import BaseHTTPRequestHandler
 
-from tests.sdk.stub_api import HttpStub
+from tests.sdk.stub_api import HttpStub, JsonHandler
 
 TOKEN = "sweep-stub-token"
 
@@ -39,27 +37,12 @@ class SweepStub(HttpStub):
     def _handler(self):
         stub = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args):
-                pass
-
-            def _send(self, status: int, data: bytes, content_type: str = "application/json") -> None:
-                self.send_response(status)
-                self.send_header("Content-Type", content_type)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def _answer(self, status: int, payload: dict) -> None:
-                self._send(status, json.dumps(payload).encode())
-
+        class Handler(JsonHandler):
             def _missing(self) -> None:
                 self._answer(404, {"error": "not_found", "detail": f"nothing at {self.path}", "field": None})
 
             def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
+                body = self._body()
                 if self.headers.get("Authorization") != f"Bearer {TOKEN}":
                     return self._answer(401, {"error": "unauthenticated", "detail": "bad token", "field": None})
                 if re.fullmatch(r"/api/v1/sweeps/7/claim/", self.path):
