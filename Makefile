@@ -23,7 +23,7 @@ install-dev: $(VENV)/.installed-dev
 
 $(VENV)/.installed-dev: $(VENV)/.installed
 	$(PIP) install --quiet -e '.[dev]' $(QUIET_PIP)
-	$(PY) -c "import pytest_django, playwright, moto"
+	$(PY) -c "import pytest_django, pytest_timeout, playwright, moto"
 	touch $@
 
 demo: install

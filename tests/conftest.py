@@ -116,3 +116,20 @@ def ended(monkeypatch):
     calls = []
     monkeypatch.setattr(liveness, "sweep_trial_run_ended", lambda *, run: calls.append((run.pk, run.status)))
     return calls
+
+
+@pytest.fixture(scope="session")
+def django_db_modify_db_settings(tmp_path_factory):
+    """On SQLite, the test database is a file rather than pytest-django's shared in-memory one.
+
+    Django hands the live server's threads the test's own connection to an
+    in-memory database; a sqlite3 connection used by two threads at once can
+    raise "table is locked" or hang both. With a file each thread has its own
+    connection, as with PostgreSQL, and WAL with a busy timeout (settings)
+    makes lock waits waits.
+    """
+    from django.conf import settings
+
+    database = settings.DATABASES["default"]
+    if database["ENGINE"] == "django.db.backends.sqlite3":
+        database.setdefault("TEST", {})["NAME"] = str(tmp_path_factory.mktemp("database") / "test.sqlite3")

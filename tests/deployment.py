@@ -1,7 +1,7 @@
 """A real deployment for end-to-end tests: a migrated SQLite file in a fresh ``MADO_DATA_DIR``, gunicorn
 and one Celery worker on a queue of its own, user ``flow`` (member of project ``flow``) with an API token.
 
-pytest-django's in-memory test database is invisible to other processes, and Django's test server cannot
+pytest-django's test database is private to the test process, and Django's test server cannot
 read chunked request bodies (the MLflow client sends some); these tests therefore talk to real processes.
 """
 

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import pytest
 from celery import current_app
 from click.testing import CliRunner
-from django.db import OperationalError, connection
+from django.db import connection
 
 from checkpoints import storage
 from checkpoints.models import Checkpoint, CheckpointState
@@ -297,23 +297,6 @@ def test_job_resume_refusals(mado, creator, member, project, code_version, cpu):
 # --- logs ------------------------------------------------------------------------------------------
 
 
-def while_unlocked(call, **kwargs):
-    """``call(**kwargs)`` from a second thread, waiting out SQLite's "table is locked".
-
-    The in-memory test database is one shared cache: while the live server's thread reads a table, a write
-    from another thread fails at once with ``SQLITE_LOCKED`` (no busy timeout applies). The service's
-    transaction rolled back, so calling it again is safe. PostgreSQL never answers this.
-    """
-    deadline = time.monotonic() + 10
-    while True:
-        try:
-            return call(**kwargs)
-        except OperationalError as exc:
-            if "locked" not in str(exc) or time.monotonic() > deadline:
-                raise
-            time.sleep(0.01)
-
-
 def test_job_logs_prints_the_output_and_follows_it_until_the_job_ends(mado, creator, project, code_version, cpu):
     job = services.job_launch(actor=creator, code_version=code_version, queue=cpu, parameters={},
                               dataset_version_ids=[])
@@ -327,13 +310,12 @@ def test_job_logs_prints_the_output_and_follows_it_until_the_job_ends(mado, crea
     def worker():
         try:
             time.sleep(0.5)
-            while_unlocked(services.job_append_log, job_id=job.pk, text="step 2\n")
+            services.job_append_log(job_id=job.pk, text="step 2\n")
             time.sleep(0.3)
-            while_unlocked(services.job_append_log, job_id=job.pk, text="done\n")
-            while_unlocked(services.job_finish, job_id=job.pk, exit_code=0)
+            services.job_append_log(job_id=job.pk, text="done\n")
+            services.job_finish(job_id=job.pk, exit_code=0)
         finally:
-            if connection.vendor != "sqlite":  # in-memory SQLite: one connection shared by every thread
-                connection.close()  # PostgreSQL: this thread's own, which would block dropping the test database
+            connection.close()  # this thread's own, which would block dropping the test database
 
     thread = threading.Thread(target=worker)
     thread.start()

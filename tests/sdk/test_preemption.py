@@ -92,3 +92,21 @@ def test_offline_mark_preempting_is_recorded_and_ends_the_same_way(tmp_path, end
     assert done.stdout.strip() == "preempting", done.stderr
     record = json.loads((tmp_path / "off" / "run.json").read_text())
     assert (record["status"], record["attempts"][-1]["status"]) == (status, status)
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="reads thread signal masks from Linux's /proc")
+def test_only_the_main_thread_can_receive_the_signals_a_program_handles(mmt_env, tmp_path):
+    """A SIGTERM given to the SDK's sender thread would leave a main thread waiting in signal.pause() asleep."""
+    script = (
+        "import os, threading\n"
+        "run = mado_tracking.start_run()\n"
+        "main = threading.main_thread().native_id\n"
+        "for tid in os.listdir('/proc/self/task'):\n"
+        "    status = open(f'/proc/self/task/{tid}/status').read()\n"
+        "    blocked = int(status.split('SigBlk:')[1].split()[0], 16)\n"
+        "    print(int(tid) == main, all(blocked >> (s - 1) & 1 for s in (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)))\n"
+        "run.finish()\n"
+    )
+    done = _run_script(script, mmt_env, tmp_path)
+    lines = sorted(done.stdout.split("\n")[:-1])
+    assert lines == ["False True", "True False"], done.stderr

@@ -288,6 +288,7 @@ def test_extraction_never_leaves_a_checkpoint_directory_behind(failed_source_job
     assert not any(p for p in settings.MADO_WORKER_WORKDIR.rglob("*") if stat.S_ISDIR(p.lstat().st_mode))
 
 
+@pytest.mark.django_db(transaction=True)  # the task closes the failed connection and opens a new one
 def test_a_database_error_before_the_claim_retries_the_task(launch, control, monkeypatch):
     from django.db import OperationalError
 
@@ -311,6 +312,7 @@ def test_the_task_is_configured_for_long_jobs():
     assert run_job.max_retries == 5 and run_job.name == "worker.tasks.run_job"
 
 
+@pytest.mark.django_db(transaction=True)  # the task closes the failed connection and opens a new one
 def test_database_hiccups_while_the_code_runs_do_not_kill_it(launch, control, monkeypatch):
     from django.db import OperationalError
 
