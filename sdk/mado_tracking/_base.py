@@ -22,6 +22,11 @@ FINISH_STATUSES = ("finished", "failed", "aborted", "preempted")
 _ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789"
 _open_runs: set["RunBase"] = set()
 _open_runs_lock = threading.Lock()
+# An atexit hook cannot see the interpreter's exit code, so, as W&B's SDK does, sys.exit is wrapped while the
+# SDK is in use and the last code given to it is kept. `raise SystemExit(n)` and os._exit() are not seen.
+_NO_EXIT_CALL = object()
+_exit_status = _NO_EXIT_CALL
+_original_exit = None
 
 
 def new_external_id() -> str:
@@ -49,6 +54,23 @@ def check_parameters(parameters) -> dict:
             f"parameters must be JSON (str keys; finite numbers, str, bool, None, lists, dicts): {exc}"
         ) from None
     return parameters
+
+
+def _recording_exit(status=None, /):
+    """``sys.exit`` that first keeps ``status`` for the interpreter-exit hook of Runs left open.
+
+    Only the main thread's call ends the program; another thread's only ends that thread.
+    """
+    global _exit_status
+    if threading.current_thread() is threading.main_thread():
+        _exit_status = status
+    _original_exit(status)
+
+
+def _record_exit_codes() -> None:
+    global _original_exit
+    if _original_exit is None:
+        _original_exit, sys.exit = sys.exit, _recording_exit
 
 
 def check_finish_status(status: str) -> str:
@@ -91,6 +113,7 @@ class RunBase:
         # An uncaught exception leaves sys.last_value behind; one from before this Run is not ours.
         self._last_value_at_start = getattr(sys, "last_value", None)
         with _open_runs_lock:
+            _record_exit_codes()
             _open_runs.add(self)
 
     def _closed(self) -> None:
@@ -122,10 +145,14 @@ class RunBase:
         return resume_checkpoint()
 
     def _finish_at_exit(self) -> None:
-        # The exit code is not visible here: a preempting run left open ends preempted whatever it was.
-        uncaught = getattr(sys, "last_value", None)
-        failed = self.preempting or (uncaught is not None and uncaught is not self._last_value_at_start)
-        self.finish(self._ending_status(not failed))
+        # A program that called sys.exit: its code decides, as leaving ``with`` by it would (SPEC F27, F29).
+        # Otherwise an uncaught exception fails the run, and a preempting run left open ends preempted.
+        if _exit_status is not _NO_EXIT_CALL:
+            clean = _exit_status in (0, None)
+        else:
+            uncaught = getattr(sys, "last_value", None)
+            clean = not self.preempting and (uncaught is None or uncaught is self._last_value_at_start)
+        self.finish(self._ending_status(clean))
 
 
 @atexit.register

@@ -5,8 +5,12 @@ the server when ``start_run`` returns. Leaving a ``with`` block finishes it
 (``finished``, or ``failed`` on an exception, Ctrl-C and ``sys.exit(1)``
 included; ``preempted`` instead after ``run.mark_preempting()``); without
 ``with``, call ``run.finish()``. Whatever is still open at interpreter exit is
-finished by an ``atexit`` hook: ``failed`` when the program ended with an
-uncaught exception, ``preempted`` after ``mark_preempting``, else ``finished``.
+finished by an ``atexit`` hook: by the code given to ``sys.exit`` when the
+program called it (0 or None: ``finished``; else ``failed``, or ``preempted``
+after ``mark_preempting``); otherwise ``failed`` when the program ended with
+an uncaught exception, ``preempted`` after ``mark_preempting``, else
+``finished``. To see that code the SDK wraps ``sys.exit`` (as W&B's does);
+``raise SystemExit(n)`` and ``os._exit`` go unseen.
 While it is open the process holds the Run's write lease and heartbeats
 (``mado_tracking.lease``).
 """

@@ -67,10 +67,22 @@ def test_a_sigterm_handler_marks_preempting_and_the_nonzero_exit_ends_preempted(
     assert Run.objects.get(external_id="pre-2").status == RunStatus.PREEMPTED, err
 
 
-def test_a_preempting_run_left_open_ends_preempted_at_interpreter_exit(mmt_env, tmp_path):
-    done = _run_script("run = mado_tracking.start_run(id='pre-3')\nrun.mark_preempting()\n", mmt_env, tmp_path)
-    assert Run.objects.get(external_id="pre-3").status == RunStatus.PREEMPTED, done.stderr
-    assert (tmp_path / ".mado" / "resume.json").exists()  # resume="auto" picks it up again
+@pytest.mark.parametrize(("ending", "status"), [("", RunStatus.PREEMPTED), ("sys.exit(1)", RunStatus.PREEMPTED),
+                                                ("sys.exit(0)", RunStatus.FINISHED)])
+def test_a_preempting_run_left_open_ends_by_its_exit_code(mmt_env, tmp_path, ending, status):
+    done = _run_script(f"run = mado_tracking.start_run(id='pre-3')\nrun.mark_preempting()\n{ending}\n", mmt_env,
+                       tmp_path)
+    assert Run.objects.get(external_id="pre-3").status == status, done.stderr
+    # resume="auto" picks an unfinished run up again
+    assert (tmp_path / ".mado" / "resume.json").exists() is (status != RunStatus.FINISHED)
+
+
+def test_a_failing_script_without_with_leaves_its_run_to_resume_auto(mmt_env, tmp_path):
+    script = "run = mado_tracking.start_run(resume='auto')\nprint(run.external_id, flush=True)\nsys.exit(1)\n"
+    first = _run_script(script, mmt_env, tmp_path)
+    again = _run_script(script, mmt_env, tmp_path)
+    assert first.stdout == again.stdout and first.stdout.strip(), first.stderr + again.stderr
+    assert Run.objects.get(external_id=first.stdout.strip()).status == RunStatus.FAILED
 
 
 def test_finish_accepts_preempted(mmt_env):

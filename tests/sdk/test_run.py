@@ -154,11 +154,13 @@ def test_another_projects_slug_is_not_found(monkeypatch, live_server, outsider, 
 
 @pytest.mark.parametrize(
     ("ending", "status"),
-    [("pass", RunStatus.FINISHED), ("raise RuntimeError('diverged')", RunStatus.FAILED)],
+    [("pass", RunStatus.FINISHED), ("raise RuntimeError('diverged')", RunStatus.FAILED),
+     ("sys.exit(1)", RunStatus.FAILED), ("sys.exit('diverged at step 3')", RunStatus.FAILED),
+     ("sys.exit(0)", RunStatus.FINISHED), ("sys.exit()", RunStatus.FINISHED)],
 )
 def test_a_run_left_open_is_finished_at_interpreter_exit(mmt_env, ending, status):
     script = (
-        "import mado_tracking\n"
+        "import sys, mado_tracking\n"
         "run = mado_tracking.start_run(name='open')\n"
         "run.log_metrics({'loss': 1.5}, step=3)\n"
         f"{ending}\n"
