@@ -2,9 +2,11 @@
 
 Server-rendered inline SVG in the style of ``runs.charts`` (same size,
 margins and min/max labels). A numeric parameter is drawn on a linear axis
-(logarithmic for ``log_uniform_values``), a parameter with listed values on
-one slot per value, labelled. Trials without a finite metric are not drawn;
-the best trial's dot is marked.
+(logarithmic for ``log_uniform_values``) spanning the searched space, a
+parameter with listed non-numeric values on one slot per value, labelled.
+Trials without a finite metric are not drawn; the best trial's dot is ringed, and a trial whose Run has not finished (its
+value is partial: running, preempted, crashed…) is drawn hollow. Dots keep
+``DOT_PAD`` pixels off the axis lines.
 """
 
 import math
@@ -16,8 +18,10 @@ from django.utils.translation import gettext as _
 
 from runs.charts import HEIGHT, LEFT, PLOT_H, PLOT_W, TOP, scale, svg_open
 from runs.models import Sweep, SweepTrial
+from runs.sweeps.selectors import has_final_metric
 
 MAX_CATEGORY_LABELS = 12
+DOT_PAD = 8  # pixels between the outermost dots and the plot's edges
 
 
 @dataclass(frozen=True)
@@ -44,11 +48,13 @@ def _x_positions(spec: dict, values: list):
         labels = [(step * (i + 0.5), _label(v)) for i, v in enumerate(spec["values"]) if i % every == 0]
         return positions, labels
     log = spec.get("distribution") == "log_uniform_values"
-    scaled = [math.log10(v) if log else float(v) for v in values]
-    sx = scale(min(scaled), max(scaled), PLOT_W, flip=False)[2]
-    low, high = min(values), max(values)
-    labels = [(0, _label(low)), (PLOT_W, _label(high))] if low != high else [(PLOT_W / 2, _label(low))]
-    return [sx(v) for v in scaled], labels
+    # The axis spans the searched space (listed values, min/max), not only the values tried so far.
+    domain = [*values, *spec.get("values", []), *(spec[bound] for bound in ("min", "max") if bound in spec)]
+    position = (lambda v: math.log10(v)) if log else float
+    sx = scale(min(map(position, domain)), max(map(position, domain)), PLOT_W - 2 * DOT_PAD, flip=False)[2]
+    low, high = min(domain), max(domain)
+    labels = [(DOT_PAD, _label(low)), (PLOT_W - DOT_PAD, _label(high))] if low != high else [(PLOT_W / 2, _label(low))]
+    return [DOT_PAD + sx(position(v)) for v in values], labels
 
 
 def _dot(trial: SweepTrial, parameter: str, x: float, y: float, best: SweepTrial | None) -> SafeString:
@@ -56,7 +62,12 @@ def _dot(trial: SweepTrial, parameter: str, x: float, y: float, best: SweepTrial
         "number": trial.number, "parameter": parameter, "value": _label(trial.parameters.get(parameter)),
         "metric": _label(trial.metric),
     }
-    css = "trial best" if best is not None and trial.pk == best.pk else "trial"
+    css = "trial"
+    if best is not None and trial.pk == best.pk:
+        css = "trial best"
+    elif not has_final_metric(trial):
+        css = "trial partial"
+        tooltip += " " + _("(partial: the run is %(status)s)") % {"status": trial.run.get_status_display()}
     return format_html(
         '<circle class="{}" data-trial="{}" cx="{}" cy="{}" r="4"><title>{}</title></circle>',
         css, trial.number, f"{x:.1f}", f"{y:.1f}", tooltip,
@@ -70,9 +81,10 @@ def render_scatter(*, parameter: str, spec: dict, trials: list[SweepTrial], best
         return mark_safe(frame + "</svg>")
     xs, x_labels = _x_positions(spec, [trial.parameters.get(parameter) for trial in trials])
     metrics = [trial.metric for trial in trials]
-    sy = scale(min(metrics), max(metrics), PLOT_H, flip=True)[2]
+    sy = scale(min(metrics), max(metrics), PLOT_H - 2 * DOT_PAD, flip=True)[2]
     dots = mark_safe("".join(
-        _dot(trial, parameter, LEFT + x, TOP + sy(trial.metric), best) for trial, x in zip(trials, xs, strict=True)
+        _dot(trial, parameter, LEFT + x, TOP + DOT_PAD + sy(trial.metric), best)
+        for trial, x in zip(trials, xs, strict=True)
     ))
     labels = format_html(
         '<g class="labels"><text class="y-max" x="{lx}" y="{t}" dy="0.8em" text-anchor="end">{}</text>'

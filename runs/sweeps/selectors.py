@@ -68,14 +68,17 @@ def sweep_trials(*, sweep: Sweep) -> list[SweepTrial]:
     )
 
 
+def has_final_metric(trial: SweepTrial) -> bool:
+    """Whether ``trial`` (from ``sweep_trials``) has a result: its Run finished with a finite ``metric``. A running,
+    preempted or crashed trial's last value is partial."""
+    return trial.run.status == RunStatus.FINISHED and trial.metric is not None and math.isfinite(trial.metric)
+
+
 def sweep_best_trial(*, sweep: Sweep, trials: list[SweepTrial]) -> SweepTrial | None:
     """The trial of ``trials`` (from ``sweep_trials``) whose Run finished with the best finite metric for the
     sweep's goal, the lowest number on a tie; None when no finished trial has one. A running, preempted or
     crashed trial's last value is a partial result and never "best"."""
-    scored = [
-        trial for trial in trials
-        if trial.run.status == RunStatus.FINISHED and trial.metric is not None and math.isfinite(trial.metric)
-    ]
+    scored = [trial for trial in trials if has_final_metric(trial)]
     if not scored:
         return None
     sign = -1 if sweep.metric_goal == MetricGoal.MAXIMIZE else 1
@@ -84,10 +87,7 @@ def sweep_best_trial(*, sweep: Sweep, trials: list[SweepTrial]) -> SweepTrial | 
 
 def sweep_finished_results(*, sweep: Sweep) -> list[tuple[dict, float]]:
     """``(parameters, metric)`` of the trials whose Run finished with a finite metric (what the samplers learn from)."""
-    return [
-        (trial.parameters, trial.metric) for trial in sweep_trials(sweep=sweep)
-        if trial.run.status == RunStatus.FINISHED and trial.metric is not None and math.isfinite(trial.metric)
-    ]
+    return [(trial.parameters, trial.metric) for trial in sweep_trials(sweep=sweep) if has_final_metric(trial)]
 
 
 def trial_latest_checkpoint(*, trial: SweepTrial) -> Checkpoint | None:

@@ -169,6 +169,7 @@ def test_a_member_creates_a_grid_sweep_from_yaml_and_reads_its_trials_and_a_view
             "dots => dots.map(d => d.dataset.trial)")) == ["1", "2", "3"]
         expect(scatter.locator("svg circle.trial.best")).to_have_count(1)
         expect(scatter.locator("svg circle.trial.best")).to_have_attribute("data-trial", "2")
+        expect(scatter.locator("svg circle.trial.partial")).to_have_attribute("data-trial", "3")  # drawn hollow
     # The y axis is val_loss growing upwards: trial 2's lower loss is drawn below trial 1's.
     lr_dots = page.locator('figure.sweep-scatter[data-parameter="lr"] svg circle.trial')
     cy = {d["trial"]: d["cy"] for d in lr_dots.evaluate_all(

@@ -5,6 +5,7 @@ import re
 import pytest
 from django.urls import reverse
 
+from runs.charts import LEFT, PLOT_H, PLOT_W, TOP
 from runs.models import RunStatus, Sweep, SweepTrial
 from runs.services import run_set_status
 from runs.sweeps.services import sweep_claim
@@ -91,6 +92,11 @@ def test_the_sweep_page_shows_trials_best_and_scatter(login, scored, viewer):
     for _name, figure in scatters:
         assert figure.count('<circle class="trial') == 2
         assert '<circle class="trial best" data-trial="1"' in figure
+        assert '<circle class="trial partial" data-trial="2"' in figure  # hollow: its value is partial
+        assert "(partial: the run is preempted)</title>" in figure
+        # The lowest and highest dots keep off the axis lines.
+        for cx, cy in re.findall(r'cx="([\d.]+)" cy="([\d.]+)"', figure):
+            assert LEFT < float(cx) < LEFT + PLOT_W and TOP < float(cy) < TOP + PLOT_H
     assert "3 trials: 1 done, 0 running, 1 queued, 1 claimed" in body
 
 
@@ -102,6 +108,9 @@ def test_a_range_parameter_is_plotted_on_a_numeric_axis(login, project, member):
     body = login(member).get(reverse("runs:sweep-detail", args=[sweep.pk])).content.decode()
     assert body.count('data-parameter="') == 4
     assert body.count('<text class="x-label"') >= 7  # two per numeric axis, one per optimizer value
+    # A numeric axis spans the searched range, whatever the two trials drew.
+    lr = re.search(r'data-parameter="lr">(.*?)</figure>', body, re.S).group(1)
+    assert re.findall(r'<text class="x-label"[^>]*>([^<]+)</text>', lr) == ["0.0001", "0.1"]
 
 
 def test_an_empty_sweep_says_how_to_start_agents(login, grid, viewer):
