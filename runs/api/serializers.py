@@ -195,6 +195,8 @@ class RunOutputSerializer(serializers.Serializer):
     writer_pid = serializers.IntegerField(read_only=True, allow_null=True)
     writer_since = serializers.DateTimeField(read_only=True, allow_null=True)
     heartbeat_interval = serializers.SerializerMethodField(help_text="seconds between the SDK's heartbeats")
+    crash_timeout = serializers.SerializerMethodField(
+        help_text="seconds without a heartbeat after which a running Run is marked crashed (SPEC F26)")
 
     def get_input_dataset_version_ids(self, run) -> list[int]:
         return sorted(version.pk for version in run.input_dataset_versions.all())
@@ -210,6 +212,9 @@ class RunOutputSerializer(serializers.Serializer):
 
     def get_heartbeat_interval(self, run) -> int:
         return settings.MMT_HEARTBEAT_INTERVAL
+
+    def get_crash_timeout(self, run) -> int:
+        return settings.MMT_CRASH_TIMEOUT
 
 
 # --- metrics (documentation only: the hot path parses and renders plain JSON) -----

@@ -43,6 +43,19 @@ def test_the_sender_thread_heartbeats_every_interval(mmt_env, monkeypatch):
     assert not run.lost
 
 
+@pytest.mark.parametrize(("interval", "warned"), [("300", True), ("299", False)])
+def test_an_interval_outside_the_crash_timeout_is_warned_about(mmt_env, monkeypatch, settings, caplog, interval,
+                                                               warned):
+    settings.MMT_CRASH_TIMEOUT = 300
+    monkeypatch.setenv("MMT_HEARTBEAT_INTERVAL", interval)
+    with caplog.at_level(logging.WARNING, logger="mado_tracking"), mado_tracking.start_run(id="slow-beats") as run:
+        pass
+    said = [r.getMessage() for r in caplog.records if "crash timeout" in r.getMessage()]
+    assert said == ([f"mado: heartbeats every {interval} s (MMT_HEARTBEAT_INTERVAL) are not within the server's "
+                     "crash timeout of 300 s: run slow-beats will be marked crashed between them"] if warned else [])
+    assert run.status == "finished"
+
+
 def test_a_process_taken_over_loses_its_writes_and_says_so_once(mmt_env, monkeypatch, tmp_path):
     script = (
         "import sys, mado_tracking\n"
