@@ -12,7 +12,7 @@ RUN_FIELDS = {
     "input_dataset_version_ids", "code_version_id", "parent_id", "source_checkpoint_id",
     "heartbeat_at", "created_at", "started_at", "ended_at", "url",
     "fencing_token", "resumed", "resume_count", "last_step", "step_floor", "dropped_points",
-    "writer_host", "writer_pid", "writer_since", "heartbeat_interval",
+    "writer_host", "writer_pid", "writer_since", "heartbeat_interval", "crash_timeout",
 }
 
 

@@ -301,9 +301,10 @@ def test_a_running_run_whose_heartbeat_is_stale_can_be_taken_over(api, project, 
     assert run.heartbeat_at > timezone.now() - timedelta(seconds=5)
 
 
-def test_a_start_answers_the_heartbeat_interval(api, member, settings):
-    settings.MMT_HEARTBEAT_INTERVAL = 7
-    assert start(api(member), "exp-42", "allow").json()["heartbeat_interval"] == 7
+def test_a_start_answers_the_heartbeat_interval_and_crash_timeout(api, member, settings):
+    settings.MMT_HEARTBEAT_INTERVAL, settings.MMT_CRASH_TIMEOUT = 7, 90
+    answer = start(api(member), "exp-42", "allow").json()
+    assert (answer["heartbeat_interval"], answer["crash_timeout"]) == (7, 90)
 
 
 def test_a_just_created_run_is_live_for_a_second_process(api, member, creator):
