@@ -4,9 +4,10 @@ Server-rendered inline SVG in the style of ``runs.charts`` (same size,
 margins and min/max labels). A numeric parameter is drawn on a linear axis
 (logarithmic for ``log_uniform_values``) spanning the searched space, a
 parameter with listed non-numeric values on one slot per value, labelled.
-Trials without a finite metric are not drawn; the best trial's dot is ringed, and a trial whose Run has not finished (its
-value is partial: running, preempted, crashed…) is drawn hollow. Dots keep
-``DOT_PAD`` pixels off the axis lines.
+Trials without a finite metric are not drawn; the best trial's dot is
+ringed, and a trial whose Run has not finished (its value is partial:
+running, preempted, crashed…) is drawn hollow. Dots keep ``DOT_PAD`` pixels
+off the axis lines.
 """
 
 import math
@@ -50,10 +51,11 @@ def _x_positions(spec: dict, values: list):
     log = spec.get("distribution") == "log_uniform_values"
     # The axis spans the searched space (listed values, min/max), not only the values tried so far.
     domain = [*values, *spec.get("values", []), *(spec[bound] for bound in ("min", "max") if bound in spec)]
-    position = (lambda v: math.log10(v)) if log else float
+    position = math.log10 if log else float
     sx = scale(min(map(position, domain)), max(map(position, domain)), PLOT_W - 2 * DOT_PAD, flip=False)[2]
     low, high = min(domain), max(domain)
-    labels = [(DOT_PAD, _label(low)), (PLOT_W - DOT_PAD, _label(high))] if low != high else [(PLOT_W / 2, _label(low))]
+    ends = [(DOT_PAD, _label(low)), (PLOT_W - DOT_PAD, _label(high))]
+    labels = ends if low != high else [(PLOT_W / 2, _label(low))]
     return [DOT_PAD + sx(position(v)) for v in values], labels
 
 

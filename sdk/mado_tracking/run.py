@@ -187,8 +187,8 @@ class Run(RunBase):
         crash_timeout = data.get("crash_timeout")
         if crash_timeout and self._lease.heartbeat_interval >= crash_timeout:
             logger.warning("mado: heartbeats every %g s (MMT_HEARTBEAT_INTERVAL) are not within the server's crash "
-                           "timeout of %g s: run %s will be marked crashed between them", self._lease.heartbeat_interval,
-                           crash_timeout, self._lease.run_label)
+                           "timeout of %g s: run %s will be marked crashed between them",
+                           self._lease.heartbeat_interval, crash_timeout, self._lease.run_label)
         self._finishing = False
         self._dropping_warned = False
         self._finish_lock = threading.Lock()

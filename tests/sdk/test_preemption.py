@@ -116,7 +116,8 @@ def test_only_the_main_thread_can_receive_the_signals_a_program_handles(mmt_env,
         "for tid in os.listdir('/proc/self/task'):\n"
         "    status = open(f'/proc/self/task/{tid}/status').read()\n"
         "    blocked = int(status.split('SigBlk:')[1].split()[0], 16)\n"
-        "    print(int(tid) == main, all(blocked >> (s - 1) & 1 for s in (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)))\n"
+        "    handled = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)\n"
+        "    print(int(tid) == main, all(blocked >> (s - 1) & 1 for s in handled))\n"
         "run.finish()\n"
     )
     done = _run_script(script, mmt_env, tmp_path)
