@@ -99,7 +99,7 @@ def render_svg(key: str, points: list[tuple[float, float]], markers: list[Marker
     return _svg_frame(key, points, lambda sx, sy: _series(points, sx, sy), markers=markers)
 
 
-def _markers(markers: list[Marker], low: float, high: float, sx, plot_h: float) -> SafeString:
+def _markers(markers: list[Marker], low: float, high: float, sx) -> SafeString:
     """One ``<g class="data-stage-marker">`` per marker whose step lies within the drawn step range."""
     drawn = []
     for marker in markers:
@@ -109,7 +109,7 @@ def _markers(markers: list[Marker], low: float, high: float, sx, plot_h: float) 
         drawn.append(format_html(
             '<g class="data-stage-marker" data-step="{}"><title>{}</title>'
             '<line x1="{x}" y1="{t}" x2="{x}" y2="{b}"/><text x="{tx}" y="{ty}">{}</text></g>',
-            marker.step, marker.label, marker.step, x=f"{x:.1f}", t=TOP, b=TOP + plot_h, tx=f"{x + 3:.1f}", ty=TOP + 10,
+            marker.step, marker.label, marker.step, x=f"{x:.1f}", t=TOP, b=TOP + PLOT_H, tx=f"{x + 3:.1f}", ty=TOP + 10,
         ))
     return mark_safe("".join(drawn))
 
@@ -152,14 +152,13 @@ def svg_open(label: str, *, empty: bool) -> SafeString:
 def _svg_frame(key: str, points: list[tuple[float, float]], draw=None, markers: list[Marker] = ()) -> SafeString:
     """Axes, min/max labels of ``points``, ``markers`` within the step range and what ``draw(sx, sy)`` returns,
     where ``sx``/``sy`` map a step / value to plot coordinates (relative to the plot's top left corner)."""
-    plot_w, plot_h = PLOT_W, PLOT_H
     frame = svg_open(key, empty=not points)
     if not points:
         return mark_safe(frame + "</svg>")
     xs = [p[0] for p in points]
     ys = [p[1] for p in points]
-    x_low, x_high, sx = scale(min(xs), max(xs), plot_w, flip=False)
-    _y_low, _y_high, sy = scale(min(ys), max(ys), plot_h, flip=True)
+    x_low, x_high, sx = scale(min(xs), max(xs), PLOT_W, flip=False)
+    _y_low, _y_high, sy = scale(min(ys), max(ys), PLOT_H, flip=True)
     labels = format_html(
         '<g class="labels">'
         '<text class="y-max" x="{lx}" y="{t}" dy="0.8em" text-anchor="end">{ymax}</text>'
@@ -167,10 +166,10 @@ def _svg_frame(key: str, points: list[tuple[float, float]], draw=None, markers: 
         '<text class="x-min" x="{l}" y="{by}" text-anchor="start">{xmin}</text>'
         '<text class="x-max" x="{r}" y="{by}" text-anchor="end">{xmax}</text>'
         "</g>",
-        lx=LEFT - 6, t=TOP, b=TOP + plot_h, l=LEFT, r=LEFT + plot_w, by=HEIGHT - 8,
+        lx=LEFT - 6, t=TOP, b=TOP + PLOT_H, l=LEFT, r=LEFT + PLOT_W, by=HEIGHT - 8,
         ymax=_label(max(ys)), ymin=_label(min(ys)), xmin=_label(min(xs)), xmax=_label(max(xs)),
     )
-    lines = _markers(markers, x_low, x_high, sx, plot_h)
+    lines = _markers(markers, x_low, x_high, sx)
     return mark_safe(frame + lines + draw(sx, sy) + labels + "</svg>")
 
 

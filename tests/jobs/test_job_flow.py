@@ -8,8 +8,8 @@ version; the resumed Job succeeds, its Run's parent is the failed Run and its so
 its metric steps start at 20, and its final weights are byte-identical to an uninterrupted offline run.
 
 Every process, this test's included, talks to one deployment in a fresh ``MADO_DATA_DIR``: pytest-django's
-test database is private to the test process (and its uncommitted data to the worker), so the server runs out of process on a
-migrated SQLite file and the test reads everything through the API. ``tests/integration/test_job_flow.py``
+test database is private to the test process, so the server runs out of process on a migrated SQLite file and
+the test reads everything through the API. ``tests/integration/test_job_flow.py``
 runs the same flow on PostgreSQL and a Redis broker. ``test_make_demo_…`` runs ``manage.py demo`` (about
 20 s; kept in the suite because it is the README's first command).
 """
