@@ -72,16 +72,16 @@ def check_step(step, directory) -> int:
     return step
 
 
-def progress_bar(total: int, step: int):
-    """A tqdm bar in bytes, shown only when stderr is a terminal."""
+def progress_bar(total: int, step: int, show: bool = True):
+    """A tqdm bar in bytes, shown only when ``show`` and stderr is a terminal."""
     return tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, desc=f"checkpoint step {step}",
-                disable=not sys.stderr.isatty(), leave=False)
+                disable=not show or not sys.stderr.isatty(), leave=False)
 
 
 def upload_checkpoint(client: ApiClient, *, run_id: int, directory, step: int, idempotency_key: str,
                       includes_optimizer: bool = False, framework: str | None = None,
                       tar: CheckpointTar | None = None, attempts: int | None = None,
-                      verify_timeout: float = VERIFY_TIMEOUT_S) -> SavedCheckpoint:
+                      verify_timeout: float = VERIFY_TIMEOUT_S, progress: bool = True) -> SavedCheckpoint:
     """Save ``directory`` as Run ``run_id``'s checkpoint at ``step``; return it once ``complete`` (SPEC F1).
 
     ``tar`` is the ``CheckpointTar`` of ``directory`` when the caller already
@@ -90,6 +90,7 @@ def upload_checkpoint(client: ApiClient, *, run_id: int, directory, step: int, i
     ``CheckpointError`` before any request. ``idempotency_key`` identifies
     this save: a replay of the registration returns the same checkpoint, and
     one that is already complete is returned without uploading again.
+    ``progress``: show a progress bar in bytes (on a terminal only).
 
     Raises:
         CheckpointError: the step is already saved in the Run (409), the
@@ -110,7 +111,7 @@ def upload_checkpoint(client: ApiClient, *, run_id: int, directory, step: int, i
     if resource["state"] != "pending":
         raise CheckpointError(f"{directory}: checkpoint {resource['id']} at step {step} is {resource['state']}",
                               field="step")
-    with progress_bar(len(tar), step) as bar:
+    with progress_bar(len(tar), step, progress) as bar:
         upload = _DirectUpload if resource.get("direct_upload") else _ServerUpload
         return upload(client, resource, directory, bar, attempts, verify_timeout).run(tar)
 
