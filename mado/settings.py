@@ -242,6 +242,9 @@ MADO_CHECKPOINT_VERIFY_QUEUE = env_str("MADO_CHECKPOINT_VERIFY_QUEUE", CELERY_TA
 # MMT_HEARTBEAT_INTERVAL seconds (told to it when it starts the Run). An agent's claim on a sweep
 # trial returns to the queue when its program has not started the Run within MMT_SWEEP_LEASE seconds.
 MMT_CRASH_TIMEOUT = env_int("MMT_CRASH_TIMEOUT", 300, minimum=1)
+# A running Run that never sent a heartbeat (the MLflow client, curl) becomes crashed after this many
+# seconds without any write (SPEC F37); a Project may set its own (Project.silent_run_timeout).
+MMT_SILENT_RUN_TIMEOUT = env_int("MMT_SILENT_RUN_TIMEOUT", 24 * 3600, minimum=1)
 MMT_HEARTBEAT_INTERVAL = env_int("MMT_HEARTBEAT_INTERVAL", 30, minimum=1)
 MMT_SWEEP_LEASE = env_int("MMT_SWEEP_LEASE", 3600, minimum=1)
 # Jobs (issue 4, docs/jobs.md). A running Job whose worker sent no heartbeat for this many seconds is

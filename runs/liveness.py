@@ -3,7 +3,11 @@
 The SDK sends ``POST runs/{id}/heartbeat/`` every ``MMT_HEARTBEAT_INTERVAL``
 seconds (``run_heartbeat``). Beat calls ``runs_reap_crashed`` every 60 s: a
 running Run silent for ``MMT_CRASH_TIMEOUT`` seconds becomes ``crashed``, a
-preempting one ``preempted``. Both write under the Run's row lock (or a
+preempting one ``preempted``. A Run whose writer never sends heartbeats (the
+MLflow client, a curl script) is judged by its last write of any kind
+(``run_touch``, ``Run.last_write_at``): silent for the Project's
+``silent_run_timeout`` (default ``MMT_SILENT_RUN_TIMEOUT``, 24 h) it becomes
+``crashed`` too (SPEC F37). The reason is kept in ``Run.ended_reason``. Both write under the Run's row lock (or a
 conditional UPDATE on the status), so a heartbeat, a resume and the reaper
 never both win: a Run the reaper ended answers a late heartbeat with
 ``RunEnded``, and only a resume (``POST runs/``) makes it run again.
@@ -14,12 +18,13 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from mado import policy
 from mado.errors import Conflict, Forbidden, RunEnded
 from runs.lease import lease_check
-from runs.models import FINAL_STATES, Run, RunStatus
+from runs.models import FINAL_STATES, Project, Run, RunStatus
 from runs.sweeps.hooks import sweep_trial_run_ended
 
 logger = logging.getLogger("runs")
@@ -95,7 +100,64 @@ def runs_reap_crashed(now=None) -> int:
     for run_id in stale.values_list("pk", flat=True):
         if _reap_one(run_id=run_id, cutoff=cutoff, now=now):
             reaped += 1
+    return reaped + runs_reap_silent(now=now)
+
+
+def run_touch(*, run_id: int) -> None:
+    """Record a write to Run ``run_id`` by a writer that sends no heartbeats (``last_write_at`` = now; SPEC F37).
+
+    A Run that beats is judged by its heartbeats, so its row is not written.
+    """
+    Run.objects.filter(pk=run_id, heartbeat_at__isnull=True).update(last_write_at=timezone.now())
+
+
+def refuse_write_if_crashed(*, run_id: int) -> None:
+    """Raise ``RunEnded`` (409 ``run_ended``) when Run ``run_id`` was ended ``crashed`` (SPEC F37).
+
+    The reaper took its process for dead: what that process still sends is
+    not stored into the crashed Run (the SDK keeps it for a same-run
+    resume). Inside a fenced write the Run's row is already locked, so a
+    reap that commits first is seen here and one that comes later waits.
+    """
+    run = Run.objects.filter(pk=run_id, status=RunStatus.CRASHED).only("external_id", "status").first()
+    if run is not None:
+        raise RunEnded(_ended_message(run), field="status")
+
+
+def runs_reap_silent(*, now=None) -> int:
+    """End as ``crashed`` every running Run that never sent a heartbeat and had no write for its timeout (F37).
+
+    The timeout is the Project's ``silent_run_timeout`` or
+    ``MMT_SILENT_RUN_TIMEOUT`` seconds, counted from the last write
+    (``last_write_at``, else the start). A Run whose Job vouches for it is
+    spared. ``ended_reason`` names the silence. Returns how many Runs it ended.
+    """
+    now = now or timezone.now()
+    shortest = min([settings.MMT_SILENT_RUN_TIMEOUT, *Project.objects.filter(
+        silent_run_timeout__isnull=False).values_list("silent_run_timeout", flat=True)])
+    candidates = Run.objects.filter(status=RunStatus.RUNNING, heartbeat_at__isnull=True).annotate(
+        last=Coalesce("last_write_at", "started_at", "created_at")
+    ).filter(last__lt=now - timedelta(seconds=shortest)).values_list("pk", "last", "project__silent_run_timeout")
+    reaped = 0
+    for run_id, last, timeout in candidates:
+        timeout = timeout or settings.MMT_SILENT_RUN_TIMEOUT
+        if last < now - timedelta(seconds=timeout) and _reap_silent_one(run_id=run_id, last=last, timeout=timeout, now=now):
+            reaped += 1
     return reaped
+
+
+@transaction.atomic
+def _reap_silent_one(*, run_id: int, last, timeout: int, now) -> bool:
+    run = Run.objects.select_for_update().filter(pk=run_id, status=RunStatus.RUNNING, heartbeat_at__isnull=True).first()
+    if run is None or (run.last_write_at or run.started_at or run.created_at) != last or _job_vouches(run_id, now):
+        return False
+    reason = (f"no heartbeat and no write since {last.isoformat(timespec='seconds')}: "
+              f"silent for more than {timeout} s, the process is taken for dead")
+    Run.objects.filter(pk=run_id).update(status=RunStatus.CRASHED, ended_at=now, ended_reason=reason)
+    logger.warning("run %s (%s) marked crashed: %s", run_id, run.external_id, reason)
+    run.refresh_from_db()
+    run_ended_effects(run=run)
+    return True
 
 
 def _job_vouches(run_id: int, now) -> bool:
@@ -111,7 +173,10 @@ def _reap_one(*, run_id: int, cutoff, now) -> bool:
     if run is None or _job_vouches(run_id, now):
         return False
     status = REAPED_STATUS[run.status]
-    if not Run.objects.filter(pk=run_id, status=run.status, heartbeat_at=run.heartbeat_at).update(status=status, ended_at=now):
+    reason = f"no heartbeat since {run.heartbeat_at.isoformat(timespec='seconds')} (more than {settings.MMT_CRASH_TIMEOUT} s)"
+    if not Run.objects.filter(pk=run_id, status=run.status, heartbeat_at=run.heartbeat_at).update(
+        status=status, ended_at=now, ended_reason=reason
+    ):
         return False
     logger.warning(
         "run %s (%s) marked %s: no heartbeat since %s (MMT_CRASH_TIMEOUT=%s s)",

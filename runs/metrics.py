@@ -16,6 +16,7 @@ from django.db.models import F
 from mado import policy
 from mado.errors import Forbidden, ValidationFailed
 from runs.lease import lease_check
+from runs.liveness import refuse_write_if_crashed, run_touch
 from runs.models import MetricBatch, MetricPoint, Run
 
 _NON_FINITE = {"NaN": math.nan, "nan": math.nan, "Infinity": math.inf, "inf": math.inf,
@@ -125,8 +126,9 @@ def metrics_ingest(
 
     Raises ``Forbidden`` unless the actor is a member or admin,
     ``ValidationFailed`` naming the first bad field (``points[3].value``),
-    ``LeaseLost`` for a stale ``fencing_token``; nothing of a refused batch
-    is stored.
+    ``LeaseLost`` for a stale ``fencing_token``, ``RunEnded`` (409
+    ``run_ended``) when the Run was ended ``crashed`` (F37); nothing of a
+    refused batch is stored.
     """
     if not policy.can_write_runs(actor, run.project):
         raise Forbidden(policy.why_not(actor, run.project, policy.MEMBER) or "not allowed")
@@ -137,6 +139,7 @@ def metrics_ingest(
     rows, dropped, dropped_keys = _drop_below_floor(rows, run.step_floor) if run.step_floor else (rows, 0, [])
     with transaction.atomic():
         lease_check(run_id=run.pk, token=fencing_token)
+        refuse_write_if_crashed(run_id=run.pk)
         if idempotency_key is not None:
             try:
                 with transaction.atomic():
@@ -147,6 +150,7 @@ def metrics_ingest(
             Run.objects.filter(pk=run.pk).update(dropped_points=F("dropped_points") + dropped)
         if rows:
             _insert(rows)
+        run_touch(run_id=run.pk)
     return MetricsIngested(len(rows), dropped, dropped_keys, replayed=False)
 
 

@@ -182,6 +182,9 @@ class RunOutputSerializer(serializers.Serializer):
     created_at = serializers.DateTimeField(read_only=True)
     started_at = serializers.DateTimeField(read_only=True, allow_null=True)
     ended_at = serializers.DateTimeField(read_only=True, allow_null=True)
+    ended_reason = serializers.CharField(read_only=True, help_text="why the server ended the Run (crashed: the silence)")
+    last_write_at = serializers.DateTimeField(
+        read_only=True, allow_null=True, help_text="last write of a Run that sends no heartbeats (SPEC F37)")
     url = serializers.SerializerMethodField(help_text="absolute URL of the Run page")
     fencing_token = serializers.IntegerField(
         source="lease_token", read_only=True, help_text="send it as the Mado-Fencing-Token header with every write"

@@ -75,10 +75,21 @@ def runs_json(runs: list[Run]) -> list[dict]:
     return [run_json(run, tags=tags[run.pk], metrics=metrics[run.pk]) for run in runs]
 
 
+VIEW_TYPES = {"": False, "ACTIVE_ONLY": False, "DELETED_ONLY": True, "ALL": None}
+
+
 def run_search(
-    *, user, experiment_ids: list, filter_string: str, order_by: list, max_results: int, page_token
+    *, user, experiment_ids: list, filter_string: str, order_by: list, max_results: int, page_token,
+    view_type: str = "",
 ) -> tuple[list[Run], str | None]:
-    """A page of the user's Runs in ``experiment_ids`` matching the filter (``runs.mlflow.search``)."""
+    """A page of the user's Runs in ``experiment_ids`` matching the filter (``runs.mlflow.search``).
+
+    ``view_type`` is MLflow's ``run_view_type``: ACTIVE_ONLY (default) leaves
+    soft-deleted Runs out, DELETED_ONLY keeps only them, ALL keeps both;
+    anything else → INVALID_PARAMETER_VALUE.
+    """
+    if view_type not in VIEW_TYPES:
+        raise MlflowError(INVALID_PARAMETER_VALUE, f"run_view_type must be one of {', '.join(list(VIEW_TYPES)[1:])}")
     if not isinstance(experiment_ids, list) or not experiment_ids:
         raise MlflowError(INVALID_PARAMETER_VALUE, "experiment_ids must be a non-empty list")
     try:
@@ -86,6 +97,8 @@ def run_search(
     except ValueError:
         raise MlflowError(INVALID_PARAMETER_VALUE, "experiment_ids must be experiment ids (digits)") from None
     runs = Run.objects.visible_to(user).filter(project_id__in=project_ids).select_related("project", "created_by")
+    if VIEW_TYPES[view_type] is not None:
+        runs = runs.filter(deleted_at__isnull=not VIEW_TYPES[view_type])
     runs = search.apply_order(search.apply_filter(runs, filter_string), order_by or [])
     offset = decode_page_token(page_token)
     page = list(runs[offset : offset + max_results + 1])

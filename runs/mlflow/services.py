@@ -14,22 +14,35 @@ Rules shared with the native API:
   SHA-256 of its content, so two concurrent copies of one batch are stored
   once (the ``MetricBatch`` unique constraint decides);
 - logging to a finished run is allowed (as MLflow does); a final status is
-  kept by ``run_set_status`` (asking for another final one → 400 INVALID_STATE).
+  kept by ``run_set_status`` (asking for another final one → 400 INVALID_STATE),
+  except that RUNNING reopens an ended run (``run_reopen``, MLflow's
+  ``start_run(run_id=...)``);
+- experiment ``0`` is the user's "Default" Project, made on first use;
+- runs are soft-deleted (``deleted_at``) and restorable, as MLflow does.
 """
 
 import hashlib
 import json
 import uuid
 
-from django.db import transaction
+from django.db import IntegrityError, transaction
+from django.utils import timezone
 
 from mado import policy
 from mado.errors import Conflict, Forbidden
 from runs import services as run_services
+from runs.liveness import run_touch
 from runs.metrics import metrics_ingest, parse_value
-from runs.mlflow.errors import INVALID_PARAMETER_VALUE, RESOURCE_ALREADY_EXISTS, MlflowError
+from runs.mlflow import selectors
+from runs.mlflow.errors import (
+    INVALID_PARAMETER_VALUE,
+    INVALID_STATE,
+    RESOURCE_ALREADY_EXISTS,
+    RESOURCE_DOES_NOT_EXIST,
+    MlflowError,
+)
 from runs.mlflow.translate import FROM_MLFLOW_STATUS, KIND_TAG, RUN_NAME_TAG, param_str
-from runs.models import MetricPoint, Project, Run, RunKind, RunTag
+from runs.models import FINAL_STATES, MetricPoint, Project, Run, RunKind, RunStatus, RunTag
 
 MAX_METRICS, MAX_PARAMS, MAX_TAGS = 1000, 100, 100
 KEY_MAX, PARAM_VALUE_MAX, TAG_VALUE_MAX = 250, 6000, 8000
@@ -96,6 +109,59 @@ def experiment_create(*, actor, name: str, artifact_location: str = "") -> Proje
         raise MlflowError(RESOURCE_ALREADY_EXISTS, f"Experiment '{name}' already exists ({exc.detail}).") from None
 
 
+DEFAULT_EXPERIMENT_ID = "0"
+DEFAULT_EXPERIMENT_NAME = "Default"
+
+
+def experiment_for_id(*, actor, experiment_id) -> Project:
+    """The Project of MLflow experiment ``experiment_id``; ``"0"`` is the actor's "Default" Project.
+
+    MLflow scripts that never set an experiment write to experiment 0. Here
+    it is a Project named "Default" per user, created on first use with the
+    user as admin (``Project.default_for`` is unique: two first uses at once
+    make one). Any other id: ``selectors.experiment_get`` (404 when invisible).
+    """
+    if str(experiment_id) != DEFAULT_EXPERIMENT_ID:
+        return selectors.experiment_get(user=actor, experiment_id=experiment_id)
+    project = Project.objects.filter(default_for=actor).first()
+    if project is not None:
+        return project
+    slug_base = f"default-{actor.username}"[:90]
+    for attempt in range(5):
+        slug = slug_base if attempt == 0 else f"{slug_base}-{uuid.uuid4().hex[:6]}"
+        try:
+            with transaction.atomic():
+                project = run_services.project_create(user=actor, name=DEFAULT_EXPERIMENT_NAME, slug=slug)
+                Project.objects.filter(pk=project.pk).update(default_for=actor)
+                return project
+        except (Conflict, IntegrityError):
+            found = Project.objects.filter(default_for=actor).first()
+            if found is not None:  # a concurrent first use made it
+                return found
+    raise MlflowError(INVALID_STATE, "could not create the Default experiment; try again")
+
+
+def experiment_tag_set(*, actor, project: Project, key: str, value: str | None) -> None:
+    """Set (``value`` a string) or remove (``value`` None) the experiment tag ``key`` of ``project``.
+
+    Writers of the Project only (``Forbidden``); key 1..250 characters, value
+    at most 5,000 (MLflow's limits, 400 INVALID_PARAMETER_VALUE); removing a
+    missing tag is RESOURCE_DOES_NOT_EXIST (404), as on MLflow.
+    """
+    _require_write(actor, project)
+    pairs = _key_values([{"key": key, "value": value or ""}], "tag", 1, 5000)
+    with transaction.atomic():
+        locked = Project.objects.select_for_update().get(pk=project.pk)
+        tags = dict(locked.tags or {})
+        if value is None:
+            if key not in tags:
+                raise MlflowError(RESOURCE_DOES_NOT_EXIST, f"No tag with name: {key} in experiment {project.pk}")
+            del tags[key]
+        else:
+            tags[pairs[0][0]] = pairs[0][1]
+        Project.objects.filter(pk=project.pk).update(tags=tags)
+
+
 @transaction.atomic
 def run_create(*, actor, project: Project, run_name: str = "", tags=None) -> Run:
     """Create a running Run in ``project`` with a 32-hex run id (MLflow's form).
@@ -117,7 +183,11 @@ def run_create(*, actor, project: Project, run_name: str = "", tags=None) -> Run
 
 
 def run_update(*, actor, run: Run, status: str | None = None, run_name: str | None = None) -> Run:
-    """Change a Run's status (MLflow name) and/or name. A final status is kept: another final → INVALID_STATE."""
+    """Change a Run's status (MLflow name) and/or name.
+
+    RUNNING on an ended Run reopens it (``run_reopen``); another final
+    status than the stored one → INVALID_STATE (``run_set_status``).
+    """
     _require_write(actor, run.project)
     if run_name:
         Run.objects.filter(pk=run.pk).update(name=run_name[:200])
@@ -125,7 +195,47 @@ def run_update(*, actor, run: Run, status: str | None = None, run_name: str | No
     if status:
         if str(status).upper() not in FROM_MLFLOW_STATUS:
             raise _bad(f"status must be one of {', '.join(FROM_MLFLOW_STATUS)}")
-        run = run_services.run_set_status(actor=actor, run=run, status=FROM_MLFLOW_STATUS[str(status).upper()])
+        status = FROM_MLFLOW_STATUS[str(status).upper()]
+        if status == RunStatus.RUNNING and run.status in FINAL_STATES:
+            return run_reopen(actor=actor, run=run)
+        run = run_services.run_set_status(actor=actor, run=run, status=status)
+        run_touch(run_id=run.pk)
+    return run
+
+
+def run_reopen(*, actor, run: Run) -> Run:
+    """Reopen an ended Run, as an MLflow server does for ``start_run(run_id=R)`` / ``MLFLOW_RUN_ID`` (F30).
+
+    Whoever may write the Run (``Forbidden`` otherwise). A finished, failed,
+    aborted, crashed or preempted Run becomes running again: ``ended_at``
+    and ``ended_reason`` cleared, the silence clock restarted. A Run that
+    sent heartbeats (an SDK process, a Job's: those resume by id through
+    the SDK) is refused with INVALID_STATE saying how to resume it.
+    A conditional UPDATE on the old status: of two reopens one wins, the
+    other finds it running and returns it.
+    """
+    _require_write(actor, run.project)
+    if run.heartbeat_at is not None:
+        raise MlflowError(INVALID_STATE, f"run {run.external_id} was written by the mado SDK; resume it with "
+                                         f"start_run(id={run.external_id!r}, resume='allow') instead")
+    Run.objects.filter(pk=run.pk, status__in=FINAL_STATES).update(
+        status=RunStatus.RUNNING, ended_at=None, ended_reason="", last_write_at=timezone.now()
+    )
+    run.refresh_from_db()
+    return run
+
+
+def run_delete(*, actor, run: Run, deleted: bool) -> Run:
+    """Soft-delete (``deleted``) or restore ``run``, as MLflow's ``delete_run`` / ``restore_run`` (F30).
+
+    Whoever may write the Run (``Forbidden``). Nothing is removed: the Run,
+    its metrics, files and checkpoints stay (Jobs and derived Runs refer to
+    them); a deleted Run answers ``lifecycle_stage: deleted`` and leaves
+    MLflow searches unless deleted runs are asked for. Idempotent both ways.
+    """
+    _require_write(actor, run.project)
+    Run.objects.filter(pk=run.pk).update(deleted_at=timezone.now() if deleted else None)
+    run.refresh_from_db()
     return run
 
 
@@ -203,6 +313,7 @@ def log_batch(*, actor, run: Run, metrics=None, params=None, tags=None) -> int:
     param_pairs = _key_values(params, "params", MAX_PARAMS, PARAM_VALUE_MAX)
     tag_pairs = _key_values(tags, "tags", MAX_TAGS, TAG_VALUE_MAX)
     points = _points(metrics)
+    run_touch(run_id=run.pk)  # the silence clock of a writer without heartbeats (F37)
     with transaction.atomic():
         _params_log(run, param_pairs)
         _tags_set(run, tag_pairs)
@@ -219,8 +330,6 @@ def log_batch(*, actor, run: Run, metrics=None, params=None, tags=None) -> int:
 
 def tag_delete(*, actor, run: Run, key: str) -> None:
     """Remove tag ``key`` from ``run``; RESOURCE_DOES_NOT_EXIST (404) when it is not set (MLflow's rule)."""
-    from runs.mlflow.errors import RESOURCE_DOES_NOT_EXIST
-
     _require_write(actor, run.project)
     deleted, _ = RunTag.objects.filter(run=run, key=key).delete()
     if not deleted:

@@ -66,7 +66,7 @@ def experiment_json(project: Project) -> dict:
         "lifecycle_stage": "active",
         "creation_time": created,
         "last_update_time": created,
-        "tags": [{"key": "mado.project", "value": project.slug}],
+        "tags": [{"key": k, "value": v} for k, v in sorted({**(project.tags or {}), "mado.project": project.slug}.items())],
     }
 
 
@@ -88,7 +88,7 @@ def run_json(run: Run, *, tags: dict, metrics: list[dict]) -> dict:
             "start_time": ms(run.started_at or run.created_at),
             "end_time": ms(run.ended_at),
             "artifact_uri": artifact_uri(run),
-            "lifecycle_stage": "active",
+            "lifecycle_stage": "deleted" if run.deleted_at else "active",
         },
         "data": {
             "metrics": metrics,

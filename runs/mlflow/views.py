@@ -67,8 +67,26 @@ def experiment_get_by_name(request, user, data):
 
 @endpoint("GET")
 def experiment_get(request, user, data):
-    project = selectors.experiment_get(user=user, experiment_id=str_arg(data, "experiment_id", max_length=40))
+    """``experiments/get``; experiment ``0`` is the user's "Default" Project, made on first use."""
+    project = services.experiment_for_id(actor=user, experiment_id=str_arg(data, "experiment_id", max_length=40))
     return {"experiment": experiment_json(project)}
+
+
+@endpoint("POST")
+def experiment_set_tag(request, user, data):
+    """``experiments/set-experiment-tag`` ``{experiment_id, key, value}``: writers of the Project; ``{}``."""
+    project = services.experiment_for_id(actor=user, experiment_id=str_arg(data, "experiment_id", max_length=40))
+    services.experiment_tag_set(actor=user, project=project, key=str_arg(data, "key", max_length=250),
+                                value=str_arg(data, "value", required=False, max_length=5000))
+    return {}
+
+
+@endpoint("POST")
+def experiment_delete_tag(request, user, data):
+    """``experiments/delete-experiment-tag`` ``{experiment_id, key}``: 404 when the tag is not set; ``{}``."""
+    project = services.experiment_for_id(actor=user, experiment_id=str_arg(data, "experiment_id", max_length=40))
+    services.experiment_tag_set(actor=user, project=project, key=str_arg(data, "key", max_length=250), value=None)
+    return {}
 
 
 @endpoint("POST")
@@ -100,7 +118,7 @@ def experiment_search(request, user, data):
 
 @endpoint("POST")
 def run_create(request, user, data):
-    project = selectors.experiment_get(user=user, experiment_id=str_arg(data, "experiment_id", max_length=40))
+    project = services.experiment_for_id(actor=user, experiment_id=str_arg(data, "experiment_id", max_length=40))
     run = services.run_create(
         actor=user, project=project, run_name=str_arg(data, "run_name", required=False, max_length=200),
         tags=data.get("tags"),
@@ -130,7 +148,7 @@ def run_search(request, user, data):
         experiment_ids = [experiment_ids]
     order_by = data.get("order_by") or []
     runs, token = selectors.run_search(
-        user=user, experiment_ids=experiment_ids, filter_string=str_arg(data, "filter", required=False, max_length=4000),
+        user=user, experiment_ids=experiment_ids, view_type=str_arg(data, "run_view_type", required=False, max_length=20), filter_string=str_arg(data, "filter", required=False, max_length=4000),
         order_by=[order_by] if isinstance(order_by, str) else order_by,
         max_results=int_arg(data, "max_results", default=1000, maximum=50000), page_token=data.get("page_token"),
     )
@@ -177,9 +195,23 @@ def run_delete_tag(request, user, data):
 
 
 @endpoint("POST")
+def run_delete(request, user, data):
+    """``runs/delete`` ``{run_id}``: soft delete (restorable), writers of the Run; ``{}``."""
+    services.run_delete(actor=user, run=selectors.run_get(user=user, run_id=_run_id(data)), deleted=True)
+    return {}
+
+
+@endpoint("POST")
+def run_restore(request, user, data):
+    """``runs/restore`` ``{run_id}``: undo a soft delete, writers of the Run; ``{}``."""
+    services.run_delete(actor=user, run=selectors.run_get(user=user, run_id=_run_id(data)), deleted=False)
+    return {}
+
+
+@endpoint("POST")
 def refused(request, user, data):
-    """Deleting or restoring runs/experiments: mado keeps Runs (checkpoints and Jobs refer to them)."""
-    raise MlflowError(INVALID_PARAMETER_VALUE, "mado does not delete or restore runs or experiments through the MLflow API")
+    """Deleting or restoring experiments: mado keeps Projects (their Runs, checkpoints and Jobs)."""
+    raise MlflowError(INVALID_PARAMETER_VALUE, "mado does not delete or restore experiments through the MLflow API")
 
 
 @endpoint("GET")

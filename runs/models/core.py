@@ -36,6 +36,16 @@ class Project(models.Model):
     name = models.CharField(max_length=200)
     slug = models.SlugField(max_length=100, unique=True)
     created_at = models.DateTimeField(auto_now_add=True)
+    tags = models.JSONField(default=dict, blank=True, help_text="experiment tags set through the MLflow API")
+    # MLflow's experiment 0: each user's "Default" Project, made on first use; unique, so two first uses make one.
+    default_for = models.OneToOneField(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="default_project"
+    )
+    silent_run_timeout = models.PositiveIntegerField(
+        null=True, blank=True,
+        help_text="seconds without any write after which a Run that sends no heartbeats becomes crashed "
+                  "(empty: the server's MMT_SILENT_RUN_TIMEOUT)",
+    )
 
     objects = ProjectQuerySet.as_manager()
 
@@ -213,6 +223,10 @@ class Run(models.Model):
     resume_count = models.PositiveIntegerField(default=0, help_text="how many times the Run was resumed under its id")
     step_floor = models.BigIntegerField(default=0, help_text="points at a lower step are dropped (set by a resume)")
     dropped_points = models.BigIntegerField(default=0, help_text="points dropped because their step was below step_floor")
+    # Liveness of writers that send no heartbeats (SPEC F37): the time of the Run's last write of any kind.
+    last_write_at = models.DateTimeField(null=True, blank=True, help_text="last write of any kind (metrics, params, files)")
+    ended_reason = models.CharField(max_length=500, blank=True, help_text="why the server ended the Run (e.g. crashed)")
+    deleted_at = models.DateTimeField(null=True, blank=True, help_text="soft-deleted (MLflow delete_run); restorable")
 
     objects = VisibleQuerySet.as_manager()
 

@@ -58,6 +58,7 @@ class Lease:
         self.token = token
         self.heartbeat_interval = heartbeat_interval
         self.lost = False
+        self.ended = False  # lost because the server ended the Run (run_ended), not to another process
         self._heartbeat_failing = False
         # Reentrant: lost_by may run in a signal handler (mark_preempting) on a thread already inside it.
         self._lock = threading.RLock()
@@ -77,6 +78,8 @@ class Lease:
             return False
         with self._lock:
             first, self.lost = not self.lost, True
+            if first:
+                self.ended = error.code == "run_ended"
         if first:
             logger.error("mado: %s; this process stops sending metrics, heartbeats and its final status",
                          self._lost_reason(error))

@@ -16,11 +16,13 @@ retry after a lost answer is a no-op on the server instead of a second copy.
 ``flush`` waits until what is queued has been sent (before a checkpoint);
 ``close`` drains the queue within a deadline.
 
-The same thread sends the Run's heartbeats (SPEC F26) every
-``lease.heartbeat_interval`` seconds, so a slow server never delays
-``log_metrics``. A 409 ``lease_lost`` / ``run_ended`` answer to either loses
-the Run (``mado_tracking.lease``): what is queued is dropped and the thread
-ends. Points the server drops after a resume (their step is below the
+Heartbeats have their own thread (``mado_tracking.heartbeat``), so a batch
+retried through an outage of the metrics endpoint never holds them back. A
+409 ``lease_lost`` / ``run_ended`` answer to either loses the Run
+(``mado_tracking.lease``) and the thread ends: after ``lease_lost`` (another
+process writes the Run) what is queued is dropped; after ``run_ended`` (the
+server took the process for dead) it is kept for a same-run resume
+(``mado_tracking.unsent``). Points the server drops after a resume (their step is below the
 resumed run's step counter) are reported with one warning per key.
 """
 
@@ -40,6 +42,7 @@ import requests
 from mado_tracking.client import ApiClient, Backoff, is_transient, retry_after_seconds
 from mado_tracking.config import Config
 from mado_tracking.lease import Lease
+from mado_tracking import unsent
 
 logger = logging.getLogger("mado_tracking")
 
@@ -139,12 +142,14 @@ class MetricSender:
 
     Points arrive validated and encoded by ``encode_point`` (JSON text). Counters ``sent`` and
     ``dropped`` (refused by the server, or never sent once the Run was lost) are for reports and tests.
-    ``lease`` (None: no fencing, no heartbeat) is the Run's write lease.
+    ``lease`` (None: no fencing) is the Run's write lease; ``keep_dir`` (None:
+    drop) is where points refused because the Run ended are kept.
     """
 
-    def __init__(self, config: Config, run_id: int, *, lease: Lease | None = None):
+    def __init__(self, config: Config, run_id: int, *, lease: Lease | None = None, keep_dir=None):
         self._config = config
         self._lease = lease
+        self._keep_dir = keep_dir
         self._warned_keys: set[str] = set()
         self._path = f"runs/{run_id}/metrics/"
         self._run_id = run_id
@@ -206,30 +211,34 @@ class MetricSender:
     def _loop(self) -> None:
         lease = self._lease
         client = ApiClient(self._config, headers=lease.headers if lease else None)
-        next_heartbeat = time.monotonic() + lease.heartbeat_interval if lease else math.inf
         if hasattr(signal, "pthread_sigmask"):  # POSIX only
             signal.pthread_sigmask(signal.SIG_BLOCK, PROGRAM_SIGNALS)
         try:
             while True:
-                self._wake.wait(min(self._interval, max(next_heartbeat - time.monotonic(), 0.0)))
+                self._wake.wait(self._interval)
                 self._wake.clear()
+                if lease and lease.lost:  # the heartbeat thread lost it
+                    self._drop_queue()
+                    return
                 if not self._drain(client) or (lease and lease.lost):
                     return
                 if self._closing.is_set() and not self._queue:
                     return
-                if time.monotonic() >= next_heartbeat:
-                    lease.heartbeat(client, self._run_id)
-                    if lease.lost:
-                        self._drop_queue()
-                        return
-                    next_heartbeat = time.monotonic() + lease.heartbeat_interval
         finally:
             client.close()
 
-    def _drop_queue(self) -> None:
-        dropped = len(self._queue)
+    def keep(self, points: list[str]) -> bool:
+        """After the server ended the Run: keep ``points`` for a same-run resume; False when they are dropped."""
+        if self._keep_dir is None or self._lease is None or not self._lease.ended:
+            return False
+        unsent.keep(self._keep_dir, points, run_label=self._lease.run_label)
+        return True
+
+    def _drop_queue(self, batch: list[str] = ()) -> None:
+        points = [*batch, *self._queue]
         self._queue.clear()
-        self.dropped += dropped
+        if not self.keep(points):
+            self.dropped += len(points)
 
     def _take(self) -> list[str]:
         queue = self._queue
@@ -281,7 +290,7 @@ class MetricSender:
                     self._warn_dropped_keys(response)
                     return True
                 if not is_transient(response.status_code):
-                    self._refused(client, response, len(batch))
+                    self._refused(client, response, batch)
                     return True
                 reason = f"HTTP {response.status_code}"
                 delay = backoff.next_delay(retry_after_seconds(response))
@@ -314,11 +323,12 @@ class MetricSender:
                                "continues at after its resume (run.step; log_metrics without step= counts from it)",
                                key, self._lease.run_label if self._lease is not None else self._run_id)
 
-    def _refused(self, client: ApiClient, response: requests.Response, count: int) -> None:
+    def _refused(self, client: ApiClient, response: requests.Response, batch: list[str]) -> None:
         error = client.error_from(response, "POST", self._path)
-        self.dropped += count
         if self._lease is not None and self._lease.lost_by(error):
-            self._drop_queue()
+            self._drop_queue(batch)
             return
+        count = len(batch)
+        self.dropped += count
         logger.warning("mado: the server refused a batch of %d metric points of run %s (field %s: %s); "
                        "the batch is dropped", count, self._run_id, error.field or "unknown", error.detail)

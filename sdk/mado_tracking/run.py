@@ -37,7 +37,10 @@ from mado_tracking.checkpoints import SavedCheckpoint
 from mado_tracking.client import ApiClient
 from mado_tracking.errors import ApiError, CheckpointError, MadoError
 from mado_tracking.lease import DEFAULT_HEARTBEAT_INTERVAL_S, Lease, heartbeat_interval_from_environment
+from mado_tracking.heartbeat import Heartbeat
 from mado_tracking.metrics import MetricSender
+from mado_tracking.staging import run_staging_dir
+from mado_tracking import unsent
 from mado_tracking.resume_mode import (
     auto_resume_target,
     check_resume_mode,
@@ -193,7 +196,10 @@ class Run(RunBase):
         self._finishing = False
         self._dropping_warned = False
         self._finish_lock = threading.Lock()
-        self._sender = MetricSender(config, self.id, lease=self._lease)
+        keep_dir = run_staging_dir(api_url=config.api_url, project=self.project, external_id=self.external_id)
+        self._sender = MetricSender(config, self.id, lease=self._lease, keep_dir=keep_dir)
+        self._sender.add(unsent.take(keep_dir))  # points a crashed earlier start of this run kept (F37)
+        self._heartbeat = Heartbeat(config, self.id, lease=self._lease)
         self._checkpoints = CheckpointSaver(client=client, run=data, sender=self._sender, lease=self._lease,
                                             flush_timeout=flush_timeout)
         self._opened()
@@ -244,6 +250,8 @@ class Run(RunBase):
             raise MadoError(f"run {self.id} is finished; log_metrics must come before finish()")
         points = self._encode(metrics, step)
         if self._lease.lost:
+            if self._sender.keep(points):
+                return
             if not self._dropping_warned:
                 self._dropping_warned = True
                 logger.warning("mado: run %s is no longer written by this process (see the error above); "
@@ -402,6 +410,7 @@ class Run(RunBase):
                 if data is not None:
                     self._update(data)
         finally:
+            self._heartbeat.close()  # beats went on while uploads and metrics drained
             self._client.close()
         if self.status == "finished" and self._resume_file is not None:
             clear_resume_file(self._resume_file, self.external_id)

@@ -129,8 +129,9 @@ def test_a_run_with_a_fresh_heartbeat_is_untouched(live_run, settings, ended):
     assert Run.objects.get(pk=live_run.pk).status == RunStatus.RUNNING and ended == []
 
 
-def test_a_run_that_never_sent_a_heartbeat_is_never_reaped(project, creator, settings):
+def test_a_run_that_never_sent_a_heartbeat_is_not_reaped_by_the_crash_timeout(project, creator, settings):
     settings.MMT_CRASH_TIMEOUT = 1
+    settings.MMT_SILENT_RUN_TIMEOUT = 10 * 86400
     mlflow_run = RunFactory(project=project, created_by=creator, started_at=timezone.now() - timedelta(days=3))
     assert mlflow_run.heartbeat_at is None
     assert runs_reap_crashed(now=timezone.now() + timedelta(days=1)) == 0

@@ -1,0 +1,45 @@
+"""Heartbeats of a Run on their own daemon thread (SPEC F26, F37).
+
+The metric sender may spend minutes retrying one batch while the metrics
+endpoint answers 503 (``MMT_RETRY_TIMEOUT``); the heartbeat must still get
+through, or a live process is reaped as ``crashed``. So heartbeats have their
+own thread and their own HTTP session: one ``POST runs/{id}/heartbeat/`` every
+``lease.heartbeat_interval`` seconds, single attempt (the next beat is the
+retry, ``Lease.heartbeat``). A 409 ``lease_lost`` / ``run_ended`` answer marks
+the lease lost and the thread ends; the metric sender sees ``lease.lost``.
+"""
+
+import signal
+import threading
+
+from mado_tracking.client import ApiClient
+from mado_tracking.config import Config
+from mado_tracking.lease import Lease
+from mado_tracking.metrics import PROGRAM_SIGNALS
+
+
+class Heartbeat:
+    """The thread that beats for Run ``run_id`` until ``close`` or until the lease is lost."""
+
+    def __init__(self, config: Config, run_id: int, *, lease: Lease):
+        self._config = config
+        self._run_id = run_id
+        self._lease = lease
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name=f"mado-heartbeat-run-{run_id}", daemon=True)
+        self._thread.start()
+
+    def close(self, timeout: float = 2.0) -> None:
+        """Stop beating; waits at most ``timeout`` seconds for a beat in flight."""
+        self._stop.set()
+        self._thread.join(timeout)
+
+    def _loop(self) -> None:
+        if hasattr(signal, "pthread_sigmask"):  # signals go to the main thread (see metrics.PROGRAM_SIGNALS)
+            signal.pthread_sigmask(signal.SIG_BLOCK, PROGRAM_SIGNALS)
+        client = ApiClient(self._config, headers=self._lease.headers)
+        try:
+            while not self._stop.wait(self._lease.heartbeat_interval) and not self._lease.lost:
+                self._lease.heartbeat(client, self._run_id)
+        finally:
+            client.close()

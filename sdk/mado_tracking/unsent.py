@@ -1,0 +1,60 @@
+"""Metric points kept for a same-run resume after the server ended the Run ``crashed`` (SPEC F26, F37).
+
+The server refuses points for a crashed Run (409 ``run_ended``) instead of
+storing them into it. The process lost the Run but its points are real: they
+are appended, one encoded point (JSON text) a line, to
+``<run staging directory>/unsent-metrics.jsonl`` (``staging.run_staging_dir``,
+the directory a same-run resume started from here looks in). The next start
+of that run id (``resume="allow"|"must"|"auto"``) queues them ahead of new
+points and removes the file.
+"""
+
+import json
+import logging
+import os
+from pathlib import Path
+
+logger = logging.getLogger("mado_tracking")
+
+FILE_NAME = "unsent-metrics.jsonl"
+
+
+def keep(directory: Path, points: list[str], *, run_label: str) -> None:
+    """Append ``points`` (encoded JSON texts) to the run's file; a failure to write is logged, not raised."""
+    if not points:
+        return
+    path = directory / FILE_NAME
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        with open(path, "a", encoding="utf-8") as spool:
+            spool.write("".join(point + "\n" for point in points))
+            spool.flush()
+            os.fsync(spool.fileno())
+    except OSError as exc:
+        logger.error("mado: %d metric points of run %s are lost: cannot keep them in %s (%s)",
+                     len(points), run_label, path, exc)
+        return
+    logger.warning("mado: %d metric points of run %s kept in %s; a resume of this run (its id with "
+                   "resume='allow') sends them", len(points), run_label, path)
+
+
+def take(directory: Path) -> list[str]:
+    """The points kept for this run (oldest first), removing the file; [] when there is none."""
+    path = directory / FILE_NAME
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        logger.warning("mado: cannot read kept metric points in %s (%s); they stay there", path, exc)
+        return []
+    path.unlink(missing_ok=True)
+    return [line for line in lines if _whole(line)]
+
+
+def _whole(line: str) -> bool:
+    """False for the cut last line a killed process may leave."""
+    try:
+        return isinstance(json.loads(line), dict)
+    except ValueError:
+        return False
