@@ -4,7 +4,6 @@ import hashlib
 import math
 
 import pytest
-from rest_framework.authtoken.models import Token
 
 mlflow = pytest.importorskip("mlflow")
 
@@ -12,22 +11,6 @@ from runs.models import MetricPoint, Run  # noqa: E402
 from tests.deployment import deployment  # noqa: E402
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture
-def mlflow_env(monkeypatch, live_server, member):
-    """MLflow client variables pointing at the live server as ``member``; no active run leaks between tests."""
-    token = Token.objects.get_or_create(user=member)[0].key
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", live_server.url)
-    monkeypatch.setenv("MLFLOW_TRACKING_TOKEN", token)
-    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
-    for name in ("MLFLOW_EXPERIMENT_NAME", "MLFLOW_EXPERIMENT_ID", "MLFLOW_RUN_ID", "MLFLOW_TRACKING_USERNAME",
-                 "MLFLOW_TRACKING_PASSWORD"):
-        monkeypatch.delenv(name, raising=False)
-    mlflow.set_tracking_uri(live_server.url)
-    yield live_server.url
-    while mlflow.active_run():
-        mlflow.end_run()
 
 
 def _train(experiment: str) -> str:
