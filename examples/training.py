@@ -31,6 +31,10 @@ digits plus a noisy copy of them (a second, deterministic dataset version), and 
 that data stage with ``run.log_training_data_stage(S, ids, checkpoint_id=<latest checkpoint <= S>)``,
 ``ids`` being the full set given by ``--dataset-version-ids A,B`` (or ``MMT_DATASET_VERSION_IDS``).
 Offline, the loader switches but the stage is not recorded (online only). Without the flag nothing changes.
+
+Each checkpoint also holds ``data.json``: the dataset version ids it was trained on (``MMT_DATASET_VERSION_IDS``).
+A Job that continues from it with another data mix (``MMT_START_KIND=continue`` and other ids) resets the data
+position (the batch order starts afresh instead of skipping into the new data as if it had been seen) and says so.
 """
 
 import argparse
@@ -55,6 +59,7 @@ MOMENTUM = 0.9
 NOISE_SEED = 1234  # the noisy copy is the same in every process (a dataset version), whatever --seed is
 NOISE_STD = 0.1
 ENV_DATASET_VERSION_IDS = "MMT_DATASET_VERSION_IDS"
+DATA_FILE = "data.json"  # in each checkpoint: {"dataset_version_ids": [...]} it was trained on
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -190,9 +195,39 @@ def train(run, model: nn.Module, optimizer: torch.optim.Optimizer, data: tuple[t
             if checkpoint_every and (step + 1) % checkpoint_every == 0:
                 save_checkpoint(scratch, model=model, optimizer=optimizer, step=step + 1,
                                 generators={"batches": generator})
+                Path(scratch, DATA_FILE).write_text(json.dumps({"dataset_version_ids": trained_on(
+                    stage_ids if add_dataset_at_step is not None and step >= add_dataset_at_step else None)}))
                 saved = run.log_checkpoint(scratch, step=step + 1, includes_optimizer=True, framework="torch")
                 last_checkpoint_id = getattr(saved, "id", None)
     return {"train.loss": loss, "train.accuracy": accuracy}
+
+
+def trained_on(stage_ids: list[int] | None) -> list[int]:
+    """The dataset version ids in force: the stage's once it switched, else ``MMT_DATASET_VERSION_IDS``."""
+    if stage_ids:
+        return sorted(stage_ids)
+    return sorted(int(part) for part in os.environ.get(ENV_DATASET_VERSION_IDS, "").split(",") if part.strip())
+
+
+def reset_on_changed_mix(checkpoint_dir, generator: torch.Generator, *, seed: int, start_step: int) -> bool:
+    """After a continue with another data mix: restart the batch order; True when it did (and said so).
+
+    The checkpoint's ``data.json`` names what it was trained on; ``MMT_START_KIND`` / ``MMT_DATASET_VERSION_IDS``
+    what this Job trains on. A plain resume (or the same mix) keeps the restored position.
+    """
+    if os.environ.get("MMT_START_KIND") != "continue":
+        return False
+    try:
+        before = sorted(json.loads(Path(checkpoint_dir, DATA_FILE).read_text())["dataset_version_ids"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    now = trained_on(None)
+    if now == before:
+        return False
+    generator.manual_seed(seed + start_step)
+    print(f"data mix changed from dataset versions {before} to {now} at step {start_step}: "
+          "data position reset (batches drawn afresh from the new mix)", flush=True)
+    return True
 
 
 def record_stage(run, step: int, ids: list[int], checkpoint_id) -> None:
@@ -232,6 +267,7 @@ def main(argv: list[str] | None = None) -> int:
                 load_checkpoint(checkpoint.path, model=model, optimizer=optimizer, generators={"batches": generator})
                 start_step = checkpoint.step
                 print(f"resuming from checkpoint {checkpoint.id} at step {start_step}", flush=True)
+                reset_on_changed_mix(checkpoint.path, generator, seed=args.seed, start_step=start_step)
             final = train(run, model, optimizer, data, generator, start_step=start_step, steps=args.steps,
                           batch_size=args.batch_size, checkpoint_every=args.checkpoint_every,
                           fail_at_step=args.fail_at_step, add_dataset_at_step=args.add_dataset_at_step,

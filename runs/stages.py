@@ -169,19 +169,31 @@ def data_composition_at(*, run: Run, step: int) -> list[DatasetVersion]:
     """The dataset versions ``run`` trained on at ``step`` (SPEC F20, F22), by dataset name then version.
 
     The last stage whose ``start_step <= step``; before the first stage, the
-    Run's initial ``input_dataset_versions``.
+    Run's initial ``input_dataset_versions``. A Run started from a checkpoint
+    (resume, continue) took over its source's steps: below the checkpoint's
+    step it answers the source Run's composition (F22).
     """
+    inherited = _inherited(run)
+    if inherited is not None and step < inherited[1]:
+        return data_composition_at(run=inherited[0], step=step)
     stage = DataStage.objects.filter(run=run, start_step__lte=step).order_by("-start_step").first()
     source = stage.dataset_versions if stage is not None else run.input_dataset_versions
     return list(_versions(source.all()))
+
+
+def _inherited(run: Run) -> tuple[Run, int] | None:
+    """``(source Run, checkpoint step)`` of a Run started from a checkpoint, else None."""
+    checkpoint = run.source_checkpoint if run.source_checkpoint_id is not None else None
+    return None if checkpoint is None else (checkpoint.run, checkpoint.step)
 
 
 def data_stage_history(*, run: Run) -> list[dict]:
     """The Run's stages in ``start_step`` order, each ``{"stage", "versions", "added", "removed"}`` (SPEC F20).
 
     ``versions`` is the stage's full set; ``added`` / ``removed`` compare it
-    with the set in force before it (the previous stage's, else the Run's
-    initial ``input_dataset_versions``). Stages have ``checkpoint`` and
+    with the set in force before it (the previous stage's, else the source
+    Run's at the checkpoint a resumed or continued Run started from, else the
+    Run's initial ``input_dataset_versions``). Stages have ``checkpoint`` and
     ``created_by`` loaded.
     """
     stages = (
@@ -190,7 +202,11 @@ def data_stage_history(*, run: Run) -> list[dict]:
         .prefetch_related(Prefetch("dataset_versions", queryset=_versions(DatasetVersion.objects.all())))
         .order_by("start_step")
     )
-    before = list(_versions(run.input_dataset_versions.all()))
+    inherited = _inherited(run)
+    if inherited is not None:
+        before = data_composition_at(run=inherited[0], step=inherited[1])
+    else:
+        before = list(_versions(run.input_dataset_versions.all()))
     history = []
     for stage in stages:
         versions = list(stage.dataset_versions.all())

@@ -33,6 +33,7 @@ from django.db import DatabaseError, close_old_connections
 from checkpoints.models import CheckpointLayout
 from jobs import services as jobs_services
 from jobs.models import Job, JobKind, Runner
+from runs.stages import data_composition_at
 from worker import container
 from worker.errors import PrepareError
 from worker.extract import extract_checkpoint, extract_code_archive, remove_tree, write_resume_info
@@ -42,6 +43,7 @@ from worker.runner import child_env, run_process
 
 HEARTBEAT_S = 2.0  # seconds between job_heartbeat calls (well within MADO_JOB_HEARTBEAT_TIMEOUT)
 RESUMING_KINDS = frozenset({JobKind.RESUME, JobKind.CONTINUE})
+START_KINDS = {JobKind.CONTINUE: "continue", JobKind.RESUME: "resume"}  # MMT_START_KIND; else "new"
 LOG_PREFIX = "[mado] "
 
 logger = logging.getLogger(__name__)
@@ -174,13 +176,25 @@ def _prepare_files_checkpoint(job: Job, checkpoint, code_dir: Path, workdir: Pat
 
 
 def code_variables(job: Job, prepared: Prepared, token: str) -> dict[str, str]:
-    """The ``MMT_*`` variables and GPU assignment of docs/jobs.md for the code of ``job``."""
+    """The ``MMT_*`` variables and GPU assignment of docs/jobs.md for the code of ``job``.
+
+    ``MMT_START_KIND`` is ``continue``, ``resume`` or ``new`` (a retry starts
+    from scratch) and ``MMT_DATASET_VERSION_IDS`` the comma-separated dataset
+    versions in force at the step the code starts at (F20, F22): a continue
+    with another data mix gets the new set, so the code can reset its data
+    position.
+    """
     run = job.run
+    start_step = prepared.step if prepared.checkpoint_dir is not None else 0
     variables = {
         "MMT_API_URL": settings.MADO_PUBLIC_URL.rstrip("/"),
         "MMT_API_TOKEN": token,
         "MMT_PROJECT": run.project.slug,
         "MMT_RUN_ID": run.external_id,
+        "MMT_START_KIND": START_KINDS.get(job.kind, "new"),
+        "MMT_DATASET_VERSION_IDS": ",".join(
+            str(v.pk) for v in sorted(data_composition_at(run=run, step=start_step), key=lambda v: v.pk)
+        ),
     }
     if prepared.checkpoint_dir is not None:
         variables.update({

@@ -21,7 +21,7 @@ from jobs.services._common import create_job, new_job_run, once_per_request, req
 from mado import policy
 from mado.errors import Conflict, Forbidden, NotFound, ValidationFailed
 from runs.models import CodeVersion
-from runs.stages import dataset_versions_of_project
+from runs.stages import data_composition_at, data_stage_record, dataset_versions_of_project
 
 
 def _check_code_version(source_run, code_version: CodeVersion) -> CodeVersion:
@@ -34,6 +34,23 @@ def _check_code_version(source_run, code_version: CodeVersion) -> CodeVersion:
             "ran)", field="code_version_id",
         )
     return code_version
+
+
+def _record_data_change(*, actor, run, source_run, checkpoint: Checkpoint, versions) -> None:
+    """A data stage at the checkpoint's step when the new set differs from the source's there (F20, F22).
+
+    Below that step the new Run answers the source's composition
+    (``data_composition_at``), so the data-history tab shows what was added
+    and removed, and the code learns it through ``MMT_DATASET_VERSION_IDS``.
+    """
+    before = {v.pk for v in data_composition_at(run=source_run, step=checkpoint.step)}
+    after = [v.pk for v in versions]
+    if set(after) == before or not after:  # a stage names a non-empty set (F21)
+        return
+    data_stage_record(actor=actor, run=run, start_step=checkpoint.step, dataset_version_ids=after, metadata={
+        "continued_from_checkpoint_id": checkpoint.pk,
+        "added": sorted(set(after) - before), "removed": sorted(before - set(after)),
+    })
 
 
 @transaction.atomic
@@ -56,7 +73,9 @@ def run_continue_from_checkpoint(
     ``parent`` = the source Run and ``source_checkpoint``, and starts with
     ``dataset_version_ids`` (ids of the Project's dataset versions; may
     differ from the source's, e.g. the composition at the checkpoint's step
-    plus new versions) as its initial inputs. ``parameters`` is a JSON
+    plus new versions) as its initial inputs; when they differ from the
+    source's set at the checkpoint's step a data stage at that step records
+    the change (``_record_data_change``). ``parameters`` is a JSON
     object (None: the source's, copied). ``code_version`` must be a version
     of the source Run's Code when the source has one. ``name`` defaults to
     "<source> · continued from step N". The Job runs on ``queue`` (enabled)
@@ -91,6 +110,7 @@ def run_continue_from_checkpoint(
             source=source_run, created_by=actor, name=run_name, code_version=code_version, parent=source_run,
             source_checkpoint=locked, parameters=parameters, dataset_versions=versions,
         )
+        _record_data_change(actor=actor, run=run, source_run=source_run, checkpoint=locked, versions=versions)
         # No automatic retries: a retry starts from scratch (F11), which would drop the weights continued from.
         return create_job(
             run=run, code_version=code_version, queue=queue, kind=JobKind.CONTINUE, created_by=actor,

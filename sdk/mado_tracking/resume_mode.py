@@ -7,7 +7,9 @@ Modes (``resume=`` or ``MMT_RESUME``), keyed on (project, run id) on the server:
 - ``"never"``: create it; ``ApiError`` 409 when the id is taken.
 - ``"auto"``: resolved here: ``<cwd>/.mado/resume.json`` names the run last
   started from this directory; when it is a run of this project that did not
-  finish, it is continued (``allow``), else a new run starts.
+  finish, it is continued (``allow``), else a new run starts. Every such
+  resume logs an INFO line naming the run id and the file; a parameter
+  conflict then says the run came from that file (``auto_conflict``).
 - None: the Run a Job pre-created under ``MMT_RUN_ID`` is attached, else a new run (as ``never``).
 
 "Exists" means started at least once: a pre-created ``pending`` Run (a Job's,
@@ -102,7 +104,26 @@ def auto_resume_target(client: ApiClient, project: str, path: Path) -> str | Non
     found = find_run(client, project, run_id)
     if found is None or found.get("status") in ("finished", "pending"):
         return None
+    logger.info("mado: resume='auto' continues run %s (%s), named by %s as the last run started from this "
+                "directory", run_id, found.get("status"), path)
     return run_id
+
+
+def auto_conflict(error: ApiError, *, run_id: str, path: Path) -> ApiError:
+    """The error to raise when resuming ``run_id``, picked by ``resume="auto"`` from ``path``, was refused.
+
+    A parameter conflict (409 on ``parameters.<key>``) most likely means this
+    is another experiment started in the same directory: the message says
+    where the run id came from and suggests ``resume="never"`` or removing
+    the file, never merging the two runs. Any other error is returned as is.
+    """
+    if error.status != 409 or not (error.field or "").startswith("parameters."):
+        return error
+    key = error.field.partition(".")[2]
+    message = (f"resume='auto' picked run {run_id} from {path} (the last run started from this directory), but "
+               f"parameter {key} differs from that run's: this looks like another experiment. Start a new run "
+               f"with resume='never' (or MMT_RESUME=never), or remove {path}")
+    return ApiError(message, status=error.status, code=error.code, detail=message, field=error.field)
 
 
 def write_resume_file(path: Path, *, project: str, run: dict) -> None:

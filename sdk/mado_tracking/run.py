@@ -42,6 +42,7 @@ from mado_tracking.metrics import MetricSender
 from mado_tracking.staging import run_staging_dir
 from mado_tracking import unsent
 from mado_tracking.resume_mode import (
+    auto_conflict,
     auto_resume_target,
     check_resume_mode,
     check_run_id,
@@ -139,12 +140,17 @@ def start_run(project: str | None = None, name: str | None = None, kind: str = "
     client = ApiClient(config)
     try:
         resume_file = resume_file_path()
+        auto_id = None
         if resume == "auto":  # an explicit id makes it "allow"; else the last unfinished run started here
-            run_id = run_id or auto_resume_target(client, config.project, resume_file)
+            auto_id = None if run_id else auto_resume_target(client, config.project, resume_file)
+            run_id = run_id or auto_id
             resume = "allow" if run_id is not None else None
         body = start_body(project=config.project, kind=kind, parameters=parameters, name=name,
                           run_id=run_id or new_external_id(), resume=resume, allow_param_change=allow_param_change)
-        data = create_run(client, body)
+        try:
+            data = create_run(client, body)
+        except ApiError as error:
+            raise (error if auto_id is None else auto_conflict(error, run_id=auto_id, path=resume_file)) from None
     except BaseException:
         client.close()
         raise

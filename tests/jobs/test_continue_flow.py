@@ -32,6 +32,7 @@ TRAIN_PY = textwrap.dedent('''
         start = resumed.step if resumed else 0
         weights = float(open(os.path.join(resumed.path, "w.txt")).read()) if resumed else 0.0
         print("start", start, "weights", weights, flush=True)
+        print("kind", os.environ["MMT_START_KIND"], "ids", os.environ["MMT_DATASET_VERSION_IDS"], flush=True)
         saved = {}
         with tempfile.TemporaryDirectory() as scratch:
             for step in range(start, plan["steps"]):
@@ -94,5 +95,12 @@ def test_a_stage_recorded_by_a_job_then_continue_with_an_added_version(
     assert set(new_run.input_dataset_versions.all()) == {original, noisy, extra}
     log = "".join(new_run.log_chunks.order_by("seq").values_list("text", flat=True))
     assert "start 20 weights 20.0" in log
+    assert f"kind continue ids {','.join(str(i) for i in sorted(chosen))}" in log
+    assert f"kind new ids {original.pk}" in "".join(source.log_chunks.values_list("text", flat=True))
     assert new_run.metric_points.order_by("step").first().step == 20
-    assert not DataStage.objects.filter(run=new_run).exists()
+    change = DataStage.objects.get(run=new_run)  # the added version, recorded at the checkpoint's step
+    assert change.start_step == 20 and set(change.dataset_versions.all()) == {original, noisy, extra}
+    assert (change.metadata["added"], change.metadata["removed"]) == ([extra.pk], [])
+    assert set(data_composition_at(run=new_run, step=19)) == {original, noisy}
+    assert set(data_composition_at(run=new_run, step=14)) == {original}  # the source's, before its own stage
+    assert set(data_composition_at(run=new_run, step=20)) == {original, noisy, extra}

@@ -10,7 +10,7 @@ READ = [("admin", 200), ("member", 200), ("creator", 200), ("viewer", 200), ("ou
 RUN_FIELDS = {
     "id", "external_id", "project", "name", "kind", "status", "created_by", "parameters",
     "input_dataset_version_ids", "code_version_id", "parent_id", "source_checkpoint_id",
-    "heartbeat_at", "created_at", "started_at", "ended_at", "url",
+    "heartbeat_at", "created_at", "started_at", "ended_at", "ended_reason", "last_write_at", "url",
     "fencing_token", "resumed", "resume_count", "last_step", "step_floor", "dropped_points",
     "writer_host", "writer_pid", "writer_since", "heartbeat_interval", "crash_timeout",
 }

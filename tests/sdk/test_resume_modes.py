@@ -156,6 +156,27 @@ def test_auto_resumes_the_unfinished_run_started_here_and_forgets_it_once_finish
     assert Run.objects.get(pk=first.id).status == RunStatus.FINISHED
 
 
+def test_auto_says_which_run_it_resumes_and_from_which_file(mmt_env, caplog):
+    interrupted = _ended_run("experiment-a", parameters={"lr": 0.1})
+    caplog.set_level(logging.INFO, logger="mado_tracking")
+    with mado_tracking.start_run(resume="auto", parameters={"lr": 0.1}) as run:
+        assert run.external_id == "experiment-a"
+    line = next(r.getMessage() for r in caplog.records if "resume='auto'" in r.getMessage())
+    assert "experiment-a" in line and str(Path.cwd() / RESUME_FILE) in line
+    assert interrupted.pk == run.id
+
+
+def test_a_parameter_conflict_under_auto_names_the_file_and_does_not_suggest_merging(mmt_env):
+    _ended_run("experiment-a", parameters={"lr": 0.1})
+    with pytest.raises(ApiError) as caught:
+        mado_tracking.start_run(resume="auto", parameters={"lr": 0.5})
+    message = str(caught.value)
+    assert "experiment-a" in message and str(Path.cwd() / RESUME_FILE) in message
+    assert "resume='never'" in message and "allow_param_change" not in message
+    assert (caught.value.status, caught.value.field) == (409, "parameters.lr")
+    assert Run.objects.get(external_id="experiment-a").parameters == {"lr": 0.1}
+
+
 def test_auto_ignores_a_finished_run_and_another_projects_file(mmt_env, other_project):
     finished = _ended_run("done-run", status="finished")
     RESUME_FILE.parent.mkdir()
