@@ -174,7 +174,8 @@ class RunMetricsApi(APIView):
         parameters=[OpenApiParameter("Idempotency-Key", str, OpenApiParameter.HEADER,
                                      description="one per batch, reused on its retries"), FENCING_PARAMETER],
         responses={201: MetricBatchOutputSerializer, 200: MetricBatchOutputSerializer, 400: OpenApiResponse(description="bad point; names points[i].field"),
-                   403: OpenApiResponse(description="viewer"), 409: OpenApiResponse(description="lease_lost: stale fencing token")},
+                   403: OpenApiResponse(description="viewer"),
+                   409: OpenApiResponse(description="lease_lost: stale fencing token; run_ended: the Run was ended crashed")},
     )
     def post(self, request, run_id):
         """Store ``{"points": [{key, value, step, timestamp?}, …]}`` (≤ 10,000) all or nothing.
@@ -185,7 +186,8 @@ class RunMetricsApi(APIView):
         ``step``: integer ≥ 0; ``timestamp``: Unix seconds (default: now).
         The first bad point → 400 naming ``points[i].field``, nothing stored.
         An ``Idempotency-Key`` header makes a repeated batch a no-op: 200 ``{"stored": 0, …}``.
-        A stale ``Mado-Fencing-Token`` → 409 ``lease_lost``, nothing stored (SPEC F25).
+        A stale ``Mado-Fencing-Token`` → 409 ``lease_lost``, nothing stored (SPEC F25); a Run
+        ended ``crashed`` → 409 ``run_ended``, nothing stored (only a resume revives it; SPEC F37).
         """
         run = selectors.run_get_for_user(user=request.user, run_id=run_id)
         body = _read_json_body(request)

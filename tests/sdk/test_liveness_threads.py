@@ -1,0 +1,99 @@
+"""Heartbeats never wait behind a retrying metric batch; points for a crashed Run wait for its resume (SPEC F37).
+
+Against the real API (live server); the reaper is called by the test, time is never asserted.
+"""
+
+import json
+import threading
+import time
+from datetime import timedelta
+
+import pytest
+from django.http import JsonResponse
+from django.utils import timezone
+
+import mado_tracking
+from runs.api.runs import RunMetricsApi
+from runs.liveness import runs_reap_crashed
+from runs.models import MetricPoint, Run, RunStatus
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _wait_for(condition, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+@pytest.fixture
+def metrics_outage(monkeypatch):
+    """While the returned Event is set, ``POST runs/{id}/metrics/`` answers 503 (and counts the refusals)."""
+    outage, refused = threading.Event(), []
+    real_post = RunMetricsApi.post
+
+    def post(self, request, run_id):
+        if outage.is_set():
+            refused.append(run_id)
+            return JsonResponse({"error": "unavailable", "detail": "metrics store down", "field": None}, status=503)
+        return real_post(self, request, run_id)
+
+    monkeypatch.setattr(RunMetricsApi, "post", post)
+    outage.refused = refused
+    return outage
+
+
+def test_a_live_process_stays_running_through_a_metrics_outage_longer_than_the_crash_timeout(
+    mmt_env, monkeypatch, settings, metrics_outage
+):
+    settings.MMT_CRASH_TIMEOUT = 1
+    monkeypatch.setenv("MMT_HEARTBEAT_INTERVAL", "0.2")
+    metrics_outage.set()
+    with mado_tracking.start_run(id="through-the-outage") as run:
+        for step in range(50):
+            run.log_metrics({"loss": 1.0 / (step + 1)}, step=step)
+        _wait_for(lambda: len(metrics_outage.refused) >= 2)  # the batch is being retried
+        outage_began = Run.objects.get(pk=run.id).heartbeat_at
+        # Past the crash timeout, heartbeats still arrive: the reaper finds nothing stale.
+        _wait_for(lambda: Run.objects.get(pk=run.id).heartbeat_at > outage_began + timedelta(seconds=1.5))
+        assert runs_reap_crashed() == 0
+        assert Run.objects.get(pk=run.id).status == RunStatus.RUNNING and not MetricPoint.objects.exists()
+        metrics_outage.clear()
+    stored = Run.objects.get(pk=run.id)
+    assert stored.status == RunStatus.FINISHED and not run.lost
+    assert list(MetricPoint.objects.filter(run=stored).order_by("step").values_list("step", flat=True)) == list(range(50))
+
+
+def test_points_refused_for_a_crashed_run_are_kept_and_sent_by_its_resume(mmt_env, monkeypatch, tmp_path, caplog):
+    monkeypatch.setenv("MMT_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("MMT_HEARTBEAT_INTERVAL", "3600")  # the reaper decides, not a heartbeat answer
+    first = mado_tracking.start_run(id="killed-by-reaper")
+    for step in range(3):
+        first.log_metrics({"loss": float(step)}, step=step)
+    _wait_for(lambda: MetricPoint.objects.filter(run_id=first.id).count() == 3)
+    Run.objects.filter(pk=first.id).update(heartbeat_at=timezone.now() - timedelta(hours=1))
+    assert runs_reap_crashed() == 1
+    for step in range(3, 6):
+        first.log_metrics({"loss": float(step)}, step=step)
+    _wait_for(lambda: first.lost)
+    first.log_metrics({"loss": 6.0}, step=6)  # after the loss: kept too
+    first.finish()
+    assert MetricPoint.objects.filter(run_id=first.id).count() == 3  # nothing stored into the crashed run
+    kept = list((tmp_path / "cache").rglob("unsent-metrics.jsonl"))
+    assert len(kept) == 1 and [json.loads(line)["step"] for line in kept[0].read_text().splitlines()] == [3, 4, 5, 6]
+
+    with mado_tracking.start_run(id="killed-by-reaper", resume="allow") as again:
+        assert again.resumed and again.id == first.id
+    steps = list(MetricPoint.objects.filter(run_id=first.id).order_by("step").values_list("step", flat=True))
+    assert steps == [0, 1, 2, 3, 4, 5, 6] and not kept[0].exists()
+
+
+def test_a_cut_last_line_of_the_kept_points_is_skipped(tmp_path):
+    from mado_tracking import unsent
+
+    unsent.keep(tmp_path, ['{"key": "loss", "value": 1.0, "step": 3}'], run_label="r")
+    with open(tmp_path / unsent.FILE_NAME, "a") as spool:
+        spool.write('{"key": "loss", "val')
+    assert unsent.take(tmp_path) == ['{"key": "loss", "value": 1.0, "step": 3}']
+    assert unsent.take(tmp_path) == []
