@@ -21,6 +21,10 @@ class Artifact(models.Model):
     sha256 = models.CharField(max_length=64)
     storage_key = models.CharField(max_length=1024, unique=True)
     created_at = models.DateTimeField(auto_now_add=True)
+    history = models.JSONField(
+        default=list, blank=True,
+        help_text="earlier contents replaced through the MLflow API: [{sha256, size, replaced_at}], oldest first",
+    )
 
     objects = VisibleQuerySet.as_manager()
 

@@ -57,8 +57,9 @@ class MlflowArtifactApi(MlflowApiView):
     def put(self, request, artifact_path):
         """Store the raw body, streamed (member or admin); a ``checkpoints/step-N/`` file joins checkpoint N (F3).
 
-        200 ``{}``; the same bytes again is a no-op; different bytes at a
-        stored path → 409 ``RESOURCE_ALREADY_EXISTS`` (never overwritten).
+        200 ``{}``; the same bytes again is a no-op; different bytes replace
+        the file, as on MLflow (its old digest stays in the artifact's
+        history), except a checkpoint's file: 409 ``RESOURCE_ALREADY_EXISTS``.
         """
         target, run = _resolve(request, artifact_path)
         source, length = upload_source(request)

@@ -11,6 +11,7 @@ import re
 
 from django.db import IntegrityError, transaction
 from django.db.models import ProtectedError
+from django.utils import timezone
 
 from checkpoints import storage
 from checkpoints.models import Artifact, Checkpoint
@@ -121,6 +122,41 @@ def artifact_store(
     if not created:
         storage.blob_delete_quietly(blob.key)
     return artifact, created
+
+
+def artifact_replace(*, actor, run: Run, path: str, source, expected_size: int | None = None) -> Artifact:
+    """Store ``source`` at ``run``'s artifact ``path``, replacing other bytes stored there (MLflow's rule, F30).
+
+    Checks as ``artifact_store`` (writer, safe path, ``expected_size``). A
+    free path is stored as ``artifact_store`` does; the same bytes again are
+    a no-op; other bytes replace the stored ones, whose digest, size and the
+    time are appended to ``Artifact.history`` (the old blob is then deleted).
+    Paths under ``checkpoints/`` are never replaced: they raise ``Conflict``
+    as ``artifact_store`` does. Two replaces at once serialize on the row.
+    """
+    require(policy.can_write_runs(actor, run.project), policy.why_not(actor, run.project, policy.MEMBER) or "")
+    path = validate_artifact_path(path)
+    if path.startswith("checkpoints/") or not Artifact.objects.filter(run=run, path=path).exists():
+        return artifact_store(actor=actor, run=run, path=path, source=source, expected_size=expected_size)[0]
+    blob = storage.blob_write(source=source, prefix=f"runs/{run.pk}")
+    try:
+        _check_received(blob, None, expected_size)
+        with transaction.atomic():
+            current = Artifact.objects.select_for_update().get(run=run, path=path)
+            if (current.sha256, current.size) == (blob.sha256, blob.size):
+                unused = blob.key
+            else:
+                unused = current.storage_key
+                current.history = [*current.history, {
+                    "sha256": current.sha256, "size": current.size, "replaced_at": timezone.now().isoformat(),
+                }]
+                current.sha256, current.size, current.storage_key = blob.sha256, blob.size, blob.key
+                current.save(update_fields=["sha256", "size", "storage_key", "history"])
+    except BaseException:
+        storage.blob_delete_quietly(blob.key)
+        raise
+    storage.blob_delete_quietly(unused)
+    return current
 
 
 def artifact_insert(

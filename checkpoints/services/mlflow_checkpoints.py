@@ -21,9 +21,16 @@ from django.utils import timezone
 
 from checkpoints import storage
 from checkpoints.models import Artifact, Checkpoint, CheckpointLayout, CheckpointState, ManifestEntry
-from checkpoints.services.artifacts import artifact_insert, artifact_delete, artifact_store, validate_artifact_path
+from checkpoints.services.artifacts import (
+    artifact_delete,
+    artifact_insert,
+    artifact_replace,
+    artifact_store,
+    validate_artifact_path,
+)
 from mado import policy
 from mado.errors import Conflict, NotFound, ValidationFailed
+from runs.liveness import run_touch
 from runs.models import FINAL_STATES, Run, RunKind
 from runs.services import require
 
@@ -53,9 +60,14 @@ def mlflow_artifact_put(*, actor, run: Run, path: str, source, expected_size: in
     any more (complete, deleted or a tar checkpoint; a higher step started;
     the Run has ended) raises ``Conflict`` before any byte is stored, and
     again — removing what this call stored — if that happened meanwhile.
-    Re-sending the same bytes is idempotent; different bytes → ``Conflict``.
+    Re-sending the same bytes is idempotent; different bytes replace a file
+    outside ``checkpoints/`` as on MLflow (``artifact_replace``: the old
+    digest stays in its history) and raise ``Conflict`` for a checkpoint's.
     """
     path, target = _require_put(actor=actor, run=run, path=path)
+    run_touch(run_id=run.pk)
+    if target is None:
+        return artifact_replace(actor=actor, run=run, path=path, source=source, expected_size=expected_size)
     artifact, created = artifact_store(actor=actor, run=run, path=path, source=source, expected_size=expected_size)
     return _join_checkpoint(actor=actor, run=run, target=target, artifact=artifact, created=created)
 

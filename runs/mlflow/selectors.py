@@ -6,7 +6,9 @@ from django.db.models.functions import RowNumber
 from runs.mlflow import search
 from runs.mlflow.errors import INVALID_PARAMETER_VALUE, RESOURCE_DOES_NOT_EXIST, MlflowError
 from runs.mlflow.translate import decode_page_token, encode_page_token, metric_json, run_json
-from runs.models import MetricPoint, Project, Run, RunTag
+from runs.models import DatasetVersion, MetricPoint, Project, Run, RunTag
+
+CONTEXT_TAG = "mlflow.data.context"
 
 
 def experiment_get(*, user, experiment_id) -> Project:
@@ -65,14 +67,18 @@ def _latest_metrics(run_ids: list[int]) -> dict[int, list[dict]]:
     return latest
 
 
-def runs_json(runs: list[Run]) -> list[dict]:
-    """MLflow Run objects for ``runs`` (tags and latest metrics fetched in two queries)."""
+def runs_json(runs: list[Run], *, with_inputs: bool = False) -> list[dict]:
+    """MLflow Run objects for ``runs`` (tags and latest metrics fetched in two queries).
+
+    ``with_inputs`` (``runs/get``) adds each Run's dataset inputs (two queries per Run).
+    """
     ids = [run.pk for run in runs]
     tags: dict[int, dict] = {pk: {} for pk in ids}
     for run_id, key, value in RunTag.objects.filter(run_id__in=ids).values_list("run_id", "key", "value"):
         tags[run_id][key] = value
     metrics = _latest_metrics(ids)
-    return [run_json(run, tags=tags[run.pk], metrics=metrics[run.pk]) for run in runs]
+    return [run_json(run, tags=tags[run.pk], metrics=metrics[run.pk],
+                     dataset_inputs=dataset_inputs_json(run) if with_inputs else None) for run in runs]
 
 
 VIEW_TYPES = {"": False, "ACTIVE_ONLY": False, "DELETED_ONLY": True, "ALL": None}
@@ -115,3 +121,20 @@ def metric_history_page(*, run: Run, key: str, max_results: int, page_token) -> 
     )
     token = encode_page_token(offset + max_results) if len(rows) > max_results else None
     return [metric_json(key, MetricPoint.from_db_value(v), s, ts) for s, v, ts in rows[:max_results]], token
+
+
+def dataset_inputs_json(run: Run) -> list[dict]:
+    """MLflow ``inputs.dataset_inputs`` of ``run``: every dataset version it trained on (inputs, then stages)."""
+    versions = {v.pk: v for v in run.input_dataset_versions.select_related("dataset")}
+    for stage_version in DatasetVersion.objects.filter(data_stages__run=run).select_related("dataset").distinct():
+        versions.setdefault(stage_version.pk, stage_version)
+    answer = []
+    for version in versions.values():
+        meta = version.mlflow_dataset or {}
+        tags = [{"key": CONTEXT_TAG, "value": meta["context"]}] if meta.get("context") else []
+        answer.append({"tags": tags, "dataset": {
+            "name": version.dataset.name, "digest": version.version, "source": version.uri,
+            "source_type": meta.get("source_type") or "external", "schema": meta.get("schema", ""),
+            "profile": meta.get("profile", ""),
+        }})
+    return answer

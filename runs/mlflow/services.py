@@ -52,7 +52,8 @@ def _bad(message: str) -> MlflowError:
     return MlflowError(INVALID_PARAMETER_VALUE, message)
 
 
-def _require_write(actor, project: Project) -> None:
+def require_write(actor, project: Project) -> None:
+    """``Forbidden`` (403) unless ``actor`` may write Runs of ``project`` (``mado.policy``)."""
     if not policy.can_write_runs(actor, project):
         raise Forbidden(policy.why_not(actor, project, policy.MEMBER) or "not allowed")
 
@@ -148,7 +149,7 @@ def experiment_tag_set(*, actor, project: Project, key: str, value: str | None) 
     at most 5,000 (MLflow's limits, 400 INVALID_PARAMETER_VALUE); removing a
     missing tag is RESOURCE_DOES_NOT_EXIST (404), as on MLflow.
     """
-    _require_write(actor, project)
+    require_write(actor, project)
     pairs = _key_values([{"key": key, "value": value or ""}], "tag", 1, 5000)
     with transaction.atomic():
         locked = Project.objects.select_for_update().get(pk=project.pk)
@@ -170,7 +171,7 @@ def run_create(*, actor, project: Project, run_name: str = "", tags=None) -> Run
     (default training; 400 for an unknown kind), ``mlflow.runName`` the name
     (``run_name`` wins), the rest are stored as RunTags.
     """
-    _require_write(actor, project)
+    require_write(actor, project)
     tag_map = dict(_key_values(tags, "tags", MAX_TAGS, TAG_VALUE_MAX))
     kind = tag_map.pop(KIND_TAG, RunKind.TRAINING)
     if kind not in RunKind.values:
@@ -188,7 +189,7 @@ def run_update(*, actor, run: Run, status: str | None = None, run_name: str | No
     RUNNING on an ended Run reopens it (``run_reopen``); another final
     status than the stored one → INVALID_STATE (``run_set_status``).
     """
-    _require_write(actor, run.project)
+    require_write(actor, run.project)
     if run_name:
         Run.objects.filter(pk=run.pk).update(name=run_name[:200])
         run.name = run_name[:200]
@@ -214,7 +215,7 @@ def run_reopen(*, actor, run: Run) -> Run:
     A conditional UPDATE on the old status: of two reopens one wins, the
     other finds it running and returns it.
     """
-    _require_write(actor, run.project)
+    require_write(actor, run.project)
     if run.heartbeat_at is not None:
         raise MlflowError(INVALID_STATE, f"run {run.external_id} was written by the mado SDK; resume it with "
                                          f"start_run(id={run.external_id!r}, resume='allow') instead")
@@ -233,7 +234,7 @@ def run_delete(*, actor, run: Run, deleted: bool) -> Run:
     them); a deleted Run answers ``lifecycle_stage: deleted`` and leaves
     MLflow searches unless deleted runs are asked for. Idempotent both ways.
     """
-    _require_write(actor, run.project)
+    require_write(actor, run.project)
     Run.objects.filter(pk=run.pk).update(deleted_at=timezone.now() if deleted else None)
     run.refresh_from_db()
     return run
@@ -309,7 +310,7 @@ def log_batch(*, actor, run: Run, metrics=None, params=None, tags=None) -> int:
     are skipped, see the module docstring). Forbidden (403) for a viewer;
     400 INVALID_PARAMETER_VALUE naming the first bad field.
     """
-    _require_write(actor, run.project)
+    require_write(actor, run.project)
     param_pairs = _key_values(params, "params", MAX_PARAMS, PARAM_VALUE_MAX)
     tag_pairs = _key_values(tags, "tags", MAX_TAGS, TAG_VALUE_MAX)
     points = _points(metrics)
@@ -330,7 +331,7 @@ def log_batch(*, actor, run: Run, metrics=None, params=None, tags=None) -> int:
 
 def tag_delete(*, actor, run: Run, key: str) -> None:
     """Remove tag ``key`` from ``run``; RESOURCE_DOES_NOT_EXIST (404) when it is not set (MLflow's rule)."""
-    _require_write(actor, run.project)
+    require_write(actor, run.project)
     deleted, _ = RunTag.objects.filter(run=run, key=key).delete()
     if not deleted:
         raise MlflowError(RESOURCE_DOES_NOT_EXIST, f"No tag with name: {key} in run with id {run.external_id}")

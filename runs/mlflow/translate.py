@@ -74,7 +74,7 @@ def metric_json(key: str, value: float, step: int, timestamp: int) -> dict:
     return {"key": key, "value": encode_value(value), "timestamp": timestamp, "step": step}
 
 
-def run_json(run: Run, *, tags: dict, metrics: list[dict]) -> dict:
+def run_json(run: Run, *, tags: dict, metrics: list[dict], dataset_inputs: list[dict] | None = None) -> dict:
     """An MLflow Run: ``info`` (``run_id`` = ``run_uuid`` = external id), ``data`` (metrics, params, tags)."""
     tags = {**tags, RUN_NAME_TAG: run.name, KIND_TAG: run.kind}
     return {
@@ -95,7 +95,7 @@ def run_json(run: Run, *, tags: dict, metrics: list[dict]) -> dict:
             "params": [{"key": str(k), "value": _param_str(v)} for k, v in sorted(run.parameters.items())],
             "tags": [{"key": k, "value": v} for k, v in sorted(tags.items())],
         },
-        "inputs": {},
+        "inputs": {"dataset_inputs": dataset_inputs} if dataset_inputs else {},
         "outputs": {},
     }
 

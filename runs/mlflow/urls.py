@@ -20,6 +20,7 @@ urlpatterns = [
     path(P + "runs/update", views.run_update),
     path(P + "runs/search", views.run_search),
     path(P + "runs/log-batch", views.run_log_batch),
+    path(P + "runs/log-inputs", views.run_log_inputs),
     path(P + "runs/log-metric", views.run_log_metric),
     path(P + "runs/log-parameter", views.run_log_parameter),
     path(P + "runs/set-tag", views.run_set_tag),

@@ -12,7 +12,7 @@ from django.http import JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
 from mado.errors import UserError
-from runs.mlflow import selectors, services
+from runs.mlflow import inputs, selectors, services
 from runs.mlflow.auth import authenticate_request
 from runs.mlflow.errors import ENDPOINT_NOT_FOUND, INVALID_PARAMETER_VALUE, MlflowError, error_response, from_user_error
 from runs.mlflow.translate import experiment_json, int_arg, str_arg
@@ -128,7 +128,16 @@ def run_create(request, user, data):
 
 @endpoint("GET")
 def run_get(request, user, data):
-    return {"run": selectors.runs_json([selectors.run_get(user=user, run_id=_run_id(data))])[0]}
+    """``runs/get``: the Run with its data, and its dataset inputs (``inputs.dataset_inputs``)."""
+    return {"run": selectors.runs_json([selectors.run_get(user=user, run_id=_run_id(data))], with_inputs=True)[0]}
+
+
+@endpoint("POST")
+def run_log_inputs(request, user, data):
+    """``runs/log-inputs`` ``{run_id, datasets: [{tags, dataset}]}``: DatasetVersions and a data stage; ``{}``."""
+    inputs.run_log_inputs(actor=user, run=selectors.run_get(user=user, run_id=_run_id(data)),
+                          datasets=data.get("datasets") or [])
+    return {}
 
 
 @endpoint("POST")

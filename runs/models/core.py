@@ -148,6 +148,8 @@ class DatasetVersion(models.Model):
     version = models.CharField(max_length=100)
     uri = models.CharField(max_length=2000, blank=True)
     description = models.TextField(blank=True)
+    mlflow_dataset = models.JSONField(
+        default=dict, blank=True, help_text="as logged through MLflow's log_input: source_type, schema, profile")
     created_at = models.DateTimeField(auto_now_add=True)
 
     objects = DatasetVersionQuerySet.as_manager()

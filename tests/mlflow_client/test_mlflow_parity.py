@@ -115,3 +115,50 @@ def test_delete_run_hides_it_from_searches_and_restore_brings_it_back(mlflow_env
     assert client.get_run(dropped.info.run_id).info.lifecycle_stage == "active"
     assert len(client.search_runs([experiment_id])) == 2
     assert client.get_metric_history(dropped.info.run_id, "loss")[0].value == 1.0
+
+
+def test_log_text_twice_overwrites_and_keeps_the_old_digest(mlflow_env):
+    import hashlib
+
+    from checkpoints.models import Artifact
+
+    mlflow.set_experiment("Overwrite")
+    with mlflow.start_run() as active:
+        mlflow.log_text("v1", "out.txt")
+        mlflow.log_text("v2", "out.txt")
+    # MLflow's server: the second upload replaces the file.
+    assert mlflow.artifacts.load_text(f"runs:/{active.info.run_id}/out.txt") == "v2"
+    stored = Artifact.objects.get(run__external_id=active.info.run_id, path="out.txt")
+    assert stored.sha256 == hashlib.sha256(b"v2").hexdigest()
+    assert [(h["sha256"], h["size"]) for h in stored.history] == [(hashlib.sha256(b"v1").hexdigest(), 2)]
+
+
+def _dataset(digest: str):
+    from mlflow.data.http_dataset_source import HTTPDatasetSource
+    from mlflow.data.meta_dataset import MetaDataset
+
+    return MetaDataset(source=HTTPDatasetSource(f"https://data.example/digits-{digest}.csv"), name="digits", digest=digest)
+
+
+def test_log_input_maps_datasets_onto_dataset_versions_and_data_stages(mlflow_env, api, member):
+    from runs.selectors import data_composition_at
+
+    mlflow.set_experiment("Datasets")
+    with mlflow.start_run() as active:
+        mlflow.log_input(_dataset("v3"), context="training")
+        for step in range(5):
+            mlflow.log_metric("loss", 1.0, step=step)
+        mlflow.log_input(_dataset("v4"), context="training")
+        mlflow.log_input(_dataset("v4"), context="training")  # again: nothing new
+    run = Run.objects.get(external_id=active.info.run_id)
+    assert [v.version for v in run.input_dataset_versions.all()] == ["v3"]
+    stage = run.data_stages.get()
+    assert stage.start_step == 5 and sorted(v.version for v in stage.dataset_versions.all()) == ["v3", "v4"]
+    assert [v.version for v in data_composition_at(run=run, step=4)] == ["v3"]
+    # MLflow's server: get_run lists the run's dataset inputs with their name, digest, source and context.
+    inputs = mlflow.tracking.MlflowClient().get_run(active.info.run_id).inputs.dataset_inputs
+    assert sorted((i.dataset.name, i.dataset.digest, i.dataset.source_type) for i in inputs) == [
+        ("digits", "v3", "http"), ("digits", "v4", "http")]
+    assert {t.key: t.value for t in inputs[0].tags} == {"mlflow.data.context": "training"}
+    history = api(member).get(f"/api/v1/runs/{run.pk}/data-stages/").json()["results"]
+    assert [[v["version"] for v in entry["added"]] for entry in history] == [["v4"]]

@@ -80,3 +80,22 @@ def test_mlflow_writes_restart_the_silence_clock(call, member, mlrun):
     Run.objects.filter(external_id=mlrun).update(last_write_at=None)
     call(member, "runs/log-metric", {"run_id": mlrun, "key": "loss", "value": 1.0, "timestamp": 1, "step": 0})
     assert Run.objects.get(external_id=mlrun).last_write_at is not None
+
+
+@pytest.mark.parametrize("datasets, field", [
+    ("digits", "datasets must be a list"),
+    ([{"dataset": "x"}], "datasets[0].dataset must be an object"),
+    ([{"dataset": {"name": "", "digest": "v1"}}], "datasets[0].dataset.name"),
+    ([{"dataset": {"name": "d", "digest": "v" * 101}}], "datasets[0].dataset.digest"),
+    ([{"dataset": {"name": "d\x00", "digest": "v1"}}], "datasets[0].dataset.name"),
+    ([{"dataset": {"name": "d", "digest": "v1", "source": 3}}], "datasets[0].dataset.source"),
+])
+def test_hostile_log_inputs_are_refused_naming_the_field(call, member, mlrun, datasets, field):
+    answer = call(member, "runs/log-inputs", {"run_id": mlrun, "datasets": datasets})
+    assert answer.status_code == 400 and field in answer.json()["message"]
+    assert not Run.objects.get(external_id=mlrun).input_dataset_versions.exists()
+
+
+def test_a_viewer_cannot_log_inputs(call, viewer, mlrun):
+    body = {"run_id": mlrun, "datasets": [{"dataset": {"name": "d", "digest": "v1"}}]}
+    assert call(viewer, "runs/log-inputs", body).status_code == 403
