@@ -91,11 +91,20 @@ def test_get_of_a_missing_file_is_resource_does_not_exist(member, run):
     assert response.status_code == 404 and response.json()["error_code"] == "RESOURCE_DOES_NOT_EXIST"
 
 
-def test_the_same_bytes_again_is_a_no_op_and_different_bytes_conflict(member, run):
+def test_the_same_bytes_again_is_a_no_op_and_different_bytes_replace_the_file(member, run):
     assert put(bearer(member), run).status_code == 200
     assert put(bearer(member), run).status_code == 200
-    response = put(bearer(member), run, data=b"other")
+    assert put(bearer(member), run, data=b"other").status_code == 200
+    assert body(bearer(member).get(url(run))) == b"other"
+    stored = Artifact.objects.get(run=run, path="model/weights.bin")
+    assert [(h["sha256"], h["size"]) for h in stored.history] == [(hashlib.sha256(BLOB).hexdigest(), len(BLOB))]
+
+
+def test_a_checkpoint_file_is_never_replaced(member, run):
+    assert put(bearer(member), run, "checkpoints/step-5/w.bin", data=b"one").status_code == 200
+    response = put(bearer(member), run, "checkpoints/step-5/w.bin", data=b"two")
     assert response.status_code == 409 and response.json()["error_code"] == "RESOURCE_ALREADY_EXISTS"
+    assert body(bearer(member).get(url(run, "checkpoints/step-5/w.bin"))) == b"one"
 
 
 def test_listing_in_mlflow_shape(member, viewer, run):
