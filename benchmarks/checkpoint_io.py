@@ -19,9 +19,10 @@ more than that), then, in the same run:
   float32 parameters written into a directory (by
   ``mado_tracking.torch.save_checkpoint``, then by a plain ``torch.save``)
   plus ``run.log_checkpoint(..., wait=False)``, against a plain
-  ``torch.save`` of the same state dict to a local file (best of
-  ``--stall-repeats``, the same directory, ``os.sync()`` before each), then
-  how long each upload ran on after the call returned.
+  ``torch.save`` of the same state dict to a local file timed right after
+  (``--stall-repeats`` times, ``os.sync()`` before each save; medians, and
+  the median of the per-repeat ratios), then how long each upload ran on
+  after the call returned.
 
 Prints MB/s (10^6 bytes per second, of the files' total size) for each, the
 save rate as a fraction of the single-pass rate, the peak RSS of this
@@ -38,6 +39,7 @@ import argparse
 import hashlib
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -116,7 +118,7 @@ def main() -> None:
     parser.add_argument("--files", type=int, default=8, help="number of files (default 8)")
     parser.add_argument("--workers", type=int, default=2, help="gunicorn workers (default 2)")
     parser.add_argument("--workdir", default=None, help="where the files and the server's data go (default: $TMPDIR)")
-    parser.add_argument("--stall-repeats", type=int, default=3, help="background saves timed (default 3)")
+    parser.add_argument("--stall-repeats", type=int, default=5, help="repeats of the stall figures (default 5)")
     args = parser.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="mado-ckpt-bench-", dir=args.workdir))
@@ -236,15 +238,17 @@ def measure_stall(url: str, token: str, work: Path, args) -> None:
         times["plain"].append(time.perf_counter() - started)
     run.finish()
     listed = {name: ", ".join(f"{value:.2f}" for value in values) for name, values in times.items()}
-    plain = min(times["plain"])
-    print(f"plain torch.save of the {args.size_mib} MiB state dict to local disk: {plain:.2f} s (best of "
-          f"{args.stall_repeats}; all {listed['plain']})")
+    print(f"plain torch.save of the {args.size_mib} MiB state dict to local disk: median "
+          f"{statistics.median(times['plain']):.2f} s (all {listed['plain']})")
     for name in writers:
-        print(f"stall of {name} + log_checkpoint(wait=False): {min(times[name]):.2f} s = "
-              f"{min(times[name]) / plain:.2f}x the plain torch.save (all {listed[name]})")
+        # Each repeat times the three saves back to back: their ratio is steadier than ratios of medians
+        # on a machine that others load.
+        ratios = [mine / plain for mine, plain in zip(times[name], times["plain"])]
+        print(f"stall of {name} + log_checkpoint(wait=False): median {statistics.median(times[name]):.2f} s "
+              f"(all {listed[name]}); median ratio to the plain torch.save of the same repeat "
+              f"{statistics.median(ratios):.2f}x (all {', '.join(f'{ratio:.2f}' for ratio in ratios)})")
     print(f"log_checkpoint(wait=False) itself after save_checkpoint (hard links): {listed['call']} s; "
           f"the uploads then ran {listed['upload']} s after the call returned")
-
 
 def _fresh(directory: Path) -> Path:
     directory.mkdir(exist_ok=True)
