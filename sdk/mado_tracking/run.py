@@ -398,7 +398,8 @@ class Run(RunBase):
             logger.warning("mado: %d metric points of run %s could not be sent before finishing", unsent, self.id)
         try:
             if not self._lease.lost:
-                data = set_status(self._client, self.id, status, attempts=1 if interrupted else 5, lease=self._lease)
+                data = set_status(self._client, self.id, status, attempts=1 if interrupted else None,
+                                  lease=self._lease)
                 if data is not None:
                     self._update(data)
         finally:
