@@ -14,10 +14,10 @@ from checkpoints.api import (
     CheckpointTarApi,
     CheckpointUploadPartsApi,
 )
+from checkpoints.api.codes import CodeVersionListApi
 from jobs.api import CheckpointContinueApi, CheckpointResumeApi, JobViewSet, QueueListApi
 from runs.api.projects import (
     CodeListApi,
-    CodeVersionListApi,
     DatasetListApi,
     DatasetVersionListApi,
     MemberDetailApi,
