@@ -42,6 +42,16 @@ class BearerTokenScheme(OpenApiAuthenticationExtension):
         return {"type": "http", "scheme": "bearer", "description": "`manage.py mado_token USERNAME` prints a token"}
 
 
+class BasicPasswordOrTokenScheme(OpenApiAuthenticationExtension):
+    """Documents ``Authorization: Basic`` with the password, or one of the user's tokens as the password."""
+
+    target_class = "mado.authentication.PasswordOrTokenBasicAuthentication"
+    name = "basicAuth"
+
+    def get_security_definition(self, auto_schema):
+        return {"type": "http", "scheme": "basic", "description": "username and password, or a token as the password"}
+
+
 router = DefaultRouter()
 router.register("projects", ProjectViewSet, basename="project")
 router.register("runs", RunViewSet, basename="run")
