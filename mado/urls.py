@@ -14,6 +14,9 @@ RUN_PAGES = [
     path("runs/<int:pk>/logs/", job_views.run_logs, name="run-logs"),
 ]
 
+# Outages raised outside a view (a session or user read from an unreachable database) answer 503 too.
+handler500 = "mado.outages.server_error"
+
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/v1/", include("mado.api_urls")),
