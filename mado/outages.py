@@ -66,6 +66,8 @@ class Outage:
     mlflow_code: str
 
 
+NO_SPACE = Outage("storage", 507, "insufficient_storage",
+                  "no space left on the artifact storage; free space or ask an administrator", "RESOURCE_EXHAUSTED")
 DATABASE_ERRORS = (DjangoOperationalError, DjangoInterfaceError, psycopg.OperationalError, psycopg.InterfaceError)
 BROKER_ERRORS = (kombu.exceptions.OperationalError, redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
 
@@ -95,11 +97,9 @@ def _chain(exc: BaseException):
 
 def outage_of(exc: BaseException) -> Outage | None:
     """The ``Outage`` that ``exc`` reports, or None when it is an ordinary error (a bug: answered 500)."""
+    if is_no_space(exc):
+        return NO_SPACE
     for error in _chain(exc):
-        if isinstance(error, OSError) and error.errno in NO_SPACE_ERRNOS:
-            return Outage("storage", 507, "insufficient_storage",
-                          "no space left on the artifact storage; free space or ask an administrator",
-                          "RESOURCE_EXHAUSTED")
         if isinstance(error, DATABASE_ERRORS):
             component = "database"
         elif isinstance(error, BROKER_ERRORS):
