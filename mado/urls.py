@@ -16,6 +16,7 @@ RUN_PAGES = [
 
 # Outages raised outside a view (a session or user read from an unreachable database) answer 503 too.
 handler500 = "mado.outages.server_error"
+handler404 = "mado.outages.not_found"
 
 urlpatterns = [
     path("admin/", admin.site.urls),
