@@ -104,7 +104,9 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATIC_ROOT = DATA_DIR / "static"
 STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # whitenoise warns on every request when it is missing
-STATICFILES_DIRS = [BASE_DIR / "static", *[d for d in [BASE_DIR / "node_modules" / "htmx.org" / "dist"] if d.is_dir()]]
+# npm packages served as they are installed (package.json): htmx for live parts, uPlot for the charts.
+NPM_DIST_DIRS = [BASE_DIR / "node_modules" / name / "dist" for name in ("htmx.org", "uplot")]
+STATICFILES_DIRS = [BASE_DIR / "static", *[d for d in NPM_DIST_DIRS if d.is_dir()]]
 # Serve static files straight from the app and static folders (no collectstatic step needed).
 WHITENOISE_USE_FINDERS = True
 

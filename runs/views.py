@@ -92,8 +92,10 @@ def _charts_context(request, run) -> dict:
     """The charts of the Run alone, or with ``?ancestors=1`` joined with its parent chain's curves (F2)."""
     if request.GET.get("ancestors") == "1" and run.parent_id:
         chart_list, lineage = charts.run_charts_with_ancestors(user=request.user, run=run)
-        return {"charts": chart_list, "lineage": lineage, "with_ancestors": True}
-    return {"charts": charts.run_charts(run=run), "with_ancestors": False}
+        return {"charts": chart_list, "chart_data": charts.chart_data(chart_list), "lineage": lineage,
+                "with_ancestors": True}
+    chart_list = charts.run_charts(run=run)
+    return {"charts": chart_list, "chart_data": charts.chart_data(chart_list), "with_ancestors": False}
 
 
 def _ignored_checkpoint_step(run) -> int | None:

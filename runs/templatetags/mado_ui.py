@@ -111,4 +111,10 @@ def as_json(value):
 @register.simple_tag
 def htmx_available() -> bool:
     """True when htmx can be served (``npm ci`` ran, or collectstatic copied it); pages work without it."""
-    return bool(finders.find(HTMX_FILE)) or staticfiles_storage.exists(HTMX_FILE)
+    return asset_available(HTMX_FILE)
+
+
+@register.simple_tag
+def asset_available(name: str) -> bool:
+    """True when the static file ``name`` (an npm package's, package.json) can be served."""
+    return bool(finders.find(name)) or staticfiles_storage.exists(name)
