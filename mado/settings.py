@@ -32,6 +32,7 @@ INSTALLED_APPS = [
     "rest_framework",
     "rest_framework.authtoken",
     "drf_spectacular",
+    "drf_spectacular_sidecar",
     "mado",
     "runs",
     "checkpoints",
@@ -158,6 +159,10 @@ SPECTACULAR_SETTINGS = {
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
     "COMPONENT_SPLIT_REQUEST": True,
+    # Swagger UI's files come from drf-spectacular-sidecar's static files, not a CDN: the docs work offline.
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
     # Runs and Jobs both have a "kind" and a "status": name each choice set once.
     "ENUM_NAME_OVERRIDES": {
         "RunKindEnum": "runs.models.RunKind",
