@@ -4,7 +4,7 @@ Never ``tarfile``: tars are parsed by the one strict reader of the format
 (``mado_tracking.tarformat``, docs/checkpoint-format.md). Each regular file
 is written by this module with ``O_CREAT | O_EXCL | O_NOFOLLOW`` into a
 fresh temporary directory inside the working directory, whose real path
-every created path must stay under (``mado_tracking.staging``, also the sink
+every created path must stay under (``mado_tracking.extractdir``, also the sink
 the reader writes a checkpoint's files into while it verifies them, see
 ``worker.fetch``). Only when everything was written and verified is the
 temporary directory renamed to its final name (for the checkpoint: files
@@ -20,7 +20,7 @@ import zipfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from mado_tracking.staging import _CREATE, Fail, Staging, refuse_existing, remove_tree
+from mado_tracking.extractdir import _CREATE, ExtractionDir, Fail, refuse_existing, remove_tree
 from mado_tracking.tarformat import Limits, ManifestMismatch, Member, TarReader, check_path
 from mado_tracking.tarverify import ManifestFile
 
@@ -111,7 +111,8 @@ def _open_tar_stream(path: Path, magic: bytes):
 def _extract_code_tar(path: Path, workdir: Path, target: Path, fail: Fail, magic: bytes) -> None:
     limits = Limits(members=CODE_MAX_MEMBERS, total_bytes=CODE_MAX_BYTES)
     try:
-        with _open_tar_stream(path, magic) as stream, Staging(workdir, ".code-", fail, mode_of=_code_mode) as staging:
+        with _open_tar_stream(path, magic) as stream, \
+                ExtractionDir(workdir, ".code-", fail, mode_of=_code_mode) as staging:
             reader = TarReader(staging, limits=limits, code_paths=True)
             while chunk := stream.read(CHUNK):
                 reader.feed(chunk)
@@ -141,7 +142,7 @@ def _extract_zip(path: Path, workdir: Path, target: Path, fail: Fail) -> None:
                 _check_code_limits(len(planned) + 1, total, fail)
                 if rel is not None:
                     planned.append((rel, info))
-            with Staging(workdir, ".code-", fail) as staging:
+            with ExtractionDir(workdir, ".code-", fail) as staging:
                 for rel, info in planned:
                     if info.is_dir():
                         staging.make_dirs(rel, rel)

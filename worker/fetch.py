@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from django.conf import settings
-from mado_tracking.staging import Staging, refuse_existing
+from mado_tracking.extractdir import ExtractionDir, refuse_existing
 from mado_tracking.tarverify import CheckpointVerifier, ManifestFile, ManifestMismatch
 
 from checkpoints import storage
@@ -93,7 +93,7 @@ def restore_checkpoint(
     target = Path(workdir) / CHECKPOINT_DIR
     refuse_existing(target)
     key, recorded = artifact.storage_key, checkpoint.tar_size
-    with Staging(Path(workdir), ".checkpoint-", fail) as staging:
+    with ExtractionDir(Path(workdir), ".checkpoint-", fail) as staging:
         # The tar-level size and SHA-256 are compared last, so a tampered tar names the member that differs.
         verifier = CheckpointVerifier(manifest, limits=settings.MADO_TAR_LIMITS, writer=staging)
         try:

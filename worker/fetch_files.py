@@ -13,7 +13,7 @@ directory renamed to ``<workdir>/checkpoint`` (files 0o444, directories 0o555).
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from mado_tracking.staging import Staging, refuse_existing
+from mado_tracking.extractdir import ExtractionDir, refuse_existing
 from mado_tracking.tarverify import ManifestFile
 
 from checkpoints.models import Checkpoint, CheckpointState, ManifestEntry
@@ -50,7 +50,7 @@ def restore_checkpoint_files(
     target = Path(workdir) / CHECKPOINT_DIR
     refuse_existing(target)
     manifest = [ManifestFile(entry.path, entry.size, entry.sha256) for entry in entries]
-    with Staging(Path(workdir), ".checkpoint-", fail) as staging:
+    with ExtractionDir(Path(workdir), ".checkpoint-", fail) as staging:
         for entry, expected in zip(entries, manifest, strict=True):
             chunks = _verified_chunks(entry, fail, attempts=attempts, backoff_s=backoff_s, on_progress=on_progress)
             try:

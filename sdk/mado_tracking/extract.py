@@ -6,7 +6,7 @@ checkpoints/{id}/tar`` (``download.stream_tar``, a broken download resumes
 with a ranged request) through ``tarverify.CheckpointVerifier`` (the one
 strict tar reader, docs/checkpoint-format.md), which checks every member
 against the checkpoint's manifest and the whole tar against its
-``tar_size`` / ``tar_sha256``, while ``staging.Staging`` writes each file
+``tar_size`` / ``tar_sha256``, while ``extractdir.ExtractionDir`` writes each file
 (never ``tarfile``; the tar is never stored). Only when everything matched
 is the staging directory renamed to ``checkpoint/`` (files 0o444,
 directories 0o555). Last, ``resume-checkpoint.json`` (``{"checkpointId",
@@ -23,7 +23,7 @@ from mado_tracking.client import ApiClient
 from mado_tracking.download import complete_checkpoint, stream_tar
 from mado_tracking.errors import CheckpointError
 from mado_tracking.resume import ENV_DIR, ENV_FILE, ENV_STEP
-from mado_tracking.staging import Staging, refuse_existing
+from mado_tracking.extractdir import ExtractionDir, refuse_existing
 from mado_tracking.tarformat import Limits, ManifestMismatch
 from mado_tracking.tarverify import CheckpointVerifier, ManifestFile
 
@@ -79,7 +79,7 @@ def extract_checkpoint_stream(
 
     files = [ManifestFile(entry["path"], entry["size"], entry["sha256"]) for entry in manifest]
     refuse_existing(target)
-    with Staging(target.parent, ".checkpoint-", fail) as staging:
+    with ExtractionDir(target.parent, ".checkpoint-", fail) as staging:
         verifier = CheckpointVerifier(files, tar_size=tar_size, tar_sha256=tar_sha256, limits=Limits.from_env(),
                                       writer=staging)
         try:

@@ -1,171 +1,170 @@
-"""A staging directory that extraction writes into, renamed into place only when everything verified (SPEC F14).
+"""Staging directories of background checkpoint saves (SPEC F1, F33).
 
-Shared by the worker (checkpoints, Code archives) and ``mado agent``'s
-restore: each file is created with ``O_CREAT | O_EXCL | O_NOFOLLOW``, relative
-to its directory's descriptor, inside a fresh temporary directory, so nothing
-is written outside it or through a link; on any failure the directory is
-removed, so no partial directory is left behind (ARCHITECTURE rule 3). ``Staging`` is also a
-``tarformat.TarReader`` sink.
+``run.log_checkpoint(dir, step, wait=False)`` snapshots ``dir`` into
+``<cache>/staging/<server>/<project>/<run id>/step-<N>/`` and returns; a
+thread uploads it from there. ``<cache>`` is ``MMT_CACHE_DIR``, else
+``<cwd>/.mado/cache`` (the directory ``.mado/resume.json`` lives in, so a
+same-run resume started from here finds it; usually the same file system as
+the checkpoint directory, so hard links work). ``<server>`` is a short digest
+of the API URL.
+
+Snapshot rule, per file: a file without any write permission bit is
+hard-linked (it can only be replaced, not rewritten in place: that is how
+``mado_tracking.torch.save_checkpoint`` writes), anything else is copied
+(kernel-side, ``shutil.copyfile``), and so is a file a hard link cannot reach
+(another file system). A hard link of a file that is rewritten in place
+anyway (as root, read-only bits do not stop that) is caught before the
+upload: its size and mtime no longer match the snapshot and the upload is
+refused naming the file, never uploaded with other content.
+
+A snapshot is written into a hidden ``.step-<N>.<random>.partial``
+directory and renamed to ``step-<N>`` with its ``staged.json``
+(``{"step", "run_id", "idempotency_key", "includes_optimizer", "framework",
+"files": {path: [size, mtime_ns]}}``) inside, so a killed process never
+leaves a half-snapshot that looks complete. A ``step-<N>`` directory is
+removed once its checkpoint is ``complete`` on the server; one left by a
+process that died is uploaded by the next start of the same run.
 """
 
 import hashlib
+import json
+import logging
 import os
-import posixpath
 import shutil
-import tempfile
-from collections.abc import Callable, Iterable
+import stat
+import uuid
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from mado_tracking.tarformat import Member
+from mado_tracking.errors import CheckpointError
+from mado_tracking.tarstream import scan
 
-_CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-_DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
-Fail = Callable[[str, str], BaseException]
+logger = logging.getLogger("mado_tracking")
 
-
-def refuse_existing(target: Path) -> None:
-    if os.path.lexists(target):
-        raise FileExistsError(f"{target} already exists; a Job's working directory must be fresh")
+ENV_CACHE_DIR = "MMT_CACHE_DIR"
+INFO_FILE = "staged.json"
+_WRITE_BITS = stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH
 
 
-class Staging:
-    """A fresh temporary directory inside ``parent`` that only this object writes into; removed unless committed.
+@dataclass
+class StagedCheckpoint:
+    """A checkpoint snapshot waiting for its upload: ``directory`` (the ``step-<N>`` folder), the save's
+    arguments, and ``files`` ``{relative path: (size in bytes, mtime in ns)}`` as snapshotted."""
 
-    Every directory is opened relative to its parent (``dir_fd``, ``O_NOFOLLOW``),
-    so no link is ever followed and a long path never meets the system's
-    path length limit. Also a ``TarReader`` sink: ``begin(member)`` creates
-    the directory or the file (mode ``mode_of(member)``), ``data(view)``
-    appends, ``end()`` closes. ``bytes_written`` counts the file bytes written.
+    directory: Path
+    step: int
+    run_id: int
+    idempotency_key: str
+    includes_optimizer: bool = False
+    framework: str | None = None
+    files: dict = field(default_factory=dict)
+
+    @property
+    def content(self) -> Path:
+        """The snapshotted checkpoint directory (what is uploaded)."""
+        return self.directory / "files"
+
+    def check_unchanged(self) -> None:
+        """Raise ``CheckpointError`` naming the first snapshotted file whose size or mtime changed since."""
+        for relative, (size, mtime_ns) in self.files.items():
+            info = (self.content / relative).stat()
+            if (info.st_size, info.st_mtime_ns) != (size, mtime_ns):
+                raise CheckpointError(f"{self.content / relative}: was rewritten in place after log_checkpoint "
+                                      f"returned (step {self.step}); write checkpoint files to a new name and "
+                                      "rename them, or save with wait=True", field="step")
+
+    def discard(self) -> None:
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def run_staging_dir(*, api_url: str, project: str, external_id: str) -> Path:
+    """``<cache>/staging/<server digest>/<project>/<run id>``, absolute (see the module docstring)."""
+    root = os.environ.get(ENV_CACHE_DIR, "").strip() or str(Path(".mado") / "cache")
+    server = hashlib.sha256(api_url.encode("utf-8")).hexdigest()[:12]
+    return Path(root).absolute() / "staging" / server / project / external_id
+
+
+def stage(source, *, root: Path, step: int, run_id: int, idempotency_key: str, includes_optimizer: bool,
+          framework: str | None) -> StagedCheckpoint:
+    """Snapshot ``source`` into ``root/step-<step>`` (hard links or copies, see the module docstring).
+
+    Raises ``CheckpointError`` naming the path, before anything is staged,
+    for what ``log_checkpoint`` refuses (symbolic link, empty directory,
+    non-regular file, missing directory), and when ``root/step-<step>``
+    already exists (a snapshot of that step is still waiting for its upload).
     """
-
-    def __init__(self, parent: Path, prefix: str, fail: Fail, *, mode_of: Callable[[Member], int] = lambda m: 0o444):
-        self.root = tempfile.mkdtemp(prefix=prefix, dir=parent)
-        self._root_fd = os.open(self.root, _DIRECTORY)
-        self._fail = fail
-        self._mode_of = mode_of
-        self._committed = False
-        self._cached: tuple[str, int] | None = None  # the last directory opened (files come sorted)
-        self._out = None
-        self._mode = 0
-        self.bytes_written = 0
-
-    def __enter__(self) -> "Staging":
-        return self
-
-    def __exit__(self, *exc_info) -> None:
-        if self._out is not None:
-            self._out.close()
-        self._forget_cached()
-        os.close(self._root_fd)
-        if not self._committed:
-            remove_tree(Path(self.root))
-
-    def _forget_cached(self) -> None:
-        if self._cached is not None:
-            os.close(self._cached[1])
-            self._cached = None
-
-    def _open_dir(self, rel_dir: str, rel: str) -> int:
-        """A descriptor of directory ``rel_dir`` (``/``-separated, created as needed) below the root; not to close."""
-        if self._cached is not None and self._cached[0] == rel_dir:
-            return self._cached[1]
-        self._forget_cached()
-        fd = os.dup(self._root_fd)
+    files = scan(source)
+    target = root / f"step-{step}"
+    if target.exists():
+        raise CheckpointError(f"{source}: step {step} is already waiting for its upload in {target}", field="step")
+    root.mkdir(parents=True, exist_ok=True)
+    partial = root / f".step-{step}.{uuid.uuid4().hex}.partial"
+    staged = StagedCheckpoint(directory=target, step=step, run_id=run_id, idempotency_key=idempotency_key,
+                              includes_optimizer=bool(includes_optimizer), framework=framework)
+    try:
+        for relative, path, _size in files:
+            destination = partial / "files" / relative
+            destination.parent.mkdir(parents=True, exist_ok=True)
+            _snapshot_file(path, destination)
+            info = destination.stat()
+            staged.files[relative] = (info.st_size, info.st_mtime_ns)
+        _write_info(partial, staged)
         try:
-            for part in rel_dir.split("/") if rel_dir else ():
-                try:
-                    os.mkdir(part, 0o700, dir_fd=fd)
-                except FileExistsError:
-                    pass
-                try:
-                    child = os.open(part, _DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
-                except OSError:  # a file or a link where a directory must be
-                    raise self._fail("path", f"{rel!r} needs {part!r} as a directory, but it is a file") from None
-                os.close(fd)
-                fd = child
-        except BaseException:
-            os.close(fd)
-            raise
-        self._cached = (rel_dir, fd)
-        return fd
+            partial.rename(target)
+        except OSError:
+            raise CheckpointError(f"{source}: step {step} is already waiting for its upload in {target}",
+                                  field="step") from None
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)
+    return staged
 
-    def make_dirs(self, rel_dir: str, rel: str) -> None:
-        """Create the directories of ``rel_dir`` (``/``-separated) below the root."""
-        self._open_dir(rel_dir, rel)
 
-    def _create(self, rel: str):
-        parent = self._open_dir(posixpath.dirname(rel), rel)
+def _snapshot_file(source: Path, destination: Path) -> None:
+    if not os.stat(source).st_mode & _WRITE_BITS:
         try:
-            fd = os.open(posixpath.basename(rel), _CREATE, 0o600, dir_fd=parent)
-        except FileExistsError:
-            raise self._fail("path", f"{rel!r} appears twice in the archive") from None
-        except OSError as exc:  # a link in the way (O_NOFOLLOW), a name the file system refuses
-            raise self._fail("path", f"{rel!r} cannot be created: {exc.strerror or exc}") from None
-        return os.fdopen(fd, "wb", buffering=0)
-
-    def begin(self, member: Member) -> None:
-        if member.is_dir:
-            self.make_dirs(member.path, member.path)
+            os.link(source, destination)
             return
-        self._out = self._create(member.path)
-        self._mode = self._mode_of(member)
-
-    def data(self, view) -> None:
-        self.bytes_written += len(view)
-        while view:
-            view = view[self._out.write(view):]
-
-    def end(self) -> None:
-        if self._out is not None:
-            os.fchmod(self._out.fileno(), self._mode)
-            self._out.close()
-            self._out = None
-
-    def write_file(self, rel: str, chunks: Iterable[bytes], *, mode: int, expect=None) -> None:
-        """Create ``rel`` (never existing before, never through a link), write ``chunks``, check ``expect``.
-
-        ``expect`` (a ``ManifestFile`` or None): its size and SHA-256 are compared with what was written.
-        """
-        digest, count = hashlib.sha256(), 0
-        with self._create(rel) as out:
-            for chunk in chunks:
-                count += len(chunk)
-                digest.update(chunk)
-                view = memoryview(chunk)
-                while view:
-                    view = view[out.write(view):]
-            os.fchmod(out.fileno(), mode)
-        self.bytes_written += count
-        if expect is not None:
-            if count != expect.size:
-                raise self._fail("size", f"{rel!r} is {count} bytes, {expect.size} in the manifest")
-            if digest.hexdigest() != expect.sha256:
-                raise self._fail(
-                    "sha256", f"{rel!r} has SHA-256 {digest.hexdigest()}, the manifest says {expect.sha256}"
-                )
-
-    def commit(self, target: Path, *, dir_mode: int) -> None:
-        """Set every directory's mode and rename the root to ``target`` (which must not exist)."""
-        self._forget_cached()
-        _chmod_dirs(self.root, dir_mode)
-        refuse_existing(target)
-        os.rename(self.root, target)
-        self._committed = True
+        except OSError:  # another file system, or links not allowed there
+            pass
+    shutil.copyfile(source, destination)
 
 
-def _chmod_dirs(root: str | Path, mode: int) -> None:
-    """``mode`` on ``root`` and every directory below it, through descriptors (never a link, any depth of path)."""
-    for _, _, _, dir_fd in os.fwalk(root, topdown=False):
-        os.fchmod(dir_fd, mode)
+def _write_info(directory: Path, staged: StagedCheckpoint) -> None:
+    info = {"step": staged.step, "run_id": staged.run_id, "idempotency_key": staged.idempotency_key,
+            "includes_optimizer": staged.includes_optimizer, "framework": staged.framework,
+            "files": {path: list(value) for path, value in staged.files.items()}}
+    (directory / INFO_FILE).write_text(json.dumps(info, sort_keys=True) + "\n", encoding="utf-8")
 
 
-def remove_tree(path: Path, *, onerror: Callable | None = None) -> None:
-    """Remove ``path`` and everything below it, read-only directories included; a missing path is fine."""
-    if not os.path.lexists(path):
-        return
-    if os.path.islink(path) or not os.path.isdir(path):
-        os.unlink(path)
-        return
-    for _, _, _, dir_fd in os.fwalk(path):  # top-down: a directory is writable before its children are listed
-        os.fchmod(dir_fd, 0o700)
-    shutil.rmtree(path, onerror=onerror)
+def left_behind(root: Path, *, run_id: int) -> list[StagedCheckpoint]:
+    """The snapshots in ``root`` of Run ``run_id`` (API id) that a process left unuploaded, by step.
+
+    Half-written ``.partial`` directories are removed; a ``step-<N>`` with an
+    unreadable ``staged.json`` or of another Run id (the server's database
+    was reset) is left alone with a warning.
+    """
+    if not root.is_dir():
+        return []
+    found = []
+    for entry in sorted(root.iterdir()):
+        if entry.name.startswith(".step-") and entry.name.endswith(".partial"):
+            shutil.rmtree(entry, ignore_errors=True)
+            continue
+        if not entry.name.startswith("step-"):
+            continue
+        try:
+            info = json.loads((entry / INFO_FILE).read_text(encoding="utf-8"))
+            staged = StagedCheckpoint(directory=entry, step=int(info["step"]), run_id=int(info["run_id"]),
+                                      idempotency_key=str(info["idempotency_key"]),
+                                      includes_optimizer=bool(info.get("includes_optimizer")),
+                                      framework=info.get("framework") or None,
+                                      files={path: tuple(value) for path, value in info["files"].items()})
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            logger.warning("mado: ignoring %s: not a readable checkpoint snapshot (%s)", entry, exc)
+            continue
+        if staged.run_id != run_id:
+            logger.warning("mado: ignoring %s: it belongs to run %s on this server, not %s", entry, staged.run_id,
+                           run_id)
+            continue
+        found.append(staged)
+    return sorted(found, key=lambda staged: staged.step)

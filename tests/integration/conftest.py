@@ -11,6 +11,8 @@ import boto3
 import pytest
 from django.db import connection
 
+from tests.integration.tcp_proxy import tcp_proxy  # noqa: F401 - fixture for fault tests
+
 S3_BUCKET = "mado-test"
 
 

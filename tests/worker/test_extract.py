@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from mado_tracking.tarverify import ManifestFile
-from mado_tracking.staging import Staging
+from mado_tracking.extractdir import ExtractionDir
 from tests.worker.helpers import FILES, make_tar, manifest, member, sha, stored_checkpoint, tar_gz, zip_bytes
 from worker import extract as extract_module
 from worker.errors import ArchiveRejected, CheckpointMismatch
@@ -152,7 +152,7 @@ def test_nothing_is_ever_written_through_a_link_in_the_staging_directory(workdir
     """Defence in depth: even if a link appeared inside the temporary directory, no file goes through it."""
     outside = tmp_path / "outside"
     outside.mkdir()
-    staging = Staging(workdir, ".t-", lambda what, detail: CheckpointMismatch(1, what, detail))
+    staging = ExtractionDir(workdir, ".t-", lambda what, detail: CheckpointMismatch(1, what, detail))
     with staging:
         os.symlink(outside, os.path.join(staging.root, "a"))
         with pytest.raises(CheckpointMismatch, match="path mismatch"):
