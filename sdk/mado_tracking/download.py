@@ -20,7 +20,8 @@ from pathlib import Path
 import requests
 
 from mado_tracking import config as config_module
-from mado_tracking.client import CONNECT_TIMEOUT_S, ApiClient, Backoff, is_transient, retry_after_seconds
+from mado_tracking.client import (CONNECT_TIMEOUT_S, ApiClient, Backoff, body_detail, is_transient,
+                                  retry_after_seconds)
 from mado_tracking.errors import ApiError, CheckpointError
 
 logger = logging.getLogger("mado_tracking")
@@ -101,7 +102,7 @@ def stream_tar(client: ApiClient, checkpoint_id: int, *, size: int, sha256: str,
                 skip = received if answer.status_code == 200 else 0  # the server sent everything again
                 if answer.status_code not in (200, 206):
                     if not is_transient(answer.status_code):
-                        raise ApiError(f"GET {url} -> HTTP {answer.status_code}: {answer.text[:300]}",
+                        raise ApiError(f"GET {url} -> HTTP {answer.status_code}: {body_detail(answer)}",
                                        status=answer.status_code)
                     reason, retry_after = f"HTTP {answer.status_code}", retry_after_seconds(answer)
                 else:

@@ -142,6 +142,17 @@ def test_a_full_volume_answers_507_and_the_reason_stays_on_the_checkpoint(api, m
     assert put_tar(client, pending["id"], data).status_code == 200  # space again: the same checkpoint uploads
 
 
+@pytest.mark.django_db
+def test_an_unknown_api_path_answers_json_404_and_an_unknown_page_the_404_page(client):
+    response = client.get("/api/v1/no-such-thing/")
+    assert response.status_code == 404 and response.json()["error"] == "not_found"
+    assert "/api/v1/no-such-thing/" in response.json()["detail"]
+    mlflow = client.get("/api/2.0/mlflow-artifacts/no-such-thing")
+    assert mlflow.status_code == 404 and mlflow.json()["error_code"] == "ENDPOINT_NOT_FOUND"
+    page = client.get("/no-such-page/")
+    assert page.status_code == 404 and page["Content-Type"].startswith("text/html")
+
+
 def _client_error(code: str, status: int) -> botocore.exceptions.ClientError:
     return botocore.exceptions.ClientError(
         {"Error": {"Code": code, "Message": code}, "ResponseMetadata": {"HTTPStatusCode": status}}, "PutObject")
