@@ -86,11 +86,11 @@ def sdk_verdict(case: Case, directory) -> bool:
     return True
 
 
-def verdicts(api, member, run, case: Case, tmp_path) -> dict[str, bool]:
+def verdicts(api, creator, run, case: Case, tmp_path) -> dict[str, bool]:
     tracemalloc.start()
     try:
         found = {
-            "server": server_verdict(api(member), run, case),
+            "server": server_verdict(api(creator), run, case),
             "worker": worker_verdict(run, case, tmp_path / f"job-{next(_steps)}"),
             "sdk": sdk_verdict(case, tmp_path / f"agent-{next(_steps)}"),
         }
@@ -101,12 +101,12 @@ def verdicts(api, member, run, case: Case, tmp_path) -> dict[str, bool]:
     return found
 
 
-@pytest.mark.timeout(5)
+@pytest.mark.timeout(5, func_only=True)
 @pytest.mark.parametrize("name", list(CASES))
-def test_the_server_the_worker_and_the_sdk_give_the_same_verdict(api, member, run, tmp_path, name):
+def test_the_server_the_worker_and_the_sdk_give_the_same_verdict(api, creator, run, tmp_path, name):
     case = CASES[name]
     expected = {"server": case.accept, "worker": case.accept, "sdk": case.accept}
-    assert verdicts(api, member, run, case, tmp_path) == expected
+    assert verdicts(api, creator, run, case, tmp_path) == expected
 
 
 def test_the_corpus_covers_what_the_format_refuses():
@@ -117,15 +117,15 @@ GOOD_TAR = with_tarfile(GOOD)
 HEADERS = len(GOOD_TAR) - 2 * 512  # bytes before the end-of-archive blocks: headers, PAX records, data
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(120, func_only=True)
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(edits=st.lists(st.tuples(st.integers(0, HEADERS - 1), st.binary(min_size=1, max_size=12)), min_size=1,
                       max_size=4))
-def test_mutated_headers_get_the_same_verdict_everywhere(api, member, run, tmp_path, edits):
+def test_mutated_headers_get_the_same_verdict_everywhere(api, creator, run, tmp_path, edits):
     data = GOOD_TAR
     for offset, new in edits:
         data = patched(data, offset, new[: len(data) - offset])
-    found = verdicts(api, member, run, Case(data, GOOD, True), tmp_path)
+    found = verdicts(api, creator, run, Case(data, GOOD, True), tmp_path)
     assert len(set(found.values())) == 1, found
 
 
@@ -165,8 +165,8 @@ def peak_rss_growth(call) -> int:
     return rss("VmHWM:") - before
 
 
-@pytest.mark.timeout(60)
-def test_a_million_empty_members_are_refused_early_everywhere_in_bounded_memory(member, run, tmp_path, settings,
+@pytest.mark.timeout(60, func_only=True)
+def test_a_million_empty_members_are_refused_early_everywhere_in_bounded_memory(creator, run, tmp_path, settings,
                                                                                  monkeypatch):
     """The tar of a million empty members (512 MiB) is refused at the member limit, in bounded memory: by the
     server at the default 100,000; by the restores, which would write every file first, at 2,000 (the same
@@ -174,16 +174,16 @@ def test_a_million_empty_members_are_refused_early_everywhere_in_bounded_memory(
     from checkpoints.services import checkpoint_register, checkpoint_upload
     from mado.errors import ValidationFailed
 
-    checkpoint, _ = checkpoint_register(actor=member, run=run, step=next(_steps), idempotency_key="million")
+    checkpoint, _ = checkpoint_register(actor=creator, run=run, step=next(_steps), idempotency_key="million")
 
     def server():
         with pytest.raises(ValidationFailed, match="tar mismatch: more than 100000 members"):
-            checkpoint_upload(actor=member, checkpoint=checkpoint, source=_Members(10**6), expected_size=None)
+            checkpoint_upload(actor=creator, checkpoint=checkpoint, source=_Members(10**6), expected_size=None)
 
     assert peak_rss_growth(server) < 100 * 1024 * 1024
     settings.MADO_TAR_LIMITS = Limits(members=2000)
     monkeypatch.setenv("MADO_TAR_MAX_MEMBERS", "2000")
-    names = [f"d{i // 1000}/f{i}" for i in range(2000)]  # a manifest that only the member limit can stop
+    names = [f"d{i // 1000}/f{i}" for i in range(2000)]  # a manifest that only the creator limit can stop
     entries = [{"path": name, "size": 0, "sha256": sha(b"")} for name in names]
     (tmp_path / "agent").mkdir()
 
