@@ -7,9 +7,11 @@ filesystem. Production sets ``MADO_DATABASE_URL`` (PostgreSQL),
 ``docs/deploy.md``.
 """
 
+import os
 from pathlib import Path
 
 import dj_database_url
+from mado_tracking.tarformat import Limits as TarLimits
 
 from mado.env import env_bool, env_choice, env_int, env_list, env_str
 
@@ -245,6 +247,9 @@ MMT_CHECKPOINT_KEEP_COUNT = env_int("MMT_CHECKPOINT_KEEP_COUNT", 5, minimum=1)
 MADO_CHECKPOINT_PART_SIZE = env_int("MADO_CHECKPOINT_PART_SIZE", 64 * 1024 * 1024, minimum=8 * 1024 * 1024)
 MADO_CHECKPOINT_PRESIGN_EXPIRES = env_int("MADO_CHECKPOINT_PRESIGN_EXPIRES", 6 * 3600, minimum=60)
 MADO_CHECKPOINT_VERIFY_QUEUE = env_str("MADO_CHECKPOINT_VERIFY_QUEUE", CELERY_TASK_DEFAULT_QUEUE)
+# What one checkpoint tar may hold (docs/checkpoint-format.md): MADO_TAR_MAX_MEMBERS, _PATH_BYTES,
+# _COMPONENT_BYTES, _PAX_BYTES, _TOTAL_BYTES; the worker and `mado agent` read the same variables.
+MADO_TAR_LIMITS = TarLimits.from_env(os.environ)
 # Same-run resume and sweeps (SPEC F24–F28). A running Run whose SDK sent no heartbeat for
 # MMT_CRASH_TIMEOUT seconds becomes crashed (a preempting one preempted); the SDK beats every
 # MMT_HEARTBEAT_INTERVAL seconds (told to it when it starts the Run). An agent's claim on a sweep
