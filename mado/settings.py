@@ -34,6 +34,7 @@ INSTALLED_APPS = [
     "rest_framework",
     "rest_framework.authtoken",
     "drf_spectacular",
+    "drf_spectacular_sidecar",
     "mado",
     "runs",
     "checkpoints",
@@ -106,7 +107,9 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATIC_ROOT = DATA_DIR / "static"
 STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # whitenoise warns on every request when it is missing
-STATICFILES_DIRS = [BASE_DIR / "static", *[d for d in [BASE_DIR / "node_modules" / "htmx.org" / "dist"] if d.is_dir()]]
+# npm packages served as they are installed (package.json): htmx for live parts, uPlot for the charts.
+NPM_DIST_DIRS = [BASE_DIR / "node_modules" / name / "dist" for name in ("htmx.org", "uplot")]
+STATICFILES_DIRS = [BASE_DIR / "static", *[d for d in NPM_DIST_DIRS if d.is_dir()]]
 # Serve static files straight from the app and static folders (no collectstatic step needed).
 WHITENOISE_USE_FINDERS = True
 
@@ -158,6 +161,10 @@ SPECTACULAR_SETTINGS = {
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
     "COMPONENT_SPLIT_REQUEST": True,
+    # Swagger UI's files come from drf-spectacular-sidecar's static files, not a CDN: the docs work offline.
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
     # Runs and Jobs both have a "kind" and a "status": name each choice set once.
     "ENUM_NAME_OVERRIDES": {
         "RunKindEnum": "runs.models.RunKind",
