@@ -13,10 +13,10 @@ changes nothing.
 from django.db import IntegrityError, transaction
 from django.db.models import Max
 
+from mado import policy
 from mado.errors import Conflict
 from runs.mlflow.errors import INVALID_PARAMETER_VALUE, INVALID_STATE, MlflowError
 from runs.mlflow.selectors import CONTEXT_TAG
-from runs.mlflow.services import require_write
 from runs.models import Dataset, DatasetVersion, DataStage, MetricPoint, Run
 from runs.stages import data_composition_at, data_stage_record
 
@@ -75,11 +75,10 @@ def _version(run: Run, entry: dict) -> DatasetVersion:
 def run_log_inputs(*, actor, run: Run, datasets) -> list[DatasetVersion]:
     """Record MLflow dataset inputs of ``run`` (see the module docstring); the versions logged.
 
-    Writers of the Run only (``Forbidden``, checked by ``data_stage_record``
-    or here); INVALID_PARAMETER_VALUE naming the bad field; INVALID_STATE when
+    Writers of the Run only (``Forbidden``, SPEC F31); INVALID_PARAMETER_VALUE naming the bad field; INVALID_STATE when
     the Run has ended and the datasets would need a new stage.
     """
-    require_write(actor, run.project)
+    policy.require_run_writer(actor, run)
     versions = [_version(run, entry) for entry in _parse(datasets)]
     if not versions:
         return []

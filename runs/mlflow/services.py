@@ -52,8 +52,7 @@ def _bad(message: str) -> MlflowError:
     return MlflowError(INVALID_PARAMETER_VALUE, message)
 
 
-def require_write(actor, project: Project) -> None:
-    """``Forbidden`` (403) unless ``actor`` may write Runs of ``project`` (``mado.policy``)."""
+def _require_member(actor, project: Project) -> None:
     if not policy.can_write_runs(actor, project):
         raise Forbidden(policy.why_not(actor, project, policy.MEMBER) or "not allowed")
 
@@ -149,7 +148,7 @@ def experiment_tag_set(*, actor, project: Project, key: str, value: str | None) 
     at most 5,000 (MLflow's limits, 400 INVALID_PARAMETER_VALUE); removing a
     missing tag is RESOURCE_DOES_NOT_EXIST (404), as on MLflow.
     """
-    require_write(actor, project)
+    _require_member(actor, project)
     pairs = _key_values([{"key": key, "value": value or ""}], "tag", 1, 5000)
     with transaction.atomic():
         locked = Project.objects.select_for_update().get(pk=project.pk)
@@ -171,7 +170,7 @@ def run_create(*, actor, project: Project, run_name: str = "", tags=None) -> Run
     (default training; 400 for an unknown kind), ``mlflow.runName`` the name
     (``run_name`` wins), the rest are stored as RunTags.
     """
-    require_write(actor, project)
+    _require_member(actor, project)
     tag_map = dict(_key_values(tags, "tags", MAX_TAGS, TAG_VALUE_MAX))
     kind = tag_map.pop(KIND_TAG, RunKind.TRAINING)
     if kind not in RunKind.values:
@@ -189,7 +188,7 @@ def run_update(*, actor, run: Run, status: str | None = None, run_name: str | No
     RUNNING on an ended Run reopens it (``run_reopen``); another final
     status than the stored one → INVALID_STATE (``run_set_status``).
     """
-    require_write(actor, run.project)
+    policy.require_run_writer(actor, run)
     if run_name:
         Run.objects.filter(pk=run.pk).update(name=run_name[:200])
         run.name = run_name[:200]
@@ -215,7 +214,7 @@ def run_reopen(*, actor, run: Run) -> Run:
     A conditional UPDATE on the old status: of two reopens one wins, the
     other finds it running and returns it.
     """
-    require_write(actor, run.project)
+    policy.require_run_writer(actor, run)
     if run.heartbeat_at is not None:
         raise MlflowError(INVALID_STATE, f"run {run.external_id} was written by the mado SDK; resume it with "
                                          f"start_run(id={run.external_id!r}, resume='allow') instead")
@@ -234,7 +233,7 @@ def run_delete(*, actor, run: Run, deleted: bool) -> Run:
     them); a deleted Run answers ``lifecycle_stage: deleted`` and leaves
     MLflow searches unless deleted runs are asked for. Idempotent both ways.
     """
-    require_write(actor, run.project)
+    policy.require_run_writer(actor, run)
     Run.objects.filter(pk=run.pk).update(deleted_at=timezone.now() if deleted else None)
     run.refresh_from_db()
     return run
@@ -307,10 +306,10 @@ def log_batch(*, actor, run: Run, metrics=None, params=None, tags=None) -> int:
     """MLflow ``log-batch`` (and the single log-metric / log-param / set-tag): all or nothing.
 
     Returns the count of metric points stored (duplicates of stored points
-    are skipped, see the module docstring). Forbidden (403) for a viewer;
+    are skipped, see the module docstring). Forbidden (403) unless the actor may write to the Run (F31);
     400 INVALID_PARAMETER_VALUE naming the first bad field.
     """
-    require_write(actor, run.project)
+    policy.require_run_writer(actor, run)
     param_pairs = _key_values(params, "params", MAX_PARAMS, PARAM_VALUE_MAX)
     tag_pairs = _key_values(tags, "tags", MAX_TAGS, TAG_VALUE_MAX)
     points = _points(metrics)
@@ -331,7 +330,7 @@ def log_batch(*, actor, run: Run, metrics=None, params=None, tags=None) -> int:
 
 def tag_delete(*, actor, run: Run, key: str) -> None:
     """Remove tag ``key`` from ``run``; RESOURCE_DOES_NOT_EXIST (404) when it is not set (MLflow's rule)."""
-    require_write(actor, run.project)
+    policy.require_run_writer(actor, run)
     deleted, _ = RunTag.objects.filter(run=run, key=key).delete()
     if not deleted:
         raise MlflowError(RESOURCE_DOES_NOT_EXIST, f"No tag with name: {key} in run with id {run.external_id}")

@@ -19,6 +19,7 @@ import logging
 import os
 import sys
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future
 from pathlib import Path
@@ -37,10 +38,10 @@ from mado_tracking.checkpoints import SavedCheckpoint
 from mado_tracking.client import ApiClient
 from mado_tracking.errors import ApiError, CheckpointError, MadoError
 from mado_tracking.lease import DEFAULT_HEARTBEAT_INTERVAL_S, Lease, heartbeat_interval_from_environment
+from mado_tracking import system, unsent
 from mado_tracking.heartbeat import Heartbeat
-from mado_tracking.metrics import MetricSender
+from mado_tracking.metrics import MetricSender, encode_metrics
 from mado_tracking.staging import run_staging_dir
-from mado_tracking import unsent
 from mado_tracking.resume_mode import (
     auto_conflict,
     auto_resume_target,
@@ -208,6 +209,8 @@ class Run(RunBase):
         self._heartbeat = Heartbeat(config, self.id, lease=self._lease)
         self._checkpoints = CheckpointSaver(client=client, run=data, sender=self._sender, lease=self._lease,
                                             flush_timeout=flush_timeout)
+        interval = system.interval_from_env()
+        self._system = system.SystemMonitor(self._log_system, interval) if interval > 0 else None
         self._opened()
         self._checkpoints.upload_left_behind()
 
@@ -265,6 +268,12 @@ class Run(RunBase):
             return
         self._sender.add(points)
 
+    def _log_system(self, values: dict) -> None:
+        """Queue a system metrics sample (``system/…`` keys, F35) at the step training logged last, leaving
+        ``self.step`` as it is."""
+        if not self._finishing and not self._lease.lost:
+            self._sender.add(encode_metrics(values, max(self.step - 1, 0), time.time()))
+
     def log_checkpoint(self, directory: str | os.PathLike, step: int, includes_optimizer: bool = False,
                        framework: str | None = None, *, wait: bool = True) -> SavedCheckpoint | Future:
         """Save ``directory`` as this Run's checkpoint at ``step`` (SPEC F1, F33).
@@ -299,6 +308,7 @@ class Run(RunBase):
             ApiError: ``wait=True``: the server stayed unreachable through
                 the retries, or the Run was lost (409 ``lease_lost`` /
                 ``run_ended``).
+            ValueError: ``wait=False`` and ``MMT_CHECKPOINT_QUEUE`` is not a whole number >= 1.
             MadoError: the Run was already finished, or ``lost`` before.
         """
         if self._finishing:
@@ -401,6 +411,8 @@ class Run(RunBase):
                 return
             self._finishing = True
         self._closed()
+        if self._system is not None:
+            self._system.stop()
         interrupted, failed = None, []
         try:
             failed = self._checkpoints.close(show_progress=sys.stderr.isatty())
