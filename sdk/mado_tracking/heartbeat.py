@@ -9,13 +9,12 @@ retry, ``Lease.heartbeat``). A 409 ``lease_lost`` / ``run_ended`` answer marks
 the lease lost and the thread ends; the metric sender sees ``lease.lost``.
 """
 
-import signal
 import threading
 
 from mado_tracking.client import ApiClient
 from mado_tracking.config import Config
-from mado_tracking.lease import Lease
-from mado_tracking.metrics import PROGRAM_SIGNALS
+from mado_tracking.lease import HEARTBEAT_TIMEOUT_S, Lease
+from mado_tracking.threads import start_without_program_signals
 
 
 class Heartbeat:
@@ -27,16 +26,14 @@ class Heartbeat:
         self._lease = lease
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name=f"mado-heartbeat-run-{run_id}", daemon=True)
-        self._thread.start()
+        start_without_program_signals(self._thread)
 
-    def close(self, timeout: float = 2.0) -> None:
-        """Stop beating; waits at most ``timeout`` seconds for a beat in flight."""
+    def close(self) -> None:
+        """Stop beating; waits for a beat in flight (at most its request timeout), so none arrives after this."""
         self._stop.set()
-        self._thread.join(timeout)
+        self._thread.join(HEARTBEAT_TIMEOUT_S + 1.0)
 
     def _loop(self) -> None:
-        if hasattr(signal, "pthread_sigmask"):  # signals go to the main thread (see metrics.PROGRAM_SIGNALS)
-            signal.pthread_sigmask(signal.SIG_BLOCK, PROGRAM_SIGNALS)
         client = ApiClient(self._config, headers=self._lease.headers)
         try:
             while not self._stop.wait(self._lease.heartbeat_interval) and not self._lease.lost:

@@ -421,6 +421,7 @@ class Run(RunBase):
             interrupted, status, unsent = exc, "failed", self._sender.pending
         if unsent and not self._lease.lost:
             logger.warning("mado: %d metric points of run %s could not be sent before finishing", unsent, self.id)
+        self._heartbeat.close()  # beats went on while uploads and metrics drained; none may follow the end
         try:
             if not self._lease.lost:
                 data = set_status(self._client, self.id, status, attempts=1 if interrupted else None,
@@ -428,7 +429,6 @@ class Run(RunBase):
                 if data is not None:
                     self._update(data)
         finally:
-            self._heartbeat.close()  # beats went on while uploads and metrics drained
             self._client.close()
         if self.status == "finished" and self._resume_file is not None:
             clear_resume_file(self._resume_file, self.external_id)

@@ -17,6 +17,8 @@ import logging
 import os
 import threading
 
+from mado_tracking.threads import start_without_program_signals
+
 logger = logging.getLogger("mado_tracking")
 ENV_INTERVAL = "MMT_SYSTEM_METRICS_INTERVAL"
 DEFAULT_INTERVAL_S = 15.0
@@ -84,7 +86,7 @@ class SystemMonitor:
         self._thread = threading.Thread(target=self._loop, name="mado-system-metrics", daemon=True)
         if interval > 0:
             psutil.cpu_percent(None)  # the first call only starts the CPU measurement
-            self._thread.start()
+            start_without_program_signals(self._thread)
 
     def _counters(self):
         disk = self._psutil.disk_io_counters()

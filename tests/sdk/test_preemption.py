@@ -122,4 +122,5 @@ def test_only_the_main_thread_can_receive_the_signals_a_program_handles(mmt_env,
     )
     done = _run_script(script, mmt_env, tmp_path)
     lines = sorted(done.stdout.split("\n")[:-1])
-    assert lines == ["False True", "True False"], done.stderr
+    # The main thread receives them; every SDK thread (metrics sender, heartbeat, ...) blocks them.
+    assert lines.count("True False") == 1 and set(lines) == {"False True", "True False"}, done.stderr
