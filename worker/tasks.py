@@ -4,6 +4,7 @@ import logging
 import socket
 import time
 
+from celery.signals import worker_ready
 from django.db import DatabaseError, close_old_connections
 
 from mado.celery import app
@@ -37,7 +38,7 @@ def checkpoint_verify(self, checkpoint_id: int) -> str:
         raise self.retry(exc=exc, countdown=min(10 * 2**self.request.retries, 300)) from exc
 
 
-@app.task(bind=True, name="worker.tasks.run_job", acks_late=True, reject_on_worker_lost=False,
+@app.task(bind=True, name="worker.tasks.run_job", acks_late=True, reject_on_worker_lost=True,
           max_retries=RUN_JOB_MAX_RETRIES)
 def run_job(self, job_id: int) -> str:
     """Run Job ``job_id`` on this worker: claim → ``worker.execute.execute`` → ``job_finish`` (issue 4; SPEC F12–F16).
@@ -48,8 +49,9 @@ def run_job(self, job_id: int) -> str:
     Only a database error before the claim retries the task (bounded, 10 s
     doubling, at most 300 s); after the claim every fault ends the Job
     through ``job_finish`` (storage unreadable, worker error), never silently.
-    A worker killed mid-Job is acknowledged, not redelivered; the reaper
-    fails its Job.
+    A message whose worker was killed is delivered again: before the claim
+    the next delivery runs the Job; after it, the delivery is skipped and
+    the heartbeat reaper fails the Job ("worker lost"), so no code runs twice.
     """
     from jobs.models import FINAL_STATES, Job
     from jobs.services import job_claim
@@ -70,7 +72,25 @@ def run_job(self, job_id: int) -> str:
     except Exception as exc:  # noqa: BLE001 - ours, not the code's: the Job must still end, saying why
         logger.exception("job %s: the worker failed", job_id)
         outcome = Outcome(exit_code=None, error=f"Worker error on {job.worker_host}: {exc}")
-    return _finish(job_id, outcome)
+    status = _finish(job_id, outcome)
+    _sweep_workdirs()
+    return status
+
+
+@worker_ready.connect
+def _sweep_on_start(**kwargs) -> None:
+    _sweep_workdirs()
+
+
+def _sweep_workdirs() -> None:
+    """Remove work directories of Jobs that ended while a killed worker held them (``worker.janitor``)."""
+    from worker.janitor import remove_ended_workdirs
+
+    try:
+        remove_ended_workdirs()
+    except DatabaseError:
+        logger.warning("could not sweep the work directories", exc_info=True)
+        close_old_connections()
 
 
 def _finish(job_id: int, outcome) -> str:

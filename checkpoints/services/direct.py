@@ -3,13 +3,14 @@
 ``checkpoint_upload_parts`` starts a presigned multipart upload; the client
 PUTs the parts straight to the bucket and calls ``checkpoint_complete`` with
 ``upload_id`` + ``parts`` (``complete_direct_upload`` here), which completes
-the multipart upload and enqueues ``worker.tasks.checkpoint_verify`` on
-commit. ``checkpoint_verify_upload`` streams the object back through
+the multipart upload and dispatches ``worker.tasks.checkpoint_verify``
+through the outbox. ``checkpoint_verify_upload`` streams the object back through
 ``TarVerifier`` with the declared manifest and completes the checkpoint or
 records ``error`` (it stays pending, the object is removed).
 """
 
 import math
+import uuid
 
 from django.conf import settings
 from django.db import transaction
@@ -19,9 +20,11 @@ from checkpoints.models import Checkpoint, CheckpointState
 from checkpoints.services._common import finalize, lock, mismatch, require_pending, require_writer
 from checkpoints.services.checkpoints import discard_upload
 from checkpoints.tarverify import ManifestFile, ManifestMismatch, TarVerifier
+from mado import outbox
 from mado.errors import Conflict, InternalError, ValidationFailed
 from runs.lease import lease_check
 
+VERIFY_TASK = "worker.tasks.checkpoint_verify"  # named, not imported: the worker app is above this one
 S3_MAX_PARTS = 10_000
 S3_MAX_OBJECT = 5 * 1024**4  # bytes
 
@@ -97,7 +100,9 @@ def complete_direct_upload(row: Checkpoint, declared: dict, upload_id, parts) ->
     Checks ``upload_id`` (the current upload, else ``ValidationFailed``),
     the declared size against the one the upload was started for and the
     ``parts`` (every part once, in order); completes the multipart upload,
-    stores the declaration and enqueues the verification task on commit. A
+    stores the declaration and dispatches the verification task through the
+    outbox (``mado.outbox``: sent on commit, again by beat while the broker
+    is down). A
     replay after that returns the row (same declaration) or ``Conflict``.
     """
     received = row.received
@@ -117,7 +122,9 @@ def complete_direct_upload(row: Checkpoint, declared: dict, upload_id, parts) ->
     Checkpoint.objects.filter(pk=row.pk, state=CheckpointState.PENDING).update(
         received={**received, "uploaded": True}, declared=declared, error=""
     )
-    transaction.on_commit(lambda: _enqueue_verify(row.pk))
+    outbox.dispatch_create(
+        task=VERIFY_TASK, args=[row.pk], queue=settings.MADO_CHECKPOINT_VERIFY_QUEUE, task_id=str(uuid.uuid4())
+    )
     row.refresh_from_db()
     return row
 
@@ -143,12 +150,6 @@ def _blob_exists(key: str) -> bool:
     except Exception:  # noqa: BLE001 - any failure means "cannot rely on it"
         return False
     return True
-
-
-def _enqueue_verify(checkpoint_id: int) -> None:
-    from worker.tasks import checkpoint_verify
-
-    checkpoint_verify.apply_async(args=[checkpoint_id], queue=settings.MADO_CHECKPOINT_VERIFY_QUEUE)
 
 
 def checkpoint_verify_upload(*, checkpoint_id: int) -> str:
