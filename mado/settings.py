@@ -197,8 +197,10 @@ CELERY_BROKER_TRANSPORT_OPTIONS = (
         "polling_interval": 0.1,
     }
     if CELERY_BROKER_URL.startswith("filesystem")
-    # a dead broker answers within seconds, so a send after commit never holds a request or a Job
-    else {"visibility_timeout": MADO_BROKER_VISIBILITY_TIMEOUT, "socket_connect_timeout": 5, "socket_timeout": 10}
+    # A dead broker answers within seconds, so a send after commit never holds a request or a Job; every
+    # worker looks for messages past the visibility timeout every 10 s (kombu's default: every 100 s).
+    else {"visibility_timeout": MADO_BROKER_VISIBILITY_TIMEOUT, "socket_connect_timeout": 5, "socket_timeout": 10,
+          "unacked_restore_interval": 10, "unacked_restore_throttle": 1}
 )
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_ACKS_LATE = True
