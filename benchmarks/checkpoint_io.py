@@ -7,12 +7,22 @@ more than that), then, in the same run:
 
 - a single SHA-256 pass over the same files with ``hashlib`` (1 MiB reads):
   the reference rate;
+- the SDK's side alone: the checkpoint's tar stream read to the end without
+  sending it (each file read once, its SHA-256 and the tar's computed);
 - ``run.log_checkpoint`` through the SDK: tar + every file's SHA-256 + the
   tar's SHA-256 + upload + the server's streaming check + complete;
 - ``mado_tracking.download_checkpoint``: the tar back to a file, SHA-256 checked;
 - a plain copy of the same files (1 MiB reads and writes) in the same
   directory: the disk's write rate, which bounds the save (the server writes
-  the tar) and the download (the client writes it).
+  the tar) and the download (the client writes it);
+- the training-loop stall of a background save: a model of ``--size-mib``
+  float32 parameters written into a directory (by
+  ``mado_tracking.torch.save_checkpoint``, then by a plain ``torch.save``)
+  plus ``run.log_checkpoint(..., wait=False)``, against a plain
+  ``torch.save`` of the same state dict to a local file timed right after
+  (``--stall-repeats`` times, ``os.sync()`` before each save; medians, and
+  the median of the per-repeat ratios), then how long each upload ran on
+  after the call returned.
 
 Prints MB/s (10^6 bytes per second, of the files' total size) for each, the
 save rate as a fraction of the single-pass rate, the peak RSS of this
@@ -29,6 +39,7 @@ import argparse
 import hashlib
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -78,6 +89,16 @@ def plain_copy(directory: Path, target: Path) -> float:
     return elapsed
 
 
+def sdk_side_alone(directory: Path) -> float:
+    """Seconds to read the SDK's tar stream of ``directory`` to the end (every hash computed, nothing sent)."""
+    from mado_tracking.tarstream import CheckpointTar
+
+    started = time.perf_counter()
+    for _ in CheckpointTar(directory):
+        pass
+    return time.perf_counter() - started
+
+
 def reset_peak_rss() -> bool:
     """Reset this process's VmHWM to its current RSS (Linux ≥ 4.0); False when not possible."""
     try:
@@ -97,6 +118,7 @@ def main() -> None:
     parser.add_argument("--files", type=int, default=8, help="number of files (default 8)")
     parser.add_argument("--workers", type=int, default=2, help="gunicorn workers (default 2)")
     parser.add_argument("--workdir", default=None, help="where the files and the server's data go (default: $TMPDIR)")
+    parser.add_argument("--stall-repeats", type=int, default=5, help="repeats of the stall figures (default 5)")
     args = parser.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="mado-ckpt-bench-", dir=args.workdir))
@@ -134,6 +156,7 @@ def run_benchmark(url: str, token: str, work: Path, args, server_pid: int) -> No
     generated_peak = own_peak_rss_mib()
     hash_s = sha256_single_pass(checkpoint_dir)
     copy_s = plain_copy(checkpoint_dir, work / "copy")
+    client_s = sdk_side_alone(checkpoint_dir)
 
     run = mado_tracking.start_run(project="bench", name="checkpoint-io", api_url=url, api_token=token)
     reset = reset_peak_rss()
@@ -156,6 +179,8 @@ def run_benchmark(url: str, token: str, work: Path, args, server_pid: int) -> No
     print(f"work directory: {work}")
     print(f"hashlib SHA-256 single pass (1 MiB reads): {rate(hash_s):,.0f} MB/s ({hash_s:.2f} s)")
     print(f"plain copy of the files there (1 MiB reads + writes): {rate(copy_s):,.0f} MB/s ({copy_s:.2f} s)")
+    print(f"SDK side alone (tar stream + file and tar SHA-256, nothing sent): {rate(client_s):,.0f} MB/s "
+          f"({client_s:.2f} s) = {hash_s / client_s:.0%} of the single-pass rate")
     print(f"save (log_checkpoint: tar + file and tar SHA-256 + upload + server check + complete): "
           f"{rate(save_s):,.0f} MB/s ({save_s:.2f} s) = {hash_s / save_s:.0%} of the single-pass rate")
     print(f"download (download_checkpoint: stream to file + SHA-256 check): {rate(download_s):,.0f} MB/s "
@@ -164,7 +189,72 @@ def run_benchmark(url: str, token: str, work: Path, args, server_pid: int) -> No
     print(f"SDK peak RSS ({where}): save {save_peak:.0f} MiB (before {before_save:.0f} MiB), "
           f"download {download_peak:.0f} MiB; after writing the files {generated_peak:.0f} MiB")
     print(f"server peak RSS (largest gunicorn process, VmHWM): {server_peak:.0f} MiB")
+    measure_stall(url, token, work, args)
 
+
+def big_model(size_mib: int):
+    """A module of float32 parameters of ``size_mib`` MiB in all (64 MiB each at most), random values."""
+    import torch
+
+    sizes = [64] * (size_mib // 64) + ([size_mib % 64] if size_mib % 64 else [])
+    return torch.nn.ParameterList(torch.nn.Parameter(torch.randn(mib * MIB // 4)) for mib in sizes)
+
+
+def measure_stall(url: str, token: str, work: Path, args) -> None:
+    """Print the training-loop stall of ``log_checkpoint(wait=False)`` against a plain ``torch.save``.
+
+    Two ways to write the directory: ``mado_tracking.torch.save_checkpoint``
+    (read-only files renamed into place: snapshotted by hard links) and a
+    plain ``torch.save`` into the directory (writable: snapshotted by copy).
+    """
+    import torch
+
+    import mado_tracking
+    from mado_tracking.torch import save_checkpoint
+
+    model = big_model(args.size_mib)
+    writers = {"save_checkpoint": lambda path, step: save_checkpoint(path, model=model, step=step),
+               "torch.save": lambda path, step: torch.save(model.state_dict(), _fresh(path) / "model.pt")}
+    times = {name: [] for name in ("plain", *writers, *(f"{name} call" for name in writers), "upload")}
+    run = mado_tracking.start_run(project="bench", name="checkpoint-stall", api_url=url, api_token=token)
+    step = 0
+    for _ in range(args.stall_repeats):
+        for name, write in writers.items():
+            step += 1
+            os.sync()
+            started = time.perf_counter()
+            write(work / "stall-ckpt", step)
+            called = time.perf_counter()
+            future = run.log_checkpoint(work / "stall-ckpt", step=step, framework="torch", wait=False)
+            returned = time.perf_counter()
+            times[name].append(returned - started)
+            times[f"{name} call"].append(returned - called)
+            future.result()  # training would go on meanwhile; the next save comes after this one is up
+            times["upload"].append(time.perf_counter() - returned)
+        os.sync()  # each timed save starts with no dirty pages of the one before
+        started = time.perf_counter()
+        torch.save(model.state_dict(), _fresh(work / "plain") / "model.pt")
+        times["plain"].append(time.perf_counter() - started)
+    run.finish()
+    listed = {name: ", ".join(f"{value:.2f}" for value in values) for name, values in times.items()}
+    print(f"plain torch.save of the {args.size_mib} MiB state dict to local disk: median "
+          f"{statistics.median(times['plain']):.2f} s (all {listed['plain']})")
+    for name in writers:
+        # Each repeat times the three saves back to back: their ratio is steadier than ratios of medians
+        # on a machine that others load; the best of each is the least disturbed figure.
+        ratios = [mine / plain for mine, plain in zip(times[name], times["plain"])]
+        print(f"stall of {name} + log_checkpoint(wait=False): median {statistics.median(times[name]):.2f} s "
+              f"(all {listed[name]}); best {min(times[name]):.2f} s = {min(times[name]) / min(times['plain']):.2f}x "
+              f"the best plain torch.save; median ratio to the plain torch.save of the same repeat "
+              f"{statistics.median(ratios):.2f}x (all {', '.join(f'{ratio:.2f}' for ratio in ratios)}); "
+              f"of which log_checkpoint(wait=False) itself: {listed[f'{name} call']} s")
+    print(f"the background uploads then ran {listed['upload']} s after the call returned")
+
+def _fresh(directory: Path) -> Path:
+    directory.mkdir(exist_ok=True)
+    for path in directory.iterdir():
+        path.unlink()
+    return directory
 
 if __name__ == "__main__":
     main()

@@ -6,8 +6,6 @@ class CheckpointsConfig(AppConfig):
     verbose_name = "Checkpoints and artifacts"
 
     def ready(self):
-        from checkpoints.services.direct import VERIFY_TASK
-        from checkpoints.services.janitor import verification_give_up, verification_waits
-        from mado import outbox
+        from checkpoints import receivers
 
-        outbox.register(VERIFY_TASK, waiting=verification_waits, give_up=verification_give_up)
+        receivers.connect()

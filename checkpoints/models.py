@@ -46,11 +46,15 @@ class CheckpointState(models.TextChoices):
     ERROR = "error", "error"
 
 
+USABLE_STATES = frozenset({CheckpointState.COMPLETE})
+
+
 class CheckpointQuerySet(VisibleQuerySet):
     project_path = "run__project"
 
-
-USABLE_STATES = frozenset({CheckpointState.COMPLETE})
+    def usable(self):
+        """Only checkpoints that can be resumed, continued or downloaded (complete; not pending, not deleted)."""
+        return self.filter(state__in=USABLE_STATES)
 
 
 class CheckpointLayout(models.TextChoices):
@@ -137,6 +141,10 @@ class Checkpoint(models.Model):
     @property
     def is_usable(self) -> bool:
         return self.state in USABLE_STATES
+
+    @property
+    def is_deleted(self) -> bool:
+        return self.state == CheckpointState.DELETED
 
 
 class ManifestEntry(models.Model):

@@ -116,7 +116,7 @@ def blob_write(*, source, prefix: str) -> StoredBlob:
 def blob_write_through(*, source, prefix: str, on_chunk) -> tuple[str, int]:
     """Stream ``source`` into a new key below ``prefix``, handing each piece to ``on_chunk``; ``(key, size)``.
 
-    Nothing is hashed here: ``on_chunk`` (a ``TarVerifier.feed``) does what
+    Nothing is hashed here: ``on_chunk`` (a ``CheckpointVerifier.feed``) does what
     checking the bytes need. An exception from ``source`` or ``on_chunk``
     removes the partial blob and propagates.
     """
@@ -277,6 +277,19 @@ def s3_presign_parts(*, key: str, upload_id: str, count: int, expires_s: int) ->
         )
         for number in range(1, count + 1)
     ]
+
+
+def s3_presign_abort(*, key: str, upload_id: str, expires_s: int) -> str:
+    """A presigned ``DELETE`` URL that aborts the upload, valid ``expires_s`` seconds.
+
+    The client that gives up on an upload aborts it with this, even when the
+    mado server is the part that cannot be reached.
+    """
+    client, bucket, name = _s3_target(key)
+    return client.generate_presigned_url(
+        "abort_multipart_upload", Params={"Bucket": bucket, "Key": name, "UploadId": upload_id},
+        ExpiresIn=expires_s, HttpMethod="DELETE",
+    )
 
 
 def s3_multipart_complete(*, key: str, upload_id: str, parts: list[dict]) -> None:

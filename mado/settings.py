@@ -7,9 +7,11 @@ filesystem. Production sets ``MADO_DATABASE_URL`` (PostgreSQL),
 ``docs/deploy.md``.
 """
 
+import os
 from pathlib import Path
 
 import dj_database_url
+from mado_tracking.tarformat import Limits as TarLimits
 
 from mado.env import env_bool, env_choice, env_int, env_list, env_str
 
@@ -34,6 +36,7 @@ INSTALLED_APPS = [
     "rest_framework",
     "rest_framework.authtoken",
     "drf_spectacular",
+    "drf_spectacular_sidecar",
     "mado",
     "runs",
     "checkpoints",
@@ -42,6 +45,9 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # Outermost: a database, broker or storage outage raised by a view answers 503, not an HTML 500
+    # (errors raised inside the other middleware go to mado.outages.server_error, the handler500).
+    "mado.outages.OutageMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -103,7 +109,9 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATIC_ROOT = DATA_DIR / "static"
 STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # whitenoise warns on every request when it is missing
-STATICFILES_DIRS = [BASE_DIR / "static", *[d for d in [BASE_DIR / "node_modules" / "htmx.org" / "dist"] if d.is_dir()]]
+# npm packages served as they are installed (package.json): htmx for live parts, uPlot for the charts.
+NPM_DIST_DIRS = [BASE_DIR / "node_modules" / name / "dist" for name in ("htmx.org", "uplot")]
+STATICFILES_DIRS = [BASE_DIR / "static", *[d for d in NPM_DIST_DIRS if d.is_dir()]]
 # Serve static files straight from the app and static folders (no collectstatic step needed).
 WHITENOISE_USE_FINDERS = True
 
@@ -138,9 +146,10 @@ STORAGES = {
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         "mado.authentication.BearerTokenAuthentication",
+        "mado.authentication.PasswordOrTokenBasicAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
-    # RunTokenScope: a Job's token (MMT_API_TOKEN) acts on its own Run only (docs/jobs.md).
+    # RunTokenScope: a Job's token (MMT_API_TOKEN) acts on its own Run only (docs/api.md).
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated", "mado.authentication.RunTokenScope"],
     "DEFAULT_PAGINATION_CLASS": "mado.pagination.DefaultPagination",
     "PAGE_SIZE": 50,
@@ -154,6 +163,10 @@ SPECTACULAR_SETTINGS = {
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
     "COMPONENT_SPLIT_REQUEST": True,
+    # Swagger UI's files come from drf-spectacular-sidecar's static files, not a CDN: the docs work offline.
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
     # Runs and Jobs both have a "kind" and a "status": name each choice set once.
     "ENUM_NAME_OVERRIDES": {
         "RunKindEnum": "runs.models.RunKind",
@@ -248,6 +261,9 @@ MADO_CHECKPOINT_VERIFY_QUEUE = env_str("MADO_CHECKPOINT_VERIFY_QUEUE", CELERY_TA
 # or MADO_CHECKPOINT_ENDED_GRACE seconds after its Run ended (the janitor, CELERY_BEAT_SCHEDULE).
 MADO_CHECKPOINT_UPLOAD_LEASE = env_int("MADO_CHECKPOINT_UPLOAD_LEASE", MADO_CHECKPOINT_PRESIGN_EXPIRES, minimum=1)
 MADO_CHECKPOINT_ENDED_GRACE = env_int("MADO_CHECKPOINT_ENDED_GRACE", 300, minimum=0)
+# What one checkpoint tar may hold (docs/checkpoint-format.md): MADO_TAR_MAX_MEMBERS, _PATH_BYTES,
+# _COMPONENT_BYTES, _PAX_BYTES, _TOTAL_BYTES; the worker and `mado agent` read the same variables.
+MADO_TAR_LIMITS = TarLimits.from_env(os.environ)
 # Same-run resume and sweeps (SPEC F24–F28). A running Run whose SDK sent no heartbeat for
 # MMT_CRASH_TIMEOUT seconds becomes crashed (a preempting one preempted); the SDK beats every
 # MMT_HEARTBEAT_INTERVAL seconds (told to it when it starts the Run). An agent's claim on a sweep

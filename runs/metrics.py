@@ -14,7 +14,7 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import F
 
 from mado import policy
-from mado.errors import Forbidden, ValidationFailed
+from mado.errors import ValidationFailed
 from runs.lease import lease_check
 from runs.models import MetricBatch, MetricPoint, Run
 
@@ -123,13 +123,12 @@ def metrics_ingest(
     (sorted, distinct). ``fencing_token`` (the ``Mado-Fencing-Token``
     header; None: not fenced) is checked in the writing transaction.
 
-    Raises ``Forbidden`` unless the actor is a member or admin,
+    Raises ``Forbidden`` unless the actor may write to the Run (``policy.why_cannot_write_run``, F31),
     ``ValidationFailed`` naming the first bad field (``points[3].value``),
     ``LeaseLost`` for a stale ``fencing_token``; nothing of a refused batch
     is stored.
     """
-    if not policy.can_write_runs(actor, run.project):
-        raise Forbidden(policy.why_not(actor, run.project, policy.MEMBER) or "not allowed")
+    policy.require_run_writer(actor, run)
     rows = _validate(run.pk, points, int(time.time() * 1000), timestamps_ms)
     if idempotency_key is not None and not 0 < len(idempotency_key) <= 200:
         raise ValidationFailed("Idempotency-Key must be 1 to 200 characters", field="Idempotency-Key")

@@ -162,8 +162,8 @@ def run_input_dataset_versions(*, run: Run):
 
 
 def metric_chart_series(
-    *, run: Run, key: str, max_points: int = 1000, before_step: int | None = None
-) -> tuple[list[tuple[int, float]], int, int]:
+    *, run: Run, key: str, max_points: int = 1000, before_step: int | None = None, with_timestamps: bool = False
+) -> tuple[list[tuple], int, int]:
     """The points of ``key`` to draw, reduced in the database: ``(points, non_finite_count, total_count)``.
 
     ``points`` are finite ``(step, value)`` pairs ordered by step, at most
@@ -172,8 +172,10 @@ def metric_chart_series(
     smallest and its largest value, so spikes (a diverging loss) survive the
     reduction. NaN (stored NULL) and ±Infinity are counted, never drawn (F2, F29).
     With ``before_step``, only points at steps below it count (an ancestor's
-    curve up to where its child resumed).
+    curve up to where its child resumed). ``with_timestamps`` adds each point's
+    Unix milliseconds: ``(step, value, timestamp_ms)``.
     """
+    fields = ("step", "value", "timestamp") if with_timestamps else ("step", "value")
     points = MetricPoint.objects.filter(run=run, key=key)
     if before_step is not None:
         points = points.filter(step__lt=before_step)
@@ -183,7 +185,7 @@ def metric_chart_series(
     )
     finite = points.exclude(non_finite)
     if stats["total"] - stats["bad"] <= max_points:
-        rows = finite.order_by("step", "id").values_list("step", "value")
+        rows = finite.order_by("step", "id").values_list(*fields)
         return list(rows), stats["bad"], stats["total"]
     buckets = max(max_points // 2, 1)
     width = -(-(stats["high"] - stats["low"] + 1) // buckets)
@@ -195,7 +197,7 @@ def metric_chart_series(
         )
         .filter(Q(lo=1) | Q(hi=1))
         .order_by("step", "id")
-        .values_list("step", "value")
+        .values_list(*fields)
     )
     return list(rows), stats["bad"], stats["total"]
 
@@ -244,20 +246,6 @@ def run_ancestors(*, user, run: Run, max_depth: int = 50) -> list[tuple[Run, int
         child = parent
     chain.reverse()
     return chain
-
-
-LOG_TAIL_CHUNKS = 300
-
-
-def run_log_tail_last(*, run: Run, max_chunks: int = LOG_TAIL_CHUNKS) -> tuple[list, int]:
-    """The last ``max_chunks`` chunks of the Run's log (what its Job's code printed, F16), oldest first, and how
-    many earlier chunks were left out. The Logs tab and the Job page show this tail."""
-    from jobs.models import RunLogChunk  # jobs depends on runs; the log is read here for the Run page
-
-    chunks = list(RunLogChunk.objects.filter(run=run).order_by("-seq")[:max_chunks])
-    chunks.reverse()
-    hidden = chunks[0].seq - 1 if chunks else 0
-    return chunks, hidden
 
 
 def run_parameter_changes(*, run: Run) -> list:

@@ -21,7 +21,7 @@ logger = logging.getLogger(__name__)
 def checkpoint_verify(self, checkpoint_id: int) -> str:
     """Verify a checkpoint tar uploaded straight to S3, then mark it complete or record why not (issue 3; SPEC F12, F13).
 
-    Enqueued on commit by ``checkpoints.services.checkpoint_complete``. Idempotent: a
+    Dispatched through the outbox by ``checkpoints.services.checkpoint_complete``. Idempotent: a
     checkpoint that is gone, no longer pending or re-uploaded meanwhile is skipped.
     Returns ``"complete"``, ``"mismatch"`` or ``"skipped"``. Storage errors are
     retried with backoff (10 s doubling, at most 300 s); after the last retry the

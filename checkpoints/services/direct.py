@@ -5,7 +5,7 @@ PUTs the parts straight to the bucket and calls ``checkpoint_complete`` with
 ``upload_id`` + ``parts`` (``complete_direct_upload`` here), which completes
 the multipart upload and dispatches ``worker.tasks.checkpoint_verify``
 through the outbox. ``checkpoint_verify_upload`` streams the object back through
-``TarVerifier`` with the declared manifest and completes the checkpoint or
+``CheckpointVerifier`` with the declared manifest and completes the checkpoint or
 records ``error`` (it stays pending, the object is removed).
 """
 
@@ -14,12 +14,13 @@ import uuid
 
 from django.conf import settings
 from django.db import transaction
+from mado_tracking.tarverify import CheckpointVerifier, ManifestMismatch
 
 from checkpoints import storage
 from checkpoints.models import Checkpoint, CheckpointState
 from checkpoints.services._common import finalize, lock, mismatch, require_pending, require_writer
 from checkpoints.services.checkpoints import discard_upload
-from checkpoints.tarverify import ManifestFile, ManifestMismatch, TarVerifier
+from checkpoints.services.declaration import check_members, declared_files
 from mado import outbox
 from mado.errors import Conflict, InternalError, ValidationFailed
 from runs.lease import lease_check
@@ -43,9 +44,10 @@ def checkpoint_upload_parts(*, actor, checkpoint: Checkpoint, tar_size: int, fen
     Member or admin; the checkpoint must be pending; the artifact storage
     must be S3 (``MADO_STORAGE=s3``, else ``Conflict``: PUT the tar instead).
     ``tar_size``: bytes, 1 .. 5 TiB. Returns ``{"upload_id", "part_size",
-    "urls"}``: one presigned ``PUT`` URL per part (part ``i`` is bytes
+    "urls", "abort_url"}``: one presigned ``PUT`` URL per part (part ``i`` is bytes
     ``(i-1)*part_size`` .. ``i*part_size-1``; parts of at least 8 MiB, by
-    default 64 MiB, valid ``MADO_CHECKPOINT_PRESIGN_EXPIRES`` seconds).
+    default 64 MiB, valid ``MADO_CHECKPOINT_PRESIGN_EXPIRES`` seconds) and
+    a presigned ``DELETE`` URL with which a client that gives up aborts it.
     A new call replaces (and aborts) an earlier unfinished upload. A stale
     ``fencing_token`` (the ``Mado-Fencing-Token`` header; None: not fenced)
     raises ``LeaseLost`` and starts nothing (SPEC F25).
@@ -66,13 +68,15 @@ def checkpoint_upload_parts(*, actor, checkpoint: Checkpoint, tar_size: int, fen
             key=key, upload_id=upload_id, count=math.ceil(tar_size / part_size),
             expires_s=settings.MADO_CHECKPOINT_PRESIGN_EXPIRES,
         )
+        abort_url = storage.s3_presign_abort(key=key, upload_id=upload_id,
+                                             expires_s=settings.MADO_CHECKPOINT_PRESIGN_EXPIRES)
         received = {"storage_key": key, "upload_id": upload_id, "part_size": part_size, "tar_size": tar_size}
         Checkpoint.objects.filter(pk=row.pk).update(received=received, declared=None, error="")
     except BaseException:
         storage.s3_multipart_abort_quietly(key=key, upload_id=upload_id)
         raise
     discard_upload(row.received, on_commit=True)
-    return {"upload_id": upload_id, "part_size": part_size, "urls": urls}
+    return {"upload_id": upload_id, "part_size": part_size, "urls": urls, "abort_url": abort_url}
 
 
 def clean_parts(parts, count: int) -> list[dict]:
@@ -157,7 +161,7 @@ def checkpoint_verify_upload(*, checkpoint_id: int) -> str:
 
     Called by ``worker.tasks.checkpoint_verify``. Streams the stored object
     in 1 MiB chunks (a broken read resumes with a ranged GET) through
-    ``TarVerifier`` with the declared manifest, size and SHA-256. Returns
+    ``CheckpointVerifier`` with the declared manifest (or its digest), size and SHA-256. Returns
     ``"complete"``, ``"mismatch"`` (``error`` = ``Checkpoint <id> <what>
     mismatch: …``, the object is removed, the checkpoint stays pending) or
     ``"skipped"`` (gone, not pending, or its upload was replaced meanwhile).
@@ -168,16 +172,19 @@ def checkpoint_verify_upload(*, checkpoint_id: int) -> str:
     if row is None or row.state != CheckpointState.PENDING or not row.declared or not row.received.get("uploaded"):
         return "skipped"
     key, declared = row.received["storage_key"], row.declared
-    files = [ManifestFile(e["path"], e["size"], e["sha256"]) for e in declared["manifest"]]
-    verifier = TarVerifier(files, tar_size=declared["tar_size"], tar_sha256=declared["tar_sha256"])
+    verifier = CheckpointVerifier(declared_files(declared), tar_size=declared["tar_size"],
+                                  tar_sha256=declared["tar_sha256"], limits=settings.MADO_TAR_LIMITS)
     try:
         for chunk in storage.blob_iter_resuming(key=key, size=storage.blob_size(key)):
             verifier.feed(chunk)
         verifier.finish()
+        files = check_members(declared, verifier.members)
     except ManifestMismatch as exc:
         return _verify_record(checkpoint_id=checkpoint_id, key=key, error=mismatch(checkpoint_id, exc), files=None)
     except Exception as exc:  # noqa: BLE001 - storage trouble is ours and transient
         raise InternalError(f"checkpoint {checkpoint_id}: reading {key} failed: {exc}") from exc
+    finally:
+        verifier.close()
     return _verify_record(
         checkpoint_id=checkpoint_id, key=key, error="", files=files, size=verifier.size, sha256=verifier.sha256
     )
