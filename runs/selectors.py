@@ -7,7 +7,7 @@ from django.db.models.functions import RowNumber
 
 from mado.errors import NotFound, ValidationFailed
 from runs.models import (
-    Code, CodeVersion, Dataset, DatasetVersion, Membership, MetricPoint, Project, Run, RunKind, RunStatus, SweepTrial,
+    Code, CodeVersion, Dataset, DatasetVersion, Membership, MetricPoint, MetricSummary, Project, Run, RunKind, RunStatus, SweepTrial,
 )
 from runs.stages import data_composition_at, data_stage_history, why_cannot_record_stage  # noqa: F401 (F20)
 
@@ -100,8 +100,8 @@ def code_version_list(*, code: Code) -> QuerySet[CodeVersion]:
 
 
 def metric_keys(*, run: Run) -> list[str]:
-    """The distinct metric keys logged in ``run``, sorted."""
-    return sorted(MetricPoint.objects.filter(run=run).values_list("key", flat=True).distinct())
+    """The distinct metric keys logged in ``run``, sorted; read from its summaries (O(keys), SPEC F2)."""
+    return list(MetricSummary.objects.filter(run=run).order_by("key").values_list("key", flat=True))
 
 
 def metric_history(
@@ -122,8 +122,8 @@ def metric_history(
 
 
 def metric_count(*, run: Run, key: str) -> int:
-    """How many points of ``key`` the run holds."""
-    return MetricPoint.objects.filter(run=run, key=key).count()
+    """How many points of ``key`` the run holds (0 for an unknown key); one summary row, not a count of points."""
+    return MetricSummary.objects.filter(run=run, key=key).values_list("count", flat=True).first() or 0
 
 
 def _int_or_none(value):
@@ -162,8 +162,8 @@ def run_input_dataset_versions(*, run: Run):
 
 
 def metric_chart_series(
-    *, run: Run, key: str, max_points: int = 1000, before_step: int | None = None
-) -> tuple[list[tuple[int, float]], int, int]:
+    *, run: Run, key: str, max_points: int = 1000, before_step: int | None = None, with_timestamps: bool = False
+) -> tuple[list[tuple], int, int]:
     """The points of ``key`` to draw, reduced in the database: ``(points, non_finite_count, total_count)``.
 
     ``points`` are finite ``(step, value)`` pairs ordered by step, at most
@@ -172,8 +172,10 @@ def metric_chart_series(
     smallest and its largest value, so spikes (a diverging loss) survive the
     reduction. NaN (stored NULL) and ±Infinity are counted, never drawn (F2, F29).
     With ``before_step``, only points at steps below it count (an ancestor's
-    curve up to where its child resumed).
+    curve up to where its child resumed). ``with_timestamps`` adds each point's
+    Unix milliseconds: ``(step, value, timestamp_ms)``.
     """
+    fields = ("step", "value", "timestamp") if with_timestamps else ("step", "value")
     points = MetricPoint.objects.filter(run=run, key=key)
     if before_step is not None:
         points = points.filter(step__lt=before_step)
@@ -183,7 +185,7 @@ def metric_chart_series(
     )
     finite = points.exclude(non_finite)
     if stats["total"] - stats["bad"] <= max_points:
-        rows = finite.order_by("step", "id").values_list("step", "value")
+        rows = finite.order_by("step", "id").values_list(*fields)
         return list(rows), stats["bad"], stats["total"]
     buckets = max(max_points // 2, 1)
     width = -(-(stats["high"] - stats["low"] + 1) // buckets)
@@ -195,7 +197,7 @@ def metric_chart_series(
         )
         .filter(Q(lo=1) | Q(hi=1))
         .order_by("step", "id")
-        .values_list("step", "value")
+        .values_list(*fields)
     )
     return list(rows), stats["bad"], stats["total"]
 
@@ -216,8 +218,8 @@ def dataset_version_choices(*, project: Project) -> QuerySet[DatasetVersion]:
 
 
 def run_first_metric_step(*, run: Run) -> int | None:
-    """The lowest step any metric of ``run`` was logged at, or None before the first point."""
-    return MetricPoint.objects.filter(run=run).aggregate(low=Min("step"))["low"]
+    """The lowest step any metric of ``run`` was logged at, or None before the first point (from its summaries)."""
+    return MetricSummary.objects.filter(run=run).aggregate(low=Min("first_step"))["low"]
 
 
 def run_ancestors(*, user, run: Run, max_depth: int = 50) -> list[tuple[Run, int | None]]:
