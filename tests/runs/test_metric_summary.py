@@ -3,12 +3,16 @@ the last step of a resume and the sweep's trial metric (SPEC F2, F24)."""
 
 import itertools
 import math
+from importlib import import_module
+from types import SimpleNamespace
 
+from django.apps import apps
+from django.db import connection
 from hypothesis import HealthCheck, given, settings
 
 from runs import selectors
 from runs.metrics import metrics_ingest
-from runs.models import MetricSummary
+from runs.models import MetricPoint, MetricSummary, Run
 from runs.resume import run_last_step
 from tests.runs.metric_helpers import PROGRAM, play, recomputed, stored
 
@@ -57,3 +61,17 @@ def test_a_replayed_batch_and_dropped_points_leave_the_summary_alone(run, creato
 @given(program=PROGRAM)
 def test_the_summary_equals_a_recomputation_after_any_program_on_sqlite(program, project, creator):
     play(program, actor=creator, project=project, name=f"h{next(NAMES)}")
+
+
+def test_the_upgrade_fills_summaries_of_points_stored_before_it(run, creator, project):
+    other = Run.objects.create(project=project, created_by=creator, name="other")
+    MetricPoint.objects.bulk_create(
+        [MetricPoint(run=run, key="loss", step=s, value=v, timestamp=1000 + s)
+         for s, v in [(0, 2.0), (1, None), (1, -1.0), (5, float("inf")), (3, 0.5)]]
+        + [MetricPoint(run=other, key="acc", step=2, value=None, timestamp=7)]
+    )
+    backfill = import_module("runs.migrations.0007_metric_summary").backfill_summaries
+    backfill(apps, SimpleNamespace(connection=connection))  # it only runs SQL on the editor's connection
+    assert stored(run.pk) == recomputed(run.pk)
+    assert stored(run.pk)["loss"] == (5, 0, 5, float("inf"), -1.0, float("inf"), 1000, 1005)
+    assert stored(other.pk) == {"acc": (1, 2, 2, None, None, None, 7, 7)}
