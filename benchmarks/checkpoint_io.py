@@ -12,7 +12,12 @@ more than that), then, in the same run:
 - ``mado_tracking.download_checkpoint``: the tar back to a file, SHA-256 checked;
 - a plain copy of the same files (1 MiB reads and writes) in the same
   directory: the disk's write rate, which bounds the save (the server writes
-  the tar) and the download (the client writes it).
+  the tar) and the download (the client writes it);
+- the training-loop stall of a background save: a model of ``--size-mib``
+  float32 parameters saved with ``mado_tracking.torch.save_checkpoint`` and
+  ``run.log_checkpoint(..., wait=False)``, against a plain ``torch.save`` of
+  the same state dict to a local file (best of ``--stall-repeats``, the same
+  directory), then the time ``run.finish()`` waits for the upload.
 
 Prints MB/s (10^6 bytes per second, of the files' total size) for each, the
 save rate as a fraction of the single-pass rate, the peak RSS of this
@@ -97,6 +102,7 @@ def main() -> None:
     parser.add_argument("--files", type=int, default=8, help="number of files (default 8)")
     parser.add_argument("--workers", type=int, default=2, help="gunicorn workers (default 2)")
     parser.add_argument("--workdir", default=None, help="where the files and the server's data go (default: $TMPDIR)")
+    parser.add_argument("--stall-repeats", type=int, default=3, help="background saves timed (default 3)")
     args = parser.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="mado-ckpt-bench-", dir=args.workdir))
@@ -164,6 +170,46 @@ def run_benchmark(url: str, token: str, work: Path, args, server_pid: int) -> No
     print(f"SDK peak RSS ({where}): save {save_peak:.0f} MiB (before {before_save:.0f} MiB), "
           f"download {download_peak:.0f} MiB; after writing the files {generated_peak:.0f} MiB")
     print(f"server peak RSS (largest gunicorn process, VmHWM): {server_peak:.0f} MiB")
+    measure_stall(url, token, work, args)
+
+
+def big_model(size_mib: int):
+    """A module of float32 parameters of ``size_mib`` MiB in all (64 MiB each at most), random values."""
+    import torch
+
+    sizes = [64] * (size_mib // 64) + ([size_mib % 64] if size_mib % 64 else [])
+    return torch.nn.ParameterList(torch.nn.Parameter(torch.randn(mib * MIB // 4)) for mib in sizes)
+
+
+def measure_stall(url: str, token: str, work: Path, args) -> None:
+    """Print the training-loop stall of ``log_checkpoint(wait=False)`` against a plain ``torch.save``."""
+    import torch
+
+    import mado_tracking
+    from mado_tracking.torch import save_checkpoint
+
+    model = big_model(args.size_mib)
+    plain_s, stall_s, upload_s = [], [], []
+    run = mado_tracking.start_run(project="bench", name="checkpoint-stall", api_url=url, api_token=token)
+    for repeat in range(args.stall_repeats):
+        started = time.perf_counter()
+        torch.save(model.state_dict(), work / "plain.pt")
+        plain_s.append(time.perf_counter() - started)
+        (work / "plain.pt").unlink()
+        started = time.perf_counter()
+        save_checkpoint(work / "stall-ckpt", model=model, step=repeat + 1)
+        future = run.log_checkpoint(work / "stall-ckpt", step=repeat + 1, framework="torch", wait=False)
+        returned = time.perf_counter()
+        stall_s.append(returned - started)
+        future.result()  # training would go on meanwhile; the next save comes after this one is up
+        upload_s.append(time.perf_counter() - returned)
+    run.finish()
+    plain, stall = min(plain_s), min(stall_s)
+    print(f"stall of save_checkpoint + log_checkpoint(wait=False), {args.size_mib} MiB of parameters: "
+          f"{stall:.2f} s (best of {args.stall_repeats}; all {', '.join(f'{s:.2f}' for s in stall_s)}) "
+          f"= {stall / plain:.2f}x a plain torch.save of the same state to local disk ({plain:.2f} s; all "
+          f"{', '.join(f'{s:.2f}' for s in plain_s)})")
+    print(f"each background upload then took {', '.join(f'{s:.2f}' for s in upload_s)} s after the call returned")
 
 
 if __name__ == "__main__":

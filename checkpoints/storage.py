@@ -279,6 +279,19 @@ def s3_presign_parts(*, key: str, upload_id: str, count: int, expires_s: int) ->
     ]
 
 
+def s3_presign_abort(*, key: str, upload_id: str, expires_s: int) -> str:
+    """A presigned ``DELETE`` URL that aborts the upload, valid ``expires_s`` seconds.
+
+    The client that gives up on an upload aborts it with this, even when the
+    mado server is the part that cannot be reached.
+    """
+    client, bucket, name = _s3_target(key)
+    return client.generate_presigned_url(
+        "abort_multipart_upload", Params={"Bucket": bucket, "Key": name, "UploadId": upload_id},
+        ExpiresIn=expires_s, HttpMethod="DELETE",
+    )
+
+
 def s3_multipart_complete(*, key: str, upload_id: str, parts: list[dict]) -> None:
     """Complete the upload from ``parts`` (``[{"part_number": int, "etag": str}]`` ascending)."""
     client, bucket, name = _s3_target(key)

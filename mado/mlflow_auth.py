@@ -21,6 +21,7 @@ from rest_framework.views import APIView
 
 from mado.authentication import BearerTokenAuthentication
 from mado.errors import Conflict, Forbidden, NotFound, UserError
+from mado.outages import outage_of
 
 logger = logging.getLogger(__name__)
 
@@ -55,10 +56,16 @@ def _user_error_code(exc: UserError) -> str:
     return INVALID_PARAMETER_VALUE
 
 
-def mlflow_exception_handler(exc, context) -> Response:
-    """Every exception of an MLflow view as ``{"error_code", "message"}``; unexpected ones as 500 ``INTERNAL_ERROR``."""
+def mlflow_exception_handler(exc, context) -> Response | None:
+    """Every exception of an MLflow view as ``{"error_code", "message"}``; unexpected ones as 500 ``INTERNAL_ERROR``.
+
+    An outage (database, broker, storage, no space) returns None: DRF re-raises it and
+    ``mado.outages.OutageMiddleware`` answers 503 ``TEMPORARILY_UNAVAILABLE`` (or 507).
+    """
     if isinstance(exc, MlflowError):
         return mlflow_error(exc.code, exc.message, exc.status)
+    if outage_of(exc) is not None:
+        return None  # re-raised: mado.outages.OutageMiddleware answers 503 / 507 in MLflow's shape
     if isinstance(exc, UserError):
         return mlflow_error(_user_error_code(exc), exc.detail, exc.status)
     if isinstance(exc, Http404):

@@ -40,6 +40,9 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # Outermost: a database, broker or storage outage raised by a view answers 503, not an HTML 500
+    # (errors raised inside the other middleware go to mado.outages.server_error, the handler500).
+    "mado.outages.OutageMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",

@@ -2,6 +2,9 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
+# Outages raised outside a view (a session or user read from an unreachable database) answer 503 too.
+handler500 = "mado.outages.server_error"
+
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/v1/", include("mado.api_urls")),

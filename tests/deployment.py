@@ -80,7 +80,9 @@ def deployment(directory: Path, **variables: str):
     start gunicorn and one Celery worker on that queue; yield a ``Deployment``; stop both."""
     port, queue = free_port(), f"flow-{uuid.uuid4().hex[:8]}"
     url = f"http://127.0.0.1:{port}"
-    env = deployment_env(directory / "data", MADO_PUBLIC_URL=url, **variables)
+    # The one worker also runs checkpoint verifications (direct S3 uploads), unless the test routes them elsewhere.
+    env = deployment_env(directory / "data", **{"MADO_PUBLIC_URL": url, "MADO_CHECKPOINT_VERIFY_QUEUE": queue,
+                                                **variables})
     manage = [sys.executable, "manage.py"]
     subprocess.run([*manage, "migrate", "--noinput"], cwd=ROOT, env=env, check=True, capture_output=True)
     setup = subprocess.run([*manage, "shell", "-c", SETUP.format(queue=queue)], cwd=ROOT, env=env, check=True,

@@ -101,6 +101,7 @@ class CheckpointUploadPartsOutputSerializer(serializers.Serializer):
     upload_id = serializers.CharField()
     part_size = serializers.IntegerField(help_text="bytes; the last part holds the rest")
     urls = serializers.ListField(child=serializers.URLField(), help_text="presigned PUT URL of part 1, 2, …")
+    abort_url = serializers.URLField(help_text="presigned DELETE URL: a client that gives up aborts the upload")
 
 
 class CheckpointCompleteInputSerializer(serializers.Serializer):

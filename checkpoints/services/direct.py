@@ -40,9 +40,10 @@ def checkpoint_upload_parts(*, actor, checkpoint: Checkpoint, tar_size: int, fen
     Member or admin; the checkpoint must be pending; the artifact storage
     must be S3 (``MADO_STORAGE=s3``, else ``Conflict``: PUT the tar instead).
     ``tar_size``: bytes, 1 .. 5 TiB. Returns ``{"upload_id", "part_size",
-    "urls"}``: one presigned ``PUT`` URL per part (part ``i`` is bytes
+    "urls", "abort_url"}``: one presigned ``PUT`` URL per part (part ``i`` is bytes
     ``(i-1)*part_size`` .. ``i*part_size-1``; parts of at least 8 MiB, by
-    default 64 MiB, valid ``MADO_CHECKPOINT_PRESIGN_EXPIRES`` seconds).
+    default 64 MiB, valid ``MADO_CHECKPOINT_PRESIGN_EXPIRES`` seconds) and
+    a presigned ``DELETE`` URL with which a client that gives up aborts it.
     A new call replaces (and aborts) an earlier unfinished upload. A stale
     ``fencing_token`` (the ``Mado-Fencing-Token`` header; None: not fenced)
     raises ``LeaseLost`` and starts nothing (SPEC F25).
@@ -63,13 +64,15 @@ def checkpoint_upload_parts(*, actor, checkpoint: Checkpoint, tar_size: int, fen
             key=key, upload_id=upload_id, count=math.ceil(tar_size / part_size),
             expires_s=settings.MADO_CHECKPOINT_PRESIGN_EXPIRES,
         )
+        abort_url = storage.s3_presign_abort(key=key, upload_id=upload_id,
+                                             expires_s=settings.MADO_CHECKPOINT_PRESIGN_EXPIRES)
         received = {"storage_key": key, "upload_id": upload_id, "part_size": part_size, "tar_size": tar_size}
         Checkpoint.objects.filter(pk=row.pk).update(received=received, declared=None, error="")
     except BaseException:
         storage.s3_multipart_abort_quietly(key=key, upload_id=upload_id)
         raise
     discard_upload(row.received, on_commit=True)
-    return {"upload_id": upload_id, "part_size": part_size, "urls": urls}
+    return {"upload_id": upload_id, "part_size": part_size, "urls": urls, "abort_url": abort_url}
 
 
 def clean_parts(parts, count: int) -> list[dict]:

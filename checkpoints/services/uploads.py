@@ -33,6 +33,7 @@ from checkpoints.services.checkpoints import discard_upload
 from checkpoints.services.direct import complete_direct_upload
 from checkpoints.tarverify import ManifestFile, ManifestMismatch, TarVerifier, check_member_path
 from mado.errors import Conflict, ValidationFailed
+from mado.outages import is_no_space
 from runs.lease import lease_check
 
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
@@ -105,7 +106,9 @@ def checkpoint_upload(
     (Content-Length, bytes) catches a cut-off body. On any mismatch or cut:
     the partial blob is removed, ``error`` is recorded, the checkpoint stays
     pending and ``ValidationFailed`` says ``Checkpoint <id> <what> mismatch:
-    …``. On success ``received`` = ``{storage_key, size, sha256, members}``
+    …``. When the storage runs out of space (ENOSPC / EDQUOT) the reason is
+    recorded in ``error`` and the ``OSError`` propagates (the API answers 507,
+    ``mado.outages``). On success ``received`` = ``{storage_key, size, sha256, members}``
     replaces (and discards) a previous pending upload, and the return value
     is ``{"received_bytes": int, "sha256": hex}``. ``fencing_token`` (the
     ``Mado-Fencing-Token`` header; None: not fenced) is checked before any
@@ -136,8 +139,10 @@ def checkpoint_upload(
         message = mismatch(checkpoint.pk, exc)
         Checkpoint.objects.filter(pk=checkpoint.pk, state=CheckpointState.PENDING).update(error=message)
         raise ValidationFailed(message, field="body") from None
-    except BaseException:
+    except BaseException as exc:
         storage.blob_delete_quietly(key)
+        if is_no_space(exc):
+            _record_no_space(checkpoint, received=verifier.size, expected=expected_size)
         raise
     received = {
         "storage_key": key,
@@ -151,6 +156,14 @@ def checkpoint_upload(
         storage.blob_delete_quietly(key)
         raise
     return {"received_bytes": verifier.size, "sha256": verifier.sha256}
+
+
+def _record_no_space(checkpoint: Checkpoint, *, received: int, expected: int | None) -> None:
+    """Record on the pending checkpoint that its tar did not fit; the OSError goes on to answer 507."""
+    of = f" of {expected}" if expected is not None else ""
+    message = (f"Checkpoint {checkpoint.pk} not stored: the artifact storage ran out of space after "
+               f"{received}{of} bytes; free space, then save it again")
+    Checkpoint.objects.filter(pk=checkpoint.pk, state=CheckpointState.PENDING).update(error=message)
 
 
 @transaction.atomic

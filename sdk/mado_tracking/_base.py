@@ -129,7 +129,7 @@ class RunBase:
             self.finish(self._ending_status(clean))
         except MadoError as error:
             # Training is over either way; failing the program now would only hide its own outcome.
-            logger.error("mado: could not mark run %s as ended: %s", self.id, error)
+            logger.error("mado: finishing run %s: %s", self.id, error)
         return False
 
     def finish(self, status: str = "finished", *, timeout: float | None = None) -> None:

@@ -4,13 +4,16 @@
 never held in memory: ``CheckpointTar`` yields it in 1 MiB chunks, hashing
 every file and the whole tar in the same pass, and ``requests`` sends it
 with a ``Content-Length`` (the object has a ``len()``). A broken upload
-(connection error, 5xx, 408, 429) is retried with backoff by building the
-tar again and PUTting it again to the same checkpoint: the server replaces a
+(connection error, 502, 503, 504, 408, 429; a 500 a few times) is retried
+with backoff for up to ``MMT_RETRY_TIMEOUT`` seconds by building the tar
+again and PUTting it again to the same checkpoint (re-read from the files,
+never buffered); a 4xx or 507 is final, the body is not sent again: the server replaces a
 pending upload, and the registration is replayed with the same
 ``Idempotency-Key``. When the checkpoint resource says ``direct_upload``
 (S3 storage), the tar goes straight to the bucket in presigned parts, one
 part buffered at a time (``part_size``, 64 MiB by default), and the server's
-verification task is polled until the checkpoint is complete.
+verification task is polled until the checkpoint is complete. A direct
+upload the SDK gives up on is aborted through its presigned ``abort_url``.
 """
 
 import logging
@@ -23,14 +26,14 @@ from pathlib import Path
 import requests
 from tqdm import tqdm
 
-from mado_tracking.client import CONNECT_TIMEOUT_S, ApiClient, Backoff, is_transient, retry_after_seconds
+from mado_tracking.client import (CONNECT_TIMEOUT_S, READ_TIMEOUT_S, ApiClient, Backoff, Retrier, body_detail,
+                                  is_transient, retry_after_seconds)
 from mado_tracking.lease import LOST_CODES
 from mado_tracking.errors import ApiError, CheckpointError
 from mado_tracking.tarstream import CheckpointTar
 
 logger = logging.getLogger("mado_tracking")
 
-UPLOAD_ATTEMPTS = 5
 UPLOAD_READ_TIMEOUT_S = 600.0  # the server verifies the last bytes before it answers
 VERIFY_TIMEOUT_S = 3600.0
 BACKOFF_BASE_S = 0.5
@@ -69,16 +72,16 @@ def check_step(step, directory) -> int:
     return step
 
 
-def progress_bar(total: int, step: int):
-    """A tqdm bar in bytes, shown only when stderr is a terminal."""
+def progress_bar(total: int, step: int, show: bool = True):
+    """A tqdm bar in bytes, shown only when ``show`` and stderr is a terminal."""
     return tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, desc=f"checkpoint step {step}",
-                disable=not sys.stderr.isatty(), leave=False)
+                disable=not show or not sys.stderr.isatty(), leave=False)
 
 
 def upload_checkpoint(client: ApiClient, *, run_id: int, directory, step: int, idempotency_key: str,
                       includes_optimizer: bool = False, framework: str | None = None,
                       tar: CheckpointTar | None = None, attempts: int | None = None,
-                      verify_timeout: float = VERIFY_TIMEOUT_S) -> SavedCheckpoint:
+                      verify_timeout: float = VERIFY_TIMEOUT_S, progress: bool = True) -> SavedCheckpoint:
     """Save ``directory`` as Run ``run_id``'s checkpoint at ``step``; return it once ``complete`` (SPEC F1).
 
     ``tar`` is the ``CheckpointTar`` of ``directory`` when the caller already
@@ -87,6 +90,7 @@ def upload_checkpoint(client: ApiClient, *, run_id: int, directory, step: int, i
     ``CheckpointError`` before any request. ``idempotency_key`` identifies
     this save: a replay of the registration returns the same checkpoint, and
     one that is already complete is returned without uploading again.
+    ``progress``: show a progress bar in bytes (on a terminal only).
 
     Raises:
         CheckpointError: the step is already saved in the Run (409), the
@@ -94,12 +98,12 @@ def upload_checkpoint(client: ApiClient, *, run_id: int, directory, step: int, i
             (``Checkpoint <id> <what> mismatch``), or the directory changed
             while it was being sent.
         ApiError: the server stayed unreachable (or answered 5xx) through
-            ``attempts`` tries, or refused for another reason (403, 404, or
+            ``MMT_RETRY_TIMEOUT`` seconds (or ``attempts`` tries, when given;
+            a direct upload is then aborted), or refused for another reason (507: the server's storage is full (403, 404, or
             409 ``lease_lost`` / ``run_ended``: the Run was taken over by
             another process or ended on the server, SPEC F25).
     """
     tar = tar if tar is not None else CheckpointTar(directory)
-    attempts = UPLOAD_ATTEMPTS if attempts is None else attempts
     resource = _register(client, run_id=run_id, directory=directory, step=step, idempotency_key=idempotency_key,
                          includes_optimizer=includes_optimizer, framework=framework)
     if resource["state"] == "complete":
@@ -107,7 +111,7 @@ def upload_checkpoint(client: ApiClient, *, run_id: int, directory, step: int, i
     if resource["state"] != "pending":
         raise CheckpointError(f"{directory}: checkpoint {resource['id']} at step {step} is {resource['state']}",
                               field="step")
-    with progress_bar(len(tar), step) as bar:
+    with progress_bar(len(tar), step, progress) as bar:
         upload = _DirectUpload if resource.get("direct_upload") else _ServerUpload
         return upload(client, resource, directory, bar, attempts, verify_timeout).run(tar)
 
@@ -131,6 +135,10 @@ def _backoff() -> Backoff:
     return Backoff(BACKOFF_BASE_S, BACKOFF_CAP_S)
 
 
+def _retrier(what: str, attempts: int | None) -> Retrier:
+    return Retrier(what, attempts=attempts, backoff=_backoff())
+
+
 class _Chunks:
     """A bytes-like buffer sent as an iterable of known length (``Content-Length``, no copy)."""
 
@@ -148,7 +156,7 @@ class _Chunks:
 class _Upload:
     """One checkpoint's upload with its retries; ``run(tar)`` returns the completed ``SavedCheckpoint``."""
 
-    def __init__(self, client: ApiClient, resource: dict, directory, bar, attempts: int, verify_timeout: float):
+    def __init__(self, client: ApiClient, resource: dict, directory, bar, attempts: int | None, verify_timeout: float):
         self.client = client
         self.id = resource["id"]
         self.step = resource["step"]
@@ -165,13 +173,11 @@ class _Upload:
     def declaration(self, tar: CheckpointTar) -> dict:
         return {"tar_size": len(tar), "tar_sha256": tar.sha256, "manifest": tar.manifest}
 
-    def retry_or_raise(self, attempt: int, reason: str, backoff: Backoff, retry_after: float | None = None) -> None:
-        if attempt >= self.attempts:
+    def retry_or_raise(self, retrier: Retrier, reason: str, status: int | None = None,
+                       retry_after: float | None = None) -> None:
+        if not retrier.pause(reason, status=status, retry_after=retry_after):
             raise ApiError(f"{self.directory}: uploading checkpoint {self.id} (step {self.step}) failed "
-                           f"{self.attempts} times; last: {reason}")
-        delay = backoff.next_delay(retry_after)
-        logger.warning("mado: uploading checkpoint step %s broke (%s); retrying in %.1f s", self.step, reason, delay)
-        time.sleep(delay)
+                           f"{retrier.tries} times; last: {reason}; {retrier.summary()}")
 
     def refused(self, response: requests.Response, what: str) -> CheckpointError:
         error = self.client.error_from(response, "PUT", what)
@@ -195,10 +201,10 @@ class _ServerUpload(_Upload):
         if not self.bar.disable:
             tar.on_bytes = self.bar.update
         url = self.client.url(f"checkpoints/{self.id}/tar")
-        backoff = _backoff()
-        for attempt in range(1, self.attempts + 1):
+        retrier = _retrier(f"uploading checkpoint step {self.step}", self.attempts)
+        while True:
             tar = tar if tar is not None else self.new_tar()
-            retry_after = None
+            retry_after = status = None
             try:
                 response = self.client.session.put(url, data=tar, headers={"Content-Type": "application/x-tar"},
                                                    timeout=(CONNECT_TIMEOUT_S, UPLOAD_READ_TIMEOUT_S))
@@ -215,10 +221,10 @@ class _ServerUpload(_Upload):
                 elif not is_transient(response.status_code):
                     raise self.refused(response, url)
                 else:
-                    reason, retry_after = f"HTTP {response.status_code}", retry_after_seconds(response)
-            self.retry_or_raise(attempt, reason, backoff, retry_after)
+                    status, retry_after = response.status_code, retry_after_seconds(response)
+                    reason = f"HTTP {status}: {body_detail(response)}"
+            self.retry_or_raise(retrier, reason, status, retry_after)
             tar = None
-        raise AssertionError("unreachable")
 
     def _already_complete(self, response: requests.Response, tar: CheckpointTar, url: str) -> SavedCheckpoint:
         error = self.client.error_from(response, "PUT", url)
@@ -237,10 +243,11 @@ class _DirectUpload(_Upload):
     def run(self, tar: CheckpointTar) -> SavedCheckpoint:
         if not self.bar.disable:
             tar.on_bytes = self.bar.update
-        backoff = _backoff()
+        retrier = _retrier(f"uploading checkpoint step {self.step}", self.attempts)
         parts_session = requests.Session()  # no Authorization header: the presigned URL carries the signature
+        plan = None  # the multipart upload this process started and has not completed
         try:
-            for attempt in range(1, self.attempts + 1):
+            while True:
                 tar = tar if tar is not None else self.new_tar()
                 plan = self.client.request("POST", f"checkpoints/{self.id}/upload-parts/",
                                            body={"tar_size": len(tar)})
@@ -250,15 +257,36 @@ class _DirectUpload(_Upload):
                     reason = str(exc)
                 else:
                     body = {**self.declaration(tar), "upload_id": plan["upload_id"], "parts": parts}
-                    resource = self._wait_verified(self.complete(body))
+                    accepted = self.complete(body)
+                    plan = None  # completed on the server: nothing of it is left to abort
+                    resource = self._wait_verified(accepted)
                     if resource["state"] == "complete":
                         return SavedCheckpoint.from_resource(resource)
                     reason = f"verification failed: {resource.get('error')}"
-                self.retry_or_raise(attempt, reason, backoff)
+                self.retry_or_raise(retrier, reason)  # a new upload-parts replaces (aborts) the open upload
                 tar = None
         finally:
+            if plan is not None:
+                self._abort(parts_session, plan)
             parts_session.close()
-        raise AssertionError("unreachable")
+
+    def _abort(self, session: requests.Session, plan: dict) -> None:
+        """Abort the unfinished upload through its presigned ``abort_url``; one try, never raises.
+
+        When it cannot be reached (the storage is the part that is down) the
+        server's clean-up of stale uploads removes the parts later.
+        """
+        try:
+            response = session.delete(plan["abort_url"], timeout=(CONNECT_TIMEOUT_S, READ_TIMEOUT_S))
+        except (KeyError, requests.RequestException) as exc:
+            reason = f"{type(exc).__name__}: {exc}"
+        else:
+            if response.status_code < 300 or response.status_code == 404:  # 404: already gone
+                logger.info("mado: aborted the unfinished upload of checkpoint step %s", self.step)
+                return
+            reason = f"HTTP {response.status_code}: {body_detail(response, 200)}"
+        logger.warning("mado: could not abort the unfinished upload of checkpoint step %s (%s); "
+                       "the server removes it later", self.step, reason)
 
     def _put_parts(self, session: requests.Session, tar: CheckpointTar, plan: dict) -> list[dict]:
         """Send the tar as parts of ``plan["part_size"]`` bytes, holding one part; ``[{part_number, etag}]``."""
@@ -281,8 +309,9 @@ class _DirectUpload(_Upload):
         return parts
 
     def _put_part(self, session: requests.Session, url: str, data: memoryview, number: int) -> dict:
-        backoff = _backoff()
-        for attempt in range(1, self.attempts + 1):
+        retrier = _retrier(f"uploading part {number} of checkpoint step {self.step}", self.attempts)
+        while True:
+            status = None
             try:
                 response = session.put(url, data=_Chunks(data), timeout=(CONNECT_TIMEOUT_S, UPLOAD_READ_TIMEOUT_S))
             except requests.RequestException as exc:
@@ -290,13 +319,12 @@ class _DirectUpload(_Upload):
             else:
                 if response.status_code < 400 and response.headers.get("ETag"):
                     return {"part_number": number, "etag": response.headers["ETag"]}
-                reason = f"HTTP {response.status_code}: {response.text[:200]}"
-                if response.status_code < 500 and response.status_code not in (408, 429):
+                status = response.status_code
+                reason = f"HTTP {status}: {body_detail(response, 200)}"
+                if not is_transient(status):
                     raise _PartFailed(f"part {number}: {reason}")
-            if attempt == self.attempts:
-                raise _PartFailed(f"part {number}: {reason}")
-            time.sleep(backoff.next_delay())
-        raise AssertionError("unreachable")
+            if not retrier.pause(reason, status=status):
+                raise _PartFailed(f"part {number}: {reason}; {retrier.summary()}")
 
     def _wait_verified(self, resource: dict) -> dict:
         """Poll ``checkpoints/{id}/`` until the verification task completed it or recorded an error."""

@@ -9,6 +9,8 @@ from mado_tracking.errors import ConfigError
 ENV_API_URL = "MMT_API_URL"
 ENV_API_TOKEN = "MMT_API_TOKEN"
 ENV_PROJECT = "MMT_PROJECT"
+ENV_RETRY_TIMEOUT = "MMT_RETRY_TIMEOUT"
+DEFAULT_RETRY_TIMEOUT_S = 600.0
 
 
 @dataclass(frozen=True)
@@ -68,3 +70,22 @@ def resolve(*, api_url: str | None = None, api_token: str | None = None, project
     if slug is None and require_project:
         raise ConfigError(f"no mado project: pass project=... or set {ENV_PROJECT} to the project's slug")
     return Config(api_url=normalize_api_url(url), api_token=token, project=slug)
+
+
+def retry_timeout() -> float:
+    """Seconds a request keeps retrying while the server is unavailable: ``MMT_RETRY_TIMEOUT``, default 600.
+
+    Read at each use, so a program may change it while it runs. Raises
+    ``ConfigError`` when the variable is set to something other than a
+    number >= 0 (0: one try, no retry).
+    """
+    raw = (os.environ.get(ENV_RETRY_TIMEOUT) or "").strip()
+    if not raw:
+        return DEFAULT_RETRY_TIMEOUT_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not value >= 0 or value == float("inf"):
+        raise ConfigError(f"{ENV_RETRY_TIMEOUT} must be a number of seconds >= 0, got {raw!r}")
+    return value

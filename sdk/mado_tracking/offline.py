@@ -24,6 +24,7 @@ import json
 import os
 import shutil
 import uuid
+from concurrent.futures import Future
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -165,11 +166,13 @@ class OfflineRun(RunBase):
             self._metrics.flush()
 
     def log_checkpoint(self, directory: str | os.PathLike, step: int, includes_optimizer: bool = False,
-                       framework: str | None = None) -> SavedCheckpoint:
+                       framework: str | None = None, *, wait: bool = True) -> SavedCheckpoint | Future:
         """Copy ``directory`` to ``checkpoints/step-<step>/`` (SPEC F1, F18); the refusals of ``Run.log_checkpoint``.
 
         Returns a ``SavedCheckpoint`` with ``id`` None, ``sha256`` of the tar
-        ``mado sync`` will upload, and ``location`` the copied directory.
+        ``mado sync`` will upload, and ``location`` the copied directory;
+        with ``wait=False`` a ``Future`` already holding it (the same type as
+        online: offline the copy is the save, there is nothing to wait for).
         Raises ``CheckpointError`` naming the path (symbolic link, empty
         directory, non-regular file, negative step, step already saved here).
         """
@@ -203,8 +206,13 @@ class OfflineRun(RunBase):
                  "tar_sha256": tar.sha256, "created_at": now_iso()}
         self._record.setdefault("checkpoints", []).append(entry)
         self._save_record()
-        return SavedCheckpoint(id=None, step=step, sha256=tar.sha256, tar_size=len(tar),
-                               file_count=len(tar.manifest), total_bytes=tar.total_bytes, location=str(target))
+        saved = SavedCheckpoint(id=None, step=step, sha256=tar.sha256, tar_size=len(tar),
+                                file_count=len(tar.manifest), total_bytes=tar.total_bytes, location=str(target))
+        if wait:
+            return saved
+        done: Future = Future()
+        done.set_result(saved)
+        return done
 
     def mark_preempting(self) -> None:
         """Record ``preempting`` in ``run.json`` (SPEC F27), as ``Run.mark_preempting``: sticky, idempotent,

@@ -17,9 +17,10 @@ While it is open the process holds the Run's write lease and heartbeats
 
 import logging
 import os
+import sys
 import threading
-import uuid
 from collections.abc import Mapping, Sequence
+from concurrent.futures import Future
 from pathlib import Path
 
 from mado_tracking import config as config_module
@@ -32,7 +33,7 @@ from mado_tracking._base import (
     check_parameters,
     new_external_id,
 )
-from mado_tracking.checkpoints import SavedCheckpoint, check_step, upload_checkpoint
+from mado_tracking.checkpoints import SavedCheckpoint
 from mado_tracking.client import ApiClient
 from mado_tracking.errors import ApiError, CheckpointError, MadoError
 from mado_tracking.lease import DEFAULT_HEARTBEAT_INTERVAL_S, Lease, heartbeat_interval_from_environment
@@ -47,9 +48,9 @@ from mado_tracking.resume_mode import (
     start_body,
     write_resume_file,
 )
+from mado_tracking.saving import CheckpointSaver
 from mado_tracking.stages import data_stage_body
 from mado_tracking.status import set_preempting, set_status
-from mado_tracking.tarstream import CheckpointTar
 
 logger = logging.getLogger("mado_tracking")
 
@@ -192,10 +193,11 @@ class Run(RunBase):
         self._finishing = False
         self._dropping_warned = False
         self._finish_lock = threading.Lock()
-        self._checkpoint_keys: dict[int, str] = {}  # step → Idempotency-Key of a save not yet completed
-        self._saved_steps: set[int] = set()
         self._sender = MetricSender(config, self.id, lease=self._lease)
+        self._checkpoints = CheckpointSaver(client=client, run=data, sender=self._sender, lease=self._lease,
+                                            flush_timeout=flush_timeout)
         self._opened()
+        self._checkpoints.upload_left_behind()
 
     @property
     def lost(self) -> bool:
@@ -250,60 +252,46 @@ class Run(RunBase):
         self._sender.add(points)
 
     def log_checkpoint(self, directory: str | os.PathLike, step: int, includes_optimizer: bool = False,
-                       framework: str | None = None) -> SavedCheckpoint:
-        """Save ``directory`` as this Run's checkpoint at ``step``; return it once stored and verified (SPEC F1).
+                       framework: str | None = None, *, wait: bool = True) -> SavedCheckpoint | Future:
+        """Save ``directory`` as this Run's checkpoint at ``step`` (SPEC F1, F33).
 
-        The directory is packed into one tar (the Run's artifact
-        ``checkpoints/step-<step>.tar``) streamed to the server while every
-        file's SHA-256 and the tar's are computed; memory does not grow with
-        the checkpoint's size. Metric points logged before are sent first, so
-        the curve and the checkpoint agree. A broken upload is retried with
-        backoff; a progress bar shows on a terminal.
+        The directory goes up as one tar (the Run's artifact
+        ``checkpoints/step-<step>.tar``), streamed while each file's SHA-256
+        and the tar's are computed from one read of each byte; memory does not
+        grow with its size. Metric points logged before are sent first. A
+        broken upload is retried with backoff. The server marks the checkpoint
+        ``complete`` only once it verified every byte.
 
-        Args:
-            directory: the checkpoint directory: regular files in
-                subdirectories, no symbolic link, no empty directory.
-            step: number of steps completed (int >= 0); a resumed loop runs
-                ``range(checkpoint.step, total)``.
-            includes_optimizer: the directory holds optimizer state too.
-            framework: free label, e.g. ``"torch"`` (at most 50 characters).
+        ``wait=True`` returns once it is complete. ``wait=False`` returns once
+        the files are snapshotted (``mado_tracking.staging``), so
+        ``directory`` may change at once, and uploads in the background
+        (``mado_tracking.uploads``: bounded queue, ``MMT_CHECKPOINT_QUEUE``);
+        ``finish()`` waits and raises a failure, also logged when it happens;
+        a process that dies leaves it ``pending`` for the next start of this
+        run to upload.
 
-        Returns:
-            ``SavedCheckpoint`` with ``.id``, ``.step``, ``.sha256`` (of the tar).
+        ``directory``: regular files in subdirectories, no symbolic link, no
+        empty directory. ``step``: steps completed (int >= 0; a resumed loop
+        runs ``range(checkpoint.step, total)``). ``framework``: a label of at
+        most 50 characters. Returns ``SavedCheckpoint`` (``.id``, ``.step``,
+        ``.sha256`` of the tar), with ``wait=False`` a ``Future`` of it.
 
         Raises:
-            CheckpointError: before any upload, naming the path: a symbolic
-                link, an empty directory, a non-regular file, a missing
-                directory, a negative step, a step already saved in this Run;
-                after it: the server refused the tar or its manifest.
-            ApiError: the server stayed unreachable through the retries, or
-                the Run was taken over by another process or ended on the
-                server (409 ``lease_lost`` / ``run_ended``).
+            CheckpointError: at the call, with either ``wait``, naming the
+                path: a symbolic link, an empty directory, a non-regular file,
+                a missing directory, a bad step, a step already saved here;
+                ``wait=True`` also after the upload: the server refused the
+                tar or manifest, or another process saved the step.
+            ApiError: ``wait=True``: the server stayed unreachable through
+                the retries, or the Run was lost (409 ``lease_lost`` /
+                ``run_ended``).
             MadoError: the Run was already finished, or ``lost`` before.
         """
         if self._finishing:
             raise MadoError(f"run {self.id} is finished; log_checkpoint must come before finish()")
         self._require_lease("log_checkpoint")
-        step = check_step(step, directory)
-        if step in self._saved_steps:
-            raise CheckpointError(f"{directory}: step {step} is already saved in run {self.id}", field="step")
-        tar = CheckpointTar(directory)
-        unsent = self._sender.flush(self._flush_timeout)
-        if unsent:
-            logger.warning("mado: %d metric points of run %s are not sent yet; saving the checkpoint at step %s "
-                           "anyway", unsent, self.id, step)
-        # A second call for a step whose save failed replays the same registration instead of a 409.
-        key = self._checkpoint_keys.setdefault(step, str(uuid.uuid4()))
-        try:
-            saved = upload_checkpoint(self._client, run_id=self.id, directory=Path(directory), step=step,
-                                      idempotency_key=key, includes_optimizer=includes_optimizer,
-                                      framework=framework, tar=tar)
-        except ApiError as error:
-            self._lease.lost_by(error)
-            raise
-        self._saved_steps.add(step)
-        self._checkpoint_keys.pop(step, None)
-        return saved
+        return self._checkpoints.save(directory, step, includes_optimizer=includes_optimizer, framework=framework,
+                                      wait=wait)
 
     def log_training_data_stage(self, start_step: int, input_dataset_version_ids: Sequence[int],
                                 checkpoint_id: int | None = None, metadata: Mapping | None = None) -> dict:
@@ -369,9 +357,12 @@ class Run(RunBase):
             self.status = (set_preempting(self._config, self._lease, self.id) or {}).get("status", self.status)
 
     def finish(self, status: str = "finished", *, timeout: float | None = None) -> None:
-        """Send the buffered metrics, then set the Run's final status on the server (SPEC F29).
+        """Wait for the background checkpoint uploads, send the buffered metrics, then set the Run's final status
+        on the server (SPEC F29, F33).
 
-        Calling it again does nothing. Metrics still unsent after ``timeout``
+        Calling it again does nothing. Checkpoints saved with ``wait=False``
+        are waited for first (a progress bar on a terminal; Ctrl-C stops
+        waiting and leaves them for the next start of the run). Metrics still unsent after ``timeout``
         seconds (default: ``flush_timeout`` of ``start_run``) are given up
         with a warning. If the server already holds another final state
         (the Job was aborted meanwhile), that state is kept, with a warning.
@@ -387,6 +378,8 @@ class Run(RunBase):
             ValueError: another ``status``.
             ApiError: the status could not be set (server unreachable through
                 the retries, or refused).
+            CheckpointError: after the status is set, when a background
+                checkpoint upload failed (each step and its reason named).
         """
         check_finish_status(status)
         with self._finish_lock:
@@ -394,8 +387,9 @@ class Run(RunBase):
                 return
             self._finishing = True
         self._closed()
-        interrupted = None
+        interrupted, failed = None, []
         try:
+            failed = self._checkpoints.close(show_progress=sys.stderr.isatty())
             unsent = self._sender.close(self._flush_timeout if timeout is None else timeout)
         except KeyboardInterrupt as exc:  # a second Ctrl-C: stop waiting for the network
             interrupted, status, unsent = exc, "failed", self._sender.pending
@@ -403,7 +397,8 @@ class Run(RunBase):
             logger.warning("mado: %d metric points of run %s could not be sent before finishing", unsent, self.id)
         try:
             if not self._lease.lost:
-                data = set_status(self._client, self.id, status, attempts=1 if interrupted else 5, lease=self._lease)
+                data = set_status(self._client, self.id, status, attempts=1 if interrupted else None,
+                                  lease=self._lease)
                 if data is not None:
                     self._update(data)
         finally:
@@ -412,3 +407,7 @@ class Run(RunBase):
             clear_resume_file(self._resume_file, self.external_id)
         if interrupted is not None:
             raise interrupted
+        if failed:
+            raise CheckpointError(f"run {self.external_id}: {len(failed)} checkpoint upload(s) failed: "
+                                  f"{'; '.join(failed)}. Unless refused by the server, they are uploaded when this "
+                                  "run starts again (its id with resume='allow')")

@@ -13,11 +13,12 @@ PREEMPTING_ATTEMPTS = 3
 PREEMPTING_TIMEOUT_S = 5.0
 
 
-def set_status(client: ApiClient, run_id: int, status: str, *, attempts: int = 5,
+def set_status(client: ApiClient, run_id: int, status: str, *, attempts: int | None = None,
                lease: Lease | None = None) -> dict | None:
     """PATCH the Run's final status; another final state already on the server is kept (warning).
 
     Returns the Run's JSON, or None when ``lease`` says the Run was lost (another process holds it).
+    ``attempts`` bounds the tries (None: until ``MMT_RETRY_TIMEOUT`` seconds passed).
     Raises ``ApiError`` when the server refused otherwise or stayed unreachable.
     """
     try:

@@ -1,15 +1,34 @@
-"""A checkpoint directory as a tar stream, hashed in the same pass that sends it (SPEC F1).
+"""A checkpoint directory as a tar stream, hashed in the same pass that sends it (SPEC F1, F33).
 
 ``CheckpointTar(directory)`` walks the directory once and refuses, before any
 byte is sent, a symbolic link, an empty directory, or anything that is not a
 regular file (``CheckpointError`` naming the path). It then behaves as a
 iterable of known length (``len()``), so an HTTP client sends it with a
-``Content-Length`` and constant memory: each chunk it yields is the next
-bytes of the tar, hashed into the file's and the whole tar's SHA-256.
-The tar is deterministic (sorted paths, mtime 0, no owner names): the same
-directory always gives the same bytes, so a retried upload is idempotent.
+``Content-Length`` and constant memory. Each file is read once: every chunk
+read feeds the file's SHA-256 and is yielded as the next tar bytes, and the
+whole tar's SHA-256 runs beside it on a second thread (hashlib releases the
+GIL), so no byte is read or hashed twice on the client.
 After the last byte, ``manifest`` lists ``{"path", "size", "sha256"}`` per
 file and ``sha256`` is the tar's digest.
+
+What the writer emits, exactly (docs/checkpoint-format.md):
+
+- one member per regular file, in sorted order of the UTF-8 relative POSIX
+  path; no directory members (every directory holds a file, so each one is
+  implied by the paths below it), no links, devices or other types;
+- each member is a POSIX.1-2001 (PAX) ustar header block: magic
+  ``ustar\0`` version ``00``, type ``0``, mode ``0444``, uid/gid 0, empty
+  owner names, mtime 0, numbers in octal, empty prefix field. A path longer
+  than 100 bytes or not ASCII, and a size of 8 GiB or more, get a PAX
+  extended header (type ``x``, named ``././@PaxHeader``, records ``path``
+  in UTF-8 / ``size`` in decimal) right before the member, whose ustar
+  fields then hold a truncated name / a NUL-filled size; no GNU extensions (``L``/``K`` members, base-256
+  numbers) are ever written;
+- file data padded with zeros to a multiple of 512 bytes, and two zero blocks
+  at the end (no further padding to a record size).
+
+The tar is deterministic: the same directory always gives the same bytes, so
+a retried upload is idempotent.
 """
 
 import hashlib

@@ -16,12 +16,17 @@ torch's CPU generator, every CUDA device's generator when CUDA is available,
 and the ``generators`` you pass, e.g. the one that draws batches),
 ``extra.pt`` (when given) and ``mado-checkpoint.json`` (step and file list).
 Everything is written with ``torch.save`` and read back with
-``torch.load(weights_only=True)``: no pickled code runs on load.
+``torch.load(weights_only=True)``: no pickled code runs on load. Each file is
+written under a temporary name, made read-only and renamed over the previous
+one, so ``run.log_checkpoint(dir, step, wait=False)`` snapshots it with a hard
+link (no copy) and the next save never changes a snapshot still uploading.
 """
 
 import json
 import logging
+import os
 import random
+import uuid
 from pathlib import Path
 
 import torch
@@ -73,13 +78,26 @@ def save_checkpoint(directory, *, model: torch.nn.Module, optimizer: torch.optim
     for part, name in FILES.items():
         path = directory / name
         if part in states:
-            torch.save(states[part], path)
+            _write_replacing(path, lambda temporary, state=states[part]: torch.save(state, temporary))
         elif path.exists():
             path.unlink()
     info = {"format": FORMAT, "step": step, "files": {part: FILES[part] for part in states},
             "torch": torch.__version__}
-    (directory / INFO_FILE).write_text(json.dumps(info, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    text = json.dumps(info, indent=2, sort_keys=True) + "\n"
+    _write_replacing(directory / INFO_FILE, lambda temporary: temporary.write_text(text, encoding="utf-8"))
     return directory
+
+
+def _write_replacing(path: Path, write) -> None:
+    # A new read-only file renamed over the old one, never a rewrite in place: a background save
+    # (log_checkpoint(wait=False)) hard-links read-only files instead of copying them.
+    temporary = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+    try:
+        write(temporary)
+        os.chmod(temporary, 0o444)
+        os.replace(temporary, path)
+    finally:
+        temporary.unlink(missing_ok=True)
 
 
 def load_checkpoint(directory, *, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None,

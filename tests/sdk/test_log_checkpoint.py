@@ -206,7 +206,7 @@ def test_a_server_error_on_the_upload_is_retried(mmt_env, ckpt, monkeypatch):
 
 
 def test_a_save_that_failed_can_be_tried_again_for_the_same_step(mmt_env, ckpt, monkeypatch):
-    monkeypatch.setattr(checkpoints, "UPLOAD_ATTEMPTS", 1)
+    monkeypatch.setenv("MMT_RETRY_TIMEOUT", "0")
     with mado_tracking.start_run() as run:
         session = run._client.session
         original = session.put

@@ -1,0 +1,180 @@
+"""Outages answer like a service: 503 (or 507 when a volume is full), never an HTML 500 on an API path.
+
+``outage_of(exc)`` recognises what failed by walking the exception's chain
+(``__cause__`` / ``__context__``, so an error that wraps a connection error
+counts too):
+
+- the database: Django's (and psycopg's) ``OperationalError`` /
+  ``InterfaceError``;
+- the broker: kombu's ``OperationalError``, redis-py's connection and time-out
+  errors;
+- the artifact storage: botocore's connection and HTTP-client errors, and S3
+  answers a client should retry (``SlowDown``, ``ServiceUnavailable``,
+  ``InternalError``, any 5xx);
+- no space: ``OSError`` ENOSPC / EDQUOT while writing bytes → 507 (not
+  retried: the same bytes will not fit on the next try either).
+
+Two hooks render it, so every path of the request is covered:
+``OutageMiddleware.process_exception`` for errors raised by a view (DRF and
+MLflow handlers leave outages to it), and ``server_error`` (``handler500``)
+for errors raised by other middleware before or after the view (a session
+or user loaded from an unreachable database). Django turns an exception
+raised inside a middleware into a response at that layer, so no middleware
+placed anywhere sees those; ``handler500`` does. API paths (``/api/v1/``,
+MLflow's ``/api/2.0/mlflow/``, ``/api/2.0/mlflow-artifacts/`` and the same
+under ``/mlflow/``) answer JSON in their own error shape; pages answer the
+static ``503.html`` / ``507.html`` / ``500.html``, rendered without a
+request context, so no database access is needed to show them.
+"""
+
+import errno
+import logging
+import sys
+from dataclasses import dataclass
+
+import kombu.exceptions
+import psycopg
+import redis.exceptions
+from botocore.exceptions import ClientError as S3ClientError
+from botocore.exceptions import ConnectionError as S3ConnectionError
+from botocore.exceptions import HTTPClientError as S3HttpClientError
+from django.db import InterfaceError as DjangoInterfaceError
+from django.db import OperationalError as DjangoOperationalError
+from django.http import HttpResponse, JsonResponse
+from django.template import loader
+
+logger = logging.getLogger(__name__)
+
+RETRY_AFTER_S = 5  # seconds a client should wait before it tries again (the ``Retry-After`` header)
+NO_SPACE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
+RETRYABLE_S3_CODES = frozenset({"SlowDown", "ServiceUnavailable", "InternalError", "RequestTimeout", "Throttling"})
+DRAIN_LIMIT = 1 << 30  # bytes of an unread request body read and dropped before answering
+MLFLOW_PREFIXES = ("/api/2.0/mlflow", "/api/3.0/mlflow", "/mlflow/api/")
+API_PREFIXES = ("/api/",) + MLFLOW_PREFIXES
+
+
+@dataclass(frozen=True)
+class Outage:
+    """What failed: ``component`` (database, broker, storage), HTTP ``status`` (503 or 507), ``code`` and ``detail``."""
+
+    component: str
+    status: int
+    code: str
+    detail: str
+    mlflow_code: str
+
+
+DATABASE_ERRORS = (DjangoOperationalError, DjangoInterfaceError, psycopg.OperationalError, psycopg.InterfaceError)
+BROKER_ERRORS = (kombu.exceptions.OperationalError, redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
+
+
+def _storage_unavailable(exc: BaseException) -> bool:
+    if isinstance(exc, (S3ConnectionError, S3HttpClientError)):
+        return True
+    if isinstance(exc, S3ClientError):
+        error = exc.response.get("Error", {})
+        status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0
+        return error.get("Code") in RETRYABLE_S3_CODES or status >= 500
+    return False
+
+
+def is_no_space(exc: BaseException) -> bool:
+    """True when ``exc`` (or an error in its chain) is ENOSPC / EDQUOT: the volume or quota is full."""
+    return any(isinstance(e, OSError) and e.errno in NO_SPACE_ERRNOS for e in _chain(exc))
+
+
+def _chain(exc: BaseException):
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        yield exc
+        exc = exc.__cause__ or exc.__context__
+
+
+def outage_of(exc: BaseException) -> Outage | None:
+    """The ``Outage`` that ``exc`` reports, or None when it is an ordinary error (a bug: answered 500)."""
+    for error in _chain(exc):
+        if isinstance(error, OSError) and error.errno in NO_SPACE_ERRNOS:
+            return Outage("storage", 507, "insufficient_storage",
+                          "no space left on the artifact storage; free space or ask an administrator",
+                          "RESOURCE_EXHAUSTED")
+        if isinstance(error, DATABASE_ERRORS):
+            component = "database"
+        elif isinstance(error, BROKER_ERRORS):
+            component = "broker"
+        elif _storage_unavailable(error):
+            component = "storage"
+        else:
+            continue
+        return Outage(component, 503, "unavailable", f"{component} unavailable, retry", "TEMPORARILY_UNAVAILABLE")
+    return None
+
+
+def is_api_path(path: str) -> bool:
+    """True for paths whose clients read JSON (``/api/...``, ``/mlflow/api/...``)."""
+    return path.startswith(API_PREFIXES)
+
+
+def _drain(request) -> None:
+    """Read and drop what is left of the request body (at most ``DRAIN_LIMIT`` bytes).
+
+    A client still sending an upload would otherwise meet a reset connection
+    instead of the answer, and retry a body the server already refused.
+    """
+    remaining = DRAIN_LIMIT
+    try:
+        while remaining > 0 and (chunk := request.read(min(1 << 20, remaining))):
+            remaining -= len(chunk)
+    except Exception:  # noqa: BLE001 - the client went away: nobody is left to read the answer
+        logger.debug("could not drain the request body", exc_info=True)
+
+
+def outage_response(request, outage: Outage) -> HttpResponse:
+    """The answer for ``outage``: JSON in the house or MLflow shape on API paths, a static page elsewhere.
+
+    The rest of an unread request body is drained first (``_drain``) so the
+    client reads this answer; 503 carries ``Retry-After`` (seconds).
+    """
+    _drain(request)
+    path = request.path_info
+    if path.startswith(MLFLOW_PREFIXES):
+        response = JsonResponse({"error_code": outage.mlflow_code, "message": outage.detail}, status=outage.status)
+    elif is_api_path(path):
+        response = JsonResponse({"error": outage.code, "detail": outage.detail, "field": None}, status=outage.status)
+    else:
+        response = HttpResponse(loader.render_to_string(f"{outage.status}.html"), status=outage.status)
+    if outage.status == 503:
+        response["Retry-After"] = str(RETRY_AFTER_S)
+    return response
+
+
+class OutageMiddleware:
+    """Turns an outage raised by a view into 503 / 507 (``outage_response``); first in ``MIDDLEWARE``."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        return self.get_response(request)
+
+    def process_exception(self, request, exception):
+        outage = outage_of(exception)
+        if outage is None:
+            return None
+        logger.warning("%s %s: %s (%s: %s)", request.method, request.path, outage.detail,
+                       type(exception).__name__, exception)
+        return outage_response(request, outage)
+
+
+def server_error(request) -> HttpResponse:
+    """``handler500``: an outage raised outside a view answers as one; other errors answer 500 (JSON on API paths)."""
+    exception = sys.exc_info()[1]
+    outage = outage_of(exception) if exception is not None else None
+    if outage is not None:
+        return outage_response(request, outage)
+    if is_api_path(request.path_info):
+        if request.path_info.startswith(MLFLOW_PREFIXES):
+            return JsonResponse({"error_code": "INTERNAL_ERROR", "message": "internal error"}, status=500)
+        return JsonResponse({"error": "internal", "detail": "server error; it has been logged", "field": None},
+                            status=500)
+    return HttpResponse(loader.render_to_string("500.html"), status=500)

@@ -1,0 +1,170 @@
+"""Staging directories of background checkpoint saves (SPEC F1, F33).
+
+``run.log_checkpoint(dir, step, wait=False)`` snapshots ``dir`` into
+``<cache>/staging/<server>/<project>/<run id>/step-<N>/`` and returns; a
+thread uploads it from there. ``<cache>`` is ``MMT_CACHE_DIR``, else
+``<cwd>/.mado/cache`` (the directory ``.mado/resume.json`` lives in, so a
+same-run resume started from here finds it; usually the same file system as
+the checkpoint directory, so hard links work). ``<server>`` is a short digest
+of the API URL.
+
+Snapshot rule, per file: a file without any write permission bit is
+hard-linked (it can only be replaced, not rewritten in place: that is how
+``mado_tracking.torch.save_checkpoint`` writes), anything else is copied
+(kernel-side, ``shutil.copyfile``), and so is a file a hard link cannot reach
+(another file system). A hard link of a file that is rewritten in place
+anyway (as root, read-only bits do not stop that) is caught before the
+upload: its size and mtime no longer match the snapshot and the upload is
+refused naming the file, never uploaded with other content.
+
+A snapshot is written into a hidden ``.step-<N>.<random>.partial``
+directory and renamed to ``step-<N>`` with its ``staged.json``
+(``{"step", "run_id", "idempotency_key", "includes_optimizer", "framework",
+"files": {path: [size, mtime_ns]}}``) inside, so a killed process never
+leaves a half-snapshot that looks complete. A ``step-<N>`` directory is
+removed once its checkpoint is ``complete`` on the server; one left by a
+process that died is uploaded by the next start of the same run.
+"""
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import stat
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mado_tracking.errors import CheckpointError
+from mado_tracking.tarstream import scan
+
+logger = logging.getLogger("mado_tracking")
+
+ENV_CACHE_DIR = "MMT_CACHE_DIR"
+INFO_FILE = "staged.json"
+_WRITE_BITS = stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH
+
+
+@dataclass
+class StagedCheckpoint:
+    """A checkpoint snapshot waiting for its upload: ``directory`` (the ``step-<N>`` folder), the save's
+    arguments, and ``files`` ``{relative path: (size in bytes, mtime in ns)}`` as snapshotted."""
+
+    directory: Path
+    step: int
+    run_id: int
+    idempotency_key: str
+    includes_optimizer: bool = False
+    framework: str | None = None
+    files: dict = field(default_factory=dict)
+
+    @property
+    def content(self) -> Path:
+        """The snapshotted checkpoint directory (what is uploaded)."""
+        return self.directory / "files"
+
+    def check_unchanged(self) -> None:
+        """Raise ``CheckpointError`` naming the first snapshotted file whose size or mtime changed since."""
+        for relative, (size, mtime_ns) in self.files.items():
+            info = (self.content / relative).stat()
+            if (info.st_size, info.st_mtime_ns) != (size, mtime_ns):
+                raise CheckpointError(f"{self.content / relative}: was rewritten in place after log_checkpoint "
+                                      f"returned (step {self.step}); write checkpoint files to a new name and "
+                                      "rename them, or save with wait=True", field="step")
+
+    def discard(self) -> None:
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def run_staging_dir(*, api_url: str, project: str, external_id: str) -> Path:
+    """``<cache>/staging/<server digest>/<project>/<run id>``, absolute (see the module docstring)."""
+    root = os.environ.get(ENV_CACHE_DIR, "").strip() or str(Path(".mado") / "cache")
+    server = hashlib.sha256(api_url.encode("utf-8")).hexdigest()[:12]
+    return Path(root).absolute() / "staging" / server / project / external_id
+
+
+def stage(source, *, root: Path, step: int, run_id: int, idempotency_key: str, includes_optimizer: bool,
+          framework: str | None) -> StagedCheckpoint:
+    """Snapshot ``source`` into ``root/step-<step>`` (hard links or copies, see the module docstring).
+
+    Raises ``CheckpointError`` naming the path, before anything is staged,
+    for what ``log_checkpoint`` refuses (symbolic link, empty directory,
+    non-regular file, missing directory), and when ``root/step-<step>``
+    already exists (a snapshot of that step is still waiting for its upload).
+    """
+    files = scan(source)
+    target = root / f"step-{step}"
+    if target.exists():
+        raise CheckpointError(f"{source}: step {step} is already waiting for its upload in {target}", field="step")
+    root.mkdir(parents=True, exist_ok=True)
+    partial = root / f".step-{step}.{uuid.uuid4().hex}.partial"
+    staged = StagedCheckpoint(directory=target, step=step, run_id=run_id, idempotency_key=idempotency_key,
+                              includes_optimizer=bool(includes_optimizer), framework=framework)
+    try:
+        for relative, path, _size in files:
+            destination = partial / "files" / relative
+            destination.parent.mkdir(parents=True, exist_ok=True)
+            _snapshot_file(path, destination)
+            info = destination.stat()
+            staged.files[relative] = (info.st_size, info.st_mtime_ns)
+        _write_info(partial, staged)
+        try:
+            partial.rename(target)
+        except OSError:
+            raise CheckpointError(f"{source}: step {step} is already waiting for its upload in {target}",
+                                  field="step") from None
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)
+    return staged
+
+
+def _snapshot_file(source: Path, destination: Path) -> None:
+    if not os.stat(source).st_mode & _WRITE_BITS:
+        try:
+            os.link(source, destination)
+            return
+        except OSError:  # another file system, or links not allowed there
+            pass
+    shutil.copyfile(source, destination)
+
+
+def _write_info(directory: Path, staged: StagedCheckpoint) -> None:
+    info = {"step": staged.step, "run_id": staged.run_id, "idempotency_key": staged.idempotency_key,
+            "includes_optimizer": staged.includes_optimizer, "framework": staged.framework,
+            "files": {path: list(value) for path, value in staged.files.items()}}
+    (directory / INFO_FILE).write_text(json.dumps(info, sort_keys=True) + "\n", encoding="utf-8")
+
+
+def left_behind(root: Path, *, run_id: int) -> list[StagedCheckpoint]:
+    """The snapshots in ``root`` of Run ``run_id`` (API id) that a process left unuploaded, by step.
+
+    Half-written ``.partial`` directories are removed; a ``step-<N>`` with an
+    unreadable ``staged.json`` or of another Run id (the server's database
+    was reset) is left alone with a warning.
+    """
+    if not root.is_dir():
+        return []
+    found = []
+    for entry in sorted(root.iterdir()):
+        if entry.name.startswith(".step-") and entry.name.endswith(".partial"):
+            shutil.rmtree(entry, ignore_errors=True)
+            continue
+        if not entry.name.startswith("step-"):
+            continue
+        try:
+            info = json.loads((entry / INFO_FILE).read_text(encoding="utf-8"))
+            staged = StagedCheckpoint(directory=entry, step=int(info["step"]), run_id=int(info["run_id"]),
+                                      idempotency_key=str(info["idempotency_key"]),
+                                      includes_optimizer=bool(info.get("includes_optimizer")),
+                                      framework=info.get("framework") or None,
+                                      files={path: tuple(value) for path, value in info["files"].items()})
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            logger.warning("mado: ignoring %s: not a readable checkpoint snapshot (%s)", entry, exc)
+            continue
+        if staged.run_id != run_id:
+            logger.warning("mado: ignoring %s: it belongs to run %s on this server, not %s", entry, staged.run_id,
+                           run_id)
+            continue
+        found.append(staged)
+    return sorted(found, key=lambda staged: staged.step)
