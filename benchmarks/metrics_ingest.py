@@ -206,7 +206,8 @@ def run_benchmark(url: str, ingest_url: str, token: str, points: int, writers: i
     watched.finish()
     context = multiprocessing.get_context("spawn")
     start, out = context.Event(), context.Queue()
-    procs = [context.Process(target=writer, args=(ingest_url, token, points, rate, f"w{n}", start, out)) for n in range(writers)]
+    procs = [context.Process(target=writer, args=(ingest_url, token, points, rate, f"w{n}", start, out))
+             for n in range(writers)]
     for proc in procs:
         proc.start()
     time.sleep(3 + writers * 0.3)  # every writer has created its Run
@@ -224,11 +225,12 @@ def run_benchmark(url: str, ingest_url: str, token: str, points: int, writers: i
     calls = sorted(c for r in results for c in r["calls"])
     print(f"load after: {load()}")
     offered = f"{rate * writers:,.0f} points/s offered" if rate else "writers never pause"
-    print(f"ingestion ({offered}): {writers} writer(s) x {points // 2 * 2:,} points = {total:,} points in {ended - began:.2f} s: "
-          f"{total / (ended - began):,.0f} points/s")
+    print(f"ingestion ({offered}): {writers} writer(s) x {points // 2 * 2:,} points = {total:,} points "
+          f"in {ended - began:.2f} s: {total / (ended - began):,.0f} points/s")
     print(f"metrics POST (10,000-point batches from the SDK): {quantiles([p for r in results for p in r['posts']])}")
     print(f"concurrent API read (keys + 1,000-point page): {quantiles(reads)}")
-    print(f"log_metrics call: p50 {calls[len(calls) // 2] * 1e6:.1f} us, p99 {calls[int(len(calls) * 0.99)] * 1e6:.1f} us")
+    print(f"log_metrics call: p50 {calls[len(calls) // 2] * 1e6:.1f} us, "
+          f"p99 {calls[int(len(calls) * 0.99)] * 1e6:.1f} us")
 
     session = requests.Session()
     session.headers["Authorization"] = f"Bearer {token}"

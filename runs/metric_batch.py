@@ -17,6 +17,7 @@ import math
 from itertools import repeat
 from typing import NamedTuple
 
+import numpy as np
 from django.conf import settings
 
 from mado.errors import ValidationFailed
@@ -32,7 +33,7 @@ _COLUMNS = ("keys", "steps", "values", "timestamps")
 
 
 class MetricColumns(NamedTuple):
-    """A validated batch: ``keys`` (str), ``steps`` (int), ``values`` (float, None for NaN), ``timestamps`` (Unix ms)."""
+    """A validated batch: ``keys`` (str), ``steps`` (int), ``values`` (float; None is NaN), ``timestamps`` (Unix ms)."""
 
     keys: list
     steps: list
@@ -119,7 +120,8 @@ def _bad_step(step) -> bool:
 def _steps(steps: list, name) -> list:
     if set(map(type, steps)) == {int} and min(steps) >= 0 and max(steps) <= _INT64_MAX:
         return steps
-    raise ValidationFailed("step must be an integer from 0 to 2**63 - 1", field=name("step", _first_bad(steps, _bad_step)))
+    raise ValidationFailed("step must be an integer from 0 to 2**63 - 1",
+                           field=name("step", _first_bad(steps, _bad_step)))
 
 
 def _value_or_error(raw):
@@ -142,7 +144,7 @@ def _value_or_error(raw):
 
 
 def _values(values: list, name) -> list:
-    if set(map(type, values)) == {float} and all(v == v for v in values):  # the common case: finite floats
+    if set(map(type, values)) == {float} and not any(map(math.isnan, values)):  # the common case: plain floats
         return values
     converted = list(map(_value_or_error, values))
     for index, value in enumerate(converted):
@@ -170,8 +172,13 @@ def _timestamps(timestamps: list, name, now_ms: int, in_ms: bool) -> list:
             return [now_ms if t is None else t for t in timestamps]
         unit, is_bad = "integer milliseconds", _bad_ms
     else:
-        if (kinds <= {int, float, type(None)} and min(present) >= 0 and max(present) < _TS_MAX
-                and all(t == t for t in present)):
+        if kinds == {float} and not any(map(math.isnan, timestamps)) and min(timestamps) >= 0 \
+                and max(timestamps) < _TS_MAX:
+            # What the SDK sends; numpy's float64 product and truncation are int(t * 1000)'s, ~10x faster.
+            return (np.array(timestamps, dtype=np.float64) * 1000).astype(np.int64).tolist()
+        if kinds <= {int, float, type(None)} and min(present) >= 0 and max(present) < _TS_MAX \
+                and all(t == t for t in present):
             return [now_ms if t is None else int(t * 1000) for t in timestamps]
         unit, is_bad = "seconds (a number >= 0)", _bad_seconds
-    raise ValidationFailed(f"timestamp must be Unix time in {unit}", field=name("timestamp", _first_bad(timestamps, is_bad)))
+    raise ValidationFailed(f"timestamp must be Unix time in {unit}",
+                           field=name("timestamp", _first_bad(timestamps, is_bad)))

@@ -1,4 +1,4 @@
-"""Metric ingestion: validate a batch column by column, fold it into the summaries, insert it in one statement (SPEC F2).
+"""Metric ingestion: validate a batch by column, fold it into the summaries, insert it in one statement (SPEC F2).
 
 A batch holds up to 10,000 points and one writer must sustain 150,000
 points/s on PostgreSQL, so nothing here loops over points in Python except

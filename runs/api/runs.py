@@ -220,8 +220,9 @@ class RunMetricsApi(APIView):
         responses={200: _GET_OUTPUT, 404: OpenApiResponse(description="run not visible or page past the end")},
     )
     def get(self, request, run_id):
-        """Without ``key``: ``{"keys": [...]}``. With ``key``: ``{count, next, previous, results: [{step, value, timestamp}]}``.
+        """Without ``key``: ``{"keys": [...]}``; with it: a page of that key's history.
 
+        A page is ``{count, next, previous, results: [{step, value, timestamp}]}``.
         Points are ordered by step; ``timestamp`` is Unix seconds; non-finite
         values are the strings ``"NaN"``, ``"Infinity"``, ``"-Infinity"``.
         ``page_size`` above the maximum is clamped; a page past the end → 404.

@@ -131,7 +131,7 @@ def encode_point(key: str, value: float, step: int, timestamp: float) -> tuple[s
 
 
 def point_json(point: tuple[str, str, str, str]) -> str:
-    """An ``encode_point`` result as one JSON object ``{"key", "value", "step", "timestamp"}`` (a line of an offline run)."""
+    """An ``encode_point`` result as the JSON object ``{"key", "value", "step", "timestamp"}`` (offline runs' lines)."""
     return '{"key":%s,"value":%s,"step":%s,"timestamp":%s}' % point
 
 
