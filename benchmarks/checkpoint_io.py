@@ -7,6 +7,8 @@ more than that), then, in the same run:
 
 - a single SHA-256 pass over the same files with ``hashlib`` (1 MiB reads):
   the reference rate;
+- the SDK's side alone: the checkpoint's tar stream read to the end without
+  sending it (each file read once, its SHA-256 and the tar's computed);
 - ``run.log_checkpoint`` through the SDK: tar + every file's SHA-256 + the
   tar's SHA-256 + upload + the server's streaming check + complete;
 - ``mado_tracking.download_checkpoint``: the tar back to a file, SHA-256 checked;
@@ -14,10 +16,13 @@ more than that), then, in the same run:
   directory: the disk's write rate, which bounds the save (the server writes
   the tar) and the download (the client writes it);
 - the training-loop stall of a background save: a model of ``--size-mib``
-  float32 parameters saved with ``mado_tracking.torch.save_checkpoint`` and
-  ``run.log_checkpoint(..., wait=False)``, against a plain ``torch.save`` of
-  the same state dict to a local file (best of ``--stall-repeats``, the same
-  directory), then the time ``run.finish()`` waits for the upload.
+  float32 parameters written into a directory (by
+  ``mado_tracking.torch.save_checkpoint``, then by a plain ``torch.save``)
+  plus ``run.log_checkpoint(..., wait=False)``, against a plain
+  ``torch.save`` of the same state dict to a local file timed right after
+  (``--stall-repeats`` times, ``os.sync()`` before each save; medians, and
+  the median of the per-repeat ratios), then how long each upload ran on
+  after the call returned.
 
 Prints MB/s (10^6 bytes per second, of the files' total size) for each, the
 save rate as a fraction of the single-pass rate, the peak RSS of this
@@ -34,6 +39,7 @@ import argparse
 import hashlib
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -83,6 +89,16 @@ def plain_copy(directory: Path, target: Path) -> float:
     return elapsed
 
 
+def sdk_side_alone(directory: Path) -> float:
+    """Seconds to read the SDK's tar stream of ``directory`` to the end (every hash computed, nothing sent)."""
+    from mado_tracking.tarstream import CheckpointTar
+
+    started = time.perf_counter()
+    for _ in CheckpointTar(directory):
+        pass
+    return time.perf_counter() - started
+
+
 def reset_peak_rss() -> bool:
     """Reset this process's VmHWM to its current RSS (Linux ≥ 4.0); False when not possible."""
     try:
@@ -102,7 +118,7 @@ def main() -> None:
     parser.add_argument("--files", type=int, default=8, help="number of files (default 8)")
     parser.add_argument("--workers", type=int, default=2, help="gunicorn workers (default 2)")
     parser.add_argument("--workdir", default=None, help="where the files and the server's data go (default: $TMPDIR)")
-    parser.add_argument("--stall-repeats", type=int, default=3, help="background saves timed (default 3)")
+    parser.add_argument("--stall-repeats", type=int, default=5, help="repeats of the stall figures (default 5)")
     args = parser.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="mado-ckpt-bench-", dir=args.workdir))
@@ -140,6 +156,7 @@ def run_benchmark(url: str, token: str, work: Path, args, server_pid: int) -> No
     generated_peak = own_peak_rss_mib()
     hash_s = sha256_single_pass(checkpoint_dir)
     copy_s = plain_copy(checkpoint_dir, work / "copy")
+    client_s = sdk_side_alone(checkpoint_dir)
 
     run = mado_tracking.start_run(project="bench", name="checkpoint-io", api_url=url, api_token=token)
     reset = reset_peak_rss()
@@ -162,6 +179,8 @@ def run_benchmark(url: str, token: str, work: Path, args, server_pid: int) -> No
     print(f"work directory: {work}")
     print(f"hashlib SHA-256 single pass (1 MiB reads): {rate(hash_s):,.0f} MB/s ({hash_s:.2f} s)")
     print(f"plain copy of the files there (1 MiB reads + writes): {rate(copy_s):,.0f} MB/s ({copy_s:.2f} s)")
+    print(f"SDK side alone (tar stream + file and tar SHA-256, nothing sent): {rate(client_s):,.0f} MB/s "
+          f"({client_s:.2f} s) = {hash_s / client_s:.0%} of the single-pass rate")
     print(f"save (log_checkpoint: tar + file and tar SHA-256 + upload + server check + complete): "
           f"{rate(save_s):,.0f} MB/s ({save_s:.2f} s) = {hash_s / save_s:.0%} of the single-pass rate")
     print(f"download (download_checkpoint: stream to file + SHA-256 check): {rate(download_s):,.0f} MB/s "
@@ -182,35 +201,60 @@ def big_model(size_mib: int):
 
 
 def measure_stall(url: str, token: str, work: Path, args) -> None:
-    """Print the training-loop stall of ``log_checkpoint(wait=False)`` against a plain ``torch.save``."""
+    """Print the training-loop stall of ``log_checkpoint(wait=False)`` against a plain ``torch.save``.
+
+    Two ways to write the directory: ``mado_tracking.torch.save_checkpoint``
+    (read-only files renamed into place: snapshotted by hard links) and a
+    plain ``torch.save`` into the directory (writable: snapshotted by copy).
+    """
     import torch
 
     import mado_tracking
     from mado_tracking.torch import save_checkpoint
 
     model = big_model(args.size_mib)
-    plain_s, stall_s, upload_s = [], [], []
+    writers = {"save_checkpoint": lambda path, step: save_checkpoint(path, model=model, step=step),
+               "torch.save": lambda path, step: torch.save(model.state_dict(), _fresh(path) / "model.pt")}
+    times = {name: [] for name in ("plain", *writers, *(f"{name} call" for name in writers), "upload")}
     run = mado_tracking.start_run(project="bench", name="checkpoint-stall", api_url=url, api_token=token)
-    for repeat in range(args.stall_repeats):
+    step = 0
+    for _ in range(args.stall_repeats):
+        for name, write in writers.items():
+            step += 1
+            os.sync()
+            started = time.perf_counter()
+            write(work / "stall-ckpt", step)
+            called = time.perf_counter()
+            future = run.log_checkpoint(work / "stall-ckpt", step=step, framework="torch", wait=False)
+            returned = time.perf_counter()
+            times[name].append(returned - started)
+            times[f"{name} call"].append(returned - called)
+            future.result()  # training would go on meanwhile; the next save comes after this one is up
+            times["upload"].append(time.perf_counter() - returned)
+        os.sync()  # each timed save starts with no dirty pages of the one before
         started = time.perf_counter()
-        torch.save(model.state_dict(), work / "plain.pt")
-        plain_s.append(time.perf_counter() - started)
-        (work / "plain.pt").unlink()
-        started = time.perf_counter()
-        save_checkpoint(work / "stall-ckpt", model=model, step=repeat + 1)
-        future = run.log_checkpoint(work / "stall-ckpt", step=repeat + 1, framework="torch", wait=False)
-        returned = time.perf_counter()
-        stall_s.append(returned - started)
-        future.result()  # training would go on meanwhile; the next save comes after this one is up
-        upload_s.append(time.perf_counter() - returned)
+        torch.save(model.state_dict(), _fresh(work / "plain") / "model.pt")
+        times["plain"].append(time.perf_counter() - started)
     run.finish()
-    plain, stall = min(plain_s), min(stall_s)
-    print(f"stall of save_checkpoint + log_checkpoint(wait=False), {args.size_mib} MiB of parameters: "
-          f"{stall:.2f} s (best of {args.stall_repeats}; all {', '.join(f'{s:.2f}' for s in stall_s)}) "
-          f"= {stall / plain:.2f}x a plain torch.save of the same state to local disk ({plain:.2f} s; all "
-          f"{', '.join(f'{s:.2f}' for s in plain_s)})")
-    print(f"each background upload then took {', '.join(f'{s:.2f}' for s in upload_s)} s after the call returned")
+    listed = {name: ", ".join(f"{value:.2f}" for value in values) for name, values in times.items()}
+    print(f"plain torch.save of the {args.size_mib} MiB state dict to local disk: median "
+          f"{statistics.median(times['plain']):.2f} s (all {listed['plain']})")
+    for name in writers:
+        # Each repeat times the three saves back to back: their ratio is steadier than ratios of medians
+        # on a machine that others load; the best of each is the least disturbed figure.
+        ratios = [mine / plain for mine, plain in zip(times[name], times["plain"])]
+        print(f"stall of {name} + log_checkpoint(wait=False): median {statistics.median(times[name]):.2f} s "
+              f"(all {listed[name]}); best {min(times[name]):.2f} s = {min(times[name]) / min(times['plain']):.2f}x "
+              f"the best plain torch.save; median ratio to the plain torch.save of the same repeat "
+              f"{statistics.median(ratios):.2f}x (all {', '.join(f'{ratio:.2f}' for ratio in ratios)}); "
+              f"of which log_checkpoint(wait=False) itself: {listed[f'{name} call']} s")
+    print(f"the background uploads then ran {listed['upload']} s after the call returned")
 
+def _fresh(directory: Path) -> Path:
+    directory.mkdir(exist_ok=True)
+    for path in directory.iterdir():
+        path.unlink()
+    return directory
 
 if __name__ == "__main__":
     main()

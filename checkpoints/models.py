@@ -43,11 +43,15 @@ class CheckpointState(models.TextChoices):
     DELETED = "deleted", "deleted"
 
 
+USABLE_STATES = frozenset({CheckpointState.COMPLETE})
+
+
 class CheckpointQuerySet(VisibleQuerySet):
     project_path = "run__project"
 
-
-USABLE_STATES = frozenset({CheckpointState.COMPLETE})
+    def usable(self):
+        """Only checkpoints that can be resumed, continued or downloaded (complete; not pending, not deleted)."""
+        return self.filter(state__in=USABLE_STATES)
 
 
 class CheckpointLayout(models.TextChoices):
@@ -134,6 +138,10 @@ class Checkpoint(models.Model):
     @property
     def is_usable(self) -> bool:
         return self.state in USABLE_STATES
+
+    @property
+    def is_deleted(self) -> bool:
+        return self.state == CheckpointState.DELETED
 
 
 class ManifestEntry(models.Model):

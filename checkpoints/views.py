@@ -47,8 +47,6 @@ def run_checkpoints(request, pk):
         older=older,
         hidden_older=hidden,
         keep_count=selectors.checkpoint_keep_count(),
-        # "Resume from this checkpoint" (F6, F7), or the sentence shown in its place.
-        resume_refusal=policy.why_cannot_resume(request.user, run, need_checkpoint=False),
     )
     return render(request, "runs/run_detail.html", context)
 

@@ -18,7 +18,6 @@ from rest_framework.viewsets import GenericViewSet
 from checkpoints.selectors import checkpoint_get_for_user
 from jobs import selectors, services
 from jobs.models import JobKind, JobStatus, Runner
-from mado import policy
 from mado.errors import NotFound, ValidationFailed
 from runs.api.projects import valid
 from runs.api.serializers import run_page_url
@@ -86,7 +85,7 @@ class JobDetailOutputSerializer(JobOutputSerializer):
     )
 
     def get_resume_refusal(self, job) -> str | None:
-        return policy.why_cannot_resume(self.context["request"].user, job.run)
+        return selectors.resume_refusal(user=self.context["request"].user, run=job.run)
 
 
 class JobLaunchInputSerializer(serializers.Serializer):

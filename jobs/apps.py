@@ -4,3 +4,8 @@ from django.apps import AppConfig
 class JobsConfig(AppConfig):
     name = "jobs"
     verbose_name = "Jobs"
+
+    def ready(self):
+        from jobs import receivers
+
+        receivers.connect()

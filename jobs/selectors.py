@@ -10,6 +10,7 @@ from django.db.models import QuerySet
 
 from checkpoints.models import Checkpoint, CheckpointState
 from jobs.models import ACTIVE_STATES, Job, JobKind, Queue, RunLogChunk
+from mado import policy
 from mado.errors import NotFound, ValidationFailed
 from runs.models import Project, Run
 
@@ -90,11 +91,32 @@ def latest_resume_checkpoint(*, run: Run) -> Checkpoint | None:
     return None
 
 
+def resume_refusal(*, user=None, run: Run, need_checkpoint: bool = True) -> str | None:
+    """``mado.policy.why_cannot_resume`` (or, with no ``user``, ``why_run_not_resumable``) for ``run`` with its Job
+    and F8's checkpoint read here; ``need_checkpoint`` False for a button that names its checkpoint (F6–F9)."""
+    job = job_for_run(run=run)
+    has_checkpoint = latest_resume_checkpoint(run=run) is not None if need_checkpoint else None
+    if user is None:
+        return policy.why_run_not_resumable(run, job=job, has_checkpoint=has_checkpoint)
+    return policy.why_cannot_resume(user, run, job=job, has_checkpoint=has_checkpoint)
+
+
 def run_log_tail(*, run: Run, after_seq: int = 0, limit: int = LOG_PAGE_MAX) -> list[RunLogChunk]:
     """The Run's log chunks with ``seq > after_seq``, oldest first, at most ``limit`` (≤ 1000)."""
     limit = max(1, min(limit, LOG_PAGE_MAX))
     return list(RunLogChunk.objects.filter(run=run, seq__gt=after_seq).order_by("seq")[:limit])
 
+
+LOG_TAIL_CHUNKS = 300
+
+
+def run_log_tail_last(*, run: Run, max_chunks: int = LOG_TAIL_CHUNKS) -> tuple[list, int]:
+    """The last ``max_chunks`` chunks of the Run's log (what its Job's code printed, F16), oldest first, and how
+    many earlier chunks were left out. The Logs tab and the Job page show this tail."""
+    chunks = list(RunLogChunk.objects.filter(run=run).order_by("-seq")[:max_chunks])
+    chunks.reverse()
+    hidden = chunks[0].seq - 1 if chunks else 0
+    return chunks, hidden
 
 
 def active_resume_job_ids(*, run_ids) -> dict[int, int]:

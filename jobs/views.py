@@ -27,7 +27,7 @@ from mado import policy
 from mado.errors import Conflict, ValidationFailed
 from runs import selectors as run_selectors
 from runs.forms import add_service_error
-from runs.views import page
+from runs.views import page, run_page_context
 
 JOBS_PER_PAGE = 25
 SERVICE_FORM_ERRORS = (ValidationFailed, Conflict)
@@ -59,7 +59,7 @@ def _job_actions(user, job, active_resumes: dict[int, int]) -> dict:
     """
     return {
         "job": job,
-        "resume_refusal": policy.why_cannot_resume(user, job.run),
+        "resume_refusal": selectors.resume_refusal(user=user, run=job.run),
         "manage_refusal": policy.why_cannot_manage_job(user, job.run),
         "active_resume_id": active_resumes.get(job.run_id),
     }
@@ -116,7 +116,7 @@ def job_launch(request, slug):
 
 
 def _job_page_context(request, job) -> dict:
-    chunks, hidden = run_selectors.run_log_tail_last(run=job.run)
+    chunks, hidden = selectors.run_log_tail_last(run=job.run)
     active = selectors.active_resume_job_ids(run_ids=[job.run_id])
     return {**_job_actions(request.user, job, active), "run": job.run, "chunks": chunks, "hidden_chunks": hidden}
 
@@ -195,7 +195,7 @@ def checkpoint_resume(request, pk):
             messages.success(request, _("Job %(id)s resumes the run from the checkpoint at step %(step)s.") % {
                 "id": job.pk, "step": checkpoint.step})
             return redirect("jobs:job-detail", pk=job.pk)
-    refusal = policy.why_cannot_resume(request.user, checkpoint.run, need_checkpoint=False)
+    refusal = selectors.resume_refusal(user=request.user, run=checkpoint.run, need_checkpoint=False)
     if not refusal and checkpoint.state != CheckpointState.COMPLETE:
         refusal = _("This checkpoint is not complete: it cannot be used to resume.")
     context = {"checkpoint": checkpoint, "run": checkpoint.run, "source_job": source_job, "form": form,
@@ -243,6 +243,16 @@ def checkpoint_continue(request, pk):
 def run_log(request, pk):
     """The Run's log tail partial (Logs tab), polled while its Job is queued or running (F16)."""
     run = run_selectors.run_get_for_user(user=request.user, run_id=pk)
-    chunks, hidden = run_selectors.run_log_tail_last(run=run)
+    chunks, hidden = selectors.run_log_tail_last(run=run)
     context = {"run": run, "job": selectors.job_for_run(run=run), "chunks": chunks, "hidden_chunks": hidden}
     return render(request, "jobs/_log.html", context)
+
+
+@page
+@require_GET
+def run_logs(request, pk):
+    """The Run page's Logs tab: the tail of what its Job's code printed (F16)."""
+    run, context = run_page_context(request, pk, "logs")
+    chunks, hidden = selectors.run_log_tail_last(run=run)
+    context.update(chunks=chunks, hidden_chunks=hidden)
+    return render(request, "runs/run_detail.html", context)

@@ -14,10 +14,10 @@ from checkpoints.api import (
     CheckpointTarApi,
     CheckpointUploadPartsApi,
 )
+from checkpoints.api.codes import CodeVersionListApi
 from jobs.api import CheckpointContinueApi, CheckpointResumeApi, JobViewSet, QueueListApi
 from runs.api.projects import (
     CodeListApi,
-    CodeVersionListApi,
     DatasetListApi,
     DatasetVersionListApi,
     MemberDetailApi,
@@ -40,6 +40,16 @@ class BearerTokenScheme(OpenApiAuthenticationExtension):
 
     def get_security_definition(self, auto_schema):
         return {"type": "http", "scheme": "bearer", "description": "`manage.py mado_token USERNAME` prints a token"}
+
+
+class BasicPasswordOrTokenScheme(OpenApiAuthenticationExtension):
+    """Documents ``Authorization: Basic`` with the password, or one of the user's tokens as the password."""
+
+    target_class = "mado.authentication.PasswordOrTokenBasicAuthentication"
+    name = "basicAuth"
+
+    def get_security_definition(self, auto_schema):
+        return {"type": "http", "scheme": "basic", "description": "username and password, or a token as the password"}
 
 
 router = DefaultRouter()

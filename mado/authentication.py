@@ -1,20 +1,77 @@
-"""API authentication: user tokens and Run tokens, ``Authorization: Bearer <token>`` (or ``Token <token>``).
+"""One authentication for ``/api/v1/``, the MLflow tracking API and the MLflow artifact API (SPEC F30, F31).
 
-A user token (``manage.py mado_token``) acts as its user everywhere the user
-may act. A Run token (``jobs.models.RunToken``, the ``MMT_API_TOKEN`` a Job's
-code gets) authenticates as the Job's creator with ``request.auth`` set to
-the ``RunToken``, and ``RunTokenScope`` — the one place that rule lives, in
-``DEFAULT_PERMISSION_CLASSES`` — lets it act only on its own Run.
+Accepted everywhere alike:
+
+- ``Authorization: Bearer <token>`` (or DRF's ``Token <token>``): a user's
+  API token (``manage.py mado_token``) or a Job's Run token (``MMT_API_TOKEN``);
+- ``Authorization: Basic`` ``username:password`` or ``username:<token>`` (the
+  stock MLflow client's ``MLFLOW_TRACKING_USERNAME`` / ``PASSWORD``): the
+  user's password, or one of that user's tokens as the password;
+- pages (and the browsable API) use Django's session, with CSRF on writes.
+
+A user token acts as its user. A Run token acts as the Job's creator (who
+created the Run) with ``request.auth`` set to the token, and is scoped to its
+Run: ``run_token_refusal`` is that rule, ``RunTokenScope`` applies it to the
+DRF views and the MLflow views call it with the Run they act on. This module
+imports no app: the jobs app registers how a Run token is found
+(``register_token_lookup``) in its ``AppConfig.ready()``.
 """
 
+from collections.abc import Callable
+
+from django.contrib.auth import authenticate
 from django.utils.translation import gettext_lazy as _
-from rest_framework.authentication import TokenAuthentication
+from rest_framework.authentication import BasicAuthentication, TokenAuthentication
 from rest_framework.exceptions import AuthenticationFailed
 from rest_framework.permissions import SAFE_METHODS, BasePermission
 
+RUN_TOKEN_SCOPE = _("This token belongs to one run and may only act on that run.")
+INVALID_TOKEN = "Invalid token."
+INVALID_BASIC = "Invalid username or password."
+
+# key -> (user, credential) or None; the jobs app registers the Run token lookup.
+_token_lookups: list[Callable[[str], tuple | None]] = []
+
+
+def register_token_lookup(lookup: Callable[[str], tuple | None]) -> None:
+    """Also accept the tokens ``lookup(key)`` finds: it returns ``(user, credential)``, or None when ``key`` is
+    not one of its tokens, and raises ``AuthenticationFailed`` for one it refuses (e.g. revoked)."""
+    if lookup not in _token_lookups:
+        _token_lookups.append(lookup)
+
+
+def user_for_token(key: str) -> tuple:
+    """``(user, credential)`` for an API token ``key`` (a user token, or a registered kind such as a Run token).
+
+    Raises ``AuthenticationFailed`` (401): unknown key, revoked Run token,
+    inactive user.
+    """
+    from rest_framework.authtoken.models import Token  # a model: importable only once the apps are loaded
+
+    token = Token.objects.select_related("user").filter(key=key).first()
+    found = (token.user, token) if token is not None else None
+    for lookup in _token_lookups:
+        found = found or lookup(key)
+    if found is None:
+        raise AuthenticationFailed(INVALID_TOKEN)
+    if not found[0].is_active:
+        raise AuthenticationFailed("User inactive or deleted.")
+    return found
+
+
+def run_id_of(credential) -> int | None:
+    """The id of the Run a Run token is scoped to; None for any other credential (a user token, a session)."""
+    return getattr(credential, "run_id", None)
+
+
+def run_token_refusal(credential, run) -> str | None:
+    """None when ``credential`` may act on ``run``; the sentence for a 403 when it is a Run token of another Run."""
+    scoped = run_id_of(credential)
+    return None if scoped is None or scoped == run.pk else str(RUN_TOKEN_SCOPE)
+
 
 class BearerTokenAuthentication(TokenAuthentication):
-    """DRF token auth that also accepts the ``Bearer`` keyword and Run tokens (ARCHITECTURE: API auth)."""
+    """``Authorization: Bearer <token>`` or ``Token <token>`` with a user token or a Run token."""
 
     keywords = ("bearer", "token")
 
@@ -29,34 +86,53 @@ class BearerTokenAuthentication(TokenAuthentication):
         return self.authenticate_credentials(token)
 
     def authenticate_credentials(self, key):
-        """``(user, Token)`` for a user token, ``(user, RunToken)`` for an active Run token; else 401."""
-        model = self.get_model()
-        token = model.objects.select_related("user").filter(key=key).first()
-        if token is None:
-            return self._run_token(key)
-        if not token.user.is_active:
-            raise AuthenticationFailed("User inactive or deleted.")
-        return token.user, token
-
-    @staticmethod
-    def _run_token(key):
-        from jobs.models import RunToken
-
-        token = RunToken.objects.select_related("user", "run__project").filter(key=key).first()
-        if token is None:
-            raise AuthenticationFailed("Invalid token.")
-        if token.revoked_at is not None:
-            raise AuthenticationFailed("This run token was revoked: its Job has ended.")
-        if not token.user.is_active:
-            raise AuthenticationFailed("User inactive or deleted.")
-        return token.user, token
+        """``(user, credential)`` for a user token or an active Run token; 401 otherwise."""
+        return user_for_token(key)
 
     def authenticate_header(self, request):
         return "Bearer"
 
 
+class PasswordOrTokenBasicAuthentication(BasicAuthentication):
+    """``Authorization: Basic``: the user's password, or one of the user's tokens as the password."""
+
+    def authenticate_credentials(self, userid, password, request=None):
+        """``(user, credential)`` for a token of that user, ``(user, None)`` for the right password; else 401.
+
+        The token is tried first: a database lookup, where a password costs a
+        deliberately slow hash on every request of the MLflow client.
+        """
+        try:
+            user, credential = user_for_token(password)
+        except AuthenticationFailed:
+            user, credential = authenticate(request=request, username=userid, password=password), None
+        if user is None or not user.is_active or user.get_username() != userid:
+            raise AuthenticationFailed(INVALID_BASIC)
+        return user, credential
+
+    def authenticate_header(self, request):
+        return 'Basic realm="mado"'
+
+
+API_AUTHENTICATION = (BearerTokenAuthentication, PasswordOrTokenBasicAuthentication)
+
+
+def authenticate_api_request(request) -> tuple | None:
+    """``(user, credential)`` from the request's ``Authorization`` header (Bearer, Token or Basic), None without one.
+
+    For the MLflow views that are plain Django views; DRF views list
+    ``API_AUTHENTICATION`` instead. Raises ``AuthenticationFailed`` for bad
+    credentials.
+    """
+    for authentication in API_AUTHENTICATION:
+        found = authentication().authenticate(request)
+        if found is not None:
+            return found
+    return None
+
+
 class RunTokenScope(BasePermission):
-    """A request authenticated by a Run token may only act on that Run (docs/jobs.md); others pass through.
+    """A request authenticated by a Run token may only act on that Run (docs/api.md); others pass through.
 
     Allowed for a Run token of Run R: any view whose URL names R (``run_id``,
     or ``pk`` of ``runs/{id}/``) or one of R's checkpoints
@@ -68,17 +144,14 @@ class RunTokenScope(BasePermission):
     code never launches Jobs with its token.
     """
 
-    message = _("This token belongs to one run and may only act on that run.")
+    message = RUN_TOKEN_SCOPE
 
     def has_permission(self, request, view) -> bool:
-        from jobs.models import RunToken
-
-        token = request.auth
-        if not isinstance(token, RunToken):
+        if run_id_of(request.auth) is None:
             return True
         if not getattr(view, "run_token_allowed", True):
             return False
-        run = token.run
+        run = request.auth.run
         kwargs = getattr(view, "kwargs", {}) or {}
         if "run_id" in kwargs:
             return str(kwargs["run_id"]) == str(run.pk)
@@ -98,15 +171,13 @@ class RunTokenScope(BasePermission):
 
     @staticmethod
     def _own_checkpoint(run, checkpoint_id, *, read: bool) -> bool:
-        from checkpoints.models import Checkpoint
-
         try:
             checkpoint_id = int(checkpoint_id)
         except (TypeError, ValueError):
             return False
         if read and checkpoint_id == run.source_checkpoint_id:
             return True  # the checkpoint the Run resumes from: readable (metadata, tar), never writable
-        return Checkpoint.objects.filter(pk=checkpoint_id, run_id=run.pk).exists()
+        return run.checkpoints.filter(pk=checkpoint_id).exists()
 
     @staticmethod
     def _same_project(run, slug) -> bool:

@@ -1,8 +1,9 @@
-"""Authentication and error shape shared by the MLflow-compatible endpoints (issue 7 part 3; SPEC F30).
+"""The DRF base and error shape of the MLflow artifact endpoints (SPEC F30).
 
-The stock MLflow client sends ``Authorization: Bearer <MLFLOW_TRACKING_TOKEN>``
-(a mado user token, or a Job's Run token) or ``Basic`` with
-``MLFLOW_TRACKING_USERNAME/PASSWORD`` (a mado user). No session, so no CSRF
+Authentication is ``mado.authentication``'s, as on ``/api/v1/`` and the
+MLflow tracking API: ``Bearer <MLFLOW_TRACKING_TOKEN>`` (a user token or a
+Job's Run token) or ``Basic`` with ``MLFLOW_TRACKING_USERNAME`` and the
+password or a token as ``MLFLOW_TRACKING_PASSWORD``. No session, so no CSRF
 path. Every error is MLflow's ``{"error_code", "message"}`` with the HTTP
 status the client expects; anonymous → 401 ``UNAUTHENTICATED``. Views
 subclass ``MlflowApiView``.
@@ -13,13 +14,12 @@ import logging
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.http import Http404
 from rest_framework import exceptions as drf_exceptions
-from rest_framework.authentication import BasicAuthentication
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from mado.authentication import BearerTokenAuthentication
+from mado.authentication import API_AUTHENTICATION, run_token_refusal
 from mado.errors import Conflict, Forbidden, NotFound, UserError
 from mado.outages import outage_of
 
@@ -84,13 +84,6 @@ def mlflow_exception_handler(exc, context) -> Response | None:
     return mlflow_error(INTERNAL_ERROR, "internal error", 500)
 
 
-class MlflowBasicAuthentication(BasicAuthentication):
-    """HTTP Basic with a mado username and password (``MLFLOW_TRACKING_USERNAME/PASSWORD``)."""
-
-    def authenticate_header(self, request):
-        return 'Basic realm="mado"'
-
-
 class MlflowApiView(APIView):
     """Base of the MLflow endpoints: Bearer or Basic auth, no session, MLflow's JSON errors.
 
@@ -98,7 +91,7 @@ class MlflowApiView(APIView):
     Run (``require_run_token_scope``), as ``RunTokenScope`` does for ``/api/v1/``.
     """
 
-    authentication_classes = [BearerTokenAuthentication, MlflowBasicAuthentication]
+    authentication_classes = list(API_AUTHENTICATION)
     permission_classes = [IsAuthenticated]
     renderer_classes = [JSONRenderer]
     schema = None  # MLflow's own protocol, not part of mado's /api/v1/ OpenAPI schema
@@ -109,9 +102,6 @@ class MlflowApiView(APIView):
 
 def require_run_token_scope(request, run) -> None:
     """403 ``PERMISSION_DENIED`` when the request uses a Run token of another Run than ``run``."""
-    from jobs.models import RunToken
-
-    token = request.auth
-    if isinstance(token, RunToken) and token.run_id != run.pk:
-        raise MlflowError("This token belongs to one run and may only act on that run.", code=PERMISSION_DENIED,
-                          status=403)
+    refusal = run_token_refusal(request.auth, run)
+    if refusal:
+        raise MlflowError(refusal, code=PERMISSION_DENIED, status=403)

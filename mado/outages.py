@@ -24,7 +24,8 @@ placed anywhere sees those; ``handler500`` does. API paths (``/api/v1/``,
 MLflow's ``/api/2.0/mlflow/``, ``/api/2.0/mlflow-artifacts/`` and the same
 under ``/mlflow/``) answer JSON in their own error shape; pages answer the
 static ``503.html`` / ``507.html`` / ``500.html``, rendered without a
-request context, so no database access is needed to show them.
+request context, so no database access is needed to show them. ``not_found``
+(``handler404``) answers JSON on API paths as well.
 """
 
 import errno
@@ -42,6 +43,7 @@ from django.db import InterfaceError as DjangoInterfaceError
 from django.db import OperationalError as DjangoOperationalError
 from django.http import HttpResponse, JsonResponse
 from django.template import loader
+from django.views import defaults
 
 logger = logging.getLogger(__name__)
 
@@ -64,6 +66,8 @@ class Outage:
     mlflow_code: str
 
 
+NO_SPACE = Outage("storage", 507, "insufficient_storage",
+                  "no space left on the artifact storage; free space or ask an administrator", "RESOURCE_EXHAUSTED")
 DATABASE_ERRORS = (DjangoOperationalError, DjangoInterfaceError, psycopg.OperationalError, psycopg.InterfaceError)
 BROKER_ERRORS = (kombu.exceptions.OperationalError, redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
 
@@ -93,11 +97,9 @@ def _chain(exc: BaseException):
 
 def outage_of(exc: BaseException) -> Outage | None:
     """The ``Outage`` that ``exc`` reports, or None when it is an ordinary error (a bug: answered 500)."""
+    if is_no_space(exc):
+        return NO_SPACE
     for error in _chain(exc):
-        if isinstance(error, OSError) and error.errno in NO_SPACE_ERRNOS:
-            return Outage("storage", 507, "insufficient_storage",
-                          "no space left on the artifact storage; free space or ask an administrator",
-                          "RESOURCE_EXHAUSTED")
         if isinstance(error, DATABASE_ERRORS):
             component = "database"
         elif isinstance(error, BROKER_ERRORS):
@@ -129,6 +131,15 @@ def _drain(request) -> None:
         logger.debug("could not drain the request body", exc_info=True)
 
 
+def _api_error(path: str, status: int, code: str, mlflow_code: str, detail: str) -> JsonResponse | None:
+    """The JSON error of an API path in its shape (MLflow's or the house's); None on a page path."""
+    if path.startswith(MLFLOW_PREFIXES):
+        return JsonResponse({"error_code": mlflow_code, "message": detail}, status=status)
+    if is_api_path(path):
+        return JsonResponse({"error": code, "detail": detail, "field": None}, status=status)
+    return None
+
+
 def outage_response(request, outage: Outage) -> HttpResponse:
     """The answer for ``outage``: JSON in the house or MLflow shape on API paths, a static page elsewhere.
 
@@ -136,12 +147,8 @@ def outage_response(request, outage: Outage) -> HttpResponse:
     client reads this answer; 503 carries ``Retry-After`` (seconds).
     """
     _drain(request)
-    path = request.path_info
-    if path.startswith(MLFLOW_PREFIXES):
-        response = JsonResponse({"error_code": outage.mlflow_code, "message": outage.detail}, status=outage.status)
-    elif is_api_path(path):
-        response = JsonResponse({"error": outage.code, "detail": outage.detail, "field": None}, status=outage.status)
-    else:
+    response = _api_error(request.path_info, outage.status, outage.code, outage.mlflow_code, outage.detail)
+    if response is None:
         response = HttpResponse(loader.render_to_string(f"{outage.status}.html"), status=outage.status)
     if outage.status == 503:
         response["Retry-After"] = str(RETRY_AFTER_S)
@@ -172,9 +179,12 @@ def server_error(request) -> HttpResponse:
     outage = outage_of(exception) if exception is not None else None
     if outage is not None:
         return outage_response(request, outage)
-    if is_api_path(request.path_info):
-        if request.path_info.startswith(MLFLOW_PREFIXES):
-            return JsonResponse({"error_code": "INTERNAL_ERROR", "message": "internal error"}, status=500)
-        return JsonResponse({"error": "internal", "detail": "server error; it has been logged", "field": None},
-                            status=500)
-    return HttpResponse(loader.render_to_string("500.html"), status=500)
+    return (_api_error(request.path_info, 500, "internal", "INTERNAL_ERROR", "server error; it has been logged")
+            or HttpResponse(loader.render_to_string("500.html"), status=500))
+
+
+def not_found(request, exception) -> HttpResponse:
+    """``handler404``: JSON on API paths (an unknown endpoint included), Django's 404 page elsewhere."""
+    detail = f"no API endpoint at {request.path_info}"
+    return (_api_error(request.path_info, 404, "not_found", "ENDPOINT_NOT_FOUND", detail)
+            or defaults.page_not_found(request, exception))

@@ -3,8 +3,18 @@
 Roles rank viewer < member < admin within a Project:
 
 - viewer reads everything in the Project;
-- member also writes Runs (create, log, update) and launches Jobs;
-- admin also manages members and deletes artifacts.
+- member also creates Runs and launches Jobs, and writes to the Runs the
+  write rule below gives them;
+- admin also manages members, deletes artifacts and writes to every Run.
+
+The write rule (SPEC F31): a Run is written — metrics, params, artifacts,
+checkpoints, data stages, status, heartbeat, same-run resume by id — only by
+its creator, its Job's Run token (which acts as the Job's creator, who
+created the Run, and only on that Run), the user whose sweep agent holds the
+Run's trial, or a Project admin; other members and viewers read it
+(``why_cannot_write_run``). A Job's stop, rerun and resume follow the same
+people (``why_cannot_manage_job``, F6). This module imports no app: callers
+pass what it needs (a Run, its Job) and the docs/api.md table mirrors it.
 
 Objects are looked up within the user's Projects, so another Project's object
 is indistinguishable from a missing one (404); a visible object the user may
@@ -14,6 +24,8 @@ not change answers 403. Querysets expose this as ``visible_to(user)`` and
 
 from django.db.models import Q
 from django.utils.translation import gettext as _
+
+from mado.errors import Forbidden
 
 VIEWER = "viewer"
 MEMBER = "member"
@@ -71,8 +83,55 @@ def why_not(user, project, role: str) -> str | None:
 
 
 def can_write_runs(user, project) -> bool:
-    """Create Runs, log metrics and artifacts, change a Run's status, launch Jobs."""
+    """Create Runs, Codes and Datasets in ``project`` and launch Jobs (member or admin); writing to an existing
+    Run follows ``why_cannot_write_run``."""
     return has_role(user, project, MEMBER)
+
+
+def why_cannot_write_run(user, run) -> str | None:
+    """None when ``user`` may write to ``run`` (SPEC F31), else the sentence shown in place of the action.
+
+    ``run`` is a ``runs.Run`` with its ``project``. Writers: the Run's creator
+    (so also its Job's Run token, which authenticates as the Job's creator),
+    a Project admin, and the user whose sweep agent holds the Run's trial
+    (``SweepTrial.is_held_by``). Reasons, first that applies: not a member,
+    viewer role, not your run. Callers raise ``Forbidden`` with the sentence
+    (403); a non-member never gets here (the Run's lookup answers 404).
+    """
+    reason = why_not(user, run.project, MEMBER)
+    if reason or _writes_to(user, run):
+        return reason
+    return _("This is not your run: only its creator, its Job and project admins can write to it.")
+
+
+def _writes_to(user, run) -> bool:
+    """True for the Run's writers among the Project's members: creator, admin, holder of its sweep trial."""
+    if run.created_by_id == user.pk or has_role(user, run.project, ADMIN):
+        return True
+    trial = getattr(run, "sweep_trial", None)  # None when the Run is not a sweep trial
+    return trial is not None and trial.is_held_by(user)
+
+
+def require_run_writer(user, run) -> None:
+    """Raise ``mado.errors.Forbidden`` (403) with ``why_cannot_write_run``'s sentence unless ``user`` may write to
+    ``run`` (SPEC F31); every service that writes to an existing Run calls it."""
+    reason = why_cannot_write_run(user, run)
+    if reason:
+        raise Forbidden(reason)
+
+
+def why_cannot_resume_by_id(user, run, *, ran_as_job: bool) -> str | None:
+    """None when ``user`` may reopen ``run`` by its id (``POST runs/`` with ``resume``; SPEC F24, F31), else why not.
+
+    Whoever may write to the Run (``why_cannot_write_run``) may. Any other
+    member may only when the Run did not run as a Job (``ran_as_job``, read
+    by the caller) and its Project opted in (``Project.members_may_resume``,
+    default off: W&B's "any team member may resume").
+    """
+    reason = why_cannot_write_run(user, run)
+    if reason is None or ran_as_job or not run.project.members_may_resume:
+        return reason
+    return why_not(user, run.project, MEMBER)
 
 
 def can_manage_members(user, project) -> bool:
@@ -90,39 +149,31 @@ def can_delete_artifacts(user, project) -> bool:
 RESUMABLE_KINDS = ("training", "fine_tuning")
 
 
-def can_manage_job(user, run) -> bool:
-    """Stop, rerun or resume the Job of ``run``: the Run's creator (member or above) or a Project admin (F6)."""
-    return why_cannot_manage_job(user, run) is None
-
-
 def why_cannot_manage_job(user, run) -> str | None:
-    """None when ``user`` may stop, rerun or resume ``run``'s Job, else the sentence shown instead of the button."""
+    """None when ``user`` may stop, rerun or resume ``run``'s Job (F6: the writers of ``why_cannot_write_run``),
+    else the sentence shown instead of the button."""
     reason = why_not(user, run.project, MEMBER)
-    if reason:
+    if reason or _writes_to(user, run):
         return reason
-    if run.created_by_id == user.pk or has_role(user, run.project, ADMIN):
-        return None
     return _("This is not your run: only its creator and project admins can stop, rerun or resume its Job.")
 
 
-def why_run_not_resumable(run, *, need_checkpoint: bool = True) -> str | None:
+def why_run_not_resumable(run, *, job, has_checkpoint: bool | None) -> str | None:
     """None when ``run``'s state allows a resume, else why not (F6, F8, F9); who asks is not considered.
 
+    ``job`` is the Run's ``jobs.Job`` or None, ``has_checkpoint`` whether F8's
+    rule finds a checkpoint to resume from (``jobs.selectors.latest_resume_checkpoint``),
+    or None when not asked (the Checkpoint tab's button names its
+    checkpoint); the caller reads both, so this module imports no app.
     Refused: a Run that did not run as a Job, whose Job has not ended, that
     finished (continue instead) or ended otherwise than failed / aborted, of
-    a kind other than training / fine-tuning, and — with ``need_checkpoint``
-    (resume from latest) — one with no checkpoint to resume from (F8's rule,
-    ``jobs.selectors.latest_resume_checkpoint``).
+    a kind other than training / fine-tuning, and one with no checkpoint.
     """
-    from jobs.models import ACTIVE_STATES, Job
-    from jobs.selectors import latest_resume_checkpoint
-
-    job = Job.objects.filter(run_id=run.pk).only("status").first()
     if job is None:
         return _(
             "This run did not run as a Job, so it cannot be resumed: use “Continue training from these weights” instead."
         )
-    if job.status in ACTIVE_STATES or run.status in ("pending", "running", "preempting"):
+    if not job.is_final or run.status in ("pending", "running", "preempting"):
         return _("The run is still running: it can be resumed once its Job has failed or been aborted.")
     if run.status == "finished":
         return _("The run finished: use “Continue training from these weights” instead of resume.")
@@ -130,21 +181,19 @@ def why_run_not_resumable(run, *, need_checkpoint: bool = True) -> str | None:
         return _("The run ended %(status)s: only failed or aborted runs can be resumed.") % {"status": run.status}
     if run.kind not in RESUMABLE_KINDS:
         return _("Only training and fine-tuning runs can be resumed.")
-    if need_checkpoint and latest_resume_checkpoint(run=run) is None:
+    if has_checkpoint is False:
         return _("The run has no complete checkpoint to resume from.")
     return None
 
 
-def why_cannot_resume(user, run, *, need_checkpoint: bool = True) -> str | None:
+def why_cannot_resume(user, run, *, job, has_checkpoint: bool | None) -> str | None:
     """None when ``user`` may resume ``run`` now, else the one sentence a page shows in place of the button (F6).
 
     Reasons, first that applies: not a member, viewer role, not your run
-    (creator or admin only), then ``why_run_not_resumable``: not a Job,
-    still running, finished (use continue), other end state, kind, no
-    checkpoint (only with ``need_checkpoint``: the "Resume from latest"
-    button; the Checkpoint tab's button names its checkpoint).
+    (creator or admin only), then ``why_run_not_resumable`` (``job`` and
+    ``has_checkpoint`` as there).
     """
-    return why_cannot_manage_job(user, run) or why_run_not_resumable(run, need_checkpoint=need_checkpoint)
+    return why_cannot_manage_job(user, run) or why_run_not_resumable(run, job=job, has_checkpoint=has_checkpoint)
 
 
 # --- Continue training from a checkpoint (SPEC F22, F23; issue 5) ---------------------

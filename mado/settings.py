@@ -139,9 +139,10 @@ STORAGES = {
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         "mado.authentication.BearerTokenAuthentication",
+        "mado.authentication.PasswordOrTokenBasicAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
-    # RunTokenScope: a Job's token (MMT_API_TOKEN) acts on its own Run only (docs/jobs.md).
+    # RunTokenScope: a Job's token (MMT_API_TOKEN) acts on its own Run only (docs/api.md).
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated", "mado.authentication.RunTokenScope"],
     "DEFAULT_PAGINATION_CLASS": "mado.pagination.DefaultPagination",
     "PAGE_SIZE": 50,

@@ -2,8 +2,21 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
+from checkpoints import views as checkpoint_views
+from jobs import views as job_views
+from runs import urls as run_urls
+
+# The Run page's tabs that higher apps serve, under the runs: names the Run page links to (ARCHITECTURE rule 7).
+RUN_PAGES = [
+    *run_urls.urlpatterns,
+    path("runs/<int:pk>/checkpoints/", checkpoint_views.run_checkpoints, name="run-checkpoints"),
+    path("runs/<int:pk>/artifacts/", checkpoint_views.run_artifacts, name="run-artifacts"),
+    path("runs/<int:pk>/logs/", job_views.run_logs, name="run-logs"),
+]
+
 # Outages raised outside a view (a session or user read from an unreachable database) answer 503 too.
 handler500 = "mado.outages.server_error"
+handler404 = "mado.outages.not_found"
 
 urlpatterns = [
     path("admin/", admin.site.urls),
@@ -19,7 +32,7 @@ urlpatterns = [
     path("accounts/login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("i18n/", include("django.conf.urls.i18n")),
-    path("", include("runs.urls")),
+    path("", include((RUN_PAGES, run_urls.app_name))),
     path("", include("checkpoints.urls")),
     path("", include("jobs.urls")),
 ]

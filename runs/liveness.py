@@ -17,7 +17,8 @@ from django.db import transaction
 from django.utils import timezone
 
 from mado import policy
-from mado.errors import Conflict, Forbidden, RunEnded
+from mado.errors import Conflict, RunEnded
+from runs import hooks
 from runs.lease import lease_check
 from runs.models import FINAL_STATES, Run, RunStatus
 from runs.sweeps.hooks import sweep_trial_run_ended
@@ -32,14 +33,13 @@ REAPED_STATUS = {RunStatus.RUNNING: RunStatus.CRASHED, RunStatus.PREEMPTING: Run
 def run_ended_effects(*, run: Run) -> None:
     """What follows ``run`` reaching a final state, inside the transaction that ended it (SPEC F3, F28).
 
-    Files logged under ``checkpoints/step-N/`` through the MLflow API become
-    usable checkpoints, and a sweep trial's Run tells its trial (a preempted
-    one goes back to the queue). Callers call it once per change of status.
+    A sweep trial's Run tells its trial (a preempted one goes back to the
+    queue), and the ``runs.hooks.run_ended`` receivers run (the checkpoints
+    app completes files logged under ``checkpoints/step-N/`` through the
+    MLflow API). Callers call it once per change of status.
     """
-    from checkpoints.services.mlflow_checkpoints import checkpoint_files_complete_for_run
-
-    checkpoint_files_complete_for_run(run_id=run.pk)
     sweep_trial_run_ended(run=run)
+    hooks.run_ended.send(sender=None, run=run)
 
 
 def _ended_message(run: Run) -> str:
@@ -54,15 +54,14 @@ def _ended_message(run: Run) -> str:
 def run_heartbeat(*, actor, run: Run, fencing_token: int | None) -> Run:
     """Record that ``run``'s process is alive: ``heartbeat_at`` = now (SPEC F26); the Run as stored.
 
-    Member or admin of the Run's Project (``Forbidden``). ``fencing_token``
+    Only a writer of the Run (``policy.why_cannot_write_run``, F31; else ``Forbidden``). ``fencing_token``
     (the ``Mado-Fencing-Token`` header, None: not fenced) is checked under
     the Run's row lock: a stale one raises ``LeaseLost``. Only a running or
     preempting Run beats (conditional UPDATE on those states); one in a
     final state raises ``RunEnded`` — a crashed Run returns to running only
     through a resume — and a pending one ``Conflict`` (start it first).
     """
-    if not policy.can_write_runs(actor, run.project):
-        raise Forbidden(policy.why_not(actor, run.project, policy.MEMBER) or "")
+    policy.require_run_writer(actor, run)
     lease_check(run_id=run.pk, token=fencing_token)
     now = timezone.now()
     beaten = Run.objects.filter(pk=run.pk, status__in=LIVE_STATES).update(heartbeat_at=now)
@@ -80,9 +79,10 @@ def runs_reap_crashed(now=None) -> int:
     ``now`` (an aware datetime, default the current time) is for tests.
     running → ``crashed``, preempting → ``preempted``, ``ended_at`` = now.
     Never reaped: a Run that never sent a heartbeat (``heartbeat_at`` null,
-    e.g. one created through the MLflow API), and a Run whose Job is running
-    with a heartbeat fresher than ``MADO_JOB_HEARTBEAT_TIMEOUT`` (the worker
-    vouches for it; the Job reaper handles a lost worker). Each Run is
+    e.g. one created through the MLflow API), and a Run that a
+    ``runs.hooks.run_kept_alive`` receiver vouches for (the jobs app: its
+    Job is running with a fresh worker heartbeat; the Job reaper handles a
+    lost worker). Each Run is
     ended under its row lock after re-reading it, so a heartbeat or resume
     that commits first spares it, and one that comes after finds it ended.
     Each ended Run gets ``run_ended_effects`` (its sweep trial is told).
@@ -98,17 +98,10 @@ def runs_reap_crashed(now=None) -> int:
     return reaped
 
 
-def _job_vouches(run_id: int, now) -> bool:
-    from jobs.models import Job, JobStatus
-
-    fresh = now - timedelta(seconds=settings.MADO_JOB_HEARTBEAT_TIMEOUT)
-    return Job.objects.filter(run_id=run_id, status=JobStatus.RUNNING, heartbeat_at__gte=fresh).exists()
-
-
 @transaction.atomic
 def _reap_one(*, run_id: int, cutoff, now) -> bool:
     run = Run.objects.select_for_update().filter(pk=run_id, status__in=LIVE_STATES, heartbeat_at__lt=cutoff).first()
-    if run is None or _job_vouches(run_id, now):
+    if run is None or hooks.any_receiver_says(hooks.run_kept_alive, run_id=run_id, now=now):
         return False
     status = REAPED_STATUS[run.status]
     if not Run.objects.filter(pk=run_id, status=run.status, heartbeat_at=run.heartbeat_at).update(status=status, ended_at=now):

@@ -16,7 +16,7 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import F
 
 from mado import policy
-from mado.errors import Forbidden, ValidationFailed
+from mado.errors import ValidationFailed
 from runs.lease import lease_check
 from runs.metric_batch import MetricColumns, columns_from_columnar, columns_from_rows
 from runs.metric_summary import summary_add
@@ -73,13 +73,12 @@ def metrics_ingest(
     header; None: not fenced) is checked in the writing transaction. The
     Run's ``MetricSummary`` rows change in the same transaction as its points.
 
-    Raises ``Forbidden`` unless the actor is a member or admin,
+    Raises ``Forbidden`` unless the actor may write to the Run (``policy.why_cannot_write_run``, F31),
     ``ValidationFailed`` naming the first bad field (``points[3].value`` or
     ``values[3]``), ``LeaseLost`` for a stale ``fencing_token``; nothing of a
     refused batch is stored.
     """
-    if not policy.can_write_runs(actor, run.project):
-        raise Forbidden(policy.why_not(actor, run.project, policy.MEMBER) or "not allowed")
+    policy.require_run_writer(actor, run)
     now_ms = int(time.time() * 1000)
     if columns is not None:
         batch = columns_from_columnar(columns, now_ms=now_ms)

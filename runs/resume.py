@@ -9,8 +9,8 @@ its creator instead (pending → running).
 ==========  =====================  ==========================  ==========================
 resume      exists                 pending (never started)     absent
 ==========  =====================  ==========================  ==========================
-must        resume                 404 (never started)         404 "not found in project"
-allow       resume                 attach (creator only)       create
+must        resume (writers, F31)  404 (never started)         404 "not found in project"
+allow       resume (writers, F31)  attach (creator only)       create
 never/None  409 "already exists"   attach (creator only)       create
 ==========  =====================  ==========================  ==========================
 
@@ -36,10 +36,9 @@ from django.db import transaction
 from django.db.models import F, Max
 from django.utils import timezone
 
-from checkpoints.models import Checkpoint
 from mado import policy
-from mado.errors import Conflict, NotFound, RunLive, ValidationFailed
-from runs import services
+from mado.errors import Conflict, Forbidden, NotFound, RunLive, ValidationFailed
+from runs import hooks, services
 from runs.models import MetricSummary, ParameterChange, Project, Run, RunStatus
 from runs.sweeps.hooks import sweep_trial_run_started
 
@@ -112,7 +111,10 @@ def run_start(
     client heartbeats; see the module docstring); attach and resume tell the Run's sweep
     trial (``sweep_trial_run_started``).
 
-    Raises ``Forbidden`` unless member or admin; ``ValidationFailed`` naming
+    Raises ``Forbidden`` unless member or admin, and on a resume unless
+    ``policy.why_cannot_resume_by_id`` allows it (a writer of the Run; any
+    member when the Project opted in and the Run is not a Job's; F31);
+    ``ValidationFailed`` naming
     ``external_id`` (not ``[A-Za-z0-9_.-]{1,128}``; ``must`` without an id),
     ``resume``, ``host``, ``pid`` or a create field; ``NotFound`` (``must``,
     no started Run of that id in ``project``: "run <id> not found in project
@@ -159,6 +161,10 @@ def _start(actor, project, external_id, resume, allow_param_change, host, pid, c
     if run.status == RunStatus.PENDING:
         return _attach(actor, run, resume, host, pid)
     if resume in (MUST, ALLOW):
+        ran_as_job = hooks.any_receiver_says(hooks.run_ran_as_job, run=run)
+        refusal = policy.why_cannot_resume_by_id(actor, run, ran_as_job=ran_as_job)
+        if refusal:
+            raise Forbidden(refusal, field="external_id")
         return _resume(actor, run, create_fields.get("parameters"), allow_param_change, host, pid)
     raise Conflict(
         f"run {external_id} already exists in project {project.slug}; pass resume='allow' to continue it",
@@ -253,7 +259,7 @@ def run_last_step(*, run_id: int) -> int | None:
     summary row per metric key, never the points: O(1) in the Run's size.
     """
     metric = MetricSummary.objects.filter(run_id=run_id).aggregate(last=Max("last_step"))["last"]
-    checkpoint = Checkpoint.objects.filter(run_id=run_id).aggregate(last=Max("step"))["last"]
+    checkpoint = Run.objects.filter(pk=run_id).aggregate(last=Max("checkpoints__step"))["last"]
     steps = [s for s in (metric, None if checkpoint is None else checkpoint - 1) if s is not None and s >= 0]
     return max(steps) if steps else None
 

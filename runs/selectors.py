@@ -248,20 +248,6 @@ def run_ancestors(*, user, run: Run, max_depth: int = 50) -> list[tuple[Run, int
     return chain
 
 
-LOG_TAIL_CHUNKS = 300
-
-
-def run_log_tail_last(*, run: Run, max_chunks: int = LOG_TAIL_CHUNKS) -> tuple[list, int]:
-    """The last ``max_chunks`` chunks of the Run's log (what its Job's code printed, F16), oldest first, and how
-    many earlier chunks were left out. The Logs tab and the Job page show this tail."""
-    from jobs.models import RunLogChunk  # jobs depends on runs; the log is read here for the Run page
-
-    chunks = list(RunLogChunk.objects.filter(run=run).order_by("-seq")[:max_chunks])
-    chunks.reverse()
-    hidden = chunks[0].seq - 1 if chunks else 0
-    return chunks, hidden
-
-
 def run_parameter_changes(*, run: Run) -> list:
     """The parameter values resumes changed with ``allow_param_change`` (SPEC F24), oldest first, with ``changed_by``."""
     return list(run.parameter_changes.select_related("changed_by").order_by("changed_at", "id"))

@@ -322,7 +322,7 @@ def run_set_status(*, actor, run: Run, status: str, fencing_token: int | None = 
     ``heartbeat_at`` is refreshed only for a Run that sends heartbeats, so a
     Run that never did (MLflow) is never reaped as crashed.
     """
-    require(policy.can_write_runs(actor, run.project), policy.why_not(actor, run.project, policy.MEMBER) or "")
+    policy.require_run_writer(actor, run)
     if status not in RunStatus.values:
         raise ValidationFailed(f"status must be one of {', '.join(RunStatus.values)}", field="status")
     lease_check(run_id=run.pk, token=fencing_token)

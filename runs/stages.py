@@ -15,9 +15,9 @@ from django.db import IntegrityError, transaction
 from django.db.models import Max, Prefetch
 from django.utils.translation import gettext as _
 
-from checkpoints.models import Checkpoint, CheckpointState
 from mado import policy
 from mado.errors import Conflict, Forbidden, ValidationFailed
+from runs import hooks
 from runs.lease import lease_check
 from runs.models import DatasetVersion, DataStage, Project, Run
 
@@ -45,20 +45,17 @@ def dataset_versions_of_project(*, project: Project, ids, field: str = IDS_FIELD
 
 
 def _run_has_ended(run: Run) -> bool:
-    from jobs.models import FINAL_STATES as JOB_FINAL_STATES  # jobs depends on runs
-
-    if run.is_final:
-        return True
-    return Run.objects.filter(pk=run.pk, job__status__in=JOB_FINAL_STATES).exists()
+    return run.is_final or hooks.any_receiver_says(hooks.run_job_ended, run=run)
 
 
 def why_cannot_record_stage(*, user, run: Run) -> str | None:
     """None when ``user`` may record a data stage on ``run`` now, else the sentence shown instead of the form (F20).
 
-    Reasons, first that applies: not a member, viewer role, the Run's Job
-    has ended or the Run is in a final state.
+    Reasons, first that applies: not a writer of the Run
+    (``policy.why_cannot_write_run``, F31), the Run's Job has ended or the
+    Run is in a final state.
     """
-    reason = policy.why_not(user, run.project, policy.MEMBER)
+    reason = policy.why_cannot_write_run(user, run)
     if reason:
         return reason
     if _run_has_ended(run):
@@ -86,15 +83,16 @@ def _same_or_conflict(stage: DataStage, *, version_ids: set[int], checkpoint_id,
     )
 
 
-def _checkpoint(run: Run, checkpoint_id, start_step: int) -> Checkpoint | None:
+def _checkpoint(run: Run, checkpoint_id, start_step: int):
+    """The checkpoint ``checkpoint_id`` of ``run`` (None for None) that a stage starting at ``start_step`` may name."""
     if checkpoint_id is None:
         return None
     if isinstance(checkpoint_id, bool) or not isinstance(checkpoint_id, int):
         raise ValidationFailed("checkpoint_id must be an integer or null", field="checkpoint_id")
-    checkpoint = Checkpoint.objects.filter(pk=checkpoint_id, run_id=run.pk).first()
+    checkpoint = run.checkpoints.filter(pk=checkpoint_id).first()
     if checkpoint is None:
         raise ValidationFailed(f"checkpoint {checkpoint_id} is not a checkpoint of run {run.pk}", field="checkpoint_id")
-    if checkpoint.state == CheckpointState.DELETED:
+    if checkpoint.is_deleted:
         raise ValidationFailed(f"checkpoint {checkpoint_id} is deleted", field="checkpoint_id")
     if checkpoint.step > start_step:
         raise ValidationFailed(
@@ -114,7 +112,7 @@ def data_stage_record(*, actor, run: Run, start_step: int, dataset_version_ids: 
     set, checkpoint and metadata) returns that stage with ``created`` False:
     a resend is safe. ``metadata`` is a JSON object (default ``{}``).
 
-    Raises ``Forbidden`` (viewer, non-member); ``ValidationFailed`` naming
+    Raises ``Forbidden`` (not a writer of the Run, F31); ``ValidationFailed`` naming
     the field: ``start_step`` not an integer >= 0 or not after the last
     stage's, an empty set or ids unknown / of another Project (listed),
     ``checkpoint_id`` not of this Run, deleted or after ``start_step``,
@@ -124,7 +122,7 @@ def data_stage_record(*, actor, run: Run, start_step: int, dataset_version_ids: 
     ``fencing_token`` (the ``Mado-Fencing-Token`` header; None: not fenced;
     SPEC F25). ``run.input_dataset_versions`` is never touched.
     """
-    reason = policy.why_not(actor, run.project, policy.MEMBER)
+    reason = policy.why_cannot_write_run(actor, run)
     if reason:
         raise Forbidden(reason, field="run")
     if isinstance(start_step, bool) or not isinstance(start_step, int) or start_step < 0:

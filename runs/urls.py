@@ -1,8 +1,11 @@
-"""Page URLs of Projects, Runs and members (names ``runs:<entity>-<page>``)."""
+"""Page URLs of Projects, Runs and members (names ``runs:<entity>-<page>``).
+
+The Run page's tabs served by higher apps (Checkpoint, Artifacts, Logs) join
+these in ``mado.urls`` (the roof), so runs imports neither checkpoints nor jobs.
+"""
 
 from django.urls import path
 
-from checkpoints import views as checkpoint_views
 from runs import views
 from runs.sweeps import views as sweep_views
 
@@ -19,8 +22,5 @@ urlpatterns = [
     path("sweeps/<int:pk>/", sweep_views.sweep_detail, name="sweep-detail"),
     path("runs/<int:pk>/", views.run_detail, name="run-detail"),
     path("runs/<int:pk>/charts/", views.run_charts, name="run-charts"),
-    path("runs/<int:pk>/checkpoints/", checkpoint_views.run_checkpoints, name="run-checkpoints"),
-    path("runs/<int:pk>/artifacts/", checkpoint_views.run_artifacts, name="run-artifacts"),
     path("runs/<int:pk>/data-history/", views.run_data_history, name="run-data-history"),
-    path("runs/<int:pk>/logs/", views.run_logs, name="run-logs"),
 ]

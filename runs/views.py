@@ -17,16 +17,14 @@ from django.shortcuts import redirect, render
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from checkpoints import selectors as checkpoint_selectors
-from jobs import selectors as job_selectors
 from mado import policy
 from mado.errors import Conflict, Forbidden, NotFound, ValidationFailed
-from runs import charts, selectors, services
+from runs import charts, hooks, selectors, services
 from runs.forms import DataStageRecordForm, MemberAddForm, MemberRoleForm, RunFilterForm, add_service_error
 
 RUNS_PER_PAGE = 25
-# (tab, URL name, template); "data-history" is F20, "logs" F16. The
-# Checkpoint and Artifacts tabs are the checkpoints app's pages (checkpoints/views.py).
+# (tab, URL name, template); "data-history" is F20, "logs" F16. The Checkpoint and Artifacts tabs are the
+# checkpoints app's pages (checkpoints/views.py), the Logs tab the jobs app's; mado/urls.py puts them in "runs:".
 RUN_TABS = [
     ("overview", "runs:run-detail", "runs/_tab_overview.html"),
     ("checkpoints", "runs:run-checkpoints", "checkpoints/_tab_checkpoints.html"),
@@ -81,10 +79,14 @@ def project_detail(request, slug):
 
 
 def run_page_context(request, pk, tab: str, **context):
-    """``(run, context)`` for one tab of the Run page (``runs/run_detail.html``); another Project's Run: ``NotFound``."""
+    """``(run, context)`` for one tab of the Run page (``runs/run_detail.html``); another Project's Run: ``NotFound``.
+
+    Higher apps add to every tab through ``runs.hooks.run_page_context`` (the jobs app: ``job``).
+    """
     run = selectors.run_get_for_user(user=request.user, run_id=pk)
     template = next(t for name, _url, t in RUN_TABS if name == tab)
-    context.update(run=run, tab=tab, tabs=RUN_TABS, tab_template=template, job=job_selectors.job_for_run(run=run))
+    context.update(run=run, tab=tab, tabs=RUN_TABS, tab_template=template, job=None)
+    context.update(hooks.merged_answers(hooks.run_page_context, run=run, user=request.user))
     return run, context
 
 
@@ -137,7 +139,7 @@ def _data_stage_form(request, run):
         request.POST if request.method == "POST" else None,
         versions=selectors.dataset_version_choices(project=run.project),
         composition=selectors.data_composition_at(run=run, step=LATEST_STEP),
-        checkpoints=checkpoint_selectors.checkpoint_list_for_run(run=run, include_older=True)[0],
+        checkpoints=run.checkpoints.usable().order_by("-step"),
     )
 
 
@@ -147,8 +149,9 @@ def run_data_history(request, pk):
     """The "Training data history" tab (F20): the starting composition, one row per stage with what it added
     and removed, and on a running Run the "Record data change" form (POST: ``services.data_stage_record``)."""
     run, context = run_page_context(request, pk, "data-history")
-    if request.method == "POST" and not policy.can_write_runs(request.user, run.project):
-        raise PermissionDenied(policy.why_not(request.user, run.project, policy.MEMBER))
+    refusal = policy.why_cannot_write_run(request.user, run)
+    if request.method == "POST" and refusal:
+        raise PermissionDenied(refusal)
     form = _data_stage_form(request, run)
     status = 400 if form.is_bound else 200
     if form.is_bound and form.is_valid():
@@ -169,15 +172,6 @@ def run_data_history(request, pk):
         form=form,
     )
     return render(request, "runs/run_detail.html", context, status=status)
-
-
-@page
-@require_GET
-def run_logs(request, pk):
-    run, context = run_page_context(request, pk, "logs")
-    chunks, hidden = selectors.run_log_tail_last(run=run)
-    context.update(chunks=chunks, hidden_chunks=hidden)
-    return render(request, "runs/run_detail.html", context)
 
 
 def _administered_project(request, slug):

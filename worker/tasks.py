@@ -4,6 +4,7 @@ import logging
 import socket
 import time
 
+from django.conf import settings
 from django.db import DatabaseError, close_old_connections
 
 from mado.celery import app
@@ -14,6 +15,11 @@ RUN_JOB_MAX_RETRIES = 5
 FINISH_ATTEMPTS = 5
 
 logger = logging.getLogger(__name__)
+
+
+def enqueue_checkpoint_verify(sender, *, checkpoint_id: int, **kwargs) -> None:
+    """Receiver of ``checkpoints.hooks.direct_upload_declared``: queue ``checkpoint_verify`` on the verify queue."""
+    checkpoint_verify.apply_async(args=[checkpoint_id], queue=settings.MADO_CHECKPOINT_VERIFY_QUEUE)
 
 
 @app.task(bind=True, name="worker.tasks.checkpoint_verify", acks_late=True, max_retries=VERIFY_MAX_RETRIES)

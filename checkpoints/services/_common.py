@@ -5,9 +5,8 @@ from django.utils import timezone
 
 from checkpoints.models import Artifact, Checkpoint, CheckpointState, ManifestEntry
 from checkpoints.tarverify import ManifestFile, ManifestMismatch
-from mado import policy
 from mado.errors import Conflict, NotFound
-from runs.services import require
+from mado import policy
 
 
 def mismatch(checkpoint_id: int, exc: ManifestMismatch) -> str:
@@ -15,8 +14,8 @@ def mismatch(checkpoint_id: int, exc: ManifestMismatch) -> str:
 
 
 def require_writer(actor, checkpoint: Checkpoint) -> None:
-    project = checkpoint.run.project
-    require(policy.can_write_runs(actor, project), policy.why_not(actor, project, policy.MEMBER) or "")
+    """``Forbidden`` unless ``actor`` may write to the checkpoint's Run (SPEC F31)."""
+    policy.require_run_writer(actor, checkpoint.run)
 
 
 def require_pending(checkpoint: Checkpoint) -> None:

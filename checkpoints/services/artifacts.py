@@ -101,7 +101,7 @@ def artifact_store(
     is checked before the body is read and again in the transaction that
     records it: ``LeaseLost``, nothing kept (SPEC F25).
     """
-    require(policy.can_write_runs(actor, run.project), policy.why_not(actor, run.project, policy.MEMBER) or "")
+    policy.require_run_writer(actor, run)
     path = validate_artifact_path(path)
     expected_sha256 = _check_digest(expected_sha256)
     with transaction.atomic():  # refuse a stale writer before it streams the body

@@ -14,9 +14,9 @@ from django.utils import timezone
 from checkpoints import selectors, storage
 from checkpoints.models import Artifact, Checkpoint, CheckpointLayout, CheckpointState, ManifestEntry
 from mado import policy
-from mado.errors import Conflict, NotFound, ValidationFailed
+from mado.errors import Conflict, NotFound, RunEnded, ValidationFailed
 from runs.lease import lease_check
-from runs.models import Run
+from runs.models import FINAL_STATES, Run
 from runs.services import require
 
 FRAMEWORK_MAX = 50
@@ -66,7 +66,10 @@ def checkpoint_register(
 ) -> tuple[Checkpoint, bool]:
     """Register a pending checkpoint of ``run`` at ``step`` (steps completed); ``(checkpoint, created)`` (SPEC F1, F25).
 
-    Member or admin of the Run's Project (else ``Forbidden``). ``step`` is an
+    Only a writer of the Run (``policy.why_cannot_write_run``, F31; else
+    ``Forbidden``); a Run in a final state takes no new checkpoint
+    (``RunEnded``, 409; a retry of a registration that succeeded before the
+    end returns its checkpoint). ``step`` is an
     integer >= 0 and ``framework`` at most 50 characters (else
     ``ValidationFailed`` naming the field). ``idempotency_key`` (1..200
     characters, one per ``log_checkpoint`` call) makes a retry return the
@@ -82,7 +85,7 @@ def checkpoint_register(
     registered under an older token (a process that was taken over) is
     discarded with its stored bytes, and the registration proceeds.
     """
-    require(policy.can_write_runs(actor, run.project), policy.why_not(actor, run.project, policy.MEMBER) or "")
+    policy.require_run_writer(actor, run)
     step = _clean_step(step)
     key = _clean_key(idempotency_key)
     framework = (framework or "").strip()
@@ -93,6 +96,7 @@ def checkpoint_register(
         existing = Checkpoint.objects.filter(run=run, idempotency_key=key).first()
         if existing is not None:
             return _replay(existing, step)
+    _refuse_ended(run)
     if fencing_token is not None:
         _take_over_pending(run_id=run.pk, step=step, token=fencing_token)
     try:
@@ -112,6 +116,14 @@ def checkpoint_register(
     if Artifact.objects.filter(run=run, path=checkpoint.artifact_path).exists():  # raising rolls the row back
         raise Conflict(f"{checkpoint.artifact_path} is already a file of this run; the step cannot hold a checkpoint", field="step")
     return checkpoint, True
+
+
+def _refuse_ended(run: Run) -> None:
+    """``RunEnded`` (409) when ``run`` is in a final state, read under its row lock: an ended Run takes no new
+    checkpoint through any API until a resume reopens it (F31)."""
+    status = Run.objects.select_for_update().filter(pk=run.pk).values_list("status", flat=True).first()
+    if status in FINAL_STATES:
+        raise RunEnded(f"run {run.external_id} has ended ({status}): resume it before saving checkpoints", field="run")
 
 
 def _take_over_pending(*, run_id: int, step: int, token: int) -> None:

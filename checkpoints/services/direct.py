@@ -14,7 +14,7 @@ import math
 from django.conf import settings
 from django.db import transaction
 
-from checkpoints import storage
+from checkpoints import hooks, storage
 from checkpoints.models import Checkpoint, CheckpointState
 from checkpoints.services._common import finalize, lock, mismatch, require_pending, require_writer
 from checkpoints.services.checkpoints import discard_upload
@@ -149,9 +149,8 @@ def _blob_exists(key: str) -> bool:
 
 
 def _enqueue_verify(checkpoint_id: int) -> None:
-    from worker.tasks import checkpoint_verify
-
-    checkpoint_verify.apply_async(args=[checkpoint_id], queue=settings.MADO_CHECKPOINT_VERIFY_QUEUE)
+    """Have the worker verify the upload: its app's receiver of ``hooks.direct_upload_declared`` enqueues the task."""
+    hooks.direct_upload_declared.send(sender=None, checkpoint_id=checkpoint_id)
 
 
 def checkpoint_verify_upload(*, checkpoint_id: int) -> str:

@@ -65,7 +65,7 @@ def _require_put(*, actor, run: Run, path: str) -> tuple[str, tuple[int, str] | 
 
     Returns ``(path, checkpoint_file_of(...))``.
     """
-    require(policy.can_write_runs(actor, run.project), policy.why_not(actor, run.project, policy.MEMBER) or "")
+    policy.require_run_writer(actor, run)
     path = validate_artifact_path(path)
     target = checkpoint_file_of(run=run, path=path)
     if target is not None:
@@ -182,7 +182,7 @@ def _s3_complete(*, key: str, upload_id: str, parts: list[dict]) -> None:
 
 def mlflow_multipart_abort(*, actor, run: Run, path: str, upload_id) -> None:
     """Abort the S3 multipart upload ``upload_id`` of ``run``'s ``path``: its parts are removed (writer only)."""
-    require(policy.can_write_runs(actor, run.project), policy.why_not(actor, run.project, policy.MEMBER) or "")
+    policy.require_run_writer(actor, run)
     path = validate_artifact_path(path)
     upload = _upload_of(run=run, path=path, upload_id=upload_id)
     storage.s3_multipart_abort_quietly(key=upload["k"], upload_id=upload["u"])

@@ -98,7 +98,7 @@ def checkpoint_upload(
 ) -> dict:
     """Stream ``source`` (the request body, anything with ``read(n)``) as ``checkpoint``'s tar; return what arrived.
 
-    Member or admin (else ``Forbidden``, before any byte is read). The
+    A writer of the Run (F31; else ``Forbidden``, before any byte is read). The
     checkpoint must be pending (complete or deleted → ``Conflict``). The body
     is read in 1 MiB chunks into a fresh key under the Run's storage prefix
     while ``TarVerifier`` parses and hashes it (SPEC F13: regular files
@@ -253,7 +253,7 @@ def checkpoint_complete(
     """Complete ``checkpoint`` against the client's declaration (SPEC F1, F13); returns the row.
 
     ``tar_size`` in bytes, ``tar_sha256`` hex, ``manifest`` ``[{path, size,
-    sha256}]`` (every file, sizes in bytes). Member or admin. After an upload
+    sha256}]`` (every file, sizes in bytes). A writer of the Run (F31). After an upload
     through the web process the declaration must equal ``received``
     exactly: then ManifestEntry rows, ``file_count``, ``total_bytes`` and the
     tar fields are written, the tar becomes the Run's artifact

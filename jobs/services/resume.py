@@ -82,7 +82,7 @@ def _resume(*, actor, source_run: Run, checkpoint: Checkpoint, code_version, que
         .first()
     )
     source_run = Run.objects.select_related("project").get(pk=source_run.pk)  # fresh, after the lock
-    reason = policy.why_run_not_resumable(source_run, need_checkpoint=False)
+    reason = selectors.resume_refusal(run=source_run, need_checkpoint=False)
     if reason:
         raise Conflict(reason, field="run")
     conflict = _already_resuming(source_run)
@@ -163,7 +163,7 @@ def job_resume_from_latest(
     """
     source_run = Run.objects.select_related("project").get(pk=job.run_id)
     _require_may_manage(actor, source_run)
-    reason = policy.why_run_not_resumable(source_run, need_checkpoint=True)
+    reason = selectors.resume_refusal(run=source_run)
     if reason:
         raise Conflict(reason, field="run")
     checkpoint = selectors.latest_resume_checkpoint(run=source_run)

@@ -1,61 +1,38 @@
-"""Authentication of MLflow API requests: Bearer token or HTTP Basic, no session, no CSRF (issue 7 part 3).
+"""Authentication of MLflow tracking API requests: ``mado.authentication``'s, in MLflow's error shape (SPEC F30, F31).
 
-- ``Authorization: Bearer <token>`` (``MLFLOW_TRACKING_TOKEN``) or ``Token <token>``:
-  the user's API token, as on ``/api/v1/``.
-- ``Authorization: Basic`` (``MLFLOW_TRACKING_USERNAME`` / ``PASSWORD``): the
-  user's password, or the user's API token as the password.
-
-Run tokens (a Job's ``MMT_API_TOKEN``) are refused here: they are scoped to
-one Run, and the MLflow API can create experiments and runs.
+Bearer/Token (a user token or a Job's Run token) or Basic (password, or a
+token as the password), exactly as on ``/api/v1/`` and the artifact API; no
+session, no CSRF. A Run token acts only on its own Run (``require_own_run``).
 """
 
-import base64
-import binascii
-
-from django.contrib.auth import authenticate
-from rest_framework.authtoken.models import Token
 from rest_framework.exceptions import AuthenticationFailed
 
-from mado.authentication import BearerTokenAuthentication
+from mado.authentication import RUN_TOKEN_SCOPE, authenticate_api_request, run_id_of, run_token_refusal
 from runs.mlflow.errors import PERMISSION_DENIED, UNAUTHENTICATED, MlflowError
 
 
-def authenticate_request(request):
-    """The active user that ``request`` authenticates as; ``MlflowError`` UNAUTHENTICATED (401) otherwise."""
-    header = request.META.get("HTTP_AUTHORIZATION", "")
-    scheme, _sep, credentials = header.partition(" ")
-    scheme = scheme.lower()
-    if scheme in ("bearer", "token"):
-        return _token_user(credentials.strip())
-    if scheme == "basic":
-        return _basic_user(request, credentials.strip())
-    raise MlflowError(UNAUTHENTICATED, "Authentication required: send a Bearer token or Basic credentials.")
+def authenticate_request(request, *, run_token_allowed: bool):
+    """The active user ``request`` authenticates as; ``request.auth`` is set to its credential.
 
-
-def _token_user(key: str):
-    if not key or " " in key:
-        raise MlflowError(UNAUTHENTICATED, "Invalid token header: expected 'Bearer <token>'.")
+    Raises ``MlflowError`` UNAUTHENTICATED (401) without or with bad
+    credentials, PERMISSION_DENIED (403) for a Run token on an endpoint that
+    does not act on one Run (``run_token_allowed`` False: creating or
+    searching experiments and runs).
+    """
     try:
-        user, token = BearerTokenAuthentication().authenticate_credentials(key)
+        found = authenticate_api_request(request)
     except AuthenticationFailed as exc:
         raise MlflowError(UNAUTHENTICATED, str(exc.detail)) from None
-    if not isinstance(token, Token):
-        raise MlflowError(PERMISSION_DENIED, "A run token cannot be used with the MLflow API; use a user token.")
+    if found is None:
+        raise MlflowError(UNAUTHENTICATED, "Authentication required: send a Bearer token or Basic credentials.")
+    user, request.auth = found
+    if not run_token_allowed and run_id_of(request.auth) is not None:
+        raise MlflowError(PERMISSION_DENIED, str(RUN_TOKEN_SCOPE))
     return user
 
 
-def _basic_user(request, credentials: str):
-    try:
-        decoded = base64.b64decode(credentials, validate=True).decode("utf-8")
-    except (binascii.Error, UnicodeDecodeError):
-        raise MlflowError(UNAUTHENTICATED, "Invalid Basic credentials.") from None
-    username, sep, password = decoded.partition(":")
-    if not sep or not username:
-        raise MlflowError(UNAUTHENTICATED, "Invalid Basic credentials.")
-    user = authenticate(request, username=username, password=password)
-    if user is None:
-        token = Token.objects.select_related("user").filter(key=password, user__username=username).first()
-        user = token.user if token else None
-    if user is None or not user.is_active:
-        raise MlflowError(UNAUTHENTICATED, "Invalid username or password.")
-    return user
+def require_own_run(request, run) -> None:
+    """PERMISSION_DENIED (403) when the request's Run token belongs to another Run than ``run``."""
+    refusal = run_token_refusal(request.auth, run)
+    if refusal:
+        raise MlflowError(PERMISSION_DENIED, refusal)

@@ -40,7 +40,7 @@ def _bad(message: str) -> MlflowError:
     return MlflowError(INVALID_PARAMETER_VALUE, message)
 
 
-def _require_write(actor, project: Project) -> None:
+def _require_member(actor, project: Project) -> None:
     if not policy.can_write_runs(actor, project):
         raise Forbidden(policy.why_not(actor, project, policy.MEMBER) or "not allowed")
 
@@ -105,7 +105,7 @@ def run_create(*, actor, project: Project, run_name: str = "", tags=None) -> Run
     (default training; 400 for an unknown kind), ``mlflow.runName`` the name
     (``run_name`` wins), the rest are stored as RunTags.
     """
-    _require_write(actor, project)
+    _require_member(actor, project)
     tag_map = dict(_key_values(tags, "tags", MAX_TAGS, TAG_VALUE_MAX))
     kind = tag_map.pop(KIND_TAG, RunKind.TRAINING)
     if kind not in RunKind.values:
@@ -119,7 +119,7 @@ def run_create(*, actor, project: Project, run_name: str = "", tags=None) -> Run
 
 def run_update(*, actor, run: Run, status: str | None = None, run_name: str | None = None) -> Run:
     """Change a Run's status (MLflow name) and/or name. A final status is kept: another final → INVALID_STATE."""
-    _require_write(actor, run.project)
+    policy.require_run_writer(actor, run)
     if run_name:
         Run.objects.filter(pk=run.pk).update(name=run_name[:200])
         run.name = run_name[:200]
@@ -197,10 +197,10 @@ def log_batch(*, actor, run: Run, metrics=None, params=None, tags=None) -> int:
     """MLflow ``log-batch`` (and the single log-metric / log-param / set-tag): all or nothing.
 
     Returns the count of metric points stored (duplicates of stored points
-    are skipped, see the module docstring). Forbidden (403) for a viewer;
+    are skipped, see the module docstring). Forbidden (403) unless the actor may write to the Run (F31);
     400 INVALID_PARAMETER_VALUE naming the first bad field.
     """
-    _require_write(actor, run.project)
+    policy.require_run_writer(actor, run)
     param_pairs = _key_values(params, "params", MAX_PARAMS, PARAM_VALUE_MAX)
     tag_pairs = _key_values(tags, "tags", MAX_TAGS, TAG_VALUE_MAX)
     points = _points(metrics)
@@ -222,7 +222,7 @@ def tag_delete(*, actor, run: Run, key: str) -> None:
     """Remove tag ``key`` from ``run``; RESOURCE_DOES_NOT_EXIST (404) when it is not set (MLflow's rule)."""
     from runs.mlflow.errors import RESOURCE_DOES_NOT_EXIST
 
-    _require_write(actor, run.project)
+    policy.require_run_writer(actor, run)
     deleted, _ = RunTag.objects.filter(run=run, key=key).delete()
     if not deleted:
         raise MlflowError(RESOURCE_DOES_NOT_EXIST, f"No tag with name: {key} in run with id {run.external_id}")

@@ -13,13 +13,17 @@ from django.views.decorators.csrf import csrf_exempt
 
 from mado.errors import UserError
 from runs.mlflow import selectors, services
-from runs.mlflow.auth import authenticate_request
+from runs.mlflow.auth import authenticate_request, require_own_run
 from runs.mlflow.errors import ENDPOINT_NOT_FOUND, INVALID_PARAMETER_VALUE, MlflowError, error_response, from_user_error
 from runs.mlflow.translate import experiment_json, int_arg, str_arg
 
 
-def endpoint(*methods):
-    """Decorate ``view(request, user, data)``: method check, auth, JSON body, error translation."""
+def endpoint(*methods, run_token_allowed: bool = False):
+    """Decorate ``view(request, user, data)``: method check, auth, JSON body, error translation.
+
+    ``run_token_allowed``: the view acts on one Run (found with ``_run``, which
+    refuses another Run's token); other views refuse every Run token.
+    """
 
     def wrap(view):
         @csrf_exempt
@@ -28,7 +32,7 @@ def endpoint(*methods):
             try:
                 if request.method not in methods:
                     raise MlflowError(ENDPOINT_NOT_FOUND, f"{request.method} is not allowed on {request.path}")
-                user = authenticate_request(request)
+                user = authenticate_request(request, run_token_allowed=run_token_allowed)
                 return JsonResponse(view(request, user, _arguments(request), **kwargs))
             except UserError as exc:
                 return error_response(from_user_error(exc))
@@ -57,6 +61,13 @@ def _arguments(request) -> dict:
 
 def _run_id(data: dict) -> str:
     return str_arg(data, "run_id", required=False, max_length=128) or str_arg(data, "run_uuid", max_length=128)
+
+
+def _run(request, user, data: dict):
+    """The Run the request names (``run_id`` or ``run_uuid``), in the user's Projects and within a Run token's scope."""
+    run = selectors.run_get(user=user, run_id=_run_id(data))
+    require_own_run(request, run)
+    return run
 
 
 @endpoint("GET")
@@ -108,14 +119,14 @@ def run_create(request, user, data):
     return {"run": selectors.runs_json([run])[0]}
 
 
-@endpoint("GET")
+@endpoint("GET", run_token_allowed=True)
 def run_get(request, user, data):
-    return {"run": selectors.runs_json([selectors.run_get(user=user, run_id=_run_id(data))])[0]}
+    return {"run": selectors.runs_json([_run(request, user, data)])[0]}
 
 
-@endpoint("POST")
+@endpoint("POST", run_token_allowed=True)
 def run_update(request, user, data):
-    run = selectors.run_get(user=user, run_id=_run_id(data))
+    run = _run(request, user, data)
     run = services.run_update(
         actor=user, run=run, status=str_arg(data, "status", required=False, max_length=20) or None,
         run_name=str_arg(data, "run_name", required=False, max_length=200) or None,
@@ -140,38 +151,38 @@ def run_search(request, user, data):
     return answer
 
 
-@endpoint("POST")
+@endpoint("POST", run_token_allowed=True)
 def run_log_batch(request, user, data):
-    run = selectors.run_get(user=user, run_id=_run_id(data))
+    run = _run(request, user, data)
     services.log_batch(actor=user, run=run, metrics=data.get("metrics"), params=data.get("params"), tags=data.get("tags"))
     return {}
 
 
-@endpoint("POST")
+@endpoint("POST", run_token_allowed=True)
 def run_log_metric(request, user, data):
-    run = selectors.run_get(user=user, run_id=_run_id(data))
+    run = _run(request, user, data)
     metric = {name: data.get(name) for name in ("key", "value", "timestamp", "step")}
     services.log_batch(actor=user, run=run, metrics=[metric])
     return {}
 
 
-@endpoint("POST")
+@endpoint("POST", run_token_allowed=True)
 def run_log_parameter(request, user, data):
-    run = selectors.run_get(user=user, run_id=_run_id(data))
+    run = _run(request, user, data)
     services.log_batch(actor=user, run=run, params=[{"key": data.get("key"), "value": data.get("value")}])
     return {}
 
 
-@endpoint("POST")
+@endpoint("POST", run_token_allowed=True)
 def run_set_tag(request, user, data):
-    run = selectors.run_get(user=user, run_id=_run_id(data))
+    run = _run(request, user, data)
     services.log_batch(actor=user, run=run, tags=[{"key": data.get("key"), "value": data.get("value")}])
     return {}
 
 
-@endpoint("POST")
+@endpoint("POST", run_token_allowed=True)
 def run_delete_tag(request, user, data):
-    run = selectors.run_get(user=user, run_id=_run_id(data))
+    run = _run(request, user, data)
     services.tag_delete(actor=user, run=run, key=str_arg(data, "key", max_length=250))
     return {}
 
@@ -182,9 +193,9 @@ def refused(request, user, data):
     raise MlflowError(INVALID_PARAMETER_VALUE, "mado does not delete or restore runs or experiments through the MLflow API")
 
 
-@endpoint("GET")
+@endpoint("GET", run_token_allowed=True)
 def metric_history(request, user, data):
-    run = selectors.run_get(user=user, run_id=_run_id(data))
+    run = _run(request, user, data)
     metrics, token = selectors.metric_history_page(
         run=run, key=str_arg(data, "metric_key", max_length=250),
         max_results=int_arg(data, "max_results", default=25000, maximum=25000), page_token=data.get("page_token"),
@@ -195,7 +206,7 @@ def metric_history(request, user, data):
     return answer
 
 
-@endpoint("POST", "GET")
+@endpoint("POST", "GET", run_token_allowed=True)
 def logged_models_search(request, user, data):
     """mado has no logged models: always an empty page (the 3.x client asks before listing artifacts)."""
     return {"models": []}

@@ -35,6 +35,11 @@ class ProjectQuerySet(VisibleQuerySet):
 class Project(models.Model):
     name = models.CharField(max_length=200)
     slug = models.SlugField(max_length=100, unique=True)
+    members_may_resume = models.BooleanField(
+        default=False,
+        help_text="any member may reopen a Run of this project by its id (POST runs/ with resume), not only its "
+        "writers; never a Run that ran as a Job (SPEC F24, F31)",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     objects = ProjectQuerySet.as_manager()

@@ -76,9 +76,11 @@ class SweepTrial(models.Model):
     """One parameter set of a Sweep and the Run that trains it (one run id for the trial's whole life).
 
     ``number`` is 1-based per Sweep (for grid: the grid point's index + 1).
-    ``agent`` names who holds the lease (``host:pid``), ``lease_expires_at``
-    when a claimed trial whose program has not started returns to the queue
-    (``MMT_SWEEP_LEASE``). ``requeue_count`` counts preemptions.
+    ``agent`` names who holds the lease (``host:pid``) and ``claimed_by`` the
+    user whose agent it is (a writer of the Run while the claim holds, SPEC
+    F31), ``lease_expires_at`` when a claimed trial whose program has not
+    started returns to the queue (``MMT_SWEEP_LEASE``). ``requeue_count``
+    counts preemptions.
     """
 
     sweep = models.ForeignKey(Sweep, on_delete=models.CASCADE, related_name="trials")
@@ -88,6 +90,9 @@ class SweepTrial(models.Model):
     state = models.CharField(max_length=10, choices=TrialState.choices, default=TrialState.LEASED)
     requeue_count = models.PositiveIntegerField(default=0)
     agent = models.CharField(max_length=200, blank=True)
+    claimed_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
     claimed_at = models.DateTimeField(null=True, blank=True)
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -104,3 +109,7 @@ class SweepTrial(models.Model):
 
     def __str__(self):
         return f"{self.sweep} trial {self.number}"
+
+    def is_held_by(self, user) -> bool:
+        """True while ``user``'s agent holds this trial (claimed and not yet done or queued again)."""
+        return self.claimed_by_id == user.pk and self.state in (TrialState.LEASED, TrialState.RUNNING)

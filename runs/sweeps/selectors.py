@@ -9,7 +9,6 @@ import math
 
 from django.db.models import Count, OuterRef, Q, QuerySet, Subquery
 
-from checkpoints.models import Checkpoint, CheckpointState
 from mado.errors import NotFound
 from runs.models import MetricGoal, MetricSummary, Project, RunStatus, Sweep, SweepTrial, TrialState
 
@@ -90,6 +89,6 @@ def sweep_finished_results(*, sweep: Sweep) -> list[tuple[dict, float]]:
     return [(trial.parameters, trial.metric) for trial in sweep_trials(sweep=sweep) if has_final_metric(trial)]
 
 
-def trial_latest_checkpoint(*, trial: SweepTrial) -> Checkpoint | None:
-    """The newest (highest step) complete checkpoint of the trial's Run, which its next program resumes from."""
-    return Checkpoint.objects.filter(run_id=trial.run_id, state=CheckpointState.COMPLETE).order_by("-step").first()
+def trial_latest_checkpoint(*, trial: SweepTrial):
+    """The newest (highest step) usable Checkpoint of the trial's Run, which its next program resumes from; or None."""
+    return trial.run.checkpoints.usable().order_by("-step").first()

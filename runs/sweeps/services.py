@@ -19,7 +19,6 @@ from django.db import transaction
 from django.db.models import F, Max, Q
 from django.utils import timezone
 
-from checkpoints.models import Checkpoint
 from mado import policy
 from runs import services as run_services
 from runs.models import Project, Run, RunStatus, Sweep, SweepTrial, TrialState
@@ -59,7 +58,7 @@ class SweepClaim:
     ``done`` (the sweep will hand out nothing more) and ``reason`` (one sentence for the agent's log)."""
 
     trial: SweepTrial | None
-    latest_checkpoint: Checkpoint | None
+    latest_checkpoint: object | None  # the trial Run's newest usable checkpoints.Checkpoint
     done: bool
     reason: str
 
@@ -75,7 +74,7 @@ def _claim_queued(*, actor, sweep: Sweep, agent: str, now: datetime, until: date
                 return None
             taken = SweepTrial.objects.filter(
                 pk=trial.pk, state=trial.state, lease_expires_at=trial.lease_expires_at
-            ).update(state=TrialState.LEASED, agent=agent, claimed_at=now, lease_expires_at=until)
+            ).update(state=TrialState.LEASED, agent=agent, claimed_by=actor, claimed_at=now, lease_expires_at=until)
             if not taken:
                 continue
             # A Run its program never started is attached by its creator only: the new claimer takes it over.
@@ -99,7 +98,7 @@ def _claim_new(*, actor, sweep: Sweep, agent: str, now: datetime, until: datetim
     )
     return SweepTrial.objects.create(
         sweep=locked, number=number, run=run, parameters=parameters, state=TrialState.LEASED,
-        agent=agent, claimed_at=now, lease_expires_at=until,
+        agent=agent, claimed_by=actor, claimed_at=now, lease_expires_at=until,
     )
 
 

@@ -20,7 +20,8 @@ from pathlib import Path
 import requests
 
 from mado_tracking import config as config_module
-from mado_tracking.client import CONNECT_TIMEOUT_S, ApiClient, Backoff, is_transient, retry_after_seconds
+from mado_tracking.client import (CONNECT_TIMEOUT_S, ApiClient, Backoff, body_detail, is_transient,
+                                  retry_after_seconds)
 from mado_tracking.errors import ApiError, CheckpointError
 
 logger = logging.getLogger("mado_tracking")
@@ -94,7 +95,7 @@ def _fetch_rest(session: requests.Session, url: str, sha256: str, received: "_Re
             elif answer.status_code not in (200, 206):
                 if is_transient(answer.status_code):
                     return f"HTTP {answer.status_code}", retry_after_seconds(answer)
-                raise ApiError(f"GET {url} -> HTTP {answer.status_code}: {answer.text[:300]}",
+                raise ApiError(f"GET {url} -> HTTP {answer.status_code}: {body_detail(answer)}",
                                status=answer.status_code)
             for chunk in answer.iter_content(CHUNK):
                 received.write(chunk)

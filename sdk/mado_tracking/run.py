@@ -285,6 +285,7 @@ class Run(RunBase):
             ApiError: ``wait=True``: the server stayed unreachable through
                 the retries, or the Run was lost (409 ``lease_lost`` /
                 ``run_ended``).
+            ValueError: ``wait=False`` and ``MMT_CHECKPOINT_QUEUE`` is not a whole number >= 1.
             MadoError: the Run was already finished, or ``lost`` before.
         """
         if self._finishing:

@@ -40,7 +40,7 @@ def artifact(run, creator, api):
 
 
 @pytest.mark.parametrize("role, status", [
-    ("admin", 201), ("member", 201), ("creator", 201), ("viewer", 403), ("outsider", 404), ("anonymous", 401),
+    ("admin", 201), ("member", 403), ("creator", 201), ("viewer", 403), ("outsider", 404), ("anonymous", 401),
 ])
 def test_artifact_put_permission_matrix(client_as, run, settings, role, status):
     response = put(client_as(role), run)

@@ -191,7 +191,7 @@ def test_reads_permission_matrix(client_as, run, ready, path, role, status):
 
 
 @pytest.mark.parametrize("role, status", [
-    ("admin", 201), ("member", 201), ("creator", 201), ("viewer", 403), ("outsider", 404), ("anonymous", 401),
+    ("admin", 201), ("member", 403), ("creator", 201), ("viewer", 403), ("outsider", 404), ("anonymous", 401),
 ])
 def test_register_permission_matrix(client_as, run, role, status):
     assert register(client_as(role), run, 1).status_code == status
@@ -199,7 +199,7 @@ def test_register_permission_matrix(client_as, run, role, status):
 
 
 @pytest.mark.parametrize("role, status", [
-    ("admin", 200), ("member", 200), ("creator", 200), ("viewer", 403), ("outsider", 404), ("anonymous", 401),
+    ("admin", 200), ("member", 403), ("creator", 200), ("viewer", 403), ("outsider", 404), ("anonymous", 401),
 ])
 def test_upload_and_complete_permission_matrix(client_as, api, creator, run, settings, role, status):
     pending = register(api(creator), run, 1).json()

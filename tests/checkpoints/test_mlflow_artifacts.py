@@ -49,12 +49,13 @@ def body(response) -> bytes:
 
 
 @pytest.fixture
-def users(admin, member, viewer, outsider):
-    return {"admin": admin, "member": member, "viewer": viewer, "outsider": outsider, "anonymous": None}
+def users(admin, creator, member, viewer, outsider):
+    return {"admin": admin, "creator": creator, "member": member, "viewer": viewer, "outsider": outsider,
+            "anonymous": None}
 
 
 @pytest.mark.parametrize("role, status", [
-    ("admin", 200), ("member", 200), ("viewer", 403), ("outsider", 404), ("anonymous", 401),
+    ("admin", 200), ("creator", 200), ("member", 403), ("viewer", 403), ("outsider", 404), ("anonymous", 401),
 ])
 def test_put_permissions_with_bearer(users, run, role, status):
     response = put(bearer(users[role]), run)
@@ -65,42 +66,42 @@ def test_put_permissions_with_bearer(users, run, role, status):
         assert response.json()["error_code"] == expected and response.json()["message"]
 
 
-def test_put_streams_the_body_and_get_returns_it_byte_exact(member, viewer, run):
-    assert put(basic(member), run).json() == {}
+def test_put_streams_the_body_and_get_returns_it_byte_exact(creator, viewer, run):
+    assert put(basic(creator), run).json() == {}
     artifact = Artifact.objects.get(run=run, path="model/weights.bin")
     assert (artifact.size, artifact.sha256) == (len(BLOB), hashlib.sha256(BLOB).hexdigest())
     response = bearer(viewer).get(url(run))
     assert response.status_code == 200 and body(response) == BLOB
 
 
-def test_basic_auth_with_a_wrong_password_is_unauthenticated(member, run):
-    response = put(basic(member, password="wrong"), run)
+def test_basic_auth_with_a_wrong_password_is_unauthenticated(creator, run):
+    response = put(basic(creator, password="wrong"), run)
     assert response.status_code == 401 and response.json()["error_code"] == "UNAUTHENTICATED"
     assert not Artifact.objects.exists()
 
 
-def test_get_honours_range(member, run):
-    put(bearer(member), run)
-    response = bearer(member).get(url(run), HTTP_RANGE="bytes=10-19")
+def test_get_honours_range(creator, run):
+    put(bearer(creator), run)
+    response = bearer(creator).get(url(run), HTTP_RANGE="bytes=10-19")
     assert response.status_code == 206 and body(response) == BLOB[10:20]
     assert response["Content-Range"] == f"bytes 10-19/{len(BLOB)}"
 
 
-def test_get_of_a_missing_file_is_resource_does_not_exist(member, run):
-    response = bearer(member).get(url(run, "nothing.bin"))
+def test_get_of_a_missing_file_is_resource_does_not_exist(creator, run):
+    response = bearer(creator).get(url(run, "nothing.bin"))
     assert response.status_code == 404 and response.json()["error_code"] == "RESOURCE_DOES_NOT_EXIST"
 
 
-def test_the_same_bytes_again_is_a_no_op_and_different_bytes_conflict(member, run):
-    assert put(bearer(member), run).status_code == 200
-    assert put(bearer(member), run).status_code == 200
-    response = put(bearer(member), run, data=b"other")
+def test_the_same_bytes_again_is_a_no_op_and_different_bytes_conflict(creator, run):
+    assert put(bearer(creator), run).status_code == 200
+    assert put(bearer(creator), run).status_code == 200
+    response = put(bearer(creator), run, data=b"other")
     assert response.status_code == 409 and response.json()["error_code"] == "RESOURCE_ALREADY_EXISTS"
 
 
-def test_listing_in_mlflow_shape(member, viewer, run):
+def test_listing_in_mlflow_shape(creator, viewer, run):
     for path, data in [("a.txt", b"abc"), ("dir/b.bin", b"12345"), ("dir/sub/c", b""), ("dir 2/d", b"x")]:
-        assert put(bearer(member), run, path, data).status_code == 200
+        assert put(bearer(creator), run, path, data).status_code == 200
     listed = bearer(viewer).get(f"{BASE}/artifacts", {"path": root(run)})
     assert listed.status_code == 200
     assert listed.json() == {"files": [
@@ -114,33 +115,33 @@ def test_listing_in_mlflow_shape(member, viewer, run):
     assert bearer(viewer).get(f"{BASE}/artifacts", {"path": f"{root(run)}/none"}).json() == {"files": []}
 
 
-def test_listing_another_projects_run_is_not_found(member, outsider, run):
-    put(bearer(member), run)
+def test_listing_another_projects_run_is_not_found(creator, outsider, run):
+    put(bearer(creator), run)
     response = bearer(outsider).get(f"{BASE}/artifacts", {"path": root(run)})
     assert response.status_code == 404 and response.json()["error_code"] == "RESOURCE_DOES_NOT_EXIST"
 
 
 @pytest.mark.parametrize("role, status", [("admin", 200), ("member", 403), ("viewer", 403), ("outsider", 404)])
-def test_delete_is_for_project_admins(users, member, run, role, status):
-    put(bearer(member), run)
+def test_delete_is_for_project_admins(users, creator, run, role, status):
+    put(bearer(creator), run)
     response = bearer(users[role]).delete(url(run))
     assert response.status_code == status
     assert Artifact.objects.filter(run=run).exists() == (status != 200)
 
 
-def test_delete_of_a_directory_removes_every_file_below_it(admin, member, run):
-    put(bearer(member), run, "logs/a", b"a")
-    put(bearer(member), run, "logs/b", b"b")
-    put(bearer(member), run, "keep", b"k")
+def test_delete_of_a_directory_removes_every_file_below_it(admin, creator, run):
+    put(bearer(creator), run, "logs/a", b"a")
+    put(bearer(creator), run, "logs/b", b"b")
+    put(bearer(creator), run, "keep", b"k")
     assert bearer(admin).delete(url(run, "logs")).status_code == 200
     assert list(Artifact.objects.filter(run=run).values_list("path", flat=True)) == ["keep"]
 
 
-def test_a_run_token_acts_only_on_its_own_run(member, project, run):
+def test_a_run_token_acts_only_on_its_own_run(creator, project, run):
     from jobs.models import RunToken
 
-    other = RunFactory(project=project, created_by=member)
-    token = RunToken.objects.create(run=other, user=member)
+    other = RunFactory(project=project, created_by=creator)
+    token = RunToken.objects.create(run=other, user=creator)
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Bearer {token.key}")
     assert put(client, run).status_code == 403
@@ -148,8 +149,8 @@ def test_a_run_token_acts_only_on_its_own_run(member, project, run):
 
 
 @pytest.mark.parametrize("action", ["create", "complete", "abort"])
-def test_multipart_answers_the_message_that_makes_the_client_fall_back_to_one_put(member, run, action):
-    response = bearer(member).post(f"{BASE}/mpu/{action}/{root(run)}/big.bin", {"path": "big.bin", "num_parts": 3},
+def test_multipart_answers_the_message_that_makes_the_client_fall_back_to_one_put(creator, run, action):
+    response = bearer(creator).post(f"{BASE}/mpu/{action}/{root(run)}/big.bin", {"path": "big.bin", "num_parts": 3},
                                    format="json")
     assert response.status_code == 501
     from mlflow.exceptions import _UnsupportedMultipartUploadException

@@ -16,13 +16,13 @@ pytestmark = pytest.mark.django_db
 FILES = {"model.pt": b"weights" * 100, "nested/dir/optim.pt": b"optim", "empty.bin": b"", "with space.txt": b"hi"}
 
 
-def upload(member, run, step, files=FILES):
+def upload(creator, run, step, files=FILES):
     for path, data in files.items():
-        assert put(bearer(member), run, f"checkpoints/step-{step}/{path}", data).status_code == 200
+        assert put(bearer(creator), run, f"checkpoints/step-{step}/{path}", data).status_code == 200
 
 
-def test_files_under_a_step_folder_form_a_pending_checkpoint_with_server_digests(member, run):
-    upload(member, run, 100)
+def test_files_under_a_step_folder_form_a_pending_checkpoint_with_server_digests(creator, run):
+    upload(creator, run, 100)
     checkpoint = Checkpoint.objects.get(run=run, step=100)
     assert (checkpoint.layout, checkpoint.state) == (CheckpointLayout.FILES, CheckpointState.PENDING)
     assert checkpoint.file_count == 4 and checkpoint.total_bytes == sum(map(len, FILES.values()))
@@ -30,57 +30,57 @@ def test_files_under_a_step_folder_form_a_pending_checkpoint_with_server_digests
     assert manifest == {p: (len(d), hashlib.sha256(d).hexdigest(), f"checkpoints/step-100/{p}") for p, d in FILES.items()}
 
 
-def test_uploading_the_same_file_again_changes_nothing(member, run):
-    upload(member, run, 100)
-    upload(member, run, 100, {"model.pt": FILES["model.pt"]})
+def test_uploading_the_same_file_again_changes_nothing(creator, run):
+    upload(creator, run, 100)
+    upload(creator, run, 100, {"model.pt": FILES["model.pt"]})
     assert Checkpoint.objects.get(run=run, step=100).file_count == 4
 
 
-def test_a_higher_step_completes_the_lower_one(member, run):
-    upload(member, run, 100)
-    upload(member, run, 200, {"model.pt": b"later"})
+def test_a_higher_step_completes_the_lower_one(creator, run):
+    upload(creator, run, 100)
+    upload(creator, run, 200, {"model.pt": b"later"})
     states = dict(Checkpoint.objects.filter(run=run).values_list("step", "state"))
     assert states == {100: CheckpointState.COMPLETE, 200: CheckpointState.PENDING}
 
 
-def test_the_run_ending_completes_pending_checkpoints(member, run):
-    upload(member, run, 100)
+def test_the_run_ending_completes_pending_checkpoints(creator, run):
+    upload(creator, run, 100)
     assert checkpoint_files_complete_for_run(run_id=run.pk) == 1
     assert Checkpoint.objects.get(run=run, step=100).is_usable
     assert checkpoint_files_complete_for_run(run_id=run.pk) == 0
 
 
-def test_run_set_status_to_a_final_state_completes_pending_checkpoints(member, run):
-    upload(member, run, 100)
-    run_set_status(actor=member, run=run, status=RunStatus.FINISHED)
+def test_run_set_status_to_a_final_state_completes_pending_checkpoints(creator, run):
+    upload(creator, run, 100)
+    run_set_status(actor=creator, run=run, status=RunStatus.FINISHED)
     assert Checkpoint.objects.get(run=run, step=100).state == CheckpointState.COMPLETE
 
 
-def test_a_complete_or_lower_step_refuses_new_files_and_stores_nothing(member, run):
-    upload(member, run, 100)
-    upload(member, run, 200, {"model.pt": b"later"})
+def test_a_complete_or_lower_step_refuses_new_files_and_stores_nothing(creator, run):
+    upload(creator, run, 100)
+    upload(creator, run, 200, {"model.pt": b"later"})
     before = Artifact.objects.count()
     for step in (100, 50):
-        response = put(bearer(member), run, f"checkpoints/step-{step}/extra.bin", b"x")
+        response = put(bearer(creator), run, f"checkpoints/step-{step}/extra.bin", b"x")
         assert response.status_code == 409 and response.json()["error_code"] == "RESOURCE_ALREADY_EXISTS"
     assert Artifact.objects.count() == before
 
 
-def test_an_ended_run_refuses_checkpoint_files(member, run):
+def test_an_ended_run_refuses_checkpoint_files(creator, run):
     run.status = RunStatus.FINISHED
     run.save()
-    assert put(bearer(member), run, "checkpoints/step-1/model.pt", b"x").status_code == 409
+    assert put(bearer(creator), run, "checkpoints/step-1/model.pt", b"x").status_code == 409
     assert not Artifact.objects.exists()
 
 
-def test_an_evaluation_run_stores_plain_files(member, project):
-    run = RunFactory(project=project, created_by=member, kind=RunKind.EVALUATION)
-    upload(member, run, 100)
+def test_an_evaluation_run_stores_plain_files(creator, project):
+    run = RunFactory(project=project, created_by=creator, kind=RunKind.EVALUATION)
+    upload(creator, run, 100)
     assert not Checkpoint.objects.exists() and Artifact.objects.filter(run=run).count() == 4
 
 
-def test_a_checkpoint_file_cannot_be_deleted_as_a_plain_artifact(admin, member, run):
-    upload(member, run, 100)
+def test_a_checkpoint_file_cannot_be_deleted_as_a_plain_artifact(admin, creator, run):
+    upload(creator, run, 100)
     response = bearer(admin).delete(f"/api/2.0/mlflow-artifacts/artifacts/{run.project_id}/{run.external_id}"
                                     "/artifacts/checkpoints/step-100/model.pt")
     assert response.status_code == 409
@@ -88,15 +88,15 @@ def test_a_checkpoint_file_cannot_be_deleted_as_a_plain_artifact(admin, member, 
 
 
 def test_deleting_a_files_checkpoint_removes_every_stored_file(
-    settings, admin, member, run, django_capture_on_commit_callbacks
+    settings, admin, creator, run, django_capture_on_commit_callbacks
 ):
     from checkpoints.services import checkpoint_delete
     from checkpoints.storage import artifact_storage
 
     settings.MMT_CHECKPOINT_KEEP_COUNT = 1
-    upload(member, run, 100)
-    upload(member, run, 200, {"model.pt": b"later"})
-    upload(member, run, 300, {"model.pt": b"latest"})  # completes 200, which the keep count of 1 then holds
+    upload(creator, run, 100)
+    upload(creator, run, 200, {"model.pt": b"later"})
+    upload(creator, run, 300, {"model.pt": b"latest"})  # completes 200, which the keep count of 1 then holds
     old = Checkpoint.objects.get(run=run, step=100)
     keys = [entry.artifact.storage_key for entry in old.manifest.select_related("artifact")]
     with django_capture_on_commit_callbacks(execute=True):

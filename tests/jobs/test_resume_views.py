@@ -146,7 +146,7 @@ def test_the_logs_tab_shows_the_log_and_polls_while_the_job_runs(login, viewer, 
 
 
 def test_a_long_log_shows_its_end(login, viewer, creator, code_version, cpu, monkeypatch):
-    from runs import selectors
+    from jobs import selectors
 
     monkeypatch.setattr(selectors, "LOG_TAIL_CHUNKS", 3)
     monkeypatch.setattr(selectors.run_log_tail_last, "__kwdefaults__", {"max_chunks": 3})

@@ -115,7 +115,7 @@ def test_an_unexpected_error_on_an_api_path_answers_json_not_html(api, member, m
 
 
 @pytest.mark.django_db
-def test_a_full_volume_answers_507_and_the_reason_stays_on_the_checkpoint(api, member, run, login, monkeypatch,
+def test_a_full_volume_answers_507_and_the_reason_stays_on_the_checkpoint(api, creator, run, login, monkeypatch,
                                                                           tmp_path):
     save = FileSystemStorage._save
 
@@ -123,7 +123,7 @@ def test_a_full_volume_answers_507_and_the_reason_stays_on_the_checkpoint(api, m
         content.read(64 * 1024)
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    client = api(member)
+    client = api(creator)
     pending = register(client, run, 10).json()
     monkeypatch.setattr(FileSystemStorage, "_save", fills_up)
     data = make_tar({"model.pt": b"w" * 300_000})
@@ -135,11 +135,22 @@ def test_a_full_volume_answers_507_and_the_reason_stays_on_the_checkpoint(api, m
     stored = Checkpoint.objects.get(pk=pending["id"])
     assert stored.state == CheckpointState.PENDING and "ran out of space" in stored.error
     assert "ran out of space" in client.get(f"/api/v1/checkpoints/{stored.pk}/").json()["error"]
-    pages = login(member)
+    pages = login(creator)
     assert stored.error in pages.get(f"/runs/{run.pk}/checkpoints/?older=1").content.decode()  # unusable ones listed
     assert stored.error in pages.get(f"/checkpoints/{stored.pk}/").content.decode()
     assert [path for path in (tmp_path / "artifacts").rglob("*") if path.is_file()] == []  # no partial blob
     assert put_tar(client, pending["id"], data).status_code == 200  # space again: the same checkpoint uploads
+
+
+@pytest.mark.django_db
+def test_an_unknown_api_path_answers_json_404_and_an_unknown_page_the_404_page(client):
+    response = client.get("/api/v1/no-such-thing/")
+    assert response.status_code == 404 and response.json()["error"] == "not_found"
+    assert "/api/v1/no-such-thing/" in response.json()["detail"]
+    mlflow = client.get("/api/2.0/mlflow-artifacts/no-such-thing")
+    assert mlflow.status_code == 404 and mlflow.json()["error_code"] == "ENDPOINT_NOT_FOUND"
+    page = client.get("/no-such-page/")
+    assert page.status_code == 404 and page["Content-Type"].startswith("text/html")
 
 
 def _client_error(code: str, status: int) -> botocore.exceptions.ClientError:

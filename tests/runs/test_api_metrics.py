@@ -9,7 +9,8 @@ from runs.metrics import metrics_ingest
 from runs.models import MetricPoint
 
 READ = [("admin", 200), ("member", 200), ("creator", 200), ("viewer", 200), ("outsider", 404), ("anonymous", 401)]
-WRITE = [("admin", 201), ("member", 201), ("creator", 201), ("viewer", 403), ("outsider", 404), ("anonymous", 401)]
+# Writing to a Run: its creator or a Project admin; another member reads only (SPEC F31).
+WRITE = [("admin", 201), ("member", 403), ("creator", 201), ("viewer", 403), ("outsider", 404), ("anonymous", 401)]
 
 
 def post_points(client, run, points):

@@ -109,7 +109,7 @@ def test_run_create_with_a_bad_kind_names_kind(client_as, project):
 
 
 @pytest.mark.parametrize("role, status", [
-    ("admin", 200), ("member", 200), ("creator", 200), ("viewer", 403), ("outsider", 404), ("anonymous", 401),
+    ("admin", 200), ("member", 403), ("creator", 200), ("viewer", 403), ("outsider", 404), ("anonymous", 401),
 ])
 def test_run_status_change_permission_matrix(client_as, run, role, status):
     response = client_as(role).patch(f"/api/v1/runs/{run.pk}/", {"status": "finished"}, format="json")

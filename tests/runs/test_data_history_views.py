@@ -73,35 +73,35 @@ def test_the_tab_shows_the_starting_composition_and_a_diff_row_per_stage(login, 
     assert f'class="removed" data-version="{versions["v1"].pk}"' in second
 
 
-def test_an_empty_history_says_so(login, member, run):
-    assert "No data changes have been recorded for this run." in body(login(member).get(url(run)))
+def test_an_empty_history_says_so(login, creator, run):
+    assert "No data changes have been recorded for this run." in body(login(creator).get(url(run)))
 
 
-def test_the_form_is_preloaded_with_the_current_composition(login, member, staged_run, versions):
-    html = body(login(member).get(url(staged_run)))
+def test_the_form_is_preloaded_with_the_current_composition(login, creator, staged_run, versions):
+    html = body(login(creator).get(url(staged_run)))
     assert "Record data change" in html
     assert selected_ids(html, "input_dataset_version_ids") == {versions["v2"].pk, versions["s1"].pk}
     # Only this Run's complete checkpoints are offered.
     assert re.search(r'<select name="checkpoint".*?step 100.*?</select>', html, re.S)
 
 
-def test_recording_a_change_adds_a_row_and_never_touches_the_initial_inputs(login, member, staged_run, versions):
-    client = login(member)
+def test_recording_a_change_adds_a_row_and_never_touches_the_initial_inputs(login, creator, staged_run, versions):
+    client = login(creator)
     response = client.post(url(staged_run), {
         "start_step": "300", "input_dataset_version_ids": [versions["v2"].pk], "note": "drop synthetic",
     })
     assert response.status_code == 302 and response["Location"] == url(staged_run)
     stage = DataStage.objects.get(run=staged_run, start_step=300)
     assert list(stage.dataset_versions.all()) == [versions["v2"]]
-    assert stage.metadata == {"note": "drop synthetic"} and stage.created_by == member
+    assert stage.metadata == {"note": "drop synthetic"} and stage.created_by == creator
     assert list(staged_run.input_dataset_versions.all()) == [versions["v1"]]
     html = body(client.get(url(staged_run)))
     assert "The data change at step 300 was recorded." in html
     assert f'class="removed" data-version="{versions["s1"].pk}"' in stage_row(html, 300)
 
 
-def test_a_different_set_at_a_recorded_step_is_a_conflict_shown_on_the_form(login, member, staged_run, versions):
-    response = login(member).post(url(staged_run), {
+def test_a_different_set_at_a_recorded_step_is_a_conflict_shown_on_the_form(login, creator, staged_run, versions):
+    response = login(creator).post(url(staged_run), {
         "start_step": "200", "input_dataset_version_ids": [versions["v1"].pk],
     })
     assert response.status_code == 409
@@ -109,8 +109,8 @@ def test_a_different_set_at_a_recorded_step_is_a_conflict_shown_on_the_form(logi
     assert DataStage.objects.filter(run=staged_run).count() == 2
 
 
-def test_an_empty_set_or_an_earlier_step_is_a_form_error(login, member, staged_run, versions):
-    client = login(member)
+def test_an_empty_set_or_an_earlier_step_is_a_form_error(login, creator, staged_run, versions):
+    client = login(creator)
     response = client.post(url(staged_run), {"start_step": "300"})
     assert response.status_code == 400 and "This field is required." in body(response)
     response = client.post(url(staged_run), {"start_step": "150", "input_dataset_version_ids": [versions["v1"].pk]})
@@ -128,10 +128,10 @@ def test_a_viewer_sees_the_reason_and_a_post_is_403(login, viewer, staged_run, v
     assert DataStage.objects.filter(run=staged_run).count() == 2
 
 
-def test_a_finished_run_shows_the_reason_and_refuses_a_record(login, member, staged_run, versions):
+def test_a_finished_run_shows_the_reason_and_refuses_a_record(login, creator, staged_run, versions):
     staged_run.status = RunStatus.FINISHED
     staged_run.save(update_fields=["status"])
-    client = login(member)
+    client = login(creator)
     html = body(client.get(url(staged_run)))
     assert 'class="resume-note record-refusal"' in html and "The Job has ended" in html
     assert 'name="start_step"' not in html
@@ -149,9 +149,9 @@ def test_an_outsider_gets_404_and_anonymous_the_login_page(client, login, outsid
     assert outsider_client.post(url(staged_run), {"start_step": "5"}).status_code == 404
 
 
-def test_another_projects_dataset_version_is_not_offered_nor_accepted(login, member, staged_run, other_project):
+def test_another_projects_dataset_version_is_not_offered_nor_accepted(login, creator, staged_run, other_project):
     foreign = DatasetVersionFactory(dataset=DatasetFactory(project=other_project, name="secret"))
-    client = login(member)
+    client = login(creator)
     assert "secret" not in body(client.get(url(staged_run)))
     response = client.post(url(staged_run), {"start_step": "300", "input_dataset_version_ids": [foreign.pk]})
     assert response.status_code == 400

@@ -146,9 +146,10 @@ def test_viewers_and_outsiders_cannot_record(started, viewer, outsider, versions
         assert why_cannot_record_stage(user=user, run=started)
 
 
-def test_members_and_admins_may_record(started, member, admin, creator):
-    for user in (member, admin, creator):
+def test_the_creator_and_admins_may_record_other_members_may_not(started, member, admin, creator):
+    for user in (admin, creator):
         assert why_cannot_record_stage(user=user, run=started) is None
+    assert why_cannot_record_stage(user=member, run=started).startswith("This is not your run")
 
 
 def test_composition_at_step_follows_the_stages(started, creator, versions):

@@ -25,7 +25,7 @@ def body(versions, step=15, **extra):
 
 
 @pytest.mark.parametrize("role, expected", [
-    ("creator", 201), ("member", 201), ("admin", 201), ("viewer", 403), ("outsider", 404), ("anonymous", 401),
+    ("creator", 201), ("member", 403), ("admin", 201), ("viewer", 403), ("outsider", 404), ("anonymous", 401),
 ])
 def test_post_permissions(client_as, run, versions, role, expected):
     response = client_as(role).post(url(run), body(versions), format="json")

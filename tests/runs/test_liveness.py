@@ -53,7 +53,7 @@ def test_a_heartbeat_with_the_current_token_refreshes_heartbeat_at(client_as, li
 
 
 def test_a_heartbeat_without_a_token_is_not_fenced(client_as, live_run):
-    assert beat(client_as("member"), live_run).status_code == 200
+    assert beat(client_as("creator"), live_run).status_code == 200
 
 
 def test_a_preempting_run_still_beats(client_as, live_run):
@@ -87,8 +87,8 @@ def test_a_pending_run_cannot_beat(client_as, run):
     assert response.status_code == 409 and response.json()["error"] == "conflict"
 
 
-@pytest.mark.parametrize("role, code", [("viewer", 403), ("outsider", 404), ("anonymous", 401)])
-def test_only_members_beat(client_as, live_run, role, code):
+@pytest.mark.parametrize("role, code", [("member", 403), ("viewer", 403), ("outsider", 404), ("anonymous", 401)])
+def test_only_writers_beat(client_as, live_run, role, code):
     assert beat(client_as(role), live_run).status_code == code
 
 

@@ -40,9 +40,9 @@ def live(project, creator, run_id="exp-42", seconds_ago=5):
 
 
 @pytest.mark.parametrize("resume", ["must", "allow", "never", None])
-def test_a_stopped_run_is_resumed_by_must_and_allow_and_refused_by_never_and_absent(api, project, creator, member, resume):
+def test_a_stopped_run_is_resumed_by_must_and_allow_and_refused_by_never_and_absent(api, project, creator, resume):
     run = stopped(project, creator)
-    response = start(api(member), "exp-42", resume)
+    response = start(api(creator), "exp-42", resume)
     if resume in ("must", "allow"):
         assert response.status_code == 200, response.content
         body = response.json()
@@ -258,14 +258,14 @@ def test_a_changed_parameter_is_refused_and_nothing_changes(api, project, creato
     assert (run.parameters, run.status, run.lease_token, run.resume_count) == ({"lr": 0.1}, RunStatus.FAILED, 0, 0)
 
 
-def test_allow_param_change_changes_the_value_and_records_the_change(api, project, creator, member):
+def test_allow_param_change_changes_the_value_and_records_the_change(api, project, creator, admin):
     run = stopped(project, creator, parameters={"lr": 0.1, "opt": "sgd"})
-    response = start(api(member), "exp-42", "allow", parameters={"lr": 0.2, "opt": "sgd"}, allow_param_change=True)
+    response = start(api(admin), "exp-42", "allow", parameters={"lr": 0.2, "opt": "sgd"}, allow_param_change=True)
     assert response.status_code == 200
     assert response.json()["parameters"] == {"lr": 0.2, "opt": "sgd"}
     change = ParameterChange.objects.get(run=run)
     assert (change.key, change.old_value, change.new_value, change.lease_token, change.changed_by) == (
-        "lr", 0.1, 0.2, 1, member)
+        "lr", 0.1, 0.2, 1, admin)
 
 
 # --- single writer --------------------------------------------------------------------------
@@ -307,8 +307,8 @@ def test_a_start_answers_the_heartbeat_interval_and_crash_timeout(api, member, s
     assert (answer["heartbeat_interval"], answer["crash_timeout"]) == (7, 90)
 
 
-def test_a_just_created_run_is_live_for_a_second_process(api, member, creator):
-    assert start(api(member), "exp-42", "allow", host="a").status_code == 201
-    response = start(api(creator), "exp-42", "allow", host="b")
+def test_a_just_created_run_is_live_for_a_second_process(api, admin, creator):
+    assert start(api(creator), "exp-42", "allow", host="a").status_code == 201
+    response = start(api(admin), "exp-42", "allow", host="b")
     assert (response.status_code, response.json()["error"]) == (409, "run_live")
     assert "is live on a since" in response.json()["detail"]

@@ -1,0 +1,14 @@
+"""What the checkpoints app does when runs tells of a Run's life (``runs.hooks``; ARCHITECTURE rule 7)."""
+
+from checkpoints.services.mlflow_checkpoints import checkpoint_files_complete_for_run
+from runs import hooks
+
+
+def complete_files_of_ended_run(sender, *, run, **kwargs) -> None:
+    """A Run ended: files logged under ``checkpoints/step-N/`` through the MLflow API become usable (SPEC F3)."""
+    checkpoint_files_complete_for_run(run_id=run.pk)
+
+
+def connect() -> None:
+    """Connect the receivers above to ``runs.hooks``; called once from ``CheckpointsConfig.ready``."""
+    hooks.run_ended.connect(complete_files_of_ended_run, dispatch_uid="checkpoints.complete_files_of_ended_run")
