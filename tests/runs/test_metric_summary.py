@@ -70,7 +70,7 @@ def test_the_upgrade_fills_summaries_of_points_stored_before_it(run, creator, pr
          for s, v in [(0, 2.0), (1, None), (1, -1.0), (5, float("inf")), (3, 0.5)]]
         + [MetricPoint(run=other, key="acc", step=2, value=None, timestamp=7)]
     )
-    backfill = import_module("runs.migrations.0007_metric_summary").backfill_summaries
+    backfill = import_module("runs.migrations.0008_metric_summary").backfill_summaries
     backfill(apps, SimpleNamespace(connection=connection))  # it only runs SQL on the editor's connection
     assert stored(run.pk) == recomputed(run.pk)
     assert stored(run.pk)["loss"] == (5, 0, 5, float("inf"), -1.0, float("inf"), 1000, 1005)

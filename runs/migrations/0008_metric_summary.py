@@ -25,7 +25,7 @@ def backfill_summaries(apps, schema_editor):
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('runs', '0006_same_run_resume_and_sweeps'),
+        ('runs', '0007_project_members_may_resume_trial_claimed_by'),
     ]
 
     operations = [
