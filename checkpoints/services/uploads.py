@@ -4,7 +4,7 @@ Two ways in, one check:
 
 - through the web process (``checkpoint_upload``): the request body is read
   in 1 MiB chunks, written to a fresh storage key and fed to a
-  ``TarVerifier`` as it arrives; what it found (size, SHA-256, members) is
+  ``CheckpointVerifier`` as it arrives; what it found (size, SHA-256, members) is
   kept in ``Checkpoint.received`` until ``checkpoint_complete`` compares it
   with the client's declaration;
 - straight to S3 (``checkpoint_upload_parts`` → client PUTs the parts →
@@ -24,14 +24,16 @@ import queue
 import re
 import threading
 
+from django.conf import settings
 from django.db import transaction
+from mado_tracking.tarformat import Names, check_path
+from mado_tracking.tarverify import CheckpointVerifier, ManifestFile, ManifestMismatch, compare_members
 
 from checkpoints import storage
 from checkpoints.models import Checkpoint, CheckpointState
 from checkpoints.services._common import finalize, lock, mismatch, require_pending, require_writer
 from checkpoints.services.checkpoints import discard_upload
 from checkpoints.services.direct import complete_direct_upload
-from checkpoints.tarverify import ManifestFile, ManifestMismatch, TarVerifier, check_member_path
 from mado.errors import Conflict, ValidationFailed
 from mado.outages import is_no_space
 from runs.lease import lease_check
@@ -101,7 +103,7 @@ def checkpoint_upload(
     A writer of the Run (F31; else ``Forbidden``, before any byte is read). The
     checkpoint must be pending (complete or deleted → ``Conflict``). The body
     is read in 1 MiB chunks into a fresh key under the Run's storage prefix
-    while ``TarVerifier`` parses and hashes it (SPEC F13: regular files
+    while ``CheckpointVerifier`` parses and hashes it (SPEC F13: regular files
     only, no link, ``..``, absolute path or duplicate). ``expected_size``
     (Content-Length, bytes) catches a cut-off body. On any mismatch or cut:
     the partial blob is removed, ``error`` is recorded, the checkpoint stays
@@ -119,7 +121,7 @@ def checkpoint_upload(
     require_pending(checkpoint)
     with transaction.atomic():  # refuse a stale writer before it streams gigabytes
         lease_check(run_id=checkpoint.run_id, token=fencing_token)
-    verifier = TarVerifier(tar_size=expected_size)
+    verifier = CheckpointVerifier(tar_size=expected_size, limits=settings.MADO_TAR_LIMITS)
     feeder = _FeedThread(verifier.feed)
     key = ""
     try:
@@ -144,6 +146,8 @@ def checkpoint_upload(
         if is_no_space(exc):
             _record_no_space(checkpoint, received=verifier.size, expected=expected_size)
         raise
+    finally:
+        verifier.close()
     received = {
         "storage_key": key,
         "size": verifier.size,
@@ -191,7 +195,10 @@ def _clean_declaration(tar_size, tar_sha256, manifest) -> tuple[int, str, list[M
         raise ValidationFailed("tar_sha256 must be 64 hexadecimal digits", field="tar_sha256")
     if not isinstance(manifest, list):
         raise ValidationFailed("manifest must be a list of {path, size, sha256}", field="manifest")
-    files, seen = [], set()
+    limits = settings.MADO_TAR_LIMITS
+    if len(manifest) > limits.members:
+        raise ValidationFailed(f"{len(manifest)} files: a checkpoint holds at most {limits.members}", field="manifest")
+    files, names = [], Names()
     for index, entry in enumerate(manifest):
         name = f"manifest[{index}]"
         if not isinstance(entry, dict):
@@ -200,17 +207,14 @@ def _clean_declaration(tar_size, tar_sha256, manifest) -> tuple[int, str, list[M
         if not isinstance(path, str):
             raise ValidationFailed("path must be a string", field=f"{name}.path")
         try:
-            check_member_path(path)
+            names.add(check_path(path, limits), is_dir=False)
         except ManifestMismatch as exc:
             raise ValidationFailed(f"path {exc.detail}", field=f"{name}.path") from None
-        if path in seen:
-            raise ValidationFailed(f"{path!r} appears twice in the manifest", field=f"{name}.path")
         if isinstance(size, bool) or not isinstance(size, int) or size < 0:
             raise ValidationFailed("size must be a non-negative integer (bytes)", field=f"{name}.size")
         sha = sha.strip().lower() if isinstance(sha, str) else ""
         if not _SHA256.match(sha):
             raise ValidationFailed("sha256 must be 64 hexadecimal digits", field=f"{name}.sha256")
-        seen.add(path)
         files.append(ManifestFile(path, size, sha))
     return tar_size, digest, files
 
@@ -230,10 +234,9 @@ def _compare_received(row: Checkpoint, tar_size: int, tar_sha256: str, files: li
         detail = f"the stored tar's SHA-256 is {received['sha256']}, {tar_sha256} was declared"
         raise ValidationFailed(mismatch(row.pk, ManifestMismatch("sha256", detail)), field="tar_sha256")
     # The verifier found the members while the bytes arrived; it compares them with the manifest that came later.
-    verifier = TarVerifier()
-    verifier.members = {m["path"]: ManifestFile(m["path"], m["size"], m["sha256"]) for m in received["members"]}
+    found = {m["path"]: ManifestFile(m["path"], m["size"], m["sha256"]) for m in received["members"]}
     try:
-        verifier.check_manifest(files)
+        compare_members(found, files)
     except ManifestMismatch as exc:
         raise ValidationFailed(mismatch(row.pk, exc), field="manifest") from None
 
