@@ -12,17 +12,16 @@ temporary directory renamed to its final name (for the checkpoint: files
 removed: no partial directory is left behind (ARCHITECTURE rule 3).
 """
 
-import hashlib
 import json
 import os
 import stat
 import zipfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 from mado_tracking.extractdir import _CREATE, ExtractionDir, Fail, refuse_existing, remove_tree
 from mado_tracking.tarformat import Limits, ManifestMismatch, Member, TarReader, check_path
-from mado_tracking.tarverify import ManifestFile
+from mado_tracking.tarverify import ManifestFile, manifest_digest
 
 from checkpoints.models import Checkpoint
 from worker.errors import ArchiveRejected
@@ -33,15 +32,7 @@ CODE_DIR = "code"
 CHUNK = 1024 * 1024
 CODE_MAX_BYTES = 4 * 1024**3  # uncompressed bytes of one Code archive (a decompression bomb stops here)
 CODE_MAX_MEMBERS = 100_000
-__all__ = ["extract_code_archive", "manifest_digest", "refuse_existing", "remove_tree", "write_resume_info"]
-
-
-def manifest_digest(manifest: Iterable[ManifestFile]) -> str:
-    """SHA-256 (hex) of the canonical manifest JSON: ``[{"path","sha256","size"}…]`` sorted by path, keys sorted,
-    separators ``,`` and ``:``, UTF-8, no trailing newline."""
-    entries = [{"path": f.path, "sha256": f.sha256, "size": f.size} for f in sorted(manifest, key=lambda f: f.path)]
-    canonical = json.dumps(entries, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+__all__ = ["extract_code_archive", "refuse_existing", "remove_tree", "write_resume_info"]
 
 
 def write_resume_info(*, workdir: Path, checkpoint: Checkpoint, manifest: list[ManifestFile]) -> Path:

@@ -9,13 +9,15 @@ restore reads and writes every byte once.
 """
 
 import hashlib
+import json
 from collections import deque
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from mado_tracking.tarformat import Limits, ManifestMismatch, Member, TarReader
 
-__all__ = ["CheckpointVerifier", "ManifestFile", "ManifestMismatch", "compare_members"]
+__all__ = ["CheckpointVerifier", "ManifestFile", "ManifestMismatch", "compare_members", "manifest_digest"]
 
 
 @dataclass(frozen=True)
@@ -25,6 +27,15 @@ class ManifestFile:
     path: str
     size: int
     sha256: str
+
+
+def manifest_digest(manifest: Iterable[ManifestFile]) -> str:
+    """SHA-256 (hex) of the canonical manifest JSON: ``[{"path","sha256","size"}…]`` sorted by path, keys sorted,
+    separators ``,`` and ``:``, UTF-8, no trailing newline. What ``complete`` accepts as ``manifest_sha256``
+    and ``resume-checkpoint.json`` records as ``manifestSha256``."""
+    entries = [{"path": f.path, "sha256": f.sha256, "size": f.size} for f in sorted(manifest, key=lambda f: f.path)]
+    canonical = json.dumps(entries, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
 class CheckpointVerifier:

@@ -10,14 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from mado_tracking.tarverify import ManifestFile
+from mado_tracking.tarverify import ManifestFile, manifest_digest
 from mado_tracking.extractdir import ExtractionDir
 from tests.worker.helpers import FILES, make_tar, manifest, member, sha, stored_checkpoint, tar_gz, zip_bytes
 from worker import extract as extract_module
 from worker.errors import ArchiveRejected, CheckpointMismatch
 from worker.extract import (
     extract_code_archive,
-    manifest_digest,
     remove_tree,
     write_resume_info,
 )
