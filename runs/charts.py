@@ -109,10 +109,21 @@ def _within(markers, series: list[Series]) -> list[Marker]:
     return [m for m in markers if steps and min(steps) <= m.step <= max(steps)]
 
 
-def runs_charts(*, runs: list[Run], markers: list[Marker] = (), max_points: int = MAX_POINTS) -> list[Chart]:
+SYSTEM_PREFIX = "system/"
+
+
+def is_system_key(key: str) -> bool:
+    """True for the SDK's system metrics (``system/…``, F35), shown on the System tab, not with training's."""
+    return key.startswith(SYSTEM_PREFIX)
+
+
+def runs_charts(
+    *, runs: list[Run], markers: list[Marker] = (), max_points: int = MAX_POINTS, system: bool = False
+) -> list[Chart]:
     """One ``Chart`` per metric key logged in any of ``runs``, keys sorted, one series per Run that has the key
-    (colour = the Run's position in ``runs``), each at most ``max_points`` points (Run page, Compare page)."""
-    keys_of = {run.pk: set(selectors.metric_keys(run=run)) for run in runs}
+    (colour = the Run's position in ``runs``), each at most ``max_points`` points (Run page, Compare page).
+    ``system``: only the system metrics' keys, else only the others."""
+    keys_of = {run.pk: {k for k in selectors.metric_keys(run=run) if is_system_key(k) == system} for run in runs}
     charts = []
     for key in sorted(set().union(*keys_of.values())):
         series, skipped, total = [], 0, 0
@@ -125,9 +136,10 @@ def runs_charts(*, runs: list[Run], markers: list[Marker] = (), max_points: int 
     return charts
 
 
-def run_charts(*, run: Run) -> list[Chart]:
-    """One ``Chart`` per metric key of ``run``, keys sorted, with its data stages as markers (Overview tab)."""
-    return runs_charts(runs=[run], markers=data_stage_markers(run=run))
+def run_charts(*, run: Run, system: bool = False) -> list[Chart]:
+    """One ``Chart`` per metric key of ``run``, keys sorted, with its data stages as markers: the training
+    metrics (Overview tab) or, with ``system``, the system metrics (System tab)."""
+    return runs_charts(runs=[run], markers=data_stage_markers(run=run), system=system)
 
 
 # --- "Show with ancestors" (SPEC F2): a resumed Run's curves joined with its parent chain's ------------------
@@ -168,7 +180,7 @@ def run_charts_with_ancestors(*, user, run: Run) -> tuple[list[Chart], list[Line
                label=_("Resumed at step %(step)s") % {"step": item.until_step})
         for item in lineage if item.until_step is not None
     ]
-    keys = sorted({key for item in lineage for key in selectors.metric_keys(run=item.run)})
+    keys = sorted({key for item in lineage for key in selectors.metric_keys(run=item.run) if not is_system_key(key)})
     per_segment = max(MAX_POINTS // len(lineage), 2)
     charts = []
     for key in keys:

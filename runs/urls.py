@@ -24,5 +24,6 @@ urlpatterns = [
     path("sweeps/<int:pk>/", sweep_views.sweep_detail, name="sweep-detail"),
     path("runs/<int:pk>/", views.run_detail, name="run-detail"),
     path("runs/<int:pk>/charts/", views.run_charts, name="run-charts"),
+    path("runs/<int:pk>/system/", views.run_system, name="run-system"),
     path("runs/<int:pk>/data-history/", views.run_data_history, name="run-data-history"),
 ]

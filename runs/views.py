@@ -32,6 +32,7 @@ RUN_TABS = [
     ("artifacts", "runs:run-artifacts", "checkpoints/_tab_artifacts.html"),
     ("data-history", "runs:run-data-history", "runs/_tab_data_history.html"),
     ("logs", "runs:run-logs", "runs/_tab_logs.html"),
+    ("system", "runs:run-system", "runs/_tab_system.html"),
 ]
 SERVICE_FORM_ERRORS = (ValidationFailed, Conflict)
 # The runs table's fixed columns: (sort name, header).
@@ -142,8 +143,10 @@ def _charts_context(request, run) -> dict:
         chart_list, lineage = charts.run_charts_with_ancestors(user=request.user, run=run)
         return {"charts": chart_list, "chart_data": charts.chart_data(chart_list), "lineage": lineage,
                 "with_ancestors": True}
-    chart_list = charts.run_charts(run=run)
-    return {"charts": chart_list, "chart_data": charts.chart_data(chart_list), "with_ancestors": False}
+    system = request.GET.get("system") == "1"
+    chart_list = charts.run_charts(run=run, system=system)
+    return {"charts": chart_list, "chart_data": charts.chart_data(chart_list), "with_ancestors": False,
+            "system_tab": system}
 
 
 def _ignored_checkpoint_step(run) -> int | None:
@@ -166,6 +169,17 @@ def run_detail(request, pk):
         sweep_trial=selectors.run_sweep_trial(run=run),
         **_charts_context(request, run),
     )
+    return render(request, "runs/run_detail.html", context)
+
+
+@page
+@require_GET
+def run_system(request, pk):
+    """The System tab (F35): charts of the ``system/…`` metrics the SDK sampled (CPU, memory, disk, network,
+    GPUs), refreshed like the Overview's while the Run is live."""
+    run, context = run_page_context(request, pk, "system")
+    chart_list = charts.run_charts(run=run, system=True)
+    context.update(charts=chart_list, chart_data=charts.chart_data(chart_list), system_tab=True)
     return render(request, "runs/run_detail.html", context)
 
 

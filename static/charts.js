@@ -29,6 +29,15 @@
     }
   }
 
+  var COMPACT = new Intl.NumberFormat(undefined, {notation: "compact", maximumSignificantDigits: 4});
+
+  /* Axis labels that fit: 12,500,000,000 as "12.5B", 0.00012 as "1.2e-4". */
+  function compact(value) {
+    if (value === null) return "";
+    var size = Math.abs(value);
+    return size !== 0 && size < 0.001 ? value.toExponential(1) : COMPACT.format(value);
+  }
+
   /* Exponential moving average with TensorBoard's debiasing, so the start is not pulled towards 0. */
   function ema(values, weight) {
     if (!weight) return values;
@@ -92,7 +101,7 @@
       width: Math.max(host.clientWidth, 200),
       height: 220,
       scales: {x: {time: opts.x === "time"}, y: {distr: opts.log ? 3 : 1}},
-      axes: [{}, {size: 60}],
+      axes: [{}, {size: 56, values: function (u, splits) { return splits.map(compact); }}],
       cursor: {drag: {x: true, y: false}},
       series: series,
       hooks: {

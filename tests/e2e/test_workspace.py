@@ -1,5 +1,5 @@
-"""The workspace in a real browser (SPEC F34): sort the runs table by a metric, select three runs, Compare,
-hover a chart and read the three values in its legend, zoom and reset, log scale, smoothing."""
+"""The workspace in a real browser (SPEC F34, F35): sort the runs table by a metric, select three runs, Compare,
+hover a chart and read the three values in its legend, zoom and reset, log scale, smoothing; the System tab."""
 
 import pytest
 from playwright.sync_api import expect
@@ -22,7 +22,12 @@ def _project():
         metrics_ingest(actor=user, run=run, points=[
             {"key": "train.loss", "value": end + (99 - s) / 50, "step": s} for s in range(100)
         ] + [{"key": "val.acc", "value": 1 - end, "step": s} for s in range(0, 100, 10)])
-    return project
+    system = [("system/cpu_percent", lambda s: 60 + 30 * (s % 7 == 0)), ("system/memory_percent", lambda s: 40 + s / 5),
+              ("system/gpu0/utilization_percent", lambda s: 95 - 80 * (s % 9 == 0)),
+              ("system/gpu0/memory_used_bytes", lambda s: 2**30 * (10 + s / 20))]
+    metrics_ingest(actor=user, run=run, points=[
+        {"key": key, "value": value(s), "step": s} for key, value in system for s in range(0, 100, 3)])
+    return project, run
 
 
 def _legend_values(chart) -> list[str]:
@@ -34,7 +39,7 @@ def _legend_values(chart) -> list[str]:
 @pytest.mark.django_db(transaction=True)
 def test_sort_select_compare_hover_zoom_and_log_scale(browser_page):
     page = browser_page
-    project = _project()
+    project, last = _project()
     log_in(page, "erin", f"/projects/{project.slug}/")
 
     # The runs table: default columns (lr varies, the two shared metrics), sorted by the last loss.
@@ -89,3 +94,14 @@ def test_sort_select_compare_hover_zoom_and_log_scale(browser_page):
     expect(chart.locator(".u-legend .u-series.raw")).to_have_count(3)
     expect(chart.locator(".chart-smoothing-value")).to_have_count(0)
     expect(page.locator(".chart-smoothing-value")).to_have_text("0.90")
+    page.get_by_label("Smoothing", exact=True).fill("0")
+    page.get_by_label("Smoothing", exact=True).dispatch_event("change")
+    page.get_by_label("Log scale (y)").uncheck()
+
+    # The System tab: the SDK's system/… metrics, not among the training charts.
+    page.goto(f"/runs/{last.pk}/")
+    expect(page.locator("figure.metric-chart")).to_have_count(2)
+    page.get_by_role("link", name="System").click()
+    expect(page.locator("figure.metric-chart .uplot")).to_have_count(4)
+    expect(page.locator('figure.metric-chart[data-key="system/gpu0/utilization_percent"]')).to_be_visible()
+    screenshot(page, "system-tab")

@@ -30,6 +30,9 @@ from tests.factories import (
     ("runs:run-detail", "run"),
     ("runs:run-charts", "run"),
     ("runs:run-logs", "run"),
+    ("runs:run-system", "run"),
+    ("runs:project-compare", {"slug": "vision"}),
+    ("runs:project-runs-csv", {"slug": "vision"}),
 ])
 def test_anonymous_is_redirected_to_login(client, run, name, kwargs):
     url = reverse(name, kwargs={"pk": run.pk} if kwargs == "run" else kwargs)
@@ -43,7 +46,7 @@ def test_every_role_sees_the_project_and_run_pages(login, request, run, role):
     client = login(request.getfixturevalue(role))
     assert client.get(reverse("runs:project-list")).status_code == 200
     assert client.get(reverse("runs:project-detail", args=["vision"])).status_code == 200
-    for name in ("run-detail", "run-charts", "run-checkpoints", "run-data-history", "run-logs"):
+    for name in ("run-detail", "run-charts", "run-checkpoints", "run-data-history", "run-logs", "run-system"):
         assert client.get(reverse(f"runs:{name}", args=[run.pk])).status_code == 200, name
 
 
@@ -55,6 +58,9 @@ def test_outsider_gets_404_for_another_projects_pages(login, outsider, run):
         reverse("runs:run-detail", args=[run.pk]),
         reverse("runs:run-charts", args=[run.pk]),
         reverse("runs:run-checkpoints", args=[run.pk]),
+        reverse("runs:run-system", args=[run.pk]),
+        reverse("runs:project-compare", args=["vision"]),
+        reverse("runs:project-runs-csv", args=["vision"]),
     ]
     for url in urls:
         assert client.get(url).status_code == 404, url
@@ -182,6 +188,7 @@ def test_run_page_shows_overview_lineage_parameters_datasets_and_code(login, vie
     ("runs:run-checkpoints", "No checkpoints to show yet"),
     ("runs:run-data-history", "No data changes have been recorded"),
     ("runs:run-logs", "No logs yet"),
+    ("runs:run-system", "No system metrics were recorded"),
 ])
 def test_later_tabs_show_an_empty_state_sentence(login, viewer, run, name, sentence):
     response = login(viewer).get(reverse(name, args=[run.pk]))
@@ -215,6 +222,20 @@ def test_non_finite_points_are_skipped_and_counted(login, viewer, run, creator):
     assert "2 non-finite values" in body
     (series,) = chart_data(body)["charts"][0]["series"]
     assert series["x"] == [0, 3] and series["y"] == [1.0, 0.5]
+
+
+def test_system_metrics_are_on_the_system_tab_not_among_the_training_charts(login, viewer, run, creator):
+    metrics_ingest(actor=creator, run=run, points=[
+        {"key": key, "value": 1.0, "step": s} for key in ("loss", "system/cpu_percent") for s in range(3)
+    ])
+    client = login(viewer)
+    overview = chart_data(client.get(reverse("runs:run-detail", args=[run.pk])).content.decode())
+    assert [c["key"] for c in overview["charts"]] == ["loss"]
+    system = client.get(reverse("runs:run-system", args=[run.pk])).content.decode()
+    assert [c["key"] for c in chart_data(system)["charts"]] == ["system/cpu_percent"]
+    assert f'hx-get="{reverse("runs:run-charts", args=[run.pk])}?system=1"' in system
+    partial = client.get(reverse("runs:run-charts", args=[run.pk]) + "?system=1").content.decode()
+    assert [c["key"] for c in chart_data(partial)["charts"]] == ["system/cpu_percent"]
 
 
 def test_a_run_without_metrics_says_so(login, viewer, run):
