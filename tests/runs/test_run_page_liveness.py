@@ -63,5 +63,5 @@ def test_the_new_facts_are_translated_to_japanese(login, viewer, resumed_run):
     client = login(viewer)
     client.cookies[settings.LANGUAGE_COOKIE_NAME] = "ja"
     html = page(client, resumed_run)
-    assert "再開回数" in html and "パラメータの変更" in html
+    assert "同じ id での再開" in html and "2 回" in html and "パラメータの変更" in html
     assert "12 点を破棄しました: 再開後のstepが 101 未満でした。" in html

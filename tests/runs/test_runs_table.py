@@ -174,3 +174,12 @@ def test_a_bad_column_choice_is_refused_and_the_saved_one_kept(login, viewer, pr
 def test_an_outsider_cannot_save_columns_in_another_project(login, outsider, project):
     response = login(outsider).post(reverse("runs:project-columns", args=[project.slug]), {"col": ["param:lr"]})
     assert response.status_code == 404
+
+
+def test_the_workspace_pages_are_translated_to_japanese(login, viewer, project, three, settings):
+    client = login(viewer)
+    client.cookies[settings.LANGUAGE_COOKIE_NAME] = "ja"
+    table_page = page(client, project).content.decode()
+    assert "選んだRunを比較" in table_page and "CSV をダウンロード" in table_page and "3 件のRun" in table_page
+    compared = compare(client, project, [r.pk for r in three]).content.decode()
+    assert "Runの比較" in compared and "拡大を戻す" in compared and "対数目盛り (y)" in compared
