@@ -20,6 +20,7 @@ from runs.models import (
     Membership,
     MetricBatch,
     MetricPoint,
+    MetricSummary,
     ParameterChange,
     Project,
     Run,
@@ -125,6 +126,18 @@ class MetricPointAdmin(ReadOnlyAdmin):
     list_select_related = ["run"]
     show_full_result_count = False
     readonly_fields = ["run", "key", "step", "value", "timestamp"]
+
+
+@admin.register(MetricSummary)
+class MetricSummaryAdmin(ReadOnlyAdmin):
+    """A run's per-key summary is kept by the metrics write path: read-only."""
+
+    list_display = ["run", "key", "count", "last_step", "last_value", "min_value", "max_value"]
+    search_fields = ["key", "run__external_id"]
+    raw_id_fields = ["run"]
+    list_select_related = ["run"]
+    readonly_fields = ["run", "key", "count", "first_step", "last_step", "last_value", "min_value", "max_value",
+                       "first_timestamp", "last_timestamp"]
 
 
 @admin.register(MetricBatch)

@@ -10,7 +10,7 @@ import threading
 import time
 from collections.abc import Mapping
 
-from mado_tracking.errors import MadoError
+from mado_tracking.errors import CheckpointError, MadoError
 from mado_tracking.metrics import check_metric_step, encode_metrics
 from mado_tracking.resume import ResumeCheckpoint, resume_checkpoint
 
@@ -93,7 +93,7 @@ class RunBase:
     step = 0
     preempting = False
 
-    def _encode(self, metrics, step) -> list[str]:
+    def _encode(self, metrics, step) -> list[tuple[str, str, str, str]]:
         """The points of a ``log_metrics`` call at ``step`` (None: ``self.step``); ``self.step`` moves past it.
 
         Raises ``ValueError`` / ``TypeError`` as ``encode_metrics``; ``self.step`` is unchanged then.
@@ -128,6 +128,8 @@ class RunBase:
         try:
             self.finish(self._ending_status(clean))
         except MadoError as error:
+            if clean and isinstance(error, CheckpointError):
+                raise  # the block succeeded but a checkpoint it saved in the background did not: no exit 0
             # Training is over either way; failing the program now would only hide its own outcome.
             logger.error("mado: finishing run %s: %s", self.id, error)
         return False
