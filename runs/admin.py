@@ -10,7 +10,7 @@ from django.contrib import admin
 from mado.admin import ReadOnlyAdmin
 
 import runs.sweeps.admin  # noqa: F401 - registers Sweep and SweepTrial
-from runs.models import RunTag  # noqa: I001
+from runs.models import RunTableColumns, RunTag  # noqa: I001
 from runs.models import (
     Code,
     CodeVersion,
@@ -185,3 +185,10 @@ class RunTagAdmin(admin.ModelAdmin):
     list_display = ("run", "key", "value")
     search_fields = ("key", "value", "run__external_id")
     raw_id_fields = ("run",)
+
+
+@admin.register(RunTableColumns)
+class RunTableColumnsAdmin(admin.ModelAdmin):
+    list_display = ("user", "project", "updated_at")
+    list_filter = ("project",)
+    raw_id_fields = ("user", "project")

@@ -226,6 +226,32 @@ def _bucket_extremes(run_id: int, key: str, before_step, low: int, width: int, f
         return cursor.fetchall()
 
 
+def metric_chart_series_many(
+    *, runs: list[Run], max_points: int = 1000, keys: Q = Q()
+) -> dict[tuple[int, str], tuple[list[tuple], int, int]]:
+    """``metric_chart_series(..., with_timestamps=True)`` of every key (matching ``keys``) of every Run in
+    ``runs``, keyed by ``(run id, key)``, in few queries: one counts every pair, one reads every series small
+    enough to send whole, and only a series above ``max_points`` is reduced on its own (Compare, F34)."""
+    points = MetricPoint.objects.filter(run__in=runs).filter(keys)
+    non_finite = Q(value__isnull=True) | Q(value__in=[math.inf, -math.inf])
+    stats = points.values("run_id", "key").annotate(total=Count("id"), bad=Count("id", filter=non_finite)).order_by()
+    by_id = {run.pk: run for run in runs}
+    series, big = {}, Q()
+    for row in stats:
+        pair = (row["run_id"], row["key"])
+        if row["total"] - row["bad"] <= max_points:
+            series[pair] = ([], row["bad"], row["total"])
+        else:
+            series[pair] = metric_chart_series(run=by_id[pair[0]], key=pair[1], max_points=max_points,
+                                               with_timestamps=True)
+            big |= Q(run_id=pair[0], key=pair[1])
+    small = points.exclude(non_finite).exclude(big) if big else points.exclude(non_finite)
+    for run_id, key, *point in small.order_by("run_id", "key", "step", "id").values_list(
+            "run_id", "key", "step", "value", "timestamp"):
+        series[(run_id, key)][0].append(tuple(point))
+    return series
+
+
 # --- Jobs pages: launch form choices, lineage, ancestors' curves (issue 4 part 5; SPEC F2, F7) ---------------
 
 

@@ -25,7 +25,7 @@ from django.db.models.fields.json import KeyTransform
 from django.db.models.functions import Cast
 
 from mado.errors import ValidationFailed
-from runs.models import MetricSummary, Run
+from runs.models import MetricSummary, Run, RunTableColumns
 from runs.selectors import run_list
 
 METRIC_STATS = ("last", "min", "max")
@@ -233,7 +233,8 @@ def run_table_for_user(*, user, project, filters: dict, column_ids: list[str]) -
     """
     runs = run_list(user=user, project=project, status=filters.get("status"), kind=filters.get("kind"))
     choices = column_choices(runs=Run.objects.filter(project=project))
-    columns = parse_columns(column_ids) if column_ids else choices.defaults()
+    saved = RunTableColumns.objects.filter(user=user, project=project).values_list("columns", flat=True).first()
+    columns = parse_columns(column_ids or saved) if column_ids or saved else choices.defaults()
     sort = (filters.get("sort") or "").removeprefix("-")
     if sort and sort not in FIXED_SORTS and sort not in {c.id for c in columns}:
         # Sorting by a column that is not shown shows it (an unknown one is refused below, naming "sort").

@@ -28,6 +28,7 @@ from runs.models.core import (
 )
 from runs.models.metrics import MetricSummary, MetricSummaryQuerySet
 from runs.models.sweeps import MetricGoal, Sweep, SweepMethod, SweepTrial, TrialState
+from runs.models.workspace import RunTableColumns
 
 __all__ = [
     "FINAL_STATES", "Code", "CodeVersion", "CodeVersionQuerySet", "DataStage", "DataStageQuerySet", "Dataset",
@@ -35,4 +36,5 @@ __all__ = [
     "MetricSummary", "MetricSummaryQuerySet",
     "Membership", "ParameterChange", "Project", "ProjectQuerySet", "Role", "Run", "RunKind", "RunStatus", "RunTag",
     "RunTagQuerySet", "Sweep", "SweepMethod", "SweepTrial", "TrialState", "VisibleQuerySet", "new_external_id",
+    "RunTableColumns",
 ]
