@@ -32,7 +32,8 @@ from mado import policy
 from mado.errors import Conflict, Forbidden
 from runs import services as run_services
 from runs.liveness import run_touch
-from runs.metrics import metrics_ingest, parse_value
+from runs.metric_batch import parse_value
+from runs.metrics import metrics_ingest
 from runs.mlflow import selectors
 from runs.mlflow.errors import (
     INVALID_PARAMETER_VALUE,

@@ -2,7 +2,8 @@
 
 The server refuses points for a crashed Run (409 ``run_ended``) instead of
 storing them into it. The process lost the Run but its points are real: they
-are appended, one encoded point (JSON text) a line, to
+are appended, one encoded point a line (the JSON list of its four field texts,
+``metrics.encode_point``), to
 ``<run staging directory>/unsent-metrics.jsonl`` (``staging.run_staging_dir``,
 the directory a same-run resume started from here looks in). The next start
 of that run id (``resume="allow"|"must"|"auto"``) queues them ahead of new
@@ -19,15 +20,15 @@ logger = logging.getLogger("mado_tracking")
 FILE_NAME = "unsent-metrics.jsonl"
 
 
-def keep(directory: Path, points: list[str], *, run_label: str) -> None:
-    """Append ``points`` (encoded JSON texts) to the run's file; a failure to write is logged, not raised."""
+def keep(directory: Path, points: list[tuple[str, str, str, str]], *, run_label: str) -> None:
+    """Append ``points`` (``metrics.encode_point`` tuples) to the run's file; a write failure is logged, not raised."""
     if not points:
         return
     path = directory / FILE_NAME
     try:
         directory.mkdir(parents=True, exist_ok=True)
         with open(path, "a", encoding="utf-8") as spool:
-            spool.write("".join(point + "\n" for point in points))
+            spool.write("".join(json.dumps(list(point)) + "\n" for point in points))
             spool.flush()
             os.fsync(spool.fileno())
     except OSError as exc:
@@ -38,7 +39,7 @@ def keep(directory: Path, points: list[str], *, run_label: str) -> None:
                    "resume='allow') sends them", len(points), run_label, path)
 
 
-def take(directory: Path) -> list[str]:
+def take(directory: Path) -> list[tuple[str, str, str, str]]:
     """The points kept for this run (oldest first), removing the file; [] when there is none."""
     path = directory / FILE_NAME
     try:
@@ -49,12 +50,12 @@ def take(directory: Path) -> list[str]:
         logger.warning("mado: cannot read kept metric points in %s (%s); they stay there", path, exc)
         return []
     path.unlink(missing_ok=True)
-    return [line for line in lines if _whole(line)]
-
-
-def _whole(line: str) -> bool:
-    """False for the cut last line a killed process may leave."""
-    try:
-        return isinstance(json.loads(line), dict)
-    except ValueError:
-        return False
+    points = []
+    for line in lines:
+        try:
+            fields = json.loads(line)
+        except ValueError:
+            continue  # the cut last line a killed process may leave
+        if isinstance(fields, list) and len(fields) == 4 and all(isinstance(f, str) for f in fields):
+            points.append(tuple(fields))
+    return points

@@ -81,7 +81,7 @@ def test_points_refused_for_a_crashed_run_are_kept_and_sent_by_its_resume(mmt_en
     first.finish()
     assert MetricPoint.objects.filter(run_id=first.id).count() == 3  # nothing stored into the crashed run
     kept = list((tmp_path / "cache").rglob("unsent-metrics.jsonl"))
-    assert len(kept) == 1 and [json.loads(line)["step"] for line in kept[0].read_text().splitlines()] == [3, 4, 5, 6]
+    assert len(kept) == 1 and [int(json.loads(line)[2]) for line in kept[0].read_text().splitlines()] == [3, 4, 5, 6]
 
     with mado_tracking.start_run(id="killed-by-reaper", resume="allow") as again:
         assert again.resumed and again.id == first.id
@@ -92,8 +92,9 @@ def test_points_refused_for_a_crashed_run_are_kept_and_sent_by_its_resume(mmt_en
 def test_a_cut_last_line_of_the_kept_points_is_skipped(tmp_path):
     from mado_tracking import unsent
 
-    unsent.keep(tmp_path, ['{"key": "loss", "value": 1.0, "step": 3}'], run_label="r")
+    point = ('"loss"', "1.0", "3", "1700000000.5")
+    unsent.keep(tmp_path, [point], run_label="r")
     with open(tmp_path / unsent.FILE_NAME, "a") as spool:
-        spool.write('{"key": "loss", "val')
-    assert unsent.take(tmp_path) == ['{"key": "loss", "value": 1.0, "step": 3}']
+        spool.write('["\\"loss\\"", "2.')
+    assert unsent.take(tmp_path) == [point]
     assert unsent.take(tmp_path) == []

@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('runs', '0007_project_members_may_resume_trial_claimed_by'),
+        ('runs', '0009_run_table_columns'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 

@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('checkpoints', '0005_checkpoint_lease_token'),
+        ('checkpoints', '0006_checkpoint_state_error'),
     ]
 
     operations = [
