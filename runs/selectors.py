@@ -230,26 +230,30 @@ def metric_chart_series_many(
     *, runs: list[Run], max_points: int = 1000, keys: Q = Q()
 ) -> dict[tuple[int, str], tuple[list[tuple], int, int]]:
     """``metric_chart_series(..., with_timestamps=True)`` of every key (matching ``keys``) of every Run in
-    ``runs``, keyed by ``(run id, key)``, in few queries: one counts every pair, one reads every series small
-    enough to send whole, and only a series above ``max_points`` is reduced on its own (Compare, F34)."""
-    points = MetricPoint.objects.filter(run__in=runs).filter(keys)
-    non_finite = Q(value__isnull=True) | Q(value__in=[math.inf, -math.inf])
-    stats = points.values("run_id", "key").annotate(total=Count("id"), bad=Count("id", filter=non_finite)).order_by()
+    ``runs``, keyed by ``(run id, key)``, in few queries: the summaries say which series fit in ``max_points``,
+    one query reads all of those whole, and only a larger series is reduced on its own (Run page, Compare, F34).
+    """
     by_id = {run.pk: run for run in runs}
     series, big = {}, Q()
-    for row in stats:
-        pair = (row["run_id"], row["key"])
-        if row["total"] - row["bad"] <= max_points:
-            series[pair] = ([], row["bad"], row["total"])
+    for run_id, key, count in MetricSummary.objects.filter(run__in=runs).filter(keys).values_list(
+            "run_id", "key", "count"):
+        if count <= max_points:
+            series[(run_id, key)] = [[], 0, count]
         else:
-            series[pair] = metric_chart_series(run=by_id[pair[0]], key=pair[1], max_points=max_points,
-                                               with_timestamps=True)
-            big |= Q(run_id=pair[0], key=pair[1])
-    small = points.exclude(non_finite).exclude(big) if big else points.exclude(non_finite)
-    for run_id, key, *point in small.order_by("run_id", "key", "step", "id").values_list(
+            series[(run_id, key)] = metric_chart_series(run=by_id[run_id], key=key, max_points=max_points,
+                                                        with_timestamps=True)
+            big |= Q(run_id=run_id, key=key)
+    small = MetricPoint.objects.filter(run__in=runs).filter(keys)
+    small = small.exclude(big) if big else small
+    isfinite = math.isfinite
+    for run_id, key, step, value, timestamp in small.order_by("run_id", "key", "step", "id").values_list(
             "run_id", "key", "step", "value", "timestamp"):
-        series[(run_id, key)][0].append(tuple(point))
-    return series
+        entry = series.setdefault((run_id, key), [[], 0, 0])  # points and summary are written together
+        if value is None or not isfinite(value):
+            entry[1] += 1
+        else:
+            entry[0].append((step, value, timestamp))
+    return {pair: tuple(entry) for pair, entry in series.items()}
 
 
 # --- Jobs pages: launch form choices, lineage, ancestors' curves (issue 4 part 5; SPEC F2, F7) ---------------
