@@ -1,6 +1,8 @@
 """Reads used by pages and the API (STYLE: Selectors). Every lookup is scoped to the user's Projects."""
 
+import functools
 import math
+import operator
 
 from django.db import connection
 from django.db.models import Count, Max, Min, OuterRef, Q, QuerySet, Subquery
@@ -36,7 +38,10 @@ def run_list(
 
     Raises ``ValidationFailed`` (400) naming ``status`` or ``kind`` for an unknown value.
     """
-    runs = Run.objects.visible_to(user).select_related("project", "created_by")
+    # Runs of the visible Projects (a semi-join): no DISTINCT over every run's columns, which costs seconds at
+    # 10,000 runs with their parameters.
+    runs = Run.objects.filter(project__in=Project.objects.visible_to(user).values("pk"))
+    runs = runs.select_related("project", "created_by")
     if project is not None:
         runs = runs.filter(project=project)
     if status:
@@ -234,7 +239,7 @@ def metric_chart_series_many(
     one query reads all of those whole, and only a larger series is reduced on its own (Run page, Compare, F34).
     """
     by_id = {run.pk: run for run in runs}
-    series, big = {}, Q()
+    series = {}
     for run_id, key, count in MetricSummary.objects.filter(run__in=runs).filter(keys).values_list(
             "run_id", "key", "count"):
         if count <= max_points:
@@ -242,9 +247,15 @@ def metric_chart_series_many(
         else:
             series[(run_id, key)] = metric_chart_series(run=by_id[run_id], key=key, max_points=max_points,
                                                         with_timestamps=True)
-            big |= Q(run_id=run_id, key=key)
-    small = MetricPoint.objects.filter(run__in=runs).filter(keys)
-    small = small.exclude(big) if big else small
+    wanted = {}
+    for (run_id, key), entry in series.items():
+        if isinstance(entry, list):
+            wanted.setdefault(run_id, []).append(key)
+    # One index range per Run (and its small keys): the points of a large series are never read here.
+    small = MetricPoint.objects.none()
+    if wanted:
+        pairs = (Q(run_id=run_id, key__in=names) for run_id, names in wanted.items())
+        small = MetricPoint.objects.filter(functools.reduce(operator.or_, pairs))
     isfinite = math.isfinite
     for run_id, key, step, value, timestamp in small.order_by("run_id", "key", "step", "id").values_list(
             "run_id", "key", "step", "value", "timestamp"):
