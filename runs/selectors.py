@@ -1,9 +1,11 @@
 """Reads used by pages and the API (STYLE: Selectors). Every lookup is scoped to the user's Projects."""
 
 import functools
+import hashlib
 import math
 import operator
 
+from django.core.cache import cache
 from django.db import connection
 from django.db.models import Count, Max, Min, OuterRef, Q, QuerySet, Subquery
 
@@ -231,6 +233,23 @@ def _bucket_extremes(run_id: int, key: str, before_step, low: int, width: int, f
         return cursor.fetchall()
 
 
+CHART_CACHE_S = 3600
+
+
+def metric_chart_series_remembered(*, run: Run, key: str, max_points: int, before_step: int | None = None):
+    """``metric_chart_series(..., with_timestamps=True)``, kept in Django's cache while the key's summary (count,
+    last step, last timestamp) is unchanged. Points are only ever added, so an unchanged summary means the same
+    points: a finished run's million-point key is reduced once, not on every view of its page (F34)."""
+    summary = MetricSummary.objects.filter(run=run, key=key).values_list("count", "last_step", "last_timestamp").first()
+    digest = hashlib.sha256(repr((run.pk, run.created_at, key, max_points, before_step, summary)).encode()).hexdigest()
+    found = cache.get(f"chart-series:{digest}")
+    if found is None:
+        found = metric_chart_series(run=run, key=key, max_points=max_points, before_step=before_step,
+                                    with_timestamps=True)
+        cache.set(f"chart-series:{digest}", found, CHART_CACHE_S)
+    return found
+
+
 def metric_chart_series_many(
     *, runs: list[Run], max_points: int = 1000, keys: Q = Q()
 ) -> dict[tuple[int, str], tuple[list[tuple], int, int]]:
@@ -245,8 +264,7 @@ def metric_chart_series_many(
         if count <= max_points:
             series[(run_id, key)] = [[], 0, count]
         else:
-            series[(run_id, key)] = metric_chart_series(run=by_id[run_id], key=key, max_points=max_points,
-                                                        with_timestamps=True)
+            series[(run_id, key)] = metric_chart_series_remembered(run=by_id[run_id], key=key, max_points=max_points)
     wanted = {}
     for (run_id, key), entry in series.items():
         if isinstance(entry, list):
