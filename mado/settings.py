@@ -241,6 +241,9 @@ CELERY_BEAT_SCHEDULE = {
 # --- mado ---------------------------------------------------------------------
 MADO_METRIC_BATCH_MAX = env_int("MADO_METRIC_BATCH_MAX", 10_000, minimum=1)
 MADO_METRIC_HISTORY_PAGE_MAX = env_int("MADO_METRIC_HISTORY_PAGE_MAX", 100_000, minimum=1)
+# PostgreSQL statement timeout of metric reads (keys, history pages), milliseconds: a read never holds a web
+# worker longer than this, whatever the run's size (docs/deploy.md).
+MADO_READ_STATEMENT_TIMEOUT_MS = env_int("MADO_READ_STATEMENT_TIMEOUT_MS", 10_000, minimum=1)
 MMT_CHECKPOINT_KEEP_COUNT = env_int("MMT_CHECKPOINT_KEEP_COUNT", 5, minimum=1)
 # Direct checkpoint uploads to S3 (MADO_STORAGE=s3): part size in bytes (S3 needs >= 5 MiB; we use >= 8 MiB),
 # lifetime of the presigned part URLs in seconds, and the Celery queue of the verification task.

@@ -2,14 +2,17 @@
 
 import math
 
-from django.db.models import Count, F, Max, Min, OuterRef, Q, QuerySet, Subquery, Window
-from django.db.models.functions import RowNumber
+from django.db import connection
+from django.db.models import Count, Max, Min, OuterRef, Q, QuerySet, Subquery
 
 from mado.errors import NotFound, ValidationFailed
 from runs.models import (
-    Code, CodeVersion, Dataset, DatasetVersion, Membership, MetricPoint, Project, Run, RunKind, RunStatus, SweepTrial,
+    Code, CodeVersion, Dataset, DatasetVersion, Membership, MetricPoint, MetricSummary, Project, Run, RunKind,
+    RunStatus, SweepTrial,
 )
 from runs.stages import data_composition_at, data_stage_history, why_cannot_record_stage  # noqa: F401 (F20)
+
+_INT64_MAX = 2**63 - 1  # steps are BIGINT
 
 
 def project_list(*, user) -> QuerySet[Project]:
@@ -100,8 +103,8 @@ def code_version_list(*, code: Code) -> QuerySet[CodeVersion]:
 
 
 def metric_keys(*, run: Run) -> list[str]:
-    """The distinct metric keys logged in ``run``, sorted."""
-    return sorted(MetricPoint.objects.filter(run=run).values_list("key", flat=True).distinct())
+    """The distinct metric keys logged in ``run``, sorted; read from its summaries (O(keys), SPEC F2)."""
+    return list(MetricSummary.objects.filter(run=run).order_by("key").values_list("key", flat=True))
 
 
 def metric_history(
@@ -122,8 +125,8 @@ def metric_history(
 
 
 def metric_count(*, run: Run, key: str) -> int:
-    """How many points of ``key`` the run holds."""
-    return MetricPoint.objects.filter(run=run, key=key).count()
+    """How many points of ``key`` the run holds (0 for an unknown key); one summary row, not a count of points."""
+    return MetricSummary.objects.filter(run=run, key=key).values_list("count", flat=True).first() or 0
 
 
 def _int_or_none(value):
@@ -169,8 +172,8 @@ def metric_chart_series(
     ``points`` are finite ``(step, value)`` pairs ordered by step, at most
     ``max_points`` (>= 2). Above that, the step range is cut into
     ``max_points // 2`` equal buckets and each bucket keeps the rows holding its
-    smallest and its largest value, so spikes (a diverging loss) survive the
-    reduction. NaN (stored NULL) and ±Infinity are counted, never drawn (F2, F29).
+    smallest and its largest value (the lowest step on a tie), so spikes (a
+    diverging loss) survive the reduction. NaN (stored NULL) and ±Infinity are counted, never drawn (F2, F29).
     With ``before_step``, only points at steps below it count (an ancestor's
     curve up to where its child resumed). ``with_timestamps`` adds each point's
     Unix milliseconds: ``(step, value, timestamp_ms)``.
@@ -189,17 +192,64 @@ def metric_chart_series(
         return list(rows), stats["bad"], stats["total"]
     buckets = max(max_points // 2, 1)
     width = -(-(stats["high"] - stats["low"] + 1) // buckets)
-    bucket = (F("step") - stats["low"]) / width
-    rows = (
-        finite.annotate(
-            lo=Window(RowNumber(), partition_by=[bucket], order_by=[F("value").asc(), F("id").asc()]),
-            hi=Window(RowNumber(), partition_by=[bucket], order_by=[F("value").desc(), F("id").asc()]),
-        )
-        .filter(Q(lo=1) | Q(hi=1))
-        .order_by("step", "id")
-        .values_list(*fields)
-    )
-    return list(rows), stats["bad"], stats["total"]
+    return _bucket_extremes(run.pk, key, before_step, stats["low"], width, fields), stats["bad"], stats["total"]
+
+
+_EXTREMES = """
+WITH points AS (
+    SELECT id, step, value, timestamp, (step - %s) / %s AS bucket FROM {table}
+    WHERE run_id = %s AND key = %s AND value IS NOT NULL AND value <> %s AND value <> %s AND step < %s
+), extremes AS (
+    SELECT bucket, MIN(value) AS lo, MAX(value) AS hi FROM points GROUP BY bucket
+), hits AS (
+    SELECT p.step, p.value, p.timestamp,
+           ROW_NUMBER() OVER (PARTITION BY p.bucket, p.value ORDER BY p.step, p.id) AS n
+    FROM points p JOIN extremes e ON p.bucket = e.bucket
+    WHERE p.value = e.lo OR p.value = e.hi
+)
+SELECT {fields} FROM hits WHERE n = 1 ORDER BY step, value
+"""
+
+
+def _bucket_extremes(run_id: int, key: str, before_step, low: int, width: int, fields) -> list[tuple]:
+    """Per step bucket, the points holding its smallest and largest finite value (the lowest step on a tie).
+
+    A hash aggregate finds each bucket's extremes and a hash join the rows
+    holding them: two passes over the key's index range and no sort of the
+    key (only the matched rows are ranked), where ranking every row by value
+    per bucket spilled to disk for a million-point key.
+    """
+    sql = _EXTREMES.format(table=MetricPoint._meta.db_table, fields=", ".join(fields))
+    upper = _INT64_MAX if before_step is None else before_step
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [low, width, run_id, key, math.inf, -math.inf, upper])
+        return cursor.fetchall()
+
+
+def metric_chart_series_many(
+    *, runs: list[Run], max_points: int = 1000, keys: Q = Q()
+) -> dict[tuple[int, str], tuple[list[tuple], int, int]]:
+    """``metric_chart_series(..., with_timestamps=True)`` of every key (matching ``keys``) of every Run in
+    ``runs``, keyed by ``(run id, key)``, in few queries: one counts every pair, one reads every series small
+    enough to send whole, and only a series above ``max_points`` is reduced on its own (Compare, F34)."""
+    points = MetricPoint.objects.filter(run__in=runs).filter(keys)
+    non_finite = Q(value__isnull=True) | Q(value__in=[math.inf, -math.inf])
+    stats = points.values("run_id", "key").annotate(total=Count("id"), bad=Count("id", filter=non_finite)).order_by()
+    by_id = {run.pk: run for run in runs}
+    series, big = {}, Q()
+    for row in stats:
+        pair = (row["run_id"], row["key"])
+        if row["total"] - row["bad"] <= max_points:
+            series[pair] = ([], row["bad"], row["total"])
+        else:
+            series[pair] = metric_chart_series(run=by_id[pair[0]], key=pair[1], max_points=max_points,
+                                               with_timestamps=True)
+            big |= Q(run_id=pair[0], key=pair[1])
+    small = points.exclude(non_finite).exclude(big) if big else points.exclude(non_finite)
+    for run_id, key, *point in small.order_by("run_id", "key", "step", "id").values_list(
+            "run_id", "key", "step", "value", "timestamp"):
+        series[(run_id, key)][0].append(tuple(point))
+    return series
 
 
 # --- Jobs pages: launch form choices, lineage, ancestors' curves (issue 4 part 5; SPEC F2, F7) ---------------
@@ -218,8 +268,8 @@ def dataset_version_choices(*, project: Project) -> QuerySet[DatasetVersion]:
 
 
 def run_first_metric_step(*, run: Run) -> int | None:
-    """The lowest step any metric of ``run`` was logged at, or None before the first point."""
-    return MetricPoint.objects.filter(run=run).aggregate(low=Min("step"))["low"]
+    """The lowest step any metric of ``run`` was logged at, or None before the first point (from its summaries)."""
+    return MetricSummary.objects.filter(run=run).aggregate(low=Min("first_step"))["low"]
 
 
 def run_ancestors(*, user, run: Run, max_depth: int = 50) -> list[tuple[Run, int | None]]:
