@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from metrics_ingest import recreate_postgres_database  # noqa: E402
+from metrics_ingest import load, recreate_postgres_database  # noqa: E402
 
 SWEEP = {
     "method": "random",
@@ -72,8 +72,7 @@ def main() -> None:
     from runs.sweeps.services import sweep_claim, sweep_create
 
     call_command("migrate", verbosity=0)
-    print(f"backend: {'PostgreSQL' if connection.vendor == 'postgresql' else 'SQLite'}; "
-          f"load: {' '.join(f'{x:.2f}' for x in os.getloadavg())} ({os.cpu_count()} CPUs)")
+    print(f"backend: {'PostgreSQL' if connection.vendor == 'postgresql' else 'SQLite'}; load: {load()}")
     user = get_user_model().objects.create_user("bench")
     project = project_create(user=user, name="Bench", slug="bench")
     medians = {}

@@ -22,6 +22,7 @@ the Job's code all use the same ``MADO_DATA_DIR``; the worker gives the code
 
 import io
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -52,8 +53,14 @@ EXAMPLES_DIR = Path(settings.BASE_DIR) / "examples"
 
 
 def child_env(base_url: str) -> dict[str, str]:
-    """The environment of the web server and the worker: ours, the public URL, and this venv's ``python`` first."""
+    """The environment of the web server and the worker: ours, the public URL, and this venv's ``python`` first.
+
+    Without a secret key of ours, the demo's server gets a random one for this run (a server without
+    one refuses to start, mado/checks.py).
+    """
     env = dict(os.environ)
+    if not env.get("MADO_SECRET_KEY") and not env.get("MADO_SECRET_KEY_FILE"):
+        env["MADO_SECRET_KEY"] = secrets.token_urlsafe(50)
     env["MADO_PUBLIC_URL"] = base_url
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", os.defpath)])
     return env
