@@ -53,7 +53,12 @@ def recreate_postgres_database(url: str) -> None:
 
 
 def prepare(env: dict) -> str:
-    """Migrate and create the bench user and project; return the user's API token."""
+    """Migrate and create the bench user and project; return the user's API token.
+
+    Also puts a fresh ``MADO_SECRET_KEY`` into ``env`` when it has none: the
+    web server started with ``env`` refuses to run without one.
+    """
+    env.setdefault("MADO_SECRET_KEY", secrets.token_urlsafe(50))
     manage = [sys.executable, str(ROOT / "manage.py")]
     subprocess.run([*manage, "migrate", "--verbosity", "0"], env=env, check=True, cwd=ROOT)
     script = (
