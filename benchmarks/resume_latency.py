@@ -17,11 +17,13 @@ per ``--size-mib``:
 
 Phases, from what the worker records: ``dispatch`` (the request — the service's transaction and the send
 on commit, also printed alone — and the broker's delivery, up to the claim, ``Job.started_at``), ``code``
-(the Code archive fetched and extracted), ``download+verify`` and ``extract`` (the worker's
-``[mado] checkpoint …`` log line: "downloaded and verified in X s, extracted in Y s"; the worker verifies
-while the bytes stream, so it reports the two as one figure), ``start`` (token, environment, ``Popen``,
-interpreter start until the code's first line). "Overhead" is the total minus download+verify+extract;
-"rate" is the checkpoint's tar bytes over download+verify+extract, also as a fraction of the hashlib rate.
+(the Code archive fetched and extracted), ``restore`` (the worker's ``[mado] checkpoint …`` log line:
+"downloaded, verified and extracted in X s (N bytes written)": one streaming pass, the tar never stored),
+``start`` (token, environment, ``Popen``, interpreter start until the code's first line). "Overhead" is the
+total minus the restore; "rate" is the checkpoint's tar bytes over the restore, also as a fraction of the
+hashlib rate. The bytes the worker wrote are printed twice: its own count of file bytes, and the growth of
+the worker process's ``/proc/<pid>/io`` ``wchar`` (every ``write``) and ``write_bytes`` (sent to the block
+device; 0 on tmpfs) across the resume: one write of the checkpoint's bytes, not two.
 
     .venv/bin/python benchmarks/resume_latency.py --size-mib 64          # develop with this
     .venv/bin/python benchmarks/resume_latency.py                        # 1 MiB and 1 GiB (≈ 5 GiB of disk)
@@ -52,7 +54,7 @@ FIRST_LINE = (
     "with open(os.path.join(sys.argv[1], os.environ['MMT_RUN_ID']), 'w') as out:\n"
     "    out.write(repr(STARTED))\n"
 )
-CHECKPOINT_LINE = re.compile(r"downloaded and verified in ([0-9.]+) s, extracted in ([0-9.]+) s")
+CHECKPOINT_LINE = re.compile(r"downloaded, verified and extracted in ([0-9.]+) s \(([0-9]+) bytes written\)")
 
 
 def parse_args() -> argparse.Namespace:
@@ -198,6 +200,15 @@ def failed_job_with_checkpoint(user, queue, version, tar_path: Path, tar_sha256:
     return job
 
 
+def process_io(pid: int) -> dict[str, int]:
+    """``/proc/<pid>/io`` counters (bytes); empty when the kernel does not expose them."""
+    try:
+        lines = Path(f"/proc/{pid}/io").read_text().splitlines()
+    except OSError:
+        return {}
+    return {name: int(value) for name, value in (line.split(": ") for line in lines)}
+
+
 def measure(user, queue, version, stamps: Path, worker, log: Path, size_mib: int, scratch: Path) -> dict:
     from jobs.models import RunLogChunk
     from jobs.services import job_resume_from_latest
@@ -212,27 +223,29 @@ def measure(user, queue, version, stamps: Path, worker, log: Path, size_mib: int
     os.sync()
     time.sleep(1.0)  # the source Job's own message reaches the worker and is skipped before we start the clock
 
+    io_before = process_io(worker.pid)
     requested = time.time()
     job = job_resume_from_latest(actor=user, job=source)
     service_s = time.time() - requested
     first_line = wait_for(stamps / job.run.external_id, worker, log)
     job = wait_final(job.pk)
+    io_after = process_io(worker.pid)
     chunk = next(c for c in RunLogChunk.objects.filter(run_id=job.run_id).order_by("seq")
                  if CHECKPOINT_LINE.search(c.text))
-    download, extract = (float(x) for x in CHECKPOINT_LINE.search(chunk.text).groups())
+    found = CHECKPOINT_LINE.search(chunk.text)
+    moved, written = float(found.group(1)), int(found.group(2))
     prepared = chunk.created_at.timestamp()
     started = job.started_at.timestamp()
     phases = {
         "dispatch": started - requested,
-        "code": prepared - download - extract - started,
-        "download+verify": download,
-        "extract": extract,
+        "code": prepared - moved - started,
+        "restore": moved,
         "start": first_line - prepared,
     }
     total = first_line - requested
-    moved = download + extract
+    io = {name: io_after[name] - io_before[name] for name in ("wchar", "write_bytes") if name in io_after}
     return {"size_mib": size_mib, "tar_bytes": tar_size, "status": job.status, "phases": phases, "total": total,
-            "service": service_s,
+            "service": service_s, "written": written, "io": io,
             "overhead": total - moved, "rate": tar_size / moved / 1e6 if moved else float("inf"),
             "sha_rate": tar_size / sha_seconds / 1e6}
 
@@ -244,8 +257,11 @@ def report(result: dict) -> None:
     print(f"      request → first line of the code: {result['total']:.3f} s   [{phases}] s")
     print(f"      (the resume service call itself, inside dispatch: {result['service']:.3f} s)")
     print(f"      overhead beyond moving the bytes: {result['overhead']:.3f} s")
-    print(f"      download+verify+extract: {result['rate']:.0f} MB/s; hashlib SHA-256 single pass: "
+    print(f"      download+verify+extract (one pass): {result['rate']:.0f} MB/s; hashlib SHA-256 single pass: "
           f"{result['sha_rate']:.0f} MB/s; ratio {ratio:.0%}")
+    io = ", ".join(f"{name} +{value:,}" for name, value in result["io"].items()) or "not exposed"
+    print(f"      bytes written by the worker: {result['written']:,} file bytes ({result['written'] / result['tar_bytes']:.2f}"
+          f" x the tar); worker process /proc io across the resume: {io}")
 
 
 def main() -> None:

@@ -116,7 +116,7 @@ def blob_write(*, source, prefix: str) -> StoredBlob:
 def blob_write_through(*, source, prefix: str, on_chunk) -> tuple[str, int]:
     """Stream ``source`` into a new key below ``prefix``, handing each piece to ``on_chunk``; ``(key, size)``.
 
-    Nothing is hashed here: ``on_chunk`` (a ``TarVerifier.feed``) does what
+    Nothing is hashed here: ``on_chunk`` (a ``CheckpointVerifier.feed``) does what
     checking the bytes need. An exception from ``source`` or ``on_chunk``
     removes the partial blob and propagates.
     """

@@ -7,9 +7,11 @@ filesystem. Production sets ``MADO_DATABASE_URL`` (PostgreSQL),
 ``docs/deploy.md``.
 """
 
+import os
 from pathlib import Path
 
 import dj_database_url
+from mado_tracking.tarformat import Limits as TarLimits
 
 from mado.env import env_bool, env_choice, env_int, env_list, env_str
 
@@ -32,6 +34,7 @@ INSTALLED_APPS = [
     "rest_framework",
     "rest_framework.authtoken",
     "drf_spectacular",
+    "drf_spectacular_sidecar",
     "mado",
     "runs",
     "checkpoints",
@@ -104,7 +107,9 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATIC_ROOT = DATA_DIR / "static"
 STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # whitenoise warns on every request when it is missing
-STATICFILES_DIRS = [BASE_DIR / "static", *[d for d in [BASE_DIR / "node_modules" / "htmx.org" / "dist"] if d.is_dir()]]
+# npm packages served as they are installed (package.json): htmx for live parts, uPlot for the charts.
+NPM_DIST_DIRS = [BASE_DIR / "node_modules" / name / "dist" for name in ("htmx.org", "uplot")]
+STATICFILES_DIRS = [BASE_DIR / "static", *[d for d in NPM_DIST_DIRS if d.is_dir()]]
 # Serve static files straight from the app and static folders (no collectstatic step needed).
 WHITENOISE_USE_FINDERS = True
 
@@ -156,6 +161,10 @@ SPECTACULAR_SETTINGS = {
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
     "COMPONENT_SPLIT_REQUEST": True,
+    # Swagger UI's files come from drf-spectacular-sidecar's static files, not a CDN: the docs work offline.
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
     # Runs and Jobs both have a "kind" and a "status": name each choice set once.
     "ENUM_NAME_OVERRIDES": {
         "RunKindEnum": "runs.models.RunKind",
@@ -238,6 +247,9 @@ MMT_CHECKPOINT_KEEP_COUNT = env_int("MMT_CHECKPOINT_KEEP_COUNT", 5, minimum=1)
 MADO_CHECKPOINT_PART_SIZE = env_int("MADO_CHECKPOINT_PART_SIZE", 64 * 1024 * 1024, minimum=8 * 1024 * 1024)
 MADO_CHECKPOINT_PRESIGN_EXPIRES = env_int("MADO_CHECKPOINT_PRESIGN_EXPIRES", 6 * 3600, minimum=60)
 MADO_CHECKPOINT_VERIFY_QUEUE = env_str("MADO_CHECKPOINT_VERIFY_QUEUE", CELERY_TASK_DEFAULT_QUEUE)
+# What one checkpoint tar may hold (docs/checkpoint-format.md): MADO_TAR_MAX_MEMBERS, _PATH_BYTES,
+# _COMPONENT_BYTES, _PAX_BYTES, _TOTAL_BYTES; the worker and `mado agent` read the same variables.
+MADO_TAR_LIMITS = TarLimits.from_env(os.environ)
 # Same-run resume and sweeps (SPEC F24–F28). A running Run whose SDK sent no heartbeat for
 # MMT_CRASH_TIMEOUT seconds becomes crashed (a preempting one preempted); the SDK beats every
 # MMT_HEARTBEAT_INTERVAL seconds (told to it when it starts the Run). An agent's claim on a sweep

@@ -24,6 +24,10 @@ class RunFilterForm(forms.Form):
         required=False,
         choices=[("", pgettext_lazy("filter", "any kind"))] + [(code, LABELS["kind"][code]) for code in RunKind.values],
     )
+    creator = forms.CharField(label=_("Created by"), required=False, max_length=150)
+    tag = forms.CharField(label=_("Tag"), required=False, max_length=500, help_text=_("KEY or KEY:VALUE"))
+    q = forms.CharField(label=_("Search"), required=False, max_length=1000)
+    sort = forms.CharField(label=_("Sort"), required=False, max_length=600)
 
 
 class DatasetVersionChoiceField(forms.ModelMultipleChoiceField):

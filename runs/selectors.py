@@ -163,8 +163,8 @@ def run_input_dataset_versions(*, run: Run):
 
 
 def metric_chart_series(
-    *, run: Run, key: str, max_points: int = 1000, before_step: int | None = None
-) -> tuple[list[tuple[int, float]], int, int]:
+    *, run: Run, key: str, max_points: int = 1000, before_step: int | None = None, with_timestamps: bool = False
+) -> tuple[list[tuple], int, int]:
     """The points of ``key`` to draw, reduced in the database: ``(points, non_finite_count, total_count)``.
 
     ``points`` are finite ``(step, value)`` pairs ordered by step, at most
@@ -173,8 +173,10 @@ def metric_chart_series(
     smallest and its largest value, so spikes (a diverging loss) survive the
     reduction. NaN (stored NULL) and ±Infinity are counted, never drawn (F2, F29).
     With ``before_step``, only points at steps below it count (an ancestor's
-    curve up to where its child resumed).
+    curve up to where its child resumed). ``with_timestamps`` adds each point's
+    Unix milliseconds: ``(step, value, timestamp_ms)``.
     """
+    fields = ("step", "value", "timestamp") if with_timestamps else ("step", "value")
     points = MetricPoint.objects.filter(run=run, key=key)
     if before_step is not None:
         points = points.filter(step__lt=before_step)
@@ -184,7 +186,7 @@ def metric_chart_series(
     )
     finite = points.exclude(non_finite)
     if stats["total"] - stats["bad"] <= max_points:
-        rows = finite.order_by("step", "id").values_list("step", "value")
+        rows = finite.order_by("step", "id").values_list(*fields)
         return list(rows), stats["bad"], stats["total"]
     buckets = max(max_points // 2, 1)
     width = -(-(stats["high"] - stats["low"] + 1) // buckets)
@@ -196,7 +198,7 @@ def metric_chart_series(
         )
         .filter(Q(lo=1) | Q(hi=1))
         .order_by("step", "id")
-        .values_list("step", "value")
+        .values_list(*fields)
     )
     return list(rows), stats["bad"], stats["total"]
 

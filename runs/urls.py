@@ -14,6 +14,8 @@ app_name = "runs"
 urlpatterns = [
     path("", views.project_list, name="project-list"),
     path("projects/<slug:slug>/", views.project_detail, name="project-detail"),
+    path("projects/<slug:slug>/runs.csv", views.project_runs_csv, name="project-runs-csv"),
+    path("projects/<slug:slug>/compare/", views.project_compare, name="project-compare"),
     path("projects/<slug:slug>/members/", views.project_members, name="project-members"),
     path("projects/<slug:slug>/members/<str:username>/role/", views.member_role, name="member-role"),
     path("projects/<slug:slug>/members/<str:username>/remove/", views.member_remove, name="member-remove"),
@@ -22,5 +24,6 @@ urlpatterns = [
     path("sweeps/<int:pk>/", sweep_views.sweep_detail, name="sweep-detail"),
     path("runs/<int:pk>/", views.run_detail, name="run-detail"),
     path("runs/<int:pk>/charts/", views.run_charts, name="run-charts"),
+    path("runs/<int:pk>/system/", views.run_system, name="run-system"),
     path("runs/<int:pk>/data-history/", views.run_data_history, name="run-data-history"),
 ]

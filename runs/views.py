@@ -12,14 +12,15 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
-from django.http import Http404
+from django.http import Http404, HttpResponseBadRequest, StreamingHttpResponse
 from django.shortcuts import redirect, render
 from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy as _lazy
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from mado import policy
 from mado.errors import Conflict, Forbidden, NotFound, ValidationFailed
-from runs import charts, hooks, selectors, services
+from runs import charts, compare, hooks, selectors, services, table
 from runs.forms import DataStageRecordForm, MemberAddForm, MemberRoleForm, RunFilterForm, add_service_error
 
 RUNS_PER_PAGE = 25
@@ -31,8 +32,12 @@ RUN_TABS = [
     ("artifacts", "runs:run-artifacts", "checkpoints/_tab_artifacts.html"),
     ("data-history", "runs:run-data-history", "runs/_tab_data_history.html"),
     ("logs", "runs:run-logs", "runs/_tab_logs.html"),
+    ("system", "runs:run-system", "runs/_tab_system.html"),
 ]
 SERVICE_FORM_ERRORS = (ValidationFailed, Conflict)
+# The runs table's fixed columns: (sort name, header).
+FIXED_COLUMNS = [("name", _lazy("Name")), ("status", _lazy("Status")), ("kind", _lazy("Kind")),
+                 ("creator", _lazy("Created by")), ("started", _lazy("Started"))]
 
 
 def page(view):
@@ -57,25 +62,67 @@ def project_list(request):
     return render(request, "runs/project_list.html", {"projects": projects})
 
 
+def _run_table(request, project):
+    """``(form, rows, columns, choices, error)`` of the runs table for the GET parameters (error: a
+    ``ValidationFailed`` shown on the form, rows then empty)."""
+    form = RunFilterForm(request.GET)
+    if not form.is_valid():
+        return form, [], [], None, True
+    try:
+        rows, columns, choices = table.run_table_for_user(
+            user=request.user, project=project, filters=form.cleaned_data, column_ids=request.GET.getlist("col"))
+    except ValidationFailed as exc:
+        add_service_error(form, exc)
+        return form, [], [], None, True
+    return form, rows, columns, choices, False
+
+
 @page
 @require_GET
 def project_detail(request, slug):
+    """The runs table (F34): chosen parameter and metric columns, sort, filters, search, pagination, selection."""
     project = selectors.project_get_for_user(user=request.user, slug=slug)
-    form = RunFilterForm(request.GET or None)
-    invalid = form.is_bound and not form.is_valid()
-    filters = form.cleaned_data if form.is_bound and not invalid else {}
-    runs = [] if invalid else selectors.run_list(user=request.user, project=project, **filters)
+    form, rows, columns, choices, invalid = _run_table(request, project)
     query = request.GET.copy()
     query.pop("page", None)
     context = {
-        "project": project,
-        "form": form,
-        "page_obj": Paginator(runs, RUNS_PER_PAGE).get_page(request.GET.get("page")),
-        "query": query.urlencode(),
+        "project": project, "form": form, "columns": columns, "choices": choices, "query": query.urlencode(),
+        "page_obj": Paginator(rows, RUNS_PER_PAGE).get_page(request.GET.get("page")),
+        "sort": form.cleaned_data.get("sort", "") if not invalid else "",
+        "fixed_columns": FIXED_COLUMNS, "metric_stats": table.METRIC_STATS,
+        "column_ids": {column.id for column in columns},
+        "kept_filters": [(k, v) for k, v in request.GET.items() if k in RunFilterForm.base_fields and v],
         "role": policy.role_in(request.user, project),
         "can_manage_members": policy.can_manage_members(request.user, project),
     }
     return render(request, "runs/project_detail.html", context, status=400 if invalid else 200)
+
+
+@page
+@require_GET
+def project_runs_csv(request, slug):
+    """Every run of the table (same filters, search, sort and columns) as CSV, streamed (F34)."""
+    project = selectors.project_get_for_user(user=request.user, slug=slug)
+    form, rows, columns, _choices, invalid = _run_table(request, project)
+    if invalid:
+        return HttpResponseBadRequest("; ".join(f"{k}: {' '.join(v)}" for k, v in form.errors.items()))
+    response = StreamingHttpResponse(table.csv_lines(rows, columns), content_type="text/csv; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="{project.slug}-runs.csv"'
+    return response
+
+
+@page
+@require_GET
+def project_compare(request, slug):
+    """Selected runs side by side (F34): overlaid charts, the parameter diff, checkpoints and data stages."""
+    project = selectors.project_get_for_user(user=request.user, slug=slug)
+    try:
+        comparison = compare.run_comparison(user=request.user, project=project, run_ids=request.GET.getlist("run"),
+                                            all_parameters=request.GET.get("all") == "1")
+    except ValidationFailed as exc:
+        return render(request, "runs/project_compare.html", {"project": project, "error": exc.detail}, status=400)
+    context = {"project": project, "c": comparison, "charts": comparison.charts, "chart_data": comparison.chart_data}
+    return render(request, "runs/project_compare.html", context)
 
 
 def run_page_context(request, pk, tab: str, **context):
@@ -94,8 +141,12 @@ def _charts_context(request, run) -> dict:
     """The charts of the Run alone, or with ``?ancestors=1`` joined with its parent chain's curves (F2)."""
     if request.GET.get("ancestors") == "1" and run.parent_id:
         chart_list, lineage = charts.run_charts_with_ancestors(user=request.user, run=run)
-        return {"charts": chart_list, "lineage": lineage, "with_ancestors": True}
-    return {"charts": charts.run_charts(run=run), "with_ancestors": False}
+        return {"charts": chart_list, "chart_data": charts.chart_data(chart_list), "lineage": lineage,
+                "with_ancestors": True}
+    system = request.GET.get("system") == "1"
+    chart_list = charts.run_charts(run=run, system=system)
+    return {"charts": chart_list, "chart_data": charts.chart_data(chart_list), "with_ancestors": False,
+            "system_tab": system}
 
 
 def _ignored_checkpoint_step(run) -> int | None:
@@ -118,6 +169,17 @@ def run_detail(request, pk):
         sweep_trial=selectors.run_sweep_trial(run=run),
         **_charts_context(request, run),
     )
+    return render(request, "runs/run_detail.html", context)
+
+
+@page
+@require_GET
+def run_system(request, pk):
+    """The System tab (F35): charts of the ``system/…`` metrics the SDK sampled (CPU, memory, disk, network,
+    GPUs), refreshed like the Overview's while the Run is live."""
+    run, context = run_page_context(request, pk, "system")
+    chart_list = charts.run_charts(run=run, system=True)
+    context.update(charts=chart_list, chart_data=charts.chart_data(chart_list), system_tab=True)
     return render(request, "runs/run_detail.html", context)
 
 

@@ -6,8 +6,8 @@ succeeded (ARCHITECTURE rule 3):
 
 1. a fresh ``<MADO_WORKER_WORKDIR>/job-<id>``;
 2. the Code version's archive: fetched (size + SHA-256), extracted safely into ``code/``;
-3. resume / continue only: the Run's source checkpoint fetched and verified
-   while it streams, extracted read-only into ``checkpoint/``, and
+3. resume / continue only: the Run's source checkpoint downloaded, verified
+   and extracted read-only into ``checkpoint/`` in one streaming pass, and
    ``resume-checkpoint.json`` written (``worker.fetch``, ``worker.extract``;
    a checkpoint stored file by file, e.g. from MLflow: ``worker.fetch_files``);
 4. the Run's token (``jobs.services.run_token_issue``) and the environment of docs/jobs.md;
@@ -35,8 +35,8 @@ from jobs import services as jobs_services
 from jobs.models import Job, JobKind, Runner
 from worker import container
 from worker.errors import PrepareError
-from worker.extract import extract_checkpoint, extract_code_archive, remove_tree, write_resume_info
-from worker.fetch import fetch_artifact, fetch_checkpoint
+from worker.extract import extract_code_archive, remove_tree, write_resume_info
+from worker.fetch import fetch_artifact, restore_checkpoint
 from worker.fetch_files import restore_checkpoint_files
 from worker.runner import child_env, run_process
 
@@ -142,32 +142,15 @@ def prepare(job: Job, workdir: Path, on_progress: Callable[[], None]) -> Prepare
     checkpoint = job.run.source_checkpoint
     if checkpoint is None:
         raise PrepareError(f"Job {job.pk} is a {job.kind} but its Run records no source checkpoint")
-    if checkpoint.layout == CheckpointLayout.FILES:
-        return _prepare_files_checkpoint(job, checkpoint, code_dir, workdir, on_progress)
+    # A checkpoint stored as one artifact per file (MLflow, SPEC F3): the same checks, the same directory.
+    restore = restore_checkpoint_files if checkpoint.layout == CheckpointLayout.FILES else restore_checkpoint
     started = time.monotonic()
-    fetched = fetch_checkpoint(checkpoint=checkpoint, dest=workdir / "checkpoint.tar", on_progress=on_progress)
-    fetched_at = time.monotonic()
-    checkpoint_dir = extract_checkpoint(
-        checkpoint_id=checkpoint.pk, tar_path=fetched.tar_path, workdir=workdir, manifest=fetched.manifest,
-        on_progress=on_progress,
-    )
-    fetched.tar_path.unlink()
-    resume_file = write_resume_info(workdir=workdir, checkpoint=checkpoint, manifest=fetched.manifest)
-    _log(job, (
-        f"checkpoint {checkpoint.pk} (step {checkpoint.step}): {len(fetched.manifest)} files, {fetched.size} bytes "
-        f"downloaded and verified in {fetched_at - started:.2f} s, extracted in {time.monotonic() - fetched_at:.2f} s"
-    ))
-    return Prepared(code_dir=code_dir, checkpoint_dir=checkpoint_dir, resume_file=resume_file, step=checkpoint.step)
-
-
-def _prepare_files_checkpoint(job: Job, checkpoint, code_dir: Path, workdir: Path, on_progress) -> Prepared:
-    """Step 3 for a checkpoint stored as one artifact per file (MLflow, SPEC F3): same checks, same directory."""
-    started = time.monotonic()
-    restored = restore_checkpoint_files(checkpoint=checkpoint, workdir=workdir, on_progress=on_progress)
+    restored = restore(checkpoint=checkpoint, workdir=workdir, on_progress=on_progress)
     resume_file = write_resume_info(workdir=workdir, checkpoint=checkpoint, manifest=restored.manifest)
     _log(job, (
         f"checkpoint {checkpoint.pk} (step {checkpoint.step}): {len(restored.manifest)} files, {restored.size} bytes "
-        f"downloaded and verified in {time.monotonic() - started:.2f} s"
+        f"downloaded, verified and extracted in {time.monotonic() - started:.2f} s "
+        f"({restored.bytes_written} bytes written)"
     ))
     return Prepared(code_dir=code_dir, checkpoint_dir=restored.checkpoint_dir, resume_file=resume_file,
                     step=checkpoint.step)

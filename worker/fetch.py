@@ -1,14 +1,16 @@
-"""Fetch a stored artifact into a Job's working directory, checking it while the bytes stream (SPEC F12, F13, F15).
+"""Fetch stored artifacts into a Job's working directory, checking them while the bytes stream (SPEC F12–F15).
 
-The bytes are read from the artifact storage in 1 MiB chunks and each chunk
-is hashed (and, for a checkpoint, fed to ``TarVerifier``) in the same pass
-that writes it to the local file: nothing is read twice. A read that breaks
-(connection reset, S3 error, a body that ends early) resumes with a ranged
-read from the first byte not yet received, with backoff, at most
-``READ_ATTEMPTS`` consecutive failures in a row. A checkpoint whose stored
-bytes differ from its record raises ``CheckpointMismatch``
-(``Checkpoint <id> <what> mismatch: <detail>``); a storage that stays
-unreadable raises ``StorageUnavailable``.
+A checkpoint tar is downloaded, verified and extracted in one pass
+(``restore_checkpoint``): the bytes are read from the artifact storage in
+1 MiB chunks, fed to ``mado_tracking.tarverify.CheckpointVerifier`` (the one
+tar reader) and each file's bytes written where they belong; the tar itself
+is never stored. Other artifacts (a Code archive) are written to a file with
+their SHA-256 checked in the same pass. A read that breaks (connection
+reset, S3 error, a body that ends early) resumes with a ranged read from the
+first byte not yet received, with backoff, at most ``READ_ATTEMPTS``
+consecutive failures in a row. A checkpoint whose stored bytes differ from
+its record raises ``CheckpointMismatch`` (``Checkpoint <id> <what> mismatch:
+<detail>``); a storage that stays unreadable raises ``StorageUnavailable``.
 """
 
 import hashlib
@@ -19,10 +21,14 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from django.conf import settings
+from mado_tracking.extractdir import ExtractionDir, refuse_existing
+from mado_tracking.tarverify import CheckpointVerifier, ManifestFile, ManifestMismatch
+
 from checkpoints import storage
 from checkpoints.models import Artifact, Checkpoint, CheckpointState, ManifestEntry
-from checkpoints.tarverify import ManifestFile, ManifestMismatch, TarVerifier
 from worker.errors import ArchiveRejected, CheckpointMismatch, StorageUnavailable
+from worker.extract import CHECKPOINT_DIR
 
 CHUNK_SIZE = storage.CHUNK_SIZE  # 1 MiB
 READ_ATTEMPTS = 5  # consecutive failed reads of one object before giving up
@@ -38,13 +44,13 @@ class _Missing(Exception):
 
 
 @dataclass(frozen=True)
-class FetchedCheckpoint:
-    """A checkpoint tar written to ``tar_path`` and verified: its files, ``size`` (bytes) and hex ``sha256``."""
+class RestoredCheckpoint:
+    """The verified directory, the checkpoint's files (by path), ``size`` (bytes read) and ``bytes_written``."""
 
-    tar_path: Path
+    checkpoint_dir: Path
     manifest: list[ManifestFile]
     size: int
-    sha256: str
+    bytes_written: int
 
 
 def manifest_files(checkpoint: Checkpoint) -> list[ManifestFile]:
@@ -53,55 +59,67 @@ def manifest_files(checkpoint: Checkpoint) -> list[ManifestFile]:
     return [ManifestFile(path, size, sha256) for path, size, sha256 in rows]
 
 
-def fetch_checkpoint(
-    *, checkpoint: Checkpoint, dest: Path, attempts: int = READ_ATTEMPTS, backoff_s: float = BACKOFF_S,
+def restore_checkpoint(
+    *, checkpoint: Checkpoint, workdir: Path, attempts: int = READ_ATTEMPTS, backoff_s: float = BACKOFF_S,
     on_progress: Callable[[], None] | None = None,
-) -> FetchedCheckpoint:
-    """Download ``checkpoint``'s tar to ``dest`` (a new file) and verify it against its record (SPEC F12, F13).
+) -> RestoredCheckpoint:
+    """Download, verify and extract ``checkpoint``'s tar into ``<workdir>/checkpoint`` in one pass (SPEC F12–F15).
 
-    While the bytes stream, ``TarVerifier`` checks every member against the
-    manifest (extra, missing, size, SHA-256, unsafe path, link or other
-    non-regular member) and the whole tar against the recorded size and
-    SHA-256. Raises ``CheckpointMismatch`` (``dest`` removed) when the
-    checkpoint is not complete, its object is missing from the storage or
-    any byte differs; ``StorageUnavailable`` when reads keep failing.
-    ``on_progress()`` is called after each chunk (a heartbeat; what it raises
-    stops the download).
+    The stored bytes stream (a broken read resumes with a ranged read from
+    the first byte not yet verified) through ``CheckpointVerifier``: the
+    format's rules (docs/checkpoint-format.md), every member against the
+    manifest (extra, missing, size, SHA-256), then the whole tar against the
+    recorded size and SHA-256. Each file's bytes are written into a staging
+    directory as they are checked; the tar is never stored. Only when all
+    passed is the staging directory renamed to ``<workdir>/checkpoint``
+    (files 0o444, directories 0o555). Raises ``CheckpointMismatch``
+    (``Checkpoint <id> <what> mismatch: …``, nothing left behind) when the
+    checkpoint is not complete, its object is missing or any byte differs;
+    ``StorageUnavailable`` when reads keep failing; ``FileExistsError`` when
+    ``<workdir>/checkpoint`` exists. ``on_progress()`` is called after each
+    chunk (a heartbeat; what it raises stops the restore).
     """
     cid = checkpoint.pk
+
+    def fail(what: str, detail: str) -> CheckpointMismatch:
+        return CheckpointMismatch(cid, what, detail)
+
     artifact = checkpoint.artifact
     if checkpoint.state != CheckpointState.COMPLETE or artifact is None or checkpoint.tar_size is None:
-        raise CheckpointMismatch(cid, "artifact", f"the checkpoint is {checkpoint.state} and has no verified tar")
+        raise fail("artifact", f"the checkpoint is {checkpoint.state} and has no verified tar")
     manifest = manifest_files(checkpoint)
     if not manifest:
-        raise CheckpointMismatch(cid, "manifest", "the checkpoint records no files")
-    # The tar-level size and SHA-256 are compared last, so a tampered tar names the member that differs;
-    # an object far longer than recorded is refused before it is read.
-    verifier = TarVerifier(manifest)
+        raise fail("manifest", "the checkpoint records no files")
+    target = Path(workdir) / CHECKPOINT_DIR
+    refuse_existing(target)
     key, recorded = artifact.storage_key, checkpoint.tar_size
-    _refuse_existing(dest)
-    try:
-        size = _stored_size(key, attempts=attempts, backoff_s=backoff_s)
-        if size > recorded + OVERSIZE_SLACK:
-            raise ManifestMismatch("size", f"the stored tar is {size} bytes, {recorded} were recorded")
-        _download(key, size, dest, verifier.feed, attempts=attempts, backoff_s=backoff_s, on_progress=on_progress)
-        verifier.finish()
-        if verifier.size != recorded:
-            raise ManifestMismatch("size", f"the stored tar is {verifier.size} bytes, {recorded} were recorded")
-        if verifier.sha256 != checkpoint.tar_sha256:
-            raise ManifestMismatch(
-                "sha256", f"the stored tar's SHA-256 is {verifier.sha256}, {checkpoint.tar_sha256} was recorded"
-            )
-    except _Missing:
-        _unlink(dest)
-        raise CheckpointMismatch(cid, "artifact", f"object missing: {artifact.storage_key} is not in the storage") from None
-    except ManifestMismatch as exc:
-        _unlink(dest)
-        raise CheckpointMismatch(cid, exc.what, exc.detail) from None
-    except BaseException:
-        _unlink(dest)
-        raise
-    return FetchedCheckpoint(tar_path=dest, manifest=manifest, size=verifier.size, sha256=verifier.sha256)
+    with ExtractionDir(Path(workdir), ".checkpoint-", fail) as staging:
+        # The tar-level size and SHA-256 are compared last, so a tampered tar names the member that differs.
+        verifier = CheckpointVerifier(manifest, limits=settings.MADO_TAR_LIMITS, writer=staging)
+        try:
+            size = _stored_size(key, attempts=attempts, backoff_s=backoff_s)
+            if size > recorded + OVERSIZE_SLACK:  # refused before it is read
+                raise ManifestMismatch("size", f"the stored tar is {size} bytes, {recorded} were recorded")
+            for chunk in stream_resuming(key=key, size=size, attempts=attempts, backoff_s=backoff_s):
+                verifier.feed(chunk)
+                if on_progress is not None:
+                    on_progress()
+            verifier.finish()
+            if verifier.size != recorded:
+                raise ManifestMismatch("size", f"the stored tar is {verifier.size} bytes, {recorded} were recorded")
+            if verifier.sha256 != checkpoint.tar_sha256:
+                raise ManifestMismatch(
+                    "sha256", f"the stored tar's SHA-256 is {verifier.sha256}, {checkpoint.tar_sha256} was recorded"
+                )
+        except _Missing:
+            raise fail("artifact", f"object missing: {key} is not in the storage") from None
+        except ManifestMismatch as exc:
+            raise fail(exc.what, exc.detail) from None
+        finally:
+            verifier.close()
+        staging.commit(target, dir_mode=0o555)
+    return RestoredCheckpoint(checkpoint_dir=target, manifest=manifest, size=verifier.size,
+                              bytes_written=staging.bytes_written)
 
 
 def fetch_artifact(
@@ -124,7 +142,7 @@ def fetch_artifact(
             raise ArchiveRejected(f"{label} size mismatch: the stored object is longer than {artifact.size} bytes")
         digest.update(chunk)
 
-    _refuse_existing(dest)
+    refuse_existing(dest)
     try:
         size = _stored_size(artifact.storage_key, attempts=attempts, backoff_s=backoff_s)
         _download(artifact.storage_key, size, dest, take, attempts=attempts, backoff_s=backoff_s,
@@ -227,11 +245,6 @@ def _is_missing(exc: BaseException) -> bool:
     if isinstance(response, dict):
         return str(response.get("Error", {}).get("Code")) in {"404", "NoSuchKey", "NotFound"}
     return False
-
-
-def _refuse_existing(dest: Path) -> None:
-    if os.path.lexists(dest):  # the failure paths below remove ``dest``: it must be ours
-        raise FileExistsError(f"{dest} already exists")
 
 
 def _unlink(path: Path) -> None:

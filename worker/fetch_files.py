@@ -6,28 +6,20 @@ read with ``worker.fetch.stream_resuming`` (a broken read resumes with a
 ranged read) and written by ``worker.extract``'s staging directory
 (``O_EXCL | O_NOFOLLOW``, real path kept inside, SHA-256 and size checked
 against the ManifestEntry while writing); paths are checked with
-``tarverify.check_member_path``. Only when every file verified is the staging
+``mado_tracking.tarformat.check_path``. Only when every file verified is the staging
 directory renamed to ``<workdir>/checkpoint`` (files 0o444, directories 0o555).
 """
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
+from mado_tracking.extractdir import ExtractionDir, refuse_existing
+from mado_tracking.tarverify import ManifestFile
+
 from checkpoints.models import Checkpoint, CheckpointState, ManifestEntry
-from checkpoints.tarverify import ManifestFile
 from worker.errors import CheckpointMismatch
-from worker.extract import CHECKPOINT_DIR, _check_path, _refuse_existing, _Staging
-from worker.fetch import BACKOFF_S, READ_ATTEMPTS, _Missing, _stored_size, stream_resuming
-
-
-@dataclass(frozen=True)
-class RestoredCheckpoint:
-    """The verified directory, the checkpoint's files (by path) and their total ``size`` in bytes."""
-
-    checkpoint_dir: Path
-    manifest: list[ManifestFile]
-    size: int
+from worker.extract import CHECKPOINT_DIR, _check_path
+from worker.fetch import BACKOFF_S, READ_ATTEMPTS, RestoredCheckpoint, _Missing, _stored_size, stream_resuming
 
 
 def restore_checkpoint_files(
@@ -56,9 +48,9 @@ def restore_checkpoint_files(
     for entry in entries:  # every path is checked before any byte is fetched
         _check_path(entry.path, fail)
     target = Path(workdir) / CHECKPOINT_DIR
-    _refuse_existing(target)
+    refuse_existing(target)
     manifest = [ManifestFile(entry.path, entry.size, entry.sha256) for entry in entries]
-    with _Staging(Path(workdir), ".checkpoint-", fail) as staging:
+    with ExtractionDir(Path(workdir), ".checkpoint-", fail) as staging:
         for entry, expected in zip(entries, manifest, strict=True):
             chunks = _verified_chunks(entry, fail, attempts=attempts, backoff_s=backoff_s, on_progress=on_progress)
             try:
@@ -66,7 +58,8 @@ def restore_checkpoint_files(
             except _Missing:
                 raise fail("artifact", f"object missing: {entry.path!r} is not in the storage") from None
         staging.commit(target, dir_mode=0o555)
-    return RestoredCheckpoint(checkpoint_dir=target, manifest=manifest, size=sum(f.size for f in manifest))
+    return RestoredCheckpoint(checkpoint_dir=target, manifest=manifest, size=sum(f.size for f in manifest),
+                              bytes_written=staging.bytes_written)
 
 
 def _verified_chunks(

@@ -107,7 +107,12 @@ class CheckpointUploadPartsOutputSerializer(serializers.Serializer):
 class CheckpointCompleteInputSerializer(serializers.Serializer):
     tar_size = serializers.IntegerField(min_value=0, help_text="bytes")
     tar_sha256 = serializers.CharField(max_length=64, help_text="hex SHA-256 of the whole tar")
-    manifest = ManifestListField()
+    manifest = ManifestListField(required=False, help_text="every file; or send manifest_sha256 instead")
+    manifest_sha256 = serializers.CharField(
+        max_length=64, required=False,
+        help_text="hex SHA-256 of the manifest's canonical JSON (sorted by path, keys sorted, no spaces): a large "
+                  "checkpoint's declaration without its file list",
+    )
     upload_id = serializers.CharField(required=False, help_text="direct S3 upload only")
     parts = PartListField(required=False)
 
@@ -286,6 +291,9 @@ class CheckpointCompleteApi(APIView):
     )
     def post(self, request, checkpoint_id):
         """200 ``complete`` when size, SHA-256 and members match exactly (same declaration again: 200).
+
+        The members are declared as ``manifest`` (every file) or, so the body
+        stays small for 10^5 files, as ``manifest_sha256`` (docs/api.md).
 
         With ``upload_id`` + ``parts`` (direct S3 upload) the multipart upload is
         completed and verified by a task: 202 while ``pending``, poll

@@ -2,9 +2,9 @@
 
 from django.db import IntegrityError, transaction
 from django.utils import timezone
+from mado_tracking.tarverify import ManifestFile, ManifestMismatch
 
 from checkpoints.models import Artifact, Checkpoint, CheckpointState, ManifestEntry
-from checkpoints.tarverify import ManifestFile, ManifestMismatch
 from mado.errors import Conflict, NotFound
 from mado import policy
 

@@ -5,7 +5,7 @@ PUTs the parts straight to the bucket and calls ``checkpoint_complete`` with
 ``upload_id`` + ``parts`` (``complete_direct_upload`` here), which completes
 the multipart upload and enqueues ``worker.tasks.checkpoint_verify`` on
 commit. ``checkpoint_verify_upload`` streams the object back through
-``TarVerifier`` with the declared manifest and completes the checkpoint or
+``CheckpointVerifier`` with the declared manifest and completes the checkpoint or
 records ``error`` (it stays pending, the object is removed).
 """
 
@@ -13,12 +13,13 @@ import math
 
 from django.conf import settings
 from django.db import transaction
+from mado_tracking.tarverify import CheckpointVerifier, ManifestMismatch
 
 from checkpoints import hooks, storage
 from checkpoints.models import Checkpoint, CheckpointState
 from checkpoints.services._common import finalize, lock, mismatch, require_pending, require_writer
 from checkpoints.services.checkpoints import discard_upload
-from checkpoints.tarverify import ManifestFile, ManifestMismatch, TarVerifier
+from checkpoints.services.declaration import check_members, declared_files
 from mado.errors import Conflict, InternalError, ValidationFailed
 from runs.lease import lease_check
 
@@ -158,7 +159,7 @@ def checkpoint_verify_upload(*, checkpoint_id: int) -> str:
 
     Called by ``worker.tasks.checkpoint_verify``. Streams the stored object
     in 1 MiB chunks (a broken read resumes with a ranged GET) through
-    ``TarVerifier`` with the declared manifest, size and SHA-256. Returns
+    ``CheckpointVerifier`` with the declared manifest (or its digest), size and SHA-256. Returns
     ``"complete"``, ``"mismatch"`` (``error`` = ``Checkpoint <id> <what>
     mismatch: …``, the object is removed, the checkpoint stays pending) or
     ``"skipped"`` (gone, not pending, or its upload was replaced meanwhile).
@@ -169,16 +170,19 @@ def checkpoint_verify_upload(*, checkpoint_id: int) -> str:
     if row is None or row.state != CheckpointState.PENDING or not row.declared or not row.received.get("uploaded"):
         return "skipped"
     key, declared = row.received["storage_key"], row.declared
-    files = [ManifestFile(e["path"], e["size"], e["sha256"]) for e in declared["manifest"]]
-    verifier = TarVerifier(files, tar_size=declared["tar_size"], tar_sha256=declared["tar_sha256"])
+    verifier = CheckpointVerifier(declared_files(declared), tar_size=declared["tar_size"],
+                                  tar_sha256=declared["tar_sha256"], limits=settings.MADO_TAR_LIMITS)
     try:
         for chunk in storage.blob_iter_resuming(key=key, size=storage.blob_size(key)):
             verifier.feed(chunk)
         verifier.finish()
+        files = check_members(declared, verifier.members)
     except ManifestMismatch as exc:
         return _verify_record(checkpoint_id=checkpoint_id, key=key, error=mismatch(checkpoint_id, exc), files=None)
     except Exception as exc:  # noqa: BLE001 - storage trouble is ours and transient
         raise InternalError(f"checkpoint {checkpoint_id}: reading {key} failed: {exc}") from exc
+    finally:
+        verifier.close()
     return _verify_record(
         checkpoint_id=checkpoint_id, key=key, error="", files=files, size=verifier.size, sha256=verifier.sha256
     )

@@ -4,7 +4,7 @@ Two ways in, one check:
 
 - through the web process (``checkpoint_upload``): the request body is read
   in 1 MiB chunks, written to a fresh storage key and fed to a
-  ``TarVerifier`` as it arrives; what it found (size, SHA-256, members) is
+  ``CheckpointVerifier`` as it arrives; what it found (size, SHA-256, members) is
   kept in ``Checkpoint.received`` until ``checkpoint_complete`` compares it
   with the client's declaration;
 - straight to S3 (``checkpoint_upload_parts`` → client PUTs the parts →
@@ -21,23 +21,21 @@ the bookkeeping that follows is short, transactional and row-locked.
 """
 
 import queue
-import re
 import threading
 
+from django.conf import settings
 from django.db import transaction
+from mado_tracking.tarverify import CheckpointVerifier, ManifestFile, ManifestMismatch
 
 from checkpoints import storage
 from checkpoints.models import Checkpoint, CheckpointState
 from checkpoints.services._common import finalize, lock, mismatch, require_pending, require_writer
 from checkpoints.services.checkpoints import discard_upload
+from checkpoints.services.declaration import clean_declaration, compare_received, same_declaration
 from checkpoints.services.direct import complete_direct_upload
-from checkpoints.tarverify import ManifestFile, ManifestMismatch, TarVerifier, check_member_path
 from mado.errors import Conflict, ValidationFailed
 from mado.outages import is_no_space
 from runs.lease import lease_check
-
-_SHA256 = re.compile(r"^[0-9a-f]{64}$")
-
 
 # --- upload through the web process ----------------------------------------------------
 
@@ -101,7 +99,7 @@ def checkpoint_upload(
     A writer of the Run (F31; else ``Forbidden``, before any byte is read). The
     checkpoint must be pending (complete or deleted → ``Conflict``). The body
     is read in 1 MiB chunks into a fresh key under the Run's storage prefix
-    while ``TarVerifier`` parses and hashes it (SPEC F13: regular files
+    while ``CheckpointVerifier`` parses and hashes it (SPEC F13: regular files
     only, no link, ``..``, absolute path or duplicate). ``expected_size``
     (Content-Length, bytes) catches a cut-off body. On any mismatch or cut:
     the partial blob is removed, ``error`` is recorded, the checkpoint stays
@@ -119,7 +117,7 @@ def checkpoint_upload(
     require_pending(checkpoint)
     with transaction.atomic():  # refuse a stale writer before it streams gigabytes
         lease_check(run_id=checkpoint.run_id, token=fencing_token)
-    verifier = TarVerifier(tar_size=expected_size)
+    verifier = CheckpointVerifier(tar_size=expected_size, limits=settings.MADO_TAR_LIMITS)
     feeder = _FeedThread(verifier.feed)
     key = ""
     try:
@@ -144,6 +142,8 @@ def checkpoint_upload(
         if is_no_space(exc):
             _record_no_space(checkpoint, received=verifier.size, expected=expected_size)
         raise
+    finally:
+        verifier.close()
     received = {
         "storage_key": key,
         "size": verifier.size,
@@ -182,62 +182,6 @@ def _upload_record(*, checkpoint: Checkpoint, received: dict, fencing_token: int
 # --- the declaration and completion ----------------------------------------------------
 
 
-def _clean_declaration(tar_size, tar_sha256, manifest) -> tuple[int, str, list[ManifestFile]]:
-    """Check the client's declaration; ``ValidationFailed`` naming the field (``manifest[i].path``...)."""
-    if isinstance(tar_size, bool) or not isinstance(tar_size, int) or tar_size < 0:
-        raise ValidationFailed("tar_size must be a non-negative integer (bytes)", field="tar_size")
-    digest = tar_sha256.strip().lower() if isinstance(tar_sha256, str) else ""
-    if not _SHA256.match(digest):
-        raise ValidationFailed("tar_sha256 must be 64 hexadecimal digits", field="tar_sha256")
-    if not isinstance(manifest, list):
-        raise ValidationFailed("manifest must be a list of {path, size, sha256}", field="manifest")
-    files, seen = [], set()
-    for index, entry in enumerate(manifest):
-        name = f"manifest[{index}]"
-        if not isinstance(entry, dict):
-            raise ValidationFailed("must be an object {path, size, sha256}", field=name)
-        path, size, sha = entry.get("path"), entry.get("size"), entry.get("sha256")
-        if not isinstance(path, str):
-            raise ValidationFailed("path must be a string", field=f"{name}.path")
-        try:
-            check_member_path(path)
-        except ManifestMismatch as exc:
-            raise ValidationFailed(f"path {exc.detail}", field=f"{name}.path") from None
-        if path in seen:
-            raise ValidationFailed(f"{path!r} appears twice in the manifest", field=f"{name}.path")
-        if isinstance(size, bool) or not isinstance(size, int) or size < 0:
-            raise ValidationFailed("size must be a non-negative integer (bytes)", field=f"{name}.size")
-        sha = sha.strip().lower() if isinstance(sha, str) else ""
-        if not _SHA256.match(sha):
-            raise ValidationFailed("sha256 must be 64 hexadecimal digits", field=f"{name}.sha256")
-        seen.add(path)
-        files.append(ManifestFile(path, size, sha))
-    return tar_size, digest, files
-
-
-def _as_json(tar_size: int, tar_sha256: str, files: list[ManifestFile]) -> dict:
-    manifest = sorted(({"path": f.path, "size": f.size, "sha256": f.sha256} for f in files), key=lambda e: e["path"])
-    return {"tar_size": tar_size, "tar_sha256": tar_sha256, "manifest": manifest}
-
-
-def _compare_received(row: Checkpoint, tar_size: int, tar_sha256: str, files: list[ManifestFile]) -> None:
-    """Raise ``ValidationFailed`` naming what differs between the stored tar and the declaration."""
-    received = row.received
-    if received["size"] != tar_size:
-        detail = f"the stored tar is {received['size']} bytes, {tar_size} were declared"
-        raise ValidationFailed(mismatch(row.pk, ManifestMismatch("size", detail)), field="tar_size")
-    if received["sha256"] != tar_sha256:
-        detail = f"the stored tar's SHA-256 is {received['sha256']}, {tar_sha256} was declared"
-        raise ValidationFailed(mismatch(row.pk, ManifestMismatch("sha256", detail)), field="tar_sha256")
-    # The verifier found the members while the bytes arrived; it compares them with the manifest that came later.
-    verifier = TarVerifier()
-    verifier.members = {m["path"]: ManifestFile(m["path"], m["size"], m["sha256"]) for m in received["members"]}
-    try:
-        verifier.check_manifest(files)
-    except ManifestMismatch as exc:
-        raise ValidationFailed(mismatch(row.pk, exc), field="manifest") from None
-
-
 @transaction.atomic
 def checkpoint_complete(
     *,
@@ -245,15 +189,20 @@ def checkpoint_complete(
     checkpoint: Checkpoint,
     tar_size: int,
     tar_sha256: str,
-    manifest: list[dict],
+    manifest: list[dict] | None = None,
+    manifest_sha256: str | None = None,
     upload_id: str | None = None,
     parts: list[dict] | None = None,
     fencing_token: int | None = None,
 ) -> Checkpoint:
     """Complete ``checkpoint`` against the client's declaration (SPEC F1, F13); returns the row.
 
-    ``tar_size`` in bytes, ``tar_sha256`` hex, ``manifest`` ``[{path, size,
-    sha256}]`` (every file, sizes in bytes). A writer of the Run (F31). After an upload
+    ``tar_size`` in bytes, ``tar_sha256`` hex, and either ``manifest``
+    ``[{path, size, sha256}]`` (every file, sizes in bytes) or, for a large
+    checkpoint, ``manifest_sha256``: the SHA-256 of that manifest's canonical
+    JSON (``mado_tracking.tarverify.manifest_digest``), so no request body
+    grows with the file count; the manifest is then the files the server
+    found in the tar. A writer of the Run (F31). After an upload
     through the web process the declaration must equal ``received``
     exactly: then ManifestEntry rows, ``file_count``, ``total_bytes`` and the
     tar fields are written, the tar becomes the Run's artifact
@@ -270,8 +219,8 @@ def checkpoint_complete(
     and changes nothing (SPEC F25).
     """
     require_writer(actor, checkpoint)
-    tar_size, tar_sha256, files = _clean_declaration(tar_size, tar_sha256, manifest)
-    declared = _as_json(tar_size, tar_sha256, files)
+    declared = clean_declaration(tar_size=tar_size, tar_sha256=tar_sha256, manifest=manifest,
+                                 manifest_sha256=manifest_sha256)
     lease_check(run_id=checkpoint.run_id, token=fencing_token)
     row = lock(checkpoint.pk)
     if row.state == CheckpointState.COMPLETE:
@@ -283,14 +232,11 @@ def checkpoint_complete(
         if row.received.get("upload_id"):
             raise Conflict(f"checkpoint {row.pk} is being uploaded straight to S3: complete it with its upload_id")
         raise Conflict(f"checkpoint {row.pk} has no uploaded tar: PUT checkpoints/{row.pk}/tar first", field="checkpoint")
-    _compare_received(row, tar_size, tar_sha256, files)
-    return finalize(row, row.received, files)
+    return finalize(row, row.received, compare_received(row, declared))
 
 
 def _same_completion(row: Checkpoint, declared: dict) -> Checkpoint:
-    stored = _as_json(
-        row.tar_size, row.tar_sha256, [ManifestFile(e.path, e.size, e.sha256) for e in row.manifest.all()]
-    )
-    if stored != declared:
+    stored = [ManifestFile(e.path, e.size, e.sha256) for e in row.manifest.all()]
+    if not same_declaration(declared, tar_size=row.tar_size, tar_sha256=row.tar_sha256, files=stored):
         raise Conflict(f"checkpoint {row.pk} is already complete with a different tar or manifest", field="checkpoint")
     return row

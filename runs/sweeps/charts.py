@@ -1,7 +1,7 @@
 """The Sweep page's scatter plots: the sweep's metric (y) against each searched parameter (x), one dot per trial.
 
-Server-rendered inline SVG in the style of ``runs.charts`` (same size,
-margins and min/max labels). A numeric parameter is drawn on a linear axis
+Server-rendered inline SVG (min/max labels); the metric charts are uPlot's
+(``runs.charts``), this plot is not yet. A numeric parameter is drawn on a linear axis
 (logarithmic for ``log_uniform_values``) spanning the searched space, a
 parameter with listed non-numeric values on one slot per value, labelled.
 Trials without a finite metric are not drawn; the best trial's dot is
@@ -17,10 +17,13 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 from django.utils.translation import gettext as _
 
-from runs.charts import HEIGHT, LEFT, PLOT_H, PLOT_W, TOP, scale, svg_open
 from runs.models import Sweep, SweepTrial
 from runs.sweeps.selectors import has_final_metric
 
+WIDTH, HEIGHT = 640, 240
+# Room for the value labels on the left and the parameter labels below the plot.
+LEFT, RIGHT, TOP, BOTTOM = 64, 12, 12, 28
+PLOT_W, PLOT_H = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
 MAX_CATEGORY_LABELS = 12
 DOT_PAD = 8  # pixels between the outermost dots and the plot's edges
 
@@ -36,6 +39,31 @@ class Scatter:
 
 def _label(value) -> str:
     return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def scale(low: float, high: float, size: float, flip: bool):
+    """``(low, high, f)``: ``f`` maps [low, high] onto [0, size] (reversed when ``flip``, for a y axis)."""
+    if high == low:
+        # A flat series sits in the middle rather than on an axis.
+        low, high = low - (abs(low) or 1.0) * 0.05, high + (abs(high) or 1.0) * 0.05
+    ratio = size / (high - low)
+    if flip:
+        return low, high, lambda v: size - (v - low) * ratio
+    return low, high, lambda v: (v - low) * ratio
+
+
+def svg_open(label: str, *, empty: bool) -> SafeString:
+    """The opening ``<svg>`` of a plot titled ``label`` (``data-empty`` when nothing is drawn) and its two axes."""
+    head = format_html(
+        '<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {} {}" role="img" aria-label="{}"'
+        ' preserveAspectRatio="xMidYMid meet"{}><title>{}</title>',
+        WIDTH, HEIGHT, label, mark_safe(' data-empty="true"' if empty else ""), label,
+    )
+    axes = format_html(
+        '<g class="axes"><line x1="{l}" y1="{t}" x2="{l}" y2="{b}"/><line x1="{l}" y1="{b}" x2="{r}" y2="{b}"/></g>',
+        l=LEFT, t=TOP, b=TOP + PLOT_H, r=LEFT + PLOT_W,
+    )
+    return mark_safe(head + axes)
 
 
 def _x_positions(spec: dict, values: list):

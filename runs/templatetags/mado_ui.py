@@ -3,6 +3,7 @@
 import json
 
 from django import template
+from django.http import QueryDict
 from django.contrib.staticfiles import finders
 from django.contrib.staticfiles.storage import staticfiles_storage
 from django.utils import timezone
@@ -111,4 +112,33 @@ def as_json(value):
 @register.simple_tag
 def htmx_available() -> bool:
     """True when htmx can be served (``npm ci`` ran, or collectstatic copied it); pages work without it."""
-    return bool(finders.find(HTMX_FILE)) or staticfiles_storage.exists(HTMX_FILE)
+    return asset_available(HTMX_FILE)
+
+
+@register.simple_tag
+def asset_available(name: str) -> bool:
+    """True when the static file ``name`` (an npm package's, package.json) can be served."""
+    return bool(finders.find(name)) or staticfiles_storage.exists(name)
+
+
+@register.filter
+def cell(run, column) -> str:
+    """A runs-table cell: the value of ``column`` (``runs.table.Column``) on ``run``; numbers to 6 significant
+    digits, missing as an empty string."""
+    value = getattr(run, column.alias, None)
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    if isinstance(value, (dict, list, bool)):
+        return json.dumps(value)
+    return str(value)
+
+
+@register.simple_tag
+def sort_link(query: str, current: str, column: str) -> str:
+    """The query string that sorts by ``column``: ascending, or descending when it is already ascending."""
+    params = QueryDict(query, mutable=True)
+    params.pop("page", None)
+    params["sort"] = f"-{column}" if current == column else column
+    return params.urlencode()

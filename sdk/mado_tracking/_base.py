@@ -10,7 +10,7 @@ import threading
 import time
 from collections.abc import Mapping
 
-from mado_tracking.errors import MadoError
+from mado_tracking.errors import CheckpointError, MadoError
 from mado_tracking.metrics import check_metric_step, encode_metrics
 from mado_tracking.resume import ResumeCheckpoint, resume_checkpoint
 
@@ -128,6 +128,8 @@ class RunBase:
         try:
             self.finish(self._ending_status(clean))
         except MadoError as error:
+            if clean and isinstance(error, CheckpointError):
+                raise  # the block succeeded but a checkpoint it saved in the background did not: no exit 0
             # Training is over either way; failing the program now would only hide its own outcome.
             logger.error("mado: finishing run %s: %s", self.id, error)
         return False

@@ -28,6 +28,7 @@ from tqdm import tqdm
 
 from mado_tracking.client import (CONNECT_TIMEOUT_S, READ_TIMEOUT_S, ApiClient, Backoff, Retrier, body_detail,
                                   is_transient, retry_after_seconds)
+from mado_tracking.declaration import checkpoint_declaration
 from mado_tracking.lease import LOST_CODES
 from mado_tracking.errors import ApiError, CheckpointError
 from mado_tracking.tarstream import CheckpointTar
@@ -171,7 +172,7 @@ class _Upload:
         return tar
 
     def declaration(self, tar: CheckpointTar) -> dict:
-        return {"tar_size": len(tar), "tar_sha256": tar.sha256, "manifest": tar.manifest}
+        return checkpoint_declaration(tar_size=len(tar), tar_sha256=tar.sha256, manifest=tar.manifest)
 
     def retry_or_raise(self, retrier: Retrier, reason: str, status: int | None = None,
                        retry_after: float | None = None) -> None:

@@ -1,12 +1,12 @@
 """Downloading a checkpoint's tar (SPEC F12): streamed to a file, SHA-256 checked, a broken download resumed.
 
-``GET checkpoints/{id}/tar`` is read in 1 MiB chunks straight to
+``GET checkpoints/{id}/tar`` is read in 1 MiB chunks (``stream_tar``, also
+what ``mado agent``'s one-pass restore reads) straight to
 ``<destination>.partial`` while a second thread hashes them (hashlib
 releases the GIL), so memory stays constant. A connection that breaks, or
 an answer that ends early, resumes with ``Range: bytes=<received>-`` and
-``If-Range: "<sha256>"`` (a server that answers 200 instead restarts the
-file). Only a file whose size and SHA-256 equal the checkpoint's is renamed
-to ``destination``.
+``If-Range: "<sha256>"``. Only a file whose size and SHA-256 equal the
+checkpoint's is renamed to ``destination``.
 """
 
 import hashlib
@@ -51,27 +51,13 @@ def download_checkpoint(checkpoint_id: int, destination: str | os.PathLike, *, a
 
 def fetch_tar(client: ApiClient, checkpoint_id: int, destination: Path, *, attempts: int = ATTEMPTS) -> Path:
     """``download_checkpoint`` with an open ``ApiClient`` (see the module docstring)."""
-    resource = client.request("GET", f"checkpoints/{checkpoint_id}/")
-    if resource.get("state") != "complete":
-        raise CheckpointError(f"checkpoint {checkpoint_id} is {resource.get('state')}; only a complete one "
-                              "can be downloaded")
+    resource = complete_checkpoint(client, checkpoint_id)
     size, sha256 = resource["tar_size"], resource["tar_sha256"]
     partial = destination.with_name(destination.name + ".partial")
     received = _Received(partial)
-    url = client.url(f"checkpoints/{checkpoint_id}/tar")
-    backoff = Backoff()
     try:
-        for attempt in range(1, attempts + 1):
-            reason, retry_after = _fetch_rest(client.session, url, sha256, received)
-            if reason is None and received.size == size:
-                break
-            reason = reason or f"the answer ended after {received.size} of {size} bytes"
-            if attempt == attempts:
-                raise ApiError(f"downloading checkpoint {checkpoint_id} failed {attempts} times; last: {reason}")
-            delay = backoff.next_delay(retry_after)
-            logger.warning("mado: downloading checkpoint %s broke (%s); resuming at byte %d in %.1f s",
-                           checkpoint_id, reason, received.size, delay)
-            time.sleep(delay)
+        for chunk in stream_tar(client, checkpoint_id, size=size, sha256=sha256, attempts=attempts):
+            received.write(chunk)
         digest = received.close()
     except BaseException:
         received.close()
@@ -85,31 +71,66 @@ def fetch_tar(client: ApiClient, checkpoint_id: int, destination: Path, *, attem
     return destination
 
 
-def _fetch_rest(session: requests.Session, url: str, sha256: str, received: "_Received"):
-    """One GET of the bytes not received yet; ``(None, None)`` when the answer ended normally, else (reason, retry_after)."""
-    headers = {"If-Range": f'"{sha256}"', "Range": f"bytes={received.size}-"} if received.size else {}
-    try:
-        with session.get(url, headers=headers, stream=True, timeout=(CONNECT_TIMEOUT_S, READ_TIMEOUT_S)) as answer:
-            if answer.status_code == 200 and received.size:
-                received.restart()  # the server sent everything again
-            elif answer.status_code not in (200, 206):
-                if is_transient(answer.status_code):
-                    return f"HTTP {answer.status_code}", retry_after_seconds(answer)
-                raise ApiError(f"GET {url} -> HTTP {answer.status_code}: {body_detail(answer)}",
-                               status=answer.status_code)
-            for chunk in answer.iter_content(CHUNK):
-                received.write(chunk)
-    except requests.RequestException as exc:
-        return f"{type(exc).__name__}: {exc}", None
-    return None, None
+def complete_checkpoint(client: ApiClient, checkpoint_id: int) -> dict:
+    """``GET checkpoints/{id}/`` (with its manifest); ``CheckpointError`` unless the checkpoint is complete."""
+    resource = client.request("GET", f"checkpoints/{checkpoint_id}/", attempts=3)
+    if resource.get("state") != "complete":
+        raise CheckpointError(f"checkpoint {checkpoint_id} is {resource.get('state')}; only a complete one "
+                              "can be downloaded")
+    return resource
+
+
+def stream_tar(client: ApiClient, checkpoint_id: int, *, size: int, sha256: str, attempts: int = ATTEMPTS):
+    """Yield the ``size`` bytes of the checkpoint's tar in order, in chunks of up to 1 MiB (SPEC F12).
+
+    A connection that breaks, or an answer that ends early, resumes with
+    ``Range: bytes=<received>-`` and ``If-Range: "<sha256>"``; a server that
+    answers 200 instead sends everything again and the bytes already yielded
+    are skipped. Raises ``ApiError`` after ``attempts`` tries in a row, or
+    at once for a refusal that is not transient. The bytes are not checked
+    here: the caller hashes or verifies them.
+    """
+    url = client.url(f"checkpoints/{checkpoint_id}/tar")
+    backoff = Backoff()
+    received = 0
+    for attempt in range(1, attempts + 1):
+        reason, retry_after = None, None
+        headers = {"If-Range": f'"{sha256}"', "Range": f"bytes={received}-"} if received else {}
+        try:
+            with client.session.get(url, headers=headers, stream=True,
+                                    timeout=(CONNECT_TIMEOUT_S, READ_TIMEOUT_S)) as answer:
+                skip = received if answer.status_code == 200 else 0  # the server sent everything again
+                if answer.status_code not in (200, 206):
+                    if not is_transient(answer.status_code):
+                        raise ApiError(f"GET {url} -> HTTP {answer.status_code}: {body_detail(answer)}",
+                                       status=answer.status_code)
+                    reason, retry_after = f"HTTP {answer.status_code}", retry_after_seconds(answer)
+                else:
+                    for chunk in answer.iter_content(CHUNK):
+                        if skip:
+                            cut, skip = min(skip, len(chunk)), skip - min(skip, len(chunk))
+                            chunk = chunk[cut:]
+                        if chunk:
+                            received += len(chunk)
+                            yield chunk
+        except requests.RequestException as exc:
+            reason = f"{type(exc).__name__}: {exc}"
+        if reason is None and received >= size:
+            return
+        reason = reason or f"the answer ended after {received} of {size} bytes"
+        if attempt == attempts:
+            raise ApiError(f"downloading checkpoint {checkpoint_id} failed {attempts} times; last: {reason}")
+        delay = backoff.next_delay(retry_after)
+        logger.warning("mado: downloading checkpoint %s broke (%s); resuming at byte %d in %.1f s",
+                       checkpoint_id, reason, received, delay)
+        time.sleep(delay)
 
 
 class _Received:
     """The partial file and its running SHA-256, hashed on a second thread (at most 4 chunks ahead)."""
 
     def __init__(self, path: Path):
-        self._path = path
-        self._handle = open(path, "wb")
+        self._handle = open(path, "wb")  # noqa: SIM115 - closed by close()
         self._hasher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mado-download-sha256")
         self._digest = hashlib.sha256()
         self._pending: deque = deque()
@@ -122,20 +143,10 @@ class _Received:
             self._pending.popleft().result()
         self.size += len(chunk)
 
-    def restart(self) -> None:
-        self._wait()
-        self._handle.seek(0)
-        self._handle.truncate()
-        self._digest = hashlib.sha256()
-        self.size = 0
-
-    def _wait(self) -> None:
-        while self._pending:
-            self._pending.popleft().result()
-
     def close(self) -> str:
         if not self._handle.closed:
-            self._wait()
+            while self._pending:
+                self._pending.popleft().result()
             self._handle.close()
             self._hasher.shutdown()
         return self._digest.hexdigest()

@@ -1,58 +1,58 @@
-"""A checkpoint fetched for a resumed sweep trial: downloaded, verified, extracted read-only (SPEC F12–F14, F28).
+"""A checkpoint restored for a resumed sweep trial: downloaded, verified and extracted in one pass (SPEC F12–F14, F28).
 
 ``restore_checkpoint(client, id, directory)`` is what ``mado agent`` does
-before it starts a requeued trial: ``download.fetch_tar`` streams the tar and
-checks its size and SHA-256 against the checkpoint's ``tar_size`` /
-``tar_sha256``; ``extract_checkpoint_tar`` then writes its files itself (never
-``tarfile.extractall``): only regular files, each path relative, normalised
-and without ``..``; the set of paths, every size and every SHA-256 must equal
-the checkpoint's manifest (``GET checkpoints/{id}/``). Files end read-only
-(0o444, directories 0o555). Last, ``resume-checkpoint.json``
-(``{"checkpointId", "sourceRunId", "step"}``) is written beside the
-directory, and the three ``MMT_RESUME_*`` variables that make
-``run.resume_checkpoint()`` return it are returned.
+before it starts a requeued trial: the tar streams from ``GET
+checkpoints/{id}/tar`` (``download.stream_tar``, a broken download resumes
+with a ranged request) through ``tarverify.CheckpointVerifier`` (the one
+strict tar reader, docs/checkpoint-format.md), which checks every member
+against the checkpoint's manifest and the whole tar against its
+``tar_size`` / ``tar_sha256``, while ``extractdir.ExtractionDir`` writes each file
+(never ``tarfile``; the tar is never stored). Only when everything matched
+is the staging directory renamed to ``checkpoint/`` (files 0o444,
+directories 0o555). Last, ``resume-checkpoint.json`` (``{"checkpointId",
+"sourceRunId", "step"}``) is written beside it, and the three
+``MMT_RESUME_*`` variables that make ``run.resume_checkpoint()`` return it
+are returned.
 """
 
-import hashlib
 import json
-import os
-import posixpath
-import tarfile
+from collections.abc import Iterable
 from pathlib import Path
 
 from mado_tracking.client import ApiClient
-from mado_tracking.download import fetch_tar
+from mado_tracking.download import complete_checkpoint, stream_tar
 from mado_tracking.errors import CheckpointError
 from mado_tracking.resume import ENV_DIR, ENV_FILE, ENV_STEP
+from mado_tracking.extractdir import ExtractionDir, refuse_existing
+from mado_tracking.tarformat import Limits, ManifestMismatch
+from mado_tracking.tarverify import CheckpointVerifier, ManifestFile
 
 CHECKPOINT_DIR = "checkpoint"
 RESUME_FILE = "resume-checkpoint.json"
-CHUNK = 1 << 20
-_CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def restore_checkpoint(client: ApiClient, checkpoint_id: int, directory: Path) -> dict[str, str]:
     """Download, verify and extract complete checkpoint ``checkpoint_id`` into ``directory``; return the F14 variables.
 
     ``directory`` (an existing, empty directory) receives ``checkpoint/``
-    (read-only) and ``resume-checkpoint.json``; the tar itself is removed
-    once extracted. Returns ``{MMT_RESUME_CHECKPOINT_DIR, MMT_RESUME_STEP,
-    MMT_RESUME_CHECKPOINT_FILE}`` as strings.
+    (read-only) and ``resume-checkpoint.json``. Returns
+    ``{MMT_RESUME_CHECKPOINT_DIR, MMT_RESUME_STEP, MMT_RESUME_CHECKPOINT_FILE}``
+    as strings.
 
     Raises:
-        CheckpointError: the checkpoint is not complete, or its tar differs
-            from its SHA-256, size or manifest (``Checkpoint <id> <what>
-            mismatch: …``, SPEC F15).
+        CheckpointError: the checkpoint is not complete, or its tar breaks
+            the format or differs from its SHA-256, size or manifest
+            (``Checkpoint <id> <what> mismatch: …``, SPEC F15); nothing is
+            left in ``directory``.
         ApiError: the server refused (404 for a checkpoint the token cannot
             see) or stayed unreachable through the retries.
     """
-    resource = client.request("GET", f"checkpoints/{checkpoint_id}/", attempts=3)
-    tar_path = fetch_tar(client, checkpoint_id, directory / "checkpoint.tar")
-    try:
-        target = extract_checkpoint_tar(tar_path, directory / CHECKPOINT_DIR, checkpoint_id=checkpoint_id,
-                                        manifest=resource.get("manifest") or [])
-    finally:
-        tar_path.unlink(missing_ok=True)
+    resource = complete_checkpoint(client, checkpoint_id)
+    size, sha256 = resource["tar_size"], resource["tar_sha256"]
+    target = extract_checkpoint_stream(
+        stream_tar(client, checkpoint_id, size=size, sha256=sha256), directory / CHECKPOINT_DIR,
+        checkpoint_id=checkpoint_id, manifest=resource.get("manifest") or [], tar_size=size, tar_sha256=sha256,
+    )
     info_path = directory / RESUME_FILE
     info = {"checkpointId": checkpoint_id, "sourceRunId": resource["run_id"], "step": resource["step"]}
     info_path.write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
@@ -60,72 +60,35 @@ def restore_checkpoint(client: ApiClient, checkpoint_id: int, directory: Path) -
     return {ENV_DIR: str(target), ENV_STEP: str(resource["step"]), ENV_FILE: str(info_path)}
 
 
-def extract_checkpoint_tar(tar_path: Path, target: Path, *, checkpoint_id, manifest: list[dict]) -> Path:
-    """Extract the tar at ``tar_path`` into the new directory ``target`` (files 0o444, directories 0o555).
+def extract_checkpoint_stream(
+    chunks: Iterable[bytes], target: Path, *, checkpoint_id, manifest: list[dict], tar_size: int, tar_sha256: str
+) -> Path:
+    """Verify and extract the tar whose bytes ``chunks`` yields into the new directory ``target``; return it.
 
     ``manifest`` (``[{"path", "size", "sha256"}]``) lists exactly the files
-    the tar must hold. Raises ``CheckpointError`` (``Checkpoint <id> <what>
-    mismatch: …``) for a member that is not a regular file (link, directory,
-    device…), an absolute path or one with ``..`` or empty parts, a path
-    twice, a file missing from or extra to the manifest, or a size or SHA-256
-    difference; what was written stays in ``target`` for the caller to remove.
-    ``FileExistsError`` when ``target`` exists.
+    the tar must hold; ``tar_size`` (bytes) and ``tar_sha256`` (hex) are the
+    checkpoint's. The format's limits come from ``MADO_TAR_MAX_*`` (the
+    server's defaults otherwise). Raises ``CheckpointError`` (``Checkpoint
+    <id> <what> mismatch: …``) for anything the format refuses or any
+    difference, leaving nothing behind; ``FileExistsError`` when ``target``
+    exists.
     """
-    expected = {entry["path"]: entry for entry in manifest}
 
     def fail(what: str, detail: str) -> CheckpointError:
         return CheckpointError(f"Checkpoint {checkpoint_id} {what} mismatch: {detail}")
 
-    target.mkdir(mode=0o700)
-    seen: set[str] = set()
-    try:
-        with tarfile.open(tar_path, mode="r|") as tar:  # a stream: headers are read in order, never seeked
-            for member in tar:
-                path = _checked_path(member, fail)
-                entry = expected.get(path)
-                if entry is None:
-                    raise fail("manifest", f"extra file {path!r} is in the tar but not in the manifest")
-                if path in seen:
-                    raise fail("path", f"{path!r} appears twice in the tar")
-                seen.add(path)
-                _write(target, path, tar.extractfile(member), entry, fail)
-    except tarfile.TarError as exc:
-        raise fail("tar", f"the tar cannot be read ({exc})") from None
-    missing = sorted(set(expected) - seen)
-    if missing:
-        raise fail("manifest", f"missing from the tar: {', '.join(repr(p) for p in missing[:5])}")
-    for current, dirnames, _ in os.walk(target, topdown=False):
-        os.chmod(current, 0o555)
+    files = [ManifestFile(entry["path"], entry["size"], entry["sha256"]) for entry in manifest]
+    refuse_existing(target)
+    with ExtractionDir(target.parent, ".checkpoint-", fail) as staging:
+        verifier = CheckpointVerifier(files, tar_size=tar_size, tar_sha256=tar_sha256, limits=Limits.from_env(),
+                                      writer=staging)
+        try:
+            for chunk in chunks:
+                verifier.feed(chunk)
+            verifier.finish()
+        except ManifestMismatch as exc:
+            raise fail(exc.what, exc.detail) from None
+        finally:
+            verifier.close()
+        staging.commit(target, dir_mode=0o555)
     return target
-
-
-def _checked_path(member: tarfile.TarInfo, fail) -> str:
-    path = member.name
-    if not member.isreg():
-        kind = "link" if member.issym() or member.islnk() else "directory" if member.isdir() else "special file"
-        raise fail("member", f"{path!r} is a {kind}; a checkpoint holds regular files only")
-    parts = path.split("/")
-    if (path.startswith("/") or "\\" in path or "\x00" in path or posixpath.normpath(path) != path
-            or any(part in ("", ".", "..") for part in parts)):
-        raise fail("path", f"{path!r} is not a safe relative path")
-    return path
-
-
-def _write(target: Path, path: str, source, entry: dict, fail) -> None:
-    parent = target.joinpath(*path.split("/")[:-1])
-    try:
-        parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        fd = os.open(parent / posixpath.basename(path), _CREATE, 0o600)
-    except OSError as exc:  # a file where a directory must be, or the reverse
-        raise fail("path", f"{path!r} cannot be created ({exc.strerror or exc})") from None
-    digest, size = hashlib.sha256(), 0
-    with os.fdopen(fd, "wb") as out:
-        while data := source.read(CHUNK):
-            digest.update(data)
-            size += len(data)
-            out.write(data)
-        os.fchmod(out.fileno(), 0o444)
-    if size != entry["size"]:
-        raise fail("size", f"{path!r} is {size} bytes, {entry['size']} in the manifest")
-    if digest.hexdigest() != entry["sha256"]:
-        raise fail("sha256", f"{path!r} has SHA-256 {digest.hexdigest()}, the manifest says {entry['sha256']}")

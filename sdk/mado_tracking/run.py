@@ -19,6 +19,7 @@ import logging
 import os
 import sys
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future
 from pathlib import Path
@@ -37,7 +38,8 @@ from mado_tracking.checkpoints import SavedCheckpoint
 from mado_tracking.client import ApiClient
 from mado_tracking.errors import ApiError, CheckpointError, MadoError
 from mado_tracking.lease import DEFAULT_HEARTBEAT_INTERVAL_S, Lease, heartbeat_interval_from_environment
-from mado_tracking.metrics import MetricSender
+from mado_tracking import system
+from mado_tracking.metrics import MetricSender, encode_metrics
 from mado_tracking.resume_mode import (
     auto_resume_target,
     check_resume_mode,
@@ -196,6 +198,8 @@ class Run(RunBase):
         self._sender = MetricSender(config, self.id, lease=self._lease)
         self._checkpoints = CheckpointSaver(client=client, run=data, sender=self._sender, lease=self._lease,
                                             flush_timeout=flush_timeout)
+        interval = system.interval_from_env()
+        self._system = system.SystemMonitor(self._log_system, interval) if interval > 0 else None
         self._opened()
         self._checkpoints.upload_left_behind()
 
@@ -250,6 +254,12 @@ class Run(RunBase):
                                "log_metrics values are dropped from now on", self.external_id)
             return
         self._sender.add(points)
+
+    def _log_system(self, values: dict) -> None:
+        """Queue a system metrics sample (``system/…`` keys, F35) at the step training logged last, leaving
+        ``self.step`` as it is."""
+        if not self._finishing and not self._lease.lost:
+            self._sender.add(encode_metrics(values, max(self.step - 1, 0), time.time()))
 
     def log_checkpoint(self, directory: str | os.PathLike, step: int, includes_optimizer: bool = False,
                        framework: str | None = None, *, wait: bool = True) -> SavedCheckpoint | Future:
@@ -388,6 +398,8 @@ class Run(RunBase):
                 return
             self._finishing = True
         self._closed()
+        if self._system is not None:
+            self._system.stop()
         interrupted, failed = None, []
         try:
             failed = self._checkpoints.close(show_progress=sys.stderr.isatty())

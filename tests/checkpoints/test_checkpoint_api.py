@@ -176,7 +176,7 @@ BAD_TARS = {
     "not a tar": (b"PK\x03\x04 this is a zip file, not a tar " * 100, "tar", ""),
     "symbolic link": (make_tar(extra=[member("link", kind=tarfile.SYMTYPE, linkname="model.pt")]), "tar", "symbolic link"),
     "hard link": (make_tar(extra=[member("hard", kind=tarfile.LNKTYPE, linkname="model.pt")]), "tar", "hard link"),
-    "directory": (make_tar(extra=[member("dir", kind=tarfile.DIRTYPE)]), "tar", "directory"),
+    "FIFO": (make_tar(extra=[member("pipe", kind=tarfile.FIFOTYPE)]), "tar", "FIFO"),
     "dot-dot path": (make_tar({"../evil.pt": b"x"}), "path", "'../evil.pt'"),
     "absolute path": (make_tar({"/etc/evil.pt": b"x"}), "path", "'/etc/evil.pt'"),
     "duplicate path": (make_tar(extra=[member("model.pt", b"again")]), "path", "appears twice"),

@@ -86,9 +86,9 @@ def test_record_a_data_change_then_continue_from_a_checkpoint_with_more_data(bro
     services.job_finish(job_id=job.pk, exit_code=0)
 
     page.get_by_role("link", name="Overview").click()
-    marker = page.locator('figure.metric-chart[data-key="train.loss"] g.data-stage-marker[data-step="15"]')
+    marker = page.locator('figure.metric-chart[data-key="train.loss"] li.data-stage-marker[data-step="15"]')
     expect(marker).to_have_count(1)
-    expect(marker.locator("title")).to_have_text("Data change at step 15: +synthetic:s1")
+    expect(marker).to_have_text("Data change at step 15: +synthetic:s1")
     expect(page.locator(".tab-panel")).not_to_contain_text("Record data change")
 
     # F22: "Continue training from these weights" on the finished Run's step-20 checkpoint.

@@ -108,8 +108,9 @@ def test_the_creator_resumes_from_a_checkpoint_and_another_member_sees_why_not(b
     page.goto(f"/runs/{new.run_id}/")
     page.get_by_role("switch", name="Show with ancestors").click()
     chart = page.locator('figure.metric-chart[data-key="train.loss"]')
-    expect(chart.locator(f'polyline[data-run="{run.pk}"]')).to_have_attribute("data-points", "20")
-    expect(chart.locator(f'polyline[data-run="{new.run_id}"]')).to_have_attribute("data-points", "20")
+    expect(chart.locator(".u-legend .u-series")).to_have_count(3)  # the step, the parent, the resumed Run
+    expect(chart.locator(".u-legend")).to_contain_text(run.name or run.external_id)
+    expect(chart.locator('li.resume-marker[data-step="20"]')).to_have_count(1)
     screenshot(page, "run-with-ancestors")
 
     page.get_by_role("button", name="Log out").click()

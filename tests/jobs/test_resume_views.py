@@ -12,6 +12,7 @@ from jobs import services
 from jobs.models import Job, JobKind
 from runs.metrics import metrics_ingest
 from runs.models import Run, RunStatus
+from tests.chart_helpers import chart_data
 from tests.factories import CodeVersionFactory, RunFactory
 from tests.jobs.conftest import body, checkpoint, launch, run_to_end
 
@@ -197,24 +198,20 @@ def test_the_ancestors_chart_includes_the_parents_points_up_to_the_resume_step(l
     plain = body(client.get(reverse("runs:run-detail", args=[child.pk])))
     assert "Show with ancestors" in plain and f'data-run="{parent.pk}"' not in plain
     html = body(client.get(reverse("runs:run-detail", args=[child.pk]) + "?ancestors=1"))
-    ancestor = re.search(
-        rf'<polyline class="series lineage-0 ancestor" data-run="{parent.pk}" data-points="(\d+)"', html
-    )
-    own = re.search(
-        rf'<polyline class="series lineage-current" data-run="{child.pk}" data-points="(\d+)" points="([^"]+)"', html
-    )
-    assert ancestor and ancestor.group(1) == "20"  # steps 0..19: the child redid 20..26
-    assert own and own.group(1) == "20"
-    assert len(own.group(2).split()) == 21  # starts at the parent's last point: one joined line
-    assert ">0<" in html and ">39<" in html  # the step axis spans both runs
+    (chart,) = chart_data(html)["charts"]
+    ancestor, own = chart["series"]
+    assert ancestor["run"] == parent.pk and ancestor["dashed"]
+    assert ancestor["x"] == list(range(20))  # steps 0..19: the child redid 20..26
+    assert own["run"] == child.pk and own["x"] == list(range(20, 40)) and not own["dashed"]
+    assert [(m["step"], m["kind"]) for m in chart["markers"]] == [(20, "resume")]
     partial = body(client.get(reverse("runs:run-charts", args=[child.pk]) + "?ancestors=1"))
-    assert f'data-run="{parent.pk}"' in partial
+    assert [s["run"] for s in chart_data(partial)["charts"][0]["series"]] == [parent.pk, child.pk]
 
 
 def test_a_run_without_a_parent_has_no_ancestors_toggle(login, viewer, failed_job, creator):
     metrics_ingest(actor=creator, run=failed_job.run, points=[{"key": "loss", "value": 1.0, "step": s} for s in (0, 1)])
     html = body(login(viewer).get(reverse("runs:run-detail", args=[failed_job.run_id]) + "?ancestors=1"))
-    assert "Show with ancestors" not in html and 'class="series"' in html
+    assert "Show with ancestors" not in html and len(chart_data(html)["charts"][0]["series"]) == 1
 
 
 def test_the_resume_pages_are_translated_into_japanese(login, creator, member, failed_job, settings):

@@ -165,7 +165,7 @@ def test_the_charts_mark_each_data_stage_at_its_start_step(login, creator, stage
     client = login(creator)
     for page in (reverse("runs:run-detail", args=[staged_run.pk]), reverse("runs:run-charts", args=[staged_run.pk])):
         html = body(client.get(page))
-        markers = re.findall(r'<g class="data-stage-marker" data-step="(\d+)"><title>([^<]*)</title>', html)
+        markers = re.findall(r'<li class="data-stage-marker" data-step="(\d+)">([^<]*)</li>', html)
         assert markers == [("100", "Data change at step 100: +synthetic:s1"),
                            ("200", "Data change at step 200: +digits:v2 −digits:v1")]
 

@@ -5,7 +5,7 @@ import re
 import pytest
 from django.urls import reverse
 
-from runs.charts import LEFT, PLOT_H, PLOT_W, TOP
+from runs.sweeps.charts import LEFT, PLOT_H, PLOT_W, TOP
 from runs.models import RunStatus, Sweep, SweepTrial
 from runs.services import run_set_status
 from runs.sweeps.services import sweep_claim

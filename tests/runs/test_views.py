@@ -1,6 +1,5 @@
 """Pages: project list, project Runs table, Run page, charts partial, members page, language (F2, F29)."""
 
-import math
 from datetime import timedelta
 
 import pytest
@@ -10,6 +9,7 @@ from django.utils import timezone
 from runs import charts
 from runs.metrics import metrics_ingest
 from runs.models import Membership, Role, RunKind, RunStatus
+from tests.chart_helpers import chart_data
 from tests.factories import (
     CodeVersionFactory,
     DatasetFactory,
@@ -30,6 +30,9 @@ from tests.factories import (
     ("runs:run-detail", "run"),
     ("runs:run-charts", "run"),
     ("runs:run-logs", "run"),
+    ("runs:run-system", "run"),
+    ("runs:project-compare", {"slug": "vision"}),
+    ("runs:project-runs-csv", {"slug": "vision"}),
 ])
 def test_anonymous_is_redirected_to_login(client, run, name, kwargs):
     url = reverse(name, kwargs={"pk": run.pk} if kwargs == "run" else kwargs)
@@ -43,7 +46,7 @@ def test_every_role_sees_the_project_and_run_pages(login, request, run, role):
     client = login(request.getfixturevalue(role))
     assert client.get(reverse("runs:project-list")).status_code == 200
     assert client.get(reverse("runs:project-detail", args=["vision"])).status_code == 200
-    for name in ("run-detail", "run-charts", "run-checkpoints", "run-data-history", "run-logs"):
+    for name in ("run-detail", "run-charts", "run-checkpoints", "run-data-history", "run-logs", "run-system"):
         assert client.get(reverse(f"runs:{name}", args=[run.pk])).status_code == 200, name
 
 
@@ -55,6 +58,9 @@ def test_outsider_gets_404_for_another_projects_pages(login, outsider, run):
         reverse("runs:run-detail", args=[run.pk]),
         reverse("runs:run-charts", args=[run.pk]),
         reverse("runs:run-checkpoints", args=[run.pk]),
+        reverse("runs:run-system", args=[run.pk]),
+        reverse("runs:project-compare", args=["vision"]),
+        reverse("runs:project-runs-csv", args=["vision"]),
     ]
     for url in urls:
         assert client.get(url).status_code == 404, url
@@ -182,6 +188,7 @@ def test_run_page_shows_overview_lineage_parameters_datasets_and_code(login, vie
     ("runs:run-checkpoints", "No checkpoints to show yet"),
     ("runs:run-data-history", "No data changes have been recorded"),
     ("runs:run-logs", "No logs yet"),
+    ("runs:run-system", "No system metrics were recorded"),
 ])
 def test_later_tabs_show_an_empty_state_sentence(login, viewer, run, name, sentence):
     response = login(viewer).get(reverse(name, args=[run.pk]))
@@ -189,13 +196,18 @@ def test_later_tabs_show_an_empty_state_sentence(login, viewer, run, name, sente
     assert 'aria-current="page"' in response.content.decode()
 
 
-def test_run_page_draws_one_svg_chart_per_metric_key(login, viewer, run, creator):
+def test_run_page_sends_one_uplot_chart_per_metric_key(login, viewer, run, creator):
     points = [{"key": key, "value": 1.0 / (s + 1), "step": s} for key in ("loss", "acc") for s in range(20)]
     metrics_ingest(actor=creator, run=run, points=points)
     body = login(viewer).get(reverse("runs:run-detail", args=[run.pk])).content.decode()
     assert body.count('<figure class="metric-chart"') == 2
     assert 'data-key="loss"' in body and 'data-key="acc"' in body
-    assert body.count("<svg") == 2 and body.count("<polyline") == 2
+    assert "uPlot.iife.min.js" in body and "charts.js" in body and "<svg" not in body
+    data = chart_data(body)
+    assert [c["key"] for c in data["charts"]] == ["acc", "loss"]
+    (series,) = data["charts"][1]["series"]
+    assert series["run"] == run.pk and series["x"] == list(range(20)) and series["y"][1] == 0.5
+    assert len(series["t"]) == 20
 
 
 def test_non_finite_points_are_skipped_and_counted(login, viewer, run, creator):
@@ -208,8 +220,22 @@ def test_non_finite_points_are_skipped_and_counted(login, viewer, run, creator):
     body = login(viewer).get(reverse("runs:run-detail", args=[run.pk])).content.decode()
     assert 'data-skipped="2"' in body
     assert "2 non-finite values" in body
-    polyline = body.split('points="')[1].split('"')[0]
-    assert len(polyline.split()) == 2
+    (series,) = chart_data(body)["charts"][0]["series"]
+    assert series["x"] == [0, 3] and series["y"] == [1.0, 0.5]
+
+
+def test_system_metrics_are_on_the_system_tab_not_among_the_training_charts(login, viewer, run, creator):
+    metrics_ingest(actor=creator, run=run, points=[
+        {"key": key, "value": 1.0, "step": s} for key in ("loss", "system/cpu_percent") for s in range(3)
+    ])
+    client = login(viewer)
+    overview = chart_data(client.get(reverse("runs:run-detail", args=[run.pk])).content.decode())
+    assert [c["key"] for c in overview["charts"]] == ["loss"]
+    system = client.get(reverse("runs:run-system", args=[run.pk])).content.decode()
+    assert [c["key"] for c in chart_data(system)["charts"]] == ["system/cpu_percent"]
+    assert f'hx-get="{reverse("runs:run-charts", args=[run.pk])}?system=1"' in system
+    partial = client.get(reverse("runs:run-charts", args=[run.pk]) + "?system=1").content.decode()
+    assert [c["key"] for c in chart_data(partial)["charts"]] == ["system/cpu_percent"]
 
 
 def test_a_run_without_metrics_says_so(login, viewer, run):
@@ -248,23 +274,15 @@ def test_many_points_are_downsampled_to_at_most_1000_keeping_the_spike(run, crea
     (chart,) = charts.run_charts(run=run)
     assert chart.total == 5003 and chart.skipped == 3
     assert 2 <= chart.drawn <= charts.MAX_POINTS and chart.downsampled
-    assert 'class="y-max"' in chart.svg and ">50<" in chart.svg
+    (series,) = charts.chart_data([chart])["charts"][0]["series"]
+    assert max(series["y"]) == 50.0 and series["x"] == sorted(series["x"])
 
 
-def test_downsample_keeps_order_extremes_and_bound():
-    points = [(float(s), math.sin(s / 50.0)) for s in range(10_000)]
-    reduced = charts.downsample(points, 1000)
-    assert len(reduced) <= 1000
-    assert [p[0] for p in reduced] == sorted(p[0] for p in reduced)
-    assert max(p[1] for p in reduced) == max(p[1] for p in points)
-    assert min(p[1] for p in reduced) == min(p[1] for p in points)
-    assert charts.downsample(points[:10], 1000) == points[:10]
-
-
-def test_build_chart_escapes_the_key_and_handles_a_single_point():
-    chart = charts.build_chart('<b>"x"</b>', [(0, 1.0), (1, math.nan)])
-    assert "<b>" not in chart.svg and "&lt;b&gt;" in chart.svg
-    assert chart.skipped == 1 and chart.drawn == 1 and "<circle" in chart.svg
+def test_a_hostile_key_is_escaped_in_the_page(login, viewer, run, creator):
+    metrics_ingest(actor=creator, run=run, points=[{"key": '</script><b>"x"</b>', "value": 1.0, "step": 0}])
+    body = login(viewer).get(reverse("runs:run-detail", args=[run.pk])).content.decode()
+    assert "<b>" not in body and "&lt;b&gt;" in body
+    assert chart_data(body)["charts"][0]["key"] == '</script><b>"x"</b>'
 
 
 # --- members page ----------------------------------------------------------------------

@@ -62,8 +62,9 @@ def s3(moto_endpoint, settings, monkeypatch):
     client.delete_bucket(Bucket=BUCKET)
 
 
+@pytest.mark.parametrize("wait", [True, False])
 def test_a_checkpoint_goes_to_the_bucket_in_parts_and_completes_after_verification(mmt_env, s3, tmp_path,
-                                                                                   monkeypatch):
+                                                                                   monkeypatch, wait):
     ckpt = tmp_path / "ckpt"
     ckpt.mkdir()
     (ckpt / "model.pt").write_bytes(os.urandom(17 * MIB + 5))
@@ -77,7 +78,8 @@ def test_a_checkpoint_goes_to_the_bucket_in_parts_and_completes_after_verificati
 
     monkeypatch.setattr(requests.Session, "put", spy)
     with mado_tracking.start_run() as run:
-        saved = run.log_checkpoint(ckpt, step=10, framework="torch")
+        saved = run.log_checkpoint(ckpt, step=10, framework="torch", wait=wait)
+    saved = saved if wait else saved.result(timeout=0)  # a background save is complete once the run finished
     assert through_server == []
     assert part_sizes[:2] == [8 * MIB, 8 * MIB] and len(part_sizes) == 3  # 17 MiB + tar headers
     stored = Checkpoint.objects.get(pk=saved.id)

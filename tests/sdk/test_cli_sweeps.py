@@ -242,7 +242,7 @@ def test_a_checkpoint_that_does_not_match_its_sha256_stops_the_agent_before_the_
                            data.replace(b"weights", b"WEIGHTS"))
     code, _, err = finish(start_agent(api, trial_out))
     assert code == 1
-    assert "Checkpoint 55 tar mismatch" in err
+    assert "Checkpoint 55 sha256 mismatch: 'model.pt'" in err
     assert not (trial_out / "trial-3.json").exists() and api.reports == []
 
 

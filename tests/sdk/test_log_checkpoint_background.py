@@ -97,12 +97,15 @@ def test_a_bad_queue_size_is_refused_naming_the_variable(mmt_env, ckpt, monkeypa
             run.log_checkpoint(ckpt, step=1, wait=False)
 
 
+def _register_as_another_process(mmt_env, run_id: int, *, step: int) -> None:
+    answer = requests.post(f"{mmt_env['MMT_API_URL']}/api/v1/runs/{run_id}/checkpoints/", json={"step": step},
+                           headers={"Authorization": f"Bearer {mmt_env['MMT_API_TOKEN']}"}, timeout=30)
+    assert answer.status_code == 201
+
+
 def test_a_refused_background_upload_is_logged_then_raised_by_finish(mmt_env, ckpt, tmp_path, caplog):
     run = mado_tracking.start_run()
-    other = requests.post(f"{mmt_env['MMT_API_URL']}/api/v1/runs/{run.id}/checkpoints/", json={"step": 7},
-                          headers={"Authorization": f"Bearer {mmt_env['MMT_API_TOKEN']}",
-                                   "Idempotency-Key": "another-process"}, timeout=30)
-    assert other.status_code == 201
+    _register_as_another_process(mmt_env, run.id, step=7)
     future = run.log_checkpoint(ckpt, step=7, wait=False)
     assert isinstance(future.exception(timeout=30), CheckpointError)
     assert "checkpoint of run" in caplog.text and "step 7 is already saved in this run" in caplog.text
@@ -110,6 +113,14 @@ def test_a_refused_background_upload_is_logged_then_raised_by_finish(mmt_env, ck
         run.finish()
     assert Run.objects.get(pk=run.id).status == "finished"  # the status is set before the error is raised
     assert _staged_steps(tmp_path) == []  # refused: sending it again would be refused again
+
+
+def test_leaving_a_with_block_cleanly_raises_a_failed_background_upload(mmt_env, ckpt):
+    with pytest.raises(CheckpointError, match="step 7: .*already saved"):
+        with mado_tracking.start_run() as run:
+            _register_as_another_process(mmt_env, run.id, step=7)
+            run.log_checkpoint(ckpt, step=7, wait=False)
+    assert Run.objects.get(pk=run.id).status == "finished"
 
 
 class HeldUploads:

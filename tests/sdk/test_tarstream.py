@@ -6,7 +6,7 @@ import os
 import pytest
 from mado_tracking.tarstream import CheckpointError, CheckpointTar
 
-from checkpoints.tarverify import ManifestFile, TarVerifier
+from mado_tracking.tarverify import CheckpointVerifier, ManifestFile
 
 
 @pytest.fixture
@@ -26,7 +26,7 @@ def test_the_stream_is_a_tar_matching_its_manifest(ckpt):
     assert tar.sha256 == hashlib.sha256(blob).hexdigest()
     assert [m["path"] for m in tar.manifest] == ["empty.bin", "model.pt", "optim/state.pt"]
     assert tar.manifest[1]["sha256"] == hashlib.sha256((ckpt / "model.pt").read_bytes()).hexdigest()
-    verifier = TarVerifier([ManifestFile(**m) for m in tar.manifest], tar_size=len(tar), tar_sha256=tar.sha256)
+    verifier = CheckpointVerifier([ManifestFile(**m) for m in tar.manifest], tar_size=len(tar), tar_sha256=tar.sha256)
     verifier.feed(blob)
     verifier.finish()
 

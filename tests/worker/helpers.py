@@ -13,7 +13,7 @@ import zipfile
 
 from checkpoints import storage
 from checkpoints.models import Artifact, Checkpoint, CheckpointState, ManifestEntry
-from checkpoints.tarverify import ManifestFile
+from mado_tracking.tarverify import ManifestFile
 from tests.checkpoints.checkpoint_helpers import FILES, make_tar, member, sha
 
 __all__ = ["TRAIN_PY", "code_archive", "FILES", "make_tar", "member", "sha", "stored_checkpoint", "manifest", "tar_gz", "zip_bytes", "store_blob"]
@@ -28,11 +28,11 @@ def store_blob(data: bytes, prefix: str = "tests") -> str:
 
 
 def stored_checkpoint(run, step: int, files: dict[str, bytes] | None = None, *, stored: bytes | None = None,
-                      state: str = CheckpointState.COMPLETE) -> Checkpoint:
-    """A complete checkpoint of ``run`` at ``step`` recorded for ``files``; the storage holds ``stored``
-    (default: the good tar of ``files``)."""
+                      state: str = CheckpointState.COMPLETE, recorded: bytes | None = None) -> Checkpoint:
+    """A complete checkpoint of ``run`` at ``step`` recorded for ``files`` and the tar ``recorded`` (size and
+    SHA-256; default: the good tar of ``files``); the storage holds ``stored`` (default: that tar)."""
     files = FILES if files is None else files
-    good = make_tar(files)
+    good = make_tar(files) if recorded is None else recorded
     key = store_blob(good if stored is None else stored, prefix=f"runs/{run.pk}")
     artifact = Artifact.objects.create(
         project=run.project, run=run, path=f"checkpoints/step-{step}.tar", size=len(good), sha256=sha(good),

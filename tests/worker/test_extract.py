@@ -1,6 +1,6 @@
-"""Extraction checks every header first, writes each regular file itself (hashing as it writes) into a fresh
-temporary directory, renames it into place read-only, never writes outside it and leaves nothing partial
-behind (SPEC F13, F14; ARCHITECTURE rule 3)."""
+"""A checkpoint is downloaded, verified and extracted in one pass: each regular file written by us (hashed as it
+is written) into a fresh temporary directory, renamed into place read-only, never outside it, nothing partial
+left behind (SPEC F13, F14; ARCHITECTURE rule 3). Code archives follow the same format rules."""
 
 import json
 import os
@@ -10,17 +10,17 @@ from pathlib import Path
 
 import pytest
 
-from checkpoints.tarverify import ManifestFile
-from tests.worker.helpers import FILES, make_tar, manifest, member, sha, tar_gz, zip_bytes
+from mado_tracking.tarverify import ManifestFile, manifest_digest
+from mado_tracking.extractdir import ExtractionDir
+from tests.worker.helpers import FILES, make_tar, manifest, member, sha, stored_checkpoint, tar_gz, zip_bytes
 from worker import extract as extract_module
 from worker.errors import ArchiveRejected, CheckpointMismatch
 from worker.extract import (
-    extract_checkpoint,
     extract_code_archive,
-    manifest_digest,
     remove_tree,
     write_resume_info,
 )
+from worker.fetch import restore_checkpoint
 
 DEEP = {"model.pt": b"weights" * 1000, "optim/state.pt": b"s" * 700, "empty.bin": b"",
         "a/b/c/" + "long" * 40 + ".bin": b"deep" * 100}
@@ -33,23 +33,23 @@ def workdir(tmp_path):
     return path
 
 
-def write_tar(workdir: Path, data: bytes) -> Path:
-    path = workdir / "checkpoint.tar"
-    path.write_bytes(data)
-    return path
+@pytest.fixture
+def extract(run):
+    """``extract(workdir, data, files=DEEP)``: restore a checkpoint recorded for ``files`` and the tar ``data``."""
+    steps = iter(range(1, 1000))
 
+    def restore(workdir, data: bytes, files=None):
+        checkpoint = stored_checkpoint(run, next(steps), DEEP if files is None else files, recorded=data)
+        return restore_checkpoint(checkpoint=checkpoint, workdir=workdir, backoff_s=0).checkpoint_dir
 
-def extract(workdir, data: bytes, files=None):
-    files = DEEP if files is None else files
-    return extract_checkpoint(checkpoint_id=7, tar_path=write_tar(workdir, data), workdir=workdir,
-                              manifest=manifest(files))
+    return restore
 
 
 def leftovers(workdir: Path) -> list[str]:
-    return sorted(p.name for p in workdir.iterdir() if p.name != "checkpoint.tar")
+    return sorted(p.name for p in workdir.iterdir())
 
 
-def test_files_are_extracted_read_only(workdir):
+def test_files_are_extracted_read_only(workdir, extract):
     target = extract(workdir, make_tar(DEEP))
     assert target == workdir / "checkpoint"
     found = {str(p.relative_to(target)): p.read_bytes() for p in target.rglob("*") if p.is_file()}
@@ -62,13 +62,13 @@ def test_files_are_extracted_read_only(workdir):
 
 
 @pytest.mark.parametrize("fmt", [tarfile.PAX_FORMAT, tarfile.GNU_FORMAT, tarfile.USTAR_FORMAT])
-def test_every_tar_format_with_long_names_is_read(workdir, fmt):
+def test_every_tar_format_with_long_names_is_read(workdir, extract, fmt):
     files = {"x" * 90 + "/" + "y" * 90 + ".bin": b"long", "model.pt": b"m"}
     target = extract(workdir, make_tar(files, fmt=fmt), files)
     assert (target / ("x" * 90) / ("y" * 90 + ".bin")).read_bytes() == b"long"
 
 
-def test_the_sdk_tar_stream_is_extracted(workdir, tmp_path):
+def test_the_sdk_tar_stream_is_extracted(workdir, extract, tmp_path):
     """The tar the SDK builds (``mado_tracking.tarstream.CheckpointTar``) is what storage holds: it extracts."""
     from mado_tracking.tarstream import CheckpointTar
 
@@ -80,12 +80,16 @@ def test_the_sdk_tar_stream_is_extracted(workdir, tmp_path):
     assert {str(p.relative_to(target)): p.read_bytes() for p in target.rglob("*") if p.is_file()} == DEEP
 
 
-def refused(workdir, data: bytes, files=None) -> CheckpointMismatch:
-    with pytest.raises(CheckpointMismatch) as caught:
-        extract(workdir, data, files)
-    assert leftovers(workdir) == [], "no partial or temporary directory may stay behind"
-    assert str(caught.value).startswith(f"Checkpoint 7 {caught.value.what} mismatch: ")
-    return caught.value
+@pytest.fixture
+def refused(extract):
+    def check(workdir, data: bytes, files=None) -> CheckpointMismatch:
+        with pytest.raises(CheckpointMismatch) as caught:
+            extract(workdir, data, files)
+        assert leftovers(workdir) == [], "no partial or temporary directory may stay behind"
+        assert str(caught.value).startswith(f"Checkpoint {caught.value.checkpoint_id} {caught.value.what} mismatch: ")
+        return caught.value
+
+    return check
 
 
 @pytest.mark.parametrize("extra, what", [
@@ -94,48 +98,49 @@ def refused(workdir, data: bytes, files=None) -> CheckpointMismatch:
     (member("/tmp/absolute.txt", b"x"), "path"),
     (member("link", kind=tarfile.SYMTYPE, linkname="/etc"), "tar"),
     (member("hard", kind=tarfile.LNKTYPE, linkname="model.pt"), "tar"),
-    (member("dir", kind=tarfile.DIRTYPE), "tar"),
     (member("fifo", kind=tarfile.FIFOTYPE), "tar"),
     (member("model.pt", b"weights" * 1000), "path"),  # a duplicate
 ])
-def test_a_bad_header_is_refused_before_anything_is_written(workdir, monkeypatch, extra, what):
-    created = []
-    monkeypatch.setattr(extract_module, "_Staging", lambda *a, **k: created.append(a) or pytest.fail("wrote"))
+def test_a_bad_header_is_refused_and_nothing_stays_behind(workdir, refused, extra, what):
     files = {**DEEP, extra[0]: extra[1]} if extra[0] in ("../outside.txt", "/tmp/absolute.txt") else DEEP
     error = refused(workdir, make_tar(DEEP, extra=[extra]), files)
     assert error.what == what
-    assert created == []
     assert not (workdir.parent / "outside.txt").exists() and not Path("/tmp/absolute.txt").exists()
 
 
-def test_a_missing_file_is_refused(workdir):
+def test_a_directory_member_is_created(workdir, extract):
+    target = extract(workdir, make_tar(DEEP, extra=[member("logs", kind=tarfile.DIRTYPE)]))
+    assert (target / "logs").is_dir() and list((target / "logs").iterdir()) == []
+
+
+def test_a_missing_file_is_refused(workdir, refused):
     files = {k: v for k, v in DEEP.items() if k != "empty.bin"}
     assert "missing from the tar: 'empty.bin'" in str(refused(workdir, make_tar(files)))
 
 
-def test_a_size_difference_is_refused(workdir):
+def test_a_size_difference_is_refused(workdir, refused):
     assert refused(workdir, make_tar({**DEEP, "model.pt": b"short"})).what == "size"
 
 
-def test_a_content_difference_found_while_writing_leaves_no_partial_directory(workdir):
+def test_a_content_difference_found_while_writing_leaves_no_partial_directory(workdir, refused):
     """The headers match, the third file's bytes do not: two files were written, then everything goes."""
     tampered = {**DEEP, "optim/state.pt": b"S" * 700}
     error = refused(workdir, make_tar(tampered))
     assert error.what == "sha256" and "optim/state.pt" in error.detail
 
 
-def test_a_truncated_tar_is_refused(workdir):
+def test_a_truncated_tar_is_refused(workdir, refused):
     data = make_tar(DEEP)
     assert refused(workdir, data[:5000]).what == "tar"
 
 
-def test_a_corrupted_header_is_refused(workdir):
+def test_a_corrupted_header_is_refused(workdir, refused):
     data = bytearray(make_tar(DEEP))
     data[10] ^= 0xFF
     assert "bad header checksum" in refused(workdir, bytes(data)).detail
 
 
-def test_an_existing_target_is_never_replaced(workdir):
+def test_an_existing_target_is_never_replaced(workdir, extract):
     (workdir / "checkpoint").mkdir()
     with pytest.raises(FileExistsError):
         extract(workdir, make_tar(DEEP))
@@ -146,7 +151,7 @@ def test_nothing_is_ever_written_through_a_link_in_the_staging_directory(workdir
     """Defence in depth: even if a link appeared inside the temporary directory, no file goes through it."""
     outside = tmp_path / "outside"
     outside.mkdir()
-    staging = extract_module._Staging(workdir, ".t-", lambda what, detail: CheckpointMismatch(1, what, detail))
+    staging = ExtractionDir(workdir, ".t-", lambda what, detail: CheckpointMismatch(1, what, detail))
     with staging:
         os.symlink(outside, os.path.join(staging.root, "a"))
         with pytest.raises(CheckpointMismatch, match="path mismatch"):
@@ -178,7 +183,7 @@ def test_the_manifest_digest_is_the_sha256_of_the_canonical_json():
     assert manifest_digest(reversed(files)) == manifest_digest(files)
 
 
-def test_remove_tree_removes_read_only_trees(workdir):
+def test_remove_tree_removes_read_only_trees(workdir, extract):
     target = extract(workdir, make_tar(DEEP))
     remove_tree(target)
     assert not target.exists()

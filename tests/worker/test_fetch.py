@@ -1,5 +1,5 @@
-"""Fetching a checkpoint checks its size and SHA-256 while the bytes stream, resumes a broken read with a
-ranged read, and names any difference from the manifest (SPEC F12, F13, F15)."""
+"""Restoring a checkpoint checks it while the bytes stream into the files (one pass, the tar never stored),
+resumes a broken read with a ranged read, and names any difference from the manifest (SPEC F12, F13, F15)."""
 
 import os
 import tarfile
@@ -10,31 +10,43 @@ from checkpoints import storage
 from checkpoints.models import Checkpoint, CheckpointState, ManifestEntry
 from tests.worker.helpers import FILES, make_tar, member, sha, store_blob, stored_checkpoint
 from worker.errors import ArchiveRejected, CheckpointMismatch, StorageUnavailable
-from worker.fetch import CHUNK_SIZE, fetch_artifact, fetch_checkpoint
+from worker.fetch import CHUNK_SIZE, fetch_artifact, restore_checkpoint
 
 pytestmark = pytest.mark.django_db
 
 
+def job_dir(tmp_path):
+    path = tmp_path / "job"
+    path.mkdir(exist_ok=True)
+    return path
+
+
 def fetch(checkpoint, tmp_path, **kwargs):
-    return fetch_checkpoint(checkpoint=checkpoint, dest=tmp_path / "checkpoint.tar", backoff_s=0, **kwargs)
+    return restore_checkpoint(checkpoint=checkpoint, workdir=job_dir(tmp_path), backoff_s=0, **kwargs)
+
+
+def extracted(restored) -> dict[str, bytes]:
+    root = restored.checkpoint_dir
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in root.rglob("*") if p.is_file()}
 
 
 def refused(checkpoint, tmp_path) -> str:
     with pytest.raises(CheckpointMismatch) as caught:
         fetch(checkpoint, tmp_path)
-    assert not (tmp_path / "checkpoint.tar").exists(), "a refused download must not stay on disk"
+    assert list(job_dir(tmp_path).iterdir()) == [], "a refused restore must leave nothing on disk"
     message = str(caught.value)
     assert message.startswith(f"Checkpoint {checkpoint.pk} {caught.value.what} mismatch: ")
     return message
 
 
-def test_a_good_checkpoint_is_written_and_verified(run, tmp_path):
+def test_a_good_checkpoint_is_extracted_verified_and_written_once(run, tmp_path):
     checkpoint = stored_checkpoint(run, 10)
-    fetched = fetch(checkpoint, tmp_path)
-    good = make_tar(FILES)
-    assert fetched.tar_path.read_bytes() == good
-    assert (fetched.size, fetched.sha256) == (len(good), sha(good))
-    assert sorted(f.path for f in fetched.manifest) == sorted(FILES)
+    restored = fetch(checkpoint, tmp_path)
+    assert extracted(restored) == FILES
+    assert restored.size == len(make_tar(FILES))
+    assert restored.bytes_written == sum(len(data) for data in FILES.values())
+    assert sorted(f.path for f in restored.manifest) == sorted(FILES)
+    assert sorted(p.name for p in job_dir(tmp_path).iterdir()) == ["checkpoint"], "the tar is never stored"
 
 
 TAMPERED = {
@@ -50,7 +62,7 @@ TAMPERED = {
                 "'link' is a symbolic link"),
     "hardlink": (make_tar(FILES, extra=[member("hard", kind=tarfile.LNKTYPE, linkname="model.pt")]), "tar",
                  "'hard' is a hard link"),
-    "directory": (make_tar(FILES, extra=[member("subdir", kind=tarfile.DIRTYPE)]), "tar", "'subdir/' is a directory"),
+    "contiguous": (make_tar(FILES, extra=[member("c", kind=tarfile.CONTTYPE)]), "tar", "'c' is a contiguous file"),
     "fifo": (make_tar(FILES, extra=[member("pipe", kind=tarfile.FIFOTYPE)]), "tar", "'pipe' is a FIFO"),
     "device": (make_tar(FILES, extra=[member("dev", kind=tarfile.CHRTYPE)]), "tar", "'dev' is a character device"),
 }
@@ -148,10 +160,9 @@ def flaky_open_range(monkeypatch, *, break_after_chunks: int = 1, failures: int 
 def test_a_broken_read_resumes_with_a_ranged_read_from_the_byte_reached(run, tmp_path, monkeypatch):
     checkpoint = stored_checkpoint(run, 10, BIG)
     starts = flaky_open_range(monkeypatch, break_after_chunks=2)
-    fetched = fetch(checkpoint, tmp_path)
+    restored = fetch(checkpoint, tmp_path)
     assert starts == [0, 2 * CHUNK_SIZE]
-    assert fetched.tar_path.read_bytes() == make_tar(BIG)
-    assert fetched.sha256 == checkpoint.tar_sha256
+    assert extracted(restored) == BIG
 
 
 def test_a_body_that_ends_early_is_resumed_too(run, tmp_path, monkeypatch):
@@ -164,7 +175,7 @@ def test_a_body_that_ends_early_is_resumed_too(run, tmp_path, monkeypatch):
         return real(key=key, start=start, length=min(length, CHUNK_SIZE + 7), chunk_size=chunk_size)
 
     monkeypatch.setattr(storage, "blob_open_range", short)
-    assert fetch(checkpoint, tmp_path).tar_path.read_bytes() == make_tar(BIG)
+    assert extracted(fetch(checkpoint, tmp_path)) == BIG
     assert starts[:3] == [0, CHUNK_SIZE + 7, 2 * (CHUNK_SIZE + 7)]
 
 
@@ -174,7 +185,7 @@ def test_a_storage_that_keeps_failing_gives_up_after_bounded_retries(run, tmp_pa
     with pytest.raises(StorageUnavailable, match="failed 3 times at byte 0"):
         fetch(checkpoint, tmp_path, attempts=3)
     assert starts == [0, 0, 0]
-    assert not (tmp_path / "checkpoint.tar").exists()
+    assert list(job_dir(tmp_path).iterdir()) == []
 
 
 def test_progress_resets_the_failure_count(run, tmp_path, monkeypatch):
@@ -186,10 +197,12 @@ def test_progress_resets_the_failure_count(run, tmp_path, monkeypatch):
 
 
 def test_an_existing_destination_is_never_overwritten(run, tmp_path):
-    (tmp_path / "checkpoint.tar").write_bytes(b"mine")
+    mine = job_dir(tmp_path) / "checkpoint" / "mine"
+    mine.parent.mkdir()
+    mine.write_bytes(b"mine")
     with pytest.raises(FileExistsError):
         fetch(stored_checkpoint(run, 10), tmp_path)
-    assert (tmp_path / "checkpoint.tar").read_bytes() == b"mine"
+    assert mine.read_bytes() == b"mine"
 
 
 def test_the_checkpoint_row_is_left_unchanged(run, tmp_path):

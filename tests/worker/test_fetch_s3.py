@@ -10,7 +10,7 @@ from moto import mock_aws
 from checkpoints import storage
 from tests.worker.helpers import make_tar, stored_checkpoint
 from worker.errors import CheckpointMismatch
-from worker.fetch import CHUNK_SIZE, fetch_checkpoint
+from worker.fetch import CHUNK_SIZE, restore_checkpoint
 
 pytestmark = pytest.mark.django_db
 BUCKET = "mado-worker-test"
@@ -50,14 +50,14 @@ def test_a_checkpoint_in_s3_is_fetched_and_a_broken_body_resumes_with_a_range(s3
         return broken()
 
     monkeypatch.setattr(storage, "_s3_range", s3_range)
-    fetched = fetch_checkpoint(checkpoint=checkpoint, dest=tmp_path / "c.tar", backoff_s=0)
+    restored = restore_checkpoint(checkpoint=checkpoint, workdir=tmp_path, backoff_s=0)
     size = len(make_tar(BIG))
     assert ranges == [(0, size - 1), (CHUNK_SIZE, size - 1)]
-    assert fetched.tar_path.read_bytes() == make_tar(BIG) and fetched.sha256 == checkpoint.tar_sha256
+    assert {p.name: p.read_bytes() for p in restored.checkpoint_dir.iterdir()} == BIG
 
 
 def test_a_missing_s3_object_is_an_artifact_mismatch(s3, run, tmp_path):
     checkpoint = stored_checkpoint(run, 10)
     s3.delete_object(Bucket=BUCKET, Key=f"prefix/{checkpoint.artifact.storage_key}")
     with pytest.raises(CheckpointMismatch, match=f"Checkpoint {checkpoint.pk} artifact mismatch: object missing"):
-        fetch_checkpoint(checkpoint=checkpoint, dest=tmp_path / "c.tar", backoff_s=0)
+        restore_checkpoint(checkpoint=checkpoint, workdir=tmp_path, backoff_s=0)

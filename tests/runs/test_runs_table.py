@@ -1,0 +1,145 @@
+"""The runs table (project page) and the Compare page: columns, sort, search, CSV, selection (SPEC F34)."""
+
+import csv
+import io
+
+import pytest
+from django.urls import reverse
+
+from runs import table
+from runs.metrics import metrics_ingest
+from runs.models import RunStatus, RunTag
+from tests.chart_helpers import chart_data
+from tests.factories import RunFactory
+
+
+@pytest.fixture
+def three(project, creator):
+    """Three runs: lr 0.1 / 0.01 / 0.001 (batch 32 in all), loss ending at 0.3 / 0.1 / 0.2."""
+    runs = []
+    for index, (lr, loss) in enumerate([(0.1, 0.3), (0.01, 0.1), (0.001, 0.2)]):
+        run = RunFactory(project=project, created_by=creator, name=f"run-{index}",
+                         parameters={"lr": lr, "batch": 32, "opt": "adam" if index else "sgd"},
+                         status=RunStatus.FINISHED if index < 2 else RunStatus.RUNNING)
+        metrics_ingest(actor=creator, run=run, points=[
+            {"key": "loss", "value": loss + (9 - s) / 10, "step": s} for s in range(10)
+        ] + [{"key": "acc", "value": 0.5, "step": 9}])
+        runs.append(run)
+    return runs
+
+
+def page(client, project, **params):
+    return client.get(reverse("runs:project-detail", args=[project.slug]), params)
+
+
+def names(response) -> list[str]:
+    return [row.name for row in response.context["page_obj"]]
+
+
+def test_default_columns_are_the_varying_parameters_and_shared_metrics(login, viewer, project, three):
+    response = page(login(viewer), project)
+    assert [c.id for c in response.context["columns"]] == [
+        "param:lr", "param:opt", "metric:acc:last", "metric:loss:last"]
+    body = response.content.decode()
+    assert 'data-column="param:batch"' not in body  # the same in every run
+    assert 'data-column="metric:loss:last">0.1<' in body
+
+
+def test_sorting_by_a_metric_column_orders_the_runs_by_its_value(login, viewer, project, three):
+    client = login(viewer)
+    assert names(page(client, project, sort="metric:loss:last")) == ["run-1", "run-2", "run-0"]
+    assert names(page(client, project, sort="-metric:loss:min")) == ["run-0", "run-2", "run-1"]
+    assert names(page(client, project, sort="param:lr")) == ["run-2", "run-1", "run-0"]
+    response = page(client, project, sort="nope")
+    assert response.status_code == 400 and "cannot sort by" in response.content.decode()
+
+
+@pytest.mark.parametrize(("query", "expected"), [
+    ("lr>0.005", ["run-1", "run-0"]),
+    ("lr>0.005 and status=finished", ["run-1", "run-0"]),
+    ("lr<=0.01 AND status!=finished", ["run-2"]),
+    ("opt=adam", ["run-2", "run-1"]),
+    ("opt~AD", ["run-2", "run-1"]),
+    ("run-1", ["run-1"]),
+    ("sgd", ["run-0"]),
+    ("creator=carol-creator and name~run-0", ["run-0"]),
+])
+def test_the_search_language_filters_runs(login, viewer, project, three, query, expected):
+    assert names(page(login(viewer), project, q=query)) == expected
+
+
+@pytest.mark.parametrize(("query", "message"), [
+    ("lr>", "no value after"),
+    ("status>finished", "status is text"),
+    ("lr>0.1 and and x=1", "write FIELD OP VALUE"),
+    ("=5", "write FIELD OP VALUE"),
+    ("tag>x", "tags take = or !="),
+])
+def test_a_bad_search_says_which_term_and_why(login, viewer, project, three, query, message):
+    response = page(login(viewer), project, q=query)
+    assert response.status_code == 400 and message in response.content.decode()
+
+
+def test_filters_by_creator_and_tag(login, viewer, project, three):
+    RunTag.objects.create(run=three[1], key="team", value="vision")
+    client = login(viewer)
+    assert names(page(client, project, tag="team:vision")) == ["run-1"]
+    assert names(page(client, project, q="tag=team")) == ["run-1"]
+    assert names(page(client, project, creator="nobody")) == []
+
+
+def test_chosen_columns_show_min_and_max_and_bad_ones_are_refused(login, viewer, project, three):
+    client = login(viewer)
+    response = page(client, project, col=["metric:loss:min", "metric:loss:max", "param:batch"])
+    body = response.content.decode()
+    assert 'data-column="metric:loss:max">1.2<' in body and 'data-column="param:batch">32<' in body
+    bad = page(client, project, col="metric:loss:median")
+    assert bad.status_code == 400 and "last, min, max" in bad.content.decode()
+
+
+def test_csv_export_has_every_matching_run_with_the_columns(login, viewer, project, three):
+    response = login(viewer).get(reverse("runs:project-runs-csv", args=[project.slug]),
+                                 {"sort": "metric:loss:last", "col": ["param:lr", "metric:loss:last"]})
+    rows = list(csv.reader(io.StringIO(b"".join(response.streaming_content).decode())))
+    assert rows[0] == ["id", "name", "status", "kind", "creator", "started_at", "lr", "loss (last)"]
+    assert [(r[1], r[6], r[7]) for r in rows[1:]] == [("run-1", "0.01", "0.1"), ("run-2", "0.001", "0.2"),
+                                                      ("run-0", "0.1", "0.3")]
+
+
+def test_the_table_has_a_checkbox_per_run_and_a_compare_button(login, viewer, project, three):
+    body = page(login(viewer), project).content.decode()
+    assert body.count('type="checkbox" name="run"') == 3
+    assert reverse("runs:project-compare", args=[project.slug]) in body
+
+
+def test_parse_columns_refuses_hostile_values():
+    with pytest.raises(Exception, match="param:NAME"):
+        table.parse_columns(["'; drop table runs; --"])
+    assert [c.id for c in table.parse_columns(["param:a", "param:a", "metric:x:y:last"])] == [
+        "param:a", "metric:x:y:last"]
+
+
+# --- Compare -----------------------------------------------------------------------------------------------
+
+
+def compare(client, project, ids, **params):
+    return client.get(reverse("runs:project-compare", args=[project.slug]), {"run": ids, **params})
+
+
+def test_compare_overlays_every_metric_and_diffs_the_parameters(login, viewer, project, three):
+    response = compare(login(viewer), project, [r.pk for r in three])
+    body = response.content.decode()
+    data = chart_data(body)
+    assert [c["key"] for c in data["charts"]] == ["acc", "loss"]
+    assert [s["run"] for s in data["charts"][1]["series"]] == [r.pk for r in three]
+    assert 'data-parameter="lr"' in body and 'data-parameter="opt"' in body
+    assert 'data-parameter="batch"' not in body and "1 is the same in all" in body
+    everything = compare(login(viewer), project, [r.pk for r in three], all="1").content.decode()
+    assert 'data-parameter="batch"' in everything
+
+
+def test_compare_of_another_projects_run_is_404_and_a_bad_selection_400(login, viewer, outsider, project, three):
+    assert compare(login(outsider), project, [three[0].pk]).status_code == 404
+    assert compare(login(viewer), project, ["1x"]).status_code == 400
+    assert compare(login(viewer), project, [",".join(str(i) for i in range(1, 30))]).status_code == 400
+    assert "No runs selected" in compare(login(viewer), project, []).content.decode()
