@@ -12,6 +12,8 @@ more than that), then, in the same run:
 - ``run.log_checkpoint`` through the SDK: tar + every file's SHA-256 + the
   tar's SHA-256 + upload + the server's streaming check + complete;
 - ``mado_tracking.download_checkpoint``: the tar back to a file, SHA-256 checked;
+- ``mado agent``'s restore (``mado_tracking.extract.restore_checkpoint``):
+  download, verify and extract in one streaming pass, the tar never stored;
 - a plain copy of the same files (1 MiB reads and writes) in the same
   directory: the disk's write rate, which bounds the save (the server writes
   the tar) and the download (the client writes it);
@@ -189,7 +191,31 @@ def run_benchmark(url: str, token: str, work: Path, args, server_pid: int) -> No
     print(f"SDK peak RSS ({where}): save {save_peak:.0f} MiB (before {before_save:.0f} MiB), "
           f"download {download_peak:.0f} MiB; after writing the files {generated_peak:.0f} MiB")
     print(f"server peak RSS (largest gunicorn process, VmHWM): {server_peak:.0f} MiB")
+    measure_restore(url, token, work, saved.id, total, hash_s)
     measure_stall(url, token, work, args)
+
+
+def measure_restore(url: str, token: str, work: Path, checkpoint_id: int, total: int, hash_s: float) -> None:
+    """``mado agent``'s restore: download + verify (format, every file's and the tar's SHA-256) + extract, one pass."""
+    from mado_tracking import config
+    from mado_tracking.client import ApiClient
+    from mado_tracking.extract import restore_checkpoint
+
+    client = ApiClient(config.resolve(api_url=url, api_token=token, require_project=False))
+    target = work / "restored"
+    target.mkdir()
+    reset = reset_peak_rss()
+    before = own_peak_rss_mib()
+    started = time.perf_counter()
+    restore_checkpoint(client, checkpoint_id, target)
+    restore_s = time.perf_counter() - started
+    peak = own_peak_rss_mib()
+    client.close()
+    written = sum(p.stat().st_size for p in (target / "checkpoint").rglob("*") if p.is_file())
+    print(f"restore (download + verify + extract in one pass, the tar never stored): "
+          f"{total / restore_s / 1e6:,.0f} MB/s ({restore_s:.2f} s) = {hash_s / restore_s:.0%} of the single-pass "
+          f"rate; {written:,} bytes of files written; SDK peak RSS {peak:.0f} MiB (before {before:.0f} MiB"
+          f"{'' if reset else ', lifetime VmHWM'})")
 
 
 def big_model(size_mib: int):

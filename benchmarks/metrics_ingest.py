@@ -1,22 +1,32 @@
-"""Metric ingestion and history-read benchmark (issue 2): prints figures, asserts nothing.
+"""Metric ingestion and history-read benchmark: prints figures, asserts nothing.
 
-Starts gunicorn (2 workers) on a fresh database, logs ``--points`` points
-through the SDK (two keys per ``log_metrics`` call), then reads one key's
-history (``--points / 2`` points) back in one page. Prints points/s, the
-history read time, the per-call latency of ``log_metrics`` (the training
-loop's cost) and the peak resident memory of the server processes.
+Starts gunicorn on a fresh database in the layout of docs/deploy.md
+(``gthread``; ``--workers`` x ``--threads``), then ``--writers`` processes
+each log ``--points`` points to their own Run through the SDK (two keys per
+``log_metrics`` call) while a reader thread reads a Run's keys and a
+1,000-point history page in a loop, as a Run page refresh does. Prints the
+total points/s (first call to the last point flushed), the latency of every
+metrics POST the SDK made (p50/p99), the reader's latency (p50/p99), the
+per-call cost of ``log_metrics`` (the training loop's), one key's full
+history read, the peak resident memory of the server processes and the
+machine's load (``os.getloadavg``): the figures mean little without it on a
+shared machine.
 
     .venv/bin/python benchmarks/metrics_ingest.py                      # SQLite under a temp dir
     .venv/bin/python benchmarks/metrics_ingest.py --database-url postgresql://postgres@127.0.0.1:5432/mado_bench
+    .venv/bin/python benchmarks/metrics_ingest.py --database-url ... --writers 20 --points 100000
 """
 
 import argparse
+import hashlib
+import multiprocessing
 import os
 import socket
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -76,8 +86,16 @@ def server_pids(master: int) -> list[int]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--database-url", help="PostgreSQL URL (the database is dropped and recreated); default SQLite")
-    parser.add_argument("--points", type=int, default=200_000)
-    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--points", type=int, default=200_000, help="points per writer")
+    parser.add_argument("--writers", type=int, default=1, help="processes logging at once, one Run each")
+    parser.add_argument("--rate", type=float, default=0,
+                        help="points/s each writer offers (0: as fast as it can); a training job logs at a pace, and "
+                             "writers that never pause keep a POST in flight each, so POST latency = writers / POSTs/s")
+    parser.add_argument("--workers", type=int, default=2, help="gunicorn worker processes")
+    parser.add_argument("--threads", type=int, default=4, help="threads per gunicorn worker (gthread)")
+    parser.add_argument("--ingest-workers", type=int, default=0,
+                        help="a separate ingest pool of this many workers takes the writers' requests, as the proxy "
+                             "of docs/deploy.md routes metrics POSTs (0: one pool serves everything)")
     args = parser.parse_args()
 
     data_dir = tempfile.mkdtemp(prefix="mado-bench-")
@@ -86,60 +104,151 @@ def main() -> None:
         recreate_postgres_database(args.database_url)
         env["MADO_DATABASE_URL"] = args.database_url
     token = prepare(env)
+    url, server = serve(env, args.workers, args.threads)
+    ingest = None
+    try:
+        ingest_url, ingest = serve(env, args.ingest_workers, args.threads) if args.ingest_workers else (url, None)
+        pools = f"gthread {args.workers} workers x {args.threads} threads"
+        if ingest:
+            pools += f" + ingest pool {args.ingest_workers} x {args.threads}"
+        print(f"backend: {'PostgreSQL' if args.database_url else 'SQLite'}; gunicorn {pools}; load before: {load()}")
+        run_benchmark(url, ingest_url, token, args.points, args.writers, args.rate)
+        pids = server_pids(server.pid) + (server_pids(ingest.pid) if ingest else [])
+        print(f"server peak RSS (largest process): {peak_rss_mib(pids):.0f} MiB")
+    finally:
+        for proc in (server, ingest):
+            if proc:
+                proc.terminate()
+                proc.wait(timeout=30)
+
+
+def serve(env: dict, workers: int, threads: int) -> tuple[str, subprocess.Popen]:
+    """A gunicorn (gthread) on a free port, answering; its URL and process."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     server = subprocess.Popen(
         [sys.executable, "-m", "gunicorn", "mado.wsgi:application", "--bind", f"127.0.0.1:{port}",
-         "--workers", str(args.workers), "--log-level", "warning"],
+         "--workers", str(workers), "--threads", str(threads), "--worker-class", "gthread", "--log-level", "warning"],
         env=env, cwd=ROOT,
     )
-    try:
-        for _ in range(100):
-            try:
-                requests.get(f"{url}/accounts/login/", timeout=5)
-                break
-            except requests.RequestException:
-                time.sleep(0.2)
-        run_benchmark(url, token, args.points, server.pid, "PostgreSQL" if args.database_url else "SQLite")
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
+    for _ in range(100):
+        try:
+            requests.get(f"{url}/accounts/login/", timeout=5)
+            break
+        except requests.RequestException:
+            time.sleep(0.2)
+    return url, server
 
 
-def run_benchmark(url: str, token: str, points: int, server_pid: int, backend: str) -> None:
+def load() -> str:
+    """The load average and a same-run CPU reference (sha256 of 64 MiB on one core): figures on a shared
+    machine mean something only beside these."""
+    data = b"\0" * (64 << 20)
+    started = time.perf_counter()
+    hashlib.sha256(data).digest()
+    rate = 64 / (time.perf_counter() - started)
+    return " ".join(f"{figure:.2f}" for figure in os.getloadavg()) + f" ({os.cpu_count()} CPUs); sha256 {rate:.0f} MiB/s"
+
+
+def quantiles(samples: list[float]) -> str:
+    ordered = sorted(samples)
+    if not ordered:
+        return "none"
+    return (f"p50 {ordered[len(ordered) // 2] * 1e3:.1f} ms, p99 {ordered[int(len(ordered) * 0.99)] * 1e3:.1f} ms, "
+            f"max {ordered[-1] * 1e3:.1f} ms ({len(ordered)} requests)")
+
+
+def writer(url: str, token: str, points: int, rate: float, name: str, start: multiprocessing.Event, out) -> None:
+    """One training process: log ``points`` points through the SDK at ``rate`` points/s (0: no pause); report
+    timings, POST latencies, the Run id."""
     import mado_tracking
+    from mado_tracking.client import ApiClient
 
-    calls = points // 2
-    latencies = []
-    run = mado_tracking.start_run(project="bench", name="ingest", api_url=url, api_token=token)
+    posts = []
+    send = ApiClient.send
+
+    def timed_send(self, method, path, **kwargs):
+        started = time.perf_counter()
+        try:
+            return send(self, method, path, **kwargs)
+        finally:
+            if method == "POST" and path.endswith("/metrics/"):
+                posts.append(time.perf_counter() - started)
+
+    ApiClient.send = timed_send
+    run = mado_tracking.start_run(project="bench", name=name, api_url=url, api_token=token)
+    calls, latencies = points // 2, []
+    start.wait()
     started = time.perf_counter()
     for step in range(calls):
         t0 = time.perf_counter()
         run.log_metrics({"a": 1.0 / (step + 1), "b": float(step)}, step=step)
         latencies.append(time.perf_counter() - t0)
-    logged = time.perf_counter()
+        if rate and step % 500 == 0:
+            ahead = started + step * 2 / rate - time.perf_counter()
+            if ahead > 0:
+                time.sleep(ahead)
     run.finish()
-    flushed = time.perf_counter()
+    out.put({"run": run.id, "started": started, "flushed": time.perf_counter(), "posts": posts,
+             "calls": latencies[:: max(len(latencies) // 10_000, 1)]})
+
+
+def reader(url: str, token: str, run_id: int, stop: threading.Event, out: list) -> None:
+    """A Run page refresh in a loop: the keys, then a 1,000-point history page."""
+    session = requests.Session()
+    session.headers["Authorization"] = f"Bearer {token}"
+    while not stop.is_set():
+        started = time.perf_counter()
+        session.get(f"{url}/api/v1/runs/{run_id}/metrics/").raise_for_status()
+        session.get(f"{url}/api/v1/runs/{run_id}/metrics/", params={"key": "a", "page_size": 1000}).raise_for_status()
+        out.append(time.perf_counter() - started)
+        stop.wait(0.05)
+
+
+def run_benchmark(url: str, ingest_url: str, token: str, points: int, writers: int, rate: float) -> None:
+    import mado_tracking
+
+    watched = mado_tracking.start_run(project="bench", name="watched", api_url=url, api_token=token)
+    watched.log_metrics({"a": 1.0, "b": 2.0}, step=0)
+    watched.finish()
+    context = multiprocessing.get_context("spawn")
+    start, out = context.Event(), context.Queue()
+    procs = [context.Process(target=writer, args=(ingest_url, token, points, rate, f"w{n}", start, out))
+             for n in range(writers)]
+    for proc in procs:
+        proc.start()
+    time.sleep(3 + writers * 0.3)  # every writer has created its Run
+    reads, stop = [], threading.Event()
+    read_thread = threading.Thread(target=reader, args=(url, token, watched.id, stop, reads))
+    read_thread.start()
+    start.set()
+    results = [out.get(timeout=3600) for _ in procs]
+    stop.set()
+    read_thread.join()
+    for proc in procs:
+        proc.join()
+    began, ended = min(r["started"] for r in results), max(r["flushed"] for r in results)
+    total = sum(points // 2 * 2 for _ in results)
+    calls = sorted(c for r in results for c in r["calls"])
+    print(f"load after: {load()}")
+    offered = f"{rate * writers:,.0f} points/s offered" if rate else "writers never pause"
+    print(f"ingestion ({offered}): {writers} writer(s) x {points // 2 * 2:,} points = {total:,} points "
+          f"in {ended - began:.2f} s: {total / (ended - began):,.0f} points/s")
+    print(f"metrics POST (10,000-point batches from the SDK): {quantiles([p for r in results for p in r['posts']])}")
+    print(f"concurrent API read (keys + 1,000-point page): {quantiles(reads)}")
+    print(f"log_metrics call: p50 {calls[len(calls) // 2] * 1e6:.1f} us, "
+          f"p99 {calls[int(len(calls) * 0.99)] * 1e6:.1f} us")
 
     session = requests.Session()
     session.headers["Authorization"] = f"Bearer {token}"
-    reads = []
-    for _ in range(5):
+    full = []
+    for _ in range(3):
         t0 = time.perf_counter()
-        response = session.get(f"{url}/api/v1/runs/{run.id}/metrics/", params={"key": "a", "page_size": calls})
-        body = response.json()
-        reads.append(time.perf_counter() - t0)
-        assert response.status_code == 200 and len(body["results"]) == calls, (response.status_code, body.get("count"))
-
-    latencies.sort()
-    print(f"backend: {backend}")
-    print(f"points logged: {calls * 2:,} in {calls:,} log_metrics calls")
-    print(f"ingestion: {calls * 2 / (flushed - started):,.0f} points/s (first call to fully flushed, {flushed - started:.2f} s)")
-    print(f"log_metrics call: p50 {latencies[len(latencies) // 2] * 1e6:.1f} us, "
-          f"p99 {latencies[int(len(latencies) * 0.99)] * 1e6:.1f} us, max {latencies[-1] * 1e3:.2f} ms "
-          f"(loop took {logged - started:.2f} s)")
-    print(f"history read of {calls:,} points: median {statistics.median(reads):.3f} s, best {min(reads):.3f} s")
-    print(f"server peak RSS (largest process): {peak_rss_mib(server_pids(server_pid)):.0f} MiB")
+        response = session.get(f"{url}/api/v1/runs/{results[0]['run']}/metrics/",
+                               params={"key": "a", "page_size": points // 2})
+        full.append(time.perf_counter() - t0)
+        assert response.status_code == 200 and len(response.json()["results"]) == points // 2
+    print(f"history read of {points // 2:,} points: median {statistics.median(full):.3f} s, best {min(full):.3f} s")
 
 
 if __name__ == "__main__":

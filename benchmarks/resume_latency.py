@@ -23,7 +23,8 @@ on commit, also printed alone — and the broker's delivery, up to the claim, ``
 total minus the restore; "rate" is the checkpoint's tar bytes over the restore, also as a fraction of the
 hashlib rate. The bytes the worker wrote are printed twice: its own count of file bytes, and the growth of
 the worker process's ``/proc/<pid>/io`` ``wchar`` (every ``write``) and ``write_bytes`` (sent to the block
-device; 0 on tmpfs) across the resume: one write of the checkpoint's bytes, not two.
+device; 0 on tmpfs) across the resume: one write of the checkpoint's bytes, not two. Last, the worker
+process's peak RSS (``VmHWM``, over its whole life).
 
     .venv/bin/python benchmarks/resume_latency.py --size-mib 64          # develop with this
     .venv/bin/python benchmarks/resume_latency.py                        # 1 MiB and 1 GiB (≈ 5 GiB of disk)
@@ -200,6 +201,15 @@ def failed_job_with_checkpoint(user, queue, version, tar_path: Path, tar_sha256:
     return job
 
 
+def peak_rss_mib(pid: int) -> float:
+    """The process's peak resident memory (``VmHWM``) in MiB; 0 when the kernel does not say."""
+    try:
+        line = next(x for x in Path(f"/proc/{pid}/status").read_text().splitlines() if x.startswith("VmHWM:"))
+    except (OSError, StopIteration):
+        return 0.0
+    return int(line.split()[1]) / 1024
+
+
 def process_io(pid: int) -> dict[str, int]:
     """``/proc/<pid>/io`` counters (bytes); empty when the kernel does not expose them."""
     try:
@@ -230,6 +240,7 @@ def measure(user, queue, version, stamps: Path, worker, log: Path, size_mib: int
     first_line = wait_for(stamps / job.run.external_id, worker, log)
     job = wait_final(job.pk)
     io_after = process_io(worker.pid)
+    worker_peak = peak_rss_mib(worker.pid)
     chunk = next(c for c in RunLogChunk.objects.filter(run_id=job.run_id).order_by("seq")
                  if CHECKPOINT_LINE.search(c.text))
     found = CHECKPOINT_LINE.search(chunk.text)
@@ -245,7 +256,7 @@ def measure(user, queue, version, stamps: Path, worker, log: Path, size_mib: int
     total = first_line - requested
     io = {name: io_after[name] - io_before[name] for name in ("wchar", "write_bytes") if name in io_after}
     return {"size_mib": size_mib, "tar_bytes": tar_size, "status": job.status, "phases": phases, "total": total,
-            "service": service_s, "written": written, "io": io,
+            "service": service_s, "written": written, "io": io, "worker_peak_mib": worker_peak,
             "overhead": total - moved, "rate": tar_size / moved / 1e6 if moved else float("inf"),
             "sha_rate": tar_size / sha_seconds / 1e6}
 
@@ -262,6 +273,7 @@ def report(result: dict) -> None:
     io = ", ".join(f"{name} +{value:,}" for name, value in result["io"].items()) or "not exposed"
     print(f"      bytes written by the worker: {result['written']:,} file bytes ({result['written'] / result['tar_bytes']:.2f}"
           f" x the tar); worker process /proc io across the resume: {io}")
+    print(f"      worker peak RSS (VmHWM since it started): {result['worker_peak_mib']:.0f} MiB")
 
 
 def main() -> None:

@@ -1,11 +1,14 @@
-"""Same-run resume and sweep claims (issue 6, SPEC F24, F25, F28): prints figures, asserts nothing.
+"""Same-run resume and sweep claims (SPEC F24, F25, F28): prints figures, asserts nothing.
 
-In-process against a fresh database: a Run logs ``--points`` metric points
-(through ``metrics_ingest``, 10,000 a batch), then is resumed by id
-(``run_start(resume="allow")``, which reads the last step, takes a new
-fencing token and merges parameters) ``--resumes`` times; then ``--claims``
-claims of a random-search sweep (Optuna, rebuilt from the finished trials
-each time) are timed one by one, each trial finished with a metric.
+In-process against a fresh database: for each size in ``--points`` a Run
+logs that many metric points (through ``metrics_ingest``, 10,000 a batch),
+then is resumed by id (``run_start(resume="allow")``, which reads the last
+step, takes a new fencing token and merges parameters) ``--resumes`` times;
+the ratio of the largest Run's median to the smallest's shows whether resume
+grows with a Run's size (it reads per-key summaries, so it should not). Then
+``--claims`` claims of a random-search sweep (Optuna, rebuilt from the
+finished trials each time) are timed one by one, each trial finished with a
+metric.
 
     .venv/bin/python benchmarks/same_run_resume.py                      # SQLite under a temp dir
     .venv/bin/python benchmarks/same_run_resume.py --database-url postgresql://postgres@127.0.0.1:5432/mado_bench
@@ -23,7 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from metrics_ingest import recreate_postgres_database  # noqa: E402
+from metrics_ingest import load, recreate_postgres_database  # noqa: E402
 
 SWEEP = {
     "method": "random",
@@ -43,7 +46,8 @@ def milliseconds(samples: list[float]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--database-url", help="PostgreSQL URL (the database is dropped and recreated); default SQLite")
-    parser.add_argument("--points", type=int, default=1_000_000, help="metric points of the resumed Run")
+    parser.add_argument("--points", type=int, nargs="+", default=[100_000, 3_000_000],
+                        help="metric points of each resumed Run (one Run per size)")
     parser.add_argument("--resumes", type=int, default=20)
     parser.add_argument("--claims", type=int, default=50)
     args = parser.parse_args()
@@ -68,24 +72,33 @@ def main() -> None:
     from runs.sweeps.services import sweep_claim, sweep_create
 
     call_command("migrate", verbosity=0)
+    print(f"backend: {'PostgreSQL' if connection.vendor == 'postgresql' else 'SQLite'}; load: {load()}")
     user = get_user_model().objects.create_user("bench")
     project = project_create(user=user, name="Bench", slug="bench")
-    run = run_start(actor=user, project=project, external_id="exp-42", resume="allow", host="bench", pid=1).run
-
-    started = time.perf_counter()
-    for first in range(0, args.points, 10_000):
-        points = [{"key": "loss" if i % 2 else "acc", "value": 0.5, "step": (first + i) // 2, "timestamp": 1.0}
-                  for i in range(min(10_000, args.points - first))]
-        metrics_ingest(actor=user, run=run, points=points, fencing_token=run.lease_token)
-    logged = time.perf_counter() - started
-
-    resumes = []
-    for n in range(args.resumes):
-        run_set_status(actor=user, run=run, status=RunStatus.FAILED)
+    medians = {}
+    for size in args.points:
+        name = f"exp-{size}"
+        run = run_start(actor=user, project=project, external_id=name, resume="allow", host="bench", pid=1).run
         started = time.perf_counter()
-        run = run_start(actor=user, project=project, external_id="exp-42", resume="allow", host="bench", pid=n,
-                        parameters={"lr": 0.1, f"extra{n}": n}).run
-        resumes.append(time.perf_counter() - started)
+        for first in range(0, size, 10_000):
+            count = min(10_000, size - first)
+            steps = [(first + i) // 2 for i in range(count)]
+            columns = {"keys": ["loss" if i % 2 else "acc" for i in range(count)], "steps": steps,
+                       "values": [0.5] * count, "timestamps": [1.0] * count}
+            metrics_ingest(actor=user, run=run, columns=columns, fencing_token=run.lease_token)
+        logged = time.perf_counter() - started
+        resumes = []
+        for n in range(args.resumes):
+            run_set_status(actor=user, run=run, status=RunStatus.FAILED)
+            started = time.perf_counter()
+            run = run_start(actor=user, project=project, external_id=name, resume="allow", host="bench", pid=n,
+                            parameters={"lr": 0.1, f"extra{n}": n}).run
+            resumes.append(time.perf_counter() - started)
+        medians[size] = statistics.median(resumes)
+        print(f"run of {size:,} points (logged in {logged:.1f} s, {size / logged:,.0f} points/s in-process); "
+              f"step floor now {run.step_floor:,}; resume by id ({args.resumes} times): {milliseconds(resumes)}")
+    small, large = min(medians), max(medians)
+    print(f"resume by id, median at {large:,} / at {small:,} points: {medians[large] / medians[small]:.2f}")
 
     sweep = sweep_create(actor=user, project=project, config=SWEEP)
     claims = []
@@ -98,9 +111,6 @@ def main() -> None:
         metrics_ingest(actor=user, run=trial_run, points=[{"key": "val_loss", "value": 1.0 / (n + 1), "step": 0}])
         run_set_status(actor=user, run=trial_run, status=RunStatus.FINISHED)
 
-    print(f"backend: {'PostgreSQL' if connection.vendor == 'postgresql' else 'SQLite'}")
-    print(f"resumed run: {args.points:,} points logged in {logged:.1f} s; step floor now {run.step_floor:,}")
-    print(f"resume by id (run_start allow, {args.resumes} times): {milliseconds(resumes)}")
     print(f"sweep claims (random search, Optuna, 1..{args.claims} finished trials): {milliseconds(claims)}")
 
 

@@ -41,6 +41,9 @@ class CheckpointState(models.TextChoices):
     PENDING = "pending", "pending"
     COMPLETE = "complete", "complete"
     DELETED = "deleted", "deleted"
+    # Nobody will finish it (its Run ended, its upload lease expired, its verification never ran): ``error`` says
+    # why; a later registration of the same step replaces it.
+    ERROR = "error", "error"
 
 
 USABLE_STATES = frozenset({CheckpointState.COMPLETE})

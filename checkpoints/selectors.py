@@ -105,14 +105,16 @@ def checkpoint_kept_ids(*, run_id: int) -> set[int]:
 
 
 def checkpoint_list_for_run(
-    *, run: Run, include_older: bool, include_unusable: bool = False
+    *, run: Run, include_older: bool, include_unusable: bool = False, include_failed: bool = False
 ) -> tuple[QuerySet[Checkpoint], int]:
     """The Run's checkpoints for its Checkpoint tab and the API: ``(checkpoints, hidden_older_count)`` (SPEC F4).
 
     ``checkpoints`` is newest step first, each annotated ``within_keep_count``
     (bool: among the newest K complete ones, K = ``MMT_CHECKPOINT_KEEP_COUNT``).
     Only ``complete`` checkpoints are listed unless ``include_unusable``
-    (then pending and deleted ones too, never flagged as kept). Without
+    (then pending and deleted ones too, never flagged as kept), or, with
+    ``include_failed``, pending ones whose upload failed (``error`` says
+    why, e.g. the storage was full), so the reason shows. Without
     ``include_older`` only the kept complete ones (plus, with
     ``include_unusable``, the unusable ones) are listed and
     ``hidden_older_count`` says how many complete ones were left out; with it,
@@ -121,7 +123,10 @@ def checkpoint_list_for_run(
     """
     checkpoints = _with_keep_flag(Checkpoint.objects.filter(run=run)).select_related("created_by")
     if not include_unusable:
-        checkpoints = checkpoints.filter(state=CheckpointState.COMPLETE)
+        shown = Q(state=CheckpointState.COMPLETE)
+        if include_failed:
+            shown |= Q(state=CheckpointState.PENDING) & ~Q(error="")
+        checkpoints = checkpoints.filter(shown)
     hidden = 0
     if not include_older:
         complete = Checkpoint.objects.filter(run=run, state=CheckpointState.COMPLETE).count()

@@ -13,13 +13,18 @@ import hashlib
 import io
 import logging
 import uuid
+from collections import deque
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from itertools import islice
 
 from django.core.files import File
 from django.core.files.storage import storages
 
 CHUNK_SIZE = 1024 * 1024  # bytes read or written at a time (1 MiB)
+S3_RANGE_PART = 8 * 1024 * 1024  # bytes of one ranged GET when a long S3 range is read
+S3_RANGE_PARALLEL = 4  # ranged GETs in flight at once (and parts held in memory)
 
 logger = logging.getLogger(__name__)
 
@@ -185,16 +190,45 @@ def _file_chunks(handle, length: int, chunk_size: int) -> Iterator[bytes]:
 
 
 def _s3_range(storage, key: str, start: int, length: int, chunk_size: int) -> Iterator[bytes]:
+    """The range as chunks, fetched as ``S3_RANGE_PART``-byte ranged GETs, ``S3_RANGE_PARALLEL`` at a time, in order.
+
+    The first part is read before this returns (a missing object raises
+    here). At most ``S3_RANGE_PARALLEL`` parts are held; a part that fails
+    raises when its turn comes, after every byte before it was yielded, so
+    the caller resumes from there.
+    """
     from storages.utils import clean_name
 
+    client, bucket = storage.bucket.meta.client, storage.bucket.name  # clients are thread-safe, resources not
     name = storage._normalize_name(clean_name(key))
-    body = storage.bucket.Object(name).get(Range=f"bytes={start}-{start + length - 1}")["Body"]
 
-    def chunks():
+    def part(offset: int) -> bytes:
+        last = min(offset + S3_RANGE_PART, start + length) - 1
+        body = client.get_object(Bucket=bucket, Key=name, Range=f"bytes={offset}-{last}")["Body"]
         try:
-            yield from body.iter_chunks(chunk_size)
+            return body.read()
         finally:
             body.close()
+
+    first = part(start)
+    offsets = iter(range(start + S3_RANGE_PART, start + length, S3_RANGE_PART))
+
+    def chunks():
+        with ThreadPoolExecutor(max_workers=S3_RANGE_PARALLEL, thread_name_prefix="mado-s3-range") as pool:
+            pending = deque(pool.submit(part, offset) for offset in islice(offsets, S3_RANGE_PARALLEL))
+            try:
+                data = first
+                while True:
+                    view = memoryview(data)
+                    for index in range(0, len(view), chunk_size):
+                        yield bytes(view[index:index + chunk_size])
+                    if not pending:
+                        return
+                    data = pending.popleft().result()
+                    pending.extend(pool.submit(part, offset) for offset in islice(offsets, 1))
+            finally:
+                for future in pending:
+                    future.cancel()
 
     return chunks()
 

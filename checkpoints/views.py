@@ -28,13 +28,15 @@ MANIFEST_PER_PAGE = 500
 @page
 @require_GET
 def run_checkpoints(request, pk):
-    """The Checkpoint tab (SPEC F4): the newest K complete checkpoints; ``?older=1`` lists every one, deleted too.
+    """The Checkpoint tab (SPEC F4): the newest K complete checkpoints and failed uploads (with their reason);
+    ``?older=1`` lists every one, deleted too.
 
     Each complete checkpoint offers "Resume from this checkpoint" (F7) and "Continue training from these
     weights" (F22), or the policy's reason in their place."""
     older = request.GET.get("older") == "1"
     run, context = run_page_context(request, pk, "checkpoints")
-    checkpoints, hidden = selectors.checkpoint_list_for_run(run=run, include_older=older, include_unusable=older)
+    checkpoints, hidden = selectors.checkpoint_list_for_run(run=run, include_older=older, include_unusable=older,
+                                                            include_failed=True)
     checkpoints = list(checkpoints)
     blockers = selectors.checkpoint_delete_blockers(user=request.user, run=run, checkpoints=checkpoints)
     # "Continue training from these weights" (F22) on each complete checkpoint, or the sentence in its place.

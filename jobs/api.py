@@ -55,6 +55,11 @@ class JobOutputSerializer(serializers.Serializer):
     kind = serializers.ChoiceField(choices=JobKind.choices, read_only=True)
     resumed = serializers.BooleanField(source="is_resumed", read_only=True, help_text="the Jobs list's badge (F7)")
     status = serializers.ChoiceField(choices=JobStatus.choices, read_only=True)
+    waiting_for_queue = serializers.BooleanField(
+        read_only=True,
+        help_text="queued, but the message broker has not taken the Job yet (it is unreachable); "
+                  "the server sends it as soon as the broker is back",
+    )
     created_by = serializers.CharField(source="created_by.username", read_only=True, help_text="username")
     max_retries = serializers.IntegerField(read_only=True)
     attempt = serializers.IntegerField(read_only=True, help_text="1-based")

@@ -163,6 +163,11 @@ class Job(models.Model):
         return self.status in FINAL_STATES
 
     @property
+    def waiting_for_queue(self) -> bool:
+        """Queued, and the broker has not taken its message yet (the selectors annotate ``dispatch_unsent``)."""
+        return self.status == JobStatus.QUEUED and bool(getattr(self, "dispatch_unsent", False))
+
+    @property
     def is_resumed(self) -> bool:
         """True for a resume Job (the Jobs list's "resumed" badge, F7)."""
         return self.kind == JobKind.RESUME

@@ -1,5 +1,5 @@
-"""What the jobs app answers when runs asks about a Run's Job (``runs.hooks``) and how a Run token authenticates
-(``mado.authentication``): registered here so the lower apps never import jobs (ARCHITECTURE rule 7)."""
+"""What the jobs app answers when runs asks about a Run's Job (``runs.hooks``), how a Run token authenticates
+(``mado.authentication``) and whether a ``run_job`` message is still awaited (``mado.outbox``): registered here so the lower apps never import jobs (ARCHITECTURE rule 7)."""
 
 from datetime import timedelta
 
@@ -9,7 +9,9 @@ from rest_framework.exceptions import AuthenticationFailed
 
 from jobs.models import FINAL_STATES, Job, JobStatus, RunToken
 from jobs.selectors import job_for_run, resume_refusal
-from mado import authentication
+from jobs.services._common import RUN_JOB_TASK
+from jobs.services.lifecycle import job_fail_undelivered, job_waits_for_message
+from mado import authentication, outbox
 from runs import hooks
 
 
@@ -51,3 +53,4 @@ def connect() -> None:
     hooks.run_ran_as_job.connect(run_is_a_jobs, dispatch_uid="jobs.run_is_a_jobs")
     hooks.run_job_ended.connect(job_of_run_ended, dispatch_uid="jobs.job_of_run_ended")
     hooks.run_page_context.connect(job_on_run_page, dispatch_uid="jobs.job_on_run_page")
+    outbox.register(RUN_JOB_TASK, waiting=job_waits_for_message, give_up=job_fail_undelivered)

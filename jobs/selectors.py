@@ -6,12 +6,13 @@ checkpoint" rule lives in ``latest_resume_checkpoint`` only.
 """
 
 from django.conf import settings
-from django.db.models import QuerySet
+from django.db.models import Exists, OuterRef, QuerySet
 
 from checkpoints.models import Checkpoint, CheckpointState
 from jobs.models import ACTIVE_STATES, Job, JobKind, Queue, RunLogChunk
 from mado import policy
 from mado.errors import NotFound, ValidationFailed
+from mado.models import Dispatch
 from runs.models import Project, Run
 
 LOG_PAGE_MAX = 1000
@@ -25,9 +26,11 @@ def _int_or_none(value):
 
 
 def _with_relations(jobs: QuerySet[Job]) -> QuerySet[Job]:
+    """With the relations pages and API show, and ``dispatch_unsent`` (``Job.waiting_for_queue``, F16)."""
+    unsent = Dispatch.objects.filter(task_id=OuterRef("celery_task_id"), sent_at__isnull=True, done_at__isnull=True)
     return jobs.select_related(
         "run__project", "run__created_by", "run__source_checkpoint", "code_version__code", "queue", "created_by"
-    )
+    ).annotate(dispatch_unsent=Exists(unsent))
 
 
 def job_list(*, user, project: Project | None = None, status: str | None = None) -> QuerySet[Job]:

@@ -38,3 +38,40 @@ def release_sweep_leases() -> int:
     from runs.sweeps.services import sweep_release_expired_leases
 
     return sweep_release_expired_leases()
+
+
+@shared_task(name="jobs.tasks.flush_dispatches", ignore_result=True)
+def flush_dispatches() -> int:
+    """Send the outbox's messages that the broker refused (it was down); returns how many it took (F16).
+
+    Scheduled every ``MADO_REAPER_INTERVAL`` s (``mado.outbox.dispatch_flush``).
+    """
+    from mado.outbox import dispatch_flush
+
+    return dispatch_flush()
+
+
+@shared_task(name="jobs.tasks.reap_undelivered", ignore_result=True)
+def reap_undelivered() -> int:
+    """Re-send, then give up, messages that no worker took within ``MADO_DISPATCH_TIMEOUT`` s (F16).
+
+    A queued Job is sent once more, then failed "The Job never started…";
+    a checkpoint verification likewise ends the checkpoint ``error``
+    (``mado.outbox.dispatch_reap_overdue``). Scheduled every ``MADO_REAPER_INTERVAL`` s.
+    """
+    from mado.outbox import dispatch_reap_overdue
+
+    return dispatch_reap_overdue()
+
+
+@shared_task(name="jobs.tasks.end_abandoned_checkpoints", ignore_result=True)
+def end_abandoned_checkpoints() -> int:
+    """End pending checkpoints nobody will finish (their Run ended, or their upload lease expired); F1, F16.
+
+    ``checkpoints.services.checkpoint_end_abandoned``: ``error`` with the
+    reason, unfinished S3 multipart uploads aborted. Scheduled every
+    ``MADO_REAPER_INTERVAL`` s; returns how many it ended.
+    """
+    from checkpoints.services import checkpoint_end_abandoned
+
+    return checkpoint_end_abandoned()

@@ -50,6 +50,7 @@ logger = logging.getLogger(__name__)
 RETRY_AFTER_S = 5  # seconds a client should wait before it tries again (the ``Retry-After`` header)
 NO_SPACE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
 RETRYABLE_S3_CODES = frozenset({"SlowDown", "ServiceUnavailable", "InternalError", "RequestTimeout", "Throttling"})
+DRAIN_LIMIT = 1 << 30  # bytes of an unread request body read and dropped before answering
 MLFLOW_PREFIXES = ("/api/2.0/mlflow", "/api/3.0/mlflow", "/mlflow/api/")
 API_PREFIXES = ("/api/",) + MLFLOW_PREFIXES
 
@@ -116,6 +117,22 @@ def is_api_path(path: str) -> bool:
     return path.startswith(API_PREFIXES)
 
 
+def _drain(request) -> None:
+    """Read and drop what is left of the request body (at most ``DRAIN_LIMIT`` bytes).
+
+    An outage often strikes before the body is read (S3 refuses the first
+    part). Left unread, gunicorn closes the keep-alive connection after the
+    answer, and the client's next request on it fails with "connection
+    closed without response" instead of reaching the server.
+    """
+    remaining = DRAIN_LIMIT
+    try:
+        while remaining > 0 and (chunk := request.read(min(1 << 20, remaining))):
+            remaining -= len(chunk)
+    except Exception:  # noqa: BLE001 - the client went away: nobody is left to read the answer
+        logger.debug("could not drain the request body", exc_info=True)
+
+
 def _api_error(path: str, status: int, code: str, mlflow_code: str, detail: str) -> JsonResponse | None:
     """The JSON error of an API path in its shape (MLflow's or the house's); None on a page path."""
     if path.startswith(MLFLOW_PREFIXES):
@@ -128,10 +145,10 @@ def _api_error(path: str, status: int, code: str, mlflow_code: str, detail: str)
 def outage_response(request, outage: Outage) -> HttpResponse:
     """The answer for ``outage``: JSON in the house or MLflow shape on API paths, a static page elsewhere.
 
-    503 carries ``Retry-After`` (seconds). A client still sending a body reads
-    this answer: gunicorn reads and drops the unread rest of a keep-alive
-    request before the next one.
+    The rest of an unread request body is drained first (``_drain``) so the
+    client reads this answer; 503 carries ``Retry-After`` (seconds).
     """
+    _drain(request)
     response = _api_error(request.path_info, outage.status, outage.code, outage.mlflow_code, outage.detail)
     if response is None:
         response = HttpResponse(loader.render_to_string(f"{outage.status}.html"), status=outage.status)

@@ -19,7 +19,9 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 DATA_DIR = Path(env_str("MADO_DATA_DIR", str(BASE_DIR / "var"))).resolve()
 
 DEBUG = env_bool("MADO_DEBUG", False)
-# An insecure key is only acceptable for local development; production sets its own.
+# Production sets its own key; without one, the web server refuses to start unless MADO_DEBUG=1
+# (mado/checks.py: ``require_secret_key`` at start, ``mado.E001`` in ``check --deploy``).
+MADO_SECRET_KEY_SET = bool(env_str("MADO_SECRET_KEY"))
 SECRET_KEY = env_str("MADO_SECRET_KEY") or "insecure-local-development-key-set-MADO_SECRET_KEY"
 ALLOWED_HOSTS = env_list("MADO_ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]", "testserver"])
 CSRF_TRUSTED_ORIGINS = env_list("MADO_CSRF_TRUSTED_ORIGINS", [])
@@ -182,6 +184,20 @@ CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", "filesystem://localhost//")
 if CELERY_BROKER_URL.startswith("filesystem"):
     for _folder in ("queue", "processed"):
         (_broker_dir / _folder).mkdir(parents=True, exist_ok=True)
+# Jobs run for hours (SPEC F16) but are fenced by their claim and heartbeat, so the broker only has to
+# get each message to some worker once (docs/deploy.md, "Messages and outages"):
+# - outbox: services write a Dispatch row in their transaction (mado/outbox.py); it is sent after
+#   commit and, while the broker is down, again by beat (``jobs.tasks.flush_dispatches``);
+# - prefetch 1 and late ack: a worker reserves only the task it runs; a task that never finished is
+#   delivered again (reject_on_worker_lost: also when its pool process was killed);
+# - the visibility timeout is sized to the heartbeat, not to the longest Job: Redis re-delivers an
+#   unacknowledged message after it, and a re-delivered run_job finds its Job claimed (job_claim's
+#   conditional UPDATE queued → running lets exactly one delivery run the code); a Job whose worker
+#   died is failed by the heartbeat reaper, never started again behind the user's back;
+# - a Job that no worker claimed MADO_DISPATCH_TIMEOUT s after its message went out is sent once more,
+#   then failed saying why (``jobs.tasks.reap_undelivered``).
+MADO_JOB_HEARTBEAT_TIMEOUT = env_int("MADO_JOB_HEARTBEAT_TIMEOUT", 120, minimum=10)
+MADO_BROKER_VISIBILITY_TIMEOUT = env_int("MADO_BROKER_VISIBILITY_TIMEOUT", 2 * MADO_JOB_HEARTBEAT_TIMEOUT, minimum=5)
 CELERY_BROKER_TRANSPORT_OPTIONS = (
     {
         "data_folder_in": str(_broker_dir / "queue"),
@@ -194,59 +210,60 @@ CELERY_BROKER_TRANSPORT_OPTIONS = (
         "polling_interval": 0.1,
     }
     if CELERY_BROKER_URL.startswith("filesystem")
-    # Redis re-delivers an unacked task after this many seconds; it must be
-    # longer than the longest training job (late ack, see jobs).
-    else {"visibility_timeout": env_int("MADO_BROKER_VISIBILITY_TIMEOUT", 7 * 24 * 3600, minimum=60)}
+    # A dead broker answers within seconds, so a send after commit never holds a request or a Job; every
+    # worker looks for messages past the visibility timeout every 10 s (kombu's default: every 100 s).
+    else {"visibility_timeout": MADO_BROKER_VISIBILITY_TIMEOUT, "socket_connect_timeout": 5, "socket_timeout": 10,
+          "unacked_restore_interval": 10, "unacked_restore_throttle": 1}
 )
 CELERY_TASK_IGNORE_RESULT = True
-# Jobs run for hours (issue 4, SPEC F16). Why these four settings are safe together:
-# - prefetch 1: a worker reserves only the task it runs, so a long Job never holds a second one hostage;
-# - late ack: the message is acknowledged when the task returns, so a task that never started (worker
-#   host lost before it ran) is delivered again rather than lost;
-# - Redis redelivers an unacknowledged message after the visibility timeout, so that timeout (above,
-#   default 7 days) must exceed the longest Job, or a running Job would be started a second time
-#   (with RabbitMQ set the server's consumer_timeout likewise);
-# - reject_on_worker_lost False: when the process running a Job is killed (SIGKILL, OOM) the message
-#   is acknowledged, not redelivered: the code may have half-run, so the Job is not started again
-#   behind the user's back; its heartbeat stops and the reaper (CELERY_BEAT_SCHEDULE) fails it
-#   "worker lost" (then max_retries decides a fresh attempt, F11).
-# Whatever the broker does, a redelivered run_job finds its Job no longer queued: job_claim's
-# conditional UPDATE (queued → running) lets exactly one delivery run the code.
 CELERY_TASK_ACKS_LATE = True
-CELERY_TASK_REJECT_ON_WORKER_LOST = False
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+# A worker keeps trying to reach the broker, at start and after losing it, for as long as it takes;
+# the Job it runs meanwhile talks to the database only (heartbeat, logs, outcome).
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_BROKER_CONNECTION_MAX_RETRIES = None
+CELERY_BROKER_CONNECTION_TIMEOUT = 5
+# A send that fails is not retried in place (it would hold the request or the Job): the outbox sends it later.
+CELERY_TASK_PUBLISH_RETRY = False
 CELERY_TASK_DEFAULT_QUEUE = env_str("MADO_DEFAULT_QUEUE", "cpu")
 CELERY_TASK_ALWAYS_EAGER = env_bool("MADO_CELERY_EAGER", False)
 # Periodic work goes to this queue (default: the default queue); some worker must consume it.
 MADO_MAINTENANCE_QUEUE = env_str("MADO_MAINTENANCE_QUEUE", CELERY_TASK_DEFAULT_QUEUE)
+# Seconds between two runs of each periodic check (reapers, janitors, the outbox flush).
+MADO_REAPER_INTERVAL = env_int("MADO_REAPER_INTERVAL", 60, minimum=1)
+MADO_DISPATCH_TIMEOUT = env_int("MADO_DISPATCH_TIMEOUT", 24 * 3600, minimum=1)
+_PERIODIC = {
+    "reap-stale-jobs": "jobs.tasks.reap_stale_jobs",
+    "reap-crashed-runs": "jobs.tasks.reap_crashed_runs",
+    "release-sweep-leases": "jobs.tasks.release_sweep_leases",
+    "flush-dispatches": "jobs.tasks.flush_dispatches",
+    "reap-undelivered": "jobs.tasks.reap_undelivered",
+    "end-abandoned-checkpoints": "jobs.tasks.end_abandoned_checkpoints",
+}
 CELERY_BEAT_SCHEDULE = {
-    "reap-stale-jobs": {
-        "task": "jobs.tasks.reap_stale_jobs",
-        "schedule": 60.0,
-        # A run that no worker picked up within a minute is superseded by the next one.
-        "options": {"queue": MADO_MAINTENANCE_QUEUE, "expires": 55},
-    },
-    "reap-crashed-runs": {
-        "task": "jobs.tasks.reap_crashed_runs",
-        "schedule": 60.0,
-        "options": {"queue": MADO_MAINTENANCE_QUEUE, "expires": 55},
-    },
-    "release-sweep-leases": {
-        "task": "jobs.tasks.release_sweep_leases",
-        "schedule": 60.0,
-        "options": {"queue": MADO_MAINTENANCE_QUEUE, "expires": 55},
-    },
+    # A run that no worker picked up before the next one is due is superseded by it.
+    name: {"task": task, "schedule": float(MADO_REAPER_INTERVAL),
+           "options": {"queue": MADO_MAINTENANCE_QUEUE, "expires": max(MADO_REAPER_INTERVAL - 1, 1)}}
+    for name, task in _PERIODIC.items()
 }
 
 # --- mado ---------------------------------------------------------------------
 MADO_METRIC_BATCH_MAX = env_int("MADO_METRIC_BATCH_MAX", 10_000, minimum=1)
 MADO_METRIC_HISTORY_PAGE_MAX = env_int("MADO_METRIC_HISTORY_PAGE_MAX", 100_000, minimum=1)
+# PostgreSQL statement timeout of metric reads (keys, history pages), milliseconds: a read never holds a web
+# worker longer than this, whatever the run's size (docs/deploy.md).
+MADO_READ_STATEMENT_TIMEOUT_MS = env_int("MADO_READ_STATEMENT_TIMEOUT_MS", 10_000, minimum=1)
 MMT_CHECKPOINT_KEEP_COUNT = env_int("MMT_CHECKPOINT_KEEP_COUNT", 5, minimum=1)
 # Direct checkpoint uploads to S3 (MADO_STORAGE=s3): part size in bytes (S3 needs >= 5 MiB; we use >= 8 MiB),
 # lifetime of the presigned part URLs in seconds, and the Celery queue of the verification task.
 MADO_CHECKPOINT_PART_SIZE = env_int("MADO_CHECKPOINT_PART_SIZE", 64 * 1024 * 1024, minimum=8 * 1024 * 1024)
 MADO_CHECKPOINT_PRESIGN_EXPIRES = env_int("MADO_CHECKPOINT_PRESIGN_EXPIRES", 6 * 3600, minimum=60)
 MADO_CHECKPOINT_VERIFY_QUEUE = env_str("MADO_CHECKPOINT_VERIFY_QUEUE", CELERY_TASK_DEFAULT_QUEUE)
+# A pending checkpoint ends ``error`` (its upload aborted) this many seconds after it was registered,
+# or MADO_CHECKPOINT_ENDED_GRACE seconds after its Run ended (the janitor, CELERY_BEAT_SCHEDULE).
+MADO_CHECKPOINT_UPLOAD_LEASE = env_int("MADO_CHECKPOINT_UPLOAD_LEASE", MADO_CHECKPOINT_PRESIGN_EXPIRES, minimum=1)
+MADO_CHECKPOINT_ENDED_GRACE = env_int("MADO_CHECKPOINT_ENDED_GRACE", 300, minimum=0)
 # What one checkpoint tar may hold (docs/checkpoint-format.md): MADO_TAR_MAX_MEMBERS, _PATH_BYTES,
 # _COMPONENT_BYTES, _PAX_BYTES, _TOTAL_BYTES; the worker and `mado agent` read the same variables.
 MADO_TAR_LIMITS = TarLimits.from_env(os.environ)
@@ -258,8 +275,7 @@ MMT_CRASH_TIMEOUT = env_int("MMT_CRASH_TIMEOUT", 300, minimum=1)
 MMT_HEARTBEAT_INTERVAL = env_int("MMT_HEARTBEAT_INTERVAL", 30, minimum=1)
 MMT_SWEEP_LEASE = env_int("MMT_SWEEP_LEASE", 3600, minimum=1)
 # Jobs (issue 4, docs/jobs.md). A running Job whose worker sent no heartbeat for this many seconds is
-# failed by the reaper; workers beat well within it.
-MADO_JOB_HEARTBEAT_TIMEOUT = env_int("MADO_JOB_HEARTBEAT_TIMEOUT", 120, minimum=10)
+# failed by the reaper (MADO_JOB_HEARTBEAT_TIMEOUT, above); workers beat well within it.
 MADO_JOB_LOG_MAX_BYTES = env_int("MADO_JOB_LOG_MAX_BYTES", 10 * 1024 * 1024, minimum=1024)  # per Run, UTF-8 bytes
 MADO_JOB_KILL_GRACE = env_int("MADO_JOB_KILL_GRACE", 30, minimum=0)  # seconds between SIGTERM and SIGKILL
 # The API URL the Job's code talks to (MMT_API_URL); must be reachable from the worker hosts.

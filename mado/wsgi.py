@@ -4,3 +4,7 @@ from django.core.wsgi import get_wsgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "mado.settings")
 application = get_wsgi_application()
+
+from mado.checks import require_secret_key  # noqa: E402 - needs the settings loaded above
+
+require_secret_key()

@@ -10,7 +10,7 @@ from django.contrib import admin
 from mado.admin import ReadOnlyAdmin
 
 import runs.sweeps.admin  # noqa: F401 - registers Sweep and SweepTrial
-from runs.models import RunTag  # noqa: I001
+from runs.models import RunTableColumns, RunTag  # noqa: I001
 from runs.models import (
     Code,
     CodeVersion,
@@ -20,6 +20,7 @@ from runs.models import (
     Membership,
     MetricBatch,
     MetricPoint,
+    MetricSummary,
     ParameterChange,
     Project,
     Run,
@@ -127,6 +128,18 @@ class MetricPointAdmin(ReadOnlyAdmin):
     readonly_fields = ["run", "key", "step", "value", "timestamp"]
 
 
+@admin.register(MetricSummary)
+class MetricSummaryAdmin(ReadOnlyAdmin):
+    """A run's per-key summary is kept by the metrics write path: read-only."""
+
+    list_display = ["run", "key", "count", "last_step", "last_value", "min_value", "max_value"]
+    search_fields = ["key", "run__external_id"]
+    raw_id_fields = ["run"]
+    list_select_related = ["run"]
+    readonly_fields = ["run", "key", "count", "first_step", "last_step", "last_value", "min_value", "max_value",
+                       "first_timestamp", "last_timestamp"]
+
+
 @admin.register(MetricBatch)
 class MetricBatchAdmin(admin.ModelAdmin):
     """Idempotency keys of metric batches already stored: read-only."""
@@ -172,3 +185,10 @@ class RunTagAdmin(admin.ModelAdmin):
     list_display = ("run", "key", "value")
     search_fields = ("key", "value", "run__external_id")
     raw_id_fields = ("run",)
+
+
+@admin.register(RunTableColumns)
+class RunTableColumnsAdmin(admin.ModelAdmin):
+    list_display = ("user", "project", "updated_at")
+    list_filter = ("project",)
+    raw_id_fields = ("user", "project")

@@ -13,6 +13,7 @@ stages (F20) and resume points (F2), drawn as vertical lines.
 
 from dataclasses import dataclass, field
 
+from django.db.models import Q
 from django.utils.translation import gettext as _
 
 from runs import selectors
@@ -96,8 +97,8 @@ def data_stage_markers(*, run: Run) -> list[Marker]:
 
 
 def _series(run: Run, key: str, *, color: int, max_points: int, before_step=None, dashed=False, label=None):
-    points, skipped, total = selectors.metric_chart_series(
-        run=run, key=key, max_points=max_points, before_step=before_step, with_timestamps=True
+    points, skipped, total = selectors.metric_chart_series_remembered(
+        run=run, key=key, max_points=max_points, before_step=before_step
     )
     name = label or run.name or run.external_id
     return Series(run_id=run.pk, label=name, color=color, points=list(points), dashed=dashed), skipped, total
@@ -123,14 +124,16 @@ def runs_charts(
     """One ``Chart`` per metric key logged in any of ``runs``, keys sorted, one series per Run that has the key
     (colour = the Run's position in ``runs``), each at most ``max_points`` points (Run page, Compare page).
     ``system``: only the system metrics' keys, else only the others."""
-    keys_of = {run.pk: {k for k in selectors.metric_keys(run=run) if is_system_key(k) == system} for run in runs}
+    system_keys = Q(key__startswith=SYSTEM_PREFIX)
+    found = selectors.metric_chart_series_many(runs=runs, max_points=max_points,
+                                               keys=system_keys if system else ~system_keys)
     charts = []
-    for key in sorted(set().union(*keys_of.values())):
+    for key in sorted({key for _run_id, key in found}):
         series, skipped, total = [], 0, 0
         for index, run in enumerate(runs):
-            if key in keys_of[run.pk]:
-                item, bad, count = _series(run, key, color=index, max_points=max_points)
-                series.append(item)
+            if (run.pk, key) in found:
+                points, bad, count = found[(run.pk, key)]
+                series.append(Series(run_id=run.pk, label=run.name or run.external_id, color=index, points=points))
                 skipped, total = skipped + bad, total + count
         charts.append(Chart(key=key, series=series, skipped=skipped, total=total, markers=_within(markers, series)))
     return charts

@@ -33,12 +33,33 @@ FROM (SELECT id, step, value, timestamp FROM {MetricPoint._meta.db_table}
 
 
 def metric_history_json(*, run: Run, key: str, offset: int, limit: int) -> str:
-    """The JSON array text of ``limit`` points of ``key`` in ``run`` after skipping ``offset`` (both counts)."""
+    """The JSON array text of ``limit`` points of ``key`` in ``run`` after skipping ``offset`` (both counts).
+
+    The rows come in index order (run, key, step, id): no sort, whatever the key's size.
+    """
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
             cursor.execute(_PG_PAGE, [run.pk, key, limit, offset])
             return cursor.fetchone()[0]
-    rows = selectors.metric_history(run=run, key=key, offset=offset, limit=limit)
+    return _rows_json(selectors.metric_history(run=run, key=key, offset=offset, limit=limit))
+
+
+def metric_history_downsampled_json(*, run: Run, key: str, max_points: int) -> tuple[str, int, int]:
+    """At most ``max_points`` (>= 2) points of ``key`` as JSON array text, reduced in SQL; with the counts.
+
+    Returns ``(text, non_finite, total)``. Up to ``max_points`` finite points
+    come back whole; above, the step range is cut into ``max_points // 2``
+    buckets and each keeps its smallest and its largest value
+    (``selectors.metric_chart_series``), so spikes survive. NaN and ±Infinity
+    are counted in ``non_finite``, never returned (SPEC F2).
+    """
+    rows, non_finite, total = selectors.metric_chart_series(
+        run=run, key=key, max_points=max_points, with_timestamps=True)
+    return _rows_json(rows), non_finite, total
+
+
+def _rows_json(rows) -> str:
+    """``(step, value, timestamp_ms)`` rows as the JSON array text of the history API (``repr``: exact floats)."""
     isfinite = math.isfinite
     return "[" + ",".join([
         f'{{"step":{step},"value":'

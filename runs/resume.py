@@ -39,7 +39,7 @@ from django.utils import timezone
 from mado import policy
 from mado.errors import Conflict, Forbidden, NotFound, RunLive, ValidationFailed
 from runs import hooks, services
-from runs.models import MetricPoint, ParameterChange, Project, Run, RunStatus
+from runs.models import MetricSummary, ParameterChange, Project, Run, RunStatus
 from runs.sweeps.hooks import sweep_trial_run_started
 
 MUST, ALLOW, NEVER = "must", "allow", "never"
@@ -255,9 +255,10 @@ def run_last_step(*, run_id: int) -> int | None:
 
     A checkpoint's step counts the steps completed (SPEC F1), so a Run
     resumed from checkpoint N continues at step N. None when the Run has no
-    metric point and no checkpoint beyond step 0 (SPEC F24).
+    metric point and no checkpoint beyond step 0 (SPEC F24). Reads one
+    summary row per metric key, never the points: O(1) in the Run's size.
     """
-    metric = MetricPoint.objects.filter(run_id=run_id).aggregate(last=Max("step"))["last"]
+    metric = MetricSummary.objects.filter(run_id=run_id).aggregate(last=Max("last_step"))["last"]
     checkpoint = Run.objects.filter(pk=run_id).aggregate(last=Max("checkpoints__step"))["last"]
     steps = [s for s in (metric, None if checkpoint is None else checkpoint - 1) if s is not None and s >= 0]
     return max(steps) if steps else None

@@ -1,15 +1,22 @@
 """Reads used by pages and the API (STYLE: Selectors). Every lookup is scoped to the user's Projects."""
 
+import functools
+import hashlib
 import math
+import operator
 
-from django.db.models import Count, F, Max, Min, OuterRef, Q, QuerySet, Subquery, Window
-from django.db.models.functions import RowNumber
+from django.core.cache import cache
+from django.db import connection
+from django.db.models import Count, Max, Min, OuterRef, Q, QuerySet, Subquery
 
 from mado.errors import NotFound, ValidationFailed
 from runs.models import (
-    Code, CodeVersion, Dataset, DatasetVersion, Membership, MetricPoint, Project, Run, RunKind, RunStatus, SweepTrial,
+    Code, CodeVersion, Dataset, DatasetVersion, Membership, MetricPoint, MetricSummary, Project, Run, RunKind,
+    RunStatus, SweepTrial,
 )
 from runs.stages import data_composition_at, data_stage_history, why_cannot_record_stage  # noqa: F401 (F20)
+
+_INT64_MAX = 2**63 - 1  # steps are BIGINT
 
 
 def project_list(*, user) -> QuerySet[Project]:
@@ -34,7 +41,10 @@ def run_list(
 
     Raises ``ValidationFailed`` (400) naming ``status`` or ``kind`` for an unknown value.
     """
-    runs = Run.objects.visible_to(user).select_related("project", "created_by")
+    # Runs of the visible Projects (a semi-join): no DISTINCT over every run's columns, which costs seconds at
+    # 10,000 runs with their parameters.
+    runs = Run.objects.filter(project__in=Project.objects.visible_to(user).values("pk"))
+    runs = runs.select_related("project", "created_by")
     if project is not None:
         runs = runs.filter(project=project)
     if status:
@@ -101,8 +111,8 @@ def code_version_list(*, code: Code) -> QuerySet[CodeVersion]:
 
 
 def metric_keys(*, run: Run) -> list[str]:
-    """The distinct metric keys logged in ``run``, sorted."""
-    return sorted(MetricPoint.objects.filter(run=run).values_list("key", flat=True).distinct())
+    """The distinct metric keys logged in ``run``, sorted; read from its summaries (O(keys), SPEC F2)."""
+    return list(MetricSummary.objects.filter(run=run).order_by("key").values_list("key", flat=True))
 
 
 def metric_history(
@@ -123,8 +133,8 @@ def metric_history(
 
 
 def metric_count(*, run: Run, key: str) -> int:
-    """How many points of ``key`` the run holds."""
-    return MetricPoint.objects.filter(run=run, key=key).count()
+    """How many points of ``key`` the run holds (0 for an unknown key); one summary row, not a count of points."""
+    return MetricSummary.objects.filter(run=run, key=key).values_list("count", flat=True).first() or 0
 
 
 def _int_or_none(value):
@@ -170,8 +180,8 @@ def metric_chart_series(
     ``points`` are finite ``(step, value)`` pairs ordered by step, at most
     ``max_points`` (>= 2). Above that, the step range is cut into
     ``max_points // 2`` equal buckets and each bucket keeps the rows holding its
-    smallest and its largest value, so spikes (a diverging loss) survive the
-    reduction. NaN (stored NULL) and ±Infinity are counted, never drawn (F2, F29).
+    smallest and its largest value (the lowest step on a tie), so spikes (a
+    diverging loss) survive the reduction. NaN (stored NULL) and ±Infinity are counted, never drawn (F2, F29).
     With ``before_step``, only points at steps below it count (an ancestor's
     curve up to where its child resumed). ``with_timestamps`` adds each point's
     Unix milliseconds: ``(step, value, timestamp_ms)``.
@@ -190,17 +200,90 @@ def metric_chart_series(
         return list(rows), stats["bad"], stats["total"]
     buckets = max(max_points // 2, 1)
     width = -(-(stats["high"] - stats["low"] + 1) // buckets)
-    bucket = (F("step") - stats["low"]) / width
-    rows = (
-        finite.annotate(
-            lo=Window(RowNumber(), partition_by=[bucket], order_by=[F("value").asc(), F("id").asc()]),
-            hi=Window(RowNumber(), partition_by=[bucket], order_by=[F("value").desc(), F("id").asc()]),
-        )
-        .filter(Q(lo=1) | Q(hi=1))
-        .order_by("step", "id")
-        .values_list(*fields)
-    )
-    return list(rows), stats["bad"], stats["total"]
+    return _bucket_extremes(run.pk, key, before_step, stats["low"], width, fields), stats["bad"], stats["total"]
+
+
+_EXTREMES = """
+WITH points AS (
+    SELECT id, step, value, timestamp, (step - %s) / %s AS bucket FROM {table}
+    WHERE run_id = %s AND key = %s AND value IS NOT NULL AND value <> %s AND value <> %s AND step < %s
+), extremes AS (
+    SELECT bucket, MIN(value) AS lo, MAX(value) AS hi FROM points GROUP BY bucket
+), hits AS (
+    SELECT p.step, p.value, p.timestamp,
+           ROW_NUMBER() OVER (PARTITION BY p.bucket, p.value ORDER BY p.step, p.id) AS n
+    FROM points p JOIN extremes e ON p.bucket = e.bucket
+    WHERE p.value = e.lo OR p.value = e.hi
+)
+SELECT {fields} FROM hits WHERE n = 1 ORDER BY step, value
+"""
+
+
+def _bucket_extremes(run_id: int, key: str, before_step, low: int, width: int, fields) -> list[tuple]:
+    """Per step bucket, the points holding its smallest and largest finite value (the lowest step on a tie).
+
+    A hash aggregate finds each bucket's extremes and a hash join the rows
+    holding them: two passes over the key's index range and no sort of the
+    key (only the matched rows are ranked), where ranking every row by value
+    per bucket spilled to disk for a million-point key.
+    """
+    sql = _EXTREMES.format(table=MetricPoint._meta.db_table, fields=", ".join(fields))
+    upper = _INT64_MAX if before_step is None else before_step
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [low, width, run_id, key, math.inf, -math.inf, upper])
+        return cursor.fetchall()
+
+
+CHART_CACHE_S = 3600
+
+
+def metric_chart_series_remembered(*, run: Run, key: str, max_points: int, before_step: int | None = None):
+    """``metric_chart_series(..., with_timestamps=True)``, kept in Django's cache while the key's summary (count,
+    last step, last timestamp) is unchanged. Points are only ever added, so an unchanged summary means the same
+    points: a finished run's million-point key is reduced once, not on every view of its page (F34)."""
+    summary = MetricSummary.objects.filter(run=run, key=key).values_list("count", "last_step", "last_timestamp").first()
+    digest = hashlib.sha256(repr((run.pk, run.created_at, key, max_points, before_step, summary)).encode()).hexdigest()
+    found = cache.get(f"chart-series:{digest}")
+    if found is None:
+        found = metric_chart_series(run=run, key=key, max_points=max_points, before_step=before_step,
+                                    with_timestamps=True)
+        cache.set(f"chart-series:{digest}", found, CHART_CACHE_S)
+    return found
+
+
+def metric_chart_series_many(
+    *, runs: list[Run], max_points: int = 1000, keys: Q = Q()
+) -> dict[tuple[int, str], tuple[list[tuple], int, int]]:
+    """``metric_chart_series(..., with_timestamps=True)`` of every key (matching ``keys``) of every Run in
+    ``runs``, keyed by ``(run id, key)``, in few queries: the summaries say which series fit in ``max_points``,
+    one query reads all of those whole, and only a larger series is reduced on its own (Run page, Compare, F34).
+    """
+    by_id = {run.pk: run for run in runs}
+    series = {}
+    for run_id, key, count in MetricSummary.objects.filter(run__in=runs).filter(keys).values_list(
+            "run_id", "key", "count"):
+        if count <= max_points:
+            series[(run_id, key)] = [[], 0, count]
+        else:
+            series[(run_id, key)] = metric_chart_series_remembered(run=by_id[run_id], key=key, max_points=max_points)
+    wanted = {}
+    for (run_id, key), entry in series.items():
+        if isinstance(entry, list):
+            wanted.setdefault(run_id, []).append(key)
+    # One index range per Run (and its small keys): the points of a large series are never read here.
+    small = MetricPoint.objects.none()
+    if wanted:
+        pairs = (Q(run_id=run_id, key__in=names) for run_id, names in wanted.items())
+        small = MetricPoint.objects.filter(functools.reduce(operator.or_, pairs))
+    isfinite = math.isfinite
+    for run_id, key, step, value, timestamp in small.order_by("run_id", "key", "step", "id").values_list(
+            "run_id", "key", "step", "value", "timestamp"):
+        entry = series.setdefault((run_id, key), [[], 0, 0])  # points and summary are written together
+        if value is None or not isfinite(value):
+            entry[1] += 1
+        else:
+            entry[0].append((step, value, timestamp))
+    return {pair: tuple(entry) for pair, entry in series.items()}
 
 
 # --- Jobs pages: launch form choices, lineage, ancestors' curves (issue 4 part 5; SPEC F2, F7) ---------------
@@ -219,8 +302,8 @@ def dataset_version_choices(*, project: Project) -> QuerySet[DatasetVersion]:
 
 
 def run_first_metric_step(*, run: Run) -> int | None:
-    """The lowest step any metric of ``run`` was logged at, or None before the first point."""
-    return MetricPoint.objects.filter(run=run).aggregate(low=Min("step"))["low"]
+    """The lowest step any metric of ``run`` was logged at, or None before the first point (from its summaries)."""
+    return MetricSummary.objects.filter(run=run).aggregate(low=Min("first_step"))["low"]
 
 
 def run_ancestors(*, user, run: Run, max_depth: int = 50) -> list[tuple[Run, int | None]]:

@@ -25,8 +25,10 @@ from runs.models import (
     Run,
     RunKind,
     RunStatus,
+    RunTableColumns,
 )
 from runs.lease import lease_check
+from runs.table import parse_columns
 from runs.liveness import run_ended_effects
 from runs.stages import data_stage_record  # noqa: F401 - a service of this app (SPEC F20, F21)
 
@@ -348,3 +350,24 @@ def run_set_status(*, actor, run: Run, status: str, fencing_token: int | None = 
     if status in FINAL_STATES:
         run_ended_effects(run=run)
     return run
+
+
+def run_table_columns_save(*, user, project: Project, column_ids: list[str]) -> list[str]:
+    """Remember ``user``'s runs-table columns in ``project`` (F34); an empty list forgets them (the defaults
+    come back). Any member may: it changes no Run. A double submit ends with one row, the last choice.
+
+    Returns the saved column ids. Raises ``ValidationFailed`` (field ``col``) as ``table.parse_columns``.
+    """
+    columns = [column.id for column in parse_columns(column_ids)]
+    mine = RunTableColumns.objects.filter(user=user, project=project)
+    if not columns:
+        mine.delete()
+        return []
+    if not mine.update(columns=columns, updated_at=timezone.now()):
+        try:
+            with transaction.atomic():
+                RunTableColumns.objects.create(user=user, project=project, columns=columns)
+        except IntegrityError:  # created by a concurrent submit meanwhile: this one is the last choice
+            mine.update(columns=columns, updated_at=timezone.now())
+    return columns
+

@@ -20,12 +20,12 @@ import json
 import re
 from dataclasses import dataclass
 
-from django.db.models import F, Max, Min, OuterRef, Q, QuerySet, Subquery, TextField
+from django.db.models import Count, F, OuterRef, Q, QuerySet, Subquery, TextField
 from django.db.models.fields.json import KeyTransform
 from django.db.models.functions import Cast
 
 from mado.errors import ValidationFailed
-from runs.models import MetricPoint, Run
+from runs.models import MetricSummary, Run, RunTableColumns
 from runs.selectors import run_list
 
 METRIC_STATS = ("last", "min", "max")
@@ -87,10 +87,8 @@ def parse_columns(values: list[str]) -> list[Column]:
 
 def metric_keys_by_share(runs: QuerySet[Run]) -> list[tuple[str, int]]:
     """``(key, runs logging it)`` over ``runs``, most shared first, then by key (the column picker's list)."""
-    counts = {}
-    for _run_id, key in MetricPoint.objects.filter(run__in=runs).values_list("run_id", "key").distinct():
-        counts[key] = counts.get(key, 0) + 1
-    return sorted(counts.items(), key=lambda item: (-item[1], item[0]))
+    counts = MetricSummary.objects.filter(run__in=runs).values("key").annotate(runs=Count("id"))  # a row per run+key
+    return [(row["key"], row["runs"]) for row in counts.order_by("-runs", "key")]
 
 
 @dataclass(frozen=True)
@@ -114,18 +112,19 @@ def column_choices(*, runs: QuerySet[Run]) -> Choices:
     for parameters in sample.values_list("parameters", flat=True):
         for name, value in (parameters or {}).items():
             values.setdefault(name, set()).add(repr(value))
-    ids = list(sample.values_list("pk", flat=True))
     return Choices(parameters=[(name, len(values[name]) > 1) for name in sorted(values)],
-                   metric_keys=metric_keys_by_share(Run.objects.filter(pk__in=ids)))
+                   metric_keys=metric_keys_by_share(sample.values("pk")))
+
+
+_SUMMARY_FIELD = {"last": "last_value", "min": "min_value", "max": "max_value"}
 
 
 def metric_stat(key: str, stat: str) -> Subquery:
-    """The ``stat`` of metric ``key`` for the outer Run row, as a subquery (NULL when the Run lacks the key)."""
-    points = MetricPoint.objects.filter(run=OuterRef("pk"), key=key)
-    if stat == "last":
-        return Subquery(points.order_by("-step", "-id").values("value")[:1])
-    aggregate = Min("value") if stat == "min" else Max("value")
-    return Subquery(points.values("run").annotate(v=aggregate).values("v")[:1])
+    """The ``stat`` of metric ``key`` for the outer Run row, as a subquery (NULL when the Run lacks the key).
+
+    Read from the Run's per-key summary: one row, whatever the Run's size (SPEC F2)."""
+    summary = MetricSummary.objects.filter(run=OuterRef("pk"), key=key)
+    return Subquery(summary.values(_SUMMARY_FIELD[stat])[:1])
 
 
 def _parameter(name: str):
@@ -231,7 +230,8 @@ def run_table_for_user(*, user, project, filters: dict, column_ids: list[str]) -
     """
     runs = run_list(user=user, project=project, status=filters.get("status"), kind=filters.get("kind"))
     choices = column_choices(runs=Run.objects.filter(project=project))
-    columns = parse_columns(column_ids) if column_ids else choices.defaults()
+    saved = RunTableColumns.objects.filter(user=user, project=project).values_list("columns", flat=True).first()
+    columns = parse_columns(column_ids or saved) if column_ids or saved else choices.defaults()
     sort = (filters.get("sort") or "").removeprefix("-")
     if sort and sort not in FIXED_SORTS and sort not in {c.id for c in columns}:
         # Sorting by a column that is not shown shows it (an unknown one is refused below, naming "sort").

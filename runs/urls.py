@@ -15,6 +15,7 @@ urlpatterns = [
     path("", views.project_list, name="project-list"),
     path("projects/<slug:slug>/", views.project_detail, name="project-detail"),
     path("projects/<slug:slug>/runs.csv", views.project_runs_csv, name="project-runs-csv"),
+    path("projects/<slug:slug>/columns/", views.project_columns, name="project-columns"),
     path("projects/<slug:slug>/compare/", views.project_compare, name="project-compare"),
     path("projects/<slug:slug>/members/", views.project_members, name="project-members"),
     path("projects/<slug:slug>/members/<str:username>/role/", views.member_role, name="member-role"),

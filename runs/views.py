@@ -12,8 +12,9 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
-from django.http import Http404, HttpResponseBadRequest, StreamingHttpResponse
+from django.http import Http404, HttpResponseBadRequest, QueryDict, StreamingHttpResponse
 from django.shortcuts import redirect, render
+from django.urls import reverse
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy as _lazy
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
@@ -96,6 +97,24 @@ def project_detail(request, slug):
         "can_manage_members": policy.can_manage_members(request.user, project),
     }
     return render(request, "runs/project_detail.html", context, status=400 if invalid else 200)
+
+
+@page
+@require_POST
+def project_columns(request, slug):
+    """Remember the runs-table columns chosen in the picker for this user (``run_table_columns_save``; "reset":
+    back to the defaults), then show the table with the filters it had."""
+    project = selectors.project_get_for_user(user=request.user, slug=slug)
+    columns = [] if request.POST.get("action") == "reset" else request.POST.getlist("col")
+    try:
+        services.run_table_columns_save(user=request.user, project=project, column_ids=columns)
+    except ValidationFailed as exc:
+        messages.error(request, f"{exc.field}: {exc.detail}")
+    kept = QueryDict(mutable=True)
+    for name in RunFilterForm.base_fields:
+        if request.POST.get(name):
+            kept[name] = request.POST[name]
+    return redirect(f"{reverse('runs:project-detail', args=[project.slug])}?{kept.urlencode()}".rstrip("?"))
 
 
 @page

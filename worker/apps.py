@@ -8,11 +8,7 @@ class WorkerConfig(AppConfig):
     verbose_name = "Worker"
 
     def ready(self):
-        from checkpoints import hooks
         from worker.container import check_gpus_setting
-        from worker.tasks import enqueue_checkpoint_verify
-
-        hooks.direct_upload_declared.connect(enqueue_checkpoint_verify, dispatch_uid="worker.enqueue_checkpoint_verify")
 
         try:  # a bad value fails loudly at startup (STYLE: Settings), not on the first Job
             check_gpus_setting(settings.MADO_WORKER_GPUS)

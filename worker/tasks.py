@@ -4,7 +4,7 @@ import logging
 import socket
 import time
 
-from django.conf import settings
+from celery.signals import worker_ready
 from django.db import DatabaseError, close_old_connections
 
 from mado.celery import app
@@ -17,16 +17,11 @@ FINISH_ATTEMPTS = 5
 logger = logging.getLogger(__name__)
 
 
-def enqueue_checkpoint_verify(sender, *, checkpoint_id: int, **kwargs) -> None:
-    """Receiver of ``checkpoints.hooks.direct_upload_declared``: queue ``checkpoint_verify`` on the verify queue."""
-    checkpoint_verify.apply_async(args=[checkpoint_id], queue=settings.MADO_CHECKPOINT_VERIFY_QUEUE)
-
-
 @app.task(bind=True, name="worker.tasks.checkpoint_verify", acks_late=True, max_retries=VERIFY_MAX_RETRIES)
 def checkpoint_verify(self, checkpoint_id: int) -> str:
     """Verify a checkpoint tar uploaded straight to S3, then mark it complete or record why not (issue 3; SPEC F12, F13).
 
-    Enqueued on commit by ``checkpoints.services.checkpoint_complete``. Idempotent: a
+    Dispatched through the outbox by ``checkpoints.services.checkpoint_complete``. Idempotent: a
     checkpoint that is gone, no longer pending or re-uploaded meanwhile is skipped.
     Returns ``"complete"``, ``"mismatch"`` or ``"skipped"``. Storage errors are
     retried with backoff (10 s doubling, at most 300 s); after the last retry the
@@ -43,7 +38,7 @@ def checkpoint_verify(self, checkpoint_id: int) -> str:
         raise self.retry(exc=exc, countdown=min(10 * 2**self.request.retries, 300)) from exc
 
 
-@app.task(bind=True, name="worker.tasks.run_job", acks_late=True, reject_on_worker_lost=False,
+@app.task(bind=True, name="worker.tasks.run_job", acks_late=True, reject_on_worker_lost=True,
           max_retries=RUN_JOB_MAX_RETRIES)
 def run_job(self, job_id: int) -> str:
     """Run Job ``job_id`` on this worker: claim → ``worker.execute.execute`` → ``job_finish`` (issue 4; SPEC F12–F16).
@@ -54,8 +49,9 @@ def run_job(self, job_id: int) -> str:
     Only a database error before the claim retries the task (bounded, 10 s
     doubling, at most 300 s); after the claim every fault ends the Job
     through ``job_finish`` (storage unreadable, worker error), never silently.
-    A worker killed mid-Job is acknowledged, not redelivered; the reaper
-    fails its Job.
+    A message whose worker was killed is delivered again: before the claim
+    the next delivery runs the Job; after it, the delivery is skipped and
+    the heartbeat reaper fails the Job ("worker lost"), so no code runs twice.
     """
     from jobs.models import FINAL_STATES, Job
     from jobs.services import job_claim
@@ -76,7 +72,25 @@ def run_job(self, job_id: int) -> str:
     except Exception as exc:  # noqa: BLE001 - ours, not the code's: the Job must still end, saying why
         logger.exception("job %s: the worker failed", job_id)
         outcome = Outcome(exit_code=None, error=f"Worker error on {job.worker_host}: {exc}")
-    return _finish(job_id, outcome)
+    status = _finish(job_id, outcome)
+    _sweep_workdirs()
+    return status
+
+
+@worker_ready.connect
+def _sweep_on_start(**kwargs) -> None:
+    _sweep_workdirs()
+
+
+def _sweep_workdirs() -> None:
+    """Remove work directories of Jobs that ended while a killed worker held them (``worker.janitor``)."""
+    from worker.janitor import remove_ended_workdirs
+
+    try:
+        remove_ended_workdirs()
+    except DatabaseError:
+        logger.warning("could not sweep the work directories", exc_info=True)
+        close_old_connections()
 
 
 def _finish(job_id: int, outcome) -> str:

@@ -3,7 +3,8 @@
 ``artifacts``: streamed artifact store / delete and Code archives (issue 2);
 ``checkpoints``: register, delete, lock for use (issue 3, SPEC F1, F5);
 ``uploads``: tar upload through the web process and completion (issue 3, SPEC F1, F13);
-``direct``: presigned multipart upload to S3 and its verification (issue 3, SPEC F12, F13).
+``direct``: presigned multipart upload to S3 and its verification (issue 3, SPEC F12, F13);
+``janitor``: ending abandoned pending checkpoints ``error`` (SPEC F1, F16).
 """
 
 from checkpoints.services.artifacts import (
@@ -19,6 +20,7 @@ from checkpoints.services.checkpoints import (
     discard_upload,
 )
 from checkpoints.services.direct import checkpoint_record_error, checkpoint_upload_parts, checkpoint_verify_upload
+from checkpoints.services.janitor import checkpoint_end_abandoned, checkpoint_end_in_error
 from checkpoints.services.uploads import checkpoint_complete, checkpoint_upload
 
 __all__ = [
@@ -26,6 +28,8 @@ __all__ = [
     "artifact_store",
     "checkpoint_complete",
     "checkpoint_delete",
+    "checkpoint_end_abandoned",
+    "checkpoint_end_in_error",
     "checkpoint_lock_for_use",
     "checkpoint_record_error",
     "checkpoint_register",

@@ -8,7 +8,7 @@ deleted checkpoint never becomes a source and a source is never deleted.
 """
 
 from django.db import IntegrityError, transaction
-from django.db.models import ProtectedError
+from django.db.models import ProtectedError, Q
 from django.utils import timezone
 
 from checkpoints import selectors, storage
@@ -83,7 +83,9 @@ def checkpoint_register(
     is checked under the Run's row lock (``LeaseLost`` when stale) and kept
     in ``Checkpoint.lease_token``. A pending tar checkpoint at ``step``
     registered under an older token (a process that was taken over) is
-    discarded with its stored bytes, and the registration proceeds.
+    discarded with its stored bytes, and the registration proceeds. So is a
+    checkpoint at ``step`` (or with this key) that ended ``error`` (the
+    janitor gave up on it): the SDK's next start may save that step again.
     """
     policy.require_run_writer(actor, run)
     step = _clean_step(step)
@@ -92,6 +94,7 @@ def checkpoint_register(
     if len(framework) > FRAMEWORK_MAX:
         raise ValidationFailed(f"framework must be at most {FRAMEWORK_MAX} characters", field="framework")
     lease_check(run_id=run.pk, token=fencing_token)
+    _replace_ended_in_error(run_id=run.pk, step=step, key=key)
     if key is not None:
         existing = Checkpoint.objects.filter(run=run, idempotency_key=key).first()
         if existing is not None:
@@ -116,6 +119,16 @@ def checkpoint_register(
     if Artifact.objects.filter(run=run, path=checkpoint.artifact_path).exists():  # raising rolls the row back
         raise Conflict(f"{checkpoint.artifact_path} is already a file of this run; the step cannot hold a checkpoint", field="step")
     return checkpoint, True
+
+
+def _replace_ended_in_error(*, run_id: int, step: int, key: str | None) -> None:
+    """Delete the ``error`` checkpoints at ``step`` or with ``key`` (their uploads were already discarded)."""
+    same = Q(step=step) | Q(idempotency_key=key) if key is not None else Q(step=step)
+    try:
+        with transaction.atomic():
+            Checkpoint.objects.filter(same, run_id=run_id, state=CheckpointState.ERROR).delete()
+    except ProtectedError:  # a data stage names it: the registration then answers "step N is already saved"
+        return
 
 
 def _refuse_ended(run: Run) -> None:

@@ -3,26 +3,29 @@
 ``checkpoint_upload_parts`` starts a presigned multipart upload; the client
 PUTs the parts straight to the bucket and calls ``checkpoint_complete`` with
 ``upload_id`` + ``parts`` (``complete_direct_upload`` here), which completes
-the multipart upload and enqueues ``worker.tasks.checkpoint_verify`` on
-commit. ``checkpoint_verify_upload`` streams the object back through
+the multipart upload and dispatches ``worker.tasks.checkpoint_verify``
+through the outbox. ``checkpoint_verify_upload`` streams the object back through
 ``CheckpointVerifier`` with the declared manifest and completes the checkpoint or
 records ``error`` (it stays pending, the object is removed).
 """
 
 import math
+import uuid
 
 from django.conf import settings
 from django.db import transaction
 from mado_tracking.tarverify import CheckpointVerifier, ManifestMismatch
 
-from checkpoints import hooks, storage
+from checkpoints import storage
 from checkpoints.models import Checkpoint, CheckpointState
 from checkpoints.services._common import finalize, lock, mismatch, require_pending, require_writer
 from checkpoints.services.checkpoints import discard_upload
 from checkpoints.services.declaration import check_members, declared_files
+from mado import outbox
 from mado.errors import Conflict, InternalError, ValidationFailed
 from runs.lease import lease_check
 
+VERIFY_TASK = "worker.tasks.checkpoint_verify"  # named, not imported: the worker app is above this one
 S3_MAX_PARTS = 10_000
 S3_MAX_OBJECT = 5 * 1024**4  # bytes
 
@@ -101,7 +104,9 @@ def complete_direct_upload(row: Checkpoint, declared: dict, upload_id, parts) ->
     Checks ``upload_id`` (the current upload, else ``ValidationFailed``),
     the declared size against the one the upload was started for and the
     ``parts`` (every part once, in order); completes the multipart upload,
-    stores the declaration and enqueues the verification task on commit. A
+    stores the declaration and dispatches the verification task through the
+    outbox (``mado.outbox``: sent on commit, again by beat while the broker
+    is down). A
     replay after that returns the row (same declaration) or ``Conflict``.
     """
     received = row.received
@@ -121,7 +126,9 @@ def complete_direct_upload(row: Checkpoint, declared: dict, upload_id, parts) ->
     Checkpoint.objects.filter(pk=row.pk, state=CheckpointState.PENDING).update(
         received={**received, "uploaded": True}, declared=declared, error=""
     )
-    transaction.on_commit(lambda: _enqueue_verify(row.pk))
+    outbox.dispatch_create(
+        task=VERIFY_TASK, args=[row.pk], queue=settings.MADO_CHECKPOINT_VERIFY_QUEUE, task_id=str(uuid.uuid4())
+    )
     row.refresh_from_db()
     return row
 
@@ -147,11 +154,6 @@ def _blob_exists(key: str) -> bool:
     except Exception:  # noqa: BLE001 - any failure means "cannot rely on it"
         return False
     return True
-
-
-def _enqueue_verify(checkpoint_id: int) -> None:
-    """Have the worker verify the upload: its app's receiver of ``hooks.direct_upload_declared`` enqueues the task."""
-    hooks.direct_upload_declared.send(sender=None, checkpoint_id=checkpoint_id)
 
 
 def checkpoint_verify_upload(*, checkpoint_id: int) -> str:

@@ -1,7 +1,6 @@
-"""Helpers shared by the Job services: creating a Job's Run and Job, dispatch and revoke on commit, ending a Run."""
+"""Helpers shared by the Job services: creating a Job's Run and Job with its dispatch, revoke on commit, ending a Run."""
 
 import copy
-import importlib
 import logging
 import uuid
 
@@ -10,6 +9,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from jobs.models import Job, JobStatus, Queue, RunToken
+from mado import outbox
 from mado.errors import ValidationFailed
 from runs.models import FINAL_STATES as RUN_FINAL_STATES
 from runs.models import CodeVersion, Run, RunStatus
@@ -65,42 +65,21 @@ def create_job(
     *, run: Run, code_version: CodeVersion, queue: Queue, kind: str, created_by, max_retries: int,
     attempt: int = 1, retry_of: Job | None = None, resumed_from: Run | None = None, request_key: str | None = None,
 ) -> Job:
-    """Insert the queued Job of ``run`` with a fresh Celery task id and send it to its queue on commit."""
+    """Insert the queued Job of ``run`` with a fresh Celery task id and its dispatch (sent to its queue on commit).
+
+    The message ``worker.tasks.run_job(job.id)`` goes through the outbox
+    (``mado.outbox.dispatch_create``): the task is named, not imported, the
+    Job's ``celery_task_id`` is the one the message carries, and a broker
+    that is down leaves the Job ``queued`` "waiting for the queue" until beat
+    sends it (never ``failed`` because of the broker, F16).
+    """
     job = Job.objects.create(
         run=run, code_version=code_version, queue=queue, kind=kind, status=JobStatus.QUEUED, created_by=created_by,
         max_retries=max_retries, attempt=attempt, retry_of=retry_of, resumed_from=resumed_from,
         celery_task_id=str(uuid.uuid4()), request_key=request_key,
     )
-    enqueue_on_commit(job)
+    outbox.dispatch_create(task=RUN_JOB_TASK, args=[job.pk], queue=queue.name, task_id=job.celery_task_id)
     return job
-
-
-def enqueue_on_commit(job: Job) -> None:
-    """Send ``worker.tasks.run_job(job.id)`` to the Job's queue once the current transaction commits.
-
-    The task is named, not imported, so jobs/ does not depend on worker/
-    being importable in the web process. The task id stored on the Job is the
-    one the message carries. If the broker refuses the message the Job fails
-    with that error (never stays queued without a message). With
-    ``MADO_CELERY_EAGER`` (``task_always_eager``, which ``send_task``
-    ignores) the registered task runs in this process instead.
-    """
-    job_id, queue, task_id = job.pk, job.queue.name, job.celery_task_id
-
-    def send():
-        try:
-            if current_app.conf.task_always_eager:
-                importlib.import_module(RUN_JOB_TASK.rpartition(".")[0])  # registers the task in this process
-                current_app.tasks[RUN_JOB_TASK].apply_async(args=[job_id], queue=queue, task_id=task_id)
-            else:
-                current_app.send_task(RUN_JOB_TASK, args=[job_id], queue=queue, task_id=task_id)
-        except Exception as exc:  # noqa: BLE001 - any broker failure ends the Job with its message
-            logger.exception("could not send job %s to queue %s", job_id, queue)
-            from jobs.services.lifecycle import job_finish
-
-            job_finish(job_id=job_id, exit_code=None, error=f"Could not send the Job to queue {queue!r}: {exc}")
-
-    transaction.on_commit(send)
 
 
 def revoke_on_commit(task_id: str) -> None:

@@ -231,6 +231,22 @@ def job_reap_stale(*, now=None) -> int:
     return reaped
 
 
+def job_waits_for_message(args: list) -> bool:
+    """True while the Job ``args[0]`` of a ``run_job`` message is still ``queued`` (the outbox's hook, F16)."""
+    return Job.objects.filter(pk=args[0], status=JobStatus.QUEUED).exists()
+
+
+def job_fail_undelivered(args: list, reason: str) -> None:
+    """Fail the still-queued Job ``args[0]``: no worker took its message (the outbox gave up; ``reason`` says why).
+
+    Ends it through ``job_finish`` (its Run ``failed``, a retry from scratch
+    when attempts are left, F11). A Job claimed or ended meanwhile is left as is.
+    """
+    with transaction.atomic():
+        if Job.objects.select_for_update().filter(pk=args[0], status=JobStatus.QUEUED).exists():
+            _finish(job_id=args[0], exit_code=None, error=f"The Job never started. {reason}", aborted=False)
+
+
 @transaction.atomic
 def run_token_issue(*, job: Job) -> RunToken:
     """The API token for ``job``'s code (``MMT_API_TOKEN``): acts as the Job's creator on the Job's Run only.

@@ -9,6 +9,8 @@ The database's conditional unique constraint allows one active resume per
 source Run whatever happens above it. The source Run is only read (F10).
 """
 
+import re
+
 from django.db import IntegrityError, transaction
 from django.utils.translation import gettext as _
 
@@ -20,6 +22,8 @@ from jobs.services._common import create_job, new_job_run, require_enabled
 from mado import policy
 from mado.errors import Conflict, Forbidden, NotFound, ValidationFailed
 from runs.models import CodeVersion, Run
+
+RESUMED_SUFFIX = re.compile(r"( · resumed from step \d+)+$")
 
 
 def _require_may_manage(actor, run: Run) -> None:
@@ -93,7 +97,9 @@ def _resume(*, actor, source_run: Run, checkpoint: Checkpoint, code_version, que
     )
     queue = require_enabled(queue or source_job.queue)
     locked = checkpoint_lock_for_use(checkpoint_id=checkpoint.pk)
-    name = f"{source_run.name or source_run.external_id} · resumed from step {locked.step}"
+    # A resume of a resume names the first Run once: "a · resumed from step 40", not "a · … 20 · … 40".
+    base = RESUMED_SUFFIX.sub("", source_run.name) or source_run.external_id
+    name = f"{base} · resumed from step {locked.step}"
     try:
         with transaction.atomic():
             run = new_job_run(

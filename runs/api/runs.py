@@ -1,13 +1,14 @@
 """API views for Runs and their metrics (docs/api.md; issue 2 part 4, SPEC F2, F24, F26).
 
-The metrics endpoints are the hot path: the batch is parsed with
-``json.loads`` and checked by ``runs.metrics`` in a plain loop, and history
-pages are built as plain lists of dicts (no per-point serializer), so 10,000
-points ingest and 100,000 points render in milliseconds.
+The metrics endpoints are the hot path: the batch is parsed with ``orjson``
+and checked by ``runs.metrics`` column by column, and history pages are built
+as JSON text by the database (no per-point serializer), so 10,000 points
+ingest and 100,000 points render in milliseconds.
 """
 
 import json
 
+import orjson
 from django.conf import settings
 from django.db.models import Prefetch
 from django.http import HttpResponse
@@ -19,6 +20,7 @@ from rest_framework.utils.urls import remove_query_param, replace_query_param
 from rest_framework.views import APIView
 from rest_framework.viewsets import GenericViewSet
 
+from mado.db import read_statement_timeout
 from mado.errors import NotFound, ValidationFailed
 from runs import selectors, services
 from runs.api.projects import valid
@@ -32,7 +34,7 @@ from runs.api.serializers import (
     RunOutputSerializer,
     RunStatusInputSerializer,
 )
-from runs.history import metric_history_json
+from runs.history import metric_history_downsampled_json, metric_history_json
 from runs.lease import fencing_token
 from runs.metrics import metrics_ingest
 from runs.models import DatasetVersion
@@ -141,6 +143,10 @@ def _read_json_body(request):
     if len(raw) > METRIC_BODY_MAX:
         raise ValidationFailed(f"body larger than {METRIC_BODY_MAX} bytes; send smaller batches", field="body")
     try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        pass  # orjson refuses integers beyond 64 bits: the stdlib parser reads them, for an error naming the point
+    try:
         return json.loads(raw)
     except ValueError as exc:
         raise ValidationFailed(f"body is not valid JSON: {exc}", field="body") from None
@@ -177,22 +183,26 @@ class RunMetricsApi(APIView):
                    403: OpenApiResponse(description="viewer"), 409: OpenApiResponse(description="lease_lost: stale fencing token")},
     )
     def post(self, request, run_id):
-        """Store ``{"points": [{key, value, step, timestamp?}, …]}`` (≤ 10,000) all or nothing.
+        """Store ``{"points": [{key, value, step, timestamp?}, …]}`` or ``{"keys", "steps", "values", "timestamps"?}``.
 
+        At most 10,000 points, all stored or none. The columnar form (four
+        lists of one length; ``timestamps`` optional) is what the SDK sends.
         201 ``{"stored": n, "dropped": m, "dropped_keys": [...]}``: points at a
         step below the Run's ``step_floor`` (set by a resume) are dropped and
         counted, not stored. ``value``: a number or ``"NaN"``/``"Infinity"``/``"-Infinity"``;
         ``step``: integer ≥ 0; ``timestamp``: Unix seconds (default: now).
-        The first bad point → 400 naming ``points[i].field``, nothing stored.
-        An ``Idempotency-Key`` header makes a repeated batch a no-op: 200 ``{"stored": 0, …}``.
-        A stale ``Mado-Fencing-Token`` → 409 ``lease_lost``, nothing stored (SPEC F25).
+        The first bad point → 400 naming ``points[i].field`` (``values[i]`` etc. in the columnar form), nothing
+        stored. An ``Idempotency-Key`` header makes a repeated batch a no-op: 200 ``{"stored": 0, …}``.
+        A stale ``Mado-Fencing-Token`` → 409 ``lease_lost``, nothing stored (SPEC F2, F25).
         """
         run = selectors.run_get_for_user(user=request.user, run_id=run_id)
         body = _read_json_body(request)
-        if not isinstance(body, dict) or "points" not in body:
-            raise ValidationFailed('body must be {"points": [...]}', field="points")
+        if not isinstance(body, dict) or ("points" in body) == ("keys" in body):
+            raise ValidationFailed('body must be {"points": [...]} or {"keys": [...], "steps": [...], "values": [...]}',
+                                   field="points")
+        batch = {"columns": body} if "keys" in body else {"points": body["points"]}
         result = metrics_ingest(
-            actor=request.user, run=run, points=body["points"], idempotency_key=request.headers.get("Idempotency-Key"),
+            actor=request.user, run=run, **batch, idempotency_key=request.headers.get("Idempotency-Key"),
             fencing_token=fencing_token(request),
         )
         answer = {"stored": result.stored, "dropped": result.dropped, "dropped_keys": result.dropped_keys}
@@ -204,26 +214,37 @@ class RunMetricsApi(APIView):
             OpenApiParameter("key", str, description="metric key; without it the answer is {keys}"),
             OpenApiParameter("page", OpenApiTypes.INT, description="1-based page number"),
             OpenApiParameter("page_size", OpenApiTypes.INT, description="points per page (default 1000, max 100,000)"),
+            OpenApiParameter("max_points", OpenApiTypes.INT,
+                             description="at most this many points (>= 2), min and max per step bucket; no pages"),
         ],
         responses={200: _GET_OUTPUT, 404: OpenApiResponse(description="run not visible or page past the end")},
     )
     def get(self, request, run_id):
-        """Without ``key``: ``{"keys": [...]}``. With ``key``: ``{count, next, previous, results: [{step, value, timestamp}]}``.
+        """Without ``key``: ``{"keys": [...]}``; with it: a page of that key's history.
 
+        A page is ``{count, next, previous, results: [{step, value, timestamp}]}``.
         Points are ordered by step; ``timestamp`` is Unix seconds; non-finite
         values are the strings ``"NaN"``, ``"Infinity"``, ``"-Infinity"``.
         ``page_size`` above the maximum is clamped; a page past the end → 404.
+        ``max_points`` (2 to the page maximum) answers one downsampled series
+        instead: ``results`` holds at most that many finite points (each step
+        bucket's smallest and largest value), ``non_finite`` counts the NaN and
+        ±Infinity left out; ``count`` is still every point of the key. Reads
+        stop after ``MADO_READ_STATEMENT_TIMEOUT_MS`` on PostgreSQL (SPEC F2).
         """
         run = selectors.run_get_for_user(user=request.user, run_id=run_id)
         key = request.query_params.get("key")
-        if not key:
-            return Response({"keys": selectors.metric_keys(run=run)})
-        size = min(_positive_int(request, "page_size", METRIC_PAGE_SIZE), settings.MADO_METRIC_HISTORY_PAGE_MAX)
-        number = _positive_int(request, "page", 1)
-        count = selectors.metric_count(run=run, key=key)
-        if number > 1 and (number - 1) * size >= count:
-            raise NotFound(f"page {number} is past the end ({count} points)", field="page")
-        page = metric_history_json(run=run, key=key, offset=(number - 1) * size, limit=size)
+        with read_statement_timeout():
+            if not key:
+                return Response({"keys": selectors.metric_keys(run=run)})
+            if request.query_params.get("max_points") not in (None, ""):
+                return self._downsampled(run, key, _positive_int(request, "max_points", 2))
+            size = min(_positive_int(request, "page_size", METRIC_PAGE_SIZE), settings.MADO_METRIC_HISTORY_PAGE_MAX)
+            number = _positive_int(request, "page", 1)
+            count = selectors.metric_count(run=run, key=key)
+            if number > 1 and (number - 1) * size >= count:
+                raise NotFound(f"page {number} is past the end ({count} points)", field="page")
+            page = metric_history_json(run=run, key=key, offset=(number - 1) * size, limit=size)
         links = {
             "count": count,
             "next": self._page_url(request, number + 1) if number * size < count else None,
@@ -231,6 +252,15 @@ class RunMetricsApi(APIView):
         }
         # The page is rendered as text in one pass (hot path: up to 100,000 points).
         return HttpResponse(json.dumps(links)[:-1] + ', "results": ' + page + "}", content_type="application/json")
+
+    @staticmethod
+    def _downsampled(run, key: str, max_points: int) -> HttpResponse:
+        if not 2 <= max_points <= settings.MADO_METRIC_HISTORY_PAGE_MAX:
+            raise ValidationFailed(f"max_points must be from 2 to {settings.MADO_METRIC_HISTORY_PAGE_MAX}",
+                                   field="max_points")
+        page, non_finite, count = metric_history_downsampled_json(run=run, key=key, max_points=max_points)
+        head = json.dumps({"count": count, "non_finite": non_finite, "next": None, "previous": None})
+        return HttpResponse(head[:-1] + ', "results": ' + page + "}", content_type="application/json")
 
     @staticmethod
     def _page_url(request, number: int) -> str:

@@ -26,7 +26,8 @@ from django.db import transaction
 from mado import policy
 from mado.errors import Conflict, Forbidden
 from runs import services as run_services
-from runs.metrics import metrics_ingest, parse_value
+from runs.metric_batch import parse_value
+from runs.metrics import metrics_ingest
 from runs.mlflow.errors import INVALID_PARAMETER_VALUE, RESOURCE_ALREADY_EXISTS, MlflowError
 from runs.mlflow.translate import FROM_MLFLOW_STATUS, KIND_TAG, RUN_NAME_TAG, param_str
 from runs.models import MetricPoint, Project, Run, RunKind, RunTag

@@ -269,7 +269,8 @@ class MetricPoint(models.Model):
     objects = MetricPointQuerySet.as_manager()
 
     class Meta:
-        indexes = [models.Index(fields=["run", "key", "step"], name="metric_run_key_step_idx")]
+        # ``id`` last: a key's history is read in (step, insertion) order straight off the index, with no sort.
+        indexes = [models.Index(fields=["run", "key", "step", "id"], name="metric_run_key_step_id_idx")]
         constraints = [models.CheckConstraint(condition=Q(step__gte=0), name="metric_step_non_negative")]
 
     @staticmethod

@@ -10,7 +10,7 @@ import math
 from django.db.models import Count, OuterRef, Q, QuerySet, Subquery
 
 from mado.errors import NotFound
-from runs.models import MetricGoal, MetricPoint, Project, RunStatus, Sweep, SweepTrial, TrialState
+from runs.models import MetricGoal, MetricSummary, Project, RunStatus, Sweep, SweepTrial, TrialState
 
 
 def _with_counts(sweeps: QuerySet[Sweep]) -> QuerySet[Sweep]:
@@ -60,10 +60,10 @@ def sweep_trial_get(*, sweep: Sweep, number) -> SweepTrial:
 def sweep_trials(*, sweep: Sweep) -> list[SweepTrial]:
     """The trials of ``sweep`` by number, each with its Run and ``metric``: the last value of the sweep's metric
     the Run logged (None when it logged none, or the last one was NaN)."""
-    last = MetricPoint.objects.filter(run_id=OuterRef("run_id"), key=sweep.metric_name).order_by("-step", "-id")
+    last = MetricSummary.objects.filter(run_id=OuterRef("run_id"), key=sweep.metric_name).values("last_value")
     return list(
         SweepTrial.objects.filter(sweep=sweep).select_related("run")
-        .annotate(metric=Subquery(last.values("value")[:1])).order_by("number")
+        .annotate(metric=Subquery(last)).order_by("number")
     )
 
 

@@ -93,7 +93,7 @@ class RunBase:
     step = 0
     preempting = False
 
-    def _encode(self, metrics, step) -> list[str]:
+    def _encode(self, metrics, step) -> list[tuple[str, str, str, str]]:
         """The points of a ``log_metrics`` call at ``step`` (None: ``self.step``); ``self.step`` moves past it.
 
         Raises ``ValueError`` / ``TypeError`` as ``encode_metrics``; ``self.step`` is unchanged then.

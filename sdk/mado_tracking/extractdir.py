@@ -104,6 +104,7 @@ class ExtractionDir:
         return os.fdopen(fd, "wb", buffering=0)
 
     def begin(self, member: Member) -> None:
+        """Create the member's directory, or its file (opened for ``data``)."""
         if member.is_dir:
             self.make_dirs(member.path, member.path)
             return
@@ -111,11 +112,13 @@ class ExtractionDir:
         self._mode = self._mode_of(member)
 
     def data(self, view) -> None:
+        """Append ``view`` (bytes or a memoryview) to the file being written."""
         self.bytes_written += len(view)
         while view:
             view = view[self._out.write(view):]
 
     def end(self) -> None:
+        """Close the file being written with its final mode."""
         if self._out is not None:
             os.fchmod(self._out.fileno(), self._mode)
             self._out.close()

@@ -1,13 +1,15 @@
 """Metric buffering (SPEC F2): the caller appends to a queue, a daemon thread posts batches.
 
-The training loop's side is ``encode_point`` (each point becomes its JSON
-text at once, a microsecond or two) and ``MetricSender.add`` (one
+The training loop's side is ``encode_point`` (each point's four fields become
+their JSON texts at once, a microsecond or two) and ``MetricSender.add`` (one
 ``deque.extend``, atomic under the GIL, no lock of ours): no network, and the
 sender thread has almost no CPU work left that could hold the GIL against the
 caller (encoding a whole 10,000-point batch in one ``json.dumps`` call would
 hold it for tens of milliseconds). The sender thread wakes every ``interval`` seconds, or as soon as
 a full batch is queued, and posts batches of at most ``batch_max`` points to
-``POST runs/{id}/metrics/``. A transient failure (server unreachable, 5xx,
+``POST runs/{id}/metrics/`` in the columnar form (``{"keys", "steps",
+"values", "timestamps"}``: no key name repeated per point, and checked by the
+server a column at a time). A transient failure (server unreachable, 5xx,
 408, 429) is retried with exponential backoff, keeping the batch in order
 ahead of newer points; any other 4xx means the data is wrong: the batch is
 dropped with a warning naming the refused field. Every batch carries its own
@@ -50,11 +52,17 @@ BACKOFF_CAP_S = 30.0
 # Signals a training program handles (a scheduler's SIGTERM, SIGUSR1 before preemption, Ctrl-C, alarms). The
 # kernel gives a process-directed signal to any thread that does not block it, and Python runs the handler only
 # in the main thread: a main thread waiting in a system call (signal.pause(), a blocking read) wakes only when
-# the signal is delivered to it, so the sender thread blocks them.
+# the signal is delivered to it, so every thread the SDK starts blocks them.
 PROGRAM_SIGNALS = frozenset(
     getattr(signal, name) for name in ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGALRM")
     if hasattr(signal, name)
 )
+
+
+def leave_program_signals_to_main_thread() -> None:
+    """Block ``PROGRAM_SIGNALS`` in the calling thread (first thing an SDK thread does; POSIX only)."""
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_BLOCK, PROGRAM_SIGNALS)
 
 
 METRIC_KEY_MAX = 250  # the server's column width (runs.models.MetricPoint.key)
@@ -74,8 +82,8 @@ def check_metric_step(step) -> int:
     return step
 
 
-def encode_metrics(metrics, step, now: float) -> list[str]:
-    """Validate one ``log_metrics`` call and return its points as JSON texts (``encode_point``).
+def encode_metrics(metrics, step, now: float) -> list[tuple[str, str, str, str]]:
+    """Validate one ``log_metrics`` call and return its points encoded by ``encode_point``.
 
     Raises ``ValueError`` for a bad step, key or value (naming the key) and
     ``TypeError`` when ``metrics`` is not a mapping; nothing is returned then.
@@ -106,8 +114,8 @@ def _as_float(key: str, value) -> float:
                      f"got {type(value).__name__}{hint}")
 
 
-def encode_point(key: str, value: float, step: int, timestamp: float) -> str:
-    """One point as the JSON object the API takes: ``{"key", "value", "step", "timestamp"}``.
+def encode_point(key: str, value: float, step: int, timestamp: float) -> tuple[str, str, str, str]:
+    """One point as the JSON texts of its fields: ``(key, value, step, timestamp)``.
 
     ``value`` is a float; NaN and ±inf become the strings ``"NaN"``,
     ``"Infinity"``, ``"-Infinity"`` (docs/api.md). ``timestamp`` is Unix
@@ -125,19 +133,25 @@ def encode_point(key: str, value: float, step: int, timestamp: float) -> str:
         value_json = '"NaN"'
     else:
         value_json = '"Infinity"' if value > 0 else '"-Infinity"'
-    return f'{{"key":{key_json},"value":{value_json},"step":{step},"timestamp":{timestamp!r}}}'
+    return key_json, value_json, str(step), repr(timestamp)
 
 
-def _batch_body(batch: list[str]) -> bytes:
-    # Joined in slices so no single C call holds the GIL for long.
-    pieces = [",".join(batch[start:start + 1000]) for start in range(0, len(batch), 1000)]
-    return ('{"points":[' + ",".join(pieces) + "]}").encode("ascii")
+def point_json(point: tuple[str, str, str, str]) -> str:
+    """An ``encode_point`` result as the JSON object ``{"key", "value", "step", "timestamp"}`` (offline runs' lines)."""
+    return '{"key":%s,"value":%s,"step":%s,"timestamp":%s}' % point
+
+
+def _batch_body(batch: list[tuple[str, str, str, str]]) -> bytes:
+    """The columnar JSON body of ``POST runs/{id}/metrics/`` for encoded points."""
+    keys, values, steps, stamps = zip(*batch)
+    return ('{"keys":[' + ",".join(keys) + '],"steps":[' + ",".join(steps) + '],"values":[' + ",".join(values)
+            + '],"timestamps":[' + ",".join(stamps) + "]}").encode("ascii")
 
 
 class MetricSender:
     """The queue of one Run's metric points and the daemon thread that sends them.
 
-    Points arrive validated and encoded by ``encode_point`` (JSON text). Counters ``sent`` and
+    Points arrive validated and encoded by ``encode_point`` (JSON texts). Counters ``sent`` and
     ``dropped`` (refused by the server, or never sent once the Run was lost) are for reports and tests.
     ``lease`` (None: no fencing, no heartbeat) is the Run's write lease.
     """
@@ -151,7 +165,7 @@ class MetricSender:
         self._batch_max = BATCH_MAX
         self._interval = FLUSH_INTERVAL_S
         self._backoff = (BACKOFF_BASE_S, BACKOFF_CAP_S)
-        self._queue: deque[str] = deque()
+        self._queue: deque[tuple[str, str, str, str]] = deque()
         self._wake = threading.Event()
         self._closing = threading.Event()
         self._hurry = threading.Event()
@@ -165,7 +179,7 @@ class MetricSender:
         self._thread.start()
 
     # --- caller side (the training loop) -----------------------------------------
-    def add(self, points: list[str]) -> None:
+    def add(self, points: list[tuple[str, str, str, str]]) -> None:
         """Queue encoded points; returns at once (no I/O, no lock held)."""
         queue = self._queue
         queue.extend(points)
@@ -207,8 +221,7 @@ class MetricSender:
         lease = self._lease
         client = ApiClient(self._config, headers=lease.headers if lease else None)
         next_heartbeat = time.monotonic() + lease.heartbeat_interval if lease else math.inf
-        if hasattr(signal, "pthread_sigmask"):  # POSIX only
-            signal.pthread_sigmask(signal.SIG_BLOCK, PROGRAM_SIGNALS)
+        leave_program_signals_to_main_thread()
         try:
             while True:
                 self._wake.wait(min(self._interval, max(next_heartbeat - time.monotonic(), 0.0)))
@@ -231,7 +244,7 @@ class MetricSender:
         self._queue.clear()
         self.dropped += dropped
 
-    def _take(self) -> list[str]:
+    def _take(self) -> list[tuple[str, str, str, str]]:
         queue = self._queue
         batch = []
         while queue and len(batch) < self._batch_max:
@@ -259,7 +272,7 @@ class MetricSender:
                 return False
         return True
 
-    def _send(self, client: ApiClient, batch: list[str]) -> bool:
+    def _send(self, client: ApiClient, batch: list[tuple[str, str, str, str]]) -> bool:
         """Post one batch until it is stored or refused; False when the close deadline ran out first."""
         body = _batch_body(batch)
         headers = {"Idempotency-Key": str(uuid.uuid4())}  # the same key on every retry of this batch

@@ -31,6 +31,7 @@ from pathlib import Path
 from mado_tracking._base import RunBase, check_finish_status, new_external_id
 from mado_tracking.checkpoints import SavedCheckpoint, check_step
 from mado_tracking.errors import CheckpointError, MadoError
+from mado_tracking.metrics import point_json
 from mado_tracking.resume import resume_checkpoint
 from mado_tracking.tarstream import CheckpointTar, scan
 
@@ -161,7 +162,7 @@ class OfflineRun(RunBase):
         self._require_open("log_metrics")
         points = self._encode(metrics, step)
         if points:
-            self._metrics.write("\n".join(points) + "\n")
+            self._metrics.write("\n".join(map(point_json, points)) + "\n")
             self._metrics.flush()
 
     def log_checkpoint(self, directory: str | os.PathLike, step: int, includes_optimizer: bool = False,

@@ -17,6 +17,8 @@ import logging
 import os
 import threading
 
+from mado_tracking.metrics import leave_program_signals_to_main_thread
+
 logger = logging.getLogger("mado_tracking")
 ENV_INTERVAL = "MMT_SYSTEM_METRICS_INTERVAL"
 DEFAULT_INTERVAL_S = 15.0
@@ -112,6 +114,7 @@ class SystemMonitor:
         return values
 
     def _loop(self) -> None:
+        leave_program_signals_to_main_thread()
         while not self._stop.wait(self._interval):
             try:
                 self._log(self.sample())

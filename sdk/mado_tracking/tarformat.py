@@ -106,7 +106,10 @@ def check_path(path: str | bytes, limits: Limits = Limits(), *, label: str = "")
     ``label`` prefixes the error (``member 3``).
     """
     where = f"{label} " if label else ""
-    raw = path.encode("utf-8", "surrogateescape") if isinstance(path, str) else path
+    try:
+        raw = path.encode("utf-8") if isinstance(path, str) else path
+    except UnicodeEncodeError:  # a lone surrogate, e.g. from JSON "\ud800"
+        raise ManifestMismatch("path", f"{where}{path!r}: the name is not valid UTF-8") from None
     if len(raw) > limits.path_bytes:
         raise ManifestMismatch("path", f"{where}{raw[:60]!r}…: path of {len(raw)} bytes is longer than "
                                        f"{limits.path_bytes} bytes")

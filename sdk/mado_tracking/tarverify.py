@@ -91,6 +91,7 @@ class CheckpointVerifier:
     # --- the reader's sink ---
 
     def begin(self, member: Member) -> None:
+        """A member's header passed the format: compare its size with the manifest, start its hash."""
         if not member.is_dir:
             if self._expected is not None:
                 _compare_size(member.path, member.size, self._expected)
@@ -100,11 +101,13 @@ class CheckpointVerifier:
             self._writer.begin(member)
 
     def data(self, view) -> None:
+        """The next bytes of the current file (a memoryview): hashed, then handed to the writer."""
         self._digest.update(view)
         if self._writer is not None:
             self._writer.data(view)
 
     def end(self) -> None:
+        """The current member ended: compare the file's SHA-256 with the manifest and record it."""
         member = self._member
         if not member.is_dir:
             found = ManifestFile(member.path, member.size, self._digest.hexdigest())

@@ -2,6 +2,7 @@
 manifest is what the server's pass over the tar found (SPEC F1, F13)."""
 
 import io
+import json
 
 import pytest
 from mado_tracking.tarverify import ManifestFile, manifest_digest
@@ -90,3 +91,14 @@ def test_the_direct_upload_verification_checks_a_declared_digest(run, creator, f
         assert row.state == CheckpointState.COMPLETE and row.manifest.count() == len(FILES)
     else:
         assert row.state == CheckpointState.PENDING and "manifest mismatch: the tar's 3 files" in row.error
+
+
+@pytest.mark.parametrize("path", ["\ud800.pt", "caf\udce9.pt", "a\u0000b", "Model.pt"])
+def test_a_manifest_path_the_format_refuses_answers_400_naming_the_entry(client, run, path):
+    """Lone surrogates (valid JSON, not UTF-8), NUL, and a case-folded twin of another entry."""
+    checkpoint_id, tar = uploaded(client, run, FILES)
+    entries = [{"path": "model.pt", "size": 1, "sha256": "0" * 64}, {"path": path, "size": 1, "sha256": "0" * 64}]
+    body = json.dumps({"tar_size": len(tar), "tar_sha256": sha(tar), "manifest": entries})  # "\ud800" escaped
+    response = client.post(f"/api/v1/checkpoints/{checkpoint_id}/complete/", body, content_type="application/json")
+    assert response.status_code == 400, response.content
+    assert response.json()["field"] == "manifest[1].path"

@@ -239,7 +239,7 @@ def test_the_run_page_of_a_resumed_run_shows_resumes_writer_dropped_points_and_p
     log_in(page, "dana", f"/runs/{run.pk}/")
     expect(page).to_have_url(re.compile(rf"/runs/{run.pk}/$"))
     expect(page.locator("dd .badge.status").first).to_have_text("running")
-    expect(page.locator("dd.resume-count")).to_have_text("1")
+    expect(page.locator("dd.resume-count")).to_have_text("1 time")
     expect(page.locator("dd.writer")).to_have_text(
         re.compile(r"^gpu-node-7 \(pid 2222\) since \d{4}-\d\d-\d\d \d\d:\d\d:\d\d$"))
     expect(page.locator("dd.heartbeat time")).to_have_attribute("datetime", re.compile(r"^\d{4}-"))

@@ -99,6 +99,12 @@ def _close(sock: socket.socket, *, reset: bool = False) -> None:
     try:
         if reset:  # RST instead of FIN: the peer sees "connection reset", as when a host vanishes
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+            # close() alone does not end a connection whose socket another thread is blocked reading from
+            # (that read keeps it open): the peer would notice only at its next keep-alive, minutes later
+            sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+    try:
         sock.close()
     except OSError:
         pass

@@ -7,12 +7,13 @@ import os
 
 import pytest
 import requests
+from celery import current_app
 
 from checkpoints.models import Checkpoint, CheckpointState
 from tests.checkpoints.checkpoint_helpers import declaration, make_tar, manifest_of, put_tar, register, save
 from tests.integration.conftest import S3_BUCKET as BUCKET
 from tests.integration.conftest import s3_keys as keys
-from worker import tasks
+from worker import tasks  # noqa: F401 - registers the verification task
 
 MIB = 1024 * 1024
 FILES = {"model.pt": os.urandom(17 * MIB + 123), "optim.pt": os.urandom(1000)}
@@ -24,9 +25,9 @@ def s3(s3_bucket, settings, monkeypatch):
     """The S3 bucket with 8 MiB parts, and the verification task run in-process."""
     settings.MADO_CHECKPOINT_PART_SIZE = 8 * MIB
     queued = []
-    monkeypatch.setattr(
-        tasks.checkpoint_verify, "apply_async",
-        lambda args=(), **options: queued.append(options) or tasks.checkpoint_verify.apply(args=args),
+    monkeypatch.setattr(  # the outbox's send after commit
+        current_app, "send_task",
+        lambda name, args=(), **options: queued.append(options) or current_app.tasks[name].apply(args=args),
     )
     s3_bucket.queued = queued
     return s3_bucket

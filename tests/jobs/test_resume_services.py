@@ -196,6 +196,16 @@ def test_the_new_run_records_lineage_and_copies_inputs_and_the_source_is_unchang
     assert failed_job.status == JobStatus.FAILED
 
 
+def test_a_resume_of_a_resume_names_the_first_run_once(failed_job, creator):
+    failed_job.run.name = "resnet"
+    failed_job.run.save(update_fields=["name"])
+    first = services.run_resume_from_checkpoint(actor=creator, checkpoint=checkpoint(failed_job.run, 20))
+    run_to_end(first)
+    second = services.run_resume_from_checkpoint(actor=creator, checkpoint=checkpoint(first.run, 40))
+    assert first.run.name == "resnet · resumed from step 20"
+    assert second.run.name == "resnet · resumed from step 40"
+
+
 def test_latest_is_the_complete_checkpoint_with_the_highest_step(failed_job, creator):
     run = failed_job.run
     checkpoint(run, 10)

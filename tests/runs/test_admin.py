@@ -9,6 +9,7 @@ from checkpoints.models import Artifact, Checkpoint, CheckpointState, ManifestEn
 from runs.metrics import metrics_ingest
 from runs.models import DataStage, Project, Run
 from runs.sweeps.services import sweep_claim, sweep_create
+from runs.services import run_table_columns_save
 from tests.factories import CodeVersionFactory, DatasetVersionFactory, UserFactory
 
 MODELS = [model for label in ("runs", "checkpoints") for model in apps.get_app_config(label).get_models()]
@@ -40,6 +41,7 @@ def one_of_each(project, run, creator):
     sweep = sweep_create(actor=creator, project=project, config={
         "method": "grid", "metric": {"name": "loss"}, "parameters": {"lr": {"values": [0.1]}}, "program": "python t.py"})
     sweep_claim(actor=creator, sweep=sweep, agent="gpu-1:7")
+    run_table_columns_save(user=creator, project=project, column_ids=["param:lr", "metric:loss:min"])
 
 
 @pytest.mark.parametrize("model", MODELS, ids=lambda m: m.__name__)

@@ -31,7 +31,7 @@ def page(client, run) -> str:
 
 def test_the_run_page_shows_resume_writer_heartbeat_and_dropped_points(login, viewer, resumed_run):
     html = page(login(viewer), resumed_run)
-    assert '<dd class="resume-count">2</dd>' in html
+    assert '<dd class="resume-count">2 times</dd>' in html
     assert "gpu-7 (pid 4242) since " + resumed_run.writer_since.strftime("%Y-%m-%d") in html
     assert f'<time datetime="{resumed_run.heartbeat_at.isoformat()}"' in html
     assert "12 points dropped: their step was below 101 after a resume." in html
@@ -45,7 +45,7 @@ def test_the_run_page_lists_parameter_changes(login, viewer, resumed_run):
 
 def test_a_run_never_resumed_shows_no_dropped_points_or_changes(login, viewer, run):
     html = page(login(viewer), run)
-    assert '<dd class="resume-count">0</dd>' in html
+    assert "resume-count" not in html and "Resumed under this id" not in html  # not "Resumes 0"
     assert "points dropped" not in html and "parameter-changes" not in html and "sweep-trial" not in html
 
 
@@ -63,5 +63,5 @@ def test_the_new_facts_are_translated_to_japanese(login, viewer, resumed_run):
     client = login(viewer)
     client.cookies[settings.LANGUAGE_COOKIE_NAME] = "ja"
     html = page(client, resumed_run)
-    assert "再開回数" in html and "パラメータの変更" in html
+    assert "同じ id での再開" in html and "2 回" in html and "パラメータの変更" in html
     assert "12 点を破棄しました: 再開後のstepが 101 未満でした。" in html

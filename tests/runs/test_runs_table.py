@@ -143,3 +143,43 @@ def test_compare_of_another_projects_run_is_404_and_a_bad_selection_400(login, v
     assert compare(login(viewer), project, ["1x"]).status_code == 400
     assert compare(login(viewer), project, [",".join(str(i) for i in range(1, 30))]).status_code == 400
     assert "No runs selected" in compare(login(viewer), project, []).content.decode()
+
+
+# --- remembered columns -----------------------------------------------------------------------------------
+
+
+def test_a_users_column_choice_is_remembered_per_user_and_reset(login, viewer, creator, project, three):
+    client = login(viewer)
+    url = reverse("runs:project-columns", args=[project.slug])
+    response = client.post(url, {"col": ["metric:loss:min", "param:batch"], "action": "save", "q": "lr>0.005"})
+    assert response.status_code == 302 and response["Location"].endswith("?q=lr%3E0.005")
+    client.post(url, {"col": ["metric:loss:min", "param:batch"], "action": "save"})  # a double click
+    assert [c.id for c in page(client, project).context["columns"]] == ["metric:loss:min", "param:batch"]
+    assert [c.id for c in page(client, project, col="param:lr").context["columns"]] == ["param:lr"]  # a link wins
+    others = page(login(creator), project).context["columns"]
+    assert [c.id for c in others][0] == "param:lr"  # another user still sees the defaults
+    client.post(url, {"action": "reset"})
+    assert [c.id for c in page(client, project).context["columns"]][0] == "param:lr"
+
+
+def test_a_bad_column_choice_is_refused_and_the_saved_one_kept(login, viewer, project, three):
+    client = login(viewer)
+    url = reverse("runs:project-columns", args=[project.slug])
+    client.post(url, {"col": ["param:lr"], "action": "save"})
+    response = client.post(url, {"col": ["metric:loss:p99"], "action": "save"}, follow=True)
+    assert "last, min, max" in response.content.decode()
+    assert [c.id for c in response.context["columns"]] == ["param:lr"]
+
+
+def test_an_outsider_cannot_save_columns_in_another_project(login, outsider, project):
+    response = login(outsider).post(reverse("runs:project-columns", args=[project.slug]), {"col": ["param:lr"]})
+    assert response.status_code == 404
+
+
+def test_the_workspace_pages_are_translated_to_japanese(login, viewer, project, three, settings):
+    client = login(viewer)
+    client.cookies[settings.LANGUAGE_COOKIE_NAME] = "ja"
+    table_page = page(client, project).content.decode()
+    assert "選んだRunを比較" in table_page and "CSV をダウンロード" in table_page and "3 件のRun" in table_page
+    compared = compare(client, project, [r.pk for r in three]).content.decode()
+    assert "Runの比較" in compared and "拡大を戻す" in compared and "対数目盛り (y)" in compared

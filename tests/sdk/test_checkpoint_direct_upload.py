@@ -31,6 +31,7 @@ def moto_endpoint():
 def s3(moto_endpoint, settings, monkeypatch):
     """S3 artifact storage with 8 MiB parts; the verification task runs when the SDK waits between polls."""
     import boto3
+    from celery import current_app
 
     from worker import tasks
 
@@ -45,7 +46,7 @@ def s3(moto_endpoint, settings, monkeypatch):
     settings.STORAGES = {**settings.STORAGES, "default": storage, "artifacts": storage}
     settings.MADO_CHECKPOINT_PART_SIZE = 8 * MIB
     queued = []
-    monkeypatch.setattr(tasks.checkpoint_verify, "apply_async", lambda args=(), **options: queued.append(args))
+    monkeypatch.setattr(current_app, "send_task", lambda name, args=(), **options: queued.append(args))
     sleep = checkpoints_module.time.sleep
 
     def sleep_then_verify(seconds):

@@ -101,7 +101,7 @@ def test_batches_hold_at_most_ten_thousand_points():
     [(1.5, 1.5), (math.nan, "NaN"), (math.inf, "Infinity"), (-math.inf, "-Infinity"), (0.0, 0.0)],
 )
 def test_non_finite_values_travel_as_strings(value, wire):
-    point = json.loads(metrics.encode_point("a \"quoted\" ключ", value, 3, 1700000000.25))
+    point = json.loads(metrics.point_json(metrics.encode_point("a \"quoted\" ключ", value, 3, 1700000000.25)))
     assert point == {"key": 'a "quoted" ключ', "value": wire, "step": 3, "timestamp": 1700000000.25}
 
 

@@ -122,4 +122,5 @@ def test_only_the_main_thread_can_receive_the_signals_a_program_handles(mmt_env,
     )
     done = _run_script(script, mmt_env, tmp_path)
     lines = sorted(done.stdout.split("\n")[:-1])
-    assert lines == ["False True", "True False"], done.stderr
+    # the main thread receives them; every SDK thread (metric sender, system metrics) blocks them
+    assert lines[-1] == "True False" and set(lines[:-1]) == {"False True"}, done.stderr

@@ -61,3 +61,28 @@ def test_a_missing_s3_object_is_an_artifact_mismatch(s3, run, tmp_path):
     s3.delete_object(Bucket=BUCKET, Key=f"prefix/{checkpoint.artifact.storage_key}")
     with pytest.raises(CheckpointMismatch, match=f"Checkpoint {checkpoint.pk} artifact mismatch: object missing"):
         restore_checkpoint(checkpoint=checkpoint, workdir=tmp_path, backoff_s=0)
+
+
+def test_a_long_s3_range_is_read_as_parallel_ranged_gets_and_a_failed_part_resumes(s3, run, tmp_path, monkeypatch):
+    """Parts of 300,000 bytes, four in flight; the fifth part fails once: the restore resumes at its first byte."""
+    from botocore.client import BaseClient
+
+    checkpoint = stored_checkpoint(run, 10, BIG)
+    monkeypatch.setattr(storage, "S3_RANGE_PART", 300_000)
+    real, ranges = BaseClient._make_api_call, []
+
+    def recording(client, operation, params):
+        if operation == "GetObject":
+            ranges.append(params["Range"])
+            if params["Range"].startswith("bytes=1200000-") and ranges.count(params["Range"]) == 1:
+                raise ConnectionResetError("connection reset by S3")
+        return real(client, operation, params)
+
+    monkeypatch.setattr(BaseClient, "_make_api_call", recording)
+    restored = restore_checkpoint(checkpoint=checkpoint, workdir=tmp_path, backoff_s=0)
+    assert {p.name: p.read_bytes() for p in restored.checkpoint_dir.iterdir()} == BIG
+    size = len(make_tar(BIG))
+    assert ranges[0] == "bytes=0-299999"  # read before the parts in flight are started
+    assert set(ranges[1:5]) == {"bytes=300000-599999", "bytes=600000-899999", "bytes=900000-1199999",
+                                "bytes=1200000-1499999"}
+    assert f"bytes=1200000-{min(1499999, size - 1)}" in ranges[5:], "the failed part is read again from its first byte"

@@ -22,6 +22,7 @@ the Job's code all use the same ``MADO_DATA_DIR``; the worker gives the code
 
 import io
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -52,8 +53,14 @@ EXAMPLES_DIR = Path(settings.BASE_DIR) / "examples"
 
 
 def child_env(base_url: str) -> dict[str, str]:
-    """The environment of the web server and the worker: ours, the public URL, and this venv's ``python`` first."""
+    """The environment of the web server and the worker: ours, the public URL, and this venv's ``python`` first.
+
+    Without a secret key of ours, the demo's server gets a random one for this run (a server without
+    one refuses to start, mado/checks.py).
+    """
     env = dict(os.environ)
+    if not env.get("MADO_SECRET_KEY") and not env.get("MADO_SECRET_KEY_FILE"):
+        env["MADO_SECRET_KEY"] = secrets.token_urlsafe(50)
     env["MADO_PUBLIC_URL"] = base_url
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", os.defpath)])
     return env
@@ -105,6 +112,10 @@ def stop_processes(children, grace: float = 10.0) -> None:
             child.wait()
 
 
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
 def examples_archive() -> io.BytesIO:
     """``examples/`` as a tar.gz in memory (a few KiB: the example programs, no caches)."""
     buffer = io.BytesIO()
@@ -137,6 +148,8 @@ class Command(BaseCommand):
         env = child_env(base_url)
         queue = Queue.objects.get_or_create(name=settings.CELERY_TASK_DEFAULT_QUEUE)[0]
         children = []
+        # SIGTERM (kill, a supervisor, CI) stops the demo like Ctrl-C: its web server and worker go with it.
+        signal.signal(signal.SIGTERM, _interrupt)
         try:
             self.stdout.write(f"starting the web server on {base_url} and a worker on queue {queue.name} …")
             children.append(start_process(web_argv(host, port), env=env))
@@ -157,7 +170,7 @@ class Command(BaseCommand):
                 time.sleep(1)
             raise CommandError("a child process exited; see its output above")
         except KeyboardInterrupt:
-            self.stdout.write("stopping…")
+            self.stdout.write("stopping the web server and the worker…")
         finally:
             stop_processes(children)
 

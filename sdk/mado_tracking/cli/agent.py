@@ -247,10 +247,13 @@ def _make_removable(directory: Path) -> None:
 @click.pass_context
 def agent(ctx: click.Context, sweep_id: int, count: int | None, forward_signals: bool, poll_interval: float,
           kill_grace: float, max_failures: int, api_url: str | None, api_token: str | None) -> None:
-    """Claim trials of sweep SWEEP_ID and run its program for each, until the sweep is done (SPEC F27, F28).
+    """Claim trials of sweep SWEEP_ID and run its program for each, until the sweep is done.
 
     A preempted trial comes back first and resumes under its own run id from
     its latest checkpoint. Exit 0 when the sweep is done or N trials ran.
+
+    \f
+    SPEC F27, F28 (click shows nothing from the line above on).
     """
     config = resolve_config(ctx, api_url, api_token)
     with api_client(ctx, config.api_url, config.api_token, f"agent on sweep {sweep_id}") as client:

@@ -211,10 +211,13 @@ def job_abort(ctx: click.Context, job_id: int, api_url: str | None, api_token: s
 @click.pass_context
 def job_resume(ctx: click.Context, job_id: int, latest: bool, checkpoint_id: int | None, code_version: str | None,
                queue: str | None, quiet: bool, api_url: str | None, api_token: str | None) -> None:
-    """Resume a failed or aborted Job as a new Run and Job, from a checkpoint of its Run (SPEC F6–F10).
+    """Resume a failed or aborted Job as a new Run and Job, from a checkpoint of its Run.
 
     The new Run records the Job's Run as its parent and the checkpoint as its
     source; the code gets the checkpoint through ``run.resume_checkpoint()``.
+
+    \f
+    SPEC F6–F10 (click shows nothing from the line above on).
     """
     if latest == (checkpoint_id is not None):
         raise click.UsageError("give either --latest or --checkpoint ID")

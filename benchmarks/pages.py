@@ -1,0 +1,172 @@
+"""Workspace pages at scale (SPEC F34): prints figures, asserts nothing.
+
+Builds, on PostgreSQL, a project with ``--runs`` runs (default 10,000), each
+with varying parameters and ``--keys`` metric keys (default 50) of
+``--points-per-key`` points, plus one run with ``--big`` points (default
+1,000,000) on one key — all with ``generate_series`` in SQL, so the build
+takes seconds, not an hour of API calls. Then times, in-process through
+Django's test client (no network), the median of ``--repeat`` requests of:
+the runs table's first page (default columns), the same sorted by a metric,
+Compare of 20 runs, the big run's page, its charts partial (what a live page
+reloads every 5 s) and the history API with ``max_points=2000`` (time and
+bytes). The targets of the workspace issue are printed next to each figure.
+A same-run reference (hashing 64 MiB with SHA-256) and the load average say
+how busy the machine was.
+
+    .venv/bin/python benchmarks/pages.py --database-url postgresql://postgres@127.0.0.1:5432/mado_bench_pages
+"""
+
+import argparse
+import hashlib
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+TARGETS_MS = {"runs table, first page": 300, "runs table sorted by a metric": 300, "compare 20 runs": 500,
+              "run page (1M-point key)": 300, "charts partial (1M-point key)": 300,
+              "history max_points=2000": 100}
+
+
+def recreate_postgres_database(url: str) -> None:
+    import psycopg
+    from psycopg import sql
+
+    name = url.rsplit("/", 1)[1]
+    with psycopg.connect(url.rsplit("/", 1)[0] + "/postgres", autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {}").format(sql.Identifier(name)))
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+
+
+def build(args) -> tuple:
+    """Migrate, then create the user, project, runs and points in SQL; returns ``(user, project, big_run)``."""
+    from django.contrib.auth import get_user_model
+    from django.core.management import call_command
+    from django.db import connection
+
+    from runs.models import MetricPoint, Run
+    from runs.services import project_create
+
+    call_command("migrate", verbosity=0)
+    user = get_user_model().objects.create_user("bench", password="pw-bench")
+    project = project_create(user=user, name="Bench", slug="bench")
+    started = time.perf_counter()
+    runs, points = Run._meta.db_table, MetricPoint._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(f"""
+            INSERT INTO {runs} (project_id, external_id, name, kind, status, created_by_id, parameters, created_at,
+                                started_at, lease_token, writer_host, resume_count, step_floor, dropped_points)
+            SELECT %s, 'r' || i, 'run-' || i, 'training', CASE WHEN i %% 10 = 0 THEN 'failed' ELSE 'finished' END,
+                   %s, jsonb_build_object('lr', 10 ^ -(1 + i %% 4), 'batch_size', 32 * (1 + i %% 3),
+                                          'optimizer', CASE WHEN i %% 2 = 0 THEN 'adam' ELSE 'sgd' END, 'seed', 1),
+                   now() - (i || ' seconds')::interval, now() - (i || ' seconds')::interval, 0, '', 0, 0, 0
+            FROM generate_series(1, %s) AS i
+        """, [project.pk, user.pk, args.runs])
+        cursor.execute(f"""
+            INSERT INTO {points} (run_id, key, step, value, timestamp)
+            SELECT r.id, 'metric_' || k, s, random() + 1.0 / (s + 1), (extract(epoch from now()) * 1000)::bigint + s
+            FROM {runs} r, generate_series(0, %s - 1) AS k, generate_series(0, %s - 1) AS s
+            WHERE r.project_id = %s
+        """, [args.keys, args.points_per_key, project.pk])
+        cursor.execute(f"""
+            INSERT INTO {runs} (project_id, external_id, name, kind, status, created_by_id, parameters, created_at,
+                                started_at, lease_token, writer_host, resume_count, step_floor, dropped_points)
+            VALUES (%s, 'big', 'big-run', 'training', 'running', %s, '{{"lr": 0.001}}', now(), now(), 0, '', 0, 0, 0)
+            RETURNING id
+        """, [project.pk, user.pk])
+        big = cursor.fetchone()[0]
+        cursor.execute(f"""
+            INSERT INTO {points} (run_id, key, step, value, timestamp)
+            SELECT %s, 'train.loss', s, 2.0 / (1 + s / 1000.0) + (CASE WHEN s = 777777 THEN 50 ELSE 0 END),
+                   (extract(epoch from now()) * 1000)::bigint + s
+            FROM generate_series(0, %s - 1) AS s
+        """, [big, args.big])
+        cursor.execute(f"ANALYZE {runs}; ANALYZE {points}")
+    summaries = _fill_summaries()
+    rows = MetricPoint.objects.count()
+    print(f"data: {args.runs} runs x {args.keys} keys x {args.points_per_key} points + 1 run x {args.big} points "
+          f"= {rows:,} points; built in {time.perf_counter() - started:.1f} s{summaries}")
+    return user, project, Run.objects.get(pk=big)
+
+
+def _fill_summaries() -> str:
+    """Fill the per-run per-key metric summaries with the upgrade's own backfill (the points went in by SQL,
+    not through ``metrics_ingest``, which keeps them current)."""
+    import importlib
+
+    from django.apps import apps
+    from django.db import connection
+
+    started = time.perf_counter()
+    migration = importlib.import_module("runs.migrations.0008_metric_summary")
+    with connection.schema_editor() as editor:
+        migration.backfill_summaries(apps, editor)
+    return f"; summaries filled in {time.perf_counter() - started:.1f} s"
+
+
+def timed(client, url: str, repeat: int) -> tuple[float, int, int]:
+    """Median milliseconds of ``repeat`` GETs of ``url`` (after one warm-up), the body's bytes and status."""
+    response = client.get(url)
+    times = []
+    for _ in range(repeat):
+        started = time.perf_counter()
+        response = client.get(url)
+        body = b"".join(response.streaming_content) if response.streaming else response.content
+        times.append((time.perf_counter() - started) * 1000)
+    return statistics.median(times), len(body), response.status_code
+
+
+def reference_ms() -> float:
+    """Hashing 64 MiB with SHA-256, ms: the machine's speed in this run."""
+    data = os.urandom(64 * 2**20)
+    started = time.perf_counter()
+    hashlib.sha256(data).digest()
+    return (time.perf_counter() - started) * 1000
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--database-url", required=True, help="PostgreSQL URL; the database is dropped and made anew")
+    parser.add_argument("--runs", type=int, default=10_000)
+    parser.add_argument("--keys", type=int, default=50)
+    parser.add_argument("--points-per-key", type=int, default=5)
+    parser.add_argument("--big", type=int, default=1_000_000)
+    parser.add_argument("--repeat", type=int, default=5)
+    args = parser.parse_args()
+    recreate_postgres_database(args.database_url)
+    os.environ["MADO_DATABASE_URL"] = args.database_url
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "mado.settings")
+    sys.path.insert(0, str(ROOT))
+    import django
+
+    django.setup()
+    from django.test import Client
+    from django.test.utils import setup_test_environment
+
+    from runs.models import Run
+
+    setup_test_environment()
+    user, project, big = build(args)
+    client = Client()
+    client.force_login(user)
+    twenty = "&".join(f"run={pk}" for pk in Run.objects.filter(project=project).exclude(pk=big.pk)
+                      .order_by("-id").values_list("pk", flat=True)[:20])
+    urls = {
+        "runs table, first page": f"/projects/{project.slug}/",
+        "runs table sorted by a metric": f"/projects/{project.slug}/?sort=-metric:metric_7:last",
+        "compare 20 runs": f"/projects/{project.slug}/compare/?{twenty}",
+        "run page (1M-point key)": f"/runs/{big.pk}/",
+        "charts partial (1M-point key)": f"/runs/{big.pk}/charts/",
+        "history max_points=2000": f"/api/v1/runs/{big.pk}/metrics/?key=train.loss&max_points=2000",
+    }
+    print(f"reference: SHA-256 of 64 MiB in {reference_ms():.0f} ms; load average {os.getloadavg()[0]:.2f} "
+          f"on {os.cpu_count()} CPUs (a shared machine)")
+    for name, url in urls.items():
+        ms, size, status = timed(client, url, args.repeat)
+        print(f"{name:32s} {ms:8.1f} ms  (target {TARGETS_MS[name]} ms)  {size / 1024:8.1f} KiB  HTTP {status}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,25 @@
+import os
+
+from django.apps import AppConfig
+from django.db.backends.signals import connection_created
+
+
+def _name_the_session(sender, connection, **kwargs) -> None:
+    """Tag each PostgreSQL session with this process's id (``pg_stat_activity.application_name``).
+
+    An operator (or a fault test) can then tell which worker process holds a
+    lock or waits for one, and kill or trace exactly that process.
+    """
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT set_config('application_name', %s, false)", [f"mado:{os.getpid()}"])
+
+
+class MadoConfig(AppConfig):
+    name = "mado"
+    verbose_name = "mado"
+
+    def ready(self):
+        from mado import checks  # noqa: F401 - registers the deploy checks
+
+        connection_created.connect(_name_the_session, dispatch_uid="mado-application-name")

@@ -1,0 +1,78 @@
+"""Keeping ``MetricSummary`` current: a batch's per-key figures folded in by one upsert (SPEC F2, F24).
+
+``metrics_ingest`` calls ``summary_add`` in the transaction that stores the
+points, before it inserts them: the upsert locks each (run, key) summary row
+in key order, so two writers of one run's key queue there (no deadlock: the
+same order for all) and the later one's points get the higher ids, which
+keeps "the last value is the one stored last at the highest step" true.
+"""
+
+import numpy as np
+from django.db import connection
+
+from runs.metric_batch import MetricColumns
+from runs.models import MetricSummary
+
+_TABLE = MetricSummary._meta.db_table
+_FIELDS = ("run_id", "key", "count", "first_step", "last_step", "last_value", "min_value", "max_value",
+           "first_timestamp", "last_timestamp")
+_CHUNK = 1000  # keys per statement: 10 parameters each stays under SQLite's and PostgreSQL's limits
+
+
+def _upsert_sql(rows: int) -> str:
+    least, greatest = ("LEAST", "GREATEST") if connection.vendor == "postgresql" else ("min", "max")
+    t = _TABLE
+    placeholders = ", ".join(["(" + ", ".join(["%s"] * len(_FIELDS)) + ")"] * rows)
+    # SQLite's two-argument min/max is NULL when either side is; PostgreSQL's LEAST/GREATEST skip NULLs.
+    return f"""
+        INSERT INTO {t} ({", ".join(_FIELDS)}) VALUES {placeholders}
+        ON CONFLICT (run_id, key) DO UPDATE SET
+            count = {t}.count + excluded.count,
+            first_step = {least}({t}.first_step, excluded.first_step),
+            last_step = {greatest}({t}.last_step, excluded.last_step),
+            last_value = CASE WHEN excluded.last_step >= {t}.last_step THEN excluded.last_value ELSE {t}.last_value END,
+            min_value = COALESCE({least}({t}.min_value, excluded.min_value), {t}.min_value, excluded.min_value),
+            max_value = COALESCE({greatest}({t}.max_value, excluded.max_value), {t}.max_value, excluded.max_value),
+            first_timestamp = {least}({t}.first_timestamp, excluded.first_timestamp),
+            last_timestamp = {greatest}({t}.last_timestamp, excluded.last_timestamp)
+    """
+
+
+def batch_summaries(run_id: int, columns: MetricColumns) -> list[tuple]:
+    """One row of ``_FIELDS`` per distinct key of ``columns`` (a non-empty, validated batch), sorted by key.
+
+    Grouping is one stable sort by (key, step) in numpy, so the last row of a
+    group is the point stored last at the key's highest step.
+    """
+    keys = sorted(set(columns.keys))
+    code = {key: index for index, key in enumerate(keys)}
+    size = len(columns.keys)
+    groups = np.fromiter(map(code.__getitem__, columns.keys), dtype=np.int64, count=size)
+    steps = np.fromiter(columns.steps, dtype=np.int64, count=size)
+    order = np.lexsort((steps, groups))
+    groups, steps = groups[order], steps[order]
+    values = np.array(columns.values, dtype=np.float64)[order]  # None (NaN) becomes nan
+    stamps = np.fromiter(columns.timestamps, dtype=np.int64, count=size)[order]
+    starts = np.flatnonzero(np.r_[True, groups[1:] != groups[:-1]])
+    ends = np.r_[starts[1:], size] - 1
+    counts = np.diff(np.r_[starts, size])
+    lows, highs = np.fmin.reduceat(values, starts), np.fmax.reduceat(values, starts)  # fmin/fmax skip nan
+    first_ts, last_ts = np.minimum.reduceat(stamps, starts), np.maximum.reduceat(stamps, starts)
+    return [
+        (run_id, key, int(counts[g]), int(steps[starts[g]]), int(steps[ends[g]]), _or_none(values[ends[g]]),
+         _or_none(lows[g]), _or_none(highs[g]), int(first_ts[g]), int(last_ts[g]))
+        for g, key in enumerate(keys)
+    ]
+
+
+def _or_none(value) -> float | None:
+    return None if value != value else float(value)
+
+
+def summary_add(*, run_id: int, columns: MetricColumns) -> None:
+    """Fold a batch about to be stored for Run ``run_id`` into its summaries; call inside the storing transaction."""
+    rows = batch_summaries(run_id, columns)
+    with connection.cursor() as cursor:
+        for start in range(0, len(rows), _CHUNK):
+            chunk = rows[start:start + _CHUNK]
+            cursor.execute(_upsert_sql(len(chunk)), [field for row in chunk for field in row])

@@ -1,0 +1,40 @@
+"""The per-run, per-key metric summary that keeps "last step", "keys" and "count" O(1) in a run's size (SPEC F2, F24)."""
+
+from django.db import models
+
+from runs.models.core import Run, VisibleQuerySet
+
+
+class MetricSummaryQuerySet(VisibleQuerySet):
+    project_path = "run__project"
+
+
+class MetricSummary(models.Model):
+    """What a run's points of one ``key`` add up to, kept current by ``metrics_ingest`` in the writing transaction.
+
+    It always equals a recomputation over the stored points (``MetricPoint``):
+    ``count`` points, steps ``first_step``..``last_step``, ``last_value`` the
+    value at the highest step (the last stored on a tie; NULL is NaN),
+    ``min_value`` / ``max_value`` over the values that are not NaN (±Infinity
+    included; NULL when every value is NaN), timestamps in Unix milliseconds.
+    Deleting the Run deletes it with the points.
+    """
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="metric_summaries")
+    key = models.CharField(max_length=250)
+    count = models.BigIntegerField()
+    first_step = models.BigIntegerField()
+    last_step = models.BigIntegerField()
+    last_value = models.FloatField(null=True)
+    min_value = models.FloatField(null=True)
+    max_value = models.FloatField(null=True)
+    first_timestamp = models.BigIntegerField()
+    last_timestamp = models.BigIntegerField()
+
+    objects = MetricSummaryQuerySet.as_manager()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["run", "key"], name="metricsummary_unique_run_key")]
+
+    def __str__(self):
+        return f"{self.run_id}:{self.key}"
