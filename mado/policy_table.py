@@ -149,6 +149,7 @@ ROWS = {
     "projects/<slug:slug>/": {"GET": page_read()},
     "projects/<slug:slug>/runs.csv": {"GET": page_read()},
     "projects/<slug:slug>/compare/": {"GET": page_read()},
+    "projects/<slug:slug>/columns/": {"POST": page_read(302)},  # each reader's own choice of table columns
     "projects/<slug:slug>/members/": {"GET": page(403, 403, 403, 200), "POST": page(403, 403, 403, 302)},
     "projects/<slug:slug>/members/<str:username>/role/": {"POST": page(403, 403, 403, 302)},
     "projects/<slug:slug>/members/<str:username>/remove/": {"POST": page(403, 403, 403, 302)},
