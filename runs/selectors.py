@@ -28,7 +28,8 @@ def project_get_for_user(*, user, slug: str) -> Project:
     """The Project with ``slug`` if the user is a member; else ``NotFound`` (404, ARCHITECTURE rule 1)."""
     project = Project.objects.visible_to(user).filter(slug=slug).first()
     if project is None:
-        raise NotFound(f"project {slug!r} not found", field="project")
+        # The slug is not repeated: an answer that names nothing tells nobody what exists (F31).
+        raise NotFound("no project with this slug among your projects", field="project")
     return project
 
 

@@ -44,7 +44,8 @@ def project_create(*, user, name: str, slug: str | None = None) -> Project:
     """Create a Project; its creator becomes admin.
 
     ``slug`` defaults to ``slugify(name)``. Raises ``ValidationFailed`` for an
-    empty name or slug, ``Conflict`` when the slug is taken (database unique).
+    empty name or slug, ``Conflict`` "this slug is not available" when it is taken (database unique; the
+    answer names no Project, F31).
     """
     name = (name or "").strip()
     if not name:
@@ -60,7 +61,8 @@ def project_create(*, user, name: str, slug: str | None = None) -> Project:
         with transaction.atomic():
             project = Project.objects.create(name=name, slug=slug)
     except IntegrityError:
-        raise Conflict(f"a project with slug {slug!r} already exists", field="slug") from None
+        # Names nothing: whoever cannot see the Project learns only that the slug cannot be used (F31).
+        raise Conflict("this slug is not available: choose another", field="slug") from None
     Membership.objects.create(user=user, project=project, role=Role.ADMIN)
     return project
 

@@ -13,7 +13,7 @@ from django.views.decorators.csrf import csrf_exempt
 
 from mado.errors import UserError
 from runs.mlflow import selectors, services
-from runs.mlflow.auth import authenticate_request, require_own_run
+from runs.mlflow.auth import authenticate_request, require_own_project, require_own_run
 from runs.mlflow.errors import ENDPOINT_NOT_FOUND, INVALID_PARAMETER_VALUE, MlflowError, error_response, from_user_error
 from runs.mlflow.translate import experiment_json, int_arg, str_arg
 
@@ -70,15 +70,17 @@ def _run(request, user, data: dict):
     return run
 
 
-@endpoint("GET")
+@endpoint("GET", run_token_allowed=True)
 def experiment_get_by_name(request, user, data):
     project = selectors.experiment_get_by_name(user=user, name=str_arg(data, "experiment_name", max_length=500))
+    require_own_project(request, project)
     return {"experiment": experiment_json(project)}
 
 
-@endpoint("GET")
+@endpoint("GET", run_token_allowed=True)
 def experiment_get(request, user, data):
     project = selectors.experiment_get(user=user, experiment_id=str_arg(data, "experiment_id", max_length=40))
+    require_own_project(request, project)
     return {"experiment": experiment_json(project)}
 
 
