@@ -26,8 +26,10 @@ $(VENV)/.installed-dev: $(VENV)/.installed
 	$(PY) -c "import pytest_django, pytest_timeout, playwright, moto"
 	touch $@
 
+# `make demo PORT=8001` serves on another port (default 8000).
+PORT ?= 8000
 demo: install
-	$(PY) manage.py demo
+	$(PY) manage.py demo --port $(PORT)
 
 test: install-dev
 	$(VENV)/bin/pytest

@@ -21,6 +21,7 @@ import argparse
 import hashlib
 import multiprocessing
 import os
+import secrets
 import socket
 import statistics
 import subprocess
@@ -52,7 +53,12 @@ def recreate_postgres_database(url: str) -> None:
 
 
 def prepare(env: dict) -> str:
-    """Migrate and create the bench user and project; return the user's API token."""
+    """Migrate and create the bench user and project; return the user's API token.
+
+    Also puts a fresh ``MADO_SECRET_KEY`` into ``env`` when it has none: the
+    web server started with ``env`` refuses to run without one.
+    """
+    env.setdefault("MADO_SECRET_KEY", secrets.token_urlsafe(50))
     manage = [sys.executable, str(ROOT / "manage.py")]
     subprocess.run([*manage, "migrate", "--verbosity", "0"], env=env, check=True, cwd=ROOT)
     script = (
@@ -99,7 +105,8 @@ def main() -> None:
     args = parser.parse_args()
 
     data_dir = tempfile.mkdtemp(prefix="mado-bench-")
-    env = {**os.environ, "MADO_DATA_DIR": data_dir}
+    # The web server refuses to start without a secret key (outside MADO_DEBUG, which would slow it down).
+    env = {**os.environ, "MADO_DATA_DIR": data_dir, "MADO_SECRET_KEY": secrets.token_urlsafe(50)}
     if args.database_url:
         recreate_postgres_database(args.database_url)
         env["MADO_DATABASE_URL"] = args.database_url

@@ -92,13 +92,17 @@ def build(args) -> tuple:
 
 
 def _fill_summaries() -> str:
-    """Fill the per-run per-key metric summaries when this version of mado keeps them (their backfill)."""
-    try:
-        from runs import metric_summary
-    except ImportError:
-        return " (no metric summary table in this version)"
+    """Fill the per-run per-key metric summaries with the upgrade's own backfill (the points went in by SQL,
+    not through ``metrics_ingest``, which keeps them current)."""
+    import importlib
+
+    from django.apps import apps
+    from django.db import connection
+
     started = time.perf_counter()
-    metric_summary.backfill()
+    migration = importlib.import_module("runs.migrations.0008_metric_summary")
+    with connection.schema_editor() as editor:
+        migration.backfill_summaries(apps, editor)
     return f"; summaries filled in {time.perf_counter() - started:.1f} s"
 
 

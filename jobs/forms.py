@@ -110,7 +110,8 @@ class JobLaunchForm(ParametersMixin, forms.Form):
 
 
 class CheckpointResumeForm(forms.Form):
-    """"Resume in a new Run" (F7): a version of the source Job's Code and a queue, both defaulting to the source Job's.
+    """"Resume in a new Run" (F7): a version of the source Job's Code (default: its newest) and a queue (default: the
+    source Job's).
 
     Without a source Job (the Run did not run as a Job) both lists are empty
     and the service refuses with the reason.
@@ -118,7 +119,7 @@ class CheckpointResumeForm(forms.Form):
 
     code_version = CodeVersionChoiceField(
         label=_("Code version"), queryset=None, empty_label=None, required=False,
-        help_text=_("A version of the same Code; by default the version the stopped Job ran."),
+        help_text=_("A version of the same Code; by default its newest (the stopped Job may have failed on its own)."),
     )
     queue = queue_field(required=False, help_text=_("By default the queue of the stopped Job."))
 
@@ -131,7 +132,8 @@ class CheckpointResumeForm(forms.Form):
             versions.queryset = CodeVersion.objects.none()
             return
         versions.queryset = run_selectors.code_version_list(code=source_job.code_version.code).select_related("code")
-        versions.initial = source_job.code_version_id
+        newest = versions.queryset.first()
+        versions.initial = newest.pk if newest else source_job.code_version_id
         queues.initial = source_job.queue.name
 
     def service_arguments(self) -> dict:

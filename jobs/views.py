@@ -155,10 +155,18 @@ def job_abort(request, pk):
 
 
 @page
-@require_POST
+@require_http_methods(["GET", "POST"])
 def job_resume_latest(request, pk):
-    """"Resume from latest checkpoint" (F8): ``services.job_resume_from_latest`` → the new Job's page."""
+    """"Resume from latest checkpoint" (F8). GET (the button): the confirmation page of the Run's latest complete
+    checkpoint, where the Code version and queue are chosen; POST: ``services.job_resume_from_latest`` → the new
+    Job's page."""
     job = selectors.job_get_for_user(user=request.user, job_id=pk)
+    if request.method == "GET":
+        latest = selectors.latest_resume_checkpoint(run=job.run)
+        if latest is None:
+            messages.error(request, _("This run has no complete checkpoint to resume from."))
+            return _back(request, job)
+        return redirect("jobs:checkpoint-resume", pk=latest.pk)
     try:
         new = services.job_resume_from_latest(actor=request.user, job=job)
     except SERVICE_FORM_ERRORS as exc:

@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 
 import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
 from mado_tracking.tarformat import Limits as TarLimits
 
 from mado.env import env_bool, env_choice, env_int, env_list, env_str
@@ -266,7 +267,12 @@ MADO_CHECKPOINT_UPLOAD_LEASE = env_int("MADO_CHECKPOINT_UPLOAD_LEASE", MADO_CHEC
 MADO_CHECKPOINT_ENDED_GRACE = env_int("MADO_CHECKPOINT_ENDED_GRACE", 300, minimum=0)
 # What one checkpoint tar may hold (docs/checkpoint-format.md): MADO_TAR_MAX_MEMBERS, _PATH_BYTES,
 # _COMPONENT_BYTES, _PAX_BYTES, _TOTAL_BYTES; the worker and `mado agent` read the same variables.
-MADO_TAR_LIMITS = TarLimits.from_env(os.environ)
+try:
+    MADO_TAR_LIMITS = TarLimits.from_env(os.environ)
+except ValueError as exc:
+    raise ImproperlyConfigured(str(exc)) from None
+if MADO_TAR_LIMITS.path_bytes > 1024:  # ManifestEntry.path: 1024 characters, in a unique index
+    raise ImproperlyConfigured("MADO_TAR_MAX_PATH_BYTES must be at most 1024 (the longest path the database stores)")
 # Same-run resume and sweeps (SPEC F24–F28). A running Run whose SDK sent no heartbeat for
 # MMT_CRASH_TIMEOUT seconds becomes crashed (a preempting one preempted); the SDK beats every
 # MMT_HEARTBEAT_INTERVAL seconds (told to it when it starts the Run). An agent's claim on a sweep

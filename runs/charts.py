@@ -97,8 +97,8 @@ def data_stage_markers(*, run: Run) -> list[Marker]:
 
 
 def _series(run: Run, key: str, *, color: int, max_points: int, before_step=None, dashed=False, label=None):
-    points, skipped, total = selectors.metric_chart_series(
-        run=run, key=key, max_points=max_points, before_step=before_step, with_timestamps=True
+    points, skipped, total = selectors.metric_chart_series_remembered(
+        run=run, key=key, max_points=max_points, before_step=before_step
     )
     name = label or run.name or run.external_id
     return Series(run_id=run.pk, label=name, color=color, points=list(points), dashed=dashed), skipped, total

@@ -12,8 +12,9 @@ import time
 from itertools import compress, repeat
 from typing import NamedTuple
 
-from django.db import IntegrityError, connection, transaction
+from django.db import connection, transaction
 from django.db.models import F
+from django.utils import timezone
 
 from mado import policy
 from mado.errors import ValidationFailed
@@ -24,6 +25,7 @@ from runs.metric_summary import summary_add
 from runs.models import MetricBatch, MetricPoint, Run
 
 _TABLE = MetricPoint._meta.db_table
+_BATCHES = MetricBatch._meta.db_table
 _COLUMNS = ("run_id", "key", "step", "value", "timestamp")
 _COPY_TYPES = ("int8", "varchar", "int8", "float8", "int8")
 
@@ -93,12 +95,8 @@ def metrics_ingest(
     with transaction.atomic():
         lease_check(run_id=run.pk, token=fencing_token)
         refuse_write_if_crashed(run_id=run.pk)
-        if idempotency_key is not None:
-            try:
-                with transaction.atomic():
-                    MetricBatch.objects.create(run=run, key=idempotency_key, points=len(batch.keys))
-            except IntegrityError:
-                return MetricsIngested(0, 0, [], replayed=True)
+        if idempotency_key is not None and not _claim_batch(run.pk, idempotency_key, len(batch.keys)):
+            return MetricsIngested(0, 0, [], replayed=True)
         if dropped:
             Run.objects.filter(pk=run.pk).update(dropped_points=F("dropped_points") + dropped)
         if batch.keys:
@@ -106,6 +104,22 @@ def metrics_ingest(
             _insert(run.pk, batch)
         run_touch(run_id=run.pk)
     return MetricsIngested(len(batch.keys), dropped, dropped_keys, replayed=False)
+
+
+def _claim_batch(run_id: int, key: str, points: int) -> bool:
+    """Record batch ``key`` of Run ``run_id``; False when it is already recorded (a replay).
+
+    ``ON CONFLICT DO NOTHING`` rather than a savepoint around an INSERT that
+    may fail: two fewer round trips per batch. A concurrent copy of the same
+    batch waits for this transaction and then inserts nothing.
+    """
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {_BATCHES} (run_id, key, points, created_at) VALUES (%s, %s, %s, %s) "
+            "ON CONFLICT (run_id, key) DO NOTHING",
+            [run_id, key, points, connection.ops.adapt_datetimefield_value(timezone.now())],
+        )
+        return cursor.rowcount == 1
 
 
 def _insert(run_id: int, batch: MetricColumns) -> None:

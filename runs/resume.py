@@ -159,7 +159,7 @@ def _start(actor, project, external_id, resume, allow_param_change, host, pid, c
             raise NotFound(f"run {external_id} not found in project {project.slug}", field="external_id")
         return _create(actor, project, external_id, host, pid, create_fields)
     if run.status == RunStatus.PENDING:
-        return _attach(actor, run, resume, host, pid)
+        return _attach(actor, run, resume, host, pid, create_fields)
     if resume in (MUST, ALLOW):
         ran_as_job = hooks.any_receiver_says(hooks.run_ran_as_job, run=run)
         refusal = policy.why_cannot_resume_by_id(actor, run, ran_as_job=ran_as_job)
@@ -189,7 +189,7 @@ def _create(actor, project, external_id, host, pid, create_fields) -> RunStarted
     return RunStarted(run, created=True, resumed=False, last_step=None)
 
 
-def _attach(actor, run: Run, resume, host, pid) -> RunStarted:
+def _attach(actor, run: Run, resume, host, pid, create_fields) -> RunStarted:
     if resume == MUST:
         raise NotFound(
             f"run {run.external_id} not found in project {run.project.slug}: it was created but never started "
@@ -200,7 +200,8 @@ def _attach(actor, run: Run, resume, host, pid) -> RunStarted:
             f"run {run.external_id} in project {run.project.slug} was created by {run.created_by.username} "
             "and waits for its creator to start it", field="external_id",
         )
-    attached = services.run_attach(actor=actor, project=run.project, external_id=run.external_id, host=host, pid=pid)
+    attached = services.run_attach(actor=actor, project=run.project, external_id=run.external_id, host=host, pid=pid,
+                                   name=create_fields.get("name") or "", parameters=create_fields.get("parameters"))
     if attached is None:  # the row lock makes this unreachable on PostgreSQL; say so rather than guess
         raise Conflict(f"run {run.external_id} was started by another process meanwhile", field="external_id")
     sweep_trial_run_started(run=attached)

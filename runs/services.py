@@ -44,7 +44,8 @@ def project_create(*, user, name: str, slug: str | None = None) -> Project:
     """Create a Project; its creator becomes admin.
 
     ``slug`` defaults to ``slugify(name)``. Raises ``ValidationFailed`` for an
-    empty name or slug, ``Conflict`` when the slug is taken (database unique).
+    empty name or slug, ``Conflict`` "this slug is not available" when it is taken (database unique; the
+    answer names no Project, F31).
     """
     name = (name or "").strip()
     if not name:
@@ -60,7 +61,8 @@ def project_create(*, user, name: str, slug: str | None = None) -> Project:
         with transaction.atomic():
             project = Project.objects.create(name=name, slug=slug)
     except IntegrityError:
-        raise Conflict(f"a project with slug {slug!r} already exists", field="slug") from None
+        # Names nothing: whoever cannot see the Project learns only that the slug cannot be used (F31).
+        raise Conflict("this slug is not available: choose another", field="slug") from None
     Membership.objects.create(user=user, project=project, role=Role.ADMIN)
     return project
 
@@ -255,7 +257,10 @@ def run_create(
     return run
 
 
-def run_attach(*, actor, project: Project, external_id: str, host: str = "", pid: int | None = None) -> Run | None:
+def run_attach(
+    *, actor, project: Project, external_id: str, host: str = "", pid: int | None = None, name: str = "",
+    parameters: dict | None = None,
+) -> Run | None:
     """Start the pre-created Run ``external_id`` of ``project`` for its creator; the Run, or None (issue 4 part 4).
 
     A Job's or sweep trial's Run is created ``pending`` (never started) and
@@ -264,14 +269,21 @@ def run_attach(*, actor, project: Project, external_id: str, host: str = "", pid
     pending and was created by ``actor``, one conditional UPDATE makes it
     ``running`` (``started_at``, ``heartbeat_at`` now) and takes its write
     lease (``lease_token`` + 1, writer ``host`` / ``pid`` since now; SPEC
-    F25); it is returned as stored — the request's other fields never
-    overwrite its initial configuration. None otherwise (absent, another
-    creator, already started or ended), so two processes attaching at once
-    start it once. Member or admin only (``Forbidden``).
+    F25). What the code passes to ``start_run`` fills what the Job left
+    open, never overwriting its initial configuration: ``name`` (≤ 200
+    characters) when the Run has none, ``parameters`` keys the Run does not
+    hold (the Job's values win). None otherwise (absent, another creator,
+    already started or ended), so two processes attaching at once start it
+    once. Member or admin only (``Forbidden``); ``ValidationFailed`` naming
+    ``name`` or ``parameters`` for a name too long or parameters not a JSON object.
     """
     require(policy.can_write_runs(actor, project), policy.why_not(actor, project, policy.MEMBER) or "")
     if not external_id:
         return None
+    if len(name or "") > 200:
+        raise ValidationFailed("at most 200 characters", field="name")
+    if parameters is not None and not isinstance(parameters, dict):
+        raise ValidationFailed("parameters must be a JSON object", field="parameters")
     now = timezone.now()
     attached = Run.objects.filter(
         project=project, external_id=str(external_id), status=RunStatus.PENDING, created_by=actor
@@ -281,7 +293,12 @@ def run_attach(*, actor, project: Project, external_id: str, host: str = "", pid
     )
     if not attached:
         return None
-    return Run.objects.select_related("project", "created_by").get(project=project, external_id=str(external_id))
+    run = Run.objects.select_related("project", "created_by").get(project=project, external_id=str(external_id))
+    filled = {**(parameters or {}), **(run.parameters or {})}
+    if (name and not run.name) or filled != run.parameters:
+        run.name, run.parameters = run.name or name, filled
+        run.save(update_fields=["name", "parameters"])  # the row is this process's alone since the UPDATE above
+    return run
 
 
 # Asked of a preempting Run, these end it preempted: it was told to stop (SPEC F26).

@@ -20,7 +20,7 @@ import json
 import re
 from dataclasses import dataclass
 
-from django.db.models import F, OuterRef, Q, QuerySet, Subquery, TextField
+from django.db.models import Count, F, OuterRef, Q, QuerySet, Subquery, TextField
 from django.db.models.fields.json import KeyTransform
 from django.db.models.functions import Cast
 
@@ -87,10 +87,8 @@ def parse_columns(values: list[str]) -> list[Column]:
 
 def metric_keys_by_share(runs: QuerySet[Run]) -> list[tuple[str, int]]:
     """``(key, runs logging it)`` over ``runs``, most shared first, then by key (the column picker's list)."""
-    counts = {}
-    for key in MetricSummary.objects.filter(run__in=runs).values_list("key", flat=True):  # one row per run and key
-        counts[key] = counts.get(key, 0) + 1
-    return sorted(counts.items(), key=lambda item: (-item[1], item[0]))
+    counts = MetricSummary.objects.filter(run__in=runs).values("key").annotate(runs=Count("id"))  # a row per run+key
+    return [(row["key"], row["runs"]) for row in counts.order_by("-runs", "key")]
 
 
 @dataclass(frozen=True)
@@ -114,9 +112,8 @@ def column_choices(*, runs: QuerySet[Run]) -> Choices:
     for parameters in sample.values_list("parameters", flat=True):
         for name, value in (parameters or {}).items():
             values.setdefault(name, set()).add(repr(value))
-    ids = list(sample.values_list("pk", flat=True))
     return Choices(parameters=[(name, len(values[name]) > 1) for name in sorted(values)],
-                   metric_keys=metric_keys_by_share(Run.objects.filter(pk__in=ids)))
+                   metric_keys=metric_keys_by_share(sample.values("pk")))
 
 
 _SUMMARY_FIELD = {"last": "last_value", "min": "min_value", "max": "max_value"}

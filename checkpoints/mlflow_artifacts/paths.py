@@ -73,8 +73,8 @@ def run_for_target(*, user, target: ArtifactTarget) -> Run:
             .filter(project_id=int(target.experiment_id), external_id=target.run_id).first()
         )
     if run is None:
-        raise MlflowError(f"run {target.run_id!r} of experiment {target.experiment_id!r} not found",
-                          code=RESOURCE_DOES_NOT_EXIST, status=404)
+        raise MlflowError("no run at this experiment_id/run_id among your projects", code=RESOURCE_DOES_NOT_EXIST,
+                          status=404)
     return run
 
 

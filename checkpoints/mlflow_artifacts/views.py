@@ -23,6 +23,7 @@ from checkpoints.services.mlflow_checkpoints import (
     mlflow_multipart_complete,
     mlflow_multipart_create,
 )
+from mado import policy
 from mado.mlflow_auth import NOT_IMPLEMENTED, MlflowApiView, mlflow_error, require_run_token_scope
 
 # The MLflow client falls back to a single PUT when the message starts with exactly this
@@ -95,6 +96,7 @@ class MlflowMultipartApi(MlflowApiView):
         if action not in MULTIPART_ACTIONS:
             return mlflow_error(NOT_IMPLEMENTED, f"unknown multipart action {action!r}", status.HTTP_404_NOT_FOUND)
         target, run = _resolve(request, artifact_path)
+        policy.require_run_writer(request.user, run)  # who may not write is told so, not "use a single PUT"
         if storage.s3_storage() is None:
             return mlflow_error(NOT_IMPLEMENTED, f"{MULTIPART_UNSUPPORTED}: mado streams a single PUT of any size",
                                 status.HTTP_501_NOT_IMPLEMENTED)

@@ -31,6 +31,14 @@ def authenticate_request(request, *, run_token_allowed: bool):
     return user
 
 
+def require_own_project(request, project) -> None:
+    """PERMISSION_DENIED (403) when the request's Run token belongs to a Run of another Project than ``project``
+    (a Job's code may read its own Run's experiment)."""
+    scoped = getattr(request.auth, "run", None) if run_id_of(request.auth) is not None else None
+    if scoped is not None and scoped.project_id != project.pk:
+        raise MlflowError(PERMISSION_DENIED, str(RUN_TOKEN_SCOPE))
+
+
 def require_own_run(request, run) -> None:
     """PERMISSION_DENIED (403) when the request's Run token belongs to another Run than ``run``."""
     refusal = run_token_refusal(request.auth, run)

@@ -28,7 +28,7 @@ def experiment_get_by_name(*, user, name: str) -> Project:
     projects = Project.objects.visible_to(user)
     project = projects.filter(name=name).order_by("pk").first() or projects.filter(slug=name).first()
     if project is None:
-        raise MlflowError(RESOURCE_DOES_NOT_EXIST, f"Could not find experiment with name '{name}'")
+        raise MlflowError(RESOURCE_DOES_NOT_EXIST, "Could not find an experiment with this name among your projects")
     return project
 
 
@@ -52,7 +52,7 @@ def run_get(*, user, run_id) -> Run:
         .filter(external_id=run_id).order_by("-created_at", "-id").first()
     )
     if run is None:
-        raise MlflowError(RESOURCE_DOES_NOT_EXIST, f"Run '{run_id}' not found")
+        raise MlflowError(RESOURCE_DOES_NOT_EXIST, "No run with this run_id among your projects")
     return run
 
 

@@ -98,7 +98,9 @@ def experiment_create(*, actor, name: str, artifact_location: str = "") -> Proje
     ``artifact_location`` must be empty: mado chooses where artifacts live
     (a client-chosen ``file:``/``s3:`` URI would point the server elsewhere).
     RESOURCE_ALREADY_EXISTS (400) when the user already sees a Project of that
-    name or the slug is taken.
+    name; INVALID_PARAMETER_VALUE (400) naming nothing when its slug is taken
+    by a Project the user cannot see (so ``mlflow.set_experiment`` fails
+    with that sentence instead of silently returning None; F31).
     """
     if artifact_location:
         raise _bad("artifact_location is chosen by mado and must be empty")
@@ -107,7 +109,7 @@ def experiment_create(*, actor, name: str, artifact_location: str = "") -> Proje
     try:
         return run_services.project_create(user=actor, name=name)
     except Conflict as exc:
-        raise MlflowError(RESOURCE_ALREADY_EXISTS, f"Experiment '{name}' already exists ({exc.detail}).") from None
+        raise _bad("this experiment name cannot be used: choose another name") from None
 
 
 DEFAULT_EXPERIMENT_ID = "0"

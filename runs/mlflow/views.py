@@ -13,7 +13,7 @@ from django.views.decorators.csrf import csrf_exempt
 
 from mado.errors import UserError
 from runs.mlflow import inputs, selectors, services
-from runs.mlflow.auth import authenticate_request, require_own_run
+from runs.mlflow.auth import authenticate_request, require_own_project, require_own_run
 from runs.mlflow.errors import ENDPOINT_NOT_FOUND, INVALID_PARAMETER_VALUE, MlflowError, error_response, from_user_error
 from runs.mlflow.translate import experiment_json, int_arg, str_arg
 
@@ -70,16 +70,18 @@ def _run(request, user, data: dict):
     return run
 
 
-@endpoint("GET")
+@endpoint("GET", run_token_allowed=True)
 def experiment_get_by_name(request, user, data):
     project = selectors.experiment_get_by_name(user=user, name=str_arg(data, "experiment_name", max_length=500))
+    require_own_project(request, project)
     return {"experiment": experiment_json(project)}
 
 
-@endpoint("GET")
+@endpoint("GET", run_token_allowed=True)
 def experiment_get(request, user, data):
     """``experiments/get``; experiment ``0`` is the user's "Default" Project, made on first use."""
     project = services.experiment_for_id(actor=user, experiment_id=str_arg(data, "experiment_id", max_length=40))
+    require_own_project(request, project)
     return {"experiment": experiment_json(project)}
 
 
@@ -168,7 +170,8 @@ def run_search(request, user, data):
         experiment_ids = [experiment_ids]
     order_by = data.get("order_by") or []
     runs, token = selectors.run_search(
-        user=user, experiment_ids=experiment_ids, view_type=str_arg(data, "run_view_type", required=False, max_length=20), filter_string=str_arg(data, "filter", required=False, max_length=4000),
+        user=user, experiment_ids=experiment_ids, view_type=str_arg(data, "run_view_type", required=False, max_length=20),
+        filter_string=str_arg(data, "filter", required=False, max_length=4000),
         order_by=[order_by] if isinstance(order_by, str) else order_by,
         max_results=int_arg(data, "max_results", default=1000, maximum=50000), page_token=data.get("page_token"),
     )

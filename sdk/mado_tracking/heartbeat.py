@@ -14,7 +14,7 @@ import threading
 from mado_tracking.client import ApiClient
 from mado_tracking.config import Config
 from mado_tracking.lease import HEARTBEAT_TIMEOUT_S, Lease
-from mado_tracking.threads import start_without_program_signals
+from mado_tracking.metrics import leave_program_signals_to_main_thread
 
 
 class Heartbeat:
@@ -26,7 +26,7 @@ class Heartbeat:
         self._lease = lease
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name=f"mado-heartbeat-run-{run_id}", daemon=True)
-        start_without_program_signals(self._thread)
+        self._thread.start()
 
     def close(self) -> None:
         """Stop beating; waits for a beat in flight (at most its request timeout), so none arrives after this."""
@@ -34,6 +34,7 @@ class Heartbeat:
         self._thread.join(HEARTBEAT_TIMEOUT_S + 1.0)
 
     def _loop(self) -> None:
+        leave_program_signals_to_main_thread()
         client = ApiClient(self._config, headers=self._lease.headers)
         try:
             while not self._stop.wait(self._lease.heartbeat_interval) and not self._lease.lost:

@@ -55,11 +55,17 @@ BACKOFF_CAP_S = 30.0
 # Signals a training program handles (a scheduler's SIGTERM, SIGUSR1 before preemption, Ctrl-C, alarms). The
 # kernel gives a process-directed signal to any thread that does not block it, and Python runs the handler only
 # in the main thread: a main thread waiting in a system call (signal.pause(), a blocking read) wakes only when
-# the signal is delivered to it, so the sender thread blocks them.
+# the signal is delivered to it, so every thread the SDK starts blocks them.
 PROGRAM_SIGNALS = frozenset(
     getattr(signal, name) for name in ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGALRM")
     if hasattr(signal, name)
 )
+
+
+def leave_program_signals_to_main_thread() -> None:
+    """Block ``PROGRAM_SIGNALS`` in the calling thread (first thing an SDK thread does; POSIX only)."""
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_BLOCK, PROGRAM_SIGNALS)
 
 
 METRIC_KEY_MAX = 250  # the server's column width (runs.models.MetricPoint.key)
@@ -219,8 +225,7 @@ class MetricSender:
     def _loop(self) -> None:
         lease = self._lease
         client = ApiClient(self._config, headers=lease.headers if lease else None)
-        if hasattr(signal, "pthread_sigmask"):  # POSIX only
-            signal.pthread_sigmask(signal.SIG_BLOCK, PROGRAM_SIGNALS)
+        leave_program_signals_to_main_thread()
         try:
             while True:
                 self._wake.wait(self._interval)

@@ -17,7 +17,7 @@ import logging
 import os
 import threading
 
-from mado_tracking.threads import start_without_program_signals
+from mado_tracking.metrics import leave_program_signals_to_main_thread
 
 logger = logging.getLogger("mado_tracking")
 ENV_INTERVAL = "MMT_SYSTEM_METRICS_INTERVAL"
@@ -86,7 +86,7 @@ class SystemMonitor:
         self._thread = threading.Thread(target=self._loop, name="mado-system-metrics", daemon=True)
         if interval > 0:
             psutil.cpu_percent(None)  # the first call only starts the CPU measurement
-            start_without_program_signals(self._thread)
+            self._thread.start()
 
     def _counters(self):
         disk = self._psutil.disk_io_counters()
@@ -114,6 +114,7 @@ class SystemMonitor:
         return values
 
     def _loop(self) -> None:
+        leave_program_signals_to_main_thread()
         while not self._stop.wait(self._interval):
             try:
                 self._log(self.sample())

@@ -53,11 +53,12 @@ class Limits:
     ``members``: files and directories; ``path_bytes`` / ``component_bytes``:
     UTF-8 bytes of a whole path / of one name between slashes;
     ``pax_bytes``: one PAX extended header or GNU long name; ``total_bytes``:
-    the sum of the members' sizes.
+    the sum of the members' sizes. ``path_bytes`` is 1024 because the
+    server stores each path in a 1024-character, uniquely indexed column.
     """
 
     members: int = 100_000
-    path_bytes: int = 4096
+    path_bytes: int = 1024
     component_bytes: int = 255
     pax_bytes: int = 64 * 1024
     total_bytes: int = 1 << 40

@@ -16,14 +16,13 @@ be refused again.
 import logging
 import os
 import queue
-import signal
 import threading
 from concurrent.futures import Future
 
 from tqdm import tqdm
 
 from mado_tracking.errors import CheckpointError
-from mado_tracking.metrics import PROGRAM_SIGNALS
+from mado_tracking.metrics import leave_program_signals_to_main_thread
 from mado_tracking.staging import StagedCheckpoint
 
 logger = logging.getLogger("mado_tracking")
@@ -92,8 +91,7 @@ class BackgroundUploads:
             return sum(not future.done() for _, future in self._futures)
 
     def _work(self) -> None:
-        if hasattr(signal, "pthread_sigmask"):  # POSIX: program signals stay with the main thread
-            signal.pthread_sigmask(signal.SIG_BLOCK, PROGRAM_SIGNALS)
+        leave_program_signals_to_main_thread()
         while True:
             item = self._queue.get()
             if item is None:

@@ -113,7 +113,7 @@ def patched(data: bytes, offset: int, new: bytes) -> bytes:
 
 M = b"weights" * 10
 GOOD = {"model.pt": M, "optim/state.pt": b"adam"}
-LONG = "/".join(["p" * 200] * 20) + "/" + "q" * 76  # 4096 bytes
+LONG = "/".join(["p" * 200] * 5) + "/" + "q" * 19  # 1024 bytes, the longest path
 NFC, NFD = unicodedata.normalize("NFC", "café.pt"), unicodedata.normalize("NFD", "café.pt")
 
 
@@ -139,7 +139,7 @@ def _cases() -> dict[str, Case]:
             {"pax.pt": M}, True),
         "gnu long name wins over the header name": Case(tar_of(long_name_member(b"gnu.pt"), file_member("hdr.pt", M)),
                                                          {"gnu.pt": M}, True),
-        "path of 4096 bytes, deeper than the system allows": Case(
+        "path of 1024 bytes": Case(
             tar_of(pax_member(pax_record("path", LONG)), file_member("x", M)), {LONG: M}, True),
         "unknown pax keys are ignored": Case(tar_of(pax_member(pax_record("comment", "hi") + pax_record("mtime", "1.5")),
                                                     file_member("m.pt", M)), {"m.pt": M}, True),
@@ -193,7 +193,7 @@ def _cases() -> dict[str, Case]:
                                      pax_member(pax_record("path", NFD)), file_member("b", M)), {NFC: M, NFD: M}, False),
         "directory case collision": Case(tar_of(file_member("A/x.pt", M), file_member("a/y.pt", M)),
                                          {"A/x.pt": M, "a/y.pt": M}, False),
-        "path of 4097 bytes": Case(tar_of(pax_member(pax_record("path", LONG + "q")), file_member("x", M)),
+        "path of 1025 bytes": Case(tar_of(pax_member(pax_record("path", LONG + "q")), file_member("x", M)),
                                    {LONG + "q": M}, False),
         "empty pax path": Case(tar_of(pax_member(pax_record("path", "")), file_member("m.pt", M)), {"m.pt": M}, False),
         # Structure.

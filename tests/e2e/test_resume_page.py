@@ -60,7 +60,7 @@ def test_the_creator_resumes_from_a_checkpoint_and_another_member_sees_why_not(b
     log_in(page, "carol", "/projects/vision/jobs/")
     row = page.locator(f'tr[data-job="{failed.pk}"]')
     expect(row.locator(".badge.status")).to_have_text("failed")
-    expect(row.get_by_role("button", name="Resume from latest checkpoint")).to_be_visible()
+    expect(row.get_by_role("link", name="Resume from latest checkpoint")).to_be_visible()
     row.get_by_role("link", name="digits-mlp").click()
 
     expect(page).to_have_url(re.compile(rf"/runs/{run.pk}/$"))

@@ -128,8 +128,8 @@ def test_a_member_creates_a_grid_sweep_from_yaml_and_reads_its_trials_and_a_view
     expect(table.locator("thead th")).to_have_text(["#", "hidden", "lr", "val_loss", "State", "Requeued", "Run"])
     expect(table.locator("tbody tr")).to_have_count(4)
     expected = {  # number: (metric, state label, data-state, requeues)
-        1: ("0.42", "done", "done", "0"),
-        2: ("0.17", "done", "done", "0"),
+        1: ("0.42", "finished", "done", "0"),
+        2: ("0.17", "finished", "done", "0"),
         3: ("0.05", "queued", "queued", "1"),
         4: ("—", "claimed", "leased", "0"),
     }

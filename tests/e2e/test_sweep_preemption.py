@@ -25,7 +25,7 @@ from pathlib import Path
 from mado_tracking.client import ApiClient
 from tests.deployment import ROOT, Deployment, deployment
 
-STEPS = 30
+STEPS = 40
 FIRST_CHECKPOINT = 10
 MADO = str(Path(sys.executable).parent / "mado")
 CONFIG = {
@@ -86,7 +86,11 @@ def test_a_grid_sweep_with_a_preempted_trial_finishes_every_trial_once_resuming_
                 for trial in client.request("GET", f"sweeps/{sweep_id}/")["trials"]:
                     if trial["agent"] == first and trial["state"] == "running":
                         saved = client.request("GET", f"runs/{trial['run_id']}/checkpoints/")["results"]
-                        return trial if saved else None  # the program saves synchronously: it is at step 10 now
+                        # A checkpoint is listed from its registration on (pending): wait until it is complete and
+                        # the program logged a step past it, so the SIGTERM cannot land inside the step-10 save.
+                        if saved and saved[0]["state"] == "complete" and max(loss_steps(client, trial["run_id"]),
+                                                                             default=-1) >= FIRST_CHECKPOINT:
+                            return trial
                 return None
 
             target = wait_until(f"a trial of agent 1 saves its checkpoint at step {FIRST_CHECKPOINT}",

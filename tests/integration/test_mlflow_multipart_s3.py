@@ -25,8 +25,9 @@ BASE = "/api/2.0/mlflow-artifacts"
 
 
 @pytest.fixture
-def training_run(project, creator):
-    return RunFactory(project=project, created_by=creator, name="train", kind=RunKind.TRAINING)
+def training_run(project, member):
+    """A Run of ``member``, who writes to it in these tests (F31: its creator)."""
+    return RunFactory(project=project, created_by=member, name="train", kind=RunKind.TRAINING)
 
 
 def bearer(user) -> APIClient:

@@ -39,8 +39,9 @@ def one_winner(outcomes) -> Run:
 
 
 @pytest.mark.parametrize("attempt", range(3))
-def test_two_starts_of_an_absent_id_create_one_run(postgres, project, creator, member, attempt):
-    outcomes = together(start(creator, project, "a"), start(member, project, "b"))
+def test_two_starts_of_an_absent_id_create_one_run(postgres, project, creator, attempt):
+    # Two processes of one user (whoever creates the Run is its writer, F31; the other start then resumes it).
+    outcomes = together(start(creator, project, "a"), start(creator, project, "b"))
     run = one_winner(outcomes)
     assert Run.objects.filter(external_id="exp-42").count() == 1
     assert run.lease_token == 1
@@ -49,10 +50,10 @@ def test_two_starts_of_an_absent_id_create_one_run(postgres, project, creator, m
 
 
 @pytest.mark.parametrize("attempt", range(3))
-def test_two_resumes_of_a_stopped_run_resume_it_once(postgres, project, creator, member, attempt):
+def test_two_resumes_of_a_stopped_run_resume_it_once(postgres, project, creator, admin, attempt):
     run = RunFactory(project=project, created_by=creator, external_id="exp-42", status=RunStatus.CRASHED,
                      started_at=timezone.now() - timedelta(hours=1), lease_token=4)
-    outcomes = together(start(creator, project, "a"), start(member, project, "b"))
+    outcomes = together(start(creator, project, "a"), start(admin, project, "b"))
     stored = one_winner(outcomes)
     assert (stored.pk, stored.lease_token, stored.resume_count, stored.status) == (run.pk, 5, 1, RunStatus.RUNNING)
     loser = next(error for _, error in outcomes if error is not None)

@@ -17,11 +17,14 @@ runs the same flow on PostgreSQL and a Redis broker. ``test_make_demo_…`` runs
 import os
 import re
 import shlex
+import signal
 import sqlite3
 import subprocess
 import sys
 from contextlib import closing
 from pathlib import Path
+
+import pytest
 
 from mado_tracking.client import ApiClient
 from tests.deployment import ROOT, Deployment, deployment, deployment_env, free_port
@@ -112,3 +115,29 @@ def test_make_demo_fails_a_job_resumes_it_and_prints_both_run_urls(tmp_path):
             "WHERE r.id = ?", (int(resumed.group(1)),)).fetchone()
     assert (runs[int(failed.group(1))], runs[int(resumed.group(1))]) == ("failed", "finished")
     assert (parent, source_step) == (int(failed.group(1)), 20)
+
+
+def test_sigterm_to_the_demo_stops_its_web_server_and_worker(tmp_path):
+    port = free_port()
+    demo = subprocess.Popen([sys.executable, "manage.py", "demo", "--port", str(port)], cwd=ROOT,
+                            env=deployment_env(tmp_path / "data"), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+    try:
+        lines = []
+        for line in demo.stdout:  # until its first Job is queued: the web server and the worker are up
+            lines.append(line)
+            if " queued (run " in line:
+                break
+        children = [int(pid) for pid in subprocess.run(["pgrep", "-P", str(demo.pid)], capture_output=True,
+                                                       text=True).stdout.split()]
+        assert len(children) == 2, "".join(lines)
+        demo.send_signal(signal.SIGTERM)
+        demo.wait(timeout=60)
+        assert "stopping the web server and the worker" in demo.stdout.read()
+        for pid in children:
+            with pytest.raises(ProcessLookupError):
+                os.kill(pid, 0)
+    finally:
+        if demo.poll() is None:
+            demo.kill()
+

@@ -60,16 +60,28 @@ def test_the_checkpoint_tab_of_a_run_without_a_job_or_a_finished_run_says_why(
     assert "Resume from this checkpoint" not in html
 
 
-def test_the_confirmation_says_the_sentence_and_defaults_to_the_source_version_and_queue(
+def test_the_confirmation_says_the_sentence_and_defaults_to_the_newest_version_and_the_source_queue(
     login, creator, failed_job, code_version, gpu
 ):
-    CodeVersionFactory(code=code_version.code, version=2)
+    v2 = CodeVersionFactory(code=code_version.code, version=2)
     ckpt = checkpoint(failed_job.run, 20)
     html = body(login(creator).get(reverse("jobs:checkpoint-resume", args=[ckpt.pk])))
     assert RESUME_SENTENCE.format(20) in html
-    assert f'<option value="{code_version.pk}" selected>trainer v1</option>' in html and "trainer v2" in html
+    # The version that just failed is rarely the one to run again: the newest is preselected.
+    assert f'<option value="{v2.pk}" selected>trainer v2</option>' in html and "trainer v1" in html
     assert 'value="cpu" selected' in html and 'value="gpu-a100"' in html
     assert "Resume in a new Run" in html
+
+
+def test_resume_from_latest_asks_first_on_the_latest_checkpoints_confirmation(login, creator, failed_job):
+    checkpoint(failed_job.run, 10)
+    latest = checkpoint(failed_job.run, 20)
+    client = login(creator)
+    job_page = body(client.get(reverse("jobs:job-detail", args=[failed_job.pk])))
+    assert f'<a class="button primary" href="{reverse("jobs:job-resume-latest", args=[failed_job.pk])}">' in job_page
+    response = client.get(reverse("jobs:job-resume-latest", args=[failed_job.pk]))
+    assert response.status_code == 302 and response["Location"] == reverse("jobs:checkpoint-resume", args=[latest.pk])
+    assert Job.objects.count() == 1  # nothing launched by the click
 
 
 def test_resume_in_a_new_run_creates_the_job_and_opens_it(login, creator, failed_job, code_version, gpu,

@@ -43,7 +43,9 @@ def test_the_sdk_attaches_to_the_pending_run_of_its_job(code_client, running_job
     response = code_client.post("/api/v1/runs/", body, format="json")
     assert response.status_code == 200, response.content
     data = response.json()
-    assert (data["id"], data["status"], data["parameters"], data["name"]) == (run.pk, "running", {"lr": 0.1}, "baseline")
+    # The Job's name and values stay; keys only the code passes are added.
+    assert (data["id"], data["status"], data["parameters"], data["name"]) == (
+        run.pk, "running", {"lr": 0.1, "other": 1}, "baseline")
     run.refresh_from_db()
     assert run.status == RunStatus.RUNNING and run.started_at and run.heartbeat_at
     assert (run.writer_host, run.writer_pid, run.lease_token) == ("gpu-1", 77, 1)

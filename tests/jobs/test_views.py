@@ -192,7 +192,7 @@ def test_resumed_retry_and_continued_jobs_have_their_badges(login, viewer, creat
 def test_the_creator_gets_resume_from_latest_on_a_failed_job(login, creator, failed_job):
     checkpoint(failed_job.run, 20)
     tr = row(body(login(creator).get(jobs_url())), failed_job)
-    assert f'action="{reverse("jobs:job-resume-latest", args=[failed_job.pk])}"' in tr
+    assert f'href="{reverse("jobs:job-resume-latest", args=[failed_job.pk])}"' in tr  # a link to the confirmation
     assert "Resume from latest checkpoint" in tr
 
 

@@ -96,3 +96,72 @@ def test_artifacts_round_trip_byte_exact_and_become_a_checkpoint(monkeypatch, tm
         assert [(c["step"], c["state"], c["file_count"]) for c in checkpoints] == [(100, "complete", len(files))]
         manifest = client.request("GET", f"checkpoints/{checkpoints[0]['id']}/")["manifest"]
         assert {m["path"]: m["sha256"] for m in manifest} == {p: hashlib.sha256(d).hexdigest() for p, d in files.items()}
+
+
+# --- One authentication on both MLflow APIs (SPEC F31): a Job's Run token, Basic with an API token -------------
+
+
+def _log_everything(tmp_path, run) -> None:
+    """What a training script does in an existing Run: params, metrics and a file artifact through the client."""
+    (tmp_path / "notes.txt").write_text("epoch 1 done\n")
+    mlflow.set_experiment(experiment_id=str(run.project_id))
+    with mlflow.start_run(run_id=run.external_id):
+        mlflow.log_param("seed", 7)
+        mlflow.log_metric("loss", 0.25, step=1)
+        mlflow.log_artifact(str(tmp_path / "notes.txt"), "reports")
+
+
+def _job_run(creator, project):
+    """A running Job's Run (its SDK attached) and the Job's Run token."""
+    from jobs.models import Queue
+    from jobs.services import job_claim, job_launch
+    from jobs.services.lifecycle import run_token_issue
+    from runs.resume import run_start
+    from tests.factories import CodeVersionFactory
+
+    code_version = CodeVersionFactory(code__project=project, code__created_by=creator, version=1)
+    queue = Queue.objects.get_or_create(name="cpu")[0]
+    job = job_launch(actor=creator, code_version=code_version, queue=queue, parameters={}, dataset_version_ids=[],
+                     name="job-run")
+    job_claim(job_id=job.pk, worker_host="gpu-1")
+    run = run_start(actor=creator, project=project, external_id=job.run.external_id, resume="allow").run
+    return run, run_token_issue(job=job).key
+
+
+def _stored(run) -> tuple:
+    from checkpoints.models import Artifact
+
+    run.refresh_from_db()
+    return (run.parameters.get("seed"), list(MetricPoint.objects.filter(run=run).values_list("key", "step")),
+            Artifact.objects.get(run=run, path="reports/notes.txt").size)
+
+
+def test_a_jobs_run_token_logs_through_the_stock_client_on_its_own_run_only(mlflow_env, monkeypatch, tmp_path,
+                                                                          creator, project):
+    run, token = _job_run(creator, project)
+    monkeypatch.setenv("MLFLOW_TRACKING_TOKEN", token)
+    _log_everything(tmp_path, run)
+    assert _stored(run) == ("7", [("loss", 1)], len("epoch 1 done\n"))
+    other = Run.objects.create(project=project, created_by=creator, name="other", external_id="other-run")
+    with pytest.raises(mlflow.exceptions.MlflowException, match="may only act on that run"):
+        mlflow.tracking.MlflowClient().log_param(other.external_id, "seed", 1)
+    with pytest.raises(mlflow.exceptions.MlflowException, match="may only act on that run"):
+        mlflow.set_experiment("Elsewhere")
+
+
+def test_basic_with_an_api_token_as_password_logs_to_tracking_and_artifacts(mlflow_env, monkeypatch, tmp_path,
+                                                                           creator, project):
+    run = Run.objects.create(project=project, created_by=creator, name="basic", external_id="basic-run",
+                             status="running")
+    monkeypatch.delenv("MLFLOW_TRACKING_TOKEN")
+    monkeypatch.setenv("MLFLOW_TRACKING_USERNAME", creator.username)
+    monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", Token.objects.get_or_create(user=creator)[0].key)
+    _log_everything(tmp_path, run)
+    assert _stored(run) == ("7", [("loss", 1)], len("epoch 1 done\n"))
+
+
+def test_an_outsider_cannot_take_a_projects_name_and_is_told_so(mlflow_env, monkeypatch, outsider, project):
+    monkeypatch.setenv("MLFLOW_TRACKING_TOKEN", Token.objects.get_or_create(user=outsider)[0].key)
+    with pytest.raises(mlflow.exceptions.MlflowException, match="cannot be used: choose another name") as raised:
+        mlflow.set_experiment(project.name)
+    assert project.slug not in str(raised.value) and project.name not in str(raised.value)

@@ -98,6 +98,19 @@ def test_a_pending_run_is_attached_by_its_creator(api, project, creator, resume)
     assert body["heartbeat_at"] and body["last_step"] is None
 
 
+def test_attaching_fills_the_name_and_parameters_the_job_left_open(api, project, creator):
+    pending = RunFactory(project=project, created_by=creator, external_id="job-run", status=RunStatus.PENDING,
+                         name="", parameters={"lr": 0.1})
+    response = start(api(creator), "job-run", None, name="resnet50", parameters={"lr": 0.5, "epochs": 3})
+    assert response.status_code == 200, response.content
+    assert (response.json()["name"], response.json()["parameters"]) == ("resnet50", {"lr": 0.1, "epochs": 3})
+    pending.refresh_from_db()
+    assert (pending.name, pending.parameters) == ("resnet50", {"lr": 0.1, "epochs": 3})
+    named = RunFactory(project=project, created_by=creator, external_id="named", status=RunStatus.PENDING,
+                       name="from the job")
+    assert start(api(creator), "named", None, name="from code").json()["name"] == "from the job"
+
+
 def test_must_on_a_pending_never_started_run_is_404(api, project, creator):
     RunFactory(project=project, created_by=creator, external_id="trial-3", status=RunStatus.PENDING)
     response = start(api(creator), "trial-3", "must")

@@ -113,6 +113,15 @@ def test_a_range_parameter_is_plotted_on_a_numeric_axis(login, project, member):
     assert re.findall(r'<text class="x-label"[^>]*>([^<]+)</text>', lr) == ["0.0001", "0.1"]
 
 
+def test_a_failed_trial_shows_failed_not_done(login, grid, member, viewer):
+    trial = sweep_claim(actor=member, sweep=grid, agent="gpu:0").trial
+    run = start_program(actor=member, trial=trial)
+    run_set_status(actor=member, run=run, status=RunStatus.FAILED)
+    body = login(viewer).get(reverse("runs:sweep-detail", args=[grid.pk])).content.decode()
+    badge = re.search(r'<span class="badge trial-state state-done status-failed" data-state="done"[^>]*>([^<]*)<', body)
+    assert badge and badge.group(1) == "failed"
+
+
 def test_an_empty_sweep_says_how_to_start_agents(login, grid, viewer):
     body = login(viewer).get(reverse("runs:sweep-detail", args=[grid.pk])).content.decode()
     assert f"mado agent {grid.pk}" in body and "No trial has logged val_loss yet." in body

@@ -278,6 +278,17 @@ def test_many_points_are_downsampled_to_at_most_1000_keeping_the_spike(run, crea
     assert max(series["y"]) == 50.0 and series["x"] == sorted(series["x"])
 
 
+def test_a_large_series_is_reduced_once_and_again_after_new_points(login, viewer, run, creator):
+    metrics_ingest(actor=creator, run=run, points=[{"key": "loss", "value": 1.0, "step": s} for s in range(3000)])
+    client = login(viewer)
+    url = reverse("runs:run-charts", args=[run.pk])
+    first = chart_data(client.get(url).content.decode())["charts"][0]["series"][0]
+    assert chart_data(client.get(url).content.decode())["charts"][0]["series"][0] == first
+    metrics_ingest(actor=creator, run=run, points=[{"key": "loss", "value": 99.0, "step": 3000}])
+    latest = chart_data(client.get(url).content.decode())["charts"][0]["series"][0]
+    assert max(first["y"]) == 1.0 and max(latest["y"]) == 99.0 and latest["x"][-1] == 3000
+
+
 def test_a_hostile_key_is_escaped_in_the_page(login, viewer, run, creator):
     metrics_ingest(actor=creator, run=run, points=[{"key": '</script><b>"x"</b>', "value": 1.0, "step": 0}])
     body = login(viewer).get(reverse("runs:run-detail", args=[run.pk])).content.decode()

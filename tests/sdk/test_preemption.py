@@ -121,6 +121,5 @@ def test_only_the_main_thread_can_receive_the_signals_a_program_handles(mmt_env,
         "run.finish()\n"
     )
     done = _run_script(script, mmt_env, tmp_path)
-    lines = sorted(done.stdout.split("\n")[:-1])
-    # The main thread receives them; every SDK thread (metrics sender, heartbeat, ...) blocks them.
-    assert lines.count("True False") == 1 and set(lines) == {"False True", "True False"}, done.stderr
+    # the main thread receives them; every SDK thread (metric sender, system metrics) blocks them
+    assert set(done.stdout.split("\n")[:-1]) == {"True False", "False True"}, (done.stdout, done.stderr)

@@ -112,6 +112,10 @@ def stop_processes(children, grace: float = 10.0) -> None:
             child.wait()
 
 
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
 def examples_archive() -> io.BytesIO:
     """``examples/`` as a tar.gz in memory (a few KiB: the example programs, no caches)."""
     buffer = io.BytesIO()
@@ -144,6 +148,8 @@ class Command(BaseCommand):
         env = child_env(base_url)
         queue = Queue.objects.get_or_create(name=settings.CELERY_TASK_DEFAULT_QUEUE)[0]
         children = []
+        # SIGTERM (kill, a supervisor, CI) stops the demo like Ctrl-C: its web server and worker go with it.
+        signal.signal(signal.SIGTERM, _interrupt)
         try:
             self.stdout.write(f"starting the web server on {base_url} and a worker on queue {queue.name} …")
             children.append(start_process(web_argv(host, port), env=env))
@@ -164,7 +170,7 @@ class Command(BaseCommand):
                 time.sleep(1)
             raise CommandError("a child process exited; see its output above")
         except KeyboardInterrupt:
-            self.stdout.write("stopping…")
+            self.stdout.write("stopping the web server and the worker…")
         finally:
             stop_processes(children)
 

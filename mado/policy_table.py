@@ -1,0 +1,187 @@
+"""Who gets what, endpoint by endpoint: the answer every role gets on every URL pattern and method (SPEC F31).
+
+``mado.policy`` is the rule; this table is its consequence on the wire, one
+row per URL pattern of ``mado.urls`` (the route as Django prints it), one
+entry per HTTP method, one HTTP status per role. ``tests/test_policy_table.py``
+sends each request as each role against one small world (a running Job's
+Run created by ``creator``, with a checkpoint, an artifact and the Job's Run
+token) and compares; a URL pattern without a row fails that test, so a new
+endpoint is added here with its answers. docs/api.md shows the same rule as
+a short table.
+
+Roles, in this order: ``anonymous``; ``outsider`` (member of another Project
+only); ``viewer``; ``member`` (not the Run's creator); ``creator`` (created
+the Run and its Job); ``admin`` (Project admin); ``superuser`` (Django
+superuser, no membership: sees nothing through the product, only /admin/);
+``own_token`` (the Run token of the Run the URL names); ``other_token`` (the
+Run token of another Run of the same Project). A Run token authenticates as
+the Job's creator but only for its own Run; pages take no token (they use the
+session), so a token alone is sent to the login page like ``anonymous``.
+"""
+
+ROLES = ("anonymous", "outsider", "viewer", "member", "creator", "admin", "superuser", "own_token", "other_token")
+
+
+def answers(anonymous, outsider, viewer, member, creator, admin, superuser, own_token, other_token) -> dict:
+    """``{role: HTTP status}`` in ``ROLES`` order."""
+    return dict(zip(ROLES, (anonymous, outsider, viewer, member, creator, admin, superuser, own_token, other_token)))
+
+
+def api_read(ok: int = 200, *, tokens: int | None = None) -> dict:
+    """Any member or viewer reads (``ok``); a Run token only on its own Run (``tokens``: both tokens' answer when
+    the URL names no Run)."""
+    own, other = (ok, 403) if tokens is None else (tokens, tokens)
+    return answers(401, 404, ok, ok, ok, ok, 404, own, other)
+
+
+def api_list(*, tokens: int = 403) -> dict:
+    """A list: everyone signed in gets 200 with what they may see (an outsider and a superuser: none of ours)."""
+    return answers(401, 200, 200, 200, 200, 200, 200, tokens, tokens)
+
+
+def run_write(ok: int) -> dict:
+    """Writing to the Run: its creator, a Project admin and the Run's own token (``ok``); other members 403."""
+    return answers(401, 404, 403, 403, ok, ok, 404, ok, 403)
+
+
+def member_write(ok: int, *, tokens: int = 403) -> dict:
+    """Creating in the Project (Runs, Jobs, Codes, Datasets, Sweeps) or continuing from a checkpoint: any member."""
+    return answers(401, 404, 403, ok, ok, ok, 404, tokens, tokens)
+
+
+def admin_only(ok: int, *, member: int = 403) -> dict:
+    """Project admins only (members, deleting artifacts)."""
+    return answers(401, 404, 403, member, member, ok, 404, 403, 403)
+
+
+def page_read(ok: int = 200) -> dict:
+    """A page any member or viewer sees; a token alone is no session (login page)."""
+    return answers(302, 404, ok, ok, ok, ok, 404, 302, 302)
+
+
+def page(viewer: int, member: int, creator: int, admin: int) -> dict:
+    """A page whose answer differs by role (form shown, refused with the reason, or done and redirected)."""
+    return answers(302, 404, viewer, member, creator, admin, 404, 302, 302)
+
+
+def mlflow_read(ok: int = 200, *, tokens: int | None = None) -> dict:
+    """An MLflow read; 401 for anonymous, RESOURCE_DOES_NOT_EXIST (404) outside the Project."""
+    return api_read(ok, tokens=tokens)
+
+
+API = "api/v1/"
+ML = "api/2.0/mlflow/"
+ART = "api/2.0/mlflow-artifacts/"
+
+ROWS = {
+    # --- /api/v1/ -----------------------------------------------------------------------------------
+    API: {"GET": api_list()},
+    API + "schema/": {"GET": answers(*(200,) * 9)},
+    API + "docs/": {"GET": answers(*(200,) * 9)},
+    API + "^projects/$": {"GET": api_list(), "POST": answers(401, 201, 201, 201, 201, 201, 201, 403, 403)},
+    API + "^projects/(?P<slug>[^/.]+)/$": {"GET": api_read(tokens=403)},
+    API + "projects/<slug:slug>/members/": {"GET": api_read(tokens=403), "POST": admin_only(201)},
+    API + "projects/<slug:slug>/members/<str:username>/": {"PATCH": admin_only(200), "DELETE": admin_only(204)},
+    API + "projects/<slug:slug>/datasets/": {"GET": api_read(tokens=403), "POST": member_write(201)},
+    API + "datasets/<int:dataset_id>/versions/": {"GET": api_read(tokens=403), "POST": member_write(201)},
+    API + "projects/<slug:slug>/codes/": {"GET": api_read(tokens=403), "POST": member_write(201)},
+    API + "codes/<int:code_id>/versions/": {"GET": api_read(tokens=403), "POST": member_write(201)},
+    API + "^runs/$": {"GET": api_list(), "POST": member_write(201)},
+    API + "^runs/(?P<pk>[0-9]+)/$": {"GET": api_read(), "PATCH": run_write(200)},
+    API + "runs/<int:run_id>/metrics/": {"GET": api_read(), "POST": run_write(201)},
+    API + "runs/<int:run_id>/heartbeat/": {"POST": run_write(200)},
+    API + "runs/<int:run_id>/artifacts/": {"GET": api_read()},
+    API + "runs/<int:run_id>/artifacts/<path:path>": {
+        "GET": api_read(), "PUT": run_write(200), "DELETE": admin_only(204),
+    },
+    API + "runs/<int:run_id>/checkpoints/": {"GET": api_read(), "POST": run_write(201)},
+    API + "runs/<int:run_id>/data-stages/": {"GET": api_read(), "POST": run_write(201)},
+    API + "checkpoints/<int:checkpoint_id>/": {"GET": api_read(), "DELETE": admin_only(409)},
+    API + "checkpoints/<int:checkpoint_id>/tar": {"GET": api_read(409), "PUT": run_write(409)},
+    API + "checkpoints/<int:checkpoint_id>/upload-parts/": {"POST": run_write(409)},
+    API + "checkpoints/<int:checkpoint_id>/complete/": {"POST": run_write(409)},
+    API + "checkpoints/<int:checkpoint_id>/resume/": {"POST": run_write(409) | {"own_token": 403}},
+    API + "checkpoints/<int:checkpoint_id>/continue/": {"POST": member_write(201)},
+    API + "queues/": {"GET": answers(401, 200, 200, 200, 200, 200, 200, 403, 403)},
+    API + "^jobs/$": {"GET": api_list(), "POST": member_write(201)},
+    API + "^jobs/(?P<pk>[0-9]+)/$": {"GET": api_read(tokens=403)},
+    API + "^jobs/(?P<pk>[0-9]+)/logs/$": {"GET": api_read(tokens=403)},
+    API + "^jobs/(?P<pk>[0-9]+)/abort/$": {"POST": run_write(200) | {"own_token": 403}},
+    API + "^jobs/(?P<pk>[0-9]+)/resume-latest/$": {"POST": run_write(409) | {"own_token": 403}},
+    API + "^sweeps/$": {"GET": api_list(), "POST": member_write(201)},
+    API + "^sweeps/(?P<pk>[0-9]+)/$": {"GET": api_read(tokens=403)},
+    API + "^sweeps/(?P<pk>[0-9]+)/claim/$": {"POST": member_write(200)},
+    # The trial is claimed by the creator's agent: only its holder (and admins) end its Run.
+    API + "^sweeps/(?P<pk>[0-9]+)/trials/(?P<number>[0-9]+)/report/$": {"POST": run_write(200) | {"own_token": 403}},
+    # --- MLflow tracking API (also under the mlflow/ prefix, see below) ------------------------------
+    # A Run token reads the experiment (Project) of its own Run; other_token is of a Run of this same Project.
+    ML + "experiments/get-by-name": {"GET": mlflow_read(tokens=200)},
+    ML + "experiments/get": {"GET": mlflow_read(tokens=200)},
+    ML + "experiments/create": {"POST": answers(401, 400, 400, 400, 400, 400, 400, 403, 403)},
+    ML + "experiments/search": {"GET": api_list(), "POST": api_list()},
+    ML + "experiments/delete": {"POST": answers(401, 400, 400, 400, 400, 400, 400, 403, 403)},
+    ML + "experiments/restore": {"POST": answers(401, 400, 400, 400, 400, 400, 400, 403, 403)},
+    # Experiment tags: any member of the Project (the tag of the test's body is absent, so deleting it is a 404).
+    ML + "experiments/set-experiment-tag": {"POST": member_write(200)},
+    ML + "experiments/delete-experiment-tag": {"POST": member_write(404)},
+    ML + "runs/create": {"POST": member_write(200)},
+    ML + "runs/get": {"GET": mlflow_read()},
+    ML + "runs/update": {"POST": run_write(200)},
+    ML + "runs/search": {"GET": api_list(), "POST": api_list()},
+    ML + "runs/log-batch": {"POST": run_write(200)},
+    ML + "runs/log-metric": {"POST": run_write(200)},
+    ML + "runs/log-parameter": {"POST": run_write(200)},
+    ML + "runs/set-tag": {"POST": run_write(200)},
+    ML + "runs/delete-tag": {"POST": run_write(404)},
+    ML + "runs/log-inputs": {"POST": run_write(200)},
+    ML + "runs/delete": {"POST": run_write(200)},
+    ML + "runs/restore": {"POST": run_write(200)},
+    ML + "metrics/get-history": {"GET": mlflow_read()},
+    ML + "logged-models/search": {"GET": api_list(tokens=200), "POST": api_list(tokens=200)},
+    "api/^(?P<rest>2\\.0/mlflow/.*|3\\.0/mlflow/.*)$": {"GET": answers(*(404,) * 9), "POST": answers(*(404,) * 9)},
+    # --- MLflow artifact API ------------------------------------------------------------------------
+    ART + "artifacts": {"GET": mlflow_read()},
+    ART + "^artifacts/(?P<artifact_path>[\\s\\S]+)\\Z": {
+        "GET": mlflow_read(), "PUT": run_write(200), "DELETE": admin_only(200),
+    },
+    ART + "^mpu/(?P<action>[a-z]+)/(?P<artifact_path>[\\s\\S]+)\\Z": {"POST": run_write(501)},
+    # --- pages --------------------------------------------------------------------------------------
+    "accounts/login/": {"GET": answers(200, 302, 302, 302, 302, 302, 302, 200, 200)},
+    "accounts/logout/": {"POST": answers(*(302,) * 9)},
+    "i18n/setlang/": {"POST": answers(*(302,) * 9)},
+    "": {"GET": answers(302, 200, 200, 200, 200, 200, 200, 302, 302)},
+    "projects/<slug:slug>/": {"GET": page_read()},
+    "projects/<slug:slug>/runs.csv": {"GET": page_read()},
+    "projects/<slug:slug>/compare/": {"GET": page_read()},
+    "projects/<slug:slug>/columns/": {"POST": page_read(302)},  # each reader's own choice of table columns
+    "projects/<slug:slug>/members/": {"GET": page(403, 403, 403, 200), "POST": page(403, 403, 403, 302)},
+    "projects/<slug:slug>/members/<str:username>/role/": {"POST": page(403, 403, 403, 302)},
+    "projects/<slug:slug>/members/<str:username>/remove/": {"POST": page(403, 403, 403, 302)},
+    "projects/<slug:slug>/sweeps/": {"GET": page_read()},
+    "projects/<slug:slug>/sweeps/new/": {"GET": page_read(), "POST": page(403, 302, 302, 302)},
+    "sweeps/<int:pk>/": {"GET": page_read()},
+    "runs/<int:pk>/": {"GET": page_read()},
+    "runs/<int:pk>/charts/": {"GET": page_read()},
+    "runs/<int:pk>/system/": {"GET": page_read()},
+    "runs/<int:pk>/data-history/": {"GET": page_read(), "POST": page(403, 403, 302, 302)},
+    "runs/<int:pk>/checkpoints/": {"GET": page_read()},
+    "runs/<int:pk>/artifacts/": {"GET": page_read()},
+    "runs/<int:pk>/logs/": {"GET": page_read()},
+    "runs/<int:pk>/log/": {"GET": page_read()},
+    "runs/<int:pk>/artifacts/delete/": {"GET": page_read(), "POST": page(403, 403, 403, 302)},
+    "checkpoints/<int:pk>/": {"GET": page_read()},
+    "checkpoints/<int:pk>/delete/": {"GET": page_read(), "POST": page(403, 403, 403, 302)},
+    "checkpoints/<int:pk>/resume/": {"GET": page_read(), "POST": page(403, 403, 409, 409)},
+    "checkpoints/<int:pk>/continue/": {"GET": page_read(), "POST": page(403, 302, 302, 302)},
+    "projects/<slug:slug>/jobs/": {"GET": page_read()},
+    "projects/<slug:slug>/jobs/table/": {"GET": page_read()},
+    "projects/<slug:slug>/jobs/new/": {"GET": page_read(), "POST": page(403, 302, 302, 302)},
+    "jobs/<int:pk>/": {"GET": page_read()},
+    "jobs/<int:pk>/live/": {"GET": page_read()},
+    "jobs/<int:pk>/abort/": {"POST": page(403, 403, 302, 302)},
+    "jobs/<int:pk>/resume-latest/": {"POST": page(403, 403, 302, 302)},
+    "admin/": {"GET": answers(302, 302, 302, 302, 302, 302, 200, 302, 302)},
+}
+
+# The MLflow API is also served under the mlflow/ prefix (MLFLOW_TRACKING_URI=http://<mado>/mlflow), alike.
+ROWS |= {"mlflow/" + route: row for route, row in ROWS.items() if route.startswith(("api/2.0/", "api/^"))}
