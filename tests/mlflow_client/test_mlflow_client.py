@@ -7,6 +7,8 @@ import pytest
 
 mlflow = pytest.importorskip("mlflow")
 
+from rest_framework.authtoken.models import Token  # noqa: E402
+
 from runs.models import MetricPoint, Run  # noqa: E402
 from tests.deployment import deployment  # noqa: E402
 
