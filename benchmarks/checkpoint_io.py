@@ -48,10 +48,8 @@ import tempfile
 import time
 from pathlib import Path
 
-import requests
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from metrics_ingest import ROOT, free_port, peak_rss_mib, prepare, server_pids  # noqa: E402
+from metrics_ingest import ROOT, free_port, peak_rss_mib, prepare, server_pids, wait_for_server  # noqa: E402
 
 MIB = 1024 * 1024
 
@@ -136,12 +134,7 @@ def main() -> None:
             env=env, cwd=ROOT,
         )
         try:
-            for _ in range(100):
-                try:
-                    requests.get(f"{url}/accounts/login/", timeout=5)
-                    break
-                except requests.RequestException:
-                    time.sleep(0.2)
+            wait_for_server(url)
             run_benchmark(url, token, work, args, server.pid)
         finally:
             server.terminate()

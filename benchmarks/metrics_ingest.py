@@ -137,13 +137,18 @@ def serve(env: dict, workers: int, threads: int) -> tuple[str, subprocess.Popen]
          "--workers", str(workers), "--threads", str(threads), "--worker-class", "gthread", "--log-level", "warning"],
         env=env, cwd=ROOT,
     )
+    wait_for_server(url)
+    return url, server
+
+
+def wait_for_server(url: str) -> None:
+    """Poll ``url``'s login page until the server answers (at most about 20 s)."""
     for _ in range(100):
         try:
             requests.get(f"{url}/accounts/login/", timeout=5)
-            break
+            return
         except requests.RequestException:
             time.sleep(0.2)
-    return url, server
 
 
 def load() -> str:
