@@ -68,10 +68,13 @@ def test_two_attaches_of_a_pending_run_start_it_once(postgres, project, creator,
 
 
 def test_a_batch_of_the_old_writer_racing_a_takeover_is_stored_before_it_or_refused(postgres, project, creator):
-    run = RunFactory(project=project, created_by=creator, external_id="exp-42", status=RunStatus.CRASHED,
-                     started_at=timezone.now() - timedelta(hours=1), lease_token=1)
+    # The old writer went silent (heartbeat past the crash timeout) but was not reaped yet: a new start takes the
+    # Run over while the old writer's last batch is in flight. (A Run already ended crashed refuses every batch.)
+    stale = timezone.now() - timedelta(hours=1)
+    run = RunFactory(project=project, created_by=creator, external_id="exp-42", status=RunStatus.RUNNING,
+                     started_at=stale, heartbeat_at=stale, lease_token=1)
     for round_ in range(5):
-        Run.objects.filter(pk=run.pk).update(status=RunStatus.CRASHED)
+        Run.objects.filter(pk=run.pk).update(status=RunStatus.RUNNING, heartbeat_at=stale)
         old_token = Run.objects.get(pk=run.pk).lease_token
         points = [{"key": f"r{round_}", "value": 1.0, "step": 10_000 * (round_ + 1) + i} for i in range(2000)]
         outcomes = together(
