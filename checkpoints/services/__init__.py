@@ -1,9 +1,9 @@
 """State changes of the checkpoints app (STYLE: Services): artifacts, checkpoints and their uploads.
 
-``artifacts``: streamed artifact store / delete and Code archives (issue 2);
-``checkpoints``: register, delete, lock for use (issue 3, SPEC F1, F5);
-``uploads``: tar upload through the web process and completion (issue 3, SPEC F1, F13);
-``direct``: presigned multipart upload to S3 and its verification (issue 3, SPEC F12, F13);
+``artifacts``: streamed artifact store / delete and Code archives (SPEC F1, F5);
+``checkpoints``: register, delete, lock for use (SPEC F1, F5);
+``uploads``: tar upload through the web process and completion (SPEC F1, F13);
+``direct``: presigned multipart upload to S3 and its verification (SPEC F12, F13);
 ``janitor``: ending abandoned pending checkpoints ``error`` (SPEC F1, F16).
 """
 
