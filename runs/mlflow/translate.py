@@ -74,8 +74,10 @@ def metric_json(key: str, value: float, step: int, timestamp: int) -> dict:
     return {"key": key, "value": encode_value(value), "timestamp": timestamp, "step": step}
 
 
-def run_json(run: Run, *, tags: dict, metrics: list[dict], dataset_inputs: list[dict] | None = None) -> dict:
-    """An MLflow Run: ``info`` (``run_id`` = ``run_uuid`` = external id), ``data`` (metrics, params, tags)."""
+def run_json(run: Run, *, tags: dict, metrics: list[dict], dataset_inputs: list[dict] | None = None,
+             model_outputs: list[dict] | None = None) -> dict:
+    """An MLflow Run: ``info`` (``run_id`` = ``run_uuid`` = external id), ``data`` (metrics, params, tags),
+    ``inputs`` (dataset inputs) and ``outputs`` (logged models ``[{model_id, step}]``) when given."""
     tags = {**tags, RUN_NAME_TAG: run.name, KIND_TAG: run.kind}
     return {
         "info": {
@@ -96,7 +98,7 @@ def run_json(run: Run, *, tags: dict, metrics: list[dict], dataset_inputs: list[
             "tags": [{"key": k, "value": v} for k, v in sorted(tags.items())],
         },
         "inputs": {"dataset_inputs": dataset_inputs} if dataset_inputs else {},
-        "outputs": {},
+        "outputs": {"model_outputs": model_outputs} if model_outputs else {},
     }
 
 
