@@ -182,10 +182,11 @@ def metric_chart_series(
     ``max_points`` (>= 2). Above that, the step range is cut into at most
     ``max_points // 2`` equal buckets and each bucket keeps the rows holding its
     smallest and its largest value (the lowest step on a tie), so spikes (a
-    diverging loss) survive the reduction. A whole key spanning at least that
-    many ``ROLLUP_STEPS``-step rollup buckets is read from its rollups (buckets
-    of whole rollup buckets from the key's first one, ``runs.metric_rollup``):
-    a million-point key costs some 16,000 rows, not a million. NaN (stored NULL) and ±Infinity are counted, never drawn (F2, F29).
+    diverging loss) survive the reduction. A whole key spanning at least a
+    quarter as many ``ROLLUP_STEPS``-step rollup buckets is read from its
+    rollups (buckets of whole rollup buckets from the key's first one, so
+    there may be fewer of them, ``runs.metric_rollup``): a million-point key
+    costs some 4,000 rows, not a million. NaN (stored NULL) and ±Infinity are counted, never drawn (F2, F29).
     With ``before_step``, only points at steps below it count (an ancestor's
     curve up to where its child resumed). ``with_timestamps`` adds each point's
     Unix milliseconds: ``(step, value, timestamp_ms)``.
@@ -214,15 +215,15 @@ def metric_chart_series(
 
 def _rolled_up_series(run: Run, key: str, max_points: int) -> tuple[list[tuple], int, int] | None:
     """``metric_chart_series`` of a whole key read from its rollups (``runs.metric_rollup``), or None when the
-    points serve as well: the key fits in ``max_points`` or spans fewer rollup buckets than the chart has (then a
-    rollup bucket would be wider than a drawn one)."""
+    points serve: the key fits in ``max_points``, or spans fewer than a quarter as many rollup buckets as the chart
+    has (it would be drawn too coarsely; such a key's points lie within ``ROLLUP_STEPS * max_points / 8`` steps)."""
     summary = MetricSummary.objects.filter(run=run, key=key).values_list("count", "first_step", "last_step").first()
     if summary is None or summary[0] <= max_points:
         return None
     total, low, high = summary
     buckets = max(max_points // 2, 1)
     spanned = high // ROLLUP_STEPS - low // ROLLUP_STEPS + 1
-    if spanned < buckets:
+    if spanned < buckets // 4:
         return None
     non_finite = rollup_non_finite(run_id=run.pk, key=key)
     if total - non_finite <= max_points:

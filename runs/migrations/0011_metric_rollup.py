@@ -1,11 +1,11 @@
-"""The per-run, per-key, per-64-step-bucket metric rollup, filled from the points already stored (charts, F34)."""
+"""The per-run, per-key, per-256-step-bucket metric rollup, filled from the points already stored (charts, F34)."""
 
 import math
 
 import django.db.models.deletion
 from django.db import migrations, models
 
-ROLLUP_STEPS = 64  # runs.metric_rollup.ROLLUP_STEPS when this migration was written
+ROLLUP_STEPS = 256  # runs.metric_rollup.ROLLUP_STEPS when this migration was written
 
 
 def backfill_rollups(apps, schema_editor):

@@ -17,19 +17,21 @@ from runs.metrics import metrics_ingest
 from runs.models import MetricPoint, MetricRollup, Run
 from tests.runs.metric_helpers import recomputed_rollups, stored_rollups
 
+R = ROLLUP_STEPS
+
 
 def test_the_upgrade_fills_rollups_of_points_stored_before_it(run, creator, project):
     other = Run.objects.create(project=project, created_by=creator, name="other")
     MetricPoint.objects.bulk_create(
         [MetricPoint(run=run, key="loss", step=s, value=v, timestamp=1000 + s)
-         for s, v in [(0, 2.0), (1, None), (1, -1.0), (5, math.inf), (3, -1.0), (70, 0.5), (64, 0.5), (200, None)]]
+         for s, v in [(0, 2.0), (1, None), (1, -1.0), (5, math.inf), (3, -1.0), (R + 6, 0.5), (R, 0.5), (3 * R, None)]]
         + [MetricPoint(run=other, key="acc", step=2, value=-math.inf, timestamp=7)]
     )
     backfill = import_module("runs.migrations.0011_metric_rollup").backfill_rollups
     backfill(apps, SimpleNamespace(connection=connection))  # it only runs SQL on the editor's connection
     assert stored_rollups(run.pk) == recomputed_rollups(run.pk)
     assert stored_rollups(run.pk)[("loss", 0)] == (5, 2, 1, -1.0, 1001, 0, 2.0, 1000)
-    assert stored_rollups(run.pk)[("loss", 1)] == (2, 0, 64, 0.5, 1064, 64, 0.5, 1064)
+    assert stored_rollups(run.pk)[("loss", 1)] == (2, 0, R, 0.5, 1000 + R, R, 0.5, 1000 + R)
     assert stored_rollups(run.pk)[("loss", 3)] == (1, 1, None, None, None, None, None, None)
     assert stored_rollups(other.pk) == {("acc", 0): (1, 1, None, None, None, None, None, None)}
 
@@ -73,11 +75,11 @@ def test_a_large_keys_chart_comes_from_its_rollups_and_equals_what_its_points_gi
 
 
 def test_a_key_narrower_than_the_chart_is_read_from_its_points(run, creator):
-    # 500 points over 250 steps (4 rollup buckets) for a 100-point chart: rollup buckets would be too coarse.
-    metrics_ingest(actor=creator, run=run, columns={"keys": ["loss"] * 500, "steps": [s // 2 for s in range(500)],
-                                                    "values": [float(s % 7) for s in range(500)]})
+    # 2R points over R steps (one rollup bucket) for a 100-point chart: rollup buckets would be far too coarse.
+    metrics_ingest(actor=creator, run=run, columns={"keys": ["loss"] * 2 * R, "steps": [s // 2 for s in range(2 * R)],
+                                                    "values": [float(s % 7) for s in range(2 * R)]})
     points, _bad, total = selectors.metric_chart_series(run=run, key="loss", max_points=100)
-    assert total == 500 and 26 <= len(points) <= 100  # 50 buckets of 5 steps, more than the 4 rollup buckets
+    assert total == 2 * R and 50 <= len(points) <= 100  # some 50 buckets of a few steps, not 1 rollup bucket
 
 
 def test_the_history_api_answers_a_downsampled_series_as_columns(client_as, run, creator):
