@@ -15,7 +15,9 @@ from runs.models import (
     Code, CodeVersion, Dataset, DatasetVersion, Membership, MetricPoint, MetricSummary, Project, Run, RunKind,
     RunStatus, SweepTrial,
 )
-from runs.stages import data_composition_at, data_stage_history, why_cannot_record_stage  # noqa: F401 (F20)
+from runs.stages import (  # noqa: F401 (F20)
+    data_composition_at, data_stage_histories, data_stage_history, why_cannot_record_stage,
+)
 
 _INT64_MAX = 2**63 - 1  # steps are BIGINT
 

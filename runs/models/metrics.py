@@ -35,6 +35,10 @@ class MetricSummary(models.Model):
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["run", "key"], name="metricsummary_unique_run_key")]
+        # The runs table sorted by a metric reads one key's summaries of every Run (an index-only scan on
+        # PostgreSQL, which alone honours ``include``).
+        indexes = [models.Index(fields=["key", "run"], include=["last_value", "min_value", "max_value"],
+                                name="metricsummary_key_run_idx")]
 
     def __str__(self):
         return f"{self.run_id}:{self.key}"
