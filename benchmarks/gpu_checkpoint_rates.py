@@ -116,8 +116,9 @@ def main() -> None:
                   f"({hash_s:.2f} s)")
             print(f"checkpoint restore (the stored tar verified, every file and its SHA-256, and extracted in one "
                   f"pass): {rate(restore_s):,.0f} MB/s ({restore_s:.2f} s)")
+            identical = "yes" if flags.item() == 0 else "NO"
             print(f"checkpoint load (torch.distributed.checkpoint.load of the restored directory onto every rank): "
-                  f"{rate(load_s):,.0f} MB/s ({load_s:.2f} s); tensors identical: {'yes' if flags.item() == 0 else 'NO'}")
+                  f"{rate(load_s):,.0f} MB/s ({load_s:.2f} s); tensors identical: {identical}")
         if flags.item() != 0:
             raise SystemExit("gpu_check: the loaded tensors differ from the saved ones")
     finally:
