@@ -8,7 +8,7 @@ import yaml
 from django.core.management import CommandError, call_command
 from kubernetes.client import ApiClient
 
-from jobs.models import RunToken
+from jobs.models import Job, RunToken
 from jobs.services import job_abort, run_resume_from_checkpoint
 from tests.worker.helpers import stored_checkpoint
 from worker import container
@@ -175,3 +175,15 @@ def test_the_command_names_a_missing_job_an_ended_one_and_a_bad_count(launch, cr
     job_abort(actor=creator, job=job)
     with pytest.raises(CommandError, match=rf"job {job.pk} already ended aborted: no token is issued"):
         call_command("job_manifest", str(job.pk), "--image", "train:1", "--nnodes", "2", "--nproc-per-node", "1")
+
+
+def test_nodes_and_processes_default_to_the_jobs_own(launch):
+    job = launch()
+    Job.objects.filter(pk=job.pk).update(nnodes=4, nproc_per_node=8)
+    job.refresh_from_db()
+    _, jobset = build_manifest(job, ManifestOptions(image="train:1"))
+    spec = jobset["spec"]["replicatedJobs"][0]["template"]["spec"]
+    assert (spec["parallelism"], spec["completions"]) == (4, 4)
+    node = spec["template"]["spec"]["containers"][0]
+    assert node["command"][1:3] == ["--nnodes=4", "--nproc-per-node=8"]
+    assert node["resources"] == {"limits": {"nvidia.com/gpu": "8"}}
