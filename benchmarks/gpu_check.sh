@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# GPU check of distributed Jobs (SPEC F36): on every visible GPU, with nccl,
-#   1. examples/ddp_training.py under torchrun (offline: DCP checkpoints every 10 steps, no server needed);
-#   2. benchmarks/gpu_checkpoint_rates.py: checkpoint save and restore rates (MB/s) on every rank's GPU.
+# GPU check of distributed Jobs (SPEC F36): on every visible GPU (nvidia-smi -L), with nccl, benchmarks/gpu_check.py
+#   1. runs examples/ddp_training.py under torchrun against a server it starts (sharded checkpoints every 10 steps);
+#   2. prints the sharded checkpoint save and restore rates (MB/s, benchmarks/gpu_checkpoint_rates.py).
 # Prints figures, asserts nothing beyond "it ran". Exits 3 with a message when no GPU is visible.
 #
 #   benchmarks/gpu_check.sh                      # 1024 MiB of parameters per GPU
@@ -21,28 +21,16 @@ command -v nvidia-smi >/dev/null 2>&1 || no_gpu "nvidia-smi not found"
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU [0-9]' || true)
 if [ -n "${CUDA_VISIBLE_DEVICES+set}" ]; then  # the processes see only these
     visible=$(printf '%s' "$CUDA_VISIBLE_DEVICES" | tr ',' '\n' | grep -c '[^[:space:]]' || true)
-    [ "$visible" -lt "$gpus" ] && gpus=$visible
+    if [ "$visible" -lt "$gpus" ]; then gpus=$visible; fi
 fi
 [ "$gpus" -gt 0 ] || no_gpu "nvidia-smi -L lists none${CUDA_VISIBLE_DEVICES+ visible through CUDA_VISIBLE_DEVICES}"
 
 if [ -z "${PYTHON:-}" ]; then
     if [ -x .venv/bin/python ]; then PYTHON=.venv/bin/python; else PYTHON=python3; fi
 fi
-size_mib=${GPU_CHECK_SIZE_MIB:-1024}
-work=$(mktemp -d "${GPU_CHECK_WORKDIR:-${TMPDIR:-/tmp}}/mado-gpu-check.XXXXXX")
-trap 'chmod -R u+w "$work" 2>/dev/null; rm -rf "$work"' EXIT
-
 echo "gpu_check: $gpus GPU(s):"
 nvidia-smi -L | head -n "$gpus"
 export NCCL_DEBUG=${NCCL_DEBUG:-WARN} PYTHONUNBUFFERED=1
-
-echo "== examples/ddp_training.py, torchrun --nproc-per-node $gpus, nccl"
-SECONDS=0
-"$PYTHON" -m torch.distributed.run --standalone --nproc-per-node "$gpus" examples/ddp_training.py \
-    --offline --steps 40 --checkpoint-every 10 --output "$work/ddp/weights.json"
-echo "ddp_training: finished in ${SECONDS} s; checkpoints:" \
-    "$(ls "$work/ddp/checkpoints" 2>/dev/null | tr '\n' ' ')"
-
-echo "== checkpoint save and restore rates, $size_mib MiB per GPU"
-"$PYTHON" -m torch.distributed.run --standalone --nproc-per-node "$gpus" benchmarks/gpu_checkpoint_rates.py \
-    --size-mib "$size_mib" --workdir "$work"
+set -- --nproc-per-node "$gpus" --size-mib "${GPU_CHECK_SIZE_MIB:-1024}"
+if [ -n "${GPU_CHECK_WORKDIR:-}" ]; then set -- "$@" --workdir "$GPU_CHECK_WORKDIR"; fi
+exec "$PYTHON" benchmarks/gpu_check.py "$@"
