@@ -93,6 +93,23 @@ def dns1123_label(value: str, *, field: str, max_length: int = 63) -> str:
     return value
 
 
+def dns1123_subdomain(value: str, *, field: str) -> str:
+    """``value`` when it is a DNS-1123 subdomain (dot-separated labels, at most 253 characters, e.g. a service
+    account's name); else ``ValueError`` naming ``field``."""
+    if not isinstance(value, str) or len(value) > 253:
+        raise ValueError(f"{field}: {value!r} is not a valid name: at most 253 characters")
+    for part in value.split("."):
+        dns1123_label(part, field=field)
+    return value
+
+
+def _image(value: str, *, field: str) -> str:
+    """An image reference as given (``registry/name:tag``): no blank, space or control character, no leading '-'."""
+    if not value or value.startswith("-") or any(ch.isspace() or not ch.isprintable() for ch in value):
+        raise ValueError(f"{field}: {value!r} is not an image reference such as registry.example.com/team/train:1")
+    return value
+
+
 def label_value(text: str) -> str:
     """``text`` as a Kubernetes label value: other characters become '-', at most 63 characters (a longer one
     keeps a hash of the whole so two long names stay apart), starting and ending alphanumeric; may be ''."""
@@ -123,9 +140,13 @@ def build_manifest(job: Job, options: ManifestOptions = ManifestOptions()) -> li
                       field="nproc_per_node")
     gpus = _positive(nproc if options.gpus_per_node is None else options.gpus_per_node, field="gpus_per_node",
                      minimum=0)
-    image = (options.image or job.queue.image or "").strip()
-    if not image or image.startswith("-"):
+    image = options.image if options.image is not None else job.queue.image
+    if not image:
         raise ValueError(f"image: queue {job.queue.name!r} has no container image; give the image to run")
+    image = _image(image, field="image")
+    init_image = image if options.init_image is None else _image(options.init_image, field="init_image")
+    service_account = dns1123_subdomain(options.service_account, field="service_account") \
+        if options.service_account else None
     checkpoint = _source_checkpoint(job)
     token = jobs_services.run_token_issue(job=job).key
     prepared = Prepared(
@@ -143,8 +164,7 @@ def build_manifest(job: Job, options: ManifestOptions = ManifestOptions()) -> li
     )
     pod = _pod_spec(job, name=name, image=image, variables=variables, nnodes=nnodes, nproc=nproc, gpus=gpus,
                     checkpoint_id=checkpoint.pk if checkpoint else None,
-                    init_image=(options.init_image or "").strip() or image,
-                    service_account=options.service_account or None)
+                    init_image=init_image, service_account=service_account)
     template = k8s.V1JobTemplateSpec(spec=k8s.V1JobSpec(
         parallelism=nnodes, completions=nnodes, completion_mode="Indexed", backoff_limit=0,
         template=k8s.V1PodTemplateSpec(metadata=k8s.V1ObjectMeta(labels=labels), spec=pod),

@@ -121,6 +121,24 @@ def test_a_bad_namespace_is_refused(launch, namespace):
         build_manifest(launch(), ManifestOptions(namespace=namespace, image="train:1", nnodes=2, nproc_per_node=1))
 
 
+@pytest.mark.parametrize("field, value, message", [
+    ("image", "train:1\nkind: Pod", "is not an image reference"), ("image", "-it", "is not an image reference"),
+    ("image", "train 1", "is not an image reference"), ("init_image", "", "is not an image reference"),
+    ("service_account", "Admin", "is not a valid name"), ("service_account", "a..b", "is not a valid name"),
+    ("service_account", "x" * 254, "at most 253"),
+])
+def test_bad_images_and_service_accounts_are_refused_naming_the_option(launch, field, value, message):
+    options = {"image": "train:1", "nnodes": 2, "nproc_per_node": 1, field: value}
+    with pytest.raises(ValueError, match=rf"^{field}: .*{message}"):
+        build_manifest(launch(), ManifestOptions(**options))
+
+
+def test_a_service_account_with_dots_is_taken(launch):
+    _, jobset = build_manifest(launch(), ManifestOptions(image="train:1", nnodes=2, nproc_per_node=1,
+                                                         service_account="trainer.team-a"))
+    assert pod_of(jobset)["serviceAccountName"] == "trainer.team-a"
+
+
 @pytest.mark.parametrize("field, value", [("nnodes", 0), ("nproc_per_node", -1), ("nnodes", True),
                                           ("gpus_per_node", -2), ("nproc_per_node", 2.5)])
 def test_bad_counts_are_refused_naming_the_field(launch, field, value):
@@ -137,8 +155,11 @@ def test_a_queue_without_an_image_needs_one(launch):
 @pytest.mark.parametrize("text", ["GPU_A100", "_leading", "trailing.", "x" * 100, "ジョブ-queue", "a/b c", "-" * 70])
 def test_queue_and_project_names_become_valid_label_values(text):
     value = label_value(text)
-    assert LABEL_VALUE.match(value) and len(value) <= 63, value
-    assert label_value(text + "1") != label_value(text + "2") or len(text) < 60
+    assert LABEL_VALUE.fullmatch(value) and len(value) <= 63, value
+
+
+def test_two_long_names_that_differ_only_at_the_end_keep_different_labels():
+    assert label_value("q" * 80 + "1") != label_value("q" * 80 + "2")
 
 
 def test_labels_of_a_hostile_queue_name_are_valid(launch, queue):
@@ -146,7 +167,7 @@ def test_labels_of_a_hostile_queue_name_are_valid(launch, queue):
     queue.save()
     secret, jobset = build_manifest(launch(), ManifestOptions(image="train:1", nnodes=2, nproc_per_node=1))
     for labels in (secret["metadata"]["labels"], jobset["metadata"]["labels"]):
-        assert all(LABEL_VALUE.match(value) and len(value) <= 63 for value in labels.values()), labels
+        assert all(LABEL_VALUE.fullmatch(value) and len(value) <= 63 for value in labels.values()), labels
     assert dns1123_label(jobset["metadata"]["name"], field="name")
 
 
