@@ -7,8 +7,8 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('checkpoints', '0007_artifact_history'),
-        ('runs', '0011_logged_model'),
+        ('checkpoints', '0008_manifest_path_text'),
+        ('runs', '0013_logged_model'),
     ]
 
     operations = [

@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('runs', '0010_run_liveness_mlflow_parity'),
+        ('runs', '0012_metric_summary_by_key'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
