@@ -13,7 +13,7 @@ from mado.authentication import RUN_TOKEN_SCOPE, run_id_of
 from runs.mlflow import logged_models, services
 from runs.mlflow.auth import require_own_project
 from runs.mlflow.errors import PERMISSION_DENIED, MlflowError
-from runs.mlflow.translate import str_arg
+from runs.mlflow.translate import page_answer, str_arg
 from runs.mlflow.views import endpoint, request_run
 from runs.models import LoggedModel
 
@@ -123,10 +123,7 @@ def logged_model_search(request, user, data):
         order_by=data.get("order_by"), max_results=data.get("max_results"), page_token=data.get("page_token"),
         datasets=data.get("datasets"),
     )
-    answer = {"models": logged_models.models_json(models)}
-    if token:
-        answer["next_page_token"] = token
-    return answer
+    return page_answer("models", logged_models.models_json(models), token)
 
 
 @endpoint("POST", run_token_allowed=True)

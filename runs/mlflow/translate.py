@@ -111,6 +111,11 @@ def param_str(value) -> str:
     return _param_str(value)
 
 
+def page_answer(name: str, items: list, token: str | None) -> dict:
+    """A page of an MLflow list answer: ``{name: items}`` plus ``next_page_token`` when there is a next page."""
+    return {name: items, **({"next_page_token": token} if token else {})}
+
+
 def encode_page_token(offset: int) -> str:
     return base64.urlsafe_b64encode(json.dumps({"offset": offset}).encode()).decode()
 

@@ -15,7 +15,7 @@ from mado.errors import UserError
 from runs.mlflow import inputs, selectors, services
 from runs.mlflow.auth import authenticate_request, require_own_project, require_own_run
 from runs.mlflow.errors import ENDPOINT_NOT_FOUND, INVALID_PARAMETER_VALUE, MlflowError, error_response, from_user_error
-from runs.mlflow.translate import experiment_json, int_arg, str_arg
+from runs.mlflow.translate import experiment_json, int_arg, page_answer, str_arg
 
 
 def endpoint(*methods, run_token_allowed: bool = False):
@@ -123,10 +123,7 @@ def experiment_search(request, user, data):
         user=user, max_results=int_arg(data, "max_results", default=1000, maximum=50000),
         page_token=data.get("page_token"), name=name,
     )
-    answer = {"experiments": [experiment_json(p) for p in projects]}
-    if token:
-        answer["next_page_token"] = token
-    return answer
+    return page_answer("experiments", [experiment_json(p) for p in projects], token)
 
 
 @endpoint("POST")
@@ -175,10 +172,7 @@ def run_search(request, user, data):
         order_by=[order_by] if isinstance(order_by, str) else order_by,
         max_results=int_arg(data, "max_results", default=1000, maximum=50000), page_token=data.get("page_token"),
     )
-    answer = {"runs": selectors.runs_json(runs)}
-    if token:
-        answer["next_page_token"] = token
-    return answer
+    return page_answer("runs", selectors.runs_json(runs), token)
 
 
 @endpoint("POST", run_token_allowed=True)
@@ -244,10 +238,7 @@ def metric_history(request, user, data):
         run=run, key=str_arg(data, "metric_key", max_length=250),
         max_results=int_arg(data, "max_results", default=25000, maximum=25000), page_token=data.get("page_token"),
     )
-    answer = {"metrics": metrics}
-    if token:
-        answer["next_page_token"] = token
-    return answer
+    return page_answer("metrics", metrics, token)
 
 
 @csrf_exempt
