@@ -74,5 +74,6 @@ def sweep_detail(request, pk):
         "counts": selectors.trial_counts_of(sweep),
         "parameter_names": sorted(sweep.parameters),
         "scatters": charts.sweep_scatters(sweep=sweep, trials=trials, best=best),
+        "retryable": sorted(services.RETRYABLE),
     }
     return render(request, "runs/sweeps/sweep_detail.html", context)

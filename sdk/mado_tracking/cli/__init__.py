@@ -2,7 +2,7 @@
 
 ``mado --version``, ``mado runs list``, ``mado sync DIR``,
 ``mado code push DIR``, ``mado job launch | list | show | abort | resume | logs``,
-``mado sweep create | show`` and ``mado agent SWEEP_ID`` (F27, F28).
+``mado sweep create | show | retry`` and ``mado agent SWEEP_ID`` (F27, F28).
 Configuration as in the SDK: ``--api-url`` / ``--api-token`` (on ``mado`` or
 on the command), else ``MMT_API_URL`` / ``MMT_API_TOKEN``; ``--project``
 defaults to ``MMT_PROJECT``. Exit statuses: ``mado_tracking.cli._common``.
