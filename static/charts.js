@@ -177,6 +177,7 @@
     }
   }
 
+  window.madoCharts = {color: color, compact: compact};  // shared with scatter.js
   document.addEventListener("DOMContentLoaded", function () { init(document); });
   document.addEventListener("htmx:afterSettle", function () { init(document); });
 })();
