@@ -40,6 +40,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from mado_tracking.errors import CheckpointError
+from mado_tracking.tarformat import Limits, ManifestMismatch, check_path
 
 __all__ = ["CheckpointError", "CheckpointTar", "scan"]
 
@@ -51,7 +52,10 @@ def scan(directory: str | os.PathLike) -> list[tuple[str, Path, int]]:
     """Walk ``directory`` once; return ``(relative POSIX path, absolute path, size in bytes)`` sorted by path.
 
     Raises ``CheckpointError`` for a missing directory, a symbolic link
-    anywhere, an empty directory (the root or below) or a non-regular file.
+    anywhere, an empty directory (the root or below), a non-regular file or
+    a path the checkpoint format refuses (``tarformat.check_path`` under the
+    ``MADO_TAR_MAX_*`` limits: too long, a Windows device name, …; SPEC F13),
+    so the server's refusal shows before any byte is sent.
     """
     root = Path(directory)
     if root.is_symlink():
@@ -72,6 +76,12 @@ def scan(directory: str | os.PathLike) -> list[tuple[str, Path, int]]:
                 if not stat.S_ISREG(info.st_mode):
                     raise CheckpointError(f"{path}: is not a regular file")
                 files.append((path.relative_to(root).as_posix(), path, info.st_size))
+    limits = Limits.from_env()
+    for relative, path, _ in files:
+        try:
+            check_path(relative.encode("utf-8", "surrogateescape"), limits)
+        except ManifestMismatch as exc:
+            raise CheckpointError(f"{path}: cannot be in a checkpoint: {exc.detail}") from None
     files.sort()
     return files
 

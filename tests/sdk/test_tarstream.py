@@ -59,3 +59,16 @@ def test_a_fifo_is_refused(ckpt):
     os.mkfifo(ckpt / "pipe")
     with pytest.raises(CheckpointError, match="pipe: is not a regular file"):
         CheckpointTar(ckpt)
+
+
+@pytest.mark.parametrize("name", ["nul.txt", "CON", "model.", "run "])
+def test_a_name_windows_cannot_create_is_refused_before_any_byte(ckpt, name):
+    (ckpt / "optim" / name).write_bytes(b"x")
+    with pytest.raises(CheckpointError, match=f"optim/{name}: cannot be in a checkpoint"):
+        CheckpointTar(ckpt)
+
+
+def test_a_path_longer_than_the_limit_is_refused_before_any_byte(ckpt, monkeypatch):
+    monkeypatch.setenv("MADO_TAR_MAX_PATH_BYTES", "10")
+    with pytest.raises(CheckpointError, match="optim/state.pt: cannot be in a checkpoint: .*longer than 10 bytes"):
+        CheckpointTar(ckpt)
