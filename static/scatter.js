@@ -97,16 +97,7 @@
       if (figure.chart) figure.chart.destroy();
       build(figure, payload.scatters[i], payload);
     });
-    if (window.ResizeObserver) {
-      new ResizeObserver(function () {
-        figures.forEach(function (figure) {
-          var host = figure.querySelector(".chart-plot");
-          if (figure.chart && host.clientWidth && Math.abs(figure.chart.width - host.clientWidth) > 4) {
-            figure.chart.setSize({width: host.clientWidth, height: 240});
-          }
-        });
-      }).observe(root.querySelector(".sweep-scatters") || root);
-    }
+    madoCharts.followWidth(figures, 240, root.querySelector(".sweep-scatters") || root);
   }
 
   document.addEventListener("DOMContentLoaded", function () { init(document); });

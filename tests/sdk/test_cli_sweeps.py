@@ -246,11 +246,12 @@ def test_a_checkpoint_that_does_not_match_its_sha256_stops_the_agent_before_the_
     assert not (trial_out / "trial-3.json").exists() and api.reports == []
 
 
-def test_a_refused_claim_exits_1_with_the_servers_reason(stub, trial_out):
+def test_a_sweep_the_server_refuses_exits_1_with_the_servers_reason_before_any_claim(stub, trial_out):
     api = stub([])
     code, _, err = finish(start_agent(api, trial_out, sweep=8))
     assert code == 1
-    assert "agent on sweep 8: nothing at /api/v1/sweeps/8/claim/ (HTTP 404 not_found)" in err
+    assert "agent on sweep 8: nothing at /api/v1/sweeps/8/ (HTTP 404 not_found)" in err
+    assert api.agents == []
 
 
 # --- mado sweep create | show against the live server ------------------------------------------------------
