@@ -56,7 +56,7 @@ def store_as_tar(source: Path, tar_path: Path) -> dict:
     """Write ``source`` as the checkpoint tar the SDK uploads (``CheckpointTar``); its manifest, size and SHA-256."""
     from mado_tracking.tarstream import CheckpointTar
 
-    tar = CheckpointTar(source)
+    tar = CheckpointTar(source, tar_hash=True)  # the tar's SHA-256: what the server computes and records
     with open(tar_path, "wb") as out:
         for chunk in tar:
             out.write(chunk)

@@ -5,11 +5,13 @@ byte is sent, a symbolic link, an empty directory, or anything that is not a
 regular file (``CheckpointError`` naming the path). It then behaves as a
 iterable of known length (``len()``), so an HTTP client sends it with a
 ``Content-Length`` and constant memory. Each file is read once: every chunk
-read feeds the file's SHA-256 and is yielded as the next tar bytes, and the
-whole tar's SHA-256 runs beside it on a second thread (hashlib releases the
-GIL), so no byte is read or hashed twice on the client.
+read feeds the file's SHA-256 and is yielded as the next tar bytes, so no
+byte is read or hashed twice on the client. The whole tar's SHA-256 is not
+needed for an upload (the server computes it while it checks every header
+and file); with ``tar_hash=True`` (an offline save records it) it runs
+beside the files' hashes on a second thread (hashlib releases the GIL).
 After the last byte, ``manifest`` lists ``{"path", "size", "sha256"}`` per
-file and ``sha256`` is the tar's digest.
+file and ``sha256`` is the tar's digest (None without ``tar_hash``).
 
 What the writer emits, exactly (docs/checkpoint-format.md):
 
@@ -98,12 +100,14 @@ class CheckpointTar:
     """An iterable of the tar's bytes with a known ``len()``; see the module docstring.
 
     Iterate it once (an HTTP client sends it as the request body); to retry,
-    build a new one. The tar's SHA-256 is computed on a second thread so the
-    two hashes of every byte (file and tar) use two cores (hashlib releases
-    the GIL); at most ``max_ahead`` chunks of ``chunk_size`` bytes are held.
+    build a new one. With ``tar_hash`` the tar's SHA-256 is computed on a
+    second thread so the two hashes of every byte (file and tar) use two
+    cores (hashlib releases the GIL); at most ``max_ahead`` chunks of
+    ``chunk_size`` bytes are held.
     """
 
-    def __init__(self, directory: str | os.PathLike, *, chunk_size: int = 1 << 20, max_ahead: int = 4, on_bytes=None):
+    def __init__(self, directory: str | os.PathLike, *, chunk_size: int = 1 << 20, max_ahead: int = 4, on_bytes=None,
+                 tar_hash: bool = False):
         self.files = scan(directory)
         self._headers = [_header(rel, size) for rel, _, size in self.files]
         self.total_bytes = sum(size for _, _, size in self.files)
@@ -114,11 +118,18 @@ class CheckpointTar:
         self.on_bytes = on_bytes  # called with each chunk's length as it is sent (a progress bar)
         self.manifest: list[dict] = []
         self.sha256: str | None = None
+        self._tar_hash = tar_hash
 
     def __len__(self) -> int:
         return self._length
 
     def __iter__(self):
+        if not self._tar_hash:
+            for part in self._parts():
+                if self.on_bytes:
+                    self.on_bytes(len(part))
+                yield part
+            return
         tar_hash = hashlib.sha256()
         pending: deque = deque()
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="mado-tar-sha256") as hasher:

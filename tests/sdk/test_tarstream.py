@@ -20,7 +20,7 @@ def ckpt(tmp_path):
 
 
 def test_the_stream_is_a_tar_matching_its_manifest(ckpt):
-    tar = CheckpointTar(ckpt, chunk_size=1 << 16)
+    tar = CheckpointTar(ckpt, chunk_size=1 << 16, tar_hash=True)
     blob = b"".join(tar)
     assert len(blob) == len(tar)
     assert tar.sha256 == hashlib.sha256(blob).hexdigest()
@@ -31,8 +31,18 @@ def test_the_stream_is_a_tar_matching_its_manifest(ckpt):
     verifier.finish()
 
 
+def test_an_upload_stream_hashes_each_byte_once_and_leaves_the_tar_digest_to_the_server(ckpt):
+    tar = CheckpointTar(ckpt)
+    blob = b"".join(tar)
+    assert tar.sha256 is None
+    verifier = CheckpointVerifier([ManifestFile(**m) for m in tar.manifest], tar_size=len(tar))
+    verifier.feed(blob)
+    verifier.finish()
+    assert verifier.sha256 == hashlib.sha256(blob).hexdigest()
+
+
 def test_the_same_directory_gives_the_same_bytes(ckpt):
-    first, second = CheckpointTar(ckpt), CheckpointTar(ckpt)
+    first, second = CheckpointTar(ckpt, tar_hash=True), CheckpointTar(ckpt, tar_hash=True)
     b"".join(first), b"".join(second)
     assert first.sha256 == second.sha256
 
