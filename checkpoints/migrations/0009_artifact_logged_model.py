@@ -8,7 +8,7 @@ class Migration(migrations.Migration):
 
     dependencies = [
         ('checkpoints', '0008_manifest_path_text'),
-        ('runs', '0013_logged_model'),
+        ('runs', '0014_logged_model'),
     ]
 
     operations = [

@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('runs', '0012_metric_summary_by_key'),
+        ('runs', '0013_sweep_trial_retry'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
