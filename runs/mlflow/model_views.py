@@ -1,14 +1,13 @@
 """MLflow 3 logged-model endpoints ``api/2.0/mlflow/logged-models…`` and ``runs/outputs`` / ``runs/log-model`` (SPEC F30).
 
-Same decorator, authentication and error shape as ``runs.mlflow.views``. A
+Same decorator, authentication and error shape as ``runs.mlflow.views``
+(the listing of a model's files, ``logged-models/<id>/artifacts/directories``,
+is ``checkpoints.mlflow_artifacts.model_files``: it reads Artifacts). A
 Job's Run token reaches the logged models its own Run produced, creates
 models only with its Run as ``source_run_id``, and searches only its Run's
 experiment; a model logged outside a run is out of every Run token's reach.
 """
 
-import posixpath
-
-from checkpoints.mlflow_artifacts.paths import check_path, files_of, list_directory
 from mado.authentication import RUN_TOKEN_SCOPE, run_id_of
 from runs.mlflow import logged_models, services
 from runs.mlflow.auth import require_own_project
@@ -23,7 +22,7 @@ def _token_run(request):
     return getattr(request.auth, "run", None) if run_id_of(request.auth) is not None else None
 
 
-def _model(request, user, model_id: str, *, allow_deleted: bool = False) -> LoggedModel:
+def request_model(request, user, model_id: str, *, allow_deleted: bool = False) -> LoggedModel:
     """The logged model ``model_id`` (404 when invisible); 403 for a Run token of another Run than its source Run."""
     model = logged_models.logged_model_get(user=user, model_id=model_id, allow_deleted=allow_deleted)
     if run_id_of(request.auth) is not None and (model.run is None or run_id_of(request.auth) != model.run_id):
@@ -64,8 +63,8 @@ def logged_model_detail(request, user, data, model_id):
     DELETE soft-deletes it (``{}``). Writes: the model's writers (``policy.why_cannot_write_logged_model``)."""
     if request.method == "GET":
         allow_deleted = str(data.get("allow_deleted", "false")).lower() == "true"
-        return _one(_model(request, user, model_id, allow_deleted=allow_deleted))
-    model = _model(request, user, model_id)
+        return _one(request_model(request, user, model_id, allow_deleted=allow_deleted))
+    model = request_model(request, user, model_id)
     if request.method == "PATCH":
         return _one(logged_models.logged_model_finalize(actor=user, model=model, status=data.get("status")))
     logged_models.logged_model_delete(actor=user, model=model)
@@ -75,36 +74,22 @@ def logged_model_detail(request, user, data, model_id):
 @endpoint("PATCH", run_token_allowed=True)
 def logged_model_set_tags(request, user, data, model_id):
     """``logged-models/<model_id>/tags`` ``{tags: [{key, value}]}`` → ``{"model"}`` with the tags set."""
-    model = logged_models.logged_model_set_tags(actor=user, model=_model(request, user, model_id), tags=data.get("tags"))
+    model = logged_models.logged_model_set_tags(actor=user, model=request_model(request, user, model_id), tags=data.get("tags"))
     return _one(model)
 
 
 @endpoint("DELETE", run_token_allowed=True)
 def logged_model_delete_tag(request, user, data, model_id, tag_key):
     """``logged-models/<model_id>/tags/<key>``: remove the tag (404 when it is not set); ``{}``."""
-    logged_models.logged_model_delete_tag(actor=user, model=_model(request, user, model_id), key=tag_key)
+    logged_models.logged_model_delete_tag(actor=user, model=request_model(request, user, model_id), key=tag_key)
     return {}
 
 
 @endpoint("POST", run_token_allowed=True)
 def logged_model_log_params(request, user, data, model_id):
     """``logged-models/<model_id>/params`` ``{params: [{key, value}]}`` (the client sends params past the first 100); ``{}``."""
-    logged_models.logged_model_log_params(actor=user, model=_model(request, user, model_id), params=data.get("params"))
+    logged_models.logged_model_log_params(actor=user, model=request_model(request, user, model_id), params=data.get("params"))
     return {}
-
-
-@endpoint("GET", run_token_allowed=True)
-def logged_model_artifacts(request, user, data, model_id):
-    """``logged-models/<model_id>/artifacts/directories?artifact_directory_path=`` →
-    ``{"root_uri", "files": [{"path", "is_dir", "file_size"?}]}``, paths from the model's root."""
-    model = _model(request, user, model_id)
-    directory = str_arg(data, "artifact_directory_path", required=False, max_length=2048)
-    if directory:
-        check_path(directory)
-    files = list_directory(files=files_of(model), path=directory)
-    for entry in files:
-        entry["path"] = posixpath.join(directory, entry["path"]) if directory else entry["path"]
-    return {"root_uri": logged_models.artifact_uri(model), "files": files}
 
 
 @endpoint("POST", "GET", run_token_allowed=True)

@@ -36,6 +36,5 @@ urlpatterns = [
     path(P + "logged-models/<str:model_id>/tags", model_views.logged_model_set_tags),
     path(P + "logged-models/<str:model_id>/tags/<path:tag_key>", model_views.logged_model_delete_tag),
     path(P + "logged-models/<str:model_id>/params", model_views.logged_model_log_params),
-    path(P + "logged-models/<str:model_id>/artifacts/directories", model_views.logged_model_artifacts),
     re_path(r"^(?P<rest>2\.0/mlflow/.*|3\.0/mlflow/.*)$", views.not_found),
 ]
