@@ -115,7 +115,7 @@ class JobLaunchForm(ParametersMixin, forms.Form):
     max_retries = forms.IntegerField(
         label=_("Max retries"), min_value=0, max_value=MAX_RETRIES_LIMIT, initial=0, help_text=RETRY_HELP
     )
-    nproc_per_node = nproc_per_node_field(initial=1, help_text=NPROC_HELP)
+    nproc_per_node = nproc_per_node_field(initial=1, required=False, help_text=NPROC_HELP)
     request_key = request_key_field()
 
     def __init__(self, *args, project, **kwargs):

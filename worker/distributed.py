@@ -15,10 +15,11 @@ from pathlib import Path
 from typing import NamedTuple
 
 TORCHRUN_MODULE = "torch.distributed.run"
+PYTHON_OPTIONS_WITH_VALUE = frozenset({"-X", "-W", "--check-hash-based-pycs"})
 TAIL_BYTES = 64 * 1024  # torchrun's failure report is the last thing it prints
 _REPORT = re.compile(
-    r"^\s*rank\s*:\s*(?P<rank>\d+)\s*\(local_rank:\s*(?P<local>\d+)\)\s*\n"
-    r"\s*exitcode\s*:\s*(?P<code>-?\d+)(?:\s*\(pid:\s*\d+\))?\s*(?P<signal>\(\w+\))?",
+    r"^\s*rank\s*:\s*(?P<rank>\d{1,9})\s*\(local_rank:\s*(?P<local>\d{1,9})\)\s*\n"
+    r"\s*exitcode\s*:\s*(?P<code>-?\d{1,9})\b(?:\s*\(pid:\s*\d+\))?[ \t]*(?P<signal>\([A-Z0-9]{1,20}\))?",
     re.MULTILINE,
 )
 _ROOT_CAUSE = "Root Cause (first observed failure):"
@@ -38,7 +39,10 @@ def torchrun_argv(entrypoint: list[str], nproc_per_node: int) -> list[str]:
         return ["torchrun", *launcher, "--no-python", *entrypoint]
     options = []
     while rest and rest[0].startswith("-") and rest[0] != "-m":
-        options.append(rest.pop(0))
+        option = rest.pop(0)
+        options.append(option)
+        if option in PYTHON_OPTIONS_WITH_VALUE and rest:
+            options.append(rest.pop(0))
     return [program, *options, "-m", TORCHRUN_MODULE, *launcher, *rest]
 
 
