@@ -22,7 +22,6 @@ import argparse
 import os
 import sys
 import time
-from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -31,7 +30,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 import mado_tracking
 from mado_tracking.torch import load_distributed
-from training import SimulatedFailure, build_model, load_data, make_optimizer, seed_everything, weights_json
+from training import SimulatedFailure, build_model, load_data, make_optimizer, seed_everything, write_weights
 
 STEP_SEED = 1_000_003  # batch generator of step s: seed * STEP_SEED + s
 
@@ -142,8 +141,7 @@ def main(argv: list[str] | None = None) -> int:
             dist.destroy_process_group()
     if rank == 0:
         if args.output:
-            Path(args.output).parent.mkdir(parents=True, exist_ok=True)
-            Path(args.output).write_text(weights_json(plain), encoding="utf-8")
+            write_weights(args.output, plain)
         print(f"steps {start_step}..{args.steps} on {world_size} process(es) in {time.monotonic() - started:.1f} s: "
               f"train.loss {loss:.4f}", flush=True)
     return 0

@@ -3,9 +3,11 @@
 Under ``torchrun`` (``RANK``, ``LOCAL_RANK`` and ``WORLD_SIZE`` set, world
 size above 1) ``start_run`` on every rank joins ONE Run: rank 0 starts or
 resumes it as a single process would (write lease, heartbeats, final status),
-then sends what the server answered to the other ranks through the process
-group (``torch.distributed.broadcast_object_list``), so call
-``torch.distributed.init_process_group`` first. Every other rank gets a
+then leaves what the server answered in the process group's key-value store
+for the other ranks, so call ``torch.distributed.init_process_group`` first.
+Rank 0 never waits for the others: a program that starts its Run on rank 0
+only keeps working (then every ``start_run`` must be rank 0's alone; the
+N-th ``start_run`` of each rank joins the N-th of rank 0). Every other rank gets a
 ``RankRun``: the same ``id``, ``external_id`` and ``step``, no heartbeat and
 no status of its own. Metrics come from rank 0 unless
 ``log_metrics(..., all_ranks=True)``, which stores each rank's series under
@@ -15,6 +17,8 @@ torchrun's exit) or, outside a Job, ``crashed`` once its heartbeats stop
 (F37). Sharded checkpoints: ``mado_tracking.dcp``.
 """
 
+import itertools
+import json
 import logging
 import os
 from collections.abc import Callable, Mapping
@@ -29,6 +33,8 @@ from mado_tracking.metrics import MetricSender
 logger = logging.getLogger("mado_tracking")
 
 ENV_NAMES = ("RANK", "LOCAL_RANK", "WORLD_SIZE")
+_START_KEY = "mado_tracking/start_run/{}"
+_starts = itertools.count()  # the N-th start_run of this process reads rank 0's N-th
 
 
 @dataclass(frozen=True)
@@ -92,6 +98,18 @@ def broadcast(value, rank: int):
     return box[0]
 
 
+def _share_start(value: dict | None, rank: int) -> dict:
+    """Rank 0's ``value`` on this rank, through the default process group's store (rank 0 does not wait)."""
+    import torch.distributed.distributed_c10d as c10d
+
+    key = _START_KEY.format(next(_starts))
+    store = c10d._get_default_store()
+    if rank == 0:
+        store.set(key, json.dumps(value))
+        return value
+    return json.loads(store.get(key))  # waits for rank 0 up to the process group's timeout
+
+
 def join_run(ranks: Ranks, start: Callable[[], RunBase], config: Callable[[], config_module.Config],
              flush_timeout: float):
     """Rank 0: ``start()`` and share the Run with the others; rank k > 0: a ``RankRun`` of that Run.
@@ -105,12 +123,12 @@ def join_run(ranks: Ranks, start: Callable[[], RunBase], config: Callable[[], co
         try:
             run = start()
         except BaseException as error:
-            broadcast({"error": f"{type(error).__name__}: {error}"}, 0)
+            _share_start({"error": f"{type(error).__name__}: {error}"}, 0)
             raise
         run.rank, run.world_size = 0, ranks.world_size
-        broadcast({"data": run.shared_data(), "step": run.step}, 0)
+        _share_start({"data": run.shared_data(), "step": run.step}, 0)
         return run
-    shared = broadcast(None, ranks.rank)
+    shared = _share_start(None, ranks.rank)
     if "error" in shared:
         raise MadoError(f"rank {ranks.rank}: rank 0 could not start the run: {shared['error']}")
     return RankRun(config=config(), data=shared["data"], step=shared["step"], ranks=ranks,
@@ -173,12 +191,6 @@ class RankRun(RunBase):
         """Refused: rank 0 saves plain checkpoints; every rank calls ``log_checkpoint_distributed`` (F36)."""
         raise MadoError(f"rank {self.rank}: only rank 0 saves a checkpoint with log_checkpoint; for a sharded "
                         "checkpoint every rank calls run.log_checkpoint_distributed(state_dict, step=...)")
-
-    def log_checkpoint_distributed(self, state_dict: dict, step: int, *, includes_optimizer: bool = False):
-        """This rank's part of a sharded checkpoint; see ``mado_tracking.dcp.log_distributed`` (F36)."""
-        from mado_tracking.dcp import log_distributed
-
-        return log_distributed(self, state_dict, step=step, includes_optimizer=includes_optimizer)
 
     def mark_preempting(self) -> None:
         """Rank 0 tells the server; here it only makes a failing exit a preemption for this handle."""

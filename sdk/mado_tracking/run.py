@@ -339,15 +339,6 @@ class Run(RunBase):
         return self._checkpoints.save(directory, step, includes_optimizer=includes_optimizer, framework=framework,
                                       wait=wait)
 
-    def log_checkpoint_distributed(self, state_dict: dict, step: int, *, includes_optimizer: bool = False):
-        """Save ``state_dict`` with ``torch.distributed.checkpoint`` from every rank as ONE Checkpoint (F36).
-
-        Called by every rank; see ``mado_tracking.dcp.log_distributed`` for the steps, result and errors.
-        """
-        from mado_tracking.dcp import log_distributed
-
-        return log_distributed(self, state_dict, step=step, includes_optimizer=includes_optimizer)
-
     def _save_sharded(self, directory, step: int, includes_optimizer: bool, world_size: int) -> SavedCheckpoint:
         """Rank 0's upload of a sharded checkpoint directory (``mado_tracking.dcp``), waiting until complete."""
         if self._finishing:

@@ -80,3 +80,12 @@ def test_the_launch_page_takes_processes_per_node(login, creator, code_version, 
     assert Job.objects.get().nproc_per_node == 2
     html = body(login(creator).get(reverse("jobs:job-detail", args=[Job.objects.get().pk])))
     assert "2 under torchrun" in html
+
+
+def test_the_resume_form_speaks_japanese(login, creator, two_process_failure, settings):
+    _, sharded = two_process_failure
+    client = login(creator)
+    client.cookies[settings.LANGUAGE_COOKIE_NAME] = "ja"
+    html = body(client.get(reverse("jobs:checkpoint-resume", args=[sharded.pk])))
+    assert "ノードあたりのプロセス数" in html and "2 プロセスで保存されました" in html
+    assert "2 プロセスで分割保存" in html

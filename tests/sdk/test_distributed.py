@@ -43,6 +43,9 @@ PROGRAM = textwrap.dedent("""
         if rank == 0:
             with open(sys.argv[1], "w") as out:
                 json.dump({k: v.tolist() for k, v in model.state_dict().items()}, out)
+    if rank == 0:  # a Run of rank 0 alone: it must not wait for the others
+        with mado_tracking.start_run(name="rank 0 only") as solo:
+            solo.log_metrics({"loss": 1.0}, step=0)
     dist.destroy_process_group()
 """)
 
@@ -107,12 +110,14 @@ def test_two_ranks_share_one_run_and_save_one_sharded_checkpoint(mmt_env, tmp_pa
                    key=lambda line: line["rank"])
     assert [(line["rank"], line["step"], line["world_size"]) for line in lines] == [(0, 3, 2), (1, 3, 2)]
     assert lines[0]["run"] == lines[1]["run"] and lines[0]["checkpoint"] == lines[1]["checkpoint"]
-    run = Run.objects.get()
-    assert run.pk == lines[0]["run"] and run.status == RunStatus.FINISHED
+    assert dict(Run.objects.values_list("name", "status")) == {"ddp": RunStatus.FINISHED,
+                                                               "rank 0 only": RunStatus.FINISHED}
+    run = Run.objects.get(name="ddp")
+    assert run.pk == lines[0]["run"]
     points = {(p.key, p.step): p.value for p in MetricPoint.objects.filter(run=run)}
     assert points == {**{("loss", s): float(s) for s in range(3)},
                       **{(f"rank{r}/loss", s): 10.0 * r + s for r in range(2) for s in range(3)}}
-    checkpoint = Checkpoint.objects.get(run=run)
+    checkpoint = Checkpoint.objects.get()
     assert (checkpoint.pk, checkpoint.state, checkpoint.framework, checkpoint.world_size) == (
         lines[0]["checkpoint"], CheckpointState.COMPLETE, "torch-dcp", 2)
     assert set(checkpoint.manifest.values_list("path", flat=True)) == {
