@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('checkpoints', '0007_artifact_history'),
+        ('checkpoints', '0008_manifest_path_text'),
     ]
 
     operations = [
