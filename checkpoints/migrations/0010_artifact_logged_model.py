@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('checkpoints', '0008_manifest_path_text'),
+        ('checkpoints', '0009_checkpoint_world_size'),
         ('runs', '0014_logged_model'),
     ]
 
