@@ -29,6 +29,10 @@ than a plain ``torch.save`` over a removed file). A save that is interrupted
 leaves no ``mado-checkpoint.json``, so ``load_checkpoint`` refuses the
 directory rather than mixing files of two saves; a snapshot taken earlier
 keeps its own hard links and is not affected.
+
+Sharded checkpoints of a torchrun program (``torch.distributed.checkpoint``,
+SPEC F36): ``save_distributed`` / ``load_distributed`` and
+``run.log_checkpoint_distributed``, from ``mado_tracking.dcp``.
 """
 
 import json
@@ -39,6 +43,8 @@ import uuid
 from pathlib import Path
 
 import torch
+
+from mado_tracking.dcp import load_distributed, save_distributed
 
 try:
     import numpy
@@ -51,6 +57,8 @@ INFO_FILE = "mado-checkpoint.json"
 FILES = {"model": "model.pt", "optimizer": "optimizer.pt", "scheduler": "scheduler.pt", "rng": "rng.pt",
          "extra": "extra.pt"}
 FORMAT = 1
+
+__all__ = ["load_checkpoint", "load_distributed", "load_extra", "save_checkpoint", "save_distributed"]
 
 
 def save_checkpoint(directory, *, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None,
