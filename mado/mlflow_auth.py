@@ -1,4 +1,4 @@
-"""The DRF base and error shape of the MLflow artifact endpoints (SPEC F30).
+"""The DRF base of the MLflow artifact endpoints, answering in MLflow's error shape (``mado.mlflow_errors``; SPEC F30).
 
 Authentication is ``mado.authentication``'s, as on ``/api/v1/`` and the
 MLflow tracking API: ``Bearer <MLFLOW_TRACKING_TOKEN>`` (a user token or a
@@ -20,40 +20,29 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from mado.authentication import API_AUTHENTICATION, run_token_refusal
-from mado.errors import Conflict, Forbidden, NotFound, UserError
+from mado.errors import UserError
+from mado.mlflow_errors import (
+    AUTHENTICATE,
+    HTTP_STATUS,
+    INTERNAL_ERROR,
+    INVALID_PARAMETER_VALUE,
+    NOT_IMPLEMENTED,
+    PERMISSION_DENIED,
+    RESOURCE_ALREADY_EXISTS,
+    RESOURCE_DOES_NOT_EXIST,
+    UNAUTHENTICATED,
+    MlflowError,
+    error_body,
+    from_user_error,
+)
 from mado.outages import outage_of
 
 logger = logging.getLogger(__name__)
 
-INVALID_PARAMETER_VALUE = "INVALID_PARAMETER_VALUE"
-RESOURCE_DOES_NOT_EXIST = "RESOURCE_DOES_NOT_EXIST"
-RESOURCE_ALREADY_EXISTS = "RESOURCE_ALREADY_EXISTS"
-PERMISSION_DENIED = "PERMISSION_DENIED"
-UNAUTHENTICATED = "UNAUTHENTICATED"
-NOT_IMPLEMENTED = "NOT_IMPLEMENTED"
-INTERNAL_ERROR = "INTERNAL_ERROR"
 
-
-class MlflowError(Exception):
-    """An error answered as ``{"error_code": code, "message": message}`` with HTTP ``status``."""
-
-    def __init__(self, message: str, *, code: str = INVALID_PARAMETER_VALUE, status: int = 400):
-        super().__init__(message)
-        self.message, self.code, self.status = message, code, status
-
-
-def mlflow_error(code: str, message: str, status: int) -> Response:
-    return Response({"error_code": code, "message": message}, status=status)
-
-
-def _user_error_code(exc: UserError) -> str:
-    if isinstance(exc, NotFound):
-        return RESOURCE_DOES_NOT_EXIST
-    if isinstance(exc, Forbidden):
-        return PERMISSION_DENIED
-    if isinstance(exc, Conflict):
-        return RESOURCE_ALREADY_EXISTS
-    return INVALID_PARAMETER_VALUE
+def mlflow_error(code: str, message: str, status: int | None = None) -> Response:
+    """MLflow's error body (``mado.mlflow_errors``) as a DRF answer; ``status`` defaults to the code's."""
+    return Response(error_body(code, message), status=status or HTTP_STATUS.get(code, 400))
 
 
 def mlflow_exception_handler(exc, context) -> Response | None:
@@ -62,17 +51,17 @@ def mlflow_exception_handler(exc, context) -> Response | None:
     An outage (database, broker, storage, no space) returns None: DRF re-raises it and
     ``mado.outages.OutageMiddleware`` answers 503 ``TEMPORARILY_UNAVAILABLE`` (or 507).
     """
-    if isinstance(exc, MlflowError):
-        return mlflow_error(exc.code, exc.message, exc.status)
     if outage_of(exc) is not None:
         return None  # re-raised: mado.outages.OutageMiddleware answers 503 / 507 in MLflow's shape
-    if isinstance(exc, UserError):
-        return mlflow_error(_user_error_code(exc), exc.detail, exc.status)
+    if isinstance(exc, UserError):  # the proxy keeps the service's status: 409 RESOURCE_ALREADY_EXISTS for a conflict
+        exc = from_user_error(exc, conflict=RESOURCE_ALREADY_EXISTS, keep_status=True)
+    if isinstance(exc, MlflowError):
+        return mlflow_error(exc.code, exc.message, exc.status)
     if isinstance(exc, Http404):
         return mlflow_error(RESOURCE_DOES_NOT_EXIST, "not found", 404)
     if isinstance(exc, (drf_exceptions.NotAuthenticated, drf_exceptions.AuthenticationFailed)):
         response = mlflow_error(UNAUTHENTICATED, str(exc.detail), 401)
-        response["WWW-Authenticate"] = 'Bearer realm="mado", Basic realm="mado"'
+        response["WWW-Authenticate"] = AUTHENTICATE
         return response
     if isinstance(exc, (drf_exceptions.PermissionDenied, DjangoPermissionDenied)):
         return mlflow_error(PERMISSION_DENIED, str(getattr(exc, "detail", "permission denied")), 403)
@@ -104,4 +93,4 @@ def require_run_token_scope(request, run) -> None:
     """403 ``PERMISSION_DENIED`` when the request uses a Run token of another Run than ``run``."""
     refusal = run_token_refusal(request.auth, run)
     if refusal:
-        raise MlflowError(refusal, code=PERMISSION_DENIED, status=403)
+        raise MlflowError(PERMISSION_DENIED, refusal)

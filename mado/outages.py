@@ -45,6 +45,8 @@ from django.http import HttpResponse, JsonResponse
 from django.template import loader
 from django.views import defaults
 
+from mado.mlflow_errors import error_body
+
 logger = logging.getLogger(__name__)
 
 RETRY_AFTER_S = 5  # seconds a client should wait before it tries again (the ``Retry-After`` header)
@@ -136,7 +138,7 @@ def _drain(request) -> None:
 def _api_error(path: str, status: int, code: str, mlflow_code: str, detail: str) -> JsonResponse | None:
     """The JSON error of an API path in its shape (MLflow's or the house's); None on a page path."""
     if path.startswith(MLFLOW_PREFIXES):
-        return JsonResponse({"error_code": mlflow_code, "message": detail}, status=status)
+        return JsonResponse(error_body(mlflow_code, detail), status=status)
     if is_api_path(path):
         return JsonResponse({"error": code, "detail": detail, "field": None}, status=status)
     return None

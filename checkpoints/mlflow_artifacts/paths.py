@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 
 from checkpoints.models import Artifact
-from mado.mlflow_auth import RESOURCE_DOES_NOT_EXIST, MlflowError
+from mado.mlflow_errors import INVALID_PARAMETER_VALUE, RESOURCE_DOES_NOT_EXIST, MlflowError
 from runs.models import LoggedModel, Run
 
 PATH_MAX = 2048
@@ -44,19 +44,19 @@ def check_path(raw) -> str:
     percent-encoded byte left after the server's decoding (``%2e%2e``).
     """
     if not isinstance(raw, str) or not raw:
-        raise MlflowError("path must not be empty")
+        raise MlflowError(INVALID_PARAMETER_VALUE, "path must not be empty")
     if len(raw) > PATH_MAX:
-        raise MlflowError(f"path must be at most {PATH_MAX} characters")
+        raise MlflowError(INVALID_PARAMETER_VALUE, f"path must be at most {PATH_MAX} characters")
     if any(ord(char) < 32 or ord(char) == 127 for char in raw):
-        raise MlflowError("path must not contain NUL or control characters")
+        raise MlflowError(INVALID_PARAMETER_VALUE, "path must not contain NUL or control characters")
     if _FORBIDDEN.intersection(raw):
-        raise MlflowError("path must not contain a backslash, '#', '?' or ';'")
+        raise MlflowError(INVALID_PARAMETER_VALUE, "path must not contain a backslash, '#', '?' or ';'")
     if _ENCODED.search(raw):
-        raise MlflowError("path must not contain percent-encoded characters")
+        raise MlflowError(INVALID_PARAMETER_VALUE, "path must not contain percent-encoded characters")
     if raw.startswith("/") or _SCHEME.match(raw):
-        raise MlflowError("path must be relative, not absolute or a URI")
+        raise MlflowError(INVALID_PARAMETER_VALUE, "path must be relative, not absolute or a URI")
     if any(segment in ("", ".", "..") for segment in raw.split("/")):
-        raise MlflowError("path must not contain empty, '.' or '..' segments")
+        raise MlflowError(INVALID_PARAMETER_VALUE, "path must not contain empty, '.' or '..' segments")
     return raw
 
 
@@ -66,16 +66,16 @@ def parse_target(raw, *, allow_root: bool) -> ArtifactTarget:
     parts = checked.split("/", 4)
     if len(parts) >= 3 and parts[1] == "models" and MODEL_ID.match(parts[2]):
         if len(parts) < 4 or parts[3] != "artifacts":
-            raise MlflowError("path must be <experiment_id>/models/<model_id>/artifacts/<path>")
+            raise MlflowError(INVALID_PARAMETER_VALUE, "path must be <experiment_id>/models/<model_id>/artifacts/<path>")
         inner = parts[4] if len(parts) == 5 else ""
         target = ArtifactTarget(experiment_id=parts[0], run_id="", path=inner, model_id=parts[2])
     else:
         parts = checked.split("/", 3)
         if len(parts) < 3 or parts[2] != "artifacts":
-            raise MlflowError("path must be <experiment_id>/<run_id>/artifacts/<path>")
+            raise MlflowError(INVALID_PARAMETER_VALUE, "path must be <experiment_id>/<run_id>/artifacts/<path>")
         target = ArtifactTarget(experiment_id=parts[0], run_id=parts[1], path=parts[3] if len(parts) == 4 else "")
     if not target.path and not allow_root:
-        raise MlflowError("path must name a file inside the run's artifacts")
+        raise MlflowError(INVALID_PARAMETER_VALUE, "path must name a file inside the run's artifacts")
     return target
 
 
@@ -88,8 +88,7 @@ def run_for_target(*, user, target: ArtifactTarget) -> Run:
             .filter(project_id=int(target.experiment_id), external_id=target.run_id).first()
         )
     if run is None:
-        raise MlflowError("no run at this experiment_id/run_id among your projects", code=RESOURCE_DOES_NOT_EXIST,
-                          status=404)
+        raise MlflowError(RESOURCE_DOES_NOT_EXIST, "no run at this experiment_id/run_id among your projects")
     return run
 
 
@@ -102,8 +101,7 @@ def logged_model_for_target(*, user, target: ArtifactTarget) -> LoggedModel:
             .filter(project_id=int(target.experiment_id), model_id=target.model_id, deleted_at__isnull=True).first()
         )
     if model is None:
-        raise MlflowError("no logged model at this experiment_id/model_id among your projects",
-                          code=RESOURCE_DOES_NOT_EXIST, status=404)
+        raise MlflowError(RESOURCE_DOES_NOT_EXIST, "no logged model at this experiment_id/model_id among your projects")
     return model
 
 
@@ -116,7 +114,7 @@ def artifact_for_target(*, files, target: ArtifactTarget) -> Artifact:
     """The stored file ``target.path`` among ``files`` (``files_of``); else 404 ``RESOURCE_DOES_NOT_EXIST``."""
     artifact = files.filter(path=target.path).first()
     if artifact is None:
-        raise MlflowError(f"artifact {target.path!r} not found", code=RESOURCE_DOES_NOT_EXIST, status=404)
+        raise MlflowError(RESOURCE_DOES_NOT_EXIST, f"artifact {target.path!r} not found")
     return artifact
 
 

@@ -27,7 +27,8 @@ from checkpoints.services.mlflow_checkpoints import (
     mlflow_multipart_create,
 )
 from mado import policy
-from mado.mlflow_auth import NOT_IMPLEMENTED, MlflowApiView, mlflow_error, require_run_token_scope
+from mado.mlflow_auth import MlflowApiView, mlflow_error, require_run_token_scope
+from mado.mlflow_errors import NOT_IMPLEMENTED
 
 # The MLflow client falls back to a single PUT when the message starts with exactly this
 # (mlflow.exceptions._UnsupportedMultipartUploadException.MESSAGE).

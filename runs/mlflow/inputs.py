@@ -15,7 +15,7 @@ from django.db.models import Max
 
 from mado import policy
 from mado.errors import Conflict
-from runs.mlflow.errors import INVALID_PARAMETER_VALUE, INVALID_STATE, MlflowError
+from mado.mlflow_errors import INVALID_PARAMETER_VALUE, INVALID_STATE, MlflowError
 from runs.mlflow.selectors import CONTEXT_TAG
 from runs.models import Dataset, DatasetVersion, DataStage, MetricPoint, Run
 from runs.stages import data_composition_at, data_stage_record

@@ -22,7 +22,7 @@ from django.utils import timezone
 
 from mado import policy
 from runs.mlflow import search
-from runs.mlflow.errors import INVALID_PARAMETER_VALUE, RESOURCE_DOES_NOT_EXIST, MlflowError
+from mado.mlflow_errors import INVALID_PARAMETER_VALUE, RESOURCE_DOES_NOT_EXIST, MlflowError
 from runs.mlflow.services import MAX_PARAMS, MAX_TAGS, PARAM_VALUE_MAX, TAG_VALUE_MAX, int64, key_values
 from runs.mlflow.translate import decode_page_token, encode_page_token, metric_json, ms
 from runs.models import LoggedModel, LoggedModelStatus, MetricPoint, Project, Run, RunTag

@@ -11,7 +11,7 @@ experiment; a model logged outside a run is out of every Run token's reach.
 from mado.authentication import RUN_TOKEN_SCOPE, run_id_of
 from runs.mlflow import logged_models, services
 from runs.mlflow.auth import require_own_project
-from runs.mlflow.errors import PERMISSION_DENIED, MlflowError
+from mado.mlflow_errors import PERMISSION_DENIED, MlflowError
 from runs.mlflow.translate import page_answer, str_arg
 from runs.mlflow.views import endpoint, request_run
 from runs.models import LoggedModel

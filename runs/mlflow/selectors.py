@@ -4,7 +4,7 @@ from django.db.models import F, Window
 from django.db.models.functions import RowNumber
 
 from runs.mlflow import search
-from runs.mlflow.errors import INVALID_PARAMETER_VALUE, RESOURCE_DOES_NOT_EXIST, MlflowError
+from mado.mlflow_errors import INVALID_PARAMETER_VALUE, RESOURCE_DOES_NOT_EXIST, MlflowError
 from runs.mlflow.translate import decode_page_token, encode_page_token, metric_json, run_json
 from runs.models import DatasetVersion, LoggedModel, MetricPoint, Project, Run, RunTag
 

@@ -35,7 +35,7 @@ from runs.liveness import run_touch
 from runs.metric_batch import parse_value
 from runs.metrics import metrics_ingest
 from runs.mlflow import selectors
-from runs.mlflow.errors import (
+from mado.mlflow_errors import (
     INVALID_PARAMETER_VALUE,
     INVALID_STATE,
     RESOURCE_ALREADY_EXISTS,

@@ -5,7 +5,7 @@ import binascii
 import json
 import math
 
-from runs.mlflow.errors import INVALID_PARAMETER_VALUE, MlflowError
+from mado.mlflow_errors import INVALID_PARAMETER_VALUE, MlflowError
 from runs.models import Project, Run, RunStatus
 
 TO_MLFLOW_STATUS = {

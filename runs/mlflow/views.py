@@ -14,7 +14,7 @@ from django.views.decorators.csrf import csrf_exempt
 from mado.errors import UserError
 from runs.mlflow import inputs, selectors, services
 from runs.mlflow.auth import authenticate_request, require_own_project, require_own_run
-from runs.mlflow.errors import ENDPOINT_NOT_FOUND, INVALID_PARAMETER_VALUE, MlflowError, error_response, from_user_error
+from mado.mlflow_errors import ENDPOINT_NOT_FOUND, INVALID_PARAMETER_VALUE, MlflowError, error_response, from_user_error
 from runs.mlflow.translate import experiment_json, int_arg, page_answer, str_arg
 
 
