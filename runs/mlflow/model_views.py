@@ -64,7 +64,7 @@ def logged_model_detail(request, user, data, model_id):
     if request.method == "GET":
         allow_deleted = str(data.get("allow_deleted", "false")).lower() == "true"
         return _one(request_model(request, user, model_id, allow_deleted=allow_deleted))
-    model = request_model(request, user, model_id)
+    model = request_model(request, user, model_id, allow_deleted=request.method == "DELETE")  # deleting twice: {}
     if request.method == "PATCH":
         return _one(logged_models.logged_model_finalize(actor=user, model=model, status=data.get("status")))
     logged_models.logged_model_delete(actor=user, model=model)

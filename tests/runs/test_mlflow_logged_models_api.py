@@ -253,6 +253,7 @@ def test_files_of_a_deleted_or_foreign_model_are_not_found(model, creator, outsi
     assert client_of(creator).put(moved, b"x", content_type="application/octet-stream").status_code == 404
     assert client_of(outsider).get(files_url(model, "f")).status_code == 404
     assert send(creator, "DELETE", f"logged-models/{model['info']['model_id']}").status_code == 200
+    assert send(creator, "DELETE", f"logged-models/{model['info']['model_id']}").status_code == 200  # as MLflow: idempotent
     assert client_of(creator).put(files_url(model, "f"), b"x", content_type="application/octet-stream").status_code == 404
     allowed = send(creator, "GET", f"logged-models/{model['info']['model_id']}", {"allow_deleted": "true"})
     assert allowed.status_code == 200
