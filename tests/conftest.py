@@ -6,6 +6,7 @@ that user's API token (None → anonymous).
 """
 
 import pytest
+from django.utils import translation
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
@@ -24,6 +25,13 @@ def _artifact_storage(settings, tmp_path):
     """Each test stores artifacts in its own directory (the embedded FileSystemStorage)."""
     location = {"BACKEND": "django.core.files.storage.FileSystemStorage", "OPTIONS": {"location": str(tmp_path / "artifacts")}}
     settings.STORAGES = {**settings.STORAGES, "default": location, "artifacts": location}
+
+
+@pytest.fixture(autouse=True)
+def _default_language_after_the_test():
+    """A page requested in Japanese leaves Japanese active in this thread: the next test starts in the default."""
+    yield
+    translation.deactivate()
 
 
 @pytest.fixture
