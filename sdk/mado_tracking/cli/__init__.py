@@ -2,7 +2,7 @@
 
 ``mado --version``, ``mado runs list``, ``mado sync DIR``,
 ``mado code push DIR``, ``mado job launch | list | show | abort | resume | logs``,
-``mado sweep create | show`` and ``mado agent SWEEP_ID`` (F27, F28), ``mado checkpoint restore ID --into DIR``
+``mado sweep create | show | retry`` and ``mado agent SWEEP_ID`` (F27, F28), ``mado checkpoint restore ID --into DIR``
 (F12–F15: a Kubernetes init container's restore).
 Configuration as in the SDK: ``--api-url`` / ``--api-token`` (on ``mado`` or
 on the command), else ``MMT_API_URL`` / ``MMT_API_TOKEN``; ``--project``
