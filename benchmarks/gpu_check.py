@@ -8,7 +8,8 @@ and, in the same run:
    every 10 steps logged to that server as one Checkpoint each; prints how
    long it ran and the checkpoints the server holds as complete;
 2. ``benchmarks/gpu_checkpoint_rates.py`` under the same torchrun: the
-   sharded checkpoint save, verified restore and load rates (MB/s).
+   sharded checkpoint save, verified restore and load rates (MB/s), on local
+   disk and through that server.
 
 ``--cpu`` runs the rates on CPU ranks with gloo (the example picks its
 backend itself). Prints figures; exits non-zero when a step fails.
@@ -74,12 +75,12 @@ def main() -> None:
             print(f"ddp_training: finished in {seconds:.1f} s; complete checkpoints: {', '.join(listed) or 'none'}")
             if not listed:
                 raise SystemExit("gpu_check: the example logged no complete checkpoint")
+            print(f"== checkpoint save and restore rates, {args.size_mib} MiB per rank", flush=True)
+            torchrun(args.nproc_per_node, ROOT / "benchmarks" / "gpu_checkpoint_rates.py", "--size-mib",
+                     str(args.size_mib), "--workdir", str(work), *(["--cpu"] if args.cpu else []), env=code_env)
         finally:
             server.terminate()
             server.wait(timeout=30)
-        print(f"== checkpoint save and restore rates, {args.size_mib} MiB per rank", flush=True)
-        torchrun(args.nproc_per_node, ROOT / "benchmarks" / "gpu_checkpoint_rates.py", "--size-mib",
-                 str(args.size_mib), "--workdir", str(work), *(["--cpu"] if args.cpu else []), env=env)
     finally:
         remove_tree(work)
 

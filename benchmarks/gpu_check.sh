@@ -28,8 +28,8 @@ fi
 if [ -z "${PYTHON:-}" ]; then
     if [ -x .venv/bin/python ]; then PYTHON=.venv/bin/python; else PYTHON=python3; fi
 fi
-echo "gpu_check: $gpus GPU(s):"
-nvidia-smi -L | head -n "$gpus"
+echo "gpu_check: $gpus visible GPU(s)${CUDA_VISIBLE_DEVICES:+ (CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES)} of:"
+nvidia-smi -L
 export NCCL_DEBUG=${NCCL_DEBUG:-WARN} PYTHONUNBUFFERED=1
 set -- --nproc-per-node "$gpus" --size-mib "${GPU_CHECK_SIZE_MIB:-1024}"
 if [ -n "${GPU_CHECK_WORKDIR:-}" ]; then set -- "$@" --workdir "$GPU_CHECK_WORKDIR"; fi

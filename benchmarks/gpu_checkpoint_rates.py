@@ -15,7 +15,12 @@ the ranks, in the same run:
    ``checkpoint_io.sha256_single_pass`` over the same files is the reference
    rate;
 3. ``torch.distributed.checkpoint.load`` the restored directory back onto the
-   GPUs (disk → GPU) and compare every tensor with what was saved.
+   GPUs (disk → GPU) and compare every tensor with what was saved;
+4. with ``MMT_API_URL`` / ``MMT_API_TOKEN`` / ``MMT_PROJECT`` set (the driver's
+   server), the product's path: ``run.log_checkpoint_distributed`` from every
+   rank (save, upload, the server's verification), rank 0's restore as
+   ``mado checkpoint restore`` does it (download + verify + extract), and the
+   load back of that directory, compared again.
 
 Prints MB/s (10^6 bytes per second of the total checkpoint size) for each.
 ``--cpu`` runs the same on CPU with gloo (no GPU needed).
@@ -71,6 +76,37 @@ def restore_like_the_worker(tar_path: Path, stored: dict, target: Path) -> None:
     extract_checkpoint_stream(chunks(), target, checkpoint_id="gpu-check", **stored)
 
 
+def load_back(state: dict, directory: Path, device) -> tuple[float, bool]:
+    """``dcp.load`` of ``directory`` into fresh tensors on every rank: seconds, and whether all ranks got ``state``."""
+    loaded = {key: torch.empty_like(tensor) for key, tensor in state.items()}
+    seconds = timed(lambda: dcp.load(loaded, checkpoint_id=str(directory)))
+    differ = torch.tensor([0 if all(torch.equal(loaded[key], state[key]) for key in state) else 1], device=device)
+    dist.all_reduce(differ)
+    return seconds, differ.item() == 0
+
+
+def through_mado(state: dict, work: Path, rank: int) -> dict[str, float]:
+    """The product's path, against the server of ``MMT_API_URL``: every rank joins one Run and saves with
+    ``run.log_checkpoint_distributed`` (DCP save + tar + upload + the server's verification), then rank 0
+    restores it as ``mado checkpoint restore`` does (download + verify + extract in one pass)."""
+    import mado_tracking
+    from mado_tracking import config
+    from mado_tracking.client import ApiClient
+    from mado_tracking.extract import restore_checkpoint
+
+    saved = []
+    with mado_tracking.start_run(name="gpu-check-rates") as run:
+        save_s = timed(lambda: saved.append(run.log_checkpoint_distributed(state, step=1)))
+    figures = {"mado save": save_s}
+    if rank == 0:
+        (work / "from-mado").mkdir()
+        client = ApiClient(config.resolve(require_project=False))
+        figures["mado restore"] = _seconds(lambda: restore_checkpoint(client, saved[0].id, work / "from-mado"))
+        client.close()
+    dist.barrier()
+    return figures
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size-mib", type=int, default=1024, help="MiB of parameters per rank (default 1024)")
@@ -85,7 +121,6 @@ def main() -> None:
     rank, world = dist.get_rank(), dist.get_world_size()
     run_id = os.environ.get("TORCHELASTIC_RUN_ID", "run")
     work = Path(args.workdir or tempfile.gettempdir()) / f"mado-gpu-check-{run_id}"
-    saved_dir, restored = work / "saved", work / "restored"
     if rank == 0:
         remove_tree(work)
         work.mkdir(parents=True)
@@ -95,37 +130,42 @@ def main() -> None:
              for name, tensor in big_model(args.size_mib).state_dict().items()}
     total = sum(t.numel() * t.element_size() for t in state.values()) * world
     try:
-        save_s = timed(lambda: dcp.save(state, checkpoint_id=str(saved_dir)))
+        figures = {"save": timed(lambda: dcp.save(state, checkpoint_id=str(work / "saved")))}
         if rank == 0:
-            hash_s = _seconds(lambda: sha256_single_pass(saved_dir))
-            stored = store_as_tar(saved_dir, work / "checkpoint.tar")
-            restore_s = _seconds(lambda: restore_like_the_worker(work / "checkpoint.tar", stored, restored))
-        dist.barrier()
-        loaded = {key: torch.empty_like(tensor) for key, tensor in state.items()}
-        load_s = timed(lambda: dcp.load(loaded, checkpoint_id=str(restored)))
-        same = all(torch.equal(loaded[key], state[key]) for key in state)
-        flags = torch.tensor([0 if same else 1], device=device)
-        dist.all_reduce(flags)
+            figures["hash"] = _seconds(lambda: sha256_single_pass(work / "saved"))
+            stored = store_as_tar(work / "saved", work / "checkpoint.tar")
+            figures["restore"] = _seconds(
+                lambda: restore_like_the_worker(work / "checkpoint.tar", stored, work / "restored"))
+        figures["load"], identical = load_back(state, work / "restored", device)
+        if os.environ.get("MMT_API_URL"):
+            figures.update(through_mado(state, work, rank))
+            figures["mado load"], from_mado = load_back(state, work / "from-mado" / "checkpoint", device)
+            identical = identical and from_mado
         if rank == 0:
-            rate = lambda seconds: total / seconds / 1e6  # noqa: E731
             kind = "CPU (gloo)" if args.cpu else f"GPU ({torch.cuda.get_device_name(device)}, nccl)"
             print(f"gpu_check: {world} ranks on {kind}, {args.size_mib} MiB per rank, {total / MIB:,.0f} MiB in all")
-            print(f"checkpoint save (torch.distributed.checkpoint.save, every rank to disk): {rate(save_s):,.0f} MB/s "
-                  f"({save_s:.2f} s)")
-            print(f"reference: hashlib SHA-256 single pass over the saved files: {rate(hash_s):,.0f} MB/s "
-                  f"({hash_s:.2f} s)")
-            print(f"checkpoint restore (the stored tar verified, every file and its SHA-256, and extracted in one "
-                  f"pass): {rate(restore_s):,.0f} MB/s ({restore_s:.2f} s)")
-            identical = "yes" if flags.item() == 0 else "NO"
-            print(f"checkpoint load (torch.distributed.checkpoint.load of the restored directory onto every rank): "
-                  f"{rate(load_s):,.0f} MB/s ({load_s:.2f} s); tensors identical: {identical}")
-        if flags.item() != 0:
+            for key, label in LABELS.items():
+                if key in figures:
+                    print(f"{label}: {total / figures[key] / 1e6:,.0f} MB/s ({figures[key]:.2f} s)")
+            print(f"tensors loaded back identical to those saved: {'yes' if identical else 'NO'}")
+        if not identical:
             raise SystemExit("gpu_check: the loaded tensors differ from the saved ones")
     finally:
         dist.barrier()
         if rank == 0:
-            remove_tree(work)  # the extracted checkpoint is read-only
+            remove_tree(work)  # the extracted checkpoints are read-only
         dist.destroy_process_group()
+
+
+LABELS = {
+    "save": "checkpoint save (torch.distributed.checkpoint.save, every rank to local disk)",
+    "hash": "reference: hashlib SHA-256 single pass over the saved files",
+    "restore": "checkpoint restore (the stored tar verified, every file and its SHA-256, and extracted in one pass)",
+    "load": "checkpoint load (torch.distributed.checkpoint.load of the restored directory onto every rank)",
+    "mado save": "mado save (run.log_checkpoint_distributed: every rank's shards, upload, the server's check)",
+    "mado restore": "mado restore (download + verify + extract in one pass, as mado checkpoint restore)",
+    "mado load": "mado load (torch.distributed.checkpoint.load of that restored directory onto every rank)",
+}
 
 
 def _seconds(action) -> float:

@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('runs', '0010_run_liveness_mlflow_parity'),
+        ('runs', '0012_metric_summary_by_key'),
     ]
 
     operations = [
