@@ -186,9 +186,10 @@ def metric_chart_series(
     smallest and its largest value (the lowest step on a tie), so spikes (a
     diverging loss) survive the reduction. A key (or its part below
     ``before_step``) spanning at least a quarter as many ``ROLLUP_STEPS``-step
-    rollup buckets is read from its rollups (buckets of whole rollup buckets from the key's first one, so
-    there may be fewer of them, ``runs.metric_rollup``): a million-point key
-    costs some 4,000 rows, not a million. NaN (stored NULL) and ±Infinity are counted, never drawn (F2, F29).
+    rollup buckets as that is read from its rollups (``runs.metric_rollup``;
+    buckets of whole rollup buckets from the key's first, so there may be
+    fewer): a million-point key costs some 4,000 rows, not a million (F34).
+    NaN (stored NULL) and ±Infinity are counted, never drawn (F2, F29).
     With ``before_step``, only points at steps below it count (an ancestor's
     curve up to where its child resumed). ``with_timestamps`` adds each point's
     Unix milliseconds: ``(step, value, timestamp_ms)``.
