@@ -21,6 +21,7 @@ from rest_framework.test import APIClient
 from jobs.models import JobStatus, Queue
 from jobs.services.lifecycle import job_claim, run_token_issue
 from mado.policy_table import ROLES, ROWS
+from runs.mlflow.logged_models import logged_model_create
 from runs.models import RunStatus
 from runs.resume import run_start
 from runs.services import dataset_create, dataset_version_create
@@ -104,7 +105,9 @@ def world(db, project, other_project, creator, admin, member, viewer, outsider):
     assert client.put(f"/api/v1/runs/{run.pk}/artifacts/notes.txt", ARTIFACT,
                       content_type="application/octet-stream").status_code == 201
     tokens = {"own_token": run_token_issue(job=job).key, "other_token": run_token_issue(job=other_job).key}
+    logged_model = logged_model_create(actor=creator, project=project, name="net", source_run=run)
     return {
+        "logged_model": logged_model,
         "project": project, "run": run, "job": job, "checkpoint": ckpt, "sweep": sweep, "dataset": dataset,
         "version": version, "code": code_version.code, "code_version": code_version, "queue": queue,
         "users": users, "tokens": tokens, "member": member,
@@ -136,6 +139,7 @@ def concrete(route: str, world) -> str:
         "code_id": world["code"].pk, "run_id": run.pk, "checkpoint_id": world["checkpoint"].pk, "pk": pk,
         "path": "notes.txt", "number": 1, "action": "create", "rest": "2.0/mlflow/unknown",
         "artifact_path": f"{project.pk}/{run.external_id}/artifacts/notes.txt",
+        "model_id": world["logged_model"].model_id, "tag_key": "absent",
     }
     url = re.sub(r"\(\?P<(\w+)>[^)]*\)", lambda m: str(values[m.group(1)]), route)
     url = re.sub(r"<(?:\w+:)?(\w+)>", lambda m: str(values[m.group(1)]), url)
@@ -156,15 +160,15 @@ def request_body(route: str, method: str, world):
         "^runs/$": {"project": project.slug, "name": "fresh"},
         "^runs/(?P<pk>[0-9]+)/$": {"status": "aborted"},
         "metrics/": {"points": [{"key": "loss", "value": 0.5, "step": 1}]},
-        "checkpoints/": {"step": 20},
+        "checkpoints/": {"step": 20, "framework": "torch-dcp", "world_size": 2},
         "data-stages/": {"start_step": 5, "input_dataset_version_ids": [world["version"].pk]},
         "upload-parts/": {"tar_size": 1},
         "complete/": {"tar_size": 10, "tar_sha256": "0" * 64, "manifest": []},
-        "resume/": {"queue": "cpu"},
+        "resume/": {"queue": "cpu", "nproc_per_node": 2},
         "continue/": {"queue": "cpu", "name": "continued", "code_version_id": world["code_version"].pk,
-                      "input_dataset_version_ids": [world["version"].pk]},
+                      "input_dataset_version_ids": [world["version"].pk], "nproc_per_node": 2},
         "^jobs/$": {"project": project.slug, "code_version_id": world["code_version"].pk, "queue": "cpu",
-                    "parameters": {}, "dataset_version_ids": []},
+                    "parameters": {}, "dataset_version_ids": [], "nproc_per_node": 2},
         "^sweeps/$": {"project": project.slug, "config": {
             "method": "grid", "metric": {"name": "loss", "goal": "minimize"},
             "parameters": {"lr": {"values": [0.1]}}, "program": "python train.py"}},
@@ -190,6 +194,13 @@ def request_body(route: str, method: str, world):
         "experiments/delete-experiment-tag": {"experiment_id": str(project.pk), "key": "absent"},
         "metrics/get-history": {**mlflow_run, "metric_key": "acc"},
         "mlflow-artifacts/artifacts": {"path": f"{project.pk}/{run.external_id}/artifacts"},
+        "runs/outputs": {**mlflow_run, "models": [{"model_id": world["logged_model"].model_id, "step": 3}]},
+        "runs/log-model": {**mlflow_run, "model_json": json.dumps({"artifact_path": "net", "flavors": {}})},
+        "logged-models": {"experiment_id": str(project.pk), "name": "fresh", "source_run_id": run.external_id},
+        "logged-models/search": {"experiment_ids": [str(project.pk)]},
+        "logged-models/<str:model_id>": {"status": "LOGGED_MODEL_READY"},
+        "<str:model_id>/tags": {"tags": [{"key": "stage", "value": "prod"}]},
+        "<str:model_id>/params": {"params": [{"key": "lr", "value": "0.1"}]},
         "[\\s\\S]+)": {"num_parts": 2},
     }
     if route.endswith("codes/<int:code_id>/versions/") and method == "POST":
@@ -212,10 +223,10 @@ def page_form(route: str, world) -> dict:
         "sweeps/new/": {"config": "method: grid\nmetric: {name: loss, goal: minimize}\n"
                                   "parameters: {lr: {values: [0.1]}}\nprogram: python train.py\n"},
         "jobs/new/": {"name": "j", "queue": "cpu", "parameters": "{}", "code_version": world["code_version"].pk,
-                      "kind": "training", "max_retries": 0},
+                      "kind": "training", "max_retries": 0, "nproc_per_node": 2},
         "continue/": {"confirm": "1", "queue": "cpu", "name": "continued", "parameters": "{}",
-                      "code_version": world["code_version"].pk},
-        "resume/": {"confirm": "1", "queue": "cpu"},
+                      "code_version": world["code_version"].pk, "nproc_per_node": 2},
+        "resume/": {"confirm": "1", "queue": "cpu", "nproc_per_node": 2},
         "delete/": {"confirm": "1", "path": "notes.txt"},
     }
     return next((body for tail, body in forms.items() if route.endswith(tail)), {})
