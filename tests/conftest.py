@@ -21,6 +21,15 @@ def _fast_password_hasher(settings):
 
 
 @pytest.fixture(autouse=True)
+def _default_language():
+    """Each test ends in the default language: a page served in Japanese leaves Japanese active in the thread
+    (LocaleMiddleware activates a language per request and never deactivates it), which would translate the
+    messages a later test reads."""
+    yield
+    translation.deactivate()
+
+
+@pytest.fixture(autouse=True)
 def _artifact_storage(settings, tmp_path):
     """Each test stores artifacts in its own directory (the embedded FileSystemStorage)."""
     location = {"BACKEND": "django.core.files.storage.FileSystemStorage", "OPTIONS": {"location": str(tmp_path / "artifacts")}}
