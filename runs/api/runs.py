@@ -197,7 +197,7 @@ class RunMetricsApi(APIView):
         A stale ``Mado-Fencing-Token`` → 409 ``lease_lost``, nothing stored (SPEC F2, F25); a Run
         ended ``crashed`` → 409 ``run_ended``, nothing stored (only a resume revives it; SPEC F37).
         """
-        run = selectors.run_get_for_user(user=request.user, run_id=run_id)
+        run = selectors.run_get_for_user(user=request.user, run_id=run_id, related=("project",))
         body = _read_json_body(request)
         if not isinstance(body, dict) or ("points" in body) == ("keys" in body):
             raise ValidationFailed('body must be {"points": [...]} or {"keys": [...], "steps": [...], "values": [...]}',
