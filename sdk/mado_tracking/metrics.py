@@ -10,10 +10,11 @@ a full batch is queued, and posts batches of at most ``batch_max`` points to
 ``POST runs/{id}/metrics/`` in the columnar form (``{"keys", "steps",
 "values", "timestamps"}``: no key name repeated per point, and checked by the
 server a column at a time). When two full batches are queued (a loop
-logging faster than one request at a time carries) it posts them at once, the second from a helper thread, so the server parses one
-while the database stores the other; two such batches may be stored in
-either order, which only matters for a key logged twice at the same step
-(history and "last value" go by step). A transient failure (server unreachable, 5xx,
+logging faster than one request at a time carries) it posts them at once,
+the second from a helper thread, so the server parses one while the
+database stores the other; two such batches may be stored in either order,
+which only matters for a key logged twice at the same step (history and
+"last value" go by step). A transient failure (server unreachable, 5xx,
 408, 429) is retried with exponential backoff, keeping the batch in order
 ahead of newer points; any other 4xx means the data is wrong: the batch is
 dropped with a warning naming the refused field. Every batch carries its own
@@ -278,7 +279,7 @@ class MetricSender:
         return batch
 
     def _drain(self, clients: list[ApiClient]) -> bool:
-        """Send queued batches, two at once while more than one is queued (``clients``: one per batch in flight);
+        """Send queued batches, two at once when a second full one waits (``clients``: one per batch in flight);
         False when the close deadline passed (the unsent batches go back in front, in order)."""
         while self._queue:
             self._sending = True
@@ -288,7 +289,7 @@ class MetricSender:
             self._in_flight = sum(map(len, batches))
             delivered = [False] * len(batches)
             helper = None
-            if len(batches) == 2:
+            if len(batches) == 2:  # the helper inherits this thread's blocked PROGRAM_SIGNALS
                 helper = threading.Thread(target=self._send_into, args=(clients[1], batches[1], delivered, 1),
                                           name=f"mado-metrics-run-{self._run_id}-2", daemon=True)
                 helper.start()
@@ -306,8 +307,6 @@ class MetricSender:
 
     def _send_into(self, client: ApiClient, batch: list[tuple], delivered: list[bool], index: int) -> None:
         """``delivered[index] = self._send(client, batch)``; an unexpected error drops the batch, logged."""
-        if index:
-            leave_program_signals_to_main_thread()
         try:
             delivered[index] = self._send(client, batch)
         except Exception:  # a bug of ours must not kill the thread silently
