@@ -99,6 +99,54 @@ def sdk_side_alone(directory: Path) -> float:
     return time.perf_counter() - started
 
 
+def cpu_seconds(pids: list[int]) -> float:
+    """User + system CPU seconds used so far by the processes ``pids`` (all their threads; /proc/<pid>/stat)."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for pid in pids:
+        if pid == os.getpid():
+            times = os.times()
+            total += times.user + times.system
+            continue
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / ticks  # utime, stime (fields 14 and 15 of stat)
+    return total
+
+
+class CpuMeter:
+    """CPU seconds per GiB of checkpoint, this process (the SDK) and the server's processes, around a phase.
+
+    Wall-clock rates on a machine others load say little; CPU seconds per
+    GiB on each side do not depend on who else runs (``os.sync()`` first, so a
+    phase does not pay for the previous one's dirty-page writeback).
+    """
+
+    def __init__(self, server: list[int], total: int):
+        self._server = server
+        self._gib = total / (1 << 30)
+        self.lines: list[str] = []
+
+    def __call__(self, name: str):
+        meter = self
+
+        class _Phase:
+            def __enter__(self):
+                os.sync()
+                self.sdk, self.server = cpu_seconds([os.getpid()]), cpu_seconds(meter._server)
+                return self
+
+            def __exit__(self, *exc):
+                sdk = (cpu_seconds([os.getpid()]) - self.sdk) / meter._gib
+                server = (cpu_seconds(meter._server) - self.server) / meter._gib
+                meter.lines.append(f"CPU of {name}: SDK {sdk:.2f} s/GiB, server {server:.2f} s/GiB, "
+                                   f"together {sdk + server:.2f} s/GiB")
+
+        return _Phase()
+
+
 def reset_peak_rss() -> bool:
     """Reset this process's VmHWM to its current RSS (Linux ≥ 4.0); False when not possible."""
     try:
@@ -149,23 +197,29 @@ def run_benchmark(url: str, token: str, work: Path, args, server_pid: int) -> No
     checkpoint_dir = work / "ckpt"
     total = write_random_files(checkpoint_dir, args.files, args.size_mib)
     generated_peak = own_peak_rss_mib()
-    hash_s = sha256_single_pass(checkpoint_dir)
+    cpu = CpuMeter(server_pids(server_pid), total)
+    with cpu("one hashlib SHA-256 pass"):
+        hash_s = sha256_single_pass(checkpoint_dir)
+    os.sync()
     copy_s = plain_copy(checkpoint_dir, work / "copy")
-    client_s = sdk_side_alone(checkpoint_dir)
+    with cpu("the SDK side alone"):
+        client_s = sdk_side_alone(checkpoint_dir)
 
     run = mado_tracking.start_run(project="bench", name="checkpoint-io", api_url=url, api_token=token)
     reset = reset_peak_rss()
     before_save = own_peak_rss_mib()
-    started = time.perf_counter()
-    saved = run.log_checkpoint(checkpoint_dir, step=1, includes_optimizer=False, framework="bench")
-    save_s = time.perf_counter() - started
+    with cpu("save (log_checkpoint)"):
+        started = time.perf_counter()
+        saved = run.log_checkpoint(checkpoint_dir, step=1, includes_optimizer=False, framework="bench")
+        save_s = time.perf_counter() - started
     save_peak = own_peak_rss_mib()
     run.finish()
 
     reset_peak_rss()
-    started = time.perf_counter()
-    mado_tracking.download_checkpoint(saved.id, work / "downloaded.tar", api_url=url, api_token=token)
-    download_s = time.perf_counter() - started
+    with cpu("download (download_checkpoint)"):
+        started = time.perf_counter()
+        mado_tracking.download_checkpoint(saved.id, work / "downloaded.tar", api_url=url, api_token=token)
+        download_s = time.perf_counter() - started
     download_peak = own_peak_rss_mib()
     server_peak = peak_rss_mib(server_pids(server_pid))
 
@@ -184,7 +238,11 @@ def run_benchmark(url: str, token: str, work: Path, args, server_pid: int) -> No
     print(f"SDK peak RSS ({where}): save {save_peak:.0f} MiB (before {before_save:.0f} MiB), "
           f"download {download_peak:.0f} MiB; after writing the files {generated_peak:.0f} MiB")
     print(f"server peak RSS (largest gunicorn process, VmHWM): {server_peak:.0f} MiB")
-    measure_restore(url, token, work, saved.id, total, hash_s)
+    (work / "downloaded.tar").unlink()
+    with cpu("restore (mado agent)"):
+        measure_restore(url, token, work, saved.id, total, hash_s)
+    print("\n".join(cpu.lines))
+    print("(each phase starts after os.sync(), so it does not pay for the previous one's writeback)")
     measure_stall(url, token, work, args)
 
 

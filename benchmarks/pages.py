@@ -7,9 +7,10 @@ with varying parameters and ``--keys`` metric keys (default 50) of
 takes seconds, not an hour of API calls. Then times, in-process through
 Django's test client (no network), the median of ``--repeat`` requests of:
 the runs table's first page (default columns), the same sorted by a metric,
-Compare of 20 runs, the big run's page, its charts partial (what a live page
+Compare of 20 runs, the big run's page (also with Django's cache emptied
+before each request: a first view), its charts partial (what a live page
 reloads every 5 s) and the history API with ``max_points=2000`` (time and
-bytes). The targets of the workspace issue are printed next to each figure.
+bytes; also ``shape=columns``, target 100 KB). The targets of the workspace issue are printed next to each figure.
 A same-run reference (hashing 64 MiB with SHA-256) and the load average say
 how busy the machine was.
 
@@ -26,8 +27,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 TARGETS_MS = {"runs table, first page": 300, "runs table sorted by a metric": 300, "compare 20 runs": 500,
-              "run page (1M-point key)": 300, "charts partial (1M-point key)": 300,
-              "history max_points=2000": 100}
+              "run page (1M-point key)": 300, "run page, first view": 300, "charts partial (1M-point key)": 300,
+              "history max_points=2000": 100, "history max_points=2000 columns": 100}
 
 
 def recreate_postgres_database(url: str) -> None:
@@ -57,11 +58,12 @@ def build(args) -> tuple:
     with connection.cursor() as cursor:
         cursor.execute(f"""
             INSERT INTO {runs} (project_id, external_id, name, kind, status, created_by_id, parameters, created_at,
-                                started_at, lease_token, writer_host, resume_count, step_floor, dropped_points)
+                                started_at, lease_token, writer_host, resume_count, step_floor, dropped_points,
+                                ended_reason)
             SELECT %s, 'r' || i, 'run-' || i, 'training', CASE WHEN i %% 10 = 0 THEN 'failed' ELSE 'finished' END,
                    %s, jsonb_build_object('lr', 10 ^ -(1 + i %% 4), 'batch_size', 32 * (1 + i %% 3),
                                           'optimizer', CASE WHEN i %% 2 = 0 THEN 'adam' ELSE 'sgd' END, 'seed', 1),
-                   now() - (i || ' seconds')::interval, now() - (i || ' seconds')::interval, 0, '', 0, 0, 0
+                   now() - (i || ' seconds')::interval, now() - (i || ' seconds')::interval, 0, '', 0, 0, 0, ''
             FROM generate_series(1, %s) AS i
         """, [project.pk, user.pk, args.runs])
         cursor.execute(f"""
@@ -72,8 +74,9 @@ def build(args) -> tuple:
         """, [args.keys, args.points_per_key, project.pk])
         cursor.execute(f"""
             INSERT INTO {runs} (project_id, external_id, name, kind, status, created_by_id, parameters, created_at,
-                                started_at, lease_token, writer_host, resume_count, step_floor, dropped_points)
-            VALUES (%s, 'big', 'big-run', 'training', 'running', %s, '{{"lr": 0.001}}', now(), now(), 0, '', 0, 0, 0)
+                                started_at, lease_token, writer_host, resume_count, step_floor, dropped_points,
+                                ended_reason)
+            VALUES (%s, 'big', 'big-run', 'training', 'running', %s, '{{"lr": 0.001}}', now(), now(), 0, '', 0, 0, 0, '')
             RETURNING id
         """, [project.pk, user.pk])
         big = cursor.fetchone()[0]
@@ -92,25 +95,35 @@ def build(args) -> tuple:
 
 
 def _fill_summaries() -> str:
-    """Fill the per-run per-key metric summaries with the upgrade's own backfill (the points went in by SQL,
-    not through ``metrics_ingest``, which keeps them current)."""
+    """Fill the per-run per-key metric summaries and per-bucket rollups with the upgrades' own backfills (the
+    points went in by SQL, not through ``metrics_ingest``, which keeps them current)."""
     import importlib
 
     from django.apps import apps
     from django.db import connection
 
-    started = time.perf_counter()
-    migration = importlib.import_module("runs.migrations.0008_metric_summary")
-    with connection.schema_editor() as editor:
-        migration.backfill_summaries(apps, editor)
-    return f"; summaries filled in {time.perf_counter() - started:.1f} s"
+    times = []
+    for module, backfill in (("0008_metric_summary", "backfill_summaries"), ("0011_metric_rollup", "backfill_rollups")):
+        started = time.perf_counter()
+        migration = importlib.import_module(f"runs.migrations.{module}")
+        with connection.schema_editor() as editor:
+            getattr(migration, backfill)(apps, editor)
+        times.append(time.perf_counter() - started)
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE")
+    return f"; summaries filled in {times[0]:.1f} s, rollups in {times[1]:.1f} s"
 
 
-def timed(client, url: str, repeat: int) -> tuple[float, int, int]:
-    """Median milliseconds of ``repeat`` GETs of ``url`` (after one warm-up), the body's bytes and status."""
+def timed(client, url: str, repeat: int, cold: bool = False) -> tuple[float, int, int]:
+    """Median milliseconds of ``repeat`` GETs of ``url`` (after one warm-up), the body's bytes and status;
+    ``cold``: Django's cache is emptied before each (a first view, nothing remembered)."""
+    from django.core.cache import cache
+
     response = client.get(url)
     times = []
     for _ in range(repeat):
+        if cold:
+            cache.clear()
         started = time.perf_counter()
         response = client.get(url)
         body = b"".join(response.streaming_content) if response.streaming else response.content
@@ -134,8 +147,11 @@ def main() -> None:
     parser.add_argument("--points-per-key", type=int, default=5)
     parser.add_argument("--big", type=int, default=1_000_000)
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--reuse", action="store_true",
+                        help="time the data an earlier run built in this database instead of building it anew")
     args = parser.parse_args()
-    recreate_postgres_database(args.database_url)
+    if not args.reuse:
+        recreate_postgres_database(args.database_url)
     os.environ["MADO_DATABASE_URL"] = args.database_url
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "mado.settings")
     sys.path.insert(0, str(ROOT))
@@ -148,7 +164,16 @@ def main() -> None:
     from runs.models import Run
 
     setup_test_environment()
-    user, project, big = build(args)
+    if args.reuse:
+        from django.core.management import call_command
+
+        from runs.models import Project
+
+        call_command("migrate", verbosity=0)
+        project = Project.objects.get(slug="bench")
+        user, big = project.runs.get(external_id="big").created_by, project.runs.get(external_id="big")
+    else:
+        user, project, big = build(args)
     client = Client()
     client.force_login(user)
     twenty = "&".join(f"run={pk}" for pk in Run.objects.filter(project=project).exclude(pk=big.pk)
@@ -158,13 +183,15 @@ def main() -> None:
         "runs table sorted by a metric": f"/projects/{project.slug}/?sort=-metric:metric_7:last",
         "compare 20 runs": f"/projects/{project.slug}/compare/?{twenty}",
         "run page (1M-point key)": f"/runs/{big.pk}/",
+        "run page, first view": f"/runs/{big.pk}/",
         "charts partial (1M-point key)": f"/runs/{big.pk}/charts/",
         "history max_points=2000": f"/api/v1/runs/{big.pk}/metrics/?key=train.loss&max_points=2000",
+        "history max_points=2000 columns": f"/api/v1/runs/{big.pk}/metrics/?key=train.loss&max_points=2000&shape=columns",
     }
     print(f"reference: SHA-256 of 64 MiB in {reference_ms():.0f} ms; load average {os.getloadavg()[0]:.2f} "
           f"on {os.cpu_count()} CPUs (a shared machine)")
     for name, url in urls.items():
-        ms, size, status = timed(client, url, args.repeat)
+        ms, size, status = timed(client, url, args.repeat, cold=name.endswith("first view"))
         print(f"{name:32s} {ms:8.1f} ms  (target {TARGETS_MS[name]} ms)  {size / 1024:8.1f} KiB  HTTP {status}")
 
 

@@ -2,7 +2,8 @@
 
 from django.conf import settings
 from django.db import models
-from django.db.models import Q
+from django.db.models import F, Q
+from django.db.models.functions import MD5
 
 from runs.models import Project, Run, VisibleQuerySet
 
@@ -155,7 +156,9 @@ class ManifestEntry(models.Model):
     """One file of a Checkpoint: relative path, SHA-256 and size in bytes (SPEC F1, F13)."""
 
     checkpoint = models.ForeignKey(Checkpoint, on_delete=models.CASCADE, related_name="manifest")
-    path = models.CharField(max_length=1024)
+    # Up to MADO_TAR_MAX_PATH_BYTES (4,096 by default) bytes: too long for a B-tree index entry, so the unique
+    # index is on the path's MD5 (the tar reader already refused duplicate and colliding names, F13).
+    path = models.TextField()
     sha256 = models.CharField(max_length=64)
     size = models.BigIntegerField(help_text="bytes")
     artifact = models.ForeignKey(
@@ -166,7 +169,7 @@ class ManifestEntry(models.Model):
     class Meta:
         ordering = ["path"]
         constraints = [
-            models.UniqueConstraint(fields=["checkpoint", "path"], name="manifest_unique_checkpoint_path")
+            models.UniqueConstraint(F("checkpoint"), MD5("path"), name="manifest_unique_checkpoint_path_md5")
         ]
 
     def __str__(self):

@@ -172,8 +172,8 @@ def checkpoint_delete_refusal(*, checkpoint: Checkpoint, kept_ids: set[int]) -> 
         return _("The checkpoint at step %(step)s is already deleted.") % {"step": checkpoint.step}
     if checkpoint.pk in kept_ids:
         return _(
-            "The checkpoint at step %(step)s is one of the newest %(keep)s complete checkpoints of this run "
-            "(MMT_CHECKPOINT_KEEP_COUNT) and cannot be deleted."
+            "The checkpoint at step %(step)s is one of the newest %(keep)s complete checkpoints of this run, "
+            "which are kept: it cannot be deleted."
         ) % {"step": checkpoint.step, "keep": checkpoint_keep_count()}
     source_of = Run.objects.filter(source_checkpoint_id=checkpoint.pk).order_by("pk").first()
     if source_of is not None:

@@ -31,8 +31,9 @@ def run_checkpoints(request, pk):
     """The Checkpoint tab (SPEC F4): the newest K complete checkpoints and failed uploads (with their reason);
     ``?older=1`` lists every one, deleted too.
 
-    Each complete checkpoint offers "Resume from this checkpoint" (F7) and "Continue training from these
-    weights" (F22), or the policy's reason in their place."""
+    Each complete checkpoint offers its tar, "Resume from here" (F7), "Continue training" (F22) and Delete (F5);
+    a refusal that holds for every row (the user's role) is said once above the table, a kept checkpoint
+    says "kept" (the keep rule is said once in the tab's head)."""
     older = request.GET.get("older") == "1"
     run, context = run_page_context(request, pk, "checkpoints")
     checkpoints, hidden = selectors.checkpoint_list_for_run(run=run, include_older=older, include_unusable=older,
@@ -44,8 +45,12 @@ def run_checkpoints(request, pk):
         checkpoint.pk: policy.why_cannot_continue(request.user, checkpoint)
         for checkpoint in checkpoints if checkpoint.state == CheckpointState.COMPLETE
     }
+    # A refusal every row would share (the user's role) is said once above the table, not on each row.
     context.update(
         rows=[(ckpt, blockers[ckpt.pk], continue_refusals.get(ckpt.pk)) for ckpt in checkpoints],
+        continue_refusal=policy.why_not(request.user, run.project, policy.MEMBER),
+        delete_refusal=None if policy.can_delete_artifacts(request.user, run.project)
+        else policy.why_not(request.user, run.project, policy.ADMIN),
         older=older,
         hidden_older=hidden,
         keep_count=selectors.checkpoint_keep_count(),

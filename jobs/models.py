@@ -88,6 +88,12 @@ class Job(models.Model):
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="jobs")
     max_retries = models.PositiveIntegerField(default=0, help_text="automatic fresh attempts after a failure (F11)")
     attempt = models.PositiveIntegerField(default=1, help_text="1 for the first attempt")
+    nproc_per_node = models.PositiveIntegerField(
+        default=1, help_text="processes per node: above 1 the worker starts the code under torchrun (F36)"
+    )
+    nnodes = models.PositiveIntegerField(
+        default=1, help_text="nodes for a multi-node runner; the Celery worker runs 1 (F36)"
+    )
     retry_of = models.ForeignKey(
         "self", null=True, blank=True, on_delete=models.PROTECT, related_name="retries",
         help_text="the failed Job this automatic retry replaces",
@@ -120,6 +126,8 @@ class Job(models.Model):
             models.CheckConstraint(condition=Q(status__in=JobStatus.values), name="job_status_valid"),
             models.CheckConstraint(condition=Q(kind__in=JobKind.values), name="job_kind_valid"),
             models.CheckConstraint(condition=Q(attempt__gte=1), name="job_attempt_positive"),
+            models.CheckConstraint(condition=Q(nproc_per_node__gte=1), name="job_nproc_per_node_positive"),
+            models.CheckConstraint(condition=Q(nnodes__gte=1), name="job_nnodes_positive"),
             models.CheckConstraint(
                 condition=Q(kind__in=[JobKind.RESUME, JobKind.CONTINUE], resumed_from__isnull=False)
                 | Q(kind__in=[JobKind.NEW, JobKind.RETRY], resumed_from__isnull=True),

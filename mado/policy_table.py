@@ -113,6 +113,8 @@ ROWS = {
     API + "^sweeps/(?P<pk>[0-9]+)/claim/$": {"POST": member_write(200)},
     # The trial is claimed by the creator's agent: only its holder (and admins) end its Run.
     API + "^sweeps/(?P<pk>[0-9]+)/trials/(?P<number>[0-9]+)/report/$": {"POST": run_write(200) | {"own_token": 403}},
+    # Retrying: whoever may run the sweep's agent; the world's trial 1 is claimed, not failed, so a member gets 409.
+    API + "^sweeps/(?P<pk>[0-9]+)/trials/(?P<number>[0-9]+)/retry/$": {"POST": member_write(409)},
     # --- MLflow tracking API (also under the mlflow/ prefix, see below) ------------------------------
     # A Run token reads the experiment (Project) of its own Run; other_token is of a Run of this same Project.
     ML + "experiments/get-by-name": {"GET": mlflow_read(tokens=200)},

@@ -271,8 +271,6 @@ try:
     MADO_TAR_LIMITS = TarLimits.from_env(os.environ)
 except ValueError as exc:
     raise ImproperlyConfigured(str(exc)) from None
-if MADO_TAR_LIMITS.path_bytes > 1024:  # ManifestEntry.path: 1024 characters, in a unique index
-    raise ImproperlyConfigured("MADO_TAR_MAX_PATH_BYTES must be at most 1024 (the longest path the database stores)")
 # Same-run resume and sweeps (SPEC F24–F28). A running Run whose SDK sent no heartbeat for
 # MMT_CRASH_TIMEOUT seconds becomes crashed (a preempting one preempted); the SDK beats every
 # MMT_HEARTBEAT_INTERVAL seconds (told to it when it starts the Run). An agent's claim on a sweep

@@ -20,6 +20,7 @@ from runs.models import (
     Membership,
     MetricBatch,
     MetricPoint,
+    MetricRollup,
     MetricSummary,
     ParameterChange,
     Project,
@@ -138,6 +139,18 @@ class MetricSummaryAdmin(ReadOnlyAdmin):
     list_select_related = ["run"]
     readonly_fields = ["run", "key", "count", "first_step", "last_step", "last_value", "min_value", "max_value",
                        "first_timestamp", "last_timestamp"]
+
+
+@admin.register(MetricRollup)
+class MetricRollupAdmin(ReadOnlyAdmin):
+    """A run's per-key, per-step-bucket rollup is kept by the metrics write path: read-only."""
+
+    list_display = ["run", "key", "bucket", "count", "non_finite", "min_value", "max_value"]
+    search_fields = ["key", "run__external_id"]
+    raw_id_fields = ["run"]
+    list_select_related = ["run"]
+    readonly_fields = ["run", "key", "bucket", "count", "non_finite", "min_step", "min_value", "min_timestamp",
+                       "max_step", "max_value", "max_timestamp"]
 
 
 @admin.register(MetricBatch)

@@ -9,6 +9,8 @@ checkpoints and data stages (F20) in columns. The selection is in the URL
 
 from dataclasses import dataclass
 
+from django.db.models import Prefetch
+
 from mado.errors import NotFound, ValidationFailed
 from runs import charts, selectors
 from runs.models import Project, Run
@@ -76,8 +78,11 @@ def run_comparison(*, user, project: Project, run_ids: list[str], all_parameters
     id is not a Run of ``project`` visible to ``user`` (404, as for any invisible object).
     """
     ids = parse_run_ids(run_ids)
+    # The reverse relation of the checkpoints app's model: read here without importing that app.
+    checkpoints = Run._meta.get_field("checkpoints").related_model.objects.filter(state="complete").order_by("step")
     found = {run.pk: run for run in Run.objects.visible_to(user).filter(project=project, pk__in=ids)
-             .select_related("created_by")}
+             .select_related("created_by").prefetch_related(Prefetch("checkpoints", queryset=checkpoints,
+                                                                     to_attr="complete_checkpoints"))}
     missing = [i for i in ids if i not in found]
     if missing:
         raise NotFound(f"run {missing[0]} not found in project {project.slug!r}", field="run")
@@ -88,7 +93,6 @@ def run_comparison(*, user, project: Project, run_ids: list[str], all_parameters
     return Comparison(
         runs=runs, charts=chart_list, chart_data=charts.chart_data(chart_list), parameters=shown,
         same_parameters=sum(1 for row in rows if not row.differs),
-        # The reverse relation of the checkpoints app's model: read here without importing that app.
-        checkpoints=[list(run.checkpoints.filter(state="complete").order_by("step")) for run in runs],
-        stages=[selectors.data_stage_history(run=run) for run in runs],
+        checkpoints=[run.complete_checkpoints for run in runs],
+        stages=selectors.data_stage_histories(runs=runs),
     )

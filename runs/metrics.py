@@ -21,6 +21,7 @@ from mado.errors import ValidationFailed
 from runs.lease import lease_check
 from runs.liveness import refuse_write_if_crashed, run_touch
 from runs.metric_batch import MetricColumns, columns_from_columnar, columns_from_rows
+from runs.metric_rollup import rollup_add
 from runs.metric_summary import summary_add
 from runs.models import MetricBatch, MetricPoint, Run
 
@@ -74,7 +75,7 @@ def metrics_ingest(
     ``Run.dropped_points`` and reported in ``dropped`` / ``dropped_keys``
     (sorted, distinct). ``fencing_token`` (the ``Mado-Fencing-Token``
     header; None: not fenced) is checked in the writing transaction. The
-    Run's ``MetricSummary`` rows change in the same transaction as its points.
+    Run's ``MetricSummary`` and ``MetricRollup`` rows change in the same transaction as its points.
 
     Raises ``Forbidden`` unless the actor may write to the Run (``policy.why_cannot_write_run``, F31),
     ``ValidationFailed`` naming the first bad field (``points[3].value`` or
@@ -101,6 +102,7 @@ def metrics_ingest(
             Run.objects.filter(pk=run.pk).update(dropped_points=F("dropped_points") + dropped)
         if batch.keys:
             summary_add(run_id=run.pk, columns=batch)
+            rollup_add(run_id=run.pk, columns=batch)
             _insert(run.pk, batch)
         run_touch(run_id=run.pk)
     return MetricsIngested(len(batch.keys), dropped, dropped_keys, replayed=False)

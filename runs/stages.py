@@ -194,12 +194,14 @@ def data_stage_history(*, run: Run) -> list[dict]:
     Run's initial ``input_dataset_versions``). Stages have ``checkpoint`` and
     ``created_by`` loaded.
     """
-    stages = (
+    stages = list(
         DataStage.objects.filter(run=run)
         .select_related("checkpoint", "created_by")
         .prefetch_related(Prefetch("dataset_versions", queryset=_versions(DatasetVersion.objects.all())))
         .order_by("start_step")
     )
+    if not stages:
+        return []
     inherited = _inherited(run)
     if inherited is not None:
         before = data_composition_at(run=inherited[0], step=inherited[1])
@@ -216,3 +218,10 @@ def data_stage_history(*, run: Run) -> list[dict]:
         })
         before = versions
     return history
+
+
+def data_stage_histories(*, runs: list[Run]) -> list[list[dict]]:
+    """``data_stage_history`` of each of ``runs``, in order; one query finds the Runs that have stages, so a Run
+    without any costs nothing more (Compare of 20 Runs, SPEC F20, F34)."""
+    staged = set(DataStage.objects.filter(run__in=runs).order_by().values_list("run_id", flat=True).distinct())
+    return [data_stage_history(run=run) if run.pk in staged else [] for run in runs]

@@ -165,18 +165,23 @@
       });
     });
     drawAll();
-    if (window.ResizeObserver) {
-      new ResizeObserver(function () {
-        figures.forEach(function (figure) {
-          var host = figure.querySelector(".chart-plot");
-          if (figure.chart && host.clientWidth && Math.abs(figure.chart.width - host.clientWidth) > 4) {
-            figure.chart.setSize({width: host.clientWidth, height: 220});
-          }
-        });
-      }).observe(root.querySelector(".chart-grid") || root);
-    }
+    followWidth(figures, 220, root.querySelector(".chart-grid") || root);
   }
 
+  /* Keep each figure's chart as wide as its ".chart-plot" when ``container`` changes size. */
+  function followWidth(figures, height, container) {
+    if (!window.ResizeObserver) return;
+    new ResizeObserver(function () {
+      figures.forEach(function (figure) {
+        var host = figure.querySelector(".chart-plot");
+        if (figure.chart && host.clientWidth && Math.abs(figure.chart.width - host.clientWidth) > 4) {
+          figure.chart.setSize({width: host.clientWidth, height: height});
+        }
+      });
+    }).observe(container);
+  }
+
+  window.madoCharts = {color: color, compact: compact, followWidth: followWidth};  // shared with scatter.js
   document.addEventListener("DOMContentLoaded", function () { init(document); });
   document.addEventListener("htmx:afterSettle", function () { init(document); });
 })();

@@ -106,7 +106,10 @@ class CheckpointUploadPartsOutputSerializer(serializers.Serializer):
 
 class CheckpointCompleteInputSerializer(serializers.Serializer):
     tar_size = serializers.IntegerField(min_value=0, help_text="bytes")
-    tar_sha256 = serializers.CharField(max_length=64, help_text="hex SHA-256 of the whole tar")
+    tar_sha256 = serializers.CharField(
+        max_length=64, required=False, allow_null=True,
+        help_text="hex SHA-256 of the whole tar, checked when sent; optional: the server computes and records it",
+    )
     manifest = ManifestListField(required=False, help_text="every file; or send manifest_sha256 instead")
     manifest_sha256 = serializers.CharField(
         max_length=64, required=False,
@@ -290,7 +293,7 @@ class CheckpointCompleteApi(APIView):
         },
     )
     def post(self, request, checkpoint_id):
-        """200 ``complete`` when size, SHA-256 and members match exactly (same declaration again: 200).
+        """200 ``complete`` when size, SHA-256 (when sent) and members match exactly (same declaration again: 200).
 
         The members are declared as ``manifest`` (every file) or, so the body
         stays small for 10^5 files, as ``manifest_sha256`` (docs/api.md).

@@ -6,6 +6,12 @@ SHA-256 of that list's canonical JSON (``mado_tracking.tarverify.
 manifest_digest``): a checkpoint of 10^5 files is declared in a few hundred
 bytes, and its manifest is the list of files the server's one pass over the
 tar found (each hashed there), which must have that digest.
+
+``tar_sha256`` may be left out (None): the server's one pass checks every
+header, the zero padding and each file against the manifest, so the client's
+hash of the whole tar adds no protection; the server records the SHA-256 it
+computed (what a restore then checks the stored bytes against). The SDK
+leaves it out, so it hashes each byte once.
 """
 
 import re
@@ -31,14 +37,16 @@ def _hex_digest(value, field: str) -> str:
 def clean_declaration(*, tar_size, tar_sha256, manifest, manifest_sha256) -> dict:
     """The declaration as stored (manifest sorted by path); ``ValidationFailed`` naming the field otherwise.
 
-    ``tar_size``: bytes >= 0; ``tar_sha256`` and ``manifest_sha256``: 64 hex
+    ``tar_size``: bytes >= 0; ``tar_sha256`` (None: not declared, the
+    server's own hash is recorded) and ``manifest_sha256``: 64 hex
     digits; exactly one of ``manifest`` (``[{path, size, sha256}]``, paths
     under the checkpoint format's rules, docs/checkpoint-format.md) and
     ``manifest_sha256``.
     """
     if isinstance(tar_size, bool) or not isinstance(tar_size, int) or tar_size < 0:
         raise ValidationFailed("tar_size must be a non-negative integer (bytes)", field="tar_size")
-    declared = {"tar_size": tar_size, "tar_sha256": _hex_digest(tar_sha256, "tar_sha256")}
+    declared = {"tar_size": tar_size,
+                "tar_sha256": None if tar_sha256 is None else _hex_digest(tar_sha256, "tar_sha256")}
     if (manifest is None) == (manifest_sha256 is None):
         raise ValidationFailed("send either manifest (every file) or manifest_sha256 (its digest)", field="manifest")
     if manifest_sha256 is not None:
@@ -104,7 +112,7 @@ def compare_received(row: Checkpoint, declared: dict) -> list[ManifestFile]:
     if received["size"] != declared["tar_size"]:
         detail = f"the stored tar is {received['size']} bytes, {declared['tar_size']} were declared"
         raise ValidationFailed(mismatch(row.pk, ManifestMismatch("size", detail)), field="tar_size")
-    if received["sha256"] != declared["tar_sha256"]:
+    if declared["tar_sha256"] is not None and received["sha256"] != declared["tar_sha256"]:
         detail = f"the stored tar's SHA-256 is {received['sha256']}, {declared['tar_sha256']} was declared"
         raise ValidationFailed(mismatch(row.pk, ManifestMismatch("sha256", detail)), field="tar_sha256")
     found = {m["path"]: ManifestFile(m["path"], m["size"], m["sha256"]) for m in received["members"]}
@@ -116,7 +124,7 @@ def compare_received(row: Checkpoint, declared: dict) -> list[ManifestFile]:
 
 def same_declaration(declared: dict, *, tar_size: int, tar_sha256: str, files: list[ManifestFile]) -> bool:
     """Whether ``declared`` describes the complete checkpoint's tar and files (a replayed ``complete``)."""
-    if (declared["tar_size"], declared["tar_sha256"]) != (tar_size, tar_sha256):
+    if declared["tar_size"] != tar_size or declared["tar_sha256"] not in (None, tar_sha256):
         return False
     try:
         check_members(declared, {f.path: f for f in files})

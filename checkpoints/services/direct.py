@@ -173,7 +173,7 @@ def checkpoint_verify_upload(*, checkpoint_id: int) -> str:
         return "skipped"
     key, declared = row.received["storage_key"], row.declared
     verifier = CheckpointVerifier(declared_files(declared), tar_size=declared["tar_size"],
-                                  tar_sha256=declared["tar_sha256"], limits=settings.MADO_TAR_LIMITS)
+                                  tar_sha256=declared.get("tar_sha256"), limits=settings.MADO_TAR_LIMITS)
     try:
         for chunk in storage.blob_iter_resuming(key=key, size=storage.blob_size(key)):
             verifier.feed(chunk)

@@ -188,7 +188,7 @@ def checkpoint_complete(
     actor,
     checkpoint: Checkpoint,
     tar_size: int,
-    tar_sha256: str,
+    tar_sha256: str | None = None,
     manifest: list[dict] | None = None,
     manifest_sha256: str | None = None,
     upload_id: str | None = None,
@@ -197,7 +197,9 @@ def checkpoint_complete(
 ) -> Checkpoint:
     """Complete ``checkpoint`` against the client's declaration (SPEC F1, F13); returns the row.
 
-    ``tar_size`` in bytes, ``tar_sha256`` hex, and either ``manifest``
+    ``tar_size`` in bytes, ``tar_sha256`` hex or None (not declared: the
+    SHA-256 the server computed is recorded; the strict format check and the
+    per-file hashes are what protect the bytes), and either ``manifest``
     ``[{path, size, sha256}]`` (every file, sizes in bytes) or, for a large
     checkpoint, ``manifest_sha256``: the SHA-256 of that manifest's canonical
     JSON (``mado_tracking.tarverify.manifest_digest``), so no request body

@@ -34,7 +34,7 @@ from runs.api.serializers import (
     RunOutputSerializer,
     RunStatusInputSerializer,
 )
-from runs.history import metric_history_downsampled_json, metric_history_json
+from runs.history import SHAPES, metric_history_downsampled_json, metric_history_json
 from runs.lease import fencing_token
 from runs.metrics import metrics_ingest
 from runs.models import DatasetVersion
@@ -218,6 +218,9 @@ class RunMetricsApi(APIView):
             OpenApiParameter("page_size", OpenApiTypes.INT, description="points per page (default 1000, max 100,000)"),
             OpenApiParameter("max_points", OpenApiTypes.INT,
                              description="at most this many points (>= 2), min and max per step bucket; no pages"),
+            OpenApiParameter("shape", str, enum=list(SHAPES),
+                             description='with max_points: "points" (default) or "columns": results is '
+                                         '{"steps": [...], "values": [...], "timestamps": [...]}'),
         ],
         responses={200: _GET_OUTPUT, 404: OpenApiResponse(description="run not visible or page past the end")},
     )
@@ -231,7 +234,10 @@ class RunMetricsApi(APIView):
         ``max_points`` (2 to the page maximum) answers one downsampled series
         instead: ``results`` holds at most that many finite points (each step
         bucket's smallest and largest value), ``non_finite`` counts the NaN and
-        ±Infinity left out; ``count`` is still every point of the key. Reads
+        ±Infinity left out; ``count`` is still every point of the key. With it,
+        ``shape=columns`` makes ``results`` one object of three arrays of one
+        length, ``{"steps", "values", "timestamps"}`` (SPEC F34); another
+        ``shape``, or ``shape`` without ``max_points`` → 400 naming ``shape``. Reads
         stop after ``MADO_READ_STATEMENT_TIMEOUT_MS`` on PostgreSQL (SPEC F2).
         """
         run = selectors.run_get_for_user(user=request.user, run_id=run_id)
@@ -239,8 +245,11 @@ class RunMetricsApi(APIView):
         with read_statement_timeout():
             if not key:
                 return Response({"keys": selectors.metric_keys(run=run)})
+            shape = request.query_params.get("shape") or "points"
             if request.query_params.get("max_points") not in (None, ""):
-                return self._downsampled(run, key, _positive_int(request, "max_points", 2))
+                return self._downsampled(run, key, _positive_int(request, "max_points", 2), shape)
+            if shape != "points":
+                raise ValidationFailed("shape applies to a downsampled series: give max_points too", field="shape")
             size = min(_positive_int(request, "page_size", METRIC_PAGE_SIZE), settings.MADO_METRIC_HISTORY_PAGE_MAX)
             number = _positive_int(request, "page", 1)
             count = selectors.metric_count(run=run, key=key)
@@ -256,11 +265,13 @@ class RunMetricsApi(APIView):
         return HttpResponse(json.dumps(links)[:-1] + ', "results": ' + page + "}", content_type="application/json")
 
     @staticmethod
-    def _downsampled(run, key: str, max_points: int) -> HttpResponse:
+    def _downsampled(run, key: str, max_points: int, shape: str) -> HttpResponse:
         if not 2 <= max_points <= settings.MADO_METRIC_HISTORY_PAGE_MAX:
             raise ValidationFailed(f"max_points must be from 2 to {settings.MADO_METRIC_HISTORY_PAGE_MAX}",
                                    field="max_points")
-        page, non_finite, count = metric_history_downsampled_json(run=run, key=key, max_points=max_points)
+        if shape not in SHAPES:
+            raise ValidationFailed(f"shape must be one of {', '.join(SHAPES)}", field="shape")
+        page, non_finite, count = metric_history_downsampled_json(run=run, key=key, max_points=max_points, shape=shape)
         head = json.dumps({"count": count, "non_finite": non_finite, "next": None, "previous": None})
         return HttpResponse(head[:-1] + ', "results": ' + page + "}", content_type="application/json")
 

@@ -62,6 +62,7 @@ class SweepTrialOutputSerializer(serializers.Serializer):
     parameters = serializers.JSONField(read_only=True)
     state = serializers.ChoiceField(choices=TrialState.choices, read_only=True)
     requeue_count = serializers.IntegerField(read_only=True, help_text="how many times it was preempted and requeued")
+    retry_count = serializers.IntegerField(read_only=True, help_text="how many times it was retried after failing")
     agent = serializers.CharField(read_only=True, help_text="host:pid of the agent holding or running it")
     lease_expires_at = serializers.DateTimeField(read_only=True, allow_null=True)
     run_id = serializers.IntegerField(read_only=True)
@@ -129,7 +130,8 @@ class SweepReportInputSerializer(serializers.Serializer):
 
 
 class SweepViewSet(GenericViewSet):
-    """``sweeps/``, ``sweeps/{id}/``, ``sweeps/{id}/claim/``, ``sweeps/{id}/trials/{number}/report/``."""
+    """``sweeps/``, ``sweeps/{id}/``, ``sweeps/{id}/claim/``, ``sweeps/{id}/trials/{number}/report/`` and
+    ``…/retry/``."""
 
     lookup_value_regex = "[0-9]+"
     run_token_allowed = False
@@ -195,3 +197,19 @@ class SweepViewSet(GenericViewSet):
         trial = selectors.sweep_trial_get(sweep=sweep, number=number)
         trial = services.sweep_trial_report(actor=request.user, trial=trial, **valid(SweepReportInputSerializer, request))
         return Response(SweepTrialOutputSerializer(trial).data)
+
+    @extend_schema(
+        tags=TAGS, request=None,
+        parameters=[_SWEEP_ID, OpenApiParameter("number", int, OpenApiParameter.PATH, description="trial number")],
+        responses={200: SweepTrialOutputSerializer, 403: OpenApiResponse(description="viewer"),
+                   404: OpenApiResponse(description="no such sweep or trial"),
+                   409: OpenApiResponse(description="the trial is not failed (or was already retried)")},
+    )
+    @action(detail=True, methods=["post"], url_path=r"trials/(?P<number>[0-9]+)/retry")
+    def retry(self, request, pk=None, number=None):
+        """Retry a failed (crashed, aborted) trial: a fresh Run with its parameters, queued for the next agent's
+        claim; the failed Run stays as history (SPEC F28). Member or admin; 409 naming the trial's state when it
+        is not failed, e.g. a second click after the first retry."""
+        sweep = selectors.sweep_get_for_user(user=request.user, sweep_id=pk)
+        trial = selectors.sweep_trial_get(sweep=sweep, number=number)
+        return Response(SweepTrialOutputSerializer(services.sweep_trial_retry(actor=request.user, trial=trial)).data)

@@ -26,14 +26,14 @@ from runs.models.core import (
     VisibleQuerySet,
     new_external_id,
 )
-from runs.models.metrics import MetricSummary, MetricSummaryQuerySet
+from runs.models.metrics import MetricRollup, MetricSummary, MetricSummaryQuerySet
 from runs.models.sweeps import MetricGoal, Sweep, SweepMethod, SweepTrial, TrialState
 from runs.models.workspace import RunTableColumns
 
 __all__ = [
     "FINAL_STATES", "Code", "CodeVersion", "CodeVersionQuerySet", "DataStage", "DataStageQuerySet", "Dataset",
     "DatasetVersion", "DatasetVersionQuerySet", "MetricBatch", "MetricGoal", "MetricPoint", "MetricPointQuerySet",
-    "MetricSummary", "MetricSummaryQuerySet",
+    "MetricRollup", "MetricSummary", "MetricSummaryQuerySet",
     "Membership", "ParameterChange", "Project", "ProjectQuerySet", "Role", "Run", "RunKind", "RunStatus", "RunTag",
     "RunTagQuerySet", "Sweep", "SweepMethod", "SweepTrial", "TrialState", "VisibleQuerySet", "new_external_id",
     "RunTableColumns",

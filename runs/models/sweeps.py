@@ -1,4 +1,4 @@
-"""Sweeps and their trials (SPEC F27, F28; issue 6 part 4).
+"""Sweeps and their trials (SPEC F27, F28).
 
 A trial is one parameter set of a Sweep, run as one Run under one run id for
 its whole life: a preempted trial goes back to the queue and the next agent
@@ -80,7 +80,8 @@ class SweepTrial(models.Model):
     user whose agent it is (a writer of the Run while the claim holds, SPEC
     F31), ``lease_expires_at`` when a claimed trial whose program has not
     started returns to the queue (``MMT_SWEEP_LEASE``). ``requeue_count``
-    counts preemptions.
+    counts preemptions, ``retry_count`` retries of a failed trial (each a
+    fresh Run; the earlier ones stay in ``earlier_runs`` as history, F28).
     """
 
     sweep = models.ForeignKey(Sweep, on_delete=models.CASCADE, related_name="trials")
@@ -89,6 +90,8 @@ class SweepTrial(models.Model):
     parameters = models.JSONField()
     state = models.CharField(max_length=10, choices=TrialState.choices, default=TrialState.LEASED)
     requeue_count = models.PositiveIntegerField(default=0)
+    retry_count = models.PositiveIntegerField(default=0)
+    earlier_runs = models.ManyToManyField(Run, blank=True, related_name="retried_sweep_trials")
     agent = models.CharField(max_length=200, blank=True)
     claimed_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"

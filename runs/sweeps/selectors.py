@@ -58,11 +58,12 @@ def sweep_trial_get(*, sweep: Sweep, number) -> SweepTrial:
 
 
 def sweep_trials(*, sweep: Sweep) -> list[SweepTrial]:
-    """The trials of ``sweep`` by number, each with its Run and ``metric``: the last value of the sweep's metric
-    the Run logged (None when it logged none, or the last one was NaN)."""
+    """The trials of ``sweep`` by number, each with its Run, its ``earlier_runs`` (failed attempts before a retry)
+    and ``metric``: the last value of the sweep's metric the Run logged (None when it logged none, or the last
+    one was NaN)."""
     last = MetricSummary.objects.filter(run_id=OuterRef("run_id"), key=sweep.metric_name).values("last_value")
     return list(
-        SweepTrial.objects.filter(sweep=sweep).select_related("run")
+        SweepTrial.objects.filter(sweep=sweep).select_related("run").prefetch_related("earlier_runs")
         .annotate(metric=Subquery(last)).order_by("number")
     )
 

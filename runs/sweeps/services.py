@@ -20,6 +20,7 @@ from django.db.models import F, Max, Q
 from django.utils import timezone
 
 from mado import policy
+from mado.errors import Conflict
 from runs import services as run_services
 from runs.models import Project, Run, RunStatus, Sweep, SweepTrial, TrialState
 from runs.sweeps import selectors
@@ -122,6 +123,8 @@ def sweep_claim(*, actor, sweep: Sweep, agent: str = "", now: datetime | None = 
     if trial is not None:
         if trial.run.started_at is not None:
             reason = f"trial {trial.number} (run {trial.run.external_id}) was preempted: resume it"
+        elif trial.retry_count:
+            reason = f"trial {trial.number} was retried: a fresh run with the same parameters"
         else:
             reason = f"trial {trial.number} was queued again: its previous claim expired before its program started"
         return SweepClaim(trial, selectors.trial_latest_checkpoint(trial=trial), False, reason)
@@ -174,6 +177,54 @@ def sweep_trial_report(
             status = RunStatus.FINISHED if exit_code == 0 else RunStatus.FAILED
         run_services.run_set_status(actor=actor, run=run, status=status)
     return SweepTrial.objects.select_related("run").get(pk=trial.pk)
+
+
+RETRYABLE = frozenset({RunStatus.FAILED, RunStatus.CRASHED, RunStatus.ABORTED})
+
+
+@transaction.atomic
+def sweep_trial_retry(*, actor, trial: SweepTrial) -> SweepTrial:
+    """Give the failed ``trial`` a fresh attempt: a new ``pending`` Run with the same parameters, queued for the
+    next agent's claim (SPEC F28). Returns the trial as stored, with its new Run.
+
+    Who may: whoever may run the sweep's agent (member or admin; ``Forbidden``
+    otherwise). Only a trial that is done with its Run failed, crashed or
+    aborted is retried; any other (queued, claimed, running, finished, or
+    already retried by a first click) raises ``Conflict`` saying what it is,
+    and nothing changes. The earlier Run is kept unchanged and listed in
+    ``earlier_runs``; the trial's ``retry_count`` grows by one. The new Run
+    is created by ``actor`` and named ``<sweep>-<number>-retry<k>``. Two
+    concurrent retries: one wins, the other's conditional UPDATE matches no
+    row and it raises ``Conflict`` (its new Run rolled back with it).
+    """
+    _require_member(actor, trial.sweep.project)
+    trial = SweepTrial.objects.select_for_update().select_related("run", "sweep").get(pk=trial.pk)
+    if trial.state != TrialState.DONE or trial.run.status not in RETRYABLE:
+        raise Conflict(_retry_refusal(trial), field="trial")
+    old_run = trial.run
+    attempt = trial.retry_count + 1
+    run = run_services.run_create(
+        actor=actor, project=trial.sweep.project, parameters=trial.parameters, status=RunStatus.PENDING,
+        name=f"{trial.sweep.name or f'sweep-{trial.sweep_id}'}-{trial.number}-retry{attempt}",
+    )
+    taken = SweepTrial.objects.filter(pk=trial.pk, state=TrialState.DONE, run_id=old_run.pk).update(
+        run=run, state=TrialState.QUEUED, retry_count=F("retry_count") + 1, agent="", claimed_by=None,
+        claimed_at=None, lease_expires_at=None,
+    )
+    if not taken:
+        raise Conflict(f"trial {trial.number} was retried by someone else a moment ago", field="trial")
+    trial.earlier_runs.add(old_run)
+    return SweepTrial.objects.select_related("run").get(pk=trial.pk)
+
+
+def _retry_refusal(trial: SweepTrial) -> str:
+    if trial.state != TrialState.DONE:
+        if trial.retry_count and trial.state == TrialState.QUEUED:
+            return (f"trial {trial.number} was already retried: its new run {trial.run.external_id} is waiting for "
+                    "an agent")
+        return f"trial {trial.number} is {trial.get_state_display()}: only a failed trial can be retried"
+    return (f"trial {trial.number} ended {trial.run.status}: only a failed, crashed or aborted trial can be "
+            "retried")
 
 
 def sweep_release_expired_leases(*, now: datetime | None = None) -> int:

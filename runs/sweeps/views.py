@@ -61,11 +61,12 @@ def sweep_create(request, slug):
 @page
 @require_GET
 def sweep_detail(request, pk):
-    """A Sweep: its configuration, trials table (parameters, metric, state, requeue count, Run), best trial and
-    one scatter plot of the metric against each searched parameter."""
+    """A Sweep: its configuration, trials table (parameters, metric, state, requeue count, Run, earlier attempts),
+    best trial and one uPlot scatter plot of the metric against each searched parameter."""
     sweep = selectors.sweep_get_for_user(user=request.user, sweep_id=pk)
     trials = selectors.sweep_trials(sweep=sweep)
     best = selectors.sweep_best_trial(sweep=sweep, trials=trials)
+    scatters = charts.sweep_scatters(sweep=sweep, trials=trials, best=best)
     context = {
         "sweep": sweep,
         "project": sweep.project,
@@ -73,6 +74,8 @@ def sweep_detail(request, pk):
         "best": best,
         "counts": selectors.trial_counts_of(sweep),
         "parameter_names": sorted(sweep.parameters),
-        "scatters": charts.sweep_scatters(sweep=sweep, trials=trials, best=best),
+        "scatters": scatters,
+        "scatter_data": charts.scatter_data(sweep=sweep, scatters=scatters),
+        "retryable": sorted(services.RETRYABLE),
     }
     return render(request, "runs/sweeps/sweep_detail.html", context)

@@ -174,6 +174,14 @@ class _Upload:
     def declaration(self, tar: CheckpointTar) -> dict:
         return checkpoint_declaration(tar_size=len(tar), tar_sha256=tar.sha256, manifest=tar.manifest)
 
+    def sent_manifest(self, tar: CheckpointTar) -> list[dict]:
+        """The files' ``{path, size, sha256}`` of ``tar``; read again when ``tar`` was not sent to its end."""
+        if len(tar.manifest) < len(tar.files):
+            tar = CheckpointTar(self.directory)
+            for _ in tar:
+                pass
+        return tar.manifest
+
     def retry_or_raise(self, retrier: Retrier, reason: str, status: int | None = None,
                        retry_after: float | None = None) -> None:
         if not retrier.pause(reason, status=status, retry_after=retry_after):
@@ -214,7 +222,7 @@ class _ServerUpload(_Upload):
             else:
                 if response.status_code < 400:
                     answer = self.client.decode(response, "PUT", url) or {}
-                    if answer.get("sha256") == tar.sha256 and answer.get("received_bytes") == len(tar):
+                    if answer.get("received_bytes") == len(tar):
                         return SavedCheckpoint.from_resource(self.complete(self.declaration(tar)))
                     reason = f"the server received {answer.get('received_bytes')} bytes, {len(tar)} were sent"
                 elif response.status_code == 409:
@@ -231,10 +239,12 @@ class _ServerUpload(_Upload):
         error = self.client.error_from(response, "PUT", url)
         if error.code in LOST_CODES:  # another process took the Run over: the caller's Run learns it
             raise error
-        # An earlier attempt completed it (its answer got lost): fine if it is this very tar.
+        # An earlier attempt completed it (its answer got lost): fine if it holds these very files.
         resource = self.client.request("GET", f"checkpoints/{self.id}/")
-        if resource.get("state") == "complete" and resource.get("tar_sha256") == tar.sha256:
-            return SavedCheckpoint.from_resource(resource)
+        if resource.get("state") == "complete" and resource.get("tar_size") == len(tar):
+            stored = sorted((e["path"], e["size"], e["sha256"]) for e in resource.get("manifest") or [])
+            if stored == sorted((e["path"], e["size"], e["sha256"]) for e in self.sent_manifest(tar)):
+                return SavedCheckpoint.from_resource(resource)
         raise self.refused(response, f"checkpoints/{self.id}/tar")
 
 

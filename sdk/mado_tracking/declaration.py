@@ -13,12 +13,16 @@ from mado_tracking.tarverify import ManifestFile, manifest_digest
 INLINE_FILES = 1000
 
 
-def checkpoint_declaration(*, tar_size: int, tar_sha256: str, manifest: list[dict]) -> dict:
-    """``{tar_size, tar_sha256, manifest}`` or, past ``INLINE_FILES`` files, ``{tar_size, tar_sha256, manifest_sha256}``.
+def checkpoint_declaration(*, tar_size: int, manifest: list[dict], tar_sha256: str | None = None) -> dict:
+    """``{tar_size, manifest}`` or, past ``INLINE_FILES`` files, ``{tar_size, manifest_sha256}``; plus ``tar_sha256``
+    when given.
 
-    ``tar_size`` in bytes, ``tar_sha256`` hex, ``manifest`` ``[{path, size, sha256}]`` (every file).
+    ``tar_size`` in bytes, ``manifest`` ``[{path, size, sha256}]`` (every file), ``tar_sha256`` hex or None: the
+    server computes the tar's SHA-256 itself and checks every header and file, so the SDK does not hash the
+    whole tar (SPEC F1, F13).
     """
+    declared = {"tar_size": tar_size} if tar_sha256 is None else {"tar_size": tar_size, "tar_sha256": tar_sha256}
     if len(manifest) <= INLINE_FILES:
-        return {"tar_size": tar_size, "tar_sha256": tar_sha256, "manifest": manifest}
+        return {**declared, "manifest": manifest}
     files = (ManifestFile(entry["path"], entry["size"], entry["sha256"]) for entry in manifest)
-    return {"tar_size": tar_size, "tar_sha256": tar_sha256, "manifest_sha256": manifest_digest(files)}
+    return {**declared, "manifest_sha256": manifest_digest(files)}

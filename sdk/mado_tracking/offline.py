@@ -198,7 +198,7 @@ class OfflineRun(RunBase):
                                       f"{self.external_id} ({target})", field="step") from None
         finally:
             shutil.rmtree(partial, ignore_errors=True)
-        tar = CheckpointTar(target)
+        tar = CheckpointTar(target, tar_hash=True)
         for _ in tar:  # the digests of the tar ``mado sync`` will send
             pass
         entry = {"step": step, "framework": framework or "", "includes_optimizer": bool(includes_optimizer),

@@ -28,6 +28,8 @@ _KIND = {b"1": "hard link", b"2": "symbolic link", b"3": "character device", b"4
          b"S": "GNU sparse file", b"D": "GNU dump directory", b"M": "GNU multi-volume member",
          b"V": "GNU volume header", b"5": "directory"}
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+# Names Windows reserves for devices, in any case and with any extension (``nul.txt``); ¹²³ count as digits there.
+_WINDOWS_DEVICE = re.compile(r"(?i)(con|prn|aux|nul|com[1-9¹²³]|lpt[1-9¹²³])")
 _NUMERIC_FIELDS = (("mode", 100, 108), ("uid", 108, 116), ("gid", 116, 124), ("mtime", 136, 148))
 
 
@@ -53,12 +55,11 @@ class Limits:
     ``members``: files and directories; ``path_bytes`` / ``component_bytes``:
     UTF-8 bytes of a whole path / of one name between slashes;
     ``pax_bytes``: one PAX extended header or GNU long name; ``total_bytes``:
-    the sum of the members' sizes. ``path_bytes`` is 1024 because the
-    server stores each path in a 1024-character, uniquely indexed column.
+    the sum of the members' sizes.
     """
 
     members: int = 100_000
-    path_bytes: int = 1024
+    path_bytes: int = 4096
     component_bytes: int = 255
     pax_bytes: int = 64 * 1024
     total_bytes: int = 1 << 40
@@ -103,7 +104,9 @@ def check_path(path: str | bytes, limits: Limits = Limits(), *, label: str = "")
 
     Rules: valid UTF-8, at most ``limits.path_bytes`` bytes and
     ``limits.component_bytes`` per component, no control character, no
-    backslash, not absolute, no empty, ``.`` or ``..`` component.
+    backslash, not absolute, no empty, ``.`` or ``..`` component, and no
+    component Windows cannot create (``windows_refusal``), since a checkpoint
+    must restore on Windows agents too (SPEC F13).
     ``label`` prefixes the error (``member 3``).
     """
     where = f"{label} " if label else ""
@@ -128,7 +131,26 @@ def check_path(path: str | bytes, limits: Limits = Limits(), *, label: str = "")
         if len(part.encode("utf-8")) > limits.component_bytes:
             raise ManifestMismatch("path", f"{where}{text!r}: a name of {len(part.encode('utf-8'))} bytes is longer "
                                            f"than {limits.component_bytes} bytes")
+        refusal = windows_refusal(part)
+        if refusal:
+            raise ManifestMismatch("path", f"{where}{text!r}: {refusal}")
     return text
+
+
+def windows_refusal(name: str) -> str:
+    """Why Windows cannot create a file or directory called ``name`` (one path component), or ``""``.
+
+    Refused: a name ending in ``.`` or a space (Windows drops them, so
+    ``a.`` and ``a`` would be one file) and a device name (``CON``, ``PRN``,
+    ``AUX``, ``NUL``, ``COM1``–``COM9``, ``LPT1``–``LPT9``, also with
+    superscript digits), in any case, alone or before an extension
+    (``nul.txt``, ``Com1.tar.gz``) and with spaces before the dot.
+    """
+    if name.endswith((".", " ")):
+        return f"the name {name!r} ends with a dot or a space, which Windows drops"
+    if _WINDOWS_DEVICE.fullmatch(name.split(".", 1)[0].rstrip(" ")):
+        return f"{name!r} is a device name on Windows (CON, PRN, AUX, NUL, COM1-9, LPT1-9), with or without extension"
+    return ""
 
 
 class Names:

@@ -5,11 +5,13 @@ byte is sent, a symbolic link, an empty directory, or anything that is not a
 regular file (``CheckpointError`` naming the path). It then behaves as a
 iterable of known length (``len()``), so an HTTP client sends it with a
 ``Content-Length`` and constant memory. Each file is read once: every chunk
-read feeds the file's SHA-256 and is yielded as the next tar bytes, and the
-whole tar's SHA-256 runs beside it on a second thread (hashlib releases the
-GIL), so no byte is read or hashed twice on the client.
+read feeds the file's SHA-256 and is yielded as the next tar bytes, so no
+byte is read or hashed twice on the client. The whole tar's SHA-256 is not
+needed for an upload (the server computes it while it checks every header
+and file); with ``tar_hash=True`` (an offline save records it) it runs
+beside the files' hashes on a second thread (hashlib releases the GIL).
 After the last byte, ``manifest`` lists ``{"path", "size", "sha256"}`` per
-file and ``sha256`` is the tar's digest.
+file and ``sha256`` is the tar's digest (None without ``tar_hash``).
 
 What the writer emits, exactly (docs/checkpoint-format.md):
 
@@ -40,6 +42,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from mado_tracking.errors import CheckpointError
+from mado_tracking.tarformat import Limits, ManifestMismatch, check_path
 
 __all__ = ["CheckpointError", "CheckpointTar", "scan"]
 
@@ -51,7 +54,10 @@ def scan(directory: str | os.PathLike) -> list[tuple[str, Path, int]]:
     """Walk ``directory`` once; return ``(relative POSIX path, absolute path, size in bytes)`` sorted by path.
 
     Raises ``CheckpointError`` for a missing directory, a symbolic link
-    anywhere, an empty directory (the root or below) or a non-regular file.
+    anywhere, an empty directory (the root or below), a non-regular file or
+    a path the checkpoint format refuses (``tarformat.check_path`` under the
+    ``MADO_TAR_MAX_*`` limits: too long, a Windows device name, …; SPEC F13),
+    so the server's refusal shows before any byte is sent.
     """
     root = Path(directory)
     if root.is_symlink():
@@ -72,6 +78,12 @@ def scan(directory: str | os.PathLike) -> list[tuple[str, Path, int]]:
                 if not stat.S_ISREG(info.st_mode):
                     raise CheckpointError(f"{path}: is not a regular file")
                 files.append((path.relative_to(root).as_posix(), path, info.st_size))
+    limits = Limits.from_env()
+    for relative, path, _ in files:
+        try:
+            check_path(relative.encode("utf-8", "surrogateescape"), limits)
+        except ManifestMismatch as exc:
+            raise CheckpointError(f"{path}: cannot be in a checkpoint: {exc.detail}") from None
     files.sort()
     return files
 
@@ -88,12 +100,14 @@ class CheckpointTar:
     """An iterable of the tar's bytes with a known ``len()``; see the module docstring.
 
     Iterate it once (an HTTP client sends it as the request body); to retry,
-    build a new one. The tar's SHA-256 is computed on a second thread so the
-    two hashes of every byte (file and tar) use two cores (hashlib releases
-    the GIL); at most ``max_ahead`` chunks of ``chunk_size`` bytes are held.
+    build a new one. With ``tar_hash`` the tar's SHA-256 is computed on a
+    second thread so the two hashes of every byte (file and tar) use two
+    cores (hashlib releases the GIL); at most ``max_ahead`` chunks of
+    ``chunk_size`` bytes are held.
     """
 
-    def __init__(self, directory: str | os.PathLike, *, chunk_size: int = 1 << 20, max_ahead: int = 4, on_bytes=None):
+    def __init__(self, directory: str | os.PathLike, *, chunk_size: int = 1 << 20, max_ahead: int = 4, on_bytes=None,
+                 tar_hash: bool = False):
         self.files = scan(directory)
         self._headers = [_header(rel, size) for rel, _, size in self.files]
         self.total_bytes = sum(size for _, _, size in self.files)
@@ -104,11 +118,18 @@ class CheckpointTar:
         self.on_bytes = on_bytes  # called with each chunk's length as it is sent (a progress bar)
         self.manifest: list[dict] = []
         self.sha256: str | None = None
+        self._tar_hash = tar_hash
 
     def __len__(self) -> int:
         return self._length
 
     def __iter__(self):
+        if not self._tar_hash:
+            for part in self._parts():
+                if self.on_bytes:
+                    self.on_bytes(len(part))
+                yield part
+            return
         tar_hash = hashlib.sha256()
         pending: deque = deque()
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="mado-tar-sha256") as hasher:

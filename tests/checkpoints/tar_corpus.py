@@ -113,7 +113,7 @@ def patched(data: bytes, offset: int, new: bytes) -> bytes:
 
 M = b"weights" * 10
 GOOD = {"model.pt": M, "optim/state.pt": b"adam"}
-LONG = "/".join(["p" * 200] * 5) + "/" + "q" * 19  # 1024 bytes, the longest path
+LONG = "/".join(["p" * 254] * 16) + "/" + "q" * 16  # 4096 bytes, the longest path
 NFC, NFD = unicodedata.normalize("NFC", "café.pt"), unicodedata.normalize("NFD", "café.pt")
 
 
@@ -139,8 +139,11 @@ def _cases() -> dict[str, Case]:
             {"pax.pt": M}, True),
         "gnu long name wins over the header name": Case(tar_of(long_name_member(b"gnu.pt"), file_member("hdr.pt", M)),
                                                          {"gnu.pt": M}, True),
-        "path of 1024 bytes": Case(
+        "path of 4096 bytes": Case(
             tar_of(pax_member(pax_record("path", LONG)), file_member("x", M)), {LONG: M}, True),
+        "names that only start like windows devices": Case(
+            tar_of(file_member("console.pt", M), file_member("com10/nul_.pt", M), file_member("lpt.d/aux-x", M)),
+            {"console.pt": M, "com10/nul_.pt": M, "lpt.d/aux-x": M}, True),
         "unknown pax keys are ignored": Case(tar_of(pax_member(pax_record("comment", "hi") + pax_record("mtime", "1.5")),
                                                     file_member("m.pt", M)), {"m.pt": M}, True),
     }
@@ -193,7 +196,17 @@ def _cases() -> dict[str, Case]:
                                      pax_member(pax_record("path", NFD)), file_member("b", M)), {NFC: M, NFD: M}, False),
         "directory case collision": Case(tar_of(file_member("A/x.pt", M), file_member("a/y.pt", M)),
                                          {"A/x.pt": M, "a/y.pt": M}, False),
-        "path of 1025 bytes": Case(tar_of(pax_member(pax_record("path", LONG + "q")), file_member("x", M)),
+        # Names Windows cannot create (a checkpoint must restore on Windows agents too).
+        "windows device name": Case(tar_of(file_member("CON", M)), {"CON": M}, False),
+        "windows device name with an extension": Case(tar_of(file_member("opt/nul.txt", M)), {"opt/nul.txt": M}, False),
+        "windows device directory": Case(tar_of(file_member("Com1/m.pt", M)), {"Com1/m.pt": M}, False),
+        "windows device with superscript digit": Case(tar_of(pax_member(pax_record("path", "lpt\u00b2.bin")),
+                                                             file_member("x", M)), {"lpt\u00b2.bin": M}, False),
+        "windows device before spaces and a dot": Case(tar_of(file_member("aux .tar.gz", M)), {"aux .tar.gz": M},
+                                                       False),
+        "name ending in a dot": Case(tar_of(file_member("model.", M)), {"model.": M}, False),
+        "directory ending in a space": Case(tar_of(file_member("run /m.pt", M)), {"run /m.pt": M}, False),
+        "path of 4097 bytes": Case(tar_of(pax_member(pax_record("path", LONG + "q")), file_member("x", M)),
                                    {LONG + "q": M}, False),
         "empty pax path": Case(tar_of(pax_member(pax_record("path", "")), file_member("m.pt", M)), {"m.pt": M}, False),
         # Structure.

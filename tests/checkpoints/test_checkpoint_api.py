@@ -89,8 +89,12 @@ def test_a_tar_built_by_the_sdk_is_accepted(client, run, pending, tmp_path):
     tar = CheckpointTar(tmp_path / "ckpt")
     data = b"".join(tar)
     assert put_tar(client, pending["id"], data).status_code == 200
-    body = {"tar_size": len(data), "tar_sha256": tar.sha256, "manifest": tar.manifest}
-    assert complete(client, pending["id"], body).json()["file_count"] == 2
+    body = {"tar_size": len(data), "manifest": tar.manifest}  # the SDK leaves the tar's SHA-256 to the server
+    done = complete(client, pending["id"], body).json()
+    assert done["file_count"] == 2 and done["state"] == "complete"
+    assert done["tar_sha256"] == sha(data)  # recorded from the server's own pass over the bytes
+    assert complete(client, pending["id"], body).status_code == 200  # replayed: the same completion
+    assert complete(client, pending["id"], {**body, "tar_sha256": "0" * 64}).status_code == 409
 
 
 def test_an_upload_never_reads_the_whole_body_into_memory(client, pending, monkeypatch):

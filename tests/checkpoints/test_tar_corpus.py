@@ -80,10 +80,10 @@ def worker_verdict(run, case: Case, workdir) -> bool:
                                        size=len(case.tar), sha256=sha(case.tar), storage_key=key)
     checkpoint = Checkpoint.objects.create(run=run, step=step, artifact=artifact, tar_size=len(case.tar),
                                            tar_sha256=sha(case.tar), state=CheckpointState.COMPLETE)
-    # A name that is not UTF-8 or longer than the column cannot be stored: the tar refuses it before the manifest.
+    # A name that is not UTF-8 cannot be stored: the tar refuses it before the manifest.
     ManifestEntry.objects.bulk_create([
         ManifestEntry(checkpoint=checkpoint, size=e["size"], sha256=e["sha256"],
-                      path=e["path"].encode("utf-8", "surrogateescape").decode("utf-8", "replace")[:1024])
+                      path=e["path"].encode("utf-8", "surrogateescape").decode("utf-8", "replace"))
         for e in manifest(case)
     ])
     workdir.mkdir()

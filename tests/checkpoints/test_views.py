@@ -1,5 +1,6 @@
 """Checkpoint and artifact pages: the Checkpoint tab (F4), the manifest page, deletion (F5), the Artifacts tab (F29)."""
 
+import re
 import hashlib
 import io
 import os
@@ -218,8 +219,9 @@ def test_a_non_admin_sees_the_reason_instead_of_the_button_and_cannot_post(
 ):
     client = login(request.getfixturevalue(role))
     html = client.get(tab(run, older=1)).content.decode()
-    # One per row in the Deletion column (the tab may also say once why the user cannot resume).
-    assert html.count(f'<span class="reason">{sentence}</span>') == 8
+    # Said once above the table, not on each of the 8 rows.
+    assert html.count(sentence) == 1
+    assert f'<span class="{"continue" if role == "viewer" else "delete"}-refusal">{sentence}</span>' in html
     assert "checkpoints/%d/delete/" % seven[10].pk not in html
     confirm = client.get(reverse("checkpoints:checkpoint-delete", args=[seven[10].pk])).content.decode()
     assert sentence in confirm and 'type="submit" class="danger"' not in confirm
@@ -230,9 +232,14 @@ def test_a_non_admin_sees_the_reason_instead_of_the_button_and_cannot_post(
 
 def test_a_checkpoint_inside_the_keep_count_shows_why_and_is_refused(login, admin, run, seven, settings):
     client = login(admin)
-    reason = "The checkpoint at step 50 is one of the newest 5 complete checkpoints of this run"
-    assert reason in client.get(tab(run)).content.decode()
-    assert reverse("checkpoints:checkpoint-delete", args=[seven[50].pk]) not in client.get(tab(run)).content.decode()
+    reason = "The checkpoint at step 50 is one of the newest 5 complete checkpoints of this run, which are kept"
+    html = client.get(tab(run)).content.decode()
+    # The keep rule is said once in the tab's head; the row is marked "kept" and has no Delete button.
+    assert html.count("The newest 5 complete checkpoints of this run: they are kept and cannot be deleted.") == 1
+    assert "MMT_CHECKPOINT_KEEP_COUNT" not in html and reason not in html
+    row = re.search(r'<tr data-step="50"[^>]*>(.*?)</tr>', html, re.S).group(1)
+    assert '<span class="badge state-kept"' in row
+    assert reverse("checkpoints:checkpoint-delete", args=[seven[50].pk]) not in html
     before = stored_files(settings)
     response = client.post(reverse("checkpoints:checkpoint-delete", args=[seven[50].pk]), follow=True)
     assert response.status_code == 200 and reason in response.content.decode()
@@ -279,8 +286,8 @@ def test_the_reasons_are_shown_in_japanese(login, admin, member, run, seven):
     client = login(admin)
     client.post(reverse("set_language"), {"language": "ja", "next": "/"})
     html = client.get(tab(run)).content.decode()
-    assert "保持数を超える古いcheckpointを表示 (2)" in html
-    assert "step 50 のcheckpointは、このRunの完了済みcheckpointのうち最新の 5 件" in html
+    assert "保持数を超える古いチェックポイントを表示 (2)" in html
+    assert "このRunの最新の完了済みチェックポイント 5 件です。これらは保持され、削除できません。" in html
     client.force_login(member)
     client.post(reverse("set_language"), {"language": "ja", "next": "/"})
     assert "この操作はプロジェクトの管理者だけが実行できます。" in client.get(tab(run)).content.decode()

@@ -158,23 +158,27 @@ def test_a_member_creates_a_grid_sweep_from_yaml_and_reads_its_trials_and_a_view
     expect(table.locator("tbody tr.best")).to_have_count(1)
     expect(table.locator("tbody tr.best")).to_have_attribute("data-trial", "2")
 
-    # One scatter per searched parameter, one dot per trial with a metric, the best one marked.
+    # One uPlot scatter per searched parameter, one dot per trial with a metric in three series (finished, best,
+    # not finished); hovering a dot names its trial.
     expect(page.locator("figure.sweep-scatter")).to_have_count(2)
     for name in ("hidden", "lr"):
         scatter = page.locator(f'figure.sweep-scatter[data-parameter="{name}"]')
-        expect(scatter.locator("svg")).to_be_visible()
+        expect(scatter.locator(".uplot canvas")).to_be_visible()
         expect(scatter.locator("figcaption")).to_contain_text("3 trials")
-        expect(scatter.locator("svg circle.trial")).to_have_count(3)
-        assert sorted(scatter.locator("svg circle.trial").evaluate_all(
-            "dots => dots.map(d => d.dataset.trial)")) == ["1", "2", "3"]
-        expect(scatter.locator("svg circle.trial.best")).to_have_count(1)
-        expect(scatter.locator("svg circle.trial.best")).to_have_attribute("data-trial", "2")
-        expect(scatter.locator("svg circle.trial.partial")).to_have_attribute("data-trial", "3")  # drawn hollow
+        expect(scatter).to_have_attribute("data-drawn", "3")
+        expect(scatter.locator(".u-legend .u-series")).to_have_text(["finished", "best trial", "not finished (partial)"])
+        for trial, label in ((trials[1], "Trial 2"), (trials[2], "Trial 3")):
+            x, y = scatter.evaluate(
+                "(figure, p) => { const u = figure.chart, box = u.over.getBoundingClientRect();"
+                " return [box.left + u.valToPos(p[0], 'x'), box.top + u.valToPos(p[1], 'y')]; }",
+                [trial.parameters[name], {2: 0.17, 3: 0.05}[trial.number]])
+            page.mouse.move(x, y)
+            expect(scatter.locator(".scatter-hover")).to_contain_text(f"{label}: {name} = {trial.parameters[name]}")
+        expect(scatter.locator(".scatter-hover")).to_contain_text("(partial: the run is preempted)")
     # The y axis is val_loss growing upwards: trial 2's lower loss is drawn below trial 1's.
-    lr_dots = page.locator('figure.sweep-scatter[data-parameter="lr"] svg circle.trial')
-    cy = {d["trial"]: d["cy"] for d in lr_dots.evaluate_all(
-        "dots => dots.map(d => ({trial: d.dataset.trial, cy: +d.getAttribute('cy')}))")}
-    assert cy["2"] > cy["1"]  # SVG y grows downwards
+    lr = page.locator('figure.sweep-scatter[data-parameter="lr"]')
+    assert lr.evaluate("figure => figure.chart.valToPos(0.17, 'y') > figure.chart.valToPos(0.42, 'y')")
+    page.mouse.move(5, 5)
     screenshot(page, "sweep-detail")
 
     # A trial's Run links back to its sweep.

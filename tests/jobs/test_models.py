@@ -51,6 +51,13 @@ def test_status_kind_attempt_and_lineage_are_checked(job_values, failed_job):
     assert not refused(**job_values(status=JobStatus.FAILED, ended_at=timezone.now()))
 
 
+def test_process_and_node_counts_default_to_one_and_are_positive(job_values):
+    assert refused(**job_values(nproc_per_node=0))
+    assert refused(**job_values(nnodes=0))
+    job = Job.objects.create(**job_values())
+    assert (job.nproc_per_node, job.nnodes) == (1, 1)
+
+
 def test_one_job_per_run(job_values, failed_job):
     assert refused(**job_values(run=failed_job.run))
 

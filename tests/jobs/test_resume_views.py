@@ -231,11 +231,11 @@ def test_the_resume_pages_are_translated_into_japanese(login, creator, member, f
     client = login(creator)
     client.cookies[settings.LANGUAGE_COOKIE_NAME] = "ja"
     html = body(client.get(reverse("jobs:checkpoint-resume", args=[ckpt.pk])))
-    assert "step 20のcheckpointから、新しいRunとして学習を再開します。" in html and "新しいRunで再開" in html
+    assert "step 20のチェックポイントから、新しいRunとして学習を再開します。" in html and "新しいRunで再開" in html
     html = body(client.get(tab(failed_job.run)))
-    assert "このcheckpointから再開" in html
+    assert "このチェックポイントから再開" in html
     html = body(client.get(jobs_url()))
-    assert "最新checkpointから再開" in html and "ジョブを起動" in html and ">失敗<" in html
+    assert "最新チェックポイントから再開" in html and "ジョブを起動" in html and ">失敗<" in html
     other = login(member)
     other.cookies[settings.LANGUAGE_COOKIE_NAME] = "ja"
     assert "あなたが作成したRunではありません" in body(other.get(tab(failed_job.run)))

@@ -1,19 +1,20 @@
 """Shared by the metric summary tests (SQLite here, PostgreSQL in tests/integration): a recomputation of every
-summary from the stored points, and a random program of writes, retries, resumes and deletions (hypothesis)."""
+summary and rollup from the stored points, and a random program of writes, retries, resumes and deletions (hypothesis)."""
 
 import math
 
 from hypothesis import strategies as st
 
 from runs.metrics import metrics_ingest
-from runs.models import MetricPoint, MetricSummary, Run, RunStatus
+from runs.metric_rollup import ROLLUP_STEPS
+from runs.models import MetricPoint, MetricRollup, MetricSummary, Run, RunStatus
 from runs.resume import run_start
 from runs.services import run_set_status
 
 KEYS = ["loss", "acc", "lr"]
 VALUES = st.one_of(st.floats(allow_nan=False, width=64), st.sampled_from(["NaN", "Infinity", "-Infinity"]),
                    st.integers(-10, 10))
-POINT = st.fixed_dictionaries({"key": st.sampled_from(KEYS), "step": st.integers(0, 40), "value": VALUES,
+POINT = st.fixed_dictionaries({"key": st.sampled_from(KEYS), "step": st.integers(0, 3 * ROLLUP_STEPS), "value": VALUES,
                                "timestamp": st.integers(1_700_000_000, 1_700_000_100)})
 OPERATION = st.one_of(
     st.tuples(st.just("write"), st.lists(POINT, min_size=1, max_size=12), st.booleans(), st.booleans()),
@@ -44,14 +45,37 @@ def stored(run_id: int) -> dict[str, tuple]:
     return {row[0]: row[1:] for row in MetricSummary.objects.filter(run_id=run_id).values_list(*fields)}
 
 
+def recomputed_rollups(run_id: int) -> dict[tuple, tuple]:
+    """Every (key, bucket)'s rollup computed from scratch: count, non-finite count, and the (step, value,
+    timestamp) of the smallest and the largest finite value (lowest step, then first stored, on a tie)."""
+    groups: dict[tuple, list] = {}
+    rows = MetricPoint.objects.filter(run_id=run_id).order_by("id").values_list("key", "step", "value", "timestamp")
+    for key, step, value, ts in rows:
+        groups.setdefault((key, step // ROLLUP_STEPS), []).append((step, value, ts))
+    out = {}
+    for group, points in groups.items():
+        finite = [p for p in points if p[1] is not None and math.isfinite(p[1])]
+        low = min(finite, key=lambda p: (p[1], p[0]), default=(None, None, None))
+        high = min(finite, key=lambda p: (-p[1], p[0]), default=(None, None, None))
+        out[group] = (len(points), len(points) - len(finite), *low, *high)
+    return out
+
+
+def stored_rollups(run_id: int) -> dict[tuple, tuple]:
+    """The rollups the write path kept, in the shape of ``recomputed_rollups``."""
+    fields = ("key", "bucket", "count", "non_finite", "min_step", "min_value", "min_timestamp", "max_step",
+              "max_value", "max_timestamp")
+    return {row[:2]: row[2:] for row in MetricRollup.objects.filter(run_id=run_id).values_list(*fields)}
+
+
 def _columnar(points: list[dict]) -> dict:
     return {"keys": [p["key"] for p in points], "steps": [p["step"] for p in points],
             "values": [p["value"] for p in points], "timestamps": [p["timestamp"] for p in points]}
 
 
 def play(program, *, actor, project, name: str) -> None:
-    """Run ``program`` against a fresh Run ``name``, asserting after each operation that its summaries equal a
-    recomputation (and that a deleted Run leaves no summary behind)."""
+    """Run ``program`` against a fresh Run ``name``, asserting after each operation that its summaries and rollups
+    equal a recomputation (and that a deleted Run leaves none behind)."""
     run = run_start(actor=actor, project=project, external_id=name, resume="allow", host="h", pid=1).run
     last, batches = None, 0
     for operation in program:
@@ -70,10 +94,11 @@ def play(program, *, actor, project, name: str) -> None:
         elif kind == "delete":
             run_id = run.pk
             Run.objects.filter(pk=run_id).delete()
-            assert stored(run_id) == {} and recomputed(run_id) == {}
+            assert stored(run_id) == {} and recomputed(run_id) == {} and stored_rollups(run_id) == {}
             run = run_start(actor=actor, project=project, external_id=name, resume="allow", host="h", pid=3).run
             last = None
         assert _same(stored(run.pk), recomputed(run.pk)), (stored(run.pk), recomputed(run.pk))
+        assert stored_rollups(run.pk) == recomputed_rollups(run.pk)
 
 
 def _same(left: dict, right: dict) -> bool:

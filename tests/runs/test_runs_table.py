@@ -183,3 +183,35 @@ def test_the_workspace_pages_are_translated_to_japanese(login, viewer, project, 
     assert "選んだRunを比較" in table_page and "CSV をダウンロード" in table_page and "3 件のRun" in table_page
     compared = compare(client, project, [r.pk for r in three]).content.decode()
     assert "Runの比較" in compared and "拡大を戻す" in compared and "対数目盛り (y)" in compared
+
+
+def test_sorting_by_a_metric_puts_runs_without_it_last_either_way_and_keeps_filters(login, viewer, project, three, creator):
+    RunFactory(project=project, created_by=creator, name="no-loss", parameters={"lr": 0.5})
+    RunTag.objects.create(run=three[0], key="team", value="vision")
+    RunTag.objects.create(run=three[2], key="team", value="vision")
+    client = login(viewer)
+    assert names(page(client, project, sort="metric:loss:last")) == ["run-1", "run-2", "run-0", "no-loss"]
+    assert names(page(client, project, sort="-metric:loss:last")) == ["run-0", "run-2", "run-1", "no-loss"]
+    assert names(page(client, project, sort="-metric:loss:max", q="tag=team")) == ["run-0", "run-2"]
+    rows = page(client, project, sort="metric:loss:last", col=["metric:loss:last"]).context["page_obj"]
+    assert [row.col0 for row in rows][:3] == pytest.approx([0.1, 0.2, 0.3]) and rows[3].col0 is None
+
+
+def test_compare_lists_each_runs_checkpoints_and_stages_in_the_same_queries_for_more_runs(
+        login, viewer, project, creator, django_assert_max_num_queries):
+    from checkpoints.models import Checkpoint
+    from runs.models import DataStage
+
+    runs = [RunFactory(project=project, created_by=creator, name=f"r{i}") for i in range(6)]
+    for index, run in enumerate(runs):
+        metrics_ingest(actor=creator, run=run, points=[{"key": "loss", "value": 1.0, "step": 0}])
+        Checkpoint.objects.create(run=run, step=10 + index, state="complete", file_count=1, total_bytes=10)
+        Checkpoint.objects.create(run=run, step=99, state="error", file_count=1, total_bytes=10)
+    DataStage.objects.create(run=runs[4], start_step=5, created_by=creator)
+    client = login(viewer)
+    compare(client, project, [runs[0].pk])  # session and caches warmed
+    with django_assert_max_num_queries(16):  # not one or more per Run
+        body = compare(client, project, [r.pk for r in runs]).content.decode()
+    for index in range(6):
+        assert f"step {10 + index}<" in body
+    assert "step 99<" not in body and "from step 5" in body and body.count("No data changes") == 5

@@ -1,17 +1,22 @@
 """Sweep pages (SPEC F27, F28, F29): list, "New sweep" form, Sweep page with trials, best trial and scatter plots."""
 
+import json
 import re
 
 import pytest
 from django.urls import reverse
 
-from runs.sweeps.charts import LEFT, PLOT_H, PLOT_W, TOP
 from runs.models import RunStatus, Sweep, SweepTrial
 from runs.services import run_set_status
-from runs.sweeps.services import sweep_claim
+from runs.sweeps.services import sweep_claim, sweep_trial_retry
 from tests.runs.sweep_helpers import RANDOM, log_metric, make_sweep, start_program
 
 pytestmark = pytest.mark.django_db
+
+
+def scatter_data(body: str) -> dict:
+    """The scatter plots' JSON payload (``json_script`` "scatter-data") of a Sweep page ``body``."""
+    return json.loads(re.search(r'<script id="scatter-data" type="application/json">(.*?)</script>', body, re.S).group(1))
 
 
 @pytest.fixture
@@ -87,16 +92,21 @@ def test_the_sweep_page_shows_trials_best_and_scatter(login, scored, viewer):
     assert '<tr data-trial="1" class="best">' in body
     best = re.search(r'<section class="card best-trial" data-trial="(\d+)">', body)
     assert best.group(1) == "1"
-    scatters = re.findall(r'<figure class="metric-chart sweep-scatter" data-parameter="([^"]+)">(.*?)</figure>', body, re.S)
-    assert [name for name, _ in scatters] == ["hidden", "lr"]  # epochs is fixed: not plotted
-    for _name, figure in scatters:
-        assert figure.count('<circle class="trial') == 2
-        assert '<circle class="trial best" data-trial="1"' in figure
-        assert '<circle class="trial partial" data-trial="2"' in figure  # hollow: its value is partial
-        assert "(partial: the run is preempted)</title>" in figure
-        # The lowest and highest dots keep off the axis lines.
-        for cx, cy in re.findall(r'cx="([\d.]+)" cy="([\d.]+)"', figure):
-            assert LEFT < float(cx) < LEFT + PLOT_W and TOP < float(cy) < TOP + PLOT_H
+    figures = re.findall(r'<figure class="metric-chart sweep-scatter" data-parameter="([^"]+)">', body)
+    assert figures == ["hidden", "lr"]  # epochs is fixed: not plotted
+    data = scatter_data(body)
+    assert data["metric"] == "val_loss" and [s["parameter"] for s in data["scatters"]] == figures
+    assert "<svg" not in body and "<circle" not in body  # uPlot draws them (static/scatter.js)
+    for scatter in data["scatters"]:
+        points = {p["trial"]: p for p in scatter["points"]}
+        assert sorted(points) == [1, 2]  # trial 3 logged nothing
+        assert (points[1]["kind"], points[1]["y"]) == ("best", 0.5)
+        assert (points[2]["kind"], points[2]["y"]) == ("partial", 0.2)  # drawn hollow: its value is partial
+        assert points[2]["label"].endswith("(partial: the run is preempted)")
+    lr = data["scatters"][1]
+    assert (lr["categories"], lr["log"], lr["domain"]) == (None, False, [0.01, 0.1])  # the searched values
+    assert {p["trial"]: p["x"] for p in lr["points"]} == {1: 0.1, 2: 0.01}
+    assert lr["points"][0]["label"] == "Trial 1: lr = 0.1, val_loss 0.5"
     assert "3 trials: 1 done, 0 running, 1 queued, 1 claimed" in body
 
 
@@ -107,10 +117,14 @@ def test_a_range_parameter_is_plotted_on_a_numeric_axis(login, project, member):
         log_metric(actor=member, run=start_program(actor=member, trial=trial), key="acc", values=[0.5])
     body = login(member).get(reverse("runs:sweep-detail", args=[sweep.pk])).content.decode()
     assert body.count('data-parameter="') == 4
-    assert body.count('<text class="x-label"') >= 7  # two per numeric axis, one per optimizer value
-    # A numeric axis spans the searched range, whatever the two trials drew.
-    lr = re.search(r'data-parameter="lr">(.*?)</figure>', body, re.S).group(1)
-    assert re.findall(r'<text class="x-label"[^>]*>([^<]+)</text>', lr) == ["0.0001", "0.1"]
+    scatters = {scatter["parameter"]: scatter for scatter in scatter_data(body)["scatters"]}
+    # A numeric axis spans the searched range, whatever the two trials drew; lr is searched on a log scale.
+    assert (scatters["lr"]["log"], scatters["lr"]["domain"]) == (True, [0.0001, 0.1])
+    assert (scatters["hidden"]["log"], scatters["hidden"]["domain"][0], scatters["hidden"]["domain"][1]) == (
+        False, 8, 128)
+    # Listed non-numeric values: one labelled slot each, x = the slot's index.
+    assert scatters["optimizer"]["categories"] == ["adam", "sgd"]
+    assert {p["x"] for p in scatters["optimizer"]["points"]} <= {0, 1}
 
 
 def test_a_failed_trial_shows_failed_not_done(login, grid, member, viewer):
@@ -122,10 +136,23 @@ def test_a_failed_trial_shows_failed_not_done(login, grid, member, viewer):
     assert badge and badge.group(1) == "failed"
 
 
+def test_a_failed_trial_offers_its_retry_command_and_a_retried_one_links_its_earlier_run(login, grid, member, viewer):
+    trial = sweep_claim(actor=member, sweep=grid, agent="gpu:0").trial
+    failed = start_program(actor=member, trial=trial)
+    run_set_status(actor=member, run=failed, status=RunStatus.FAILED)
+    body = login(viewer).get(reverse("runs:sweep-detail", args=[grid.pk])).content.decode()
+    assert f"<code>mado sweep retry {grid.pk} 1</code>" in body
+    sweep_trial_retry(actor=member, trial=trial)
+    body = login(viewer).get(reverse("runs:sweep-detail", args=[grid.pk])).content.decode()
+    row = re.search(r'<tr data-trial="1"[^>]*>(.*?)</tr>', body, re.S).group(1)
+    assert "mado sweep retry" not in row and 'data-state="queued"' in row
+    assert re.search(r'Earlier attempts: <a href="/runs/%d/">%s</a>' % (failed.pk, failed.external_id), row)
+
+
 def test_an_empty_sweep_says_how_to_start_agents(login, grid, viewer):
     body = login(viewer).get(reverse("runs:sweep-detail", args=[grid.pk])).content.decode()
     assert f"mado agent {grid.pk}" in body and "No trial has logged val_loss yet." in body
-    assert 'data-empty="true"' in body
+    assert [scatter["points"] for scatter in scatter_data(body)["scatters"]] == [[], []]
 
 
 def test_the_sweep_page_is_404_for_outsiders(login, grid, outsider):

@@ -2,7 +2,7 @@
 
 ``claims`` is the list of claim answers to give in order (each ``{"trial", "done"}``; ``program`` and
 ``project`` are added); once it is empty every claim answers ``done``. ``reports`` records each trial
-report as ``(number, body)``, ``agents`` the ``agent`` of each claim. ``checkpoints`` maps an id to
+report as ``(number, body)``, ``agents`` the ``agent`` of each claim; ``GET sweeps/7/`` answers the program. ``checkpoints`` maps an id to
 ``(resource, tar bytes)`` for ``GET checkpoints/{id}/`` and ``…/tar``; a tar is sent ``tar_delay`` seconds
 after ``tar_requested`` is set. Any other path is a 404 naming it.
 """
@@ -55,6 +55,8 @@ class SweepStub(HttpStub):
                 self._missing()
 
             def do_GET(self):
+                if self.path == "/api/v1/sweeps/7/":
+                    return self._answer(200, {"id": 7, "program": stub.program, "project": stub.project})
                 found = re.fullmatch(r"/api/v1/checkpoints/(\d+)/(tar)?", self.path)
                 if not found or int(found.group(1)) not in stub.checkpoints:
                     return self._missing()

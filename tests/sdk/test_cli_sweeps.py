@@ -188,7 +188,7 @@ def test_sigterm_while_waiting_for_a_trial_stops_the_agent(stub, trial_out):
 
 
 def checkpoint_tar(directory: Path) -> tuple[bytes, dict]:
-    tar = CheckpointTar(directory)
+    tar = CheckpointTar(directory, tar_hash=True)  # its SHA-256: what the server records
     data = b"".join(tar)
     return data, {"tar_size": len(data), "tar_sha256": tar.sha256, "manifest": tar.manifest}
 
@@ -246,11 +246,12 @@ def test_a_checkpoint_that_does_not_match_its_sha256_stops_the_agent_before_the_
     assert not (trial_out / "trial-3.json").exists() and api.reports == []
 
 
-def test_a_refused_claim_exits_1_with_the_servers_reason(stub, trial_out):
+def test_a_sweep_the_server_refuses_exits_1_with_the_servers_reason_before_any_claim(stub, trial_out):
     api = stub([])
     code, _, err = finish(start_agent(api, trial_out, sweep=8))
     assert code == 1
-    assert "agent on sweep 8: nothing at /api/v1/sweeps/8/claim/ (HTTP 404 not_found)" in err
+    assert "agent on sweep 8: nothing at /api/v1/sweeps/8/ (HTTP 404 not_found)" in err
+    assert api.agents == []
 
 
 # --- mado sweep create | show against the live server ------------------------------------------------------
@@ -324,3 +325,26 @@ def test_sweep_show_lists_the_trials_and_the_best_one(mado, api, member):
     assert shown.output.splitlines()[-1] == f"best: trial 2 (val_loss 0.25; {second})"
     missing = mado("sweep", "show", 99999)
     assert missing.exit_code == 1 and "cannot read sweep 99999" in missing.output
+
+
+@pytest.mark.django_db(transaction=True)
+def test_sweep_retry_queues_a_failed_trial_again_and_refuses_a_second_retry(mado, api, member):
+    sweep_id = int(mado("sweep", "create", EXAMPLE_CONFIG, "--project", "vision", "-q").output)
+    client = api(member)
+    claimed = client.post(f"/api/v1/sweeps/{sweep_id}/claim/", {"agent": "box:1"}, format="json").json()["trial"]
+    client.post("/api/v1/runs/", {"project": "vision", "external_id": claimed["external_id"], "resume": "allow"},
+                format="json")
+    assert client.patch(f"/api/v1/runs/{claimed['run_id']}/", {"status": "failed"}, format="json").status_code == 200
+    retried = mado("sweep", "retry", sweep_id, 1)
+    assert retried.exit_code == 0, retried.output
+    trial = client.get(f"/api/v1/sweeps/{sweep_id}/").json()["trials"][0]
+    assert (trial["state"], trial["run_status"], trial["retry_count"]) == ("queued", "pending", 1)
+    assert trial["external_id"] != claimed["external_id"]
+    assert retried.output.strip() == (f"trial 1 queued again as run {trial['external_id']} (retry 1); "
+                                      f"run it with: mado agent {sweep_id}")
+    again = mado("sweep", "retry", sweep_id, 1)
+    assert again.exit_code == 1
+    assert f"cannot retry trial 1 of sweep {sweep_id}: trial 1 was already retried" in again.output
+    assert "HTTP 409" in again.output
+    shown = mado("sweep", "show", sweep_id)  # the failed run stays: the sweep page lists it as an earlier run
+    assert claimed["external_id"] not in shown.output.splitlines()[3]

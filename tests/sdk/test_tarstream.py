@@ -20,7 +20,7 @@ def ckpt(tmp_path):
 
 
 def test_the_stream_is_a_tar_matching_its_manifest(ckpt):
-    tar = CheckpointTar(ckpt, chunk_size=1 << 16)
+    tar = CheckpointTar(ckpt, chunk_size=1 << 16, tar_hash=True)
     blob = b"".join(tar)
     assert len(blob) == len(tar)
     assert tar.sha256 == hashlib.sha256(blob).hexdigest()
@@ -31,8 +31,18 @@ def test_the_stream_is_a_tar_matching_its_manifest(ckpt):
     verifier.finish()
 
 
+def test_an_upload_stream_hashes_each_byte_once_and_leaves_the_tar_digest_to_the_server(ckpt):
+    tar = CheckpointTar(ckpt)
+    blob = b"".join(tar)
+    assert tar.sha256 is None
+    verifier = CheckpointVerifier([ManifestFile(**m) for m in tar.manifest], tar_size=len(tar))
+    verifier.feed(blob)
+    verifier.finish()
+    assert verifier.sha256 == hashlib.sha256(blob).hexdigest()
+
+
 def test_the_same_directory_gives_the_same_bytes(ckpt):
-    first, second = CheckpointTar(ckpt), CheckpointTar(ckpt)
+    first, second = CheckpointTar(ckpt, tar_hash=True), CheckpointTar(ckpt, tar_hash=True)
     b"".join(first), b"".join(second)
     assert first.sha256 == second.sha256
 
@@ -58,4 +68,17 @@ def test_an_empty_root_is_refused(tmp_path):
 def test_a_fifo_is_refused(ckpt):
     os.mkfifo(ckpt / "pipe")
     with pytest.raises(CheckpointError, match="pipe: is not a regular file"):
+        CheckpointTar(ckpt)
+
+
+@pytest.mark.parametrize("name", ["nul.txt", "CON", "model.", "run "])
+def test_a_name_windows_cannot_create_is_refused_before_any_byte(ckpt, name):
+    (ckpt / "optim" / name).write_bytes(b"x")
+    with pytest.raises(CheckpointError, match=f"optim/{name}: cannot be in a checkpoint"):
+        CheckpointTar(ckpt)
+
+
+def test_a_path_longer_than_the_limit_is_refused_before_any_byte(ckpt, monkeypatch):
+    monkeypatch.setenv("MADO_TAR_MAX_PATH_BYTES", "10")
+    with pytest.raises(CheckpointError, match="optim/state.pt: cannot be in a checkpoint: .*longer than 10 bytes"):
         CheckpointTar(ckpt)

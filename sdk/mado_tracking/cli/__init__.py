@@ -2,7 +2,8 @@
 
 ``mado --version``, ``mado runs list``, ``mado sync DIR``,
 ``mado code push DIR``, ``mado job launch | list | show | abort | resume | logs``,
-``mado sweep create | show`` and ``mado agent SWEEP_ID`` (F27, F28).
+``mado sweep create | show | retry`` and ``mado agent SWEEP_ID`` (F27, F28), ``mado checkpoint restore ID --into DIR``
+(F12–F15: a Kubernetes init container's restore).
 Configuration as in the SDK: ``--api-url`` / ``--api-token`` (on ``mado`` or
 on the command), else ``MMT_API_URL`` / ``MMT_API_TOKEN``; ``--project``
 defaults to ``MMT_PROJECT``. Exit statuses: ``mado_tracking.cli._common``.
@@ -12,6 +13,7 @@ import click
 
 from mado_tracking._version import __version__
 from mado_tracking.cli.agent import agent
+from mado_tracking.cli.checkpoints import checkpoint
 from mado_tracking.cli.code import code
 from mado_tracking.cli.jobs import job
 from mado_tracking.cli.runs import runs, sync
@@ -28,7 +30,7 @@ def main(ctx: click.Context, api_url: str | None, api_token: str | None) -> None
     ctx.obj = {"api_url": api_url, "api_token": api_token}
 
 
-for _command in (runs, sync, code, job, sweep, agent):
+for _command in (runs, sync, code, job, sweep, agent, checkpoint):
     main.add_command(_command)
 
 __all__ = ["main"]

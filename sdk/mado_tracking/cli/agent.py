@@ -1,4 +1,4 @@
-"""``mado agent SWEEP_ID``: run a sweep's trials one after another on this machine (SPEC F27, F28; issue 6 part 4).
+"""``mado agent SWEEP_ID``: run a sweep's trials one after another on this machine (SPEC F27, F28).
 
 The loop: ``POST sweeps/{id}/claim/ {"agent": "<host>:<pid>"}`` hands out the
 next trial (a requeued, preempted one first, then a new parameter set); the
@@ -24,6 +24,10 @@ effect (Ctrl-C in a terminal reaches the agent and the program alike).
 that failed (non-zero exit, not preempted) the agent stops, so a broken
 program does not burn through a whole random sweep.
 
+Before the first claim the agent checks that the program's Python can import
+the SDK and its dependencies (``mado_tracking.cli.interpreter``) and stops
+with exit status 1 when it cannot, having claimed nothing.
+
 Exit statuses: 0 the sweep is done or ``--count`` trials ran; 1 the server
 refused or could not be reached (the message says what failed), the
 trial's checkpoint did not verify, ``--max-failures`` trials failed in a
@@ -45,6 +49,7 @@ from pathlib import Path
 import click
 
 from mado_tracking.cli._common import api_client, api_options, resolve_config
+from mado_tracking.cli.interpreter import InterpreterUnfit, check_interpreter
 from mado_tracking.client import ApiClient
 from mado_tracking.config import ENV_API_TOKEN, ENV_API_URL, ENV_PROJECT, Config
 from mado_tracking.errors import CheckpointError
@@ -251,12 +256,19 @@ def agent(ctx: click.Context, sweep_id: int, count: int | None, forward_signals:
 
     A preempted trial comes back first and resumes under its own run id from
     its latest checkpoint. Exit 0 when the sweep is done or N trials ran.
+    Before claiming anything, the agent checks that the program's Python can
+    import the mado SDK (else it stops: activate the project's .venv).
 
     \f
     SPEC F27, F28 (click shows nothing from the line above on).
     """
     config = resolve_config(ctx, api_url, api_token)
     with api_client(ctx, config.api_url, config.api_token, f"agent on sweep {sweep_id}") as client:
+        program = client.request("GET", f"sweeps/{sweep_id}/", attempts=3)["program"]
+        try:
+            check_interpreter(program, env=dict(os.environ))
+        except InterpreterUnfit as unfit:
+            raise click.ClickException(f"{unfit} No trial was claimed.") from None
         status = Agent(client, config, sweep_id, forward_signals=forward_signals, poll_interval=poll_interval,
                        kill_grace=kill_grace, max_failures=max_failures).run(count)
     ctx.exit(status)

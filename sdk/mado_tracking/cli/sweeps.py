@@ -1,4 +1,4 @@
-"""``mado sweep create CONFIG`` and ``mado sweep show SWEEP_ID`` (SPEC F27; issue 6 part 4).
+"""``mado sweep create CONFIG``, ``mado sweep show SWEEP_ID`` and ``mado sweep retry SWEEP_ID TRIAL`` (SPEC F27, F28).
 
 A sweep config is a YAML or JSON file in the W&B style::
 
@@ -105,3 +105,22 @@ def sweep_show(ctx: click.Context, sweep_id: int, api_url: str | None, api_token
     if best is not None:
         click.echo(f"best: trial {best['number']} ({metric} {best['metric']:.6g}; "
                    f"{format_parameters(best['parameters'])})")
+
+
+@sweep.command("retry")
+@click.argument("sweep_id", metavar="SWEEP_ID", type=click.IntRange(min=1))
+@click.argument("number", metavar="TRIAL", type=click.IntRange(min=1))
+@api_options
+@click.pass_context
+def sweep_retry(ctx: click.Context, sweep_id: int, number: int, api_url: str | None, api_token: str | None) -> None:
+    """Retry trial TRIAL of sweep SWEEP_ID after it failed: a fresh run with the same parameters, queued for
+    the next `mado agent`; the failed run stays as history.
+
+    \f
+    SPEC F28 (click shows nothing from the line above on). One attempt: a repeated retry is refused (409)
+    with what the trial is now, so a double call never queues two runs.
+    """
+    with api_client(ctx, api_url, api_token, f"cannot retry trial {number} of sweep {sweep_id}") as client:
+        trial = client.request("POST", f"sweeps/{sweep_id}/trials/{number}/retry/", body={}, attempts=1)
+    click.echo(f"trial {trial['number']} queued again as run {trial['external_id']} "
+               f"(retry {trial['retry_count']}); run it with: mado agent {sweep_id}")

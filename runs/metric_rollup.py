@@ -1,0 +1,144 @@
+"""Keeping ``MetricRollup`` current and reading charts from it: a key's extremes per fixed step bucket (SPEC F2, F34).
+
+A chart of a million-point key needs, per drawn step bucket, the points
+holding its smallest and largest value. Computed from the points, that reads
+every one of them on every view; here ``metrics_ingest`` folds each batch,
+in the transaction that stores it, into one row per (run, key,
+``step // ROLLUP_STEPS``) with that bucket's count, non-finite count and the
+step, value and timestamp of its smallest and largest finite value. A chart
+whose buckets are whole multiples of ``ROLLUP_STEPS`` steps then reads about
+``points / ROLLUP_STEPS`` rows (3,907 for 1,000,000 points at consecutive
+steps) and gets exactly what the points would give. A batch of 10,000
+points adds one row per key and 256 steps it covers (40 rows for 10 keys
+over 1,000 steps).
+
+``rollup_add`` runs after ``summary_add``, whose upsert already holds each
+(run, key) summary row's lock for the rest of the transaction, so two
+writers of one key never interleave here (and take locks in the same order).
+"""
+
+import numpy as np
+from django.db import connection
+
+from runs.metric_batch import MetricColumns
+from runs.models import MetricRollup
+
+ROLLUP_STEPS = 256  # changing it needs a migration that rebuilds every rollup
+_TABLE = MetricRollup._meta.db_table
+_FIELDS = ("run_id", "key", "bucket", "count", "non_finite", "min_step", "min_value", "min_timestamp",
+           "max_step", "max_value", "max_timestamp")
+_CHUNK = 1000  # rows per statement: 11 parameters each stays under SQLite's and PostgreSQL's limits
+
+
+def _upsert_sql(rows: int) -> str:
+    t = _TABLE
+    placeholders = ", ".join(["(" + ", ".join(["%s"] * len(_FIELDS)) + ")"] * rows)
+    # The stored extreme wins a tie of value and step: it was stored first. A side with no finite value has NULLs,
+    # and a comparison with NULL is never true.
+    lower = (f"({t}.min_value IS NULL OR excluded.min_value < {t}.min_value OR "
+             f"(excluded.min_value = {t}.min_value AND excluded.min_step < {t}.min_step))")
+    higher = (f"({t}.max_value IS NULL OR excluded.max_value > {t}.max_value OR "
+              f"(excluded.max_value = {t}.max_value AND excluded.max_step < {t}.max_step))")
+    updates = [f"count = {t}.count + excluded.count", f"non_finite = {t}.non_finite + excluded.non_finite"]
+    updates += [f"{side}_{part} = CASE WHEN {test} THEN excluded.{side}_{part} ELSE {t}.{side}_{part} END"
+                for side, test in (("min", lower), ("max", higher)) for part in ("step", "value", "timestamp")]
+    return f"""
+        INSERT INTO {t} ({", ".join(_FIELDS)}) VALUES {placeholders}
+        ON CONFLICT (run_id, key, bucket) DO UPDATE SET {", ".join(updates)}
+    """
+
+
+def batch_rollups(run_id: int, columns: MetricColumns) -> list[tuple]:
+    """One row of ``_FIELDS`` per distinct (key, step bucket) of ``columns`` (a non-empty, validated batch), sorted.
+
+    Grouping is a stable numpy sort, so among points tied on value and step
+    the one earlier in the batch is the extreme.
+    """
+    keys = sorted(set(columns.keys))
+    code = {key: index for index, key in enumerate(keys)}
+    size = len(columns.keys)
+    groups = np.fromiter(map(code.__getitem__, columns.keys), dtype=np.int64, count=size)
+    steps = np.fromiter(columns.steps, dtype=np.int64, count=size)
+    buckets = steps // ROLLUP_STEPS
+    values = np.array(columns.values, dtype=np.float64)  # None (NaN) becomes nan
+    stamps = np.fromiter(columns.timestamps, dtype=np.int64, count=size)
+    order = np.lexsort((buckets, groups))
+    sorted_groups, sorted_buckets = groups[order], buckets[order]
+    starts = np.flatnonzero(np.r_[True, (sorted_groups[1:] != sorted_groups[:-1])
+                                  | (sorted_buckets[1:] != sorted_buckets[:-1])])
+    counts = np.diff(np.r_[starts, size])
+    member = np.repeat(np.arange(len(starts)), counts)  # the (key, bucket) group of each sorted position
+    finite = np.isfinite(values[order])
+    non_finite = counts - np.add.reduceat(finite.astype(np.int64), starts)
+    points, owners = order[finite], member[finite]
+    lowest = _first_per_group(points, owners, steps, values[points])
+    highest = _first_per_group(points, owners, steps, -values[points])
+
+    def extreme(found: dict, group: int) -> tuple:
+        index = found.get(group)
+        if index is None:
+            return None, None, None
+        return int(steps[index]), float(values[index]), int(stamps[index])
+
+    return [
+        (run_id, keys[sorted_groups[start]], int(sorted_buckets[start]), int(counts[group]), int(non_finite[group]),
+         *extreme(lowest, group), *extreme(highest, group))
+        for group, start in enumerate(starts)
+    ]
+
+
+def _first_per_group(points, owners, steps, ranks) -> dict[int, int]:
+    """``{group: index of its point with the lowest rank, then the lowest step, then the earliest}``."""
+    ranked = np.lexsort((steps[points], ranks, owners))
+    owners, points = owners[ranked], points[ranked]
+    first = np.r_[True, owners[1:] != owners[:-1]] if len(owners) else np.zeros(0, dtype=bool)
+    return dict(zip(owners[first].tolist(), points[first].tolist()))
+
+
+def rollup_add(*, run_id: int, columns: MetricColumns) -> None:
+    """Fold a batch about to be stored for Run ``run_id`` into its rollups; call inside the storing transaction,
+    after ``summary_add``."""
+    rows = batch_rollups(run_id, columns)
+    with connection.cursor() as cursor:
+        for start in range(0, len(rows), _CHUNK):
+            chunk = rows[start:start + _CHUNK]
+            cursor.execute(_upsert_sql(len(chunk)), [field for row in chunk for field in row])
+
+
+def rollup_non_finite(*, run_id: int, key: str) -> int:
+    """How many points of ``key`` in Run ``run_id`` are NaN or ±Infinity (one row per bucket summed)."""
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT COALESCE(SUM(non_finite), 0) FROM {_TABLE} WHERE run_id = %s AND key = %s",
+                       [run_id, key])
+        return int(cursor.fetchone()[0])
+
+
+_ROWS = f"""
+SELECT bucket, min_step, min_value, min_timestamp, max_step, max_value, max_timestamp FROM {_TABLE}
+WHERE run_id = %s AND key = %s AND min_value IS NOT NULL ORDER BY bucket
+"""
+
+
+def rollup_extremes(*, run_id: int, key: str, first_bucket: int, buckets_per_part: int) -> list[tuple[int, float, int]]:
+    """``(step, value, timestamp_ms)`` of the points holding each part's smallest and largest finite value (one
+    row when they are the same point), by step; a part is ``buckets_per_part`` consecutive rollup buckets from
+    ``first_bucket`` (the key's lowest), i.e. ``buckets_per_part * ROLLUP_STEPS`` steps. Ties: the lowest step.
+
+    The rows come off the unique index in bucket order and are reduced here with numpy: two sorts of some
+    4,000 rows for a million-point key cost less in numpy than in SQL window functions.
+    """
+    with connection.cursor() as cursor:
+        cursor.execute(_ROWS, [run_id, key])
+        rows = cursor.fetchall()
+    if not rows:
+        return []
+    columns = list(zip(*rows))
+    parts = (np.array(columns[0], dtype=np.int64) - first_bucket) // buckets_per_part
+    kept = set()
+    for offset, sign in ((1, 1.0), (4, -1.0)):  # the min_* columns, then the max_* columns
+        steps = np.array(columns[offset], dtype=np.int64)
+        values = np.array(columns[offset + 1], dtype=np.float64)
+        order = np.lexsort((steps, sign * values, parts))
+        first = order[np.r_[True, parts[order][1:] != parts[order][:-1]]]
+        kept.update(zip(steps[first].tolist(), values[first].tolist(), np.array(columns[offset + 2])[first].tolist()))
+    return sorted(kept, key=lambda row: (row[0], row[1]))

@@ -1,0 +1,59 @@
+"""``mado checkpoint restore ID --into DIR`` (SPEC F12–F15): what a Kubernetes init container runs.
+
+The checkpoint is downloaded, verified and extracted in one streaming pass by
+``mado_tracking.extract.restore_checkpoint``, the same strict reader
+(``tarverify.CheckpointVerifier``) the Celery worker runs before it starts a
+Job's code: every member is checked against the checkpoint's manifest and the
+whole tar against its recorded size and SHA-256. ``DIR`` receives the
+read-only ``checkpoint/`` directory and ``resume-checkpoint.json``, the layout
+the training container sees at ``/mmt/inputs`` (docs/deploy.md). A refused
+checkpoint exits with status 1 and ``Checkpoint <id> <what> mismatch: …``,
+leaving nothing in ``DIR``.
+"""
+
+import os
+from pathlib import Path
+
+import click
+
+from mado_tracking.cli._common import api_client, api_options
+from mado_tracking.errors import CheckpointError
+from mado_tracking.extract import restore_checkpoint
+from mado_tracking.extractdir import remove_tree
+
+
+@click.group("checkpoint")
+def checkpoint() -> None:
+    """Checkpoints of your Runs."""
+
+
+@checkpoint.command("restore")
+@click.argument("checkpoint_id", type=click.IntRange(min=1), metavar="CHECKPOINT_ID")
+@click.option("--into", "directory", required=True, type=click.Path(file_okay=False, path_type=Path),
+              help="directory to restore into (created if missing; must be empty unless --clean)")
+@click.option("--clean", is_flag=True, default=False,
+              help="first remove what an earlier restore left in the directory (a restarted init container)")
+@api_options
+@click.pass_context
+def checkpoint_restore(ctx: click.Context, checkpoint_id: int, directory: Path, clean: bool,
+                       api_url: str | None, api_token: str | None) -> None:
+    """Download, verify and extract checkpoint CHECKPOINT_ID into DIR/checkpoint, read-only.
+
+    Refuses (exit status 1, nothing left behind) a checkpoint that is not
+    complete or whose stored bytes differ from its manifest, size or SHA-256.
+    """
+    directory.mkdir(parents=True, exist_ok=True)
+    if clean:
+        for child in directory.iterdir():
+            remove_tree(child)
+    if any(directory.iterdir()):
+        raise click.BadParameter(f"{directory} is not empty (use --clean to replace an earlier restore)",
+                                 param_hint="--into")
+    with api_client(ctx, api_url, api_token, f"cannot restore checkpoint {checkpoint_id}") as client:
+        try:
+            variables = restore_checkpoint(client, checkpoint_id, directory)
+        except CheckpointError as error:
+            raise click.ClickException(f"{error}; the code must not start from it") from None
+    for name, value in sorted(variables.items()):
+        click.echo(f"{name}={value}")
+    click.echo(f"checkpoint {checkpoint_id} verified and extracted into {os.fspath(directory)}", err=True)
