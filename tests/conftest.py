@@ -6,6 +6,7 @@ that user's API token (None → anonymous).
 """
 
 import pytest
+from django.utils import translation
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
@@ -17,6 +18,14 @@ from tests.factories import MembershipFactory, ProjectFactory, RunFactory, UserF
 def _fast_password_hasher(settings):
     """The default PBKDF2 costs about 0.5 s per user and most tests create several."""
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture(autouse=True)
+def _default_language():
+    """A page read in Japanese leaves its language active in the thread (LocaleMiddleware activates it per
+    request and never resets it); the next test starts in the default language."""
+    yield
+    translation.deactivate()
 
 
 @pytest.fixture(autouse=True)
