@@ -22,8 +22,9 @@ def _fast_password_hasher(settings):
 
 @pytest.fixture(autouse=True)
 def _default_language():
-    """A page read in Japanese leaves its language active in the thread (LocaleMiddleware activates it per
-    request and never resets it); the next test starts in the default language."""
+    """Each test ends in the default language: a page served in Japanese leaves Japanese active in the thread
+    (LocaleMiddleware activates a language per request and never deactivates it), which would translate the
+    messages a later test reads."""
     yield
     translation.deactivate()
 
