@@ -11,6 +11,7 @@ state: the first to finish it wins, the others see a final Job and stop.
 import logging
 from datetime import timedelta
 
+from django.utils.translation import gettext as _
 from django.conf import settings
 from django.db import transaction
 from django.db.models import F, Max, Q
@@ -188,7 +189,7 @@ def job_abort(*, actor, job: Job) -> Job:
     if row.status == JobStatus.ABORTED:
         return row
     if row.status in FINAL_STATES:
-        raise Conflict(f"job {row.pk} already ended {row.status}; there is nothing to abort", field="job")
+        raise Conflict(_("job %(id)s already ended %(status)s; there is nothing to abort") % {"id": row.pk, "status": row.status}, field="job")
     now = timezone.now()
     Job.objects.filter(pk=row.pk, abort_requested_at__isnull=True).update(abort_requested_at=now)
     if Job.objects.filter(pk=row.pk, status=JobStatus.QUEUED).update(
