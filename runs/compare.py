@@ -9,8 +9,8 @@ checkpoints and data stages (F20) in columns. The selection is in the URL
 
 from dataclasses import dataclass
 
-from django.utils.translation import gettext as _
 from django.db.models import Prefetch
+from django.utils.translation import gettext as _
 
 from mado.errors import NotFound, ValidationFailed
 from runs import charts, selectors

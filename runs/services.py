@@ -5,12 +5,12 @@ Every function takes keyword-only arguments, checks the actor through
 (400, naming the field), ``Forbidden`` (403), ``Conflict`` (409).
 """
 
-from django.utils.translation import gettext as _
 from django.contrib.auth import get_user_model
 from django.db import IntegrityError, transaction
 from django.db.models import F, Max
 from django.utils import timezone
 from django.utils.text import slugify
+from django.utils.translation import gettext as _
 
 from mado import policy
 from mado.errors import Conflict, Forbidden, NotFound, ValidationFailed

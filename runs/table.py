@@ -20,12 +20,13 @@ import json
 import re
 from dataclasses import dataclass
 
-from django.utils.translation import gettext as _
 from django.db.models import Count, F, FilteredRelation, OuterRef, Q, QuerySet, Subquery, TextField
 from django.db.models.fields.json import KeyTransform
 from django.db.models.functions import Cast
+from django.utils.translation import gettext as _
 
 from mado.errors import ValidationFailed
+from runs.charts import is_system_key
 from runs.models import MetricSummary, Run, RunTableColumns
 from runs.selectors import run_list
 
@@ -99,11 +100,14 @@ class Choices:
 
     parameters: list[tuple[str, bool]]
     metric_keys: list[tuple[str, int]]
+    sampled: int = 0
 
     def defaults(self) -> list[Column]:
-        """The varying parameters and the last value of the ``DEFAULT_METRICS`` most shared keys."""
+        """The varying parameters and the last value of the ``DEFAULT_METRICS`` most shared training keys that
+        at least half of the sampled runs log (the SDK's ``system/…`` keys are on offer, not shown by default)."""
         params = [f"param:{name}" for name, varies in self.parameters if varies]
-        return parse_columns(params + [f"metric:{key}:last" for key, _n in self.metric_keys[:DEFAULT_METRICS]])
+        shared = [key for key, runs in self.metric_keys if 2 * runs >= self.sampled and not is_system_key(key)]
+        return parse_columns(params + [f"metric:{key}:last" for key in shared[:DEFAULT_METRICS]])
 
 
 def column_choices(*, runs: QuerySet[Run]) -> Choices:
@@ -114,7 +118,7 @@ def column_choices(*, runs: QuerySet[Run]) -> Choices:
         for name, value in (parameters or {}).items():
             values.setdefault(name, set()).add(repr(value))
     return Choices(parameters=[(name, len(values[name]) > 1) for name in sorted(values)],
-                   metric_keys=metric_keys_by_share(sample.values("pk")))
+                   metric_keys=metric_keys_by_share(sample.values("pk")), sampled=sample.count())
 
 
 _SUMMARY_FIELD = {"last": "last_value", "min": "min_value", "max": "max_value"}

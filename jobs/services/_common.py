@@ -5,9 +5,9 @@ import logging
 import uuid
 
 from celery import current_app
-from django.utils.translation import gettext as _
 from django.db import IntegrityError, transaction
 from django.utils import timezone
+from django.utils.translation import gettext as _
 
 from jobs.models import Job, JobStatus, Queue, RunToken
 from mado import outbox

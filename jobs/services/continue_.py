@@ -12,8 +12,8 @@ and extracts the source checkpoint and sets ``MMT_RESUME_*``. The source Run
 is only read.
 """
 
-from django.utils.translation import gettext as _
 from django.db import transaction
+from django.utils.translation import gettext as _
 
 from checkpoints.models import Checkpoint
 from checkpoints.services import checkpoint_lock_for_use

@@ -1,7 +1,7 @@
 """Launching a Job and its automatic retries from scratch (issue 4 part 2; SPEC F11, F16)."""
 
-from django.utils.translation import gettext as _
 from django.db import IntegrityError, transaction
+from django.utils.translation import gettext as _
 
 from jobs.models import Job, JobKind, JobStatus, Queue
 from jobs.services._common import clean_max_retries, create_job, new_job_run, once_per_request, require_enabled

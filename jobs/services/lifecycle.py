@@ -11,11 +11,11 @@ state: the first to finish it wins, the others see a final Job and stop.
 import logging
 from datetime import timedelta
 
-from django.utils.translation import gettext as _
 from django.conf import settings
 from django.db import transaction
 from django.db.models import F, Max, Q
 from django.utils import timezone
+from django.utils.translation import gettext as _
 
 from jobs.models import FINAL_STATES, Job, JobStatus, RunLogChunk, RunToken
 from jobs.services._common import end_run, revoke_on_commit, revoke_run_tokens
