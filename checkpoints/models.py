@@ -90,6 +90,10 @@ class Checkpoint(models.Model):
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="checkpoints")
     step = models.BigIntegerField()
     framework = models.CharField(max_length=50, blank=True)
+    world_size = models.PositiveIntegerField(
+        null=True, blank=True,
+        help_text="processes that wrote a sharded torch-dcp checkpoint: every rank's shard must be in it (F36)",
+    )
     includes_optimizer = models.BooleanField(default=False)
     file_count = models.PositiveIntegerField(default=0)
     total_bytes = models.BigIntegerField(default=0, help_text="sum of the files' sizes, bytes")

@@ -246,6 +246,12 @@ def weights_json(model: nn.Module) -> str:
     return json.dumps({name: tensor.detach().flatten().tolist() for name, tensor in model.state_dict().items()}) + "\n"
 
 
+def write_weights(output: str, model: nn.Module) -> None:
+    """``weights_json(model)`` into the file ``output`` (its directory created)."""
+    Path(output).parent.mkdir(parents=True, exist_ok=True)
+    Path(output).write_text(weights_json(model), encoding="utf-8")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     generator = seed_everything(args.seed)
@@ -276,8 +282,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"failed: {failure}", file=sys.stderr, flush=True)
         return 1
     if args.output:
-        Path(args.output).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.output).write_text(weights_json(model), encoding="utf-8")
+        write_weights(args.output, model)
     print(f"steps {start_step}..{args.steps} in {time.monotonic() - started:.1f} s: "
           f"train.loss {final['train.loss']:.4f}, train.accuracy {final['train.accuracy']:.3f}", flush=True)
     return 0

@@ -18,6 +18,7 @@ from rest_framework.viewsets import GenericViewSet
 from checkpoints.selectors import checkpoint_get_for_user
 from jobs import selectors, services
 from jobs.models import JobKind, JobStatus, Runner
+from jobs.services._common import NPROC_PER_NODE_LIMIT
 from mado.errors import NotFound, ValidationFailed
 from runs.api.projects import valid
 from runs.api.serializers import run_page_url
@@ -25,6 +26,7 @@ from runs.models import CodeVersion, RunKind
 from runs.selectors import project_get_for_user
 
 TAGS = ["jobs"]
+_NPROC_HELP = "processes per node (1..256): above 1 the worker starts the code under torchrun (F36)."
 _JOB_ID = OpenApiParameter("id", int, OpenApiParameter.PATH, description="job id")
 _CHECKPOINT_ID = OpenApiParameter("checkpoint_id", int, OpenApiParameter.PATH, description="checkpoint id")
 _IDEMPOTENCY_KEY = OpenApiParameter(
@@ -62,6 +64,8 @@ class JobOutputSerializer(serializers.Serializer):
     )
     created_by = serializers.CharField(source="created_by.username", read_only=True, help_text="username")
     max_retries = serializers.IntegerField(read_only=True)
+    nproc_per_node = serializers.IntegerField(read_only=True, help_text="processes under torchrun; 1: no torchrun (F36)")
+    nnodes = serializers.IntegerField(read_only=True, help_text="nodes for a multi-node runner; the Celery worker runs 1")
     attempt = serializers.IntegerField(read_only=True, help_text="1-based")
     retry_of_id = serializers.IntegerField(read_only=True, allow_null=True)
     resumed_from_run_id = serializers.IntegerField(source="resumed_from_id", read_only=True, allow_null=True)
@@ -104,12 +108,19 @@ class JobLaunchInputSerializer(serializers.Serializer):
         min_value=0, max_value=10, required=False, default=0,
         help_text="automatic fresh attempts after a failure; a retry starts the code again without any checkpoint (F11)",
     )
+    nproc_per_node = serializers.IntegerField(
+        min_value=1, max_value=NPROC_PER_NODE_LIMIT, required=False, default=1, help_text=_NPROC_HELP,
+    )
 
 
 class JobResumeInputSerializer(serializers.Serializer):
     code_version_id = serializers.IntegerField(required=False, allow_null=True, default=None,
                                                help_text="a version of the same Code (default: the source Job's)")
     queue = serializers.SlugField(required=False, allow_null=True, default=None, help_text="default: the source Job's")
+    nproc_per_node = serializers.IntegerField(
+        min_value=1, max_value=NPROC_PER_NODE_LIMIT, required=False, allow_null=True, default=None,
+        help_text=f"{_NPROC_HELP} Default: the source Job's; another count loads a sharded checkpoint resharded.",
+    )
 
 
 class RunLogChunkOutputSerializer(serializers.Serializer):
@@ -138,7 +149,8 @@ def _code_version(user, code_version_id) -> CodeVersion | None:
 def _resume_options(request) -> dict:
     data = valid(JobResumeInputSerializer, request)
     queue = selectors.queue_get(name=data["queue"]) if data["queue"] else None
-    return {"code_version": _code_version(request.user, data["code_version_id"]), "queue": queue}
+    return {"code_version": _code_version(request.user, data["code_version_id"]), "queue": queue,
+            "nproc_per_node": data["nproc_per_node"]}
 
 
 def _job_response(request, job, code=status.HTTP_200_OK) -> Response:
@@ -185,18 +197,20 @@ class JobViewSet(GenericViewSet):
                    404: OpenApiResponse(description="code version not visible")},
     )
     def create(self, request):
-        """Launch ``{code_version_id, queue?, parameters?, input_dataset_version_ids?, name?, kind?, max_retries?}``.
+        """Launch ``{code_version_id, queue?, parameters?, input_dataset_version_ids?, name?, kind?, max_retries?,
+        nproc_per_node?}``.
 
         Creates a pending Run and a queued Job in the Code's Project (member
         or admin) and sends it to the queue. ``max_retries`` automatic
         retries start the code again from scratch, never from a checkpoint.
+        ``nproc_per_node`` > 1 runs the code under torchrun (F36).
         """
         data = valid(JobLaunchInputSerializer, request)
         queue = selectors.queue_get(name=data.get("queue") or selectors.default_queue_name())
         job = services.job_launch(
             actor=request.user, code_version=_code_version(request.user, data["code_version_id"]), queue=queue,
             parameters=data["parameters"], dataset_version_ids=data["input_dataset_version_ids"], name=data["name"],
-            kind_of_run=data["kind"], max_retries=data["max_retries"],
+            kind_of_run=data["kind"], max_retries=data["max_retries"], nproc_per_node=data["nproc_per_node"],
             request_key=request.headers.get("Idempotency-Key"),
         )
         return _job_response(request, job, status.HTTP_201_CREATED)
@@ -302,6 +316,10 @@ class JobContinueInputSerializer(serializers.Serializer):
         help_text="the new Run's dataset versions, e.g. the composition at the checkpoint's step plus new ones",
     )
     name = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
+    nproc_per_node = serializers.IntegerField(
+        min_value=1, max_value=NPROC_PER_NODE_LIMIT, required=False, allow_null=True, default=None,
+        help_text=f"{_NPROC_HELP} Default: the source Run's Job's, else 1.",
+    )
 
 
 class CheckpointContinueApi(APIView):
@@ -331,7 +349,7 @@ class CheckpointContinueApi(APIView):
             actor=request.user, checkpoint=checkpoint, code_version=_code_version(request.user, data["code_version_id"]),
             queue=selectors.queue_get(name=data["queue"] or selectors.default_queue_name()),
             parameters=data["parameters"], dataset_version_ids=data["input_dataset_version_ids"], name=data["name"],
-            request_key=request.headers.get("Idempotency-Key"),
+            request_key=request.headers.get("Idempotency-Key"), nproc_per_node=data["nproc_per_node"],
         )
         return _job_response(request, job, status.HTTP_201_CREATED)
 

@@ -12,7 +12,7 @@ from django import forms
 from django.utils.translation import gettext_lazy as _
 
 from jobs import selectors
-from jobs.services._common import MAX_RETRIES_LIMIT
+from jobs.services._common import MAX_RETRIES_LIMIT, NPROC_PER_NODE_LIMIT
 from runs import selectors as run_selectors
 from runs.forms import DatasetVersionChoiceField
 from runs.models import CodeVersion, RunKind
@@ -22,6 +22,32 @@ RETRY_HELP = _(
     "A retry starts the code again from scratch, without any checkpoint. To continue from a checkpoint after a "
     "failure, resume the Job by hand."
 )
+
+
+NPROC_HELP = _("Processes on the worker: above 1 the code runs under torchrun, one process per rank (one per GPU).")
+RESHARD_HELP = _(
+    "The checkpoint was saved by %(world_size)s process(es). Another number works: torch.distributed.checkpoint "
+    "reshards the saved state when it is loaded."
+)
+
+
+def nproc_per_node_field(**kwargs) -> forms.IntegerField:
+    """Processes per node of a distributed Job (F36)."""
+    return forms.IntegerField(label=_("Processes per node"), min_value=1, max_value=NPROC_PER_NODE_LIMIT, **kwargs)
+
+
+def source_world_size(source_job, checkpoint=None) -> int:
+    """The processes that wrote ``checkpoint`` (its ``world_size``), else the source Job's, else 1."""
+    if checkpoint is not None and checkpoint.world_size:
+        return checkpoint.world_size
+    return source_job.nproc_per_node if source_job is not None else 1
+
+
+def set_world_size_initial(field: forms.IntegerField, source_job, checkpoint) -> None:
+    """Preset the field to the source's world size and say that another one reshards."""
+    world_size = source_world_size(source_job, checkpoint)
+    field.initial = world_size
+    field.help_text = RESHARD_HELP % {"world_size": world_size}
 
 
 class CodeVersionChoiceField(forms.ModelChoiceField):
@@ -89,6 +115,7 @@ class JobLaunchForm(ParametersMixin, forms.Form):
     max_retries = forms.IntegerField(
         label=_("Max retries"), min_value=0, max_value=MAX_RETRIES_LIMIT, initial=0, help_text=RETRY_HELP
     )
+    nproc_per_node = nproc_per_node_field(initial=1, required=False, help_text=NPROC_HELP)
     request_key = request_key_field()
 
     def __init__(self, *args, project, **kwargs):
@@ -105,7 +132,7 @@ class JobLaunchForm(ParametersMixin, forms.Form):
             "code_version": data["code_version"], "queue": data["queue"], "parameters": data["parameters"],
             "dataset_version_ids": [version.pk for version in data["input_dataset_version_ids"]],
             "name": data["name"], "kind_of_run": data["kind"], "max_retries": data["max_retries"],
-            "request_key": data["request_key"],
+            "request_key": data["request_key"], "nproc_per_node": data["nproc_per_node"],
         }
 
 
@@ -122,12 +149,14 @@ class CheckpointResumeForm(forms.Form):
         help_text=_("A version of the same Code; by default its newest (the stopped Job may have failed on its own)."),
     )
     queue = queue_field(required=False, help_text=_("By default the queue of the stopped Job."))
+    nproc_per_node = nproc_per_node_field(required=False)
 
-    def __init__(self, *args, source_job, **kwargs):
+    def __init__(self, *args, source_job, checkpoint=None, **kwargs):
         super().__init__(*args, **kwargs)
         versions = self.fields["code_version"]
         queues = self.fields["queue"]
         queues.queryset = selectors.queue_list()
+        set_world_size_initial(self.fields["nproc_per_node"], source_job, checkpoint)
         if source_job is None:
             versions.queryset = CodeVersion.objects.none()
             return
@@ -137,8 +166,11 @@ class CheckpointResumeForm(forms.Form):
         queues.initial = source_job.queue.name
 
     def service_arguments(self) -> dict:
-        """``code_version`` and ``queue`` for ``run_resume_from_checkpoint`` (None: the source Job's)."""
-        return {"code_version": self.cleaned_data.get("code_version"), "queue": self.cleaned_data.get("queue")}
+        """``code_version``, ``queue`` and ``nproc_per_node`` for ``run_resume_from_checkpoint`` (None: the source
+        Job's)."""
+        data = self.cleaned_data
+        return {"code_version": data.get("code_version"), "queue": data.get("queue"),
+                "nproc_per_node": data.get("nproc_per_node")}
 
 
 class CheckpointContinueForm(ParametersMixin, forms.Form):
@@ -160,9 +192,10 @@ class CheckpointContinueForm(ParametersMixin, forms.Form):
     parameters = parameters_field()
     queue = queue_field()
     name = forms.CharField(label=_("Run name"), max_length=200, required=False)
+    nproc_per_node = nproc_per_node_field(required=False)
     request_key = request_key_field()
 
-    def __init__(self, *args, source_run, source_job, composition, **kwargs):
+    def __init__(self, *args, source_run, source_job, composition, checkpoint=None, **kwargs):
         super().__init__(*args, **kwargs)
         project = source_run.project
         self.fields["input_dataset_version_ids"].queryset = run_selectors.dataset_version_choices(project=project)
@@ -178,6 +211,7 @@ class CheckpointContinueForm(ParametersMixin, forms.Form):
         self.fields["parameters"].initial = json.dumps(source_run.parameters or {}, indent=2)
         self.fields["queue"].queryset = selectors.queue_list()
         self.fields["queue"].initial = source_job.queue.name if source_job else selectors.default_queue_name()
+        set_world_size_initial(self.fields["nproc_per_node"], source_job, checkpoint)
 
     def service_arguments(self) -> dict:
         """The keyword arguments of ``jobs.services.run_continue_from_checkpoint`` (without actor, checkpoint)."""
@@ -185,5 +219,5 @@ class CheckpointContinueForm(ParametersMixin, forms.Form):
         return {
             "code_version": data["code_version"], "queue": data["queue"], "parameters": data["parameters"],
             "dataset_version_ids": [version.pk for version in data["input_dataset_version_ids"]],
-            "name": data["name"], "request_key": data["request_key"],
+            "name": data["name"], "request_key": data["request_key"], "nproc_per_node": data.get("nproc_per_node"),
         }

@@ -189,7 +189,8 @@ def checkpoint_resume(request, pk):
     """
     checkpoint = checkpoint_get_for_user(user=request.user, checkpoint_id=pk)
     source_job = selectors.job_for_run(run=checkpoint.run)
-    form = CheckpointResumeForm(request.POST if request.method == "POST" else None, source_job=source_job)
+    form = CheckpointResumeForm(request.POST if request.method == "POST" else None, source_job=source_job,
+                                checkpoint=checkpoint)
     status = 400 if form.is_bound else 200
     if form.is_bound and form.is_valid():
         try:
@@ -224,7 +225,7 @@ def checkpoint_continue(request, pk):
     source_job = selectors.job_for_run(run=source_run)
     form = CheckpointContinueForm(
         request.POST if request.method == "POST" else None, source_run=source_run, source_job=source_job,
-        composition=run_selectors.data_composition_at(run=source_run, step=checkpoint.step),
+        composition=run_selectors.data_composition_at(run=source_run, step=checkpoint.step), checkpoint=checkpoint,
     )
     confirming, status = False, 400 if form.is_bound else 200
     if form.is_bound and form.is_valid():

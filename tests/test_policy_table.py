@@ -156,15 +156,15 @@ def request_body(route: str, method: str, world):
         "^runs/$": {"project": project.slug, "name": "fresh"},
         "^runs/(?P<pk>[0-9]+)/$": {"status": "aborted"},
         "metrics/": {"points": [{"key": "loss", "value": 0.5, "step": 1}]},
-        "checkpoints/": {"step": 20},
+        "checkpoints/": {"step": 20, "framework": "torch-dcp", "world_size": 2},
         "data-stages/": {"start_step": 5, "input_dataset_version_ids": [world["version"].pk]},
         "upload-parts/": {"tar_size": 1},
         "complete/": {"tar_size": 10, "tar_sha256": "0" * 64, "manifest": []},
-        "resume/": {"queue": "cpu"},
+        "resume/": {"queue": "cpu", "nproc_per_node": 2},
         "continue/": {"queue": "cpu", "name": "continued", "code_version_id": world["code_version"].pk,
-                      "input_dataset_version_ids": [world["version"].pk]},
+                      "input_dataset_version_ids": [world["version"].pk], "nproc_per_node": 2},
         "^jobs/$": {"project": project.slug, "code_version_id": world["code_version"].pk, "queue": "cpu",
-                    "parameters": {}, "dataset_version_ids": []},
+                    "parameters": {}, "dataset_version_ids": [], "nproc_per_node": 2},
         "^sweeps/$": {"project": project.slug, "config": {
             "method": "grid", "metric": {"name": "loss", "goal": "minimize"},
             "parameters": {"lr": {"values": [0.1]}}, "program": "python train.py"}},
@@ -212,10 +212,10 @@ def page_form(route: str, world) -> dict:
         "sweeps/new/": {"config": "method: grid\nmetric: {name: loss, goal: minimize}\n"
                                   "parameters: {lr: {values: [0.1]}}\nprogram: python train.py\n"},
         "jobs/new/": {"name": "j", "queue": "cpu", "parameters": "{}", "code_version": world["code_version"].pk,
-                      "kind": "training", "max_retries": 0},
+                      "kind": "training", "max_retries": 0, "nproc_per_node": 2},
         "continue/": {"confirm": "1", "queue": "cpu", "name": "continued", "parameters": "{}",
-                      "code_version": world["code_version"].pk},
-        "resume/": {"confirm": "1", "queue": "cpu"},
+                      "code_version": world["code_version"].pk, "nproc_per_node": 2},
+        "resume/": {"confirm": "1", "queue": "cpu", "nproc_per_node": 2},
         "delete/": {"confirm": "1", "path": "notes.txt"},
     }
     return next((body for tail, body in forms.items() if route.endswith(tail)), {})

@@ -12,7 +12,9 @@ succeeded (ARCHITECTURE rule 3):
    a checkpoint stored file by file, e.g. from MLflow: ``worker.fetch_files``);
 4. the Run's token (``jobs.services.run_token_issue``) and the environment of docs/jobs.md;
 5. the code: a subprocess or ``docker run`` (the Queue's runner), its log appended to the Run,
-   ``job_heartbeat`` every ``HEARTBEAT_S`` seconds (False → SIGTERM, SIGKILL after ``MADO_JOB_KILL_GRACE``).
+   ``job_heartbeat`` every ``HEARTBEAT_S`` seconds (False → SIGTERM, SIGKILL after ``MADO_JOB_KILL_GRACE``);
+   with ``nproc_per_node`` > 1 under torchrun, every rank reading the one restored checkpoint, each failed
+   rank's exit in the Job's error (``worker.distributed``, F36).
 
 Heartbeats are sent during the download and extraction too, so a long
 download is not taken for a lost worker, and an abort stops it. The working
@@ -34,7 +36,7 @@ from checkpoints.models import CheckpointLayout
 from jobs import services as jobs_services
 from jobs.models import Job, JobKind, Runner
 from runs.stages import data_composition_at
-from worker import container
+from worker import container, distributed
 from worker.errors import PrepareError
 from worker.extract import extract_code_archive, remove_tree, write_resume_info
 from worker.fetch import fetch_artifact, restore_checkpoint
@@ -153,6 +155,7 @@ def prepare(job: Job, workdir: Path, on_progress: Callable[[], None]) -> Prepare
         f"checkpoint {checkpoint.pk} (step {checkpoint.step}): {len(restored.manifest)} files, {restored.size} bytes "
         f"downloaded, verified and extracted in {time.monotonic() - started:.2f} s "
         f"({restored.bytes_written} bytes written)"
+        + (f", once, read-only, for all {job.nproc_per_node} ranks" if job.nproc_per_node > 1 else "")
     ))
     return Prepared(code_dir=code_dir, checkpoint_dir=restored.checkpoint_dir, resume_file=resume_file,
                     step=checkpoint.step)
@@ -196,6 +199,8 @@ def command(
 ) -> tuple[list[str], dict[str, str], Callable[[], None] | None]:
     """``(argv, env, on_kill)`` for the Queue's runner: the entrypoint itself, or ``docker run`` around it."""
     entrypoint = list(job.code_version.entrypoint)
+    if job.nproc_per_node > 1:
+        entrypoint = distributed.torchrun_argv(entrypoint, job.nproc_per_node)
     if job.queue.runner != Runner.CONTAINER:
         return entrypoint, child_env(variables), None
     inside = container.container_env(variables)
@@ -220,10 +225,15 @@ def run_code(job: Job, prepared: Prepared, heartbeat: _Heartbeat) -> Outcome:
     token = jobs_services.run_token_issue(job=job).key
     argv, env, on_kill = command(job, prepared, code_variables(job, prepared, token))
     _log(job, f"starting {argv!r} in {prepared.code_dir}")
+    ranks = distributed.RankExits()
+
+    def on_output(text: str) -> None:
+        ranks.feed(text)
+        _append_log(job, text)
+
     try:
         result = run_process(
-            argv, cwd=prepared.code_dir, env=env,
-            on_output=lambda text: _append_log(job, text),
+            argv, cwd=prepared.code_dir, env=env, on_output=on_output,
             should_stop=heartbeat, grace_s=settings.MADO_JOB_KILL_GRACE,
             log_max_bytes=settings.MADO_JOB_LOG_MAX_BYTES, on_kill=on_kill,
         )
@@ -231,7 +241,11 @@ def run_code(job: Job, prepared: Prepared, heartbeat: _Heartbeat) -> Outcome:
         message = f"The code could not be started: {argv[0]!r}: {exc.strerror or exc}"
         _log(job, message)
         return Outcome(exit_code=None, error=message)
-    return Outcome(exit_code=result.exit_code, aborted=result.stopped)
+    error = ""
+    if job.nproc_per_node > 1 and result.exit_code != 0 and not result.stopped:
+        error = ranks.summary(job.nproc_per_node, result.exit_code)
+        _log(job, error)
+    return Outcome(exit_code=result.exit_code, error=error, aborted=result.stopped)
 
 
 def _remove_quietly(workdir: Path) -> None:

@@ -56,6 +56,9 @@ class CheckpointOutputSerializer(serializers.Serializer):
     run_id = serializers.IntegerField(read_only=True)
     step = serializers.IntegerField(read_only=True, help_text="steps completed when it was saved")
     framework = serializers.CharField(read_only=True)
+    world_size = serializers.IntegerField(
+        read_only=True, allow_null=True, help_text="processes that wrote a torch-dcp checkpoint; null otherwise (F36)"
+    )
     includes_optimizer = serializers.BooleanField(read_only=True)
     file_count = serializers.IntegerField(read_only=True)
     total_bytes = serializers.IntegerField(read_only=True, help_text="sum of the files' sizes, bytes")
@@ -86,6 +89,10 @@ class CheckpointRegisterInputSerializer(serializers.Serializer):
     step = serializers.IntegerField(min_value=0, help_text="steps completed (resume runs range(step, TOTAL))")
     framework = serializers.CharField(max_length=50, required=False, allow_blank=True, default="")
     includes_optimizer = serializers.BooleanField(required=False, default=False)
+    world_size = serializers.IntegerField(
+        min_value=1, required=False, allow_null=True, default=None,
+        help_text="framework torch-dcp only, and required there: the processes that wrote the shards (F36)",
+    )
 
 
 class CheckpointUploadOutputSerializer(serializers.Serializer):

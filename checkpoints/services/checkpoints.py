@@ -13,6 +13,7 @@ from django.utils import timezone
 
 from checkpoints import selectors, storage
 from checkpoints.models import Artifact, Checkpoint, CheckpointLayout, CheckpointState, ManifestEntry
+from checkpoints.services.shards import clean_world_size
 from mado import policy
 from mado.errors import Conflict, NotFound, RunEnded, ValidationFailed
 from runs.lease import lease_check
@@ -61,6 +62,7 @@ def checkpoint_register(
     step: int,
     framework: str = "",
     includes_optimizer: bool = False,
+    world_size: int | None = None,
     idempotency_key: str | None = None,
     fencing_token: int | None = None,
 ) -> tuple[Checkpoint, bool]:
@@ -86,6 +88,11 @@ def checkpoint_register(
     discarded with its stored bytes, and the registration proceeds. So is a
     checkpoint at ``step`` (or with this key) that ended ``error`` (the
     janitor gave up on it): the SDK's next start may save that step again.
+
+    ``world_size`` (int >= 1) is required with ``framework="torch-dcp"``
+    and refused with any other (``ValidationFailed`` naming it): such a
+    checkpoint completes only with every rank's shard (F36,
+    ``checkpoints.services.shards``).
     """
     policy.require_run_writer(actor, run)
     step = _clean_step(step)
@@ -93,6 +100,7 @@ def checkpoint_register(
     framework = (framework or "").strip()
     if len(framework) > FRAMEWORK_MAX:
         raise ValidationFailed(f"framework must be at most {FRAMEWORK_MAX} characters", field="framework")
+    world_size = clean_world_size(framework, world_size)
     lease_check(run_id=run.pk, token=fencing_token)
     _replace_ended_in_error(run_id=run.pk, step=step, key=key)
     if key is not None:
@@ -105,7 +113,8 @@ def checkpoint_register(
     try:
         with transaction.atomic():
             checkpoint = Checkpoint.objects.create(
-                run=run, step=step, framework=framework, includes_optimizer=bool(includes_optimizer),
+                run=run, step=step, framework=framework, world_size=world_size,
+                includes_optimizer=bool(includes_optimizer),
                 idempotency_key=key, created_by=actor if actor.is_authenticated else None,
                 lease_token=run.lease_token if fencing_token is None else fencing_token,
             )

@@ -22,6 +22,7 @@ from mado_tracking.tarverify import ManifestFile, ManifestMismatch, compare_memb
 
 from checkpoints.models import Checkpoint
 from checkpoints.services._common import mismatch
+from checkpoints.services.shards import check_shards
 from mado.errors import ValidationFailed
 
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
@@ -87,20 +88,26 @@ def declared_files(declared: dict) -> list[ManifestFile] | None:
     return [ManifestFile(e["path"], e["size"], e["sha256"]) for e in declared["manifest"]]
 
 
-def check_members(declared: dict, found: dict[str, ManifestFile]) -> list[ManifestFile]:
+def check_members(
+    declared: dict, found: dict[str, ManifestFile], *, world_size: int | None = None
+) -> list[ManifestFile]:
     """The checkpoint's manifest once the tar's files (``found``, path → file) matched the declaration.
 
-    Raises ``ManifestMismatch`` (``manifest``, ``size`` or ``sha256``) naming the difference.
+    ``world_size``: the checkpoint's (a sharded ``torch-dcp`` one, F36):
+    every rank's shard must be among the files. Raises ``ManifestMismatch``
+    (``manifest``, ``size`` or ``sha256``) naming the difference.
     """
     files = declared_files(declared)
     if files is not None:
         compare_members(found, files)
-        return files
-    digest = manifest_digest(found.values())
-    if digest != declared["manifest_sha256"]:
-        raise ManifestMismatch("manifest", f"the tar's {len(found)} files have manifest SHA-256 {digest}, "
-                                           f"{declared['manifest_sha256']} was declared")
-    return sorted(found.values(), key=lambda f: f.path)
+    else:
+        digest = manifest_digest(found.values())
+        if digest != declared["manifest_sha256"]:
+            raise ManifestMismatch("manifest", f"the tar's {len(found)} files have manifest SHA-256 {digest}, "
+                                               f"{declared['manifest_sha256']} was declared")
+        files = sorted(found.values(), key=lambda f: f.path)
+    check_shards(files, world_size)
+    return files
 
 
 def compare_received(row: Checkpoint, declared: dict) -> list[ManifestFile]:
@@ -117,7 +124,7 @@ def compare_received(row: Checkpoint, declared: dict) -> list[ManifestFile]:
         raise ValidationFailed(mismatch(row.pk, ManifestMismatch("sha256", detail)), field="tar_sha256")
     found = {m["path"]: ManifestFile(m["path"], m["size"], m["sha256"]) for m in received["members"]}
     try:
-        return check_members(declared, found)
+        return check_members(declared, found, world_size=row.world_size)
     except ManifestMismatch as exc:
         raise ValidationFailed(mismatch(row.pk, exc), field="manifest") from None
 

@@ -178,7 +178,7 @@ def checkpoint_verify_upload(*, checkpoint_id: int) -> str:
         for chunk in storage.blob_iter_resuming(key=key, size=storage.blob_size(key)):
             verifier.feed(chunk)
         verifier.finish()
-        files = check_members(declared, verifier.members)
+        files = check_members(declared, verifier.members, world_size=row.world_size)
     except ManifestMismatch as exc:
         return _verify_record(checkpoint_id=checkpoint_id, key=key, error=mismatch(checkpoint_id, exc), files=None)
     except Exception as exc:  # noqa: BLE001 - storage trouble is ours and transient

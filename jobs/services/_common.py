@@ -27,6 +27,22 @@ RUN_STATUS_FOR_JOB = {
     JobStatus.ABORTED: RunStatus.ABORTED,
 }
 MAX_RETRIES_LIMIT = 10
+NPROC_PER_NODE_LIMIT = 256
+
+
+def clean_nproc_per_node(value, default: int = 1) -> int:
+    """Processes per node of a distributed Job (F36): None → ``default``; else an int from 1 to 256.
+
+    Raises ``ValidationFailed`` naming ``nproc_per_node`` otherwise.
+    """
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= NPROC_PER_NODE_LIMIT:
+        raise ValidationFailed(
+            f"nproc_per_node must be an integer from 1 to {NPROC_PER_NODE_LIMIT} (processes started by torchrun)",
+            field="nproc_per_node",
+        )
+    return value
 
 
 def clean_max_retries(value) -> int:
@@ -65,19 +81,21 @@ def new_job_run(
 def create_job(
     *, run: Run, code_version: CodeVersion, queue: Queue, kind: str, created_by, max_retries: int,
     attempt: int = 1, retry_of: Job | None = None, resumed_from: Run | None = None, request_key: str | None = None,
+    nproc_per_node: int = 1,
 ) -> Job:
     """Insert the queued Job of ``run`` with a fresh Celery task id and its dispatch (sent to its queue on commit).
 
     The message ``worker.tasks.run_job(job.id)`` goes through the outbox
     (``mado.outbox.dispatch_create``): the task is named, not imported, the
-    Job's ``celery_task_id`` is the one the message carries, and a broker
+    Job's ``celery_task_id`` is the one the message carries (``nproc_per_node``
+    already checked by ``clean_nproc_per_node``), and a broker
     that is down leaves the Job ``queued`` "waiting for the queue" until beat
     sends it (never ``failed`` because of the broker, F16).
     """
     job = Job.objects.create(
         run=run, code_version=code_version, queue=queue, kind=kind, status=JobStatus.QUEUED, created_by=created_by,
         max_retries=max_retries, attempt=attempt, retry_of=retry_of, resumed_from=resumed_from,
-        celery_task_id=str(uuid.uuid4()), request_key=request_key,
+        celery_task_id=str(uuid.uuid4()), request_key=request_key, nproc_per_node=nproc_per_node,
     )
     outbox.dispatch_create(task=RUN_JOB_TASK, args=[job.pk], queue=queue.name, task_id=job.celery_task_id)
     return job

@@ -18,7 +18,7 @@ from django.utils.translation import gettext as _
 from checkpoints.models import Checkpoint
 from checkpoints.services import checkpoint_lock_for_use
 from jobs.models import Job, JobKind, Queue
-from jobs.services._common import create_job, new_job_run, once_per_request, require_enabled
+from jobs.services._common import clean_nproc_per_node, create_job, new_job_run, once_per_request, require_enabled
 from mado import policy
 from mado.errors import Conflict, Forbidden, NotFound, ValidationFailed
 from runs.models import CodeVersion
@@ -65,6 +65,7 @@ def run_continue_from_checkpoint(
     dataset_version_ids: list[int],
     name: str = "",
     request_key: str | None = None,
+    nproc_per_node: int | None = None,
 ) -> Job:
     """Continue training from ``checkpoint``'s weights as a new Run and Job (kind ``continue``; SPEC F22, F23).
 
@@ -83,6 +84,8 @@ def run_continue_from_checkpoint(
     and is sent to the worker on commit. ``request_key`` (the form's token or
     the API's ``Idempotency-Key``): the same key again by the same user
     returns the first Job (a double-clicked "Launch Job", rule 4).
+    ``nproc_per_node`` (1..256; None: the source Run's Job's, else 1) may
+    differ from the source's: a sharded checkpoint is resharded on load (F36).
 
     Raises ``Forbidden`` (viewer; not a member), ``NotFound`` (code version
     of another Project), ``Conflict`` (the checkpoint is not ``complete``:
@@ -101,6 +104,8 @@ def run_continue_from_checkpoint(
     versions = dataset_versions_of_project(project=source_run.project, ids=dataset_version_ids)
     code_version = _check_code_version(source_run, code_version)
     queue = require_enabled(queue)
+    source_job = Job.objects.filter(run_id=source_run.pk).only("nproc_per_node").first()
+    nproc_per_node = clean_nproc_per_node(nproc_per_node, default=source_job.nproc_per_node if source_job else 1)
 
     def create(key: str | None) -> Job:
         locked = checkpoint_lock_for_use(checkpoint_id=checkpoint.pk)  # Conflict unless complete; blocks deletion
@@ -115,7 +120,7 @@ def run_continue_from_checkpoint(
         # No automatic retries: a retry starts from scratch (F11), which would drop the weights continued from.
         return create_job(
             run=run, code_version=code_version, queue=queue, kind=JobKind.CONTINUE, created_by=actor,
-            max_retries=0, resumed_from=source_run, request_key=key,
+            max_retries=0, resumed_from=source_run, request_key=key, nproc_per_node=nproc_per_node,
         )
 
     return once_per_request(actor=actor, request_key=request_key, create=create)

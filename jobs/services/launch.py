@@ -4,7 +4,14 @@ from django.db import IntegrityError, transaction
 from django.utils.translation import gettext as _
 
 from jobs.models import Job, JobKind, JobStatus, Queue
-from jobs.services._common import clean_max_retries, create_job, new_job_run, once_per_request, require_enabled
+from jobs.services._common import (
+    clean_max_retries,
+    clean_nproc_per_node,
+    create_job,
+    new_job_run,
+    once_per_request,
+    require_enabled,
+)
 from mado import policy
 from mado.errors import Conflict
 from runs.models import CodeVersion, RunKind, RunStatus
@@ -23,6 +30,7 @@ def job_launch(
     kind_of_run: str = RunKind.TRAINING,
     max_retries: int = 0,
     request_key: str | None = None,
+    nproc_per_node: int | None = None,
 ) -> Job:
     """Create a pending Run and its queued Job (kind ``new``) running ``code_version`` on ``queue``; enqueue on commit.
 
@@ -36,11 +44,14 @@ def job_launch(
     named ``queue.name`` once the transaction commits. ``request_key`` (the
     form's token or the API's ``Idempotency-Key``): the same key again by the
     same user returns the first Job instead of launching a second (rule 4).
+    ``nproc_per_node`` (1..256, None: 1): above 1 the worker starts the code
+    under torchrun with that many processes (F36; else ``ValidationFailed``).
     """
     project = code_version.code.project
     require(policy.can_write_runs(actor, project), policy.why_not(actor, project, policy.MEMBER) or "")
     require_enabled(queue)
     max_retries = clean_max_retries(max_retries)
+    nproc_per_node = clean_nproc_per_node(nproc_per_node)
 
     def create(key: str | None) -> Job:
         run = run_create(
@@ -49,7 +60,7 @@ def job_launch(
         )
         return create_job(
             run=run, code_version=code_version, queue=queue, kind=JobKind.NEW, created_by=actor,
-            max_retries=max_retries, request_key=key,
+            max_retries=max_retries, request_key=key, nproc_per_node=nproc_per_node,
         )
 
     return once_per_request(actor=actor, request_key=request_key, create=create)
@@ -62,7 +73,8 @@ def job_retry_from_scratch(*, job: Job) -> Job:
     Automatic (``job_finish`` calls it while attempts are left): the new Run
     copies the failed Run's kind, parameters and input dataset versions,
     runs the same code version on the same queue, and has no parent and no
-    source checkpoint, so the worker never sets ``MMT_RESUME_*``.
+    source checkpoint, so the worker never sets ``MMT_RESUME_*``; it keeps
+    the failed Job's ``nproc_per_node``.
     ``attempt`` is the failed Job's + 1, ``retry_of`` the failed Job.
     Idempotent: a Job has at most one retry (database constraint), which is
     returned when it exists. ``Conflict`` unless ``job`` failed with attempts
@@ -86,6 +98,7 @@ def job_retry_from_scratch(*, job: Job) -> Job:
             return create_job(
                 run=run, code_version=row.code_version, queue=row.queue, kind=JobKind.RETRY,
                 created_by=row.created_by, max_retries=row.max_retries, attempt=row.attempt + 1, retry_of=row,
+                nproc_per_node=row.nproc_per_node,
             )
     except IntegrityError:
         existing = Job.objects.filter(retry_of=row).first()

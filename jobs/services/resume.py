@@ -18,7 +18,7 @@ from checkpoints.models import Checkpoint
 from checkpoints.services import checkpoint_lock_for_use
 from jobs import selectors
 from jobs.models import ACTIVE_STATES, Job, JobKind, Queue
-from jobs.services._common import create_job, new_job_run, require_enabled
+from jobs.services._common import clean_nproc_per_node, create_job, new_job_run, require_enabled
 from mado import policy
 from mado.errors import Conflict, Forbidden, NotFound, ValidationFailed
 from runs.models import CodeVersion, Run
@@ -76,7 +76,7 @@ def _check_conditions(*, source_run: Run, source_job: Job, checkpoint: Checkpoin
     return code_version
 
 
-def _resume(*, actor, source_run: Run, checkpoint: Checkpoint, code_version, queue) -> Job:
+def _resume(*, actor, source_run: Run, checkpoint: Checkpoint, code_version, queue, nproc_per_node) -> Job:
     """The shared protocol (module docstring); call inside ``transaction.atomic``."""
     _require_may_manage(actor, source_run)
     source_job = (
@@ -96,6 +96,7 @@ def _resume(*, actor, source_run: Run, checkpoint: Checkpoint, code_version, que
         source_run=source_run, source_job=source_job, checkpoint=checkpoint, code_version=code_version
     )
     queue = require_enabled(queue or source_job.queue)
+    nproc_per_node = clean_nproc_per_node(nproc_per_node, default=source_job.nproc_per_node)
     locked = checkpoint_lock_for_use(checkpoint_id=checkpoint.pk)
     # A resume of a resume names the first Run once: "a · resumed from step 40", not "a · … 20 · … 40".
     base = RESUMED_SUFFIX.sub("", source_run.name) or source_run.external_id
@@ -108,7 +109,7 @@ def _resume(*, actor, source_run: Run, checkpoint: Checkpoint, code_version, que
             )
             return create_job(
                 run=run, code_version=code_version, queue=queue, kind=JobKind.RESUME, created_by=actor,
-                max_retries=source_job.max_retries, resumed_from=source_run,
+                max_retries=source_job.max_retries, resumed_from=source_run, nproc_per_node=nproc_per_node,
             )
     except IntegrityError:
         conflict = _already_resuming(source_run)
@@ -125,6 +126,7 @@ def run_resume_from_checkpoint(
     code_version: CodeVersion | None = None,
     queue: Queue | None = None,
     source_run: Run | None = None,
+    nproc_per_node: int | None = None,
 ) -> Job:
     """Resume a failed or aborted Job's Run from ``checkpoint`` as a new Run and Job (kind ``resume``; SPEC F6, F7, F9, F10).
 
@@ -133,6 +135,8 @@ def run_resume_from_checkpoint(
     its ancestor's checkpoint) of the same kind and Code. ``code_version``
     (default: the source Job's) must be a version of the same Code;
     ``queue`` (default: the source Job's) must be enabled.
+    ``nproc_per_node`` (default: the source Job's; 1..256) may differ from
+    the source's: a sharded checkpoint is resharded on load (F36).
 
     The new Run records ``parent`` = the source Run and ``source_checkpoint``,
     inherits its kind, copies its parameters and input dataset versions, and
@@ -146,18 +150,19 @@ def run_resume_from_checkpoint(
     failed/aborted, is not training/fine-tuning, kind or Code mismatch, the
     checkpoint is not ``complete``, or the source is already being resumed
     by an active Job: ``extra`` ``{"job_id"}``), ``ValidationFailed``
-    (``code_version_id`` of another Code, disabled ``queue``).
+    (``code_version_id`` of another Code, disabled ``queue``, bad ``nproc_per_node``).
     """
     checkpoint = Checkpoint.objects.select_related("run").get(pk=checkpoint.pk)
     return _resume(
         actor=actor, source_run=source_run or checkpoint.run, checkpoint=checkpoint,
-        code_version=code_version, queue=queue,
+        code_version=code_version, queue=queue, nproc_per_node=nproc_per_node,
     )
 
 
 @transaction.atomic
 def job_resume_from_latest(
-    *, actor, job: Job, code_version: CodeVersion | None = None, queue: Queue | None = None
+    *, actor, job: Job, code_version: CodeVersion | None = None, queue: Queue | None = None,
+    nproc_per_node: int | None = None,
 ) -> Job:
     """Resume ``job``'s failed or aborted Run from its latest checkpoint (SPEC F8): the Jobs list's button.
 
@@ -174,4 +179,5 @@ def job_resume_from_latest(
         raise Conflict(reason, field="run")
     checkpoint = selectors.latest_resume_checkpoint(run=source_run)
     checkpoint = Checkpoint.objects.select_related("run").get(pk=checkpoint.pk)
-    return _resume(actor=actor, source_run=source_run, checkpoint=checkpoint, code_version=code_version, queue=queue)
+    return _resume(actor=actor, source_run=source_run, checkpoint=checkpoint, code_version=code_version, queue=queue,
+                   nproc_per_node=nproc_per_node)

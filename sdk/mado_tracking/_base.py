@@ -146,6 +146,18 @@ class RunBase:
         """
         return resume_checkpoint()
 
+    def log_checkpoint_distributed(self, state_dict: dict, step: int, *, includes_optimizer: bool = False):
+        """Every rank: save ``state_dict`` with ``torch.distributed.checkpoint`` as ONE Checkpoint (SPEC F36).
+
+        See ``mado_tracking.dcp.log_distributed`` for the steps, the result and the errors.
+        """
+        from mado_tracking.dcp import log_distributed
+
+        return log_distributed(self, state_dict, step=step, includes_optimizer=includes_optimizer)
+
+    def _save_sharded(self, directory, step: int, includes_optimizer: bool, world_size: int):
+        raise MadoError(f"run {self.id}: sharded checkpoints are uploaded by rank 0 of an online run")
+
     def _finish_at_exit(self) -> None:
         # A program that called sys.exit: its code decides, as leaving ``with`` by it would (SPEC F27, F29).
         # Otherwise an uncaught exception fails the run, and a preempting run left open ends preempted.

@@ -82,7 +82,8 @@ def progress_bar(total: int, step: int, show: bool = True):
 def upload_checkpoint(client: ApiClient, *, run_id: int, directory, step: int, idempotency_key: str,
                       includes_optimizer: bool = False, framework: str | None = None,
                       tar: CheckpointTar | None = None, attempts: int | None = None,
-                      verify_timeout: float = VERIFY_TIMEOUT_S, progress: bool = True) -> SavedCheckpoint:
+                      verify_timeout: float = VERIFY_TIMEOUT_S, progress: bool = True,
+                      world_size: int | None = None) -> SavedCheckpoint:
     """Save ``directory`` as Run ``run_id``'s checkpoint at ``step``; return it once ``complete`` (SPEC F1).
 
     ``tar`` is the ``CheckpointTar`` of ``directory`` when the caller already
@@ -92,6 +93,8 @@ def upload_checkpoint(client: ApiClient, *, run_id: int, directory, step: int, i
     this save: a replay of the registration returns the same checkpoint, and
     one that is already complete is returned without uploading again.
     ``progress``: show a progress bar in bytes (on a terminal only).
+    ``world_size``: the processes that wrote a sharded ``torch-dcp``
+    checkpoint (F36); the server completes it only with every rank's shard.
 
     Raises:
         CheckpointError: the step is already saved in the Run (409), the
@@ -106,7 +109,7 @@ def upload_checkpoint(client: ApiClient, *, run_id: int, directory, step: int, i
     """
     tar = tar if tar is not None else CheckpointTar(directory)
     resource = _register(client, run_id=run_id, directory=directory, step=step, idempotency_key=idempotency_key,
-                         includes_optimizer=includes_optimizer, framework=framework)
+                         includes_optimizer=includes_optimizer, framework=framework, world_size=world_size)
     if resource["state"] == "complete":
         return SavedCheckpoint.from_resource(resource)
     if resource["state"] != "pending":
@@ -117,8 +120,11 @@ def upload_checkpoint(client: ApiClient, *, run_id: int, directory, step: int, i
         return upload(client, resource, directory, bar, attempts, verify_timeout).run(tar)
 
 
-def _register(client: ApiClient, *, run_id, directory, step, idempotency_key, includes_optimizer, framework) -> dict:
+def _register(client: ApiClient, *, run_id, directory, step, idempotency_key, includes_optimizer, framework,
+              world_size) -> dict:
     body = {"step": step, "framework": framework or "", "includes_optimizer": bool(includes_optimizer)}
+    if world_size is not None:  # a sharded torch-dcp checkpoint (F36)
+        body["world_size"] = world_size
     try:
         return client.request("POST", f"runs/{run_id}/checkpoints/", body=body,
                               headers={"Idempotency-Key": idempotency_key})

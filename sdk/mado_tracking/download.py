@@ -3,19 +3,23 @@
 ``GET checkpoints/{id}/tar`` is read in 1 MiB chunks (``stream_tar``, also
 what ``mado agent``'s one-pass restore reads) straight to
 ``<destination>.partial`` while a second thread hashes them (hashlib
-releases the GIL), so memory stays constant. A connection that breaks, or
-an answer that ends early, resumes with ``Range: bytes=<received>-`` and
-``If-Range: "<sha256>"``. Only a file whose size and SHA-256 equal the
+releases the GIL), so memory stays constant. A tar of more than one 16 MiB
+part comes as parallel ranged GETs (``MMT_DOWNLOAD_PARALLEL``, 4 at a time
+from another machine) when the server honours ``Range``, as the worker reads S3. A connection that
+breaks, or an answer that ends early, resumes with ``Range: bytes=<received>-``
+and ``If-Range: "<sha256>"``. Only a file whose size and SHA-256 equal the
 checkpoint's is renamed to ``destination``.
 """
 
 import hashlib
+import itertools
 import logging
 import os
 import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import requests
 
@@ -28,6 +32,9 @@ logger = logging.getLogger("mado_tracking")
 
 CHUNK = 1 << 20
 ATTEMPTS = 5
+PART_BYTES = 16 << 20  # one ranged GET of a parallel download
+ENV_PARALLEL = "MMT_DOWNLOAD_PARALLEL"
+DEFAULT_PARALLEL = 4
 READ_TIMEOUT_S = 300.0
 
 
@@ -80,50 +87,126 @@ def complete_checkpoint(client: ApiClient, checkpoint_id: int) -> dict:
     return resource
 
 
-def stream_tar(client: ApiClient, checkpoint_id: int, *, size: int, sha256: str, attempts: int = ATTEMPTS):
+def stream_tar(client: ApiClient, checkpoint_id: int, *, size: int, sha256: str, attempts: int = ATTEMPTS,
+               parallel: int | None = None):
     """Yield the ``size`` bytes of the checkpoint's tar in order, in chunks of up to 1 MiB (SPEC F12).
 
-    A connection that breaks, or an answer that ends early, resumes with
-    ``Range: bytes=<received>-`` and ``If-Range: "<sha256>"``; a server that
-    answers 200 instead sends everything again and the bytes already yielded
-    are skipped. Raises ``ApiError`` after ``attempts`` tries in a row, or
-    at once for a refusal that is not transient. The bytes are not checked
-    here: the caller hashes or verifies them.
+    A tar larger than one part (``PART_BYTES``, 16 MiB) is fetched as ranged
+    GETs of one part each, ``parallel`` at a time (default
+    ``download_parallel``: 4, or 1 from this machine; 1: one GET of everything), yielded in
+    order; at most ``parallel`` + 1 parts are held in memory. The first part
+    tells whether the server honours ``Range`` (206): one that answers 200
+    sends everything in that one answer, read in order. A connection that
+    breaks, or an answer that ends early, resumes with ``Range:
+    bytes=<received>-<end>`` and ``If-Range: "<sha256>"``; a server that answers
+    200 instead sends everything again and the bytes already yielded are
+    skipped. Raises ``ApiError`` after ``attempts`` tries in a row of one
+    part, or at once for a refusal that is not transient. The bytes are not
+    checked here: the caller hashes or verifies them.
     """
     url = client.url(f"checkpoints/{checkpoint_id}/tar")
-    backoff = Backoff()
-    received = 0
-    for attempt in range(1, attempts + 1):
-        reason, retry_after = None, None
-        headers = {"If-Range": f'"{sha256}"', "Range": f"bytes={received}-"} if received else {}
+    parallel = download_parallel(url) if parallel is None else parallel
+    if parallel < 2 or size <= PART_BYTES:
+        yield from _Range(client, url, checkpoint_id, 0, size, size, sha256, attempts).chunks()
+        return
+    first = _Range(client, url, checkpoint_id, 0, PART_BYTES, size, sha256, attempts)
+    yield from first.chunks()
+    if not first.partial:  # no ranges here: read on from one answer
+        yield from _Range(client, url, checkpoint_id, PART_BYTES, size, size, sha256, attempts).chunks()
+        return
+    starts = iter(range(PART_BYTES, size, PART_BYTES))
+    with ThreadPoolExecutor(max_workers=parallel, thread_name_prefix="mado-download-part") as pool:
+        pending: deque = deque()
         try:
-            with client.session.get(url, headers=headers, stream=True,
-                                    timeout=(CONNECT_TIMEOUT_S, READ_TIMEOUT_S)) as answer:
-                skip = received if answer.status_code == 200 else 0  # the server sent everything again
-                if answer.status_code not in (200, 206):
-                    if not is_transient(answer.status_code):
-                        raise ApiError(f"GET {url} -> HTTP {answer.status_code}: {body_detail(answer)}",
-                                       status=answer.status_code)
-                    reason, retry_after = f"HTTP {answer.status_code}", retry_after_seconds(answer)
-                else:
-                    for chunk in answer.iter_content(CHUNK):
-                        if skip:
-                            cut, skip = min(skip, len(chunk)), skip - min(skip, len(chunk))
-                            chunk = chunk[cut:]
-                        if chunk:
-                            received += len(chunk)
-                            yield chunk
-        except requests.RequestException as exc:
-            reason = f"{type(exc).__name__}: {exc}"
-        if reason is None and received >= size:
-            return
-        reason = reason or f"the answer ended after {received} of {size} bytes"
-        if attempt == attempts:
-            raise ApiError(f"downloading checkpoint {checkpoint_id} failed {attempts} times; last: {reason}")
-        delay = backoff.next_delay(retry_after)
-        logger.warning("mado: downloading checkpoint %s broke (%s); resuming at byte %d in %.1f s",
-                       checkpoint_id, reason, received, delay)
-        time.sleep(delay)
+            for offset in itertools.islice(starts, parallel):
+                pending.append(pool.submit(_fetch_part, client, url, checkpoint_id, offset, size, sha256, attempts))
+            while pending:
+                part = pending.popleft().result()
+                for offset in itertools.islice(starts, 1):
+                    pending.append(pool.submit(_fetch_part, client, url, checkpoint_id, offset, size, sha256,
+                                               attempts))
+                yield from part
+        finally:
+            for future in pending:
+                future.cancel()
+
+
+def download_parallel(url: str = "") -> int:
+    """``MMT_DOWNLOAD_PARALLEL`` as an int >= 1; ``ValueError`` naming the variable otherwise.
+
+    Unset: 4 (``DEFAULT_PARALLEL``), or 1 when ``url``'s host is this machine
+    (``localhost``, ``127.0.0.0/8``, ``::1``): parallel connections help a
+    download that one TCP stream over a network holds back, while over
+    loopback one stream already runs at memory speed and each extra GET only
+    costs the server a request's CPU (about 10 ms each).
+    """
+    raw = os.environ.get(ENV_PARALLEL, "").strip()
+    if not raw:
+        host = urlsplit(url).hostname or ""
+        loopback = host == "localhost" or host.startswith("127.") or host == "::1"
+        return 1 if loopback else DEFAULT_PARALLEL
+    if not raw.isdigit() or int(raw) < 1:
+        raise ValueError(f"{ENV_PARALLEL} must be a whole number >= 1 (ranged GETs at once), got {raw!r}")
+    return int(raw)
+
+
+def _fetch_part(client: ApiClient, url: str, checkpoint_id: int, offset: int, size: int, sha256: str,
+                attempts: int) -> list[bytes]:
+    """One part's bytes (a ranged GET, resumed after a break), run on a download thread."""
+    end = min(offset + PART_BYTES, size)
+    return list(_Range(client, url, checkpoint_id, offset, end, size, sha256, attempts).chunks())
+
+
+class _Range:
+    """Bytes ``start`` … ``end - 1`` of the ``total``-byte tar, resumed after a break; ``partial``: the server
+    answered 206 (a plain GET when that is the whole tar)."""
+
+    def __init__(self, client: ApiClient, url: str, checkpoint_id: int, start: int, end: int, total: int,
+                 sha256: str, attempts: int):
+        self.client, self.url, self.checkpoint_id = client, url, checkpoint_id
+        self.start, self.end, self.total, self.sha256, self.attempts = start, end, total, sha256, attempts
+        self.partial = False
+
+    def chunks(self):
+        backoff = Backoff()
+        position = self.start  # the next byte to yield
+        for attempt in range(1, self.attempts + 1):
+            reason, retry_after = None, None
+            last = "" if self.end == self.total else str(self.end - 1)
+            headers = {} if (position, self.end) == (0, self.total) else \
+                {"If-Range": f'"{self.sha256}"', "Range": f"bytes={position}-{last}"}
+            try:
+                with self.client.session.get(self.url, headers=headers, stream=True,
+                                             timeout=(CONNECT_TIMEOUT_S, READ_TIMEOUT_S)) as answer:
+                    if answer.status_code not in (200, 206):
+                        if not is_transient(answer.status_code):
+                            raise ApiError(f"GET {self.url} -> HTTP {answer.status_code}: {body_detail(answer)}",
+                                           status=answer.status_code)
+                        reason, retry_after = f"HTTP {answer.status_code}", retry_after_seconds(answer)
+                    else:
+                        self.partial = answer.status_code == 206
+                        at = position if self.partial else 0  # the offset of the answer's next byte
+                        for chunk in answer.iter_content(CHUNK):
+                            cut = max(position - at, 0)
+                            at += len(chunk)
+                            chunk = chunk[cut:len(chunk) - max(at - self.end, 0)]
+                            if chunk:
+                                position += len(chunk)
+                                yield chunk
+                            if position >= self.end:
+                                break
+            except requests.RequestException as exc:
+                reason = f"{type(exc).__name__}: {exc}"
+            if reason is None and position >= self.end:
+                return
+            reason = reason or f"the answer ended after byte {position} of {self.end}"
+            if attempt == self.attempts:
+                raise ApiError(f"downloading checkpoint {self.checkpoint_id} failed {self.attempts} times; "
+                               f"last: {reason}")
+            delay = backoff.next_delay(retry_after)
+            logger.warning("mado: downloading checkpoint %s broke (%s); resuming at byte %d in %.1f s",
+                           self.checkpoint_id, reason, position, delay)
+            time.sleep(delay)
 
 
 class _Received:

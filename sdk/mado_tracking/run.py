@@ -15,6 +15,7 @@ While it is open the process holds the Run's write lease and heartbeats
 (``mado_tracking.lease``).
 """
 
+import functools
 import logging
 import os
 import sys
@@ -38,7 +39,7 @@ from mado_tracking.checkpoints import SavedCheckpoint
 from mado_tracking.client import ApiClient
 from mado_tracking.errors import ApiError, CheckpointError, MadoError
 from mado_tracking.lease import DEFAULT_HEARTBEAT_INTERVAL_S, Lease, heartbeat_interval_from_environment
-from mado_tracking import system, unsent
+from mado_tracking import distributed, system, unsent
 from mado_tracking.heartbeat import Heartbeat
 from mado_tracking.metrics import MetricSender, encode_metrics
 from mado_tracking.staging import run_staging_dir
@@ -104,7 +105,9 @@ def start_run(project: str | None = None, name: str | None = None, kind: str = "
     With ``MMT_RUN_ID`` and no resume mode (a Job's code: the worker
     pre-created that Run ``pending``) the server attaches this process to
     it (docs/jobs.md). Every online start records the run in
-    ``<cwd>/.mado/resume.json`` for ``resume="auto"``.
+    ``<cwd>/.mado/resume.json`` for ``resume="auto"``. Under torchrun every
+    rank joins one Run: rank 0 starts it and shares it through the process
+    group, initialised before this call (``mado_tracking.distributed``, F36).
 
     Returns:
         ``Run`` online, ``OfflineRun`` offline (same methods).
@@ -120,7 +123,8 @@ def start_run(project: str | None = None, name: str | None = None, kind: str = "
             ``never`` with a taken id → 409, a recorded parameter changed →
             409 ``parameters.<key>``, the run live in another process → 409
             ``run_live``; or it stayed unreachable through the retries.
-        MadoError: offline, the directory already holds another run.
+        MadoError: offline, the directory already holds another run; under
+            torchrun, no process group yet, or (ranks > 0) rank 0 could not start the Run.
     """
     check_kind(kind)
     parameters = check_parameters(parameters)
@@ -136,8 +140,16 @@ def start_run(project: str | None = None, name: str | None = None, kind: str = "
 
         return start_offline_run(project=project or os.environ.get(config_module.ENV_PROJECT) or None, name=name,
                                  kind=kind, parameters=parameters, output=output, external_id=run_id)
+    ranks = distributed.ranks_from_environment()
+    resolve = functools.partial(config_module.resolve, api_url=api_url, api_token=api_token, project=project)
+    start = functools.partial(_start_online, resolve(), kind=kind, parameters=parameters, name=name, run_id=run_id,
+                              resume=resume, allow_param_change=allow_param_change, flush_timeout=flush_timeout)
+    return start() if ranks is None else distributed.join_run(ranks, start, resolve, flush_timeout)
+
+
+def _start_online(config: config_module.Config, *, kind, parameters, name, run_id, resume, allow_param_change,
+                  flush_timeout) -> "Run":
     heartbeat_interval = heartbeat_interval_from_environment()
-    config = config_module.resolve(api_url=api_url, api_token=api_token, project=project)
     client = ApiClient(config)
     try:
         resume_file = resume_file_path()
@@ -175,6 +187,7 @@ class Run(RunBase):
     ``kind``, ``parameters`` (dict), ``status`` (last status known here),
     ``step`` (the step the next ``log_metrics`` without ``step=`` uses: 0 for
     a new run, the last step + 1 after a resume), ``resumed`` (bool),
+    ``rank`` and ``world_size`` (0 and 1 but under torchrun, F36),
     ``resume_count``, ``fencing_token`` (int or None), ``preempting`` (bool),
     ``lost`` (another process took the Run over, or it ended on the server).
     """
@@ -185,6 +198,8 @@ class Run(RunBase):
         self._config = config
         self._flush_timeout = flush_timeout
         self._resume_file = resume_file
+        self._data = data
+        self.rank, self.world_size = 0, 1
         self._update(data)
         self.resumed: bool = bool(data.get("resumed"))
         self.resume_count: int = data.get("resume_count") or 0
@@ -232,7 +247,11 @@ class Run(RunBase):
     def __repr__(self) -> str:
         return f"<Run {self.id} {self.external_id} {self.name!r} {self.status}>"
 
-    def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
+    def shared_data(self) -> dict:
+        """What the server answered when this Run started, for the other ranks' ``RankRun`` (F36)."""
+        return dict(self._data)
+
+    def log_metrics(self, metrics: Mapping[str, float], step: int | None = None, *, all_ranks: bool = False) -> None:
         """Queue metric values measured at ``step``; sent in the background (SPEC F2, F24).
 
         Returns at once: no network I/O and no lock held while sending happens
@@ -248,6 +267,9 @@ class Run(RunBase):
                 None = ``run.step``. ``run.step`` then moves past the step
                 used. After a resume the server drops points below the
                 resumed run's first step (one warning per key).
+            all_ranks: under torchrun, store this rank's values under
+                ``rank<k>/`` keys; every rank calls it (F36). Without it
+                only rank 0's values are stored.
 
         Raises:
             ValueError: a bad step, key or value (the message names the key);
@@ -257,7 +279,7 @@ class Run(RunBase):
         """
         if self._finishing:
             raise MadoError(f"run {self.id} is finished; log_metrics must come before finish()")
-        points = self._encode(metrics, step)
+        points = self._encode(distributed.rank_keys(metrics, self.rank) if all_ranks else metrics, step)
         if self._lease.lost:
             if self._sender.keep(points):
                 return
@@ -316,6 +338,14 @@ class Run(RunBase):
         self._require_lease("log_checkpoint")
         return self._checkpoints.save(directory, step, includes_optimizer=includes_optimizer, framework=framework,
                                       wait=wait)
+
+    def _save_sharded(self, directory, step: int, includes_optimizer: bool, world_size: int) -> SavedCheckpoint:
+        """Rank 0's upload of a sharded checkpoint directory (``mado_tracking.dcp``), waiting until complete."""
+        if self._finishing:
+            raise MadoError(f"run {self.id} is finished; log_checkpoint_distributed must come before finish()")
+        self._require_lease("log_checkpoint_distributed")
+        return self._checkpoints.save(directory, step, includes_optimizer=includes_optimizer, framework="torch-dcp",
+                                      wait=True, world_size=world_size)
 
     def log_training_data_stage(self, start_step: int, input_dataset_version_ids: Sequence[int],
                                 checkpoint_id: int | None = None, metadata: Mapping | None = None) -> dict:

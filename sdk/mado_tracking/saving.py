@@ -51,8 +51,11 @@ class CheckpointSaver:
         self._upload_client: ApiClient | None = None
 
     def save(self, directory, step, *, includes_optimizer: bool, framework: str | None,
-             wait: bool) -> SavedCheckpoint | Future:
-        """Save ``directory`` at ``step``; see ``Run.log_checkpoint`` for the arguments, result and errors."""
+             wait: bool, world_size: int | None = None) -> SavedCheckpoint | Future:
+        """Save ``directory`` at ``step``; see ``Run.log_checkpoint`` for the arguments, result and errors.
+
+        ``world_size``: a sharded ``torch-dcp`` checkpoint's (``wait=True`` only, ``mado_tracking.dcp``).
+        """
         step = check_step(step, directory)
         if step in self._saved_steps:
             raise CheckpointError(f"{directory}: step {step} is already saved in run {self._run_id}", field="step")
@@ -61,7 +64,8 @@ class CheckpointSaver:
         if not wait:
             return self._save_in_background(directory, step, key, includes_optimizer, framework)
         tar = CheckpointTar(directory)
-        saved = self._upload(self._client, Path(directory), step, key, includes_optimizer, framework, tar=tar)
+        saved = self._upload(self._client, Path(directory), step, key, includes_optimizer, framework, tar=tar,
+                             world_size=world_size)
         self._saved_steps.add(step)
         self._keys.pop(step, None)
         return saved
@@ -114,7 +118,8 @@ class CheckpointSaver:
                             staged.includes_optimizer, staged.framework, progress=False)
 
     def _upload(self, client: ApiClient, directory: Path, step: int, key: str, includes_optimizer: bool,
-                framework: str | None, *, tar: CheckpointTar | None = None, progress: bool = True) -> SavedCheckpoint:
+                framework: str | None, *, tar: CheckpointTar | None = None, progress: bool = True,
+                world_size: int | None = None) -> SavedCheckpoint:
         unsent = self._sender.flush(self._flush_timeout)
         if unsent:
             logger.warning("mado: %d metric points of run %s are not sent yet; saving the checkpoint at step %s "
@@ -122,7 +127,7 @@ class CheckpointSaver:
         try:
             return upload_checkpoint(client, run_id=self._run_id, directory=directory, step=step,
                                      idempotency_key=key, includes_optimizer=includes_optimizer,
-                                     framework=framework, tar=tar, progress=progress)
+                                     framework=framework, tar=tar, progress=progress, world_size=world_size)
         except ApiError as error:
             self._lease.lost_by(error)
             raise

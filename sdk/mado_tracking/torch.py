@@ -20,6 +20,10 @@ Everything is written with ``torch.save`` and read back with
 written under a temporary name, made read-only and renamed over the previous
 one, so ``run.log_checkpoint(dir, step, wait=False)`` snapshots it with a hard
 link (no copy) and the next save never changes a snapshot still uploading.
+
+Sharded checkpoints of a torchrun program (``torch.distributed.checkpoint``,
+SPEC F36): ``save_distributed`` / ``load_distributed`` and
+``run.log_checkpoint_distributed``, from ``mado_tracking.dcp``.
 """
 
 import json
@@ -30,6 +34,8 @@ import uuid
 from pathlib import Path
 
 import torch
+
+from mado_tracking.dcp import load_distributed, save_distributed
 
 try:
     import numpy
@@ -42,6 +48,8 @@ INFO_FILE = "mado-checkpoint.json"
 FILES = {"model": "model.pt", "optimizer": "optimizer.pt", "scheduler": "scheduler.pt", "rng": "rng.pt",
          "extra": "extra.pt"}
 FORMAT = 1
+
+__all__ = ["load_checkpoint", "load_distributed", "load_extra", "save_checkpoint", "save_distributed"]
 
 
 def save_checkpoint(directory, *, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None,

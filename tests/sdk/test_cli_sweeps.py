@@ -188,7 +188,7 @@ def test_sigterm_while_waiting_for_a_trial_stops_the_agent(stub, trial_out):
 
 
 def checkpoint_tar(directory: Path) -> tuple[bytes, dict]:
-    tar = CheckpointTar(directory)
+    tar = CheckpointTar(directory, tar_hash=True)  # its SHA-256: what the server records
     data = b"".join(tar)
     return data, {"tar_size": len(data), "tar_sha256": tar.sha256, "manifest": tar.manifest}
 

@@ -8,6 +8,7 @@ metric points logged before a checkpoint reaching the server first.
 import hashlib
 import os
 import socket
+import threading
 from urllib.parse import urlsplit
 
 import pytest
@@ -278,3 +279,67 @@ def test_download_checkpoint_refuses_a_pending_checkpoint(mmt_env, tmp_path):
                                 headers={"Authorization": f"Bearer {mmt_env['MMT_API_TOKEN']}"}, timeout=30).json()
     with pytest.raises(CheckpointError, match="is pending"):
         mado_tracking.download_checkpoint(pending["id"], tmp_path / "x.tar")
+
+
+def spy_gets(monkeypatch, *, strip_range=False, cut_call=None):
+    """Record the headers of every GET; ``strip_range``: a server that ignores ``Range`` (answers 200);
+    ``cut_call``: that call's answer breaks before its first byte."""
+    calls, get, lock = [], requests.Session.get, threading.Lock()
+
+    def spy(session, url, headers=None, **kwargs):
+        with lock:  # parts are fetched on several threads
+            calls.append(dict(headers or {}))
+            number = len(calls)
+        sent = {} if strip_range else headers
+        response = get(session, url, headers=sent, **kwargs)
+        if number == cut_call:
+            def cut(size):
+                raise requests.ConnectionError("cut by the test")
+                yield  # noqa: unreachable - a generator
+            response.iter_content = cut
+        return response
+
+    monkeypatch.setattr(requests.Session, "get", spy)
+    monkeypatch.setattr(mado_tracking.download.Backoff, "next_delay", lambda self, retry_after=None: 0.01)
+    return calls
+
+
+def test_a_large_checkpoint_downloads_as_parallel_ranged_gets_in_order(mmt_env, ckpt, tmp_path, monkeypatch):
+    with mado_tracking.start_run() as run:
+        saved = run.log_checkpoint(ckpt, step=2)
+    monkeypatch.setattr(mado_tracking.download, "PART_BYTES", 1 << 20)
+    monkeypatch.setenv("MMT_DOWNLOAD_PARALLEL", "3")
+    calls = spy_gets(monkeypatch, cut_call=3)  # one part breaks and is fetched again
+    path = mado_tracking.download_checkpoint(saved.id, tmp_path / "step-2.tar")
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == saved.sha256
+    parts = -(-saved.tar_size // (1 << 20))
+    expected = {f"bytes={i << 20}-{min((i + 1) << 20, saved.tar_size) - 1}" for i in range(parts - 1)}
+    expected.add(f"bytes={(parts - 1) << 20}-")
+    assert {call["Range"] for call in calls} == expected and len(calls) == parts + 1
+    assert all(call["If-Range"] == f'"{saved.sha256}"' for call in calls)
+
+
+def test_a_server_that_ignores_ranges_still_gives_the_tar_in_one_answer(mmt_env, ckpt, tmp_path, monkeypatch):
+    with mado_tracking.start_run() as run:
+        saved = run.log_checkpoint(ckpt, step=2)
+    monkeypatch.setattr(mado_tracking.download, "PART_BYTES", 1 << 20)
+    monkeypatch.setenv("MMT_DOWNLOAD_PARALLEL", "3")
+    calls = spy_gets(monkeypatch, strip_range=True)
+    path = mado_tracking.download_checkpoint(saved.id, tmp_path / "step-2.tar")
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == saved.sha256
+    assert len(calls) == 2  # the first part's answer (200, cut after the part), then the rest from one answer
+
+
+def test_a_bad_download_parallelism_is_refused_naming_the_variable(monkeypatch):
+    monkeypatch.setenv("MMT_DOWNLOAD_PARALLEL", "0")
+    with pytest.raises(ValueError, match="MMT_DOWNLOAD_PARALLEL"):
+        mado_tracking.download.download_parallel()
+
+
+def test_downloads_are_parallel_from_another_machine_and_one_stream_over_loopback(monkeypatch):
+    monkeypatch.delenv("MMT_DOWNLOAD_PARALLEL", raising=False)
+    assert mado_tracking.download.download_parallel("https://mado.example.com/api/v1/") == 4
+    assert mado_tracking.download.download_parallel("http://127.0.0.1:8000/api/v1/") == 1
+    assert mado_tracking.download.download_parallel("http://localhost/api/v1/") == 1
+    monkeypatch.setenv("MMT_DOWNLOAD_PARALLEL", "2")
+    assert mado_tracking.download.download_parallel("http://127.0.0.1:8000/api/v1/") == 2

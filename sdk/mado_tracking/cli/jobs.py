@@ -120,20 +120,26 @@ def job() -> None:
 @click.option("--queue", default=None, help="execution target (default: the server's default queue)")
 @click.option("--max-retries", type=click.IntRange(0, 10), default=0, show_default=True,
               help="automatic fresh attempts after a failure; a retry starts from scratch, never from a checkpoint")
+@click.option("--nproc-per-node", "nproc_per_node", type=click.IntRange(1, 256), default=1, show_default=True,
+              help="processes on the worker: above 1 the code runs under torchrun, one Run for all ranks")
 @click.option("--name", default="", help="name of the Run")
 @click.option("--kind", type=click.Choice(RUN_KINDS), default="training", show_default=True, help="run kind")
 @click.option("--quiet", "-q", is_flag=True, help="print only the new Job's id")
 @api_options
 @click.pass_context
 def job_launch(ctx: click.Context, project: str | None, code_version: str, params: tuple[str, ...],
-               dataset_versions: tuple[int, ...], queue: str | None, max_retries: int, name: str, kind: str,
-               quiet: bool, api_url: str | None, api_token: str | None) -> None:
-    """Launch a Job: a new Run of the code version, sent to a worker of the queue."""
+               dataset_versions: tuple[int, ...], queue: str | None, max_retries: int, nproc_per_node: int, name: str,
+               kind: str, quiet: bool, api_url: str | None, api_token: str | None) -> None:
+    """Launch a Job: a new Run of the code version, sent to a worker of the queue.
+
+    \f
+    SPEC F12, F36 (click shows nothing from the line above on).
+    """
     parameters = parse_parameters(params)
     with api_client(ctx, api_url, api_token, "cannot launch the job") as client:
         body = {"code_version_id": resolve_code_version(client, code_version, project), "parameters": parameters,
                 "input_dataset_version_ids": list(dataset_versions), "name": name, "kind": kind,
-                "max_retries": max_retries}
+                "max_retries": max_retries, "nproc_per_node": nproc_per_node}
         if queue:
             body["queue"] = queue
         created = client.request("POST", "jobs/", body=body, attempts=1)
@@ -171,7 +177,8 @@ def job_show(ctx: click.Context, job_id: int, api_url: str | None, api_token: st
         found = client.request("GET", f"jobs/{job_id}/", attempts=3)
     click.echo(_job_line(found))
     for label, key in (("error", "error"), ("exit code", "exit_code"), ("worker", "worker_host"),
-                       ("created by", "created_by"), ("attempt", "attempt"), ("max retries", "max_retries")):
+                       ("created by", "created_by"), ("attempt", "attempt"), ("max retries", "max_retries"),
+                       ("processes per node", "nproc_per_node")):
         if found.get(key) not in (None, ""):
             click.echo(f"  {label}: {found[key]}")
     for label, key in (("created", "created_at"), ("started", "started_at"), ("ended", "ended_at")):
@@ -206,24 +213,27 @@ def job_abort(ctx: click.Context, job_id: int, api_url: str | None, api_token: s
 @click.option("--code-version", "code_version", default=None, metavar="ID|NAME[:VERSION]",
               help="another version of the same Code (default: the Job's)")
 @click.option("--queue", default=None, help="execution target (default: the Job's)")
+@click.option("--nproc-per-node", "nproc_per_node", type=click.IntRange(1, 256), default=None,
+              help="processes on the worker (default: the Job's); a sharded checkpoint is resharded to it")
 @click.option("--quiet", "-q", is_flag=True, help="print only the new Job's id")
 @api_options
 @click.pass_context
 def job_resume(ctx: click.Context, job_id: int, latest: bool, checkpoint_id: int | None, code_version: str | None,
-               queue: str | None, quiet: bool, api_url: str | None, api_token: str | None) -> None:
+               queue: str | None, nproc_per_node: int | None, quiet: bool, api_url: str | None,
+               api_token: str | None) -> None:
     """Resume a failed or aborted Job as a new Run and Job, from a checkpoint of its Run.
 
     The new Run records the Job's Run as its parent and the checkpoint as its
     source; the code gets the checkpoint through ``run.resume_checkpoint()``.
 
     \f
-    SPEC F6–F10 (click shows nothing from the line above on).
+    SPEC F6–F10, F36 (click shows nothing from the line above on).
     """
     if latest == (checkpoint_id is not None):
         raise click.UsageError("give either --latest or --checkpoint ID")
     with api_client(ctx, api_url, api_token, f"cannot resume job {job_id}") as client:
         source = client.request("GET", f"jobs/{job_id}/", attempts=3)
-        body = {"queue": queue}
+        body = {"queue": queue, "nproc_per_node": nproc_per_node}
         if code_version is not None:
             body["code_version_id"] = resolve_code_version(client, code_version, source["project"])
         if latest:
