@@ -6,6 +6,8 @@ that user's API token (None → anonymous).
 """
 
 import pytest
+from django.conf import settings as django_settings
+from django.utils import translation
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
@@ -17,6 +19,13 @@ from tests.factories import MembershipFactory, ProjectFactory, RunFactory, UserF
 def _fast_password_hasher(settings):
     """The default PBKDF2 costs about 0.5 s per user and most tests create several."""
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture(autouse=True)
+def _default_language():
+    """A page request in Japanese leaves Japanese active in this thread; the next test starts in the default."""
+    yield
+    translation.activate(django_settings.LANGUAGE_CODE)
 
 
 @pytest.fixture(autouse=True)
