@@ -6,7 +6,6 @@ that user's API token (None → anonymous).
 """
 
 import pytest
-from django.conf import settings as django_settings
 from django.utils import translation
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
@@ -23,9 +22,11 @@ def _fast_password_hasher(settings):
 
 @pytest.fixture(autouse=True)
 def _default_language():
-    """A page request in Japanese leaves Japanese active in this thread; the next test starts in the default."""
+    """Each test ends in the default language: a page served in Japanese leaves Japanese active in the thread
+    (LocaleMiddleware activates a language per request and never deactivates it), which would translate the
+    messages a later test reads."""
     yield
-    translation.activate(django_settings.LANGUAGE_CODE)
+    translation.deactivate()
 
 
 @pytest.fixture(autouse=True)
