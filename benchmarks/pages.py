@@ -110,7 +110,9 @@ def _fill_summaries() -> str:
             getattr(migration, backfill)(apps, editor)
         times.append(time.perf_counter() - started)
     with connection.cursor() as cursor:
-        cursor.execute("ANALYZE")
+        # What autovacuum does within a minute of a bulk insert: statistics, and the visibility map that lets the
+        # table sorted by a metric read its summaries index-only (without it the timing is of a cold heap).
+        cursor.execute("VACUUM (ANALYZE)")
     return f"; summaries filled in {times[0]:.1f} s, rollups in {times[1]:.1f} s"
 
 
