@@ -63,15 +63,20 @@ def run_list(
     return runs.order_by("-created_at", "-id")
 
 
-def run_get_for_user(*, user, run_id) -> Run:
-    """The Run with primary key ``run_id`` in one of the user's Projects; else ``NotFound`` (404)."""
+RUN_RELATED = ("project", "created_by", "parent", "code_version")
+
+
+def run_get_for_user(*, user, run_id, related: tuple[str, ...] = RUN_RELATED) -> Run:
+    """The Run with primary key ``run_id`` in one of the user's Projects; else ``NotFound`` (404).
+
+    ``related``: the relations read in the same query (default: what Run pages and answers show). The metrics
+    POST, the hot path, asks for ``("project",)`` only: each join costs ~0.5 ms of database CPU (F2).
+    """
     try:
         run_id = int(run_id)
     except (TypeError, ValueError):
         raise NotFound(f"run {run_id!r} not found", field="run") from None
-    run = Run.objects.visible_to(user).select_related("project", "created_by", "parent", "code_version").filter(
-        pk=run_id
-    ).first()
+    run = Run.objects.visible_to(user).select_related(*related).filter(pk=run_id).first()
     if run is None:
         raise NotFound(f"run {run_id} not found", field="run")
     return run
