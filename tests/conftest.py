@@ -22,8 +22,9 @@ def _fast_password_hasher(settings):
 
 @pytest.fixture(autouse=True)
 def _default_language():
-    """Each test starts in the default language: a page read in Japanese (LocaleMiddleware activates it for
-    the test client's thread) must not make the next test's messages Japanese."""
+    """Each test ends in the default language: a page served in Japanese leaves Japanese active in the thread
+    (LocaleMiddleware activates a language per request and never deactivates it), which would translate the
+    messages a later test reads."""
     yield
     translation.deactivate()
 
@@ -33,6 +34,13 @@ def _artifact_storage(settings, tmp_path):
     """Each test stores artifacts in its own directory (the embedded FileSystemStorage)."""
     location = {"BACKEND": "django.core.files.storage.FileSystemStorage", "OPTIONS": {"location": str(tmp_path / "artifacts")}}
     settings.STORAGES = {**settings.STORAGES, "default": location, "artifacts": location}
+
+
+@pytest.fixture(autouse=True)
+def _default_language_after_the_test():
+    """A page requested in Japanese leaves Japanese active in this thread: the next test starts in the default."""
+    yield
+    translation.deactivate()
 
 
 @pytest.fixture

@@ -107,8 +107,8 @@ def logged_model_create(*, actor, project: Project, name: str = "", model_type: 
 
 def logged_model_get(*, user, model_id, allow_deleted: bool = False) -> LoggedModel:
     """The logged model ``model_id`` in one of the user's Projects (deleted ones only with ``allow_deleted``); else 404."""
-    if not isinstance(model_id, str) or not model_id or len(model_id) > 40:
-        raise _not_found(str(model_id)[:40])
+    if not isinstance(model_id, str) or not model_id or len(model_id) > 40 or "\x00" in model_id:
+        raise _not_found(str(model_id)[:40].replace("\x00", ""))
     models = LoggedModel.objects.visible_to(user).select_related("project", "run", "created_by")
     model = models.filter(model_id=model_id).first()
     if model is None or (model.deleted_at is not None and not allow_deleted):
@@ -117,7 +117,7 @@ def logged_model_get(*, user, model_id, allow_deleted: bool = False) -> LoggedMo
 
 
 def _locked(model: LoggedModel) -> LoggedModel:
-    return LoggedModel.objects.select_for_update().select_related("project", "run").get(pk=model.pk)
+    return LoggedModel.objects.select_for_update(of=("self",)).select_related("project", "run").get(pk=model.pk)
 
 
 @transaction.atomic

@@ -104,7 +104,7 @@ def logged_model_search(request, user, data):
     if scoped is not None and isinstance(experiment_ids, list):
         experiment_ids = [e for e in experiment_ids if e == str(scoped.project_id)] or ["-"]
     models, token = logged_models.logged_model_search(
-        user=user, experiment_ids=experiment_ids, filter_string=data.get("filter") or "",
+        user=user, experiment_ids=experiment_ids, filter_string=str_arg(data, "filter", required=False, max_length=4000),
         order_by=data.get("order_by"), max_results=data.get("max_results"), page_token=data.get("page_token"),
         datasets=data.get("datasets"),
     )

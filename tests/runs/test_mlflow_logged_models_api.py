@@ -138,7 +138,7 @@ def test_a_tag_key_with_slashes_is_deleted_by_its_path(model, creator):
     {"filter": "creation_time LIKE 'x'"}, {"order_by": [{"field_name": "password"}]}, {"order_by": "name"},
     {"max_results": 0}, {"max_results": 5000}, {"max_results": "many"}, {"page_token": "forged!"},
     {"experiment_ids": "not-a-list-of-strings", "filter": "name = 'x"}, {"experiment_ids": [1]},
-    {"datasets": [{"dataset_name": "d"}]},
+    {"datasets": [{"dataset_name": "d"}]}, {"filter": "name = 'a\x00b'"}, {"filter": ["name = 'a'"]},
 ])
 def test_hostile_searches_are_refused(model, creator, project, body):
     answer = send(creator, "POST", "logged-models/search", {"experiment_ids": [str(project.pk)], **body})
