@@ -8,9 +8,11 @@ more than that), then, in the same run:
 - a single SHA-256 pass over the same files with ``hashlib`` (1 MiB reads):
   the reference rate;
 - the SDK's side alone: the checkpoint's tar stream read to the end without
-  sending it (each file read once, its SHA-256 and the tar's computed);
-- ``run.log_checkpoint`` through the SDK: tar + every file's SHA-256 + the
-  tar's SHA-256 + upload + the server's streaming check + complete;
+  sending it (each file read once and its SHA-256 computed; the tar's is
+  the server's);
+- ``run.log_checkpoint`` through the SDK: tar + every file's SHA-256 +
+  upload + the server's streaming check (every file's and the tar's
+  SHA-256) + complete;
 - ``mado_tracking.download_checkpoint``: the tar back to a file, SHA-256 checked;
 - ``mado agent``'s restore (``mado_tracking.extract.restore_checkpoint``):
   download, verify and extract in one streaming pass, the tar never stored;
@@ -25,6 +27,10 @@ more than that), then, in the same run:
   (``--stall-repeats`` times, ``os.sync()`` before each save; medians, and
   the median of the per-repeat ratios), then how long each upload ran on
   after the call returned.
+
+Each phase starts after ``os.sync()`` (so it does not pay for the previous
+one's dirty-page writeback) and its CPU seconds per GiB are printed for the
+SDK (this process) and the server (the gunicorn processes).
 
 Prints MB/s (10^6 bytes per second, of the files' total size) for each, the
 save rate as a fraction of the single-pass rate, the peak RSS of this
@@ -228,9 +234,9 @@ def run_benchmark(url: str, token: str, work: Path, args, server_pid: int) -> No
     print(f"work directory: {work}")
     print(f"hashlib SHA-256 single pass (1 MiB reads): {rate(hash_s):,.0f} MB/s ({hash_s:.2f} s)")
     print(f"plain copy of the files there (1 MiB reads + writes): {rate(copy_s):,.0f} MB/s ({copy_s:.2f} s)")
-    print(f"SDK side alone (tar stream + file and tar SHA-256, nothing sent): {rate(client_s):,.0f} MB/s "
+    print(f"SDK side alone (tar stream + each file's SHA-256, nothing sent): {rate(client_s):,.0f} MB/s "
           f"({client_s:.2f} s) = {hash_s / client_s:.0%} of the single-pass rate")
-    print(f"save (log_checkpoint: tar + file and tar SHA-256 + upload + server check + complete): "
+    print(f"save (log_checkpoint: tar + file SHA-256 + upload + server check with file and tar SHA-256 + complete): "
           f"{rate(save_s):,.0f} MB/s ({save_s:.2f} s) = {hash_s / save_s:.0%} of the single-pass rate")
     print(f"download (download_checkpoint: stream to file + SHA-256 check): {rate(download_s):,.0f} MB/s "
           f"({download_s:.2f} s)")

@@ -15,11 +15,11 @@ from checkpoints.models import Artifact, Checkpoint, ManifestEntry
 
 @admin.register(Artifact)
 class ArtifactAdmin(ReadOnlyAdmin):
-    list_display = ["path", "project", "run", "size", "sha256", "created_at"]
+    list_display = ["path", "project", "run", "logged_model", "size", "sha256", "created_at"]
     list_filter = ["project"]
-    search_fields = ["path", "sha256", "storage_key", "run__external_id", "project__slug"]
-    raw_id_fields = ["project", "run"]
-    list_select_related = ["project", "run"]
+    search_fields = ["path", "sha256", "storage_key", "run__external_id", "logged_model__model_id", "project__slug"]
+    raw_id_fields = ["project", "run", "logged_model"]
+    list_select_related = ["project", "run", "logged_model"]
     date_hierarchy = "created_at"
 
 

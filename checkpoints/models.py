@@ -5,11 +5,11 @@ from django.db import models
 from django.db.models import F, Q
 from django.db.models.functions import MD5
 
-from runs.models import Project, Run, VisibleQuerySet
+from runs.models import LoggedModel, Project, Run, VisibleQuerySet
 
 
 class Artifact(models.Model):
-    """A stored file. ``run`` is set for a Run's files; NULL for a Code version's source archive.
+    """A stored file: a Run's (``run``), a logged model's (``logged_model``), or a Code version's source archive (both NULL).
 
     ``storage_key`` names the bytes in the artifact storage; it is unique so two
     rows never share (and a delete never removes) another row's bytes.
@@ -17,6 +17,10 @@ class Artifact(models.Model):
 
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="artifacts")
     run = models.ForeignKey(Run, null=True, blank=True, on_delete=models.CASCADE, related_name="artifacts")
+    logged_model = models.ForeignKey(
+        LoggedModel, null=True, blank=True, on_delete=models.CASCADE, related_name="artifacts",
+        help_text="set (with run NULL) for a file of an MLflow logged model",
+    )
     path = models.CharField(max_length=1024)
     size = models.BigIntegerField(help_text="bytes")
     sha256 = models.CharField(max_length=64)
@@ -34,6 +38,10 @@ class Artifact(models.Model):
         constraints = [
             models.UniqueConstraint(
                 fields=["run", "path"], condition=Q(run__isnull=False), name="artifact_unique_run_path"
+            ),
+            models.UniqueConstraint(
+                fields=["logged_model", "path"], condition=Q(logged_model__isnull=False),
+                name="artifact_unique_logged_model_path",
             ),
             models.CheckConstraint(condition=Q(size__gte=0), name="artifact_size_non_negative"),
         ]

@@ -120,6 +120,29 @@ def require_run_writer(user, run) -> None:
         raise Forbidden(reason)
 
 
+def why_cannot_write_logged_model(user, model) -> str | None:
+    """None when ``user`` may change MLflow logged model ``model`` (its files, tags, params, status; SPEC F30, F31).
+
+    ``model`` is a ``runs.LoggedModel`` with its ``project`` (and ``run``,
+    the source Run or None). Writers: its creator, Project admins and the
+    writers of its source Run (``why_cannot_write_run``), so a Job's Run
+    token reaches the models its Run logged. Reasons as ``why_cannot_write_run``.
+    """
+    reason = why_not(user, model.project, MEMBER)
+    if reason or model.created_by_id == user.pk or has_role(user, model.project, ADMIN):
+        return reason
+    if model.run is not None and _writes_to(user, model.run):
+        return None
+    return _("This is not your model: only its creator, its run's writers and project admins can change it.")
+
+
+def require_logged_model_writer(user, model) -> None:
+    """Raise ``mado.errors.Forbidden`` (403) with ``why_cannot_write_logged_model``'s sentence unless allowed."""
+    reason = why_cannot_write_logged_model(user, model)
+    if reason:
+        raise Forbidden(reason)
+
+
 def why_cannot_resume_by_id(user, run, *, ran_as_job: bool) -> str | None:
     """None when ``user`` may reopen ``run`` by its id (``POST runs/`` with ``resume``; SPEC F24, F31), else why not.
 

@@ -139,7 +139,17 @@ ROWS = {
     ML + "runs/delete": {"POST": run_write(200)},
     ML + "runs/restore": {"POST": run_write(200)},
     ML + "metrics/get-history": {"GET": mlflow_read()},
+    # MLflow 3 logged models: the world's model was logged by the Job's Run (its creator); its writers are the
+    # model's creator, Project admins and the Run's writers (so its Run token); a Run token searches its own experiment.
+    ML + "runs/outputs": {"POST": run_write(200)},
+    ML + "runs/log-model": {"POST": run_write(200)},
+    ML + "logged-models": {"POST": run_write(200)},  # with the Run as source_run_id: writers of that Run
     ML + "logged-models/search": {"GET": api_list(tokens=200), "POST": api_list(tokens=200)},
+    ML + "logged-models/<str:model_id>": {"GET": mlflow_read(), "PATCH": run_write(200), "DELETE": run_write(200)},
+    ML + "logged-models/<str:model_id>/tags": {"PATCH": run_write(200)},
+    ML + "logged-models/<str:model_id>/tags/<path:tag_key>": {"DELETE": run_write(404)},  # the tag is absent
+    ML + "logged-models/<str:model_id>/params": {"POST": run_write(200)},
+    ML + "logged-models/<str:model_id>/artifacts/directories": {"GET": mlflow_read()},
     "api/^(?P<rest>2\\.0/mlflow/.*|3\\.0/mlflow/.*)$": {"GET": answers(*(404,) * 9), "POST": answers(*(404,) * 9)},
     # --- MLflow artifact API ------------------------------------------------------------------------
     ART + "artifacts": {"GET": mlflow_read()},

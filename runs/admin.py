@@ -10,7 +10,7 @@ from django.contrib import admin
 from mado.admin import ReadOnlyAdmin
 
 import runs.sweeps.admin  # noqa: F401 - registers Sweep and SweepTrial
-from runs.models import RunTableColumns, RunTag  # noqa: I001
+from runs.models import LoggedModel, RunTableColumns, RunTag  # noqa: I001
 from runs.models import (
     Code,
     CodeVersion,
@@ -205,3 +205,15 @@ class RunTableColumnsAdmin(admin.ModelAdmin):
     list_display = ("user", "project", "updated_at")
     list_filter = ("project",)
     raw_id_fields = ("user", "project")
+
+
+@admin.register(LoggedModel)
+class LoggedModelAdmin(ReadOnlyAdmin):
+    """MLflow 3 logged models: written through the MLflow API only (their files are Artifacts)."""
+
+    list_display = ["model_id", "name", "project", "run", "step", "status", "created_by", "created_at", "deleted_at"]
+    list_filter = ["status", "project"]
+    search_fields = ["model_id", "name", "run__external_id", "project__slug"]
+    raw_id_fields = ["project", "run", "created_by"]
+    list_select_related = ["project", "run", "created_by"]
+    date_hierarchy = "created_at"

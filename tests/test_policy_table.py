@@ -21,6 +21,7 @@ from rest_framework.test import APIClient
 from jobs.models import JobStatus, Queue
 from jobs.services.lifecycle import job_claim, run_token_issue
 from mado.policy_table import ROLES, ROWS
+from runs.mlflow.logged_models import logged_model_create
 from runs.models import RunStatus
 from runs.resume import run_start
 from runs.services import dataset_create, dataset_version_create
@@ -104,7 +105,9 @@ def world(db, project, other_project, creator, admin, member, viewer, outsider):
     assert client.put(f"/api/v1/runs/{run.pk}/artifacts/notes.txt", ARTIFACT,
                       content_type="application/octet-stream").status_code == 201
     tokens = {"own_token": run_token_issue(job=job).key, "other_token": run_token_issue(job=other_job).key}
+    logged_model = logged_model_create(actor=creator, project=project, name="net", source_run=run)
     return {
+        "logged_model": logged_model,
         "project": project, "run": run, "job": job, "checkpoint": ckpt, "sweep": sweep, "dataset": dataset,
         "version": version, "code": code_version.code, "code_version": code_version, "queue": queue,
         "users": users, "tokens": tokens, "member": member,
@@ -136,6 +139,7 @@ def concrete(route: str, world) -> str:
         "code_id": world["code"].pk, "run_id": run.pk, "checkpoint_id": world["checkpoint"].pk, "pk": pk,
         "path": "notes.txt", "number": 1, "action": "create", "rest": "2.0/mlflow/unknown",
         "artifact_path": f"{project.pk}/{run.external_id}/artifacts/notes.txt",
+        "model_id": world["logged_model"].model_id, "tag_key": "absent",
     }
     url = re.sub(r"\(\?P<(\w+)>[^)]*\)", lambda m: str(values[m.group(1)]), route)
     url = re.sub(r"<(?:\w+:)?(\w+)>", lambda m: str(values[m.group(1)]), url)
@@ -190,6 +194,13 @@ def request_body(route: str, method: str, world):
         "experiments/delete-experiment-tag": {"experiment_id": str(project.pk), "key": "absent"},
         "metrics/get-history": {**mlflow_run, "metric_key": "acc"},
         "mlflow-artifacts/artifacts": {"path": f"{project.pk}/{run.external_id}/artifacts"},
+        "runs/outputs": {**mlflow_run, "models": [{"model_id": world["logged_model"].model_id, "step": 3}]},
+        "runs/log-model": {**mlflow_run, "model_json": json.dumps({"artifact_path": "net", "flavors": {}})},
+        "logged-models": {"experiment_id": str(project.pk), "name": "fresh", "source_run_id": run.external_id},
+        "logged-models/search": {"experiment_ids": [str(project.pk)]},
+        "logged-models/<str:model_id>": {"status": "LOGGED_MODEL_READY"},
+        "<str:model_id>/tags": {"tags": [{"key": "stage", "value": "prod"}]},
+        "<str:model_id>/params": {"params": [{"key": "lr", "value": "0.1"}]},
         "[\\s\\S]+)": {"num_parts": 2},
     }
     if route.endswith("codes/<int:code_id>/versions/") and method == "POST":

@@ -2,8 +2,10 @@
 
 Every path the client sends (``artifacts/<path>``, ``?path=``, ``mpu/*/<path>``)
 is ``<experiment_id>/<run_id>/artifacts[/<path inside the run>]``:
-experiment = Project id, run = the Run's ``external_id``. ``check_path``
-refuses traversal and injection before anything is looked up or stored.
+experiment = Project id, run = the Run's ``external_id``; or, for an MLflow 3
+logged model, ``<experiment_id>/models/<model_id>/artifacts[/<path>]`` (the
+model's ``artifact_uri``). ``check_path`` refuses traversal and injection
+before anything is looked up or stored.
 """
 
 import re
@@ -11,21 +13,26 @@ from dataclasses import dataclass
 
 from checkpoints.models import Artifact
 from mado.mlflow_auth import RESOURCE_DOES_NOT_EXIST, MlflowError
-from runs.models import Run
+from runs.models import LoggedModel, Run
 
 PATH_MAX = 2048
 _ENCODED = re.compile(r"%[0-9a-fA-F]{2}")
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
 _FORBIDDEN = frozenset("\\#?;")
+MODEL_ID = re.compile(r"^m-[0-9a-f]{32}$")  # a logged model's id, as MLflow makes them
 
 
 @dataclass(frozen=True)
 class ArtifactTarget:
-    """A parsed proxy path: the experiment (Project) id, the run's external id, the path inside the run ("" = root)."""
+    """A parsed proxy path: the experiment (Project) id, the run's external id, the path inside the run ("" = root).
+
+    ``model_id`` is set (and ``run_id`` empty) when the path names a logged model's files.
+    """
 
     experiment_id: str
     run_id: str
     path: str
+    model_id: str = ""
 
 
 def check_path(raw) -> str:
@@ -55,13 +62,21 @@ def check_path(raw) -> str:
 
 def parse_target(raw, *, allow_root: bool) -> ArtifactTarget:
     """Check ``raw`` (``check_path``) and split it; the run root (no path inside) only with ``allow_root``."""
-    parts = check_path(raw).split("/", 3)
-    if len(parts) < 3 or parts[2] != "artifacts":
-        raise MlflowError("path must be <experiment_id>/<run_id>/artifacts/<path>")
-    inner = parts[3] if len(parts) == 4 else ""
-    if not inner and not allow_root:
+    checked = check_path(raw)
+    parts = checked.split("/", 4)
+    if len(parts) >= 3 and parts[1] == "models" and MODEL_ID.match(parts[2]):
+        if len(parts) < 4 or parts[3] != "artifacts":
+            raise MlflowError("path must be <experiment_id>/models/<model_id>/artifacts/<path>")
+        inner = parts[4] if len(parts) == 5 else ""
+        target = ArtifactTarget(experiment_id=parts[0], run_id="", path=inner, model_id=parts[2])
+    else:
+        parts = checked.split("/", 3)
+        if len(parts) < 3 or parts[2] != "artifacts":
+            raise MlflowError("path must be <experiment_id>/<run_id>/artifacts/<path>")
+        target = ArtifactTarget(experiment_id=parts[0], run_id=parts[1], path=parts[3] if len(parts) == 4 else "")
+    if not target.path and not allow_root:
         raise MlflowError("path must name a file inside the run's artifacts")
-    return ArtifactTarget(experiment_id=parts[0], run_id=parts[1], path=inner)
+    return target
 
 
 def run_for_target(*, user, target: ArtifactTarget) -> Run:
@@ -78,30 +93,49 @@ def run_for_target(*, user, target: ArtifactTarget) -> Run:
     return run
 
 
-def artifact_for_target(*, run: Run, target: ArtifactTarget) -> Artifact:
-    """The stored file ``target.path`` of ``run``; else 404 ``RESOURCE_DOES_NOT_EXIST``."""
-    artifact = Artifact.objects.filter(run=run, path=target.path).first()
+def logged_model_for_target(*, user, target: ArtifactTarget) -> LoggedModel:
+    """The live (not deleted) logged model ``target`` names in one of the user's Projects; else 404."""
+    model = None
+    if target.experiment_id.isdigit():
+        model = (
+            LoggedModel.objects.visible_to(user).select_related("project", "run")
+            .filter(project_id=int(target.experiment_id), model_id=target.model_id, deleted_at__isnull=True).first()
+        )
+    if model is None:
+        raise MlflowError("no logged model at this experiment_id/model_id among your projects",
+                          code=RESOURCE_DOES_NOT_EXIST, status=404)
+    return model
+
+
+def files_of(owner: Run | LoggedModel):
+    """The Artifact rows of a Run or of a logged model."""
+    return Artifact.objects.filter(logged_model=owner) if isinstance(owner, LoggedModel) else Artifact.objects.filter(run=owner)
+
+
+def artifact_for_target(*, files, target: ArtifactTarget) -> Artifact:
+    """The stored file ``target.path`` among ``files`` (``files_of``); else 404 ``RESOURCE_DOES_NOT_EXIST``."""
+    artifact = files.filter(path=target.path).first()
     if artifact is None:
         raise MlflowError(f"artifact {target.path!r} not found", code=RESOURCE_DOES_NOT_EXIST, status=404)
     return artifact
 
 
-def list_directory(*, run: Run, path: str) -> list[dict]:
-    """MLflow's ``files`` of directory ``path`` ("" = root) of ``run``: ``{"path", "is_dir", "file_size"?}``.
+def list_directory(*, files, path: str) -> list[dict]:
+    """MLflow's ``files`` of directory ``path`` ("" = root) among ``files`` (``files_of``): ``{"path", "is_dir", "file_size"?}``.
 
     ``path`` of each entry is relative to the listed directory (the client
     joins it); directories have no ``file_size``. Sorted by path; empty when
     nothing is stored below ``path``.
     """
     prefix = f"{path}/" if path else ""
-    files, dirs = {}, set()
-    rows = Artifact.objects.filter(run=run, path__startswith=prefix).values_list("path", "size")
+    sizes, dirs = {}, set()
+    rows = files.filter(path__startswith=prefix).values_list("path", "size")
     for full, size in rows.iterator(chunk_size=2000):
         name, sep, _rest = full[len(prefix):].partition("/")
         if sep:
             dirs.add(name)
         else:
-            files[name] = size
+            sizes[name] = size
     entries = [{"path": name, "is_dir": True} for name in dirs]
-    entries += [{"path": name, "is_dir": False, "file_size": size} for name, size in files.items()]
+    entries += [{"path": name, "is_dir": False, "file_size": size} for name, size in sizes.items()]
     return sorted(entries, key=lambda entry: entry["path"])

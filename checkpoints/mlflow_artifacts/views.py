@@ -8,6 +8,8 @@ directory; ``DELETE`` is for Project admins (SPEC F5). Multipart upload
 when the artifact storage is S3; otherwise it answers 501 with the message
 the MLflow client recognises, so it falls back to a single streamed PUT. Paths are
 checked (``paths.check_path``) before anything is looked up or stored.
+A path ``<experiment_id>/models/<model_id>/artifacts/…`` acts the same way on
+the files of an MLflow 3 logged model (multipart: always the 501 fallback).
 """
 
 from rest_framework import status
@@ -16,6 +18,7 @@ from rest_framework.response import Response
 from checkpoints.api.artifacts import LenientNegotiation, OctetStreamParser, ranged_download, upload_source
 from checkpoints.mlflow_artifacts import paths
 from checkpoints import storage
+from checkpoints.services.logged_model_files import logged_model_file_put, logged_model_files_delete
 from checkpoints.services.mlflow_checkpoints import (
     mlflow_artifact_delete,
     mlflow_artifact_put,
@@ -34,7 +37,15 @@ MULTIPART_ACTIONS = frozenset({"create", "complete", "abort"})
 
 
 def _resolve(request, raw: str, *, allow_root: bool = False):
+    """``(target, owner)``: the parsed path and the Run or logged model it names (404 when invisible).
+
+    A Run token reaches its own Run's files and the files of logged models that Run produced.
+    """
     target = paths.parse_target(raw, allow_root=allow_root)
+    if target.model_id:
+        model = paths.logged_model_for_target(user=request.user, target=target)
+        require_run_token_scope(request, model.run)  # None (logged outside a run): no Run token reaches it
+        return target, model
     run = paths.run_for_target(user=request.user, target=target)
     require_run_token_scope(request, run)
     return target, run
@@ -45,8 +56,8 @@ class MlflowArtifactListApi(MlflowApiView):
 
     def get(self, request):
         """``{"files": [{"path", "is_dir", "file_size"}]}`` of the directory (any member of the Project)."""
-        target, run = _resolve(request, request.query_params.get("path", ""), allow_root=True)
-        return Response({"files": paths.list_directory(run=run, path=target.path)})
+        target, owner = _resolve(request, request.query_params.get("path", ""), allow_root=True)
+        return Response({"files": paths.list_directory(files=paths.files_of(owner), path=target.path)})
 
 
 class MlflowArtifactApi(MlflowApiView):
@@ -62,20 +73,26 @@ class MlflowArtifactApi(MlflowApiView):
         the file, as on MLflow (its old digest stays in the artifact's
         history), except a checkpoint's file: 409 ``RESOURCE_ALREADY_EXISTS``.
         """
-        target, run = _resolve(request, artifact_path)
+        target, owner = _resolve(request, artifact_path)
         source, length = upload_source(request)
-        mlflow_artifact_put(actor=request.user, run=run, path=target.path, source=source, expected_size=length)
+        if target.model_id:
+            logged_model_file_put(actor=request.user, model=owner, path=target.path, source=source, expected_size=length)
+        else:
+            mlflow_artifact_put(actor=request.user, run=owner, path=target.path, source=source, expected_size=length)
         return Response({})
 
     def get(self, request, artifact_path):
         """The file's bytes, streamed; ``Range`` answers 206 (any member of the Project)."""
-        target, run = _resolve(request, artifact_path)
-        return ranged_download(request, paths.artifact_for_target(run=run, target=target))
+        target, owner = _resolve(request, artifact_path)
+        return ranged_download(request, paths.artifact_for_target(files=paths.files_of(owner), target=target))
 
     def delete(self, request, artifact_path):
         """Delete the file, or every file below the directory: Project admin only, F5's rules (409 for a checkpoint's file)."""
-        target, run = _resolve(request, artifact_path)
-        mlflow_artifact_delete(actor=request.user, run=run, path=target.path)
+        target, owner = _resolve(request, artifact_path)
+        if target.model_id:
+            logged_model_files_delete(actor=request.user, model=owner, path=target.path)
+        else:
+            mlflow_artifact_delete(actor=request.user, run=owner, path=target.path)
         return Response({})
 
 
@@ -95,18 +112,22 @@ class MlflowMultipartApi(MlflowApiView):
         """The ``action`` on the upload of ``artifact_path``; 200 (``{}`` for complete and abort)."""
         if action not in MULTIPART_ACTIONS:
             return mlflow_error(NOT_IMPLEMENTED, f"unknown multipart action {action!r}", status.HTTP_404_NOT_FOUND)
-        target, run = _resolve(request, artifact_path)
-        policy.require_run_writer(request.user, run)  # who may not write is told so, not "use a single PUT"
-        if storage.s3_storage() is None:
+        target, owner = _resolve(request, artifact_path)
+        # who may not write is told so, not "use a single PUT"
+        if target.model_id:
+            policy.require_logged_model_writer(request.user, owner)
+        else:
+            policy.require_run_writer(request.user, owner)
+        if storage.s3_storage() is None or target.model_id:
             return mlflow_error(NOT_IMPLEMENTED, f"{MULTIPART_UNSUPPORTED}: mado streams a single PUT of any size",
                                 status.HTTP_501_NOT_IMPLEMENTED)
         data = request.data if isinstance(request.data, dict) else {}
         if action == "create":
-            return Response(mlflow_multipart_create(actor=request.user, run=run, path=target.path,
+            return Response(mlflow_multipart_create(actor=request.user, run=owner, path=target.path,
                                                     num_parts=data.get("num_parts")))
         if action == "complete":
-            mlflow_multipart_complete(actor=request.user, run=run, path=target.path,
+            mlflow_multipart_complete(actor=request.user, run=owner, path=target.path,
                                       upload_id=data.get("upload_id"), parts=data.get("parts"))
         else:
-            mlflow_multipart_abort(actor=request.user, run=run, path=target.path, upload_id=data.get("upload_id"))
+            mlflow_multipart_abort(actor=request.user, run=owner, path=target.path, upload_id=data.get("upload_id"))
         return Response({})

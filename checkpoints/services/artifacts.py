@@ -16,7 +16,7 @@ from django.utils import timezone
 from checkpoints import storage
 from checkpoints.models import Artifact, Checkpoint
 from mado import policy
-from mado.errors import Conflict, ValidationFailed
+from mado.errors import Conflict, NotFound, ValidationFailed
 from runs.lease import lease_check
 from runs.models import Code, CodeVersion, Run
 from runs.services import code_version_create, require
@@ -54,7 +54,7 @@ def _check_digest(expected_sha256: str | None) -> str | None:
     return digest
 
 
-def _check_received(blob: storage.StoredBlob, expected_sha256: str | None, expected_size: int | None) -> None:
+def check_received(blob: storage.StoredBlob, expected_sha256: str | None, expected_size: int | None) -> None:
     if expected_size is not None and blob.size != expected_size:
         raise ValidationFailed(
             f"upload incomplete: received {blob.size} of {expected_size} bytes; nothing was stored", field="body"
@@ -110,11 +110,11 @@ def artifact_store(
     existing = Artifact.objects.filter(run=run, path=path).first()
     if existing is not None:
         blob = storage.blob_digest(source=source)
-        _check_received(blob, expected_sha256, expected_size)
+        check_received(blob, expected_sha256, expected_size)
         return _same_or_conflict(existing, blob), False
     blob = storage.blob_write(source=source, prefix=f"runs/{run.pk}")
     try:
-        _check_received(blob, expected_sha256, expected_size)
+        check_received(blob, expected_sha256, expected_size)
         artifact, created = artifact_insert(run=run, path=path, blob=blob, fencing_token=fencing_token)
     except BaseException:
         storage.blob_delete_quietly(blob.key)
@@ -140,23 +140,33 @@ def artifact_replace(*, actor, run: Run, path: str, source, expected_size: int |
         return artifact_store(actor=actor, run=run, path=path, source=source, expected_size=expected_size)[0]
     blob = storage.blob_write(source=source, prefix=f"runs/{run.pk}")
     try:
-        _check_received(blob, None, expected_size)
+        check_received(blob, None, expected_size)
         with transaction.atomic():
             current = Artifact.objects.select_for_update().get(run=run, path=path)
-            if (current.sha256, current.size) == (blob.sha256, blob.size):
-                unused = blob.key
-            else:
-                unused = current.storage_key
-                current.history = [*current.history, {
-                    "sha256": current.sha256, "size": current.size, "replaced_at": timezone.now().isoformat(),
-                }]
-                current.sha256, current.size, current.storage_key = blob.sha256, blob.size, blob.key
-                current.save(update_fields=["sha256", "size", "storage_key", "history"])
+            unused = replace_content(current, blob)
     except BaseException:
         storage.blob_delete_quietly(blob.key)
         raise
     storage.blob_delete_quietly(unused)
     return current
+
+
+def replace_content(current: Artifact, blob: storage.StoredBlob) -> str:
+    """Point the locked row ``current`` at ``blob`` unless it holds the same bytes; the storage key now unused.
+
+    Other bytes: the old digest, size and the time join ``current.history``
+    (MLflow's overwrite, F30). The caller deletes the returned key's bytes
+    once its transaction has committed.
+    """
+    if (current.sha256, current.size) == (blob.sha256, blob.size):
+        return blob.key
+    unused = current.storage_key
+    current.history = [*current.history, {
+        "sha256": current.sha256, "size": current.size, "replaced_at": timezone.now().isoformat(),
+    }]
+    current.sha256, current.size, current.storage_key = blob.sha256, blob.size, blob.key
+    current.save(update_fields=["sha256", "size", "storage_key", "history"])
+    return unused
 
 
 def artifact_insert(
@@ -205,6 +215,23 @@ def artifact_delete(*, actor, artifact: Artifact) -> None:
                 transaction.on_commit(lambda: storage.blob_delete_quietly(key))
     except (ProtectedError, IntegrityError):
         raise Conflict(refusal, field="path") from None
+
+
+def artifacts_delete_below(*, actor, files, path: str, owner: str) -> int:
+    """Delete file ``path`` among ``files`` (a Run's or a logged model's Artifacts), or every one below directory ``path``.
+
+    Returns the number deleted. Unsafe ``path`` → ``ValidationFailed``;
+    nothing there → ``NotFound`` naming ``owner``; each file goes through
+    ``artifact_delete`` (Project admin; a checkpoint's file → ``Conflict``).
+    """
+    path = validate_artifact_path(path)
+    rows = files.select_related("project")
+    artifacts = list(rows.filter(path=path) or rows.filter(path__startswith=f"{path}/").order_by("path"))
+    if not artifacts:
+        raise NotFound(f"artifact {path!r} of {owner} not found", field="path")
+    for artifact in artifacts:
+        artifact_delete(actor=actor, artifact=artifact)
+    return len(artifacts)
 
 
 def code_version_create_with_archive(

@@ -22,10 +22,10 @@ from django.utils import timezone
 from checkpoints import storage
 from checkpoints.models import Artifact, Checkpoint, CheckpointLayout, CheckpointState, ManifestEntry
 from checkpoints.services.artifacts import (
-    artifact_delete,
     artifact_insert,
     artifact_replace,
     artifact_store,
+    artifacts_delete_below,
     validate_artifact_path,
 )
 from mado import policy
@@ -282,13 +282,5 @@ def mlflow_artifact_delete(*, actor, run: Run, path: str) -> int:
     ``Conflict`` and nothing is deleted; bytes go once the delete commits.
     """
     require(policy.can_delete_artifacts(actor, run.project), policy.why_not(actor, run.project, policy.ADMIN) or "")
-    path = validate_artifact_path(path)
-    artifacts = list(
-        Artifact.objects.select_related("project").filter(run=run, path=path)
-        or Artifact.objects.select_related("project").filter(run=run, path__startswith=f"{path}/").order_by("path")
-    )
-    if not artifacts:
-        raise NotFound(f"artifact {path!r} of run {run.external_id} not found", field="path")
-    for artifact in artifacts:
-        artifact_delete(actor=actor, artifact=artifact)
-    return len(artifacts)
+    return artifacts_delete_below(actor=actor, files=Artifact.objects.filter(run=run), path=path,
+                                  owner=f"run {run.external_id}")

@@ -39,8 +39,8 @@ _CLAUSE = re.compile(
 )
 _AND = re.compile(r"\s+(?i:and)\s+")
 _ORDER = re.compile(_IDENT + r"(?:\s+(?P<dir>(?i:asc|desc)))?\s*$")
-_STRING_OPS = {"=", "!=", "like", "ilike", "not like", "not ilike"}
-_NUMBER_OPS = {"=": "exact", ">": "gt", ">=": "gte", "<": "lt", "<=": "lte"}
+STRING_OPS = {"=", "!=", "like", "ilike", "not like", "not ilike"}
+NUMBER_OPS = {"=": "exact", ">": "gt", ">=": "gte", "<": "lt", "<=": "lte"}
 
 
 def _bad(message: str) -> MlflowError:
@@ -52,7 +52,6 @@ def _unquote_key(key: str) -> str:
 
 
 def _ident(entity: str | None, key: str) -> tuple[str, str]:
-    key = _unquote_key(key)
     if entity is None:
         if key not in _ATTRIBUTES:
             raise _bad(f"unknown identifier {key!r}: use params.<key>, tags.<key>, metrics.<key> or attributes.<name>")
@@ -66,7 +65,7 @@ def _ident(entity: str | None, key: str) -> tuple[str, str]:
     return kind, key
 
 
-def _string(raw: str) -> str:
+def string_value(raw: str) -> str:
     if raw[:1] == "'":
         return raw[1:-1].replace("''", "'")
     if raw[:1] == '"':
@@ -80,10 +79,10 @@ def _strings(raw: str) -> list[str]:
     items = re.findall(r"'(?:[^']|'')*'|\"[^\"]*\"", raw)
     if not items:
         raise _bad("IN expects at least one quoted string")
-    return [_string(item) for item in items]
+    return [string_value(item) for item in items]
 
 
-def _number(raw: str) -> float:
+def number_value(raw: str) -> float:
     try:
         return float(raw)
     except ValueError:
@@ -97,7 +96,7 @@ def _like_regex(pattern: str) -> str:
     return "^" + "".join(parts) + "$"
 
 
-def _string_q(field, op: str, value: str) -> Q:
+def string_q(field, op: str, value: str) -> Q:
     if op == "=":
         return Q(**{field: value})
     if op == "!=":
@@ -112,9 +111,14 @@ def _latest_metric(key: str):
     return Subquery(points.values("value")[:1])
 
 
-def _param(key: str):
+def json_text(field: str, key: str):
+    """The text under ``key`` of JSON column ``field``, for comparing with strings."""
     # Cast: compare the extracted text as plain text (SQLite would otherwise read the right side as JSON).
-    return Cast(KeyTextTransform(key, "parameters"), CharField())
+    return Cast(KeyTextTransform(key, field), CharField())
+
+
+def _param(key: str):
+    return json_text("parameters", key)
 
 
 def _tag_value(key: str):
@@ -124,35 +128,35 @@ def _tag_value(key: str):
 def _apply_clause(runs, index: int, kind: str, key: str, op: str, raw: str):
     alias = f"_f{index}"
     if kind == "metric":
-        if op not in _NUMBER_OPS and op != "!=":
+        if op not in NUMBER_OPS and op != "!=":
             raise _bad(f"metrics compare with =, !=, <, <=, >, >=; got {op}")
         runs = runs.annotate(**{alias: _latest_metric(key)})
-        value = _number(raw)
+        value = number_value(raw)
         return runs.exclude(**{alias: value}).exclude(**{f"{alias}__isnull": True}) if op == "!=" else runs.filter(
-            **{f"{alias}__{_NUMBER_OPS[op]}": value}
+            **{f"{alias}__{NUMBER_OPS[op]}": value}
         )
     if kind == "attr" and key in ("start_time", "end_time"):
-        if op not in _NUMBER_OPS:
+        if op not in NUMBER_OPS:
             raise _bad(f"{key} compares with =, <, <=, >, >=; got {op}")
         from datetime import datetime, timezone
 
-        moment = datetime.fromtimestamp(_number(raw) / 1000, tz=timezone.utc)
+        moment = datetime.fromtimestamp(number_value(raw) / 1000, tz=timezone.utc)
         column = "started_at" if key == "start_time" else "ended_at"
-        return runs.filter(**{f"{column}__{_NUMBER_OPS[op]}": moment})
+        return runs.filter(**{f"{column}__{NUMBER_OPS[op]}": moment})
     if kind == "attr" and key == "status":
         if op in ("in", "not in"):
             statuses = [s for name in _strings(raw) for s in mado_statuses(name)]
         elif op in ("=", "!="):
-            statuses = mado_statuses(_string(raw))
+            statuses = mado_statuses(string_value(raw))
         else:
             raise _bad(f"attributes.status compares with =, !=, IN, NOT IN; got {op}")
         return runs.exclude(status__in=statuses) if op.startswith("not") or op == "!=" else runs.filter(status__in=statuses)
     if kind == "attr" and key in ("run_id", "run_uuid") and op in ("in", "not in"):
         q = Q(external_id__in=_strings(raw))
         return runs.exclude(q) if op == "not in" else runs.filter(q)
-    if op not in _STRING_OPS:
+    if op not in STRING_OPS:
         raise _bad(f"{kind} {key!r} compares with =, !=, LIKE, ILIKE; got {op}")
-    value = _string(raw)
+    value = string_value(raw)
     if kind == "attr":
         field = {"run_name": "name", "run_id": "external_id", "run_uuid": "external_id"}[key]
     elif kind == "tag" and key in (RUN_NAME_TAG, KIND_TAG):
@@ -165,26 +169,36 @@ def _apply_clause(runs, index: int, kind: str, key: str, op: str, raw: str):
         runs, field = runs.annotate(**{alias: _param(key)}), alias
         if op == "!=":
             return runs.filter(**{f"{alias}__isnull": False}).exclude(**{alias: value})
-    return runs.filter(_string_q(field, op, value))
+    return runs.filter(string_q(field, op, value))
 
 
-def apply_filter(runs, filter_string: str):
-    """``runs`` narrowed by an MLflow filter string (grammar in the module docstring)."""
+def clauses(filter_string: str):
+    """The clauses of an MLflow filter string joined by ``AND``: ``(index, entity or None, key, op, raw value)``.
+
+    ``key`` is unquoted; ``op`` lower-case with single spaces (``not like``);
+    the raw value is still quoted (``string_value``, ``number_value``). A
+    clause that does not parse → 400 INVALID_PARAMETER_VALUE quoting it.
+    """
     text = (filter_string or "").strip()
     position, index = 0, 0
     while position < len(text):
         match = _CLAUSE.match(text, position)
         if match is None:
             raise _bad(f"invalid filter at {text[position:position + 60]!r}")
-        kind, key = _ident(match["entity"], match["key"])
-        op = re.sub(r"\s+", " ", match["op"].lower())
-        runs = _apply_clause(runs, index, kind, key, op, match["value"])
+        yield index, match["entity"], _unquote_key(match["key"]), re.sub(r"\s+", " ", match["op"].lower()), match["value"]
         position, index = match.end(), index + 1
         if position < len(text):
             joiner = _AND.match(text, position)
             if joiner is None:
                 raise _bad(f"expected AND at {text[position:position + 60]!r}")
             position = joiner.end()
+
+
+def apply_filter(runs, filter_string: str):
+    """``runs`` narrowed by an MLflow filter string (grammar in the module docstring)."""
+    for index, entity, key, op, raw in clauses(filter_string):
+        kind, key = _ident(entity, key)
+        runs = _apply_clause(runs, index, kind, key, op, raw)
     return runs
 
 
@@ -198,7 +212,7 @@ def apply_order(runs, order_by: list):
         match = _ORDER.match(str(clause).strip())
         if match is None:
             raise _bad(f"invalid order_by clause {clause!r}")
-        kind, key = _ident(match["entity"], match["key"])
+        kind, key = _ident(match["entity"], _unquote_key(match["key"]))
         alias = f"_o{index}"
         if kind == "metric":
             runs = runs.annotate(**{alias: _latest_metric(key)})

@@ -6,7 +6,7 @@ from django.db.models.functions import RowNumber
 from runs.mlflow import search
 from runs.mlflow.errors import INVALID_PARAMETER_VALUE, RESOURCE_DOES_NOT_EXIST, MlflowError
 from runs.mlflow.translate import decode_page_token, encode_page_token, metric_json, run_json
-from runs.models import DatasetVersion, MetricPoint, Project, Run, RunTag
+from runs.models import DatasetVersion, LoggedModel, MetricPoint, Project, Run, RunTag
 
 CONTEXT_TAG = "mlflow.data.context"
 
@@ -70,7 +70,8 @@ def _latest_metrics(run_ids: list[int]) -> dict[int, list[dict]]:
 def runs_json(runs: list[Run], *, with_inputs: bool = False) -> list[dict]:
     """MLflow Run objects for ``runs`` (tags and latest metrics fetched in two queries).
 
-    ``with_inputs`` (``runs/get``) adds each Run's dataset inputs (two queries per Run).
+    ``with_inputs`` (``runs/get``) adds each Run's dataset inputs (two queries per Run) and the
+    logged models it output (one query per Run).
     """
     ids = [run.pk for run in runs]
     tags: dict[int, dict] = {pk: {} for pk in ids}
@@ -78,7 +79,14 @@ def runs_json(runs: list[Run], *, with_inputs: bool = False) -> list[dict]:
         tags[run_id][key] = value
     metrics = _latest_metrics(ids)
     return [run_json(run, tags=tags[run.pk], metrics=metrics[run.pk],
-                     dataset_inputs=dataset_inputs_json(run) if with_inputs else None) for run in runs]
+                     dataset_inputs=dataset_inputs_json(run) if with_inputs else None,
+                     model_outputs=_model_outputs(run) if with_inputs else None) for run in runs]
+
+
+def _model_outputs(run: Run) -> list[dict]:
+    """MLflow ``outputs.model_outputs`` of ``run``: its live logged models and their steps, oldest first."""
+    models = LoggedModel.objects.filter(run=run, deleted_at__isnull=True).order_by("created_at", "id")
+    return [{"model_id": model_id, "step": step} for model_id, step in models.values_list("model_id", "step")]
 
 
 VIEW_TYPES = {"": False, "ACTIVE_ONLY": False, "DELETED_ONLY": True, "ALL": None}

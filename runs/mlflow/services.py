@@ -73,7 +73,12 @@ def int64(value, name: str, *, default: int | None = None) -> int | None:
     return number
 
 
-def _key_values(items, name: str, limit: int, value_max: int) -> list[tuple[str, str]]:
+def key_values(items, name: str, limit: int, value_max: int) -> list[tuple[str, str]]:
+    """MLflow's ``[{key, value}]`` list ``name`` as pairs; 400 INVALID_PARAMETER_VALUE naming the first bad item.
+
+    At most ``limit`` items; keys 1..250 characters, values at most
+    ``value_max``; no NUL. A missing or null value is "".
+    """
     if items in (None, ""):
         return []
     if not isinstance(items, list) or len(items) > limit:
@@ -152,7 +157,7 @@ def experiment_tag_set(*, actor, project: Project, key: str, value: str | None) 
     missing tag is RESOURCE_DOES_NOT_EXIST (404), as on MLflow.
     """
     _require_member(actor, project)
-    pairs = _key_values([{"key": key, "value": value or ""}], "tag", 1, 5000)
+    pairs = key_values([{"key": key, "value": value or ""}], "tag", 1, 5000)
     with transaction.atomic():
         locked = Project.objects.select_for_update().get(pk=project.pk)
         tags = dict(locked.tags or {})
@@ -174,7 +179,7 @@ def run_create(*, actor, project: Project, run_name: str = "", tags=None) -> Run
     (``run_name`` wins), the rest are stored as RunTags.
     """
     _require_member(actor, project)
-    tag_map = dict(_key_values(tags, "tags", MAX_TAGS, TAG_VALUE_MAX))
+    tag_map = dict(key_values(tags, "tags", MAX_TAGS, TAG_VALUE_MAX))
     kind = tag_map.pop(KIND_TAG, RunKind.TRAINING)
     if kind not in RunKind.values:
         raise _bad(f"tag {KIND_TAG} must be one of {', '.join(RunKind.values)}")
@@ -313,8 +318,8 @@ def log_batch(*, actor, run: Run, metrics=None, params=None, tags=None) -> int:
     400 INVALID_PARAMETER_VALUE naming the first bad field.
     """
     policy.require_run_writer(actor, run)
-    param_pairs = _key_values(params, "params", MAX_PARAMS, PARAM_VALUE_MAX)
-    tag_pairs = _key_values(tags, "tags", MAX_TAGS, TAG_VALUE_MAX)
+    param_pairs = key_values(params, "params", MAX_PARAMS, PARAM_VALUE_MAX)
+    tag_pairs = key_values(tags, "tags", MAX_TAGS, TAG_VALUE_MAX)
     points = _points(metrics)
     run_touch(run_id=run.pk)  # the silence clock of a writer without heartbeats (F37)
     with transaction.atomic():

@@ -74,8 +74,10 @@ def metric_json(key: str, value: float, step: int, timestamp: int) -> dict:
     return {"key": key, "value": encode_value(value), "timestamp": timestamp, "step": step}
 
 
-def run_json(run: Run, *, tags: dict, metrics: list[dict], dataset_inputs: list[dict] | None = None) -> dict:
-    """An MLflow Run: ``info`` (``run_id`` = ``run_uuid`` = external id), ``data`` (metrics, params, tags)."""
+def run_json(run: Run, *, tags: dict, metrics: list[dict], dataset_inputs: list[dict] | None = None,
+             model_outputs: list[dict] | None = None) -> dict:
+    """An MLflow Run: ``info`` (``run_id`` = ``run_uuid`` = external id), ``data`` (metrics, params, tags),
+    ``inputs`` (dataset inputs) and ``outputs`` (logged models ``[{model_id, step}]``) when given."""
     tags = {**tags, RUN_NAME_TAG: run.name, KIND_TAG: run.kind}
     return {
         "info": {
@@ -96,7 +98,7 @@ def run_json(run: Run, *, tags: dict, metrics: list[dict], dataset_inputs: list[
             "tags": [{"key": k, "value": v} for k, v in sorted(tags.items())],
         },
         "inputs": {"dataset_inputs": dataset_inputs} if dataset_inputs else {},
-        "outputs": {},
+        "outputs": {"model_outputs": model_outputs} if model_outputs else {},
     }
 
 
@@ -107,6 +109,11 @@ def _param_str(value) -> str:
 def param_str(value) -> str:
     """A stored parameter as MLflow's string (non-strings from the native SDK as JSON)."""
     return _param_str(value)
+
+
+def page_answer(name: str, items: list, token: str | None) -> dict:
+    """A page of an MLflow list answer: ``{name: items}`` plus ``next_page_token`` when there is a next page."""
+    return {name: items, **({"next_page_token": token} if token else {})}
 
 
 def encode_page_token(offset: int) -> str:

@@ -2,7 +2,7 @@
 
 from django.urls import path, re_path
 
-from runs.mlflow import views
+from runs.mlflow import model_views, views
 
 P = "2.0/mlflow/"
 
@@ -28,6 +28,13 @@ urlpatterns = [
     path(P + "runs/delete", views.run_delete),
     path(P + "runs/restore", views.run_restore),
     path(P + "metrics/get-history", views.metric_history),
-    path(P + "logged-models/search", views.logged_models_search),
+    path(P + "runs/outputs", model_views.run_log_outputs),
+    path(P + "runs/log-model", model_views.run_log_model),
+    path(P + "logged-models", model_views.logged_model_create),
+    path(P + "logged-models/search", model_views.logged_model_search),
+    path(P + "logged-models/<str:model_id>", model_views.logged_model_detail),
+    path(P + "logged-models/<str:model_id>/tags", model_views.logged_model_set_tags),
+    path(P + "logged-models/<str:model_id>/tags/<path:tag_key>", model_views.logged_model_delete_tag),
+    path(P + "logged-models/<str:model_id>/params", model_views.logged_model_log_params),
     re_path(r"^(?P<rest>2\.0/mlflow/.*|3\.0/mlflow/.*)$", views.not_found),
 ]

@@ -15,13 +15,13 @@ from mado.errors import UserError
 from runs.mlflow import inputs, selectors, services
 from runs.mlflow.auth import authenticate_request, require_own_project, require_own_run
 from runs.mlflow.errors import ENDPOINT_NOT_FOUND, INVALID_PARAMETER_VALUE, MlflowError, error_response, from_user_error
-from runs.mlflow.translate import experiment_json, int_arg, str_arg
+from runs.mlflow.translate import experiment_json, int_arg, page_answer, str_arg
 
 
 def endpoint(*methods, run_token_allowed: bool = False):
     """Decorate ``view(request, user, data)``: method check, auth, JSON body, error translation.
 
-    ``run_token_allowed``: the view acts on one Run (found with ``_run``, which
+    ``run_token_allowed``: the view acts on one Run (found with ``request_run``, which
     refuses another Run's token); other views refuse every Run token.
     """
 
@@ -63,7 +63,7 @@ def _run_id(data: dict) -> str:
     return str_arg(data, "run_id", required=False, max_length=128) or str_arg(data, "run_uuid", max_length=128)
 
 
-def _run(request, user, data: dict):
+def request_run(request, user, data: dict):
     """The Run the request names (``run_id`` or ``run_uuid``), in the user's Projects and within a Run token's scope."""
     run = selectors.run_get(user=user, run_id=_run_id(data))
     require_own_run(request, run)
@@ -123,10 +123,7 @@ def experiment_search(request, user, data):
         user=user, max_results=int_arg(data, "max_results", default=1000, maximum=50000),
         page_token=data.get("page_token"), name=name,
     )
-    answer = {"experiments": [experiment_json(p) for p in projects]}
-    if token:
-        answer["next_page_token"] = token
-    return answer
+    return page_answer("experiments", [experiment_json(p) for p in projects], token)
 
 
 @endpoint("POST")
@@ -142,20 +139,20 @@ def run_create(request, user, data):
 @endpoint("GET", run_token_allowed=True)
 def run_get(request, user, data):
     """``runs/get``: the Run with its data, and its dataset inputs (``inputs.dataset_inputs``)."""
-    return {"run": selectors.runs_json([_run(request, user, data)], with_inputs=True)[0]}
+    return {"run": selectors.runs_json([request_run(request, user, data)], with_inputs=True)[0]}
 
 
 @endpoint("POST", run_token_allowed=True)
 def run_log_inputs(request, user, data):
     """``runs/log-inputs`` ``{run_id, datasets: [{tags, dataset}]}``: DatasetVersions and a data stage; ``{}``."""
-    inputs.run_log_inputs(actor=user, run=_run(request, user, data),
+    inputs.run_log_inputs(actor=user, run=request_run(request, user, data),
                           datasets=data.get("datasets") or [])
     return {}
 
 
 @endpoint("POST", run_token_allowed=True)
 def run_update(request, user, data):
-    run = _run(request, user, data)
+    run = request_run(request, user, data)
     run = services.run_update(
         actor=user, run=run, status=str_arg(data, "status", required=False, max_length=20) or None,
         run_name=str_arg(data, "run_name", required=False, max_length=200) or None,
@@ -175,22 +172,19 @@ def run_search(request, user, data):
         order_by=[order_by] if isinstance(order_by, str) else order_by,
         max_results=int_arg(data, "max_results", default=1000, maximum=50000), page_token=data.get("page_token"),
     )
-    answer = {"runs": selectors.runs_json(runs)}
-    if token:
-        answer["next_page_token"] = token
-    return answer
+    return page_answer("runs", selectors.runs_json(runs), token)
 
 
 @endpoint("POST", run_token_allowed=True)
 def run_log_batch(request, user, data):
-    run = _run(request, user, data)
+    run = request_run(request, user, data)
     services.log_batch(actor=user, run=run, metrics=data.get("metrics"), params=data.get("params"), tags=data.get("tags"))
     return {}
 
 
 @endpoint("POST", run_token_allowed=True)
 def run_log_metric(request, user, data):
-    run = _run(request, user, data)
+    run = request_run(request, user, data)
     metric = {name: data.get(name) for name in ("key", "value", "timestamp", "step")}
     services.log_batch(actor=user, run=run, metrics=[metric])
     return {}
@@ -198,21 +192,21 @@ def run_log_metric(request, user, data):
 
 @endpoint("POST", run_token_allowed=True)
 def run_log_parameter(request, user, data):
-    run = _run(request, user, data)
+    run = request_run(request, user, data)
     services.log_batch(actor=user, run=run, params=[{"key": data.get("key"), "value": data.get("value")}])
     return {}
 
 
 @endpoint("POST", run_token_allowed=True)
 def run_set_tag(request, user, data):
-    run = _run(request, user, data)
+    run = request_run(request, user, data)
     services.log_batch(actor=user, run=run, tags=[{"key": data.get("key"), "value": data.get("value")}])
     return {}
 
 
 @endpoint("POST", run_token_allowed=True)
 def run_delete_tag(request, user, data):
-    run = _run(request, user, data)
+    run = request_run(request, user, data)
     services.tag_delete(actor=user, run=run, key=str_arg(data, "key", max_length=250))
     return {}
 
@@ -220,14 +214,14 @@ def run_delete_tag(request, user, data):
 @endpoint("POST", run_token_allowed=True)
 def run_delete(request, user, data):
     """``runs/delete`` ``{run_id}``: soft delete (restorable), writers of the Run; ``{}``."""
-    services.run_delete(actor=user, run=_run(request, user, data), deleted=True)
+    services.run_delete(actor=user, run=request_run(request, user, data), deleted=True)
     return {}
 
 
 @endpoint("POST", run_token_allowed=True)
 def run_restore(request, user, data):
     """``runs/restore`` ``{run_id}``: undo a soft delete, writers of the Run; ``{}``."""
-    services.run_delete(actor=user, run=_run(request, user, data), deleted=False)
+    services.run_delete(actor=user, run=request_run(request, user, data), deleted=False)
     return {}
 
 
@@ -239,21 +233,12 @@ def refused(request, user, data):
 
 @endpoint("GET", run_token_allowed=True)
 def metric_history(request, user, data):
-    run = _run(request, user, data)
+    run = request_run(request, user, data)
     metrics, token = selectors.metric_history_page(
         run=run, key=str_arg(data, "metric_key", max_length=250),
         max_results=int_arg(data, "max_results", default=25000, maximum=25000), page_token=data.get("page_token"),
     )
-    answer = {"metrics": metrics}
-    if token:
-        answer["next_page_token"] = token
-    return answer
-
-
-@endpoint("POST", "GET", run_token_allowed=True)
-def logged_models_search(request, user, data):
-    """mado has no logged models: always an empty page (the 3.x client asks before listing artifacts)."""
-    return {"models": []}
+    return page_answer("metrics", metrics, token)
 
 
 @csrf_exempt

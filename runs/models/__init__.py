@@ -26,14 +26,15 @@ from runs.models.core import (
     VisibleQuerySet,
     new_external_id,
 )
+from runs.models.logged_models import LoggedModel, LoggedModelStatus
 from runs.models.metrics import MetricRollup, MetricSummary, MetricSummaryQuerySet
 from runs.models.sweeps import MetricGoal, Sweep, SweepMethod, SweepTrial, TrialState
 from runs.models.workspace import RunTableColumns
 
 __all__ = [
     "FINAL_STATES", "Code", "CodeVersion", "CodeVersionQuerySet", "DataStage", "DataStageQuerySet", "Dataset",
-    "DatasetVersion", "DatasetVersionQuerySet", "MetricBatch", "MetricGoal", "MetricPoint", "MetricPointQuerySet",
-    "MetricRollup", "MetricSummary", "MetricSummaryQuerySet",
+    "DatasetVersion", "DatasetVersionQuerySet", "LoggedModel", "LoggedModelStatus", "MetricBatch", "MetricGoal",
+    "MetricPoint", "MetricPointQuerySet", "MetricRollup", "MetricSummary", "MetricSummaryQuerySet",
     "Membership", "ParameterChange", "Project", "ProjectQuerySet", "Role", "Run", "RunKind", "RunStatus", "RunTag",
     "RunTagQuerySet", "Sweep", "SweepMethod", "SweepTrial", "TrialState", "VisibleQuerySet", "new_external_id",
     "RunTableColumns",

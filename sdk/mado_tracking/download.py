@@ -93,8 +93,9 @@ def stream_tar(client: ApiClient, checkpoint_id: int, *, size: int, sha256: str,
 
     A tar larger than one part (``PART_BYTES``, 16 MiB) is fetched as ranged
     GETs of one part each, ``parallel`` at a time (default
-    ``download_parallel``: 4, or 1 from this machine; 1: one GET of everything), yielded in
-    order; at most ``parallel`` + 1 parts are held in memory. The first part
+    ``download_parallel(url)``: 4, or 1 from this machine; 1: one GET of
+    everything), yielded in order; at most ``parallel`` + 1 parts are held
+    in memory. The first part
     tells whether the server honours ``Range`` (206): one that answers 200
     sends everything in that one answer, read in order. A connection that
     breaks, or an answer that ends early, resumes with ``Range:

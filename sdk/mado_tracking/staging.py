@@ -10,9 +10,10 @@ of the API URL.
 
 Snapshot rule, per file: a file without any write permission bit is
 hard-linked (it can only be replaced, not rewritten in place: that is how
-``mado_tracking.torch.save_checkpoint`` writes), anything else is copied
-(kernel-side, ``shutil.copyfile``), and so is a file a hard link cannot reach
-(another file system). A hard link of a file that is rewritten in place
+``mado_tracking.torch.save_checkpoint`` writes), anything else is copied,
+and so is a file a hard link cannot reach (another file system). A copy is
+first tried as a copy-on-write clone (``FICLONE``: instant on XFS, Btrfs,
+bcachefs, ZFS 2.2), then made kernel-side (``shutil.copyfile``, ext4). A hard link of a file that is rewritten in place
 anyway (as root, read-only bits do not stop that) is caught before the
 upload: its size and mtime no longer match the snapshot and the upload is
 refused naming the file, never uploaded with other content.
@@ -32,6 +33,7 @@ import logging
 import os
 import shutil
 import stat
+import sys
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,11 +41,17 @@ from pathlib import Path
 from mado_tracking.errors import CheckpointError
 from mado_tracking.tarstream import scan
 
+try:
+    import fcntl
+except ImportError:  # Windows: no clones, copies
+    fcntl = None
+
 logger = logging.getLogger("mado_tracking")
 
 ENV_CACHE_DIR = "MMT_CACHE_DIR"
 INFO_FILE = "staged.json"
 _WRITE_BITS = stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH
+_FICLONE = 0x40049409  # linux/fs.h: _IOW(0x94, 9, int)
 
 
 @dataclass
@@ -126,7 +134,20 @@ def _snapshot_file(source: Path, destination: Path) -> None:
             return
         except OSError:  # another file system, or links not allowed there
             pass
-    shutil.copyfile(source, destination)
+    if not _clone(source, destination):
+        shutil.copyfile(source, destination)
+
+
+def _clone(source: Path, destination: Path) -> bool:
+    """Make ``destination`` a copy-on-write clone of ``source`` (Linux ``FICLONE``); False where not supported."""
+    if fcntl is None or sys.platform != "linux":
+        return False
+    with open(source, "rb") as reader, open(destination, "wb") as writer:
+        try:
+            fcntl.ioctl(writer.fileno(), _FICLONE, reader.fileno())
+            return True
+        except OSError:  # ext4, tmpfs, another file system: copied instead
+            return False
 
 
 def _write_info(directory: Path, staged: StagedCheckpoint) -> None:

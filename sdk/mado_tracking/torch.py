@@ -17,9 +17,18 @@ and the ``generators`` you pass, e.g. the one that draws batches),
 ``extra.pt`` (when given) and ``mado-checkpoint.json`` (step and file list).
 Everything is written with ``torch.save`` and read back with
 ``torch.load(weights_only=True)``: no pickled code runs on load. Each file is
-written under a temporary name, made read-only and renamed over the previous
-one, so ``run.log_checkpoint(dir, step, wait=False)`` snapshots it with a hard
-link (no copy) and the next save never changes a snapshot still uploading.
+written under a temporary name, made read-only and renamed into place, so
+``run.log_checkpoint(dir, step, wait=False)`` snapshots it with a hard link
+(no copy) and the next save never changes a snapshot still uploading.
+
+A save first removes ``mado-checkpoint.json`` (written again last) and each
+previous file right before writing its successor: the pages the old file
+held are free again for the new one, instead of the kernel finding a fresh
+gigabyte for every gigabyte written (that made a 1 GiB save 2-4 times slower
+than a plain ``torch.save`` over a removed file). A save that is interrupted
+leaves no ``mado-checkpoint.json``, so ``load_checkpoint`` refuses the
+directory rather than mixing files of two saves; a snapshot taken earlier
+keeps its own hard links and is not affected.
 
 Sharded checkpoints of a torchrun program (``torch.distributed.checkpoint``,
 SPEC F36): ``save_distributed`` / ``load_distributed`` and
@@ -58,8 +67,9 @@ def save_checkpoint(directory, *, model: torch.nn.Module, optimizer: torch.optim
     """Write the training state into ``directory`` (created if needed); return it as a ``Path``.
 
     Args:
-        directory: where to write; files of an earlier save there are replaced,
-            and one this save does not write (``optimizer.pt`` …) is removed.
+        directory: where to write; files of an earlier save there are removed
+            and written anew (``mado-checkpoint.json`` last), and one this save
+            does not write (``optimizer.pt`` …) is removed.
         model: its ``state_dict()`` goes to ``model.pt``.
         optimizer: its ``state_dict()`` (momentum buffers, …) to ``optimizer.pt``.
         scheduler: an LR scheduler; its ``state_dict()`` to ``scheduler.pt``.
@@ -83,12 +93,12 @@ def save_checkpoint(directory, *, model: torch.nn.Module, optimizer: torch.optim
         states["scheduler"] = scheduler.state_dict()
     if extra is not None:
         states["extra"] = extra
+    (directory / INFO_FILE).unlink(missing_ok=True)  # the directory is incomplete until it is written again
     for part, name in FILES.items():
         path = directory / name
+        path.unlink(missing_ok=True)  # before the write: its pages serve the new file (module docstring)
         if part in states:
             _write_replacing(path, lambda temporary, state=states[part]: torch.save(state, temporary))
-        elif path.exists():
-            path.unlink()
     info = {"format": FORMAT, "step": step, "files": {part: FILES[part] for part in states},
             "torch": torch.__version__}
     text = json.dumps(info, indent=2, sort_keys=True) + "\n"
@@ -97,7 +107,7 @@ def save_checkpoint(directory, *, model: torch.nn.Module, optimizer: torch.optim
 
 
 def _write_replacing(path: Path, write) -> None:
-    # A new read-only file renamed over the old one, never a rewrite in place: a background save
+    # A new read-only file renamed into place, never a rewrite in place: a background save
     # (log_checkpoint(wait=False)) hard-links read-only files instead of copying them.
     temporary = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
     try:

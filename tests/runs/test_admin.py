@@ -7,6 +7,7 @@ from django.urls import reverse
 
 from checkpoints.models import Artifact, Checkpoint, CheckpointState, ManifestEntry
 from runs.metrics import metrics_ingest
+from runs.mlflow.logged_models import logged_model_create
 from runs.models import DataStage, Project, Run
 from runs.sweeps.services import sweep_claim, sweep_create
 from runs.services import run_table_columns_save
@@ -42,6 +43,7 @@ def one_of_each(project, run, creator):
         "method": "grid", "metric": {"name": "loss"}, "parameters": {"lr": {"values": [0.1]}}, "program": "python t.py"})
     sweep_claim(actor=creator, sweep=sweep, agent="gpu-1:7")
     run_table_columns_save(user=creator, project=project, column_ids=["param:lr", "metric:loss:min"])
+    logged_model_create(actor=creator, project=project, name="net", source_run=run)
 
 
 @pytest.mark.parametrize("model", MODELS, ids=lambda m: m.__name__)

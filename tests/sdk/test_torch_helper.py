@@ -1,5 +1,6 @@
 """``mado_tracking.torch``: a saved training state restores model, optimizer, scheduler and every RNG (SPEC F19)."""
 
+import os
 import random
 
 import numpy as np
@@ -82,3 +83,36 @@ def test_a_negative_step_is_refused(tmp_path):
     model, *_ = _setup(0)
     with pytest.raises(ValueError, match="step must be an int >= 0"):
         save_checkpoint(tmp_path, model=model, step=-1)
+
+
+def test_an_interrupted_save_leaves_a_directory_that_loading_refuses(tmp_path, monkeypatch):
+    model = torch.nn.Linear(4, 2)
+    save_checkpoint(tmp_path / "ckpt", model=model, step=5)
+    calls = []
+
+    def dies_on_the_second_file(state, path):
+        calls.append(path)
+        if len(calls) == 2:
+            raise KeyboardInterrupt("killed mid-save")
+        real_save(state, path)
+
+    real_save = torch.save
+    monkeypatch.setattr(torch, "save", dies_on_the_second_file)
+    with pytest.raises(KeyboardInterrupt):
+        save_checkpoint(tmp_path / "ckpt", model=model, step=6)
+    with pytest.raises(FileNotFoundError, match="mado-checkpoint.json"):
+        load_checkpoint(tmp_path / "ckpt", model=model)
+    assert not list((tmp_path / "ckpt").glob(".*.tmp"))  # no temporary file left behind
+
+
+def test_a_snapshot_taken_before_the_next_save_keeps_its_bytes(tmp_path):
+    model = torch.nn.Linear(4, 2)
+    save_checkpoint(tmp_path / "ckpt", model=model, step=1)
+    snapshot = tmp_path / "model-snapshot.pt"
+    os.link(tmp_path / "ckpt" / "model.pt", snapshot)  # what log_checkpoint(wait=False) keeps
+    before = snapshot.read_bytes()
+    with torch.no_grad():
+        model.weight.add_(1.0)
+    save_checkpoint(tmp_path / "ckpt", model=model, step=2)
+    assert snapshot.read_bytes() == before
+    assert (tmp_path / "ckpt" / "model.pt").read_bytes() != before

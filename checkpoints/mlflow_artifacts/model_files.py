@@ -1,0 +1,33 @@
+"""``api/2.0/mlflow/logged-models/<model_id>/artifacts/directories``: the files of an MLflow 3 logged model (SPEC F30).
+
+An endpoint of the MLflow tracking API (``runs.mlflow`` decorator, auth and
+error shape) served here because it reads Artifacts; ``mado.urls`` routes it
+ahead of the tracking API's catch-all.
+"""
+
+import posixpath
+
+from checkpoints.mlflow_artifacts.paths import check_path, files_of, list_directory
+from runs.mlflow.logged_models import artifact_uri
+from runs.mlflow.model_views import request_model
+from runs.mlflow.translate import str_arg
+from runs.mlflow.views import endpoint
+
+
+@endpoint("GET", run_token_allowed=True)
+def logged_model_artifacts(request, user, data, model_id):
+    """``?artifact_directory_path=<dir>`` (default: the root) →
+    ``{"root_uri", "files": [{"path", "is_dir", "file_size"?}]}``, each path from the model's root.
+
+    Any reader of the Project (404 RESOURCE_DOES_NOT_EXIST otherwise, or for
+    a deleted model); a Run token only for its Run's models (403); an unsafe
+    directory path → 400 INVALID_PARAMETER_VALUE.
+    """
+    model = request_model(request, user, model_id)
+    directory = str_arg(data, "artifact_directory_path", required=False, max_length=2048)
+    if directory:
+        check_path(directory)
+    files = list_directory(files=files_of(model), path=directory)
+    for entry in files:
+        entry["path"] = posixpath.join(directory, entry["path"]) if directory else entry["path"]
+    return {"root_uri": artifact_uri(model), "files": files}

@@ -1,0 +1,67 @@
+"""Files of MLflow 3 logged models, stored like a Run's artifacts (SPEC F5, F30).
+
+A logged model's files are Artifacts with ``logged_model`` set and ``run``
+NULL, so they never mix with the source Run's own files or checkpoints. They
+stream into the artifact storage under ``models/<pk>/`` exactly as a Run's
+do; the database's ``(logged_model, path)`` unique constraint decides
+between two concurrent first uploads of one path.
+"""
+
+from django.db import IntegrityError, transaction
+
+from checkpoints import storage
+from checkpoints.models import Artifact
+from checkpoints.services.artifacts import artifacts_delete_below, check_received, replace_content, validate_artifact_path
+from mado import policy
+from runs.models import LoggedModel
+from runs.services import require
+
+
+def logged_model_file_put(*, actor, model: LoggedModel, path: str, source, expected_size: int | None = None) -> Artifact:
+    """Stream ``source`` (anything with ``read(n)``) into file ``path`` of logged model ``model``.
+
+    The model's writers (``policy.require_logged_model_writer``, else ``Forbidden``); ``path`` must be safe
+    (``validate_artifact_path``, ``ValidationFailed``); ``expected_size``
+    (Content-Length, bytes) catches a cut upload (``ValidationFailed``,
+    nothing kept). As MLflow does, the same bytes again are a no-op and other
+    bytes replace the file (the old digest stays in its history).
+    """
+    policy.require_logged_model_writer(actor, model)
+    path = validate_artifact_path(path)
+    blob = storage.blob_write(source=source, prefix=f"models/{model.pk}")
+    try:
+        check_received(blob, None, expected_size)
+        artifact, unused = _record(model, path, blob)
+    except BaseException:
+        storage.blob_delete_quietly(blob.key)
+        raise
+    if unused:
+        storage.blob_delete_quietly(unused)
+    return artifact
+
+
+def _record(model: LoggedModel, path: str, blob: storage.StoredBlob) -> tuple[Artifact, str | None]:
+    """Insert or replace the row of ``path``; ``(row, storage key no longer used or None)``."""
+    for _attempt in range(2):  # a concurrent first upload of the path may win the insert: then replace its row
+        try:
+            with transaction.atomic():
+                current = Artifact.objects.select_for_update().filter(logged_model=model, path=path).first()
+                if current is not None:
+                    return current, replace_content(current, blob)
+                return Artifact.objects.create(
+                    project_id=model.project_id, logged_model=model, path=path, size=blob.size,
+                    sha256=blob.sha256, storage_key=blob.key,
+                ), None
+        except IntegrityError:
+            continue
+    raise IntegrityError(f"could not record {path!r} of logged model {model.model_id}")
+
+
+def logged_model_files_delete(*, actor, model: LoggedModel, path: str) -> int:
+    """Delete file ``path`` of ``model``, or every file below directory ``path``; the number deleted (SPEC F5).
+
+    Project admin only (``Forbidden``); ``NotFound`` when nothing is there.
+    """
+    require(policy.can_delete_artifacts(actor, model.project), policy.why_not(actor, model.project, policy.ADMIN) or "")
+    return artifacts_delete_below(actor=actor, files=model.artifacts.all(), path=path,
+                                  owner=f"logged model {model.model_id}")
