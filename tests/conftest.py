@@ -6,6 +6,7 @@ that user's API token (None → anonymous).
 """
 
 import pytest
+from django.utils import translation
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
@@ -17,6 +18,15 @@ from tests.factories import MembershipFactory, ProjectFactory, RunFactory, UserF
 def _fast_password_hasher(settings):
     """The default PBKDF2 costs about 0.5 s per user and most tests create several."""
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture(autouse=True)
+def _language_reset():
+    """A page requested in Japanese leaves Japanese active on the thread (the locale middleware does not undo
+    it): every test starts and ends with the default language, so messages read in English."""
+    translation.deactivate()
+    yield
+    translation.deactivate()
 
 
 @pytest.fixture(autouse=True)

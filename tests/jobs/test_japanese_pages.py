@@ -7,7 +7,6 @@ from html.parser import HTMLParser
 
 import pytest
 from django.urls import reverse
-from django.utils import translation
 
 from runs.models import RunStatus
 from runs.services import run_set_status
@@ -59,8 +58,7 @@ def english_left(html: str, allowed: set[str]) -> list[str]:
 def ja(login, creator):
     client = login(creator)
     client.post(reverse("set_language"), {"language": "ja", "next": "/"})
-    yield client
-    translation.deactivate()  # the locale middleware left Japanese active on this thread: later tests read English
+    return client
 
 
 def test_every_page_of_a_project_reads_in_japanese(ja, creator, failed_job, project):
