@@ -21,10 +21,10 @@ def _fast_password_hasher(settings):
 
 
 @pytest.fixture(autouse=True)
-def _language_reset():
-    """A page requested in Japanese leaves Japanese active on the thread (the locale middleware does not undo
-    it): every test starts and ends with the default language, so messages read in English."""
-    translation.deactivate()
+def _default_language():
+    """Each test ends in the default language: a page served in Japanese leaves Japanese active in the thread
+    (LocaleMiddleware activates a language per request and never deactivates it), which would translate the
+    messages a later test reads."""
     yield
     translation.deactivate()
 
@@ -34,6 +34,13 @@ def _artifact_storage(settings, tmp_path):
     """Each test stores artifacts in its own directory (the embedded FileSystemStorage)."""
     location = {"BACKEND": "django.core.files.storage.FileSystemStorage", "OPTIONS": {"location": str(tmp_path / "artifacts")}}
     settings.STORAGES = {**settings.STORAGES, "default": location, "artifacts": location}
+
+
+@pytest.fixture(autouse=True)
+def _default_language_after_the_test():
+    """A page requested in Japanese leaves Japanese active in this thread: the next test starts in the default."""
+    yield
+    translation.deactivate()
 
 
 @pytest.fixture
