@@ -191,6 +191,8 @@ class MetricSender:
         self._in_flight = 0
         self._sending = False
         self._count_lock = threading.Lock()  # ``sent`` and ``dropped`` change from two threads
+        # Held from "the Run is lost" to its batch being kept: log_metrics keeps later points after them.
+        self._keep_lock = threading.RLock()
         self.sent = 0
         self.dropped = 0
         self._thread = threading.Thread(target=self._loop, name=f"mado-metrics-run-{run_id}", daemon=True)
@@ -256,10 +258,11 @@ class MetricSender:
 
     def keep(self, points: list[tuple[str, str, str, str]]) -> bool:
         """After the server ended the Run: keep ``points`` for a same-run resume; False when they are dropped."""
-        if self._keep_dir is None or self._lease is None or not self._lease.ended:
-            return False
-        unsent.keep(self._keep_dir, points, run_label=self._lease.run_label)
-        return True
+        with self._keep_lock:
+            if self._keep_dir is None or self._lease is None or not self._lease.ended:
+                return False
+            unsent.keep(self._keep_dir, points, run_label=self._lease.run_label)
+            return True
 
     def _drop_queue(self, batch: list[tuple[str, str, str, str]] = ()) -> None:
         points = [*batch, *self._queue]
@@ -372,9 +375,10 @@ class MetricSender:
 
     def _refused(self, client: ApiClient, response: requests.Response, batch: list[tuple]) -> None:
         error = client.error_from(response, "POST", self._path)
-        if self._lease is not None and self._lease.lost_by(error):
-            self._drop_queue(batch)
-            return
+        with self._keep_lock:  # a log_metrics that sees the Run lost keeps its points after this batch
+            if self._lease is not None and self._lease.lost_by(error):
+                self._drop_queue(batch)
+                return
         count = len(batch)
         self._count("dropped", count)
         logger.warning("mado: the server refused a batch of %d metric points of run %s (field %s: %s); "
