@@ -102,6 +102,8 @@ def main() -> None:
     parser.add_argument("--ingest-workers", type=int, default=0,
                         help="a separate ingest pool of this many workers takes the writers' requests, as the proxy "
                              "of docs/deploy.md routes metrics POSTs (0: one pool serves everything)")
+    parser.add_argument("--ingest-nice", type=int, default=0,
+                        help="run the ingest pool under nice -n N, as docs/deploy.md does, so reads win the CPU")
     args = parser.parse_args()
 
     data_dir = tempfile.mkdtemp(prefix="mado-bench-")
@@ -113,10 +115,11 @@ def main() -> None:
     url, server = serve(env, args.workers, args.threads)
     ingest = None
     try:
-        ingest_url, ingest = serve(env, args.ingest_workers, args.threads) if args.ingest_workers else (url, None)
+        ingest_url, ingest = (serve(env, args.ingest_workers, args.threads, nice=args.ingest_nice)
+                              if args.ingest_workers else (url, None))
         pools = f"gthread {args.workers} workers x {args.threads} threads"
         if ingest:
-            pools += f" + ingest pool {args.ingest_workers} x {args.threads}"
+            pools += f" + ingest pool {args.ingest_workers} x {args.threads} (nice {args.ingest_nice})"
         print(f"backend: {'PostgreSQL' if args.database_url else 'SQLite'}; gunicorn {pools}; load before: {load()}")
         run_benchmark(url, ingest_url, token, args.points, args.writers, args.rate)
         pids = server_pids(server.pid) + (server_pids(ingest.pid) if ingest else [])
@@ -128,12 +131,12 @@ def main() -> None:
                 proc.wait(timeout=30)
 
 
-def serve(env: dict, workers: int, threads: int) -> tuple[str, subprocess.Popen]:
-    """A gunicorn (gthread) on a free port, answering; its URL and process."""
+def serve(env: dict, workers: int, threads: int, nice: int = 0) -> tuple[str, subprocess.Popen]:
+    """A gunicorn (gthread) on a free port, answering, under ``nice -n nice``; its URL and process."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     server = subprocess.Popen(
-        [sys.executable, "-m", "gunicorn", "mado.wsgi:application", "--bind", f"127.0.0.1:{port}",
+        [*(["nice", "-n", str(nice)] if nice else []), sys.executable, "-m", "gunicorn", "mado.wsgi:application", "--bind", f"127.0.0.1:{port}",
          "--workers", str(workers), "--threads", str(threads), "--worker-class", "gthread", "--log-level", "warning"],
         env=env, cwd=ROOT,
     )

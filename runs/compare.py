@@ -10,6 +10,7 @@ checkpoints and data stages (F20) in columns. The selection is in the URL
 from dataclasses import dataclass
 
 from django.db.models import Prefetch
+from django.utils.translation import gettext as _
 
 from mado.errors import NotFound, ValidationFailed
 from runs import charts, selectors
@@ -52,11 +53,11 @@ def parse_run_ids(values: list[str]) -> list[int]:
             if not part.strip():
                 continue
             if not part.strip().isdigit():
-                raise ValidationFailed(f"{part!r} is not a run id", field="run")
+                raise ValidationFailed(_("'%(value)s' is not a run id") % {"value": part}, field="run")
             if int(part) not in ids:
                 ids.append(int(part))
     if len(ids) > MAX_RUNS:
-        raise ValidationFailed(f"compare at most {MAX_RUNS} runs at once ({len(ids)} selected)", field="run")
+        raise ValidationFailed(_("compare at most %(max)s runs at once (%(count)s selected)") % {"max": MAX_RUNS, "count": len(ids)}, field="run")
     return ids
 
 
@@ -85,7 +86,7 @@ def run_comparison(*, user, project: Project, run_ids: list[str], all_parameters
                                                                      to_attr="complete_checkpoints"))}
     missing = [i for i in ids if i not in found]
     if missing:
-        raise NotFound(f"run {missing[0]} not found in project {project.slug!r}", field="run")
+        raise NotFound(_("run %(id)s not found in project '%(project)s'") % {"id": missing[0], "project": project.slug}, field="run")
     runs = [found[i] for i in ids]
     chart_list = charts.runs_charts(runs=runs, max_points=max(charts.MAX_POINTS // max(len(runs), 1), 100))
     rows = parameter_rows(runs)

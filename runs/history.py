@@ -48,7 +48,7 @@ def metric_history_json(*, run: Run, key: str, offset: int, limit: int) -> str:
 SHAPES = ("points", "columns")
 
 
-def metric_history_downsampled_json(*, run: Run, key: str, max_points: int, shape: str = "points") -> tuple[str, int, int]:
+def metric_history_downsampled_json(*, run: Run, key: str, max_points: int, shape: str = "columns") -> tuple[str, int, int]:
     """At most ``max_points`` (>= 2) points of ``key`` as JSON text, reduced in SQL; with the counts.
 
     Returns ``(text, non_finite, total)``. Up to ``max_points`` finite points
@@ -56,10 +56,10 @@ def metric_history_downsampled_json(*, run: Run, key: str, max_points: int, shap
     ``max_points // 2`` buckets and each keeps its smallest and its largest
     value (``selectors.metric_chart_series``), so spikes survive. NaN and
     ±Infinity are counted in ``non_finite``, never returned (SPEC F2, F34).
-    ``shape`` "points" gives the history page's array of ``{step, value,
-    timestamp}`` objects; "columns" one object of three arrays of one length,
+    ``shape`` "columns" (the API's default) gives one object of three arrays of one length,
     ``{"steps": [int], "values": [number], "timestamps": [Unix seconds]}``
-    (less than half the bytes: no field names per point).
+    (less than half the bytes: no field names per point); "points" the history
+    pages' array of ``{step, value, timestamp}`` objects.
     """
     rows, non_finite, total = selectors.metric_chart_series(
         run=run, key=key, max_points=max_points, with_timestamps=True)

@@ -21,7 +21,7 @@ import numpy as np
 from django.db import connection
 
 from runs.metric_batch import MetricColumns
-from runs.models import MetricRollup
+from runs.models import MetricPoint, MetricRollup
 
 ROLLUP_STEPS = 256  # changing it needs a migration that rebuilds every rollup
 _TABLE = MetricRollup._meta.db_table
@@ -105,37 +105,47 @@ def rollup_add(*, run_id: int, columns: MetricColumns) -> None:
             cursor.execute(_upsert_sql(len(chunk)), [field for row in chunk for field in row])
 
 
-def rollup_non_finite(*, run_id: int, key: str) -> int:
-    """How many points of ``key`` in Run ``run_id`` are NaN or ±Infinity (one row per bucket summed)."""
-    with connection.cursor() as cursor:
-        cursor.execute(f"SELECT COALESCE(SUM(non_finite), 0) FROM {_TABLE} WHERE run_id = %s AND key = %s",
-                       [run_id, key])
-        return int(cursor.fetchone()[0])
-
-
 _ROWS = f"""
-SELECT bucket, min_step, min_value, min_timestamp, max_step, max_value, max_timestamp FROM {_TABLE}
-WHERE run_id = %s AND key = %s AND min_value IS NOT NULL ORDER BY bucket
+SELECT bucket, count, non_finite, min_step, min_value, min_timestamp, max_step, max_value, max_timestamp
+FROM {_TABLE} WHERE run_id = %s AND key = %s AND bucket < %s ORDER BY bucket
 """
+_NO_CUT = 2**63 - 1
 
 
-def rollup_extremes(*, run_id: int, key: str, first_bucket: int, buckets_per_part: int) -> list[tuple[int, float, int]]:
-    """``(step, value, timestamp_ms)`` of the points holding each part's smallest and largest finite value (one
-    row when they are the same point), by step; a part is ``buckets_per_part`` consecutive rollup buckets from
-    ``first_bucket`` (the key's lowest), i.e. ``buckets_per_part * ROLLUP_STEPS`` steps. Ties: the lowest step.
-
-    The rows come off the unique index in bucket order and are reduced here with numpy: two sorts of some
-    4,000 rows for a million-point key cost less in numpy than in SQL window functions.
-    """
+def rollup_rows(*, run_id: int, key: str, before_step: int | None = None) -> list[tuple]:
+    """The rollup rows of ``key`` in Run ``run_id`` by bucket, each ``(bucket, count, non_finite, min_step,
+    min_value, min_timestamp, max_step, max_value, max_timestamp)``; with ``before_step``, of the points at
+    steps below it only: the buckets wholly below it, then its own bucket's part folded from its points (at
+    most ``ROLLUP_STEPS`` steps of them; an ancestor's curve up to where its child resumed, SPEC F2)."""
+    cut = _NO_CUT if before_step is None else before_step // ROLLUP_STEPS
     with connection.cursor() as cursor:
-        cursor.execute(_ROWS, [run_id, key])
+        cursor.execute(_ROWS, [run_id, key, cut])
         rows = cursor.fetchall()
+    if before_step is not None and before_step % ROLLUP_STEPS:
+        points = list(MetricPoint.objects.filter(
+            run_id=run_id, key=key, step__gte=cut * ROLLUP_STEPS, step__lt=before_step,
+        ).order_by("id").values_list("step", "value", "timestamp"))
+        if points:
+            steps, values, stamps = (list(column) for column in zip(*points))
+            rows += [row[2:] for row in batch_rollups(run_id, MetricColumns([key] * len(steps), steps, values, stamps))]
+    return rows
+
+
+def rollup_extremes(rows: list[tuple], *, first_bucket: int, buckets_per_part: int) -> list[tuple[int, float, int]]:
+    """``(step, value, timestamp_ms)`` of the points holding each part's smallest and largest finite value (one
+    row when they are the same point), by step, from ``rollup_rows``; a part is ``buckets_per_part`` consecutive
+    rollup buckets from ``first_bucket`` (the key's lowest), i.e. ``buckets_per_part * ROLLUP_STEPS`` steps.
+    Ties: the lowest step.
+
+    Two numpy sorts of some 4,000 rows for a million-point key cost less than SQL window functions over them.
+    """
+    rows = [row for row in rows if row[4] is not None]
     if not rows:
         return []
     columns = list(zip(*rows))
     parts = (np.array(columns[0], dtype=np.int64) - first_bucket) // buckets_per_part
     kept = set()
-    for offset, sign in ((1, 1.0), (4, -1.0)):  # the min_* columns, then the max_* columns
+    for offset, sign in ((3, 1.0), (6, -1.0)):  # the min_* columns, then the max_* columns
         steps = np.array(columns[offset], dtype=np.int64)
         values = np.array(columns[offset + 1], dtype=np.float64)
         order = np.lexsort((steps, sign * values, parts))

@@ -10,7 +10,7 @@ from django.db import connection
 from django.db.models import Count, Max, Min, OuterRef, Q, QuerySet, Subquery
 
 from mado.errors import NotFound, ValidationFailed
-from runs.metric_rollup import ROLLUP_STEPS, rollup_extremes, rollup_non_finite
+from runs.metric_rollup import ROLLUP_STEPS, rollup_extremes, rollup_rows
 from runs.models import (
     Code, CodeVersion, Dataset, DatasetVersion, Membership, MetricPoint, MetricSummary, Project, Run, RunKind,
     RunStatus, SweepTrial,
@@ -63,15 +63,20 @@ def run_list(
     return runs.order_by("-created_at", "-id")
 
 
-def run_get_for_user(*, user, run_id) -> Run:
-    """The Run with primary key ``run_id`` in one of the user's Projects; else ``NotFound`` (404)."""
+RUN_RELATED = ("project", "created_by", "parent", "code_version")
+
+
+def run_get_for_user(*, user, run_id, related: tuple[str, ...] = RUN_RELATED) -> Run:
+    """The Run with primary key ``run_id`` in one of the user's Projects; else ``NotFound`` (404).
+
+    ``related``: the relations read in the same query (default: what Run pages and answers show). The metrics
+    POST, the hot path, asks for ``("project",)`` only: each join costs ~0.5 ms of database CPU (F2).
+    """
     try:
         run_id = int(run_id)
     except (TypeError, ValueError):
         raise NotFound(f"run {run_id!r} not found", field="run") from None
-    run = Run.objects.visible_to(user).select_related("project", "created_by", "parent", "code_version").filter(
-        pk=run_id
-    ).first()
+    run = Run.objects.visible_to(user).select_related(*related).filter(pk=run_id).first()
     if run is None:
         raise NotFound(f"run {run_id} not found", field="run")
     return run
@@ -184,20 +189,20 @@ def metric_chart_series(
     ``max_points`` (>= 2). Above that, the step range is cut into at most
     ``max_points // 2`` equal buckets and each bucket keeps the rows holding its
     smallest and its largest value (the lowest step on a tie), so spikes (a
-    diverging loss) survive the reduction. A whole key spanning at least a
-    quarter as many ``ROLLUP_STEPS``-step rollup buckets is read from its
-    rollups (buckets of whole rollup buckets from the key's first one, so
-    there may be fewer of them, ``runs.metric_rollup``): a million-point key
-    costs some 4,000 rows, not a million. NaN (stored NULL) and ±Infinity are counted, never drawn (F2, F29).
+    diverging loss) survive the reduction. A key (or its part below
+    ``before_step``) spanning at least a quarter as many ``ROLLUP_STEPS``-step
+    rollup buckets as that is read from its rollups (``runs.metric_rollup``;
+    buckets of whole rollup buckets from the key's first, so there may be
+    fewer): a million-point key costs some 4,000 rows, not a million (F34).
+    NaN (stored NULL) and ±Infinity are counted, never drawn (F2, F29).
     With ``before_step``, only points at steps below it count (an ancestor's
     curve up to where its child resumed). ``with_timestamps`` adds each point's
     Unix milliseconds: ``(step, value, timestamp_ms)``.
     """
-    if before_step is None:
-        reduced = _rolled_up_series(run, key, max_points)
-        if reduced is not None:
-            rows, non_finite, total = reduced
-            return (rows if with_timestamps else [row[:2] for row in rows]), non_finite, total
+    reduced = _rolled_up_series(run, key, max_points, before_step)
+    if reduced is not None:
+        rows, non_finite, total = reduced
+        return (rows if with_timestamps else [row[:2] for row in rows]), non_finite, total
     fields = ("step", "value", "timestamp") if with_timestamps else ("step", "value")
     points = MetricPoint.objects.filter(run=run, key=key)
     if before_step is not None:
@@ -215,24 +220,25 @@ def metric_chart_series(
     return _bucket_extremes(run.pk, key, before_step, stats["low"], width, fields), stats["bad"], stats["total"]
 
 
-def _rolled_up_series(run: Run, key: str, max_points: int) -> tuple[list[tuple], int, int] | None:
-    """``metric_chart_series`` of a whole key read from its rollups (``runs.metric_rollup``), or None when the
-    points serve: the key fits in ``max_points``, or spans fewer than a quarter as many rollup buckets as the chart
-    has (it would be drawn too coarsely; such a key's points lie within ``ROLLUP_STEPS * max_points / 8`` steps)."""
+def _rolled_up_series(run: Run, key: str, max_points: int, before_step: int | None):
+    """``metric_chart_series`` of a key read from its rollups (``runs.metric_rollup``), or None when the points
+    serve: the key fits in ``max_points``, or spans fewer than a quarter as many rollup buckets as the chart has (it
+    would be drawn too coarsely; such a key's points lie within ``ROLLUP_STEPS * max_points / 8`` steps)."""
     summary = MetricSummary.objects.filter(run=run, key=key).values_list("count", "first_step", "last_step").first()
-    if summary is None or summary[0] <= max_points:
+    if summary is None or summary[0] <= max_points or (before_step is not None and before_step <= summary[1]):
         return None
-    total, low, high = summary
+    _count, low, high = summary
+    high = high if before_step is None else min(high, before_step - 1)
     buckets = max(max_points // 2, 1)
     spanned = high // ROLLUP_STEPS - low // ROLLUP_STEPS + 1
     if spanned < buckets // 4:
         return None
-    non_finite = rollup_non_finite(run_id=run.pk, key=key)
+    rows = rollup_rows(run_id=run.pk, key=key, before_step=before_step)
+    total, non_finite = sum(row[1] for row in rows), sum(row[2] for row in rows)
     if total - non_finite <= max_points:
         return None
-    rows = rollup_extremes(run_id=run.pk, key=key, first_bucket=low // ROLLUP_STEPS,
-                           buckets_per_part=-(-spanned // buckets))
-    return rows, non_finite, total
+    points = rollup_extremes(rows, first_bucket=low // ROLLUP_STEPS, buckets_per_part=-(-spanned // buckets))
+    return points, non_finite, total
 
 
 _EXTREMES = """

@@ -10,6 +10,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import F, Max
 from django.utils import timezone
 from django.utils.text import slugify
+from django.utils.translation import gettext as _
 
 from mado import policy
 from mado.errors import Conflict, Forbidden, NotFound, ValidationFailed
@@ -49,34 +50,34 @@ def project_create(*, user, name: str, slug: str | None = None) -> Project:
     """
     name = (name or "").strip()
     if not name:
-        raise ValidationFailed("name must not be empty", field="name")
+        raise ValidationFailed(_("name must not be empty"), field="name")
     slug_max = Project._meta.get_field("slug").max_length
     if slug and len(slugify(slug)) > slug_max:
-        raise ValidationFailed(f"slug must be at most {slug_max} characters", field="slug")
+        raise ValidationFailed(_("slug must be at most %(max)s characters") % {"max": slug_max}, field="slug")
     # A slug derived from a long name is cut to fit the column (PostgreSQL would refuse it).
     slug = slugify(slug or name)[:slug_max].strip("-")
     if not slug:
-        raise ValidationFailed("slug must contain letters or digits", field="slug")
+        raise ValidationFailed(_("slug must contain letters or digits"), field="slug")
     try:
         with transaction.atomic():
             project = Project.objects.create(name=name, slug=slug)
     except IntegrityError:
         # Names nothing: whoever cannot see the Project learns only that the slug cannot be used (F31).
-        raise Conflict("this slug is not available: choose another", field="slug") from None
+        raise Conflict(_("this slug is not available: choose another"), field="slug") from None
     Membership.objects.create(user=user, project=project, role=Role.ADMIN)
     return project
 
 
 def _check_role(role: str) -> None:
     if role not in Role.values:
-        raise ValidationFailed(f"role must be one of {', '.join(Role.values)}", field="role")
+        raise ValidationFailed(_("role must be one of %(choices)s") % {"choices": ", ".join(Role.values)}, field="role")
 
 
 def _guard_last_admin(project: Project, membership: Membership) -> None:
     """Refuse to leave a Project without an admin (the row lock makes two demotions serialize)."""
     admins = list(project.memberships.select_for_update().filter(role=Role.ADMIN).values_list("pk", flat=True))
     if admins == [membership.pk]:
-        raise Conflict("a project must keep at least one admin", field="role")
+        raise Conflict(_("a project must keep at least one admin"), field="role")
 
 
 @transaction.atomic
@@ -90,12 +91,12 @@ def membership_add(*, actor, project: Project, username: str, role: str) -> Memb
     _check_role(role)
     user = get_user_model().objects.filter(username=username).first()
     if user is None:
-        raise ValidationFailed(f"no user named {username!r}", field="username")
+        raise ValidationFailed(_("no user named '%(username)s'") % {"username": username}, field="username")
     try:
         with transaction.atomic():
             return Membership.objects.create(user=user, project=project, role=role)
     except IntegrityError:
-        raise Conflict(f"{username} is already a member of {project.slug}", field="username") from None
+        raise Conflict(_("%(username)s is already a member of %(project)s") % {"username": username, "project": project.slug}, field="username") from None
 
 
 def _membership(project: Project, username: str) -> Membership:
@@ -103,7 +104,7 @@ def _membership(project: Project, username: str) -> Membership:
         project.memberships.select_for_update().select_related("user").filter(user__username=username).first()
     )
     if membership is None:
-        raise NotFound(f"{username!r} is not a member of {project.slug}", field="username")
+        raise NotFound(_("'%(username)s' is not a member of %(project)s") % {"username": username, "project": project.slug}, field="username")
     return membership
 
 

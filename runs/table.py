@@ -23,8 +23,10 @@ from dataclasses import dataclass
 from django.db.models import Count, F, FilteredRelation, OuterRef, Q, QuerySet, Subquery, TextField
 from django.db.models.fields.json import KeyTransform
 from django.db.models.functions import Cast
+from django.utils.translation import gettext as _
 
 from mado.errors import ValidationFailed
+from runs.charts import is_system_key
 from runs.models import MetricSummary, Run, RunTableColumns
 from runs.selectors import run_list
 
@@ -73,15 +75,15 @@ def parse_columns(values: list[str]) -> list[Column]:
         elif kind == "metric" and ":" in rest:
             key, _sep, stat = rest.rpartition(":")
             if stat not in METRIC_STATS or not key:
-                raise ValidationFailed(f"{value!r}: the statistic must be one of {', '.join(METRIC_STATS)}", field="col")
+                raise ValidationFailed(_("'%(value)s': the statistic must be one of %(choices)s") % {"value": value, "choices": ", ".join(METRIC_STATS)}, field="col")
             column = Column("metric", key, stat)
         else:
-            raise ValidationFailed(f"{value!r}: write param:NAME or metric:KEY:last|min|max", field="col")
+            raise ValidationFailed(_("'%(value)s': write param:NAME or metric:KEY:last|min|max") % {"value": value}, field="col")
         if column.id not in seen:
             seen.add(column.id)
             columns.append(Column(column.kind, column.name, column.stat, alias=f"col{len(columns)}"))
     if len(columns) > MAX_COLUMNS:
-        raise ValidationFailed(f"at most {MAX_COLUMNS} columns", field="col")
+        raise ValidationFailed(_("at most %(max)s columns") % {"max": MAX_COLUMNS}, field="col")
     return columns
 
 
@@ -98,11 +100,14 @@ class Choices:
 
     parameters: list[tuple[str, bool]]
     metric_keys: list[tuple[str, int]]
+    sampled: int = 0
 
     def defaults(self) -> list[Column]:
-        """The varying parameters and the last value of the ``DEFAULT_METRICS`` most shared keys."""
+        """The varying parameters and the last value of the ``DEFAULT_METRICS`` most shared training keys that
+        at least half of the sampled runs log (the SDK's ``system/…`` keys are on offer, not shown by default)."""
         params = [f"param:{name}" for name, varies in self.parameters if varies]
-        return parse_columns(params + [f"metric:{key}:last" for key, _n in self.metric_keys[:DEFAULT_METRICS]])
+        shared = [key for key, runs in self.metric_keys if 2 * runs >= self.sampled and not is_system_key(key)]
+        return parse_columns(params + [f"metric:{key}:last" for key in shared[:DEFAULT_METRICS]])
 
 
 def column_choices(*, runs: QuerySet[Run]) -> Choices:
@@ -113,7 +118,7 @@ def column_choices(*, runs: QuerySet[Run]) -> Choices:
         for name, value in (parameters or {}).items():
             values.setdefault(name, set()).add(repr(value))
     return Choices(parameters=[(name, len(values[name]) > 1) for name in sorted(values)],
-                   metric_keys=metric_keys_by_share(sample.values("pk")))
+                   metric_keys=metric_keys_by_share(sample.values("pk")), sampled=sample.count())
 
 
 _SUMMARY_FIELD = {"last": "last_value", "min": "min_value", "max": "max_value"}
@@ -158,13 +163,13 @@ def search_filter(text: str) -> Q:
         match = _TERM.match(term)
         if match is None:
             if not term.strip() or re.search(r"[<>=!~]", term):
-                raise ValidationFailed(f"{term!r}: write FIELD OP VALUE, e.g. lr>0.01 or status=finished", field="q")
+                raise ValidationFailed(_("'%(term)s': write FIELD OP VALUE, e.g. lr>0.01 or status=finished") % {"term": term}, field="q")
             word = term.strip().strip("\"'")
             query &= Q(name__icontains=word) | Q(external_id__icontains=word) | Q(parameters_text__icontains=word)
             continue
         field, op, raw = match.groups()
         if raw == "":
-            raise ValidationFailed(f"{term!r}: no value after {op!r}", field="q")
+            raise ValidationFailed(_("'%(term)s': no value after '%(op)s'") % {"term": term, "op": op}, field="q")
         query &= _term(field, op, raw)
     return query
 
@@ -175,11 +180,11 @@ def _term(field: str, op: str, raw: str) -> Q:
         key, _sep, value = raw.partition(":")
         tag = Q(tags__key=key.strip()) & (Q(tags__value=value.strip()) if value else Q())
         if op not in ("=", "!="):
-            raise ValidationFailed(f"tag{op}{raw}: tags take = or != (tag=KEY or tag=KEY:VALUE)", field="q")
+            raise ValidationFailed(_("tag%(op)s%(value)s: tags take = or != (tag=KEY or tag=KEY:VALUE)") % {"op": op, "value": raw}, field="q")
         return ~tag if op == "!=" else tag
     if field in _RUN_FIELDS:
         if op in (">", ">=", "<", "<="):
-            raise ValidationFailed(f"{field}{op}{raw}: {field} is text; use =, != or ~", field="q")
+            raise ValidationFailed(_("%(field)s%(op)s%(value)s: %(field)s is text; use =, != or ~") % {"field": field, "op": op, "value": raw}, field="q")
         q = Q(**{f"{_RUN_FIELDS[field]}__{'iexact' if lookup == 'exact' else lookup}": str(_value(raw))})
         return ~q if op == "!=" else q
     name = field.removeprefix("params.")
@@ -224,7 +229,7 @@ def runs_table(
     elif name in by_id:
         expression = F(by_id[name].alias)
     else:
-        raise ValidationFailed(f"cannot sort by {name!r}: not a shown column", field="sort")
+        raise ValidationFailed(_("cannot sort by '%(name)s': not a shown column") % {"name": name}, field="sort")
     ordered = expression.desc(nulls_last=True) if sort.startswith("-") else expression.asc(nulls_last=True)
     return runs.order_by(ordered, "-id")
 

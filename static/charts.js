@@ -31,6 +31,16 @@
 
   var COMPACT = new Intl.NumberFormat(undefined, {notation: "compact", maximumSignificantDigits: 4});
 
+  var BYTE_UNITS = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+
+  /* A byte count as "16 GiB" (keys ending in "_bytes", such as the system metrics' memory). */
+  function bytes(value) {
+    if (value === null) return "";
+    var size = Math.abs(value), unit = 0;
+    while (size >= 1024 && unit < BYTE_UNITS.length - 1) { size /= 1024; unit += 1; }
+    return (value < 0 ? "-" : "") + parseFloat(size.toPrecision(3)) + " " + BYTE_UNITS[unit];
+  }
+
   /* Axis labels that fit: 12,500,000,000 as "12.5B", 0.00012 as "1.2e-4". */
   function compact(value) {
     if (value === null) return "";
@@ -86,11 +96,13 @@
     host.textContent = "";
     var joined = uPlot.join(tables(chart, opts));
     var data = [joined[0]], series = [{label: opts.x === "time" ? labels.time : labels.step}];
+    var format = /_bytes$/.test(chart.key) ? bytes : compact;
     chart.series.forEach(function (s, i) {
       data.push(ema(joined[i + 1], opts.smoothing));
       series.push({label: s.label, stroke: color(s.color), width: 1.6, spanGaps: true, dash: s.dashed ? [6, 3] : undefined,
                    points: {show: s.x.length === 1 ? true : undefined}});
     });
+    if (format === bytes) series.forEach(function (s, i) { if (i) s.value = function (u, v) { return bytes(v); }; });
     if (opts.smoothing) {  // the raw curves, faint, behind the smoothed ones; their legend rows are hidden
       chart.series.forEach(function (s, i) {
         data.push(joined[i + 1]);
@@ -101,7 +113,7 @@
       width: Math.max(host.clientWidth, 200),
       height: 220,
       scales: {x: {time: opts.x === "time"}, y: {distr: opts.log ? 3 : 1}},
-      axes: [{}, {size: 56, values: function (u, splits) { return splits.map(compact); }}],
+      axes: [{}, {size: 64, values: function (u, splits) { return splits.map(format); }}],
       cursor: {drag: {x: true, y: false}},
       series: series,
       hooks: {

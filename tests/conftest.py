@@ -6,6 +6,7 @@ that user's API token (None → anonymous).
 """
 
 import pytest
+from django.utils import translation
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
@@ -20,10 +21,26 @@ def _fast_password_hasher(settings):
 
 
 @pytest.fixture(autouse=True)
+def _default_language():
+    """Each test ends in the default language: a page served in Japanese leaves Japanese active in the thread
+    (LocaleMiddleware activates a language per request and never deactivates it), which would translate the
+    messages a later test reads."""
+    yield
+    translation.deactivate()
+
+
+@pytest.fixture(autouse=True)
 def _artifact_storage(settings, tmp_path):
     """Each test stores artifacts in its own directory (the embedded FileSystemStorage)."""
     location = {"BACKEND": "django.core.files.storage.FileSystemStorage", "OPTIONS": {"location": str(tmp_path / "artifacts")}}
     settings.STORAGES = {**settings.STORAGES, "default": location, "artifacts": location}
+
+
+@pytest.fixture(autouse=True)
+def _default_language_after_the_test():
+    """A page requested in Japanese leaves Japanese active in this thread: the next test starts in the default."""
+    yield
+    translation.deactivate()
 
 
 @pytest.fixture

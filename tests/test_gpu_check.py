@@ -80,3 +80,23 @@ def test_the_rates_script_saves_restores_and_loads_a_sharded_checkpoint_on_cpu_r
 
 def test_the_script_is_executable():
     assert os.access(SCRIPT, os.X_OK)
+
+
+@pytest.mark.slow
+def test_the_driver_runs_the_ddp_example_and_prints_every_rate_on_cpu_ranks(tmp_path):
+    """What ``gpu_check.sh`` starts on a GPU machine, on 2 CPU ranks: the example against a server, then the rates
+    on local disk and through mado (about a minute)."""
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "gpu_check.py"), "--nproc-per-node", "2", "--size-mib", "4",
+         "--cpu", "--workdir", str(tmp_path)],
+        env={**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}, capture_output=True, text=True,
+        timeout=600, cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    out = done.stdout
+    assert "complete checkpoints: step 40 (world size 2, " in out
+    for label in ("checkpoint save (", "checkpoint restore (", "checkpoint load (", "mado save (", "mado restore (",
+                  "mado load ("):
+        assert label in out and "MB/s" in out.split(label, 1)[1].splitlines()[0], out
+    assert "tensors loaded back identical to those saved: yes" in out
+    assert list(tmp_path.iterdir()) == [], "the data directory and checkpoints are removed"

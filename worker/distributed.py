@@ -11,6 +11,7 @@ torchrun prints one report per failed rank (rank, local rank, exit code);
 """
 
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import NamedTuple
 
@@ -25,15 +26,19 @@ _REPORT = re.compile(
 _ROOT_CAUSE = "Root Cause (first observed failure):"
 
 
-def torchrun_argv(entrypoint: list[str], nproc_per_node: int) -> list[str]:
+def torchrun_argv(entrypoint: list[str], nproc_per_node: int, *,
+                  rendezvous: Sequence[str] = ("--standalone",)) -> list[str]:
     """``entrypoint`` (an argv list) under torchrun with ``nproc_per_node`` processes on this machine.
 
     ``["python", "-u", "train.py", "--lr", "1"]`` → ``["python", "-u", "-m",
     "torch.distributed.run", "--standalone", "--nproc-per-node", "N",
     "train.py", "--lr", "1"]``: the interpreter's own options stay before
     ``-m``; ``python -m package`` becomes torchrun's ``-m package``.
+    ``rendezvous``: torchrun's options that say where the processes meet
+    (default one machine, ``--standalone``; the Kubernetes runner gives
+    ``--nnodes`` and the master's address, F36).
     """
-    launcher = ["--standalone", "--nproc-per-node", str(nproc_per_node)]
+    launcher = [*rendezvous, "--nproc-per-node", str(nproc_per_node)]
     program, rest = entrypoint[0], list(entrypoint[1:])
     if not Path(program).name.startswith("python"):
         return ["torchrun", *launcher, "--no-python", *entrypoint]

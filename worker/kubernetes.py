@@ -18,10 +18,11 @@ What the manifest holds (docs/deploy.md):
   ``jobs.services.run_token_issue``); the pods read it through
   ``secretKeyRef``, so the token never appears in the pod spec;
 - a JobSet ``<name>`` with one replicated Job ``node``: ``nnodes`` pods
-  (an Indexed Job, no automatic restart: F11), each running
-  ``torchrun --nnodes N --nproc-per-node P --no-python <entrypoint>`` in the
-  Job's image with ``PET_NODE_RANK`` = the pod's completion index and node 0
-  as the rendezvous host;
+  (an Indexed Job, no automatic restart: F11), each running the entrypoint
+  under torchrun as the worker does (``worker.distributed.torchrun_argv``:
+  ``python -m torch.distributed.run --nnodes N --master-addr <node 0>
+  --nproc-per-node P train.py …``) in the Job's image, with
+  ``PET_NODE_RANK`` = the pod's completion index;
 - the code's variables exactly as the Celery worker's container runner
   builds them (``worker.execute.code_variables`` then
   ``worker.container.container_env``): ``MMT_*``, with
@@ -46,7 +47,7 @@ from kubernetes import client as k8s
 
 from jobs import services as jobs_services
 from jobs.models import Job
-from worker import container
+from worker import container, distributed
 from worker.execute import RESUMING_KINDS, Prepared, code_variables
 
 JOBSET_GROUP = "jobset.x-k8s.io"
@@ -212,11 +213,10 @@ def _pod_spec(job: Job, *, name: str, image: str, variables: dict[str, str], nno
             volume_mounts=[k8s.V1VolumeMount(name="mado-inputs", mount_path=INPUTS_DIR)],
         )]
     rendezvous = ["--standalone"] if nnodes == 1 else [
-        f"--master-addr={name}-{REPLICATED_JOB}-0-0.{name}", f"--master-port={MASTER_PORT}"]
+        f"--nnodes={nnodes}", f"--master-addr={name}-{REPLICATED_JOB}-0-0.{name}", f"--master-port={MASTER_PORT}"]
     node = k8s.V1Container(
         name=REPLICATED_JOB, image=image, security_context=safe, env=env, volume_mounts=mounts,
-        command=["torchrun", f"--nnodes={nnodes}", f"--nproc-per-node={nproc}", *rendezvous, "--no-python",
-                 *job.code_version.entrypoint],
+        command=distributed.torchrun_argv(list(job.code_version.entrypoint), nproc, rendezvous=rendezvous),
         ports=[k8s.V1ContainerPort(container_port=MASTER_PORT, name="rendezvous")] if nnodes > 1 else None,
         resources=k8s.V1ResourceRequirements(limits={"nvidia.com/gpu": str(gpus)}) if gpus else None,
     )

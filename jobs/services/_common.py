@@ -7,6 +7,7 @@ import uuid
 from celery import current_app
 from django.db import IntegrityError, transaction
 from django.utils import timezone
+from django.utils.translation import gettext as _
 
 from jobs.models import Job, JobStatus, Queue, RunToken
 from mado import outbox
@@ -46,13 +47,13 @@ def clean_nproc_per_node(value, default: int = 1) -> int:
 
 def clean_max_retries(value) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_RETRIES_LIMIT:
-        raise ValidationFailed(f"max_retries must be an integer from 0 to {MAX_RETRIES_LIMIT}", field="max_retries")
+        raise ValidationFailed(_("max_retries must be an integer from 0 to %(max)s") % {"max": MAX_RETRIES_LIMIT}, field="max_retries")
     return value
 
 
 def require_enabled(queue: Queue) -> Queue:
     if not queue.enabled:
-        raise ValidationFailed(f"queue {queue.name!r} is disabled and accepts no new Jobs", field="queue")
+        raise ValidationFailed(_("queue '%(queue)s' is disabled and accepts no new Jobs") % {"queue": queue.name}, field="queue")
     return queue
 
 

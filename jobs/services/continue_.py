@@ -13,6 +13,7 @@ is only read.
 """
 
 from django.db import transaction
+from django.utils.translation import gettext as _
 
 from checkpoints.models import Checkpoint
 from checkpoints.services import checkpoint_lock_for_use
@@ -30,8 +31,8 @@ def _check_code_version(source_run, code_version: CodeVersion) -> CodeVersion:
     source_version = source_run.code_version
     if source_version is not None and code_version.code_id != source_version.code_id:
         raise ValidationFailed(
-            f"code_version_id must be a version of Code {source_version.code.name!r} (the Code run {source_run.pk} "
-            "ran)", field="code_version_id",
+            _("code_version_id must be a version of Code '%(code)s' (the Code run %(run)s ran)")
+            % {"code": source_version.code.name, "run": source_run.pk}, field="code_version_id",
         )
     return code_version
 
@@ -99,7 +100,7 @@ def run_continue_from_checkpoint(
     if reason:
         raise (Conflict if policy.can_write_runs(actor, source_run.project) else Forbidden)(reason, field="checkpoint")
     if parameters is not None and not isinstance(parameters, dict):
-        raise ValidationFailed("parameters must be a JSON object", field="parameters")
+        raise ValidationFailed(_("parameters must be a JSON object"), field="parameters")
     versions = dataset_versions_of_project(project=source_run.project, ids=dataset_version_ids)
     code_version = _check_code_version(source_run, code_version)
     queue = require_enabled(queue)

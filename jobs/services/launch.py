@@ -1,6 +1,7 @@
 """Launching a Job and its automatic retries from scratch (issue 4 part 2; SPEC F11, F16)."""
 
 from django.db import IntegrityError, transaction
+from django.utils.translation import gettext as _
 
 from jobs.models import Job, JobKind, JobStatus, Queue
 from jobs.services._common import (
@@ -84,11 +85,11 @@ def job_retry_from_scratch(*, job: Job) -> Job:
     if existing is not None:
         return existing
     if row.status != JobStatus.FAILED:
-        raise Conflict(f"job {row.pk} is {row.status}: only a failed Job is retried", field="job")
+        raise Conflict(_("job %(id)s is %(status)s: only a failed Job is retried") % {"id": row.pk, "status": row.status}, field="job")
     if row.attempt > row.max_retries:
-        raise Conflict(f"job {row.pk} used its {row.max_retries} automatic retries", field="job")
+        raise Conflict(_("job %(id)s used its %(count)s automatic retries") % {"id": row.pk, "count": row.max_retries}, field="job")
     if not row.queue.enabled:
-        raise Conflict(f"queue {row.queue.name!r} is disabled: job {row.pk} is not retried", field="queue")
+        raise Conflict(_("queue '%(queue)s' is disabled: job %(id)s is not retried") % {"queue": row.queue.name, "id": row.pk}, field="queue")
     source = row.run
     name = f"{source.name or source.external_id} · attempt {row.attempt + 1}"
     try:

@@ -15,6 +15,7 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import F, Max, Q
 from django.utils import timezone
+from django.utils.translation import gettext as _
 
 from jobs.models import FINAL_STATES, Job, JobStatus, RunLogChunk, RunToken
 from jobs.services._common import end_run, revoke_on_commit, revoke_run_tokens
@@ -188,7 +189,7 @@ def job_abort(*, actor, job: Job) -> Job:
     if row.status == JobStatus.ABORTED:
         return row
     if row.status in FINAL_STATES:
-        raise Conflict(f"job {row.pk} already ended {row.status}; there is nothing to abort", field="job")
+        raise Conflict(_("job %(id)s already ended %(status)s; there is nothing to abort") % {"id": row.pk, "status": row.status}, field="job")
     now = timezone.now()
     Job.objects.filter(pk=row.pk, abort_requested_at__isnull=True).update(abort_requested_at=now)
     if Job.objects.filter(pk=row.pk, status=JobStatus.QUEUED).update(

@@ -197,7 +197,7 @@ class RunMetricsApi(APIView):
         A stale ``Mado-Fencing-Token`` → 409 ``lease_lost``, nothing stored (SPEC F2, F25); a Run
         ended ``crashed`` → 409 ``run_ended``, nothing stored (only a resume revives it; SPEC F37).
         """
-        run = selectors.run_get_for_user(user=request.user, run_id=run_id)
+        run = selectors.run_get_for_user(user=request.user, run_id=run_id, related=("project",))
         body = _read_json_body(request)
         if not isinstance(body, dict) or ("points" in body) == ("keys" in body):
             raise ValidationFailed('body must be {"points": [...]} or {"keys": [...], "steps": [...], "values": [...]}',
@@ -219,8 +219,9 @@ class RunMetricsApi(APIView):
             OpenApiParameter("max_points", OpenApiTypes.INT,
                              description="at most this many points (>= 2), min and max per step bucket; no pages"),
             OpenApiParameter("shape", str, enum=list(SHAPES),
-                             description='with max_points: "points" (default) or "columns": results is '
-                                         '{"steps": [...], "values": [...], "timestamps": [...]}'),
+                             description='with max_points: "columns" (default): results is '
+                                         '{"steps": [...], "values": [...], "timestamps": [...]}; '
+                                         '"points": a list of {step, value, timestamp} as pages have'),
         ],
         responses={200: _GET_OUTPUT, 404: OpenApiResponse(description="run not visible or page past the end")},
     )
@@ -234,21 +235,22 @@ class RunMetricsApi(APIView):
         ``max_points`` (2 to the page maximum) answers one downsampled series
         instead: ``results`` holds at most that many finite points (each step
         bucket's smallest and largest value), ``non_finite`` counts the NaN and
-        ±Infinity left out; ``count`` is still every point of the key. With it,
-        ``shape=columns`` makes ``results`` one object of three arrays of one
-        length, ``{"steps", "values", "timestamps"}`` (SPEC F34); another
-        ``shape``, or ``shape`` without ``max_points`` → 400 naming ``shape``. Reads
-        stop after ``MADO_READ_STATEMENT_TIMEOUT_MS`` on PostgreSQL (SPEC F2).
+        ±Infinity left out; ``count`` is still every point of the key. Its
+        ``results`` is one object of three arrays of one length, ``{"steps",
+        "values", "timestamps"}`` (SPEC F34: a chart's 2,000 points stay under
+        100 KB), or with ``shape=points`` the pages' list of objects; another
+        ``shape``, or ``shape=columns`` without ``max_points`` → 400 naming
+        ``shape``. Reads stop after ``MADO_READ_STATEMENT_TIMEOUT_MS`` on PostgreSQL (SPEC F2).
         """
         run = selectors.run_get_for_user(user=request.user, run_id=run_id)
         key = request.query_params.get("key")
         with read_statement_timeout():
             if not key:
                 return Response({"keys": selectors.metric_keys(run=run)})
-            shape = request.query_params.get("shape") or "points"
+            shape = request.query_params.get("shape") or ""
             if request.query_params.get("max_points") not in (None, ""):
-                return self._downsampled(run, key, _positive_int(request, "max_points", 2), shape)
-            if shape != "points":
+                return self._downsampled(run, key, _positive_int(request, "max_points", 2), shape or "columns")
+            if shape not in ("", "points"):
                 raise ValidationFailed("shape applies to a downsampled series: give max_points too", field="shape")
             size = min(_positive_int(request, "page_size", METRIC_PAGE_SIZE), settings.MADO_METRIC_HISTORY_PAGE_MAX)
             number = _positive_int(request, "page", 1)

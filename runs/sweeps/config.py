@@ -24,6 +24,7 @@ import shlex
 from dataclasses import dataclass
 
 import yaml
+from django.utils.translation import gettext as _
 
 from mado.errors import ValidationFailed
 from runs.models import MetricGoal, SweepMethod
@@ -67,8 +68,9 @@ class SweepConfig:
     config: dict
 
 
-def _fail(field: str, message: str):
-    raise ValidationFailed(message, field=field)
+def _fail(field: str, message: str, **values):
+    """Raise ``ValidationFailed`` naming ``field``: ``message`` (translated) with ``values`` filled in."""
+    raise ValidationFailed(message % values if values else message, field=field)
 
 
 def _load(config) -> dict:
@@ -76,16 +78,16 @@ def _load(config) -> dict:
         try:
             config = yaml.load(config, Loader=_ConfigLoader)  # noqa: S506 - a SafeLoader subclass
         except yaml.YAMLError as exc:
-            _fail("config", f"config is not valid YAML or JSON: {exc}")
+            _fail("config", _("config is not valid YAML or JSON: %(error)s"), error=exc)
     if not isinstance(config, dict):
-        _fail("config", "config must be a mapping (YAML) or an object (JSON) with method, metric, parameters and program")
+        _fail("config", _("config must be a mapping (YAML) or an object (JSON) with method, metric, parameters and program"))
     unknown = sorted(str(key) for key in config if key not in KNOWN_KEYS)
     if unknown:
-        _fail(unknown[0], f"unknown key {unknown[0]!r}; a sweep config has {', '.join(KNOWN_KEYS)}")
+        _fail(unknown[0], _("unknown key '%(key)s'; a sweep config has %(keys)s"), key=unknown[0], keys=', '.join(KNOWN_KEYS))
     try:
         json.dumps(config, allow_nan=False)
     except (TypeError, ValueError) as exc:
-        _fail("config", f"config must hold only text, numbers, booleans, lists and mappings: {exc}")
+        _fail("config", _("config must hold only text, numbers, booleans, lists and mappings: %(error)s"), error=exc)
     return config
 
 
@@ -100,56 +102,56 @@ def _scalar(value) -> bool:
 def _range(field: str, spec: dict) -> dict:
     low, high = spec.get("min"), spec.get("max")
     if not _is_number(low) or not _is_number(high):
-        _fail(field, "min and max must both be finite numbers")
+        _fail(field, _("min and max must both be finite numbers"))
     if low >= high:
-        _fail(f"{field}.max", f"max ({high}) must be greater than min ({low})")
+        _fail(f"{field}.max", _("max (%(max)s) must be greater than min (%(min)s)"), max=high, min=low)
     both_int = isinstance(low, int) and isinstance(high, int)
     distribution = spec.get("distribution", "int_uniform" if both_int else "uniform")
     if distribution not in DISTRIBUTIONS:
-        _fail(f"{field}.distribution", f"distribution must be one of {', '.join(DISTRIBUTIONS)}")
+        _fail(f"{field}.distribution", _("distribution must be one of %(choices)s"), choices=', '.join(DISTRIBUTIONS))
     if distribution == "int_uniform" and not both_int:
-        _fail(f"{field}.distribution", "int_uniform needs integer min and max")
+        _fail(f"{field}.distribution", _("int_uniform needs integer min and max"))
     if distribution == "log_uniform_values" and low <= 0:
-        _fail(f"{field}.min", "log_uniform_values needs min > 0")
+        _fail(f"{field}.min", _("log_uniform_values needs min > 0"))
     return {"min": low, "max": high, "distribution": distribution}
 
 
 def _parameter(name, spec) -> dict:
     field = f"parameters.{name}"
     if not isinstance(name, str) or not PARAMETER_NAME.match(name):
-        _fail(field, "a parameter name must start with a letter or _ and use letters, digits, _ . - (at most 100)")
+        _fail(field, _("a parameter name must start with a letter or _ and use letters, digits, _ . - (at most 100)"))
     if not isinstance(spec, dict):
-        _fail(field, "a parameter must be a mapping with values, value, or min and max")
+        _fail(field, _("a parameter must be a mapping with values, value, or min and max"))
     kinds = [kind for kind, keys in PARAMETER_KINDS.items() if keys & spec.keys()]
     if len(kinds) != 1:
-        _fail(field, "a parameter needs exactly one of: values (a list), value, or min and max")
+        _fail(field, _("a parameter needs exactly one of: values (a list), value, or min and max"))
     extra = sorted(str(key) for key in spec if key not in PARAMETER_KINDS[kinds[0]])
     if extra:
-        _fail(f"{field}.{extra[0]}", f"unknown key {extra[0]!r} for this parameter")
+        _fail(f"{field}.{extra[0]}", _("unknown key '%(key)s' for this parameter"), key=extra[0])
     if kinds[0] == "value":
         if not _scalar(spec["value"]):
-            _fail(f"{field}.value", "value must be a string, number, boolean or null")
+            _fail(f"{field}.value", _("value must be a string, number, boolean or null"))
         return {"value": spec["value"]}
     if kinds[0] == "range":
         return _range(field, spec)
     values = spec["values"]
     if not isinstance(values, list) or not values:
-        _fail(f"{field}.values", "values must be a non-empty list")
+        _fail(f"{field}.values", _("values must be a non-empty list"))
     if not all(_scalar(value) for value in values):
-        _fail(f"{field}.values", "every value must be a string, number, boolean or null")
+        _fail(f"{field}.values", _("every value must be a string, number, boolean or null"))
     if len({repr(value) for value in values}) != len(values):
-        _fail(f"{field}.values", "values must not repeat")
+        _fail(f"{field}.values", _("values must not repeat"))
     return {"values": values}
 
 
 def _parameters(raw, method: str) -> dict:
     if not isinstance(raw, dict) or not raw:
-        _fail("parameters", "parameters must be a non-empty mapping of name to its values or range")
+        _fail("parameters", _("parameters must be a non-empty mapping of name to its values or range"))
     parameters = {name: _parameter(name, spec) for name, spec in raw.items()}
     if method == SweepMethod.GRID:
         for name, spec in parameters.items():
             if "min" in spec:
-                _fail(f"parameters.{name}", "a grid sweep needs values or value for every parameter, not min/max")
+                _fail(f"parameters.{name}", _("a grid sweep needs values or value for every parameter, not min/max"))
     return parameters
 
 
@@ -163,19 +165,19 @@ def _program(raw) -> list[str]:
         try:
             argv = shlex.split(raw)
         except ValueError as exc:
-            _fail("program", f"program cannot be split into arguments: {exc}")
+            _fail("program", _("program cannot be split into arguments: %(error)s"), error=exc)
     elif isinstance(raw, list) and all(isinstance(arg, str) and arg for arg in raw):
         argv = raw
     else:
-        _fail("program", 'program must be a command line ("python train.py") or a list of non-empty strings')
+        _fail("program", _('program must be a command line ("python train.py") or a list of non-empty strings'))
     if not argv:
-        _fail("program", "program must name the command to run")
+        _fail("program", _("program must name the command to run"))
     return argv
 
 
 def _run_cap(raw, method: str, parameters: dict) -> int | None:
     if raw is not None and (not isinstance(raw, int) or isinstance(raw, bool) or raw < 1):
-        _fail("run_cap", "run_cap must be an integer >= 1")
+        _fail("run_cap", _("run_cap must be an integer >= 1"))
     if method != SweepMethod.GRID:
         return raw
     size = grid_size(parameters)
@@ -184,15 +186,15 @@ def _run_cap(raw, method: str, parameters: dict) -> int | None:
 
 def _metric(raw) -> tuple[str, str]:
     if not isinstance(raw, dict):
-        _fail("metric", "metric must be a mapping with name and goal (minimize or maximize)")
+        _fail("metric", _("metric must be a mapping with name and goal (minimize or maximize)"))
     name = raw.get("name")
     if not isinstance(name, str) or not name.strip():
-        _fail("metric.name", "metric.name must name the logged metric to optimise")
+        _fail("metric.name", _("metric.name must name the logged metric to optimise"))
     if len(name) > METRIC_MAX:
-        _fail("metric.name", f"metric.name must be at most {METRIC_MAX} characters")
+        _fail("metric.name", _("metric.name must be at most %(max)s characters"), max=METRIC_MAX)
     goal = raw.get("goal", MetricGoal.MINIMIZE)
     if goal not in MetricGoal.values:
-        _fail("metric.goal", f"metric.goal must be one of {', '.join(MetricGoal.values)}")
+        _fail("metric.goal", _("metric.goal must be one of %(choices)s"), choices=', '.join(MetricGoal.values))
     return name.strip(), goal
 
 
@@ -210,10 +212,10 @@ def sweep_config_parse(*, config) -> SweepConfig:
     raw = _load(config)
     name = raw.get("name") or ""
     if not isinstance(name, str) or len(name) > NAME_MAX:
-        _fail("name", f"name must be text of at most {NAME_MAX} characters")
+        _fail("name", _("name must be text of at most %(max)s characters"), max=NAME_MAX)
     method = raw.get("method")
     if method not in SweepMethod.values:
-        _fail("method", f"method must be one of {', '.join(SweepMethod.values)} (got {method!r})")
+        _fail("method", _("method must be one of %(choices)s (got '%(method)s')"), choices=', '.join(SweepMethod.values), method=method)
     metric_name, metric_goal = _metric(raw.get("metric"))
     parameters = _parameters(raw.get("parameters"), method)
     return SweepConfig(

@@ -73,6 +73,13 @@ def _record_exit_codes() -> None:
         _original_exit, sys.exit = sys.exit, _recording_exit
 
 
+def rank_keys(metrics: Mapping, rank: int) -> dict:
+    """``metrics`` with each key under ``rank<k>/`` (``log_metrics(..., all_ranks=True)``, SPEC F36)."""
+    if not isinstance(metrics, Mapping):
+        raise TypeError(f"metrics must be a mapping of key to number, got {type(metrics).__name__}")
+    return {f"rank{rank}/{key}": value for key, value in metrics.items()}
+
+
 def check_finish_status(status: str) -> str:
     if status not in FINISH_STATUSES:
         raise ValueError(f"status must be one of {', '.join(FINISH_STATUSES)}, got {status!r}")
@@ -92,12 +99,17 @@ class RunBase:
     offline = False
     step = 0
     preempting = False
+    rank = 0  # under torchrun: this process's rank and the number of ranks (mado_tracking.distributed, F36)
+    world_size = 1
 
-    def _encode(self, metrics, step) -> list[tuple[str, str, str, str]]:
+    def _encode(self, metrics, step, all_ranks: bool = False) -> list[tuple[str, str, str, str]]:
         """The points of a ``log_metrics`` call at ``step`` (None: ``self.step``); ``self.step`` moves past it.
 
-        Raises ``ValueError`` / ``TypeError`` as ``encode_metrics``; ``self.step`` is unchanged then.
+        ``all_ranks``: the keys go under ``rank<k>/``. Raises ``ValueError`` /
+        ``TypeError`` as ``encode_metrics``; ``self.step`` is unchanged then.
         """
+        if all_ranks:
+            metrics = rank_keys(metrics, self.rank)
         step = check_metric_step(self.step if step is None else step)
         points = encode_metrics(metrics, step, time.time())
         self.step = max(self.step, step + 1)

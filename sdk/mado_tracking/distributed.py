@@ -25,12 +25,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from mado_tracking import config as config_module
-from mado_tracking._base import RunBase, check_finish_status
+from mado_tracking._base import RunBase, check_finish_status, rank_keys
 from mado_tracking.errors import MadoError
 from mado_tracking.lease import DEFAULT_HEARTBEAT_INTERVAL_S, Lease
 from mado_tracking.metrics import MetricSender
 
 logger = logging.getLogger("mado_tracking")
+
+__all__ = ["RankRun", "Ranks", "join_run", "rank_keys", "ranks_from_environment"]
 
 ENV_NAMES = ("RANK", "LOCAL_RANK", "WORLD_SIZE")
 _START_KEY = "mado_tracking/start_run/{}"
@@ -64,13 +66,6 @@ def ranks_from_environment(environ: Mapping[str, str] | None = None) -> Ranks | 
     if world_size < 1 or not 0 <= rank < world_size or local_rank < 0:
         raise ValueError(f"{shown}: needs WORLD_SIZE >= 1, 0 <= RANK < WORLD_SIZE and LOCAL_RANK >= 0")
     return None if world_size == 1 else Ranks(rank, local_rank, world_size)
-
-
-def rank_keys(metrics: Mapping[str, float], rank: int) -> dict[str, float]:
-    """``metrics`` with each key under ``rank<k>/`` (``log_metrics(..., all_ranks=True)``)."""
-    if not isinstance(metrics, Mapping):
-        raise TypeError(f"metrics must be a mapping of key to number, got {type(metrics).__name__}")
-    return {f"rank{rank}/{key}": value for key, value in metrics.items()}
 
 
 def process_group_ranks(ranks: Ranks | None = None):
@@ -183,7 +178,7 @@ class RankRun(RunBase):
         """
         if self._finishing:
             raise MadoError(f"run {self.id} is finished; log_metrics must come before finish()")
-        points = self._encode(rank_keys(metrics, self.rank) if all_ranks else metrics, step)
+        points = self._encode(metrics, step, all_ranks)
         if all_ranks and not self._lease.lost:
             self._sender.add(points)
 

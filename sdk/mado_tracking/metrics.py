@@ -9,7 +9,12 @@ hold it for tens of milliseconds). The sender thread wakes every ``interval`` se
 a full batch is queued, and posts batches of at most ``batch_max`` points to
 ``POST runs/{id}/metrics/`` in the columnar form (``{"keys", "steps",
 "values", "timestamps"}``: no key name repeated per point, and checked by the
-server a column at a time). A transient failure (server unreachable, 5xx,
+server a column at a time). When two full batches are queued (a loop
+logging faster than one request at a time carries) it posts them at once,
+the second from a helper thread, so the server parses one while the
+database stores the other; two such batches may be stored in either order,
+which only matters for a key logged twice at the same step (history and
+"last value" go by step). A transient failure (server unreachable, 5xx,
 408, 429) is retried with exponential backoff, keeping the batch in order
 ahead of newer points; any other 4xx means the data is wrong: the batch is
 dropped with a warning naming the refused field. Every batch carries its own
@@ -95,11 +100,12 @@ def encode_metrics(metrics, step, now: float) -> list[tuple[str, str, str, str]]
     if not isinstance(metrics, Mapping):
         raise TypeError(f"metrics must be a dict of {{key: number}}, got {type(metrics).__name__}")
     points = []
+    step_json, now_json = str(step), repr(now)  # once per call, not per key
     for key, value in metrics.items():
         if type(key) is not str or not key or len(key) > METRIC_KEY_MAX:
             raise ValueError(f"metric key must be a non-empty str of at most {METRIC_KEY_MAX} characters, "
                              f"got {key!r}")
-        points.append(encode_point(key, _as_float(key, value), step, now))
+        points.append((_key_json(key), _value_json(_as_float(key, value)), step_json, now_json))
     return points
 
 
@@ -125,18 +131,24 @@ def encode_point(key: str, value: float, step: int, timestamp: float) -> tuple[s
     seconds. ``repr`` of a float is the shortest text that reads back to the
     same float, and valid JSON for finite values.
     """
+    return _key_json(key), _value_json(value), str(step), repr(timestamp)
+
+
+def _key_json(key: str) -> str:
     key_json = _KEY_JSON.get(key)
     if key_json is None:
         key_json = json.dumps(key)
         if len(_KEY_JSON) < _KEY_JSON_MAX:
             _KEY_JSON[key] = key_json
+    return key_json
+
+
+def _value_json(value: float) -> str:
     if math.isfinite(value):
-        value_json = repr(value)
-    elif value != value:
-        value_json = '"NaN"'
-    else:
-        value_json = '"Infinity"' if value > 0 else '"-Infinity"'
-    return key_json, value_json, str(step), repr(timestamp)
+        return repr(value)
+    if value != value:
+        return '"NaN"'
+    return '"Infinity"' if value > 0 else '"-Infinity"'
 
 
 def point_json(point: tuple[str, str, str, str]) -> str:
@@ -178,6 +190,9 @@ class MetricSender:
         self._outage = False
         self._in_flight = 0
         self._sending = False
+        self._count_lock = threading.Lock()  # ``sent`` and ``dropped`` change from two threads
+        # Held from "the Run is lost" to its batch being kept: log_metrics keeps later points after them.
+        self._keep_lock = threading.RLock()
         self.sent = 0
         self.dropped = 0
         self._thread = threading.Thread(target=self._loop, name=f"mado-metrics-run-{run_id}", daemon=True)
@@ -224,7 +239,7 @@ class MetricSender:
     # --- sender thread ---------------------------------------------------------------
     def _loop(self) -> None:
         lease = self._lease
-        client = ApiClient(self._config, headers=lease.headers if lease else None)
+        clients = [ApiClient(self._config, headers=lease.headers if lease else None) for _ in range(2)]
         leave_program_signals_to_main_thread()
         try:
             while True:
@@ -233,25 +248,31 @@ class MetricSender:
                 if lease and lease.lost:  # the heartbeat thread lost it
                     self._drop_queue()
                     return
-                if not self._drain(client) or (lease and lease.lost):
+                if not self._drain(clients) or (lease and lease.lost):
                     return
                 if self._closing.is_set() and not self._queue:
                     return
         finally:
-            client.close()
+            for client in clients:
+                client.close()
 
     def keep(self, points: list[tuple[str, str, str, str]]) -> bool:
         """After the server ended the Run: keep ``points`` for a same-run resume; False when they are dropped."""
-        if self._keep_dir is None or self._lease is None or not self._lease.ended:
-            return False
-        unsent.keep(self._keep_dir, points, run_label=self._lease.run_label)
-        return True
+        with self._keep_lock:
+            if self._keep_dir is None or self._lease is None or not self._lease.ended:
+                return False
+            unsent.keep(self._keep_dir, points, run_label=self._lease.run_label)
+            return True
 
     def _drop_queue(self, batch: list[tuple[str, str, str, str]] = ()) -> None:
         points = [*batch, *self._queue]
         self._queue.clear()
         if not self.keep(points):
-            self.dropped += len(points)
+            self._count("dropped", len(points))
+
+    def _count(self, counter: str, points: int) -> None:
+        with self._count_lock:
+            setattr(self, counter, getattr(self, counter) + points)
 
     def _take(self) -> list[tuple[str, str, str, str]]:
         queue = self._queue
@@ -260,26 +281,42 @@ class MetricSender:
             batch.append(queue.popleft())
         return batch
 
-    def _drain(self, client: ApiClient) -> bool:
-        """Send queued batches; False when the close deadline passed (the batch goes back in front)."""
+    def _drain(self, clients: list[ApiClient]) -> bool:
+        """Send queued batches, two at once when a second full one waits (``clients``: one per batch in flight);
+        False when the close deadline passed (the unsent batches go back in front, in order)."""
         while self._queue:
             self._sending = True
-            batch = self._take()
-            self._in_flight = len(batch)
-            try:
-                delivered = self._send(client, batch)
-            except Exception:  # a bug of ours must not kill the thread silently
-                logger.exception("mado: dropped %d metric points of run %s after an unexpected error",
-                                 len(batch), self._run_id)
-                self.dropped += len(batch)
-                delivered = True
-            if not delivered:
-                self._queue.extendleft(reversed(batch))
+            batches = [self._take()]
+            if len(self._queue) >= self._batch_max:
+                batches.append(self._take())
+            self._in_flight = sum(map(len, batches))
+            delivered = [False] * len(batches)
+            helper = None
+            if len(batches) == 2:  # the helper inherits this thread's blocked PROGRAM_SIGNALS
+                helper = threading.Thread(target=self._send_into, args=(clients[1], batches[1], delivered, 1),
+                                          name=f"mado-metrics-run-{self._run_id}-2", daemon=True)
+                helper.start()
+            self._send_into(clients[0], batches[0], delivered, 0)
+            if helper is not None:
+                helper.join()
+            for batch, sent in reversed(list(zip(batches, delivered))):
+                if not sent:
+                    self._queue.extendleft(reversed(batch))
             self._in_flight = 0
             self._sending = False
-            if not delivered:
+            if not all(delivered):
                 return False
         return True
+
+    def _send_into(self, client: ApiClient, batch: list[tuple], delivered: list[bool], index: int) -> None:
+        """``delivered[index] = self._send(client, batch)``; an unexpected error drops the batch, logged."""
+        try:
+            delivered[index] = self._send(client, batch)
+        except Exception:  # a bug of ours must not kill the thread silently
+            logger.exception("mado: dropped %d metric points of run %s after an unexpected error",
+                             len(batch), self._run_id)
+            self._count("dropped", len(batch))
+            delivered[index] = True
 
     def _send(self, client: ApiClient, batch: list[tuple[str, str, str, str]]) -> bool:
         """Post one batch until it is stored or refused; False when the close deadline ran out first."""
@@ -299,7 +336,7 @@ class MetricSender:
             else:
                 if response.status_code < 400:
                     self._recovered()
-                    self.sent += len(batch)
+                    self._count("sent", len(batch))
                     self._warn_dropped_keys(response)
                     return True
                 if not is_transient(response.status_code):
@@ -338,10 +375,11 @@ class MetricSender:
 
     def _refused(self, client: ApiClient, response: requests.Response, batch: list[tuple]) -> None:
         error = client.error_from(response, "POST", self._path)
-        if self._lease is not None and self._lease.lost_by(error):
-            self._drop_queue(batch)
-            return
+        with self._keep_lock:  # a log_metrics that sees the Run lost keeps its points after this batch
+            if self._lease is not None and self._lease.lost_by(error):
+                self._drop_queue(batch)
+                return
         count = len(batch)
-        self.dropped += count
+        self._count("dropped", count)
         logger.warning("mado: the server refused a batch of %d metric points of run %s (field %s: %s); "
                        "the batch is dropped", count, self._run_id, error.field or "unknown", error.detail)

@@ -156,11 +156,11 @@ class OfflineRun(RunBase):
         if self._finishing:
             raise MadoError(f"offline run {self.external_id} is finished; {what} must come before finish()")
 
-    def log_metrics(self, metrics, step: int | None = None) -> None:
-        """Append the points to ``metrics.jsonl`` and flush (SPEC F2, F18); ``step`` and validation as
-        ``Run.log_metrics``."""
+    def log_metrics(self, metrics, step: int | None = None, *, all_ranks: bool = False) -> None:
+        """Append the points to ``metrics.jsonl`` and flush (SPEC F2, F18); ``step``, ``all_ranks`` and
+        validation as ``Run.log_metrics``."""
         self._require_open("log_metrics")
-        points = self._encode(metrics, step)
+        points = self._encode(metrics, step, all_ranks)
         if points:
             self._metrics.write("\n".join(map(point_json, points)) + "\n")
             self._metrics.flush()

@@ -199,7 +199,6 @@ class Run(RunBase):
         self._flush_timeout = flush_timeout
         self._resume_file = resume_file
         self._data = data
-        self.rank, self.world_size = 0, 1
         self._update(data)
         self.resumed: bool = bool(data.get("resumed"))
         self.resume_count: int = data.get("resume_count") or 0
@@ -279,7 +278,7 @@ class Run(RunBase):
         """
         if self._finishing:
             raise MadoError(f"run {self.id} is finished; log_metrics must come before finish()")
-        points = self._encode(distributed.rank_keys(metrics, self.rank) if all_ranks else metrics, step)
+        points = self._encode(metrics, step, all_ranks)
         if self._lease.lost:
             if self._sender.keep(points):
                 return

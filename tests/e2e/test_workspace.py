@@ -1,7 +1,10 @@
 """The workspace in a real browser (SPEC F34, F35): sort the runs table by a metric, select three runs, Compare,
 hover a chart and read the three values in its legend, zoom and reset, log scale, smoothing; the System tab."""
 
+from datetime import timedelta
+
 import pytest
+from django.utils import timezone
 from playwright.sync_api import expect
 
 from runs.metrics import metrics_ingest
@@ -16,9 +19,11 @@ def _project():
     project = ProjectFactory(name="Vision", slug="vision")
     user = UserFactory(username="erin")
     MembershipFactory(user=user, project=project, role=Role.MEMBER)
-    for name, end in LOSSES.items():
+    for hours, (name, end) in enumerate(LOSSES.items(), start=1):
+        started = timezone.now() - timedelta(hours=hours)
         run = RunFactory(project=project, created_by=user, name=name, status=RunStatus.FINISHED,
-                         parameters={"lr": float(name[3:]), "batch": 64})
+                         parameters={"lr": float(name[3:]), "batch": 64}, started_at=started,
+                         ended_at=started + timedelta(minutes=17 * hours))
         metrics_ingest(actor=user, run=run, points=[
             {"key": "train.loss", "value": end + (99 - s) / 50, "step": s} for s in range(100)
         ] + [{"key": "val.acc", "value": 1 - end, "step": s} for s in range(0, 100, 10)])

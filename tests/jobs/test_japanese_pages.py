@@ -3,6 +3,7 @@ checkpoints, a sweep with a failed trial, and the messages services raise into p
 Japanese. Names the user typed, code, ids, units and product names may stay as they are."""
 
 import re
+from html import unescape
 from html.parser import HTMLParser
 
 import pytest
@@ -89,3 +90,32 @@ def test_every_page_of_a_project_reads_in_japanese(ja, creator, failed_job, proj
         if found:
             left[url] = found
     assert left == {}
+
+
+def test_messages_that_services_raise_into_pages_read_in_japanese(ja, login, admin, failed_job, project):
+    """A refused sweep config, a bad compare selection, a bad sort and column, an abort of an ended Job and a
+    refused membership change: each message is the service's, shown on the page in Japanese."""
+    flows = [
+        (ja.post(reverse("runs:sweep-create", args=[project.slug]),
+                 {"config": "method: annealing\nmetric: {name: x}\nparameters: {a: {values: [1]}}\nprogram: p\n"}),
+         "method は grid, random, bayes のいずれかにしてください（指定値: 'annealing'）"),
+        (ja.get(reverse("runs:project-compare", args=[project.slug]) + "?run=abc"), "'abc' はRunのIDではありません"),
+        (ja.get(reverse("runs:project-detail", args=[project.slug]) + "?sort=nonsense"),
+         "'nonsense' では並べ替えられません: 表示中の列ではありません"),
+        (ja.post(reverse("runs:project-columns", args=[project.slug]), {"col": ["bogus"]}, follow=True),
+         "'bogus': param:NAME または metric:KEY:last|min|max の形で指定してください"),
+        (ja.post(reverse("jobs:job-abort", args=[failed_job.pk]), follow=True),
+         f"ジョブ {failed_job.pk} はすでに failed で終了しています。中止するものはありません"),
+    ]
+    administrator = login(admin)
+    administrator.post(reverse("set_language"), {"language": "ja", "next": "/"})
+    flows += [
+        (administrator.post(reverse("runs:project-members", args=[project.slug]),
+                            {"username": "nobody", "role": "viewer"}), "ユーザー 'nobody' は存在しません"),
+        (administrator.post(reverse("runs:member-remove", args=[project.slug, admin.username])),
+         "プロジェクトには管理者が少なくとも1人必要です"),
+    ]
+    for response, message in flows:
+        html = unescape(response.content.decode())
+        assert message in html, message
+        assert english_left(html, {failed_job.run.name, project.name, admin.username, "nobody"}) == []

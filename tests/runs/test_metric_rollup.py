@@ -36,10 +36,12 @@ def test_the_upgrade_fills_rollups_of_points_stored_before_it(run, creator, proj
     assert stored_rollups(other.pk) == {("acc", 0): (1, 1, None, None, None, None, None, None)}
 
 
-def from_points(run, key: str, max_points: int) -> list[tuple]:
-    """The chart a key's points give when its buckets are whole rollup buckets: per part of ``k`` rollup buckets
-    the points holding the smallest and largest finite value (lowest step, then first stored), by step."""
-    rows = list(MetricPoint.objects.filter(run=run, key=key).order_by("id").values_list("step", "value", "timestamp"))
+def from_points(run, key: str, max_points: int, before_step: int = 2**63) -> list[tuple]:
+    """The chart a key's points (below ``before_step``) give when its buckets are whole rollup buckets: per part of
+    ``k`` rollup buckets the points holding the smallest and largest finite value (lowest step, then first stored),
+    by step."""
+    rows = list(MetricPoint.objects.filter(run=run, key=key, step__lt=before_step).order_by("id")
+                .values_list("step", "value", "timestamp"))
     low = min(s for s, _v, _t in rows) // ROLLUP_STEPS
     spanned = max(s for s, _v, _t in rows) // ROLLUP_STEPS - low + 1
     per = -(-spanned // (max_points // 2))
@@ -88,8 +90,9 @@ def test_the_history_api_answers_a_downsampled_series_as_columns(client_as, run,
     metrics_ingest(actor=creator, run=run, columns={"keys": ["loss"] * len(values), "steps": list(range(len(values))),
                                                     "values": values, "timestamps": [1700000000.5] * len(values)})
     url = f"/api/v1/runs/{run.pk}/metrics/?key=loss&max_points=20"
-    points = client_as("viewer").get(url).json()
-    body = client_as("viewer").get(url + "&shape=columns").json()
+    points = client_as("viewer").get(url + "&shape=points").json()
+    body = client_as("viewer").get(url).json()
+    assert client_as("viewer").get(url + "&shape=columns").json() == body
     assert body["count"] == len(values) and body["non_finite"] == 0 and body["next"] is None
     assert body["results"] == {"steps": [p["step"] for p in points["results"]],
                                "values": [p["value"] for p in points["results"]],
@@ -103,7 +106,24 @@ def test_a_bad_shape_is_refused_naming_it(client_as, run, creator, query):
     metrics_ingest(actor=creator, run=run, points=[{"key": "loss", "value": 1.0, "step": 0}])
     response = client_as("viewer").get(f"/api/v1/runs/{run.pk}/metrics/?key=loss&{query}")
     if query.endswith("shape="):  # an empty value is the default
-        assert response.status_code == 200 and isinstance(response.json()["results"], list)
+        assert response.status_code == 200 and response.json()["results"]["steps"] == [0]
     else:
         assert response.status_code == 400 and response.json()["field"] == "shape"
     assert MetricRollup.objects.filter(run=run).count() == 1
+
+
+def test_an_ancestors_curve_up_to_a_step_comes_from_its_rollups_and_the_points_of_that_steps_bucket(run, creator):
+    steps = list(range(0, 100 * R, 7))
+    values = [((s * 7919) % 1000) / 1000 for s in steps]
+    values[steps.index(50 * R + 3)] = -40.0  # a dip inside the bucket cut by before_step, below it
+    values[steps.index(50 * R + 10)] = 90.0  # a spike in the same bucket, at or above before_step: not drawn
+    metrics_ingest(actor=creator, run=run, columns={"keys": ["loss"] * len(steps), "steps": steps, "values": values})
+    before = 50 * R + 5
+    points, non_finite, total = selectors.metric_chart_series(run=run, key="loss", max_points=100, before_step=before,
+                                                              with_timestamps=True)
+    assert (non_finite, total) == (0, sum(1 for s in steps if s < before))
+    assert points == from_points(run, "loss", 100, before_step=before)
+    assert (50 * R + 3, -40.0) in {(s, v) for s, v, _t in points} and max(s for s, _v, _t in points) < before
+    MetricPoint.objects.filter(run=run, step__lt=50 * R).delete()  # whole buckets come from the rollups
+    assert selectors.metric_chart_series(run=run, key="loss", max_points=100, before_step=before,
+                                         with_timestamps=True)[0] == points

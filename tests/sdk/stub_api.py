@@ -7,6 +7,7 @@ briefly unavailable) or to refuse them with a 400 body naming a field.
 
 import json
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
@@ -62,11 +63,12 @@ class StubApi(HttpStub):
     """Records what it receives: ``runs`` (create bodies), ``posts`` (status answered per metric post),
     ``batch_sizes`` (points per metric post), ``points`` (stored points, in arrival order) and
     ``statuses`` (PATCHed statuses), ``batch_keys`` (the ``Idempotency-Key`` of each metric post).
-While ``release`` is clear, metric posts hang.
+While ``release`` is clear, metric posts hang; each takes ``metrics_delay_s`` at least; ``most_in_flight`` is the
+    most metric posts seen at once.
     ``lose_create_answers``: that many run creations are stored but answered 503 (the answer got lost)."""
 
     def __init__(self, *, fail_metrics: int = 0, fail_status: int = 503, refuse: dict | None = None,
-                 lose_create_answers: int = 0):
+                 lose_create_answers: int = 0, metrics_delay_s: float = 0.0):
         self.fail_metrics = fail_metrics
         self.lose_create_answers = lose_create_answers
         self.fail_status = fail_status
@@ -75,6 +77,8 @@ While ``release`` is clear, metric posts hang.
         self.release.set()
         self.runs, self.posts, self.points, self.statuses, self.batch_sizes = [], [], [], [], []
         self.batch_keys = []
+        self.in_flight = self.most_in_flight = 0
+        self.metrics_delay_s = metrics_delay_s
         super().__init__()
 
     def __exit__(self, *exc):
@@ -82,7 +86,13 @@ While ``release`` is clear, metric posts hang.
         super().__exit__(*exc)
 
     def _metrics(self, body: dict, key: str | None) -> tuple[int, dict]:
+        with self.lock:
+            self.in_flight += 1
+            self.most_in_flight = max(self.most_in_flight, self.in_flight)
         self.release.wait(30)
+        time.sleep(self.metrics_delay_s)
+        with self.lock:
+            self.in_flight -= 1
         if "keys" in body:  # the columnar form the SDK sends, as the rows the tests compare
             body = {"points": [{"key": k, "step": s, "value": v, "timestamp": t} for k, s, v, t
                                in zip(body["keys"], body["steps"], body["values"], body["timestamps"], strict=True)]}

@@ -201,6 +201,19 @@ def test_job_launch_names_the_refused_field(mado, creator, project, code_version
     assert not Job.objects.exists() and sent == []
 
 
+def test_job_launch_and_resume_take_processes_per_node(mado, creator, project, code_version, cpu):
+    launched = mado("job", "launch", "--code-version", code_version.pk, "--nproc-per-node", "2", "-q", user=creator)
+    assert launched.exit_code == 0, launched.output
+    assert Job.objects.get(pk=int(launched.output)).nproc_per_node == 2
+    assert "processes per node: 2" in mado("job", "show", int(launched.output), user=creator).output
+    refused = mado("job", "launch", "--code-version", code_version.pk, "--nproc-per-node", "0", user=creator)
+    assert refused.exit_code == 2 and "--nproc-per-node" in refused.output
+    failed, _ = _failed_job(creator, code_version, cpu)
+    resumed = mado("job", "resume", failed.pk, "--latest", "--nproc-per-node", "3", "-q", user=creator)
+    assert resumed.exit_code == 0, resumed.output
+    assert Job.objects.get(pk=int(resumed.output)).nproc_per_node == 3
+
+
 def test_job_list_and_show(mado, creator, member, project, code_version, cpu):
     failed, _ = _failed_job(creator, code_version, cpu)
     resumed = services.job_resume_from_latest(actor=creator, job=failed)

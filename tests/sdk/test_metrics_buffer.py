@@ -91,9 +91,21 @@ def test_batches_hold_at_most_ten_thousand_points():
                 run.log_metrics({"loss": float(step)}, step=step)
             stub.release.set()
     assert len(stub.points) == 25_000
-    assert [p["step"] for p in stub.points] == list(range(25_000))
+    assert sorted(p["step"] for p in stub.points) == list(range(25_000))  # two batches in flight: either order
     assert max(stub.batch_sizes) == metrics.BATCH_MAX
     assert set(stub.posts) == {201}
+
+
+def test_a_backlog_goes_out_two_batches_at_a_time_each_point_once():
+    with StubApi(fail_metrics=1, fail_status=503, metrics_delay_s=0.3) as stub:
+        stub.release.clear()  # the first full batch waits while the loop queues the rest
+        with _start(stub) as run:
+            for step in range(35_000):
+                run.log_metrics({"loss": float(step)}, step=step)
+            stub.release.set()
+    assert stub.most_in_flight == 2  # behind the first (503, then stored): two full batches at once
+    assert sorted(p["step"] for p in stub.points) == list(range(35_000))  # the retried one too, none twice
+    assert stub.posts == [503, 201, 201, 201, 201] and len(set(stub.batch_keys)) == 4
 
 
 @pytest.mark.parametrize(

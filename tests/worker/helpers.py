@@ -83,7 +83,7 @@ def zip_bytes(files: dict[str, bytes], *, symlinks: dict[str, str] | None = None
 
 # The training code: reads its control file (argv[1]), records what it saw into the marker file (``marker``,
 # or ``<marker_dir>/<MMT_RUN_ID>.json``), then prints, waits to be stopped or exits as told. The marker file
-# only exists if the code started.
+# only exists if the code started. Under torchrun the ranks wait for each other after the SIGTERM set-up.
 TRAIN_PY = textwrap.dedent('''
     import json, os, pathlib, signal, stat, sys, time
     from lib.util import describe
@@ -111,6 +111,14 @@ TRAIN_PY = textwrap.dedent('''
             print("SIGTERM received, saving and exiting", flush=True)
             sys.exit(143)
         signal.signal(signal.SIGTERM, on_term)
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world > 1:  # under torchrun: every rank has started before any goes on (the first exit stops the rest)
+        pathlib.Path(f"{marker}.started-{os.environ['RANK']}").touch()
+        deadline = time.monotonic() + 60
+        while len(list(pathlib.Path(marker).parent.glob(pathlib.Path(marker).name + ".started-*"))) < world:
+            if time.monotonic() > deadline:
+                sys.exit("not every rank started within 60 s")
+            time.sleep(0.05)
     if control.get("wait"):
         print("ready", flush=True)
         time.sleep(120)

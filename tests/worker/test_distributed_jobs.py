@@ -58,6 +58,12 @@ def test_the_entrypoint_runs_under_torchrun_with_its_own_interpreter(entrypoint,
     assert torchrun_argv(entrypoint, 4) == expected
 
 
+def test_several_nodes_meet_where_the_rendezvous_options_say():
+    rendezvous = ["--nnodes=2", "--master-addr=job-node-0-0.job", "--master-port=29500"]
+    assert torchrun_argv(["./train.sh"], 8, rendezvous=rendezvous) == [
+        "torchrun", *rendezvous, "--nproc-per-node", "8", "--no-python", "./train.sh"]
+
+
 def test_torchrun_report_names_each_rank_first_failure_first():
     exits = RankExits()
     for start in range(0, len(REPORT), 100):  # the log arrives in pieces

@@ -57,9 +57,10 @@ def test_the_manifest_is_a_secret_and_a_jobset_whose_pods_the_client_models_acce
     pod = pod_of(jobset)
     (node,) = pod["containers"]
     assert pod["restartPolicy"] == "Never" and node["image"] == OPTIONS.image
-    assert node["command"] == ["torchrun", "--nnodes=3", "--nproc-per-node=4",
+    python, script, *rest = job.code_version.entrypoint  # [python, train.py, …]: torchrun with that interpreter
+    assert node["command"] == [python, "-m", "torch.distributed.run", "--nnodes=3",
                                f"--master-addr=mado-job-{job.pk}-node-0-0.mado-job-{job.pk}", "--master-port=29500",
-                               "--no-python", *job.code_version.entrypoint]
+                               "--nproc-per-node", "4", script, *rest]
     assert node["resources"] == {"limits": {"nvidia.com/gpu": "4"}}
     assert env_of(node)["PET_NODE_RANK"] == {
         "fieldRef": {"fieldPath": "metadata.annotations['batch.kubernetes.io/job-completion-index']"}}
@@ -104,7 +105,8 @@ def test_a_new_job_on_one_node_has_no_restore_step_and_uses_a_standalone_rendezv
     _, jobset = build_manifest(job, ManifestOptions(image="train:1", nnodes=1, nproc_per_node=2, gpus_per_node=0))
     pod = pod_of(jobset)
     assert "initContainers" not in pod and "resources" not in pod["containers"][0]
-    assert pod["containers"][0]["command"][:4] == ["torchrun", "--nnodes=1", "--nproc-per-node=2", "--standalone"]
+    assert pod["containers"][0]["command"][1:6] == ["-m", "torch.distributed.run", "--standalone",
+                                                    "--nproc-per-node", "2"]
     assert "MMT_RESUME_CHECKPOINT_DIR" not in env_of(pod["containers"][0])
 
 
@@ -178,7 +180,8 @@ def test_the_command_prints_the_two_documents(resumed, capsys):
     secret, jobset = yaml.safe_load_all(capsys.readouterr().out)
     assert secret["kind"] == "Secret" and jobset["kind"] == "JobSet"
     assert jobset["metadata"]["namespace"] == secret["metadata"]["namespace"] == "training"
-    assert pod_of(jobset)["containers"][0]["command"][1:3] == ["--nnodes=2", "--nproc-per-node=8"]
+    command = pod_of(jobset)["containers"][0]["command"]
+    assert "--nnodes=2" in command and command[command.index("--nproc-per-node") + 1] == "8"
 
 
 @pytest.mark.parametrize("job_id", ["1; rm -rf /", "-1", "１２", "0x1", "", "1e3", "9" * 30])
@@ -206,5 +209,5 @@ def test_nodes_and_processes_default_to_the_jobs_own(launch):
     spec = jobset["spec"]["replicatedJobs"][0]["template"]["spec"]
     assert (spec["parallelism"], spec["completions"]) == (4, 4)
     node = spec["template"]["spec"]["containers"][0]
-    assert node["command"][1:3] == ["--nnodes=4", "--nproc-per-node=8"]
+    assert "--nnodes=4" in node["command"] and node["command"][node["command"].index("--nproc-per-node") + 1] == "8"
     assert node["resources"] == {"limits": {"nvidia.com/gpu": "8"}}
