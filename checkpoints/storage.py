@@ -162,6 +162,7 @@ def blob_open_range(*, key: str, start: int, length: int, chunk_size: int = CHUN
 
     The blob is opened before this returns (a missing blob raises here, not
     mid-response); closing the iterator closes the underlying file or HTTP body.
+    A blob shorter than ``start + length`` raises ``OSError`` after its last byte.
     """
     storage = artifact_storage()
     if length <= 0:
@@ -173,16 +174,19 @@ def blob_open_range(*, key: str, start: int, length: int, chunk_size: int = CHUN
     else:
         handle = storage.open(key, "rb")
     handle.seek(start)
-    return _file_chunks(handle, length, chunk_size)
+    return _file_chunks(handle, key, length, chunk_size)
 
 
-def _file_chunks(handle, length: int, chunk_size: int) -> Iterator[bytes]:
+def _file_chunks(handle, key: str, length: int, chunk_size: int) -> Iterator[bytes]:
+    """``length`` bytes of ``handle`` in chunks; ``OSError`` when the file ends sooner: a response that
+    declared ``length`` bytes is then cut off (the client sees a broken transfer at once) instead of
+    leaving the client waiting for bytes that never come."""
     try:
         remaining = length
         while remaining > 0:
             data = handle.read(min(chunk_size, remaining))
             if not data:
-                break
+                raise OSError(f"blob {key} ended {remaining} bytes before the {length} bytes asked for")
             remaining -= len(data)
             yield data
     finally:

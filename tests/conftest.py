@@ -36,13 +36,6 @@ def _artifact_storage(settings, tmp_path):
     settings.STORAGES = {**settings.STORAGES, "default": location, "artifacts": location}
 
 
-@pytest.fixture(autouse=True)
-def _default_language_after_the_test():
-    """A page requested in Japanese leaves Japanese active in this thread: the next test starts in the default."""
-    yield
-    translation.deactivate()
-
-
 @pytest.fixture
 def project(db):
     return ProjectFactory(name="Vision", slug="vision")

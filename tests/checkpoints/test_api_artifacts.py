@@ -233,6 +233,23 @@ def test_a_range_past_the_end_answers_416(api, viewer, artifact, run, header):
     assert response.json()["field"] == "Range"
 
 
+def test_a_stored_file_cut_short_breaks_the_download_instead_of_ending_it_early(api, viewer, artifact, run, settings):
+    """A blob shorter than recorded must not end a body that declared the recorded length as if it were whole:
+    the client would wait for the missing bytes until its read timeout. The stream raises after the last
+    stored byte, so the server cuts the connection and the client retries or fails at once."""
+    root = settings.STORAGES["artifacts"]["OPTIONS"]["location"]
+    with open(os.path.join(root, artifact.storage_key), "r+b") as stored:
+        stored.truncate(len(BLOB) - 3000)
+    response = api(viewer).get(url(run))
+    assert response["Content-Length"] == str(len(BLOB))
+    chunks = iter(response.streaming_content)
+    received = next(chunks)
+    with pytest.raises(OSError, match="ended 3000 bytes before"):
+        for chunk in chunks:
+            received += chunk
+    assert received == BLOB[: len(BLOB) - 3000]
+
+
 @pytest.mark.parametrize("header", ["bytes=5-2", "items=0-1", "bytes=0-1,4-5", "garbage"])
 def test_a_malformed_or_multi_range_is_ignored(api, viewer, artifact, run, header):
     response = api(viewer).get(url(run), HTTP_RANGE=header)
