@@ -102,6 +102,17 @@ class RunBase:
     rank = 0  # under torchrun: this process's rank and the number of ranks (mado_tracking.distributed, F36)
     world_size = 1
 
+    def _update(self, data: dict) -> None:
+        """Take the Run's fields from the server's answer ``data`` (a subclass sets ``_config`` first)."""
+        self.id: int = data["id"]
+        self.external_id: str = data.get("external_id", "")
+        self.url: str = data.get("url", "")
+        self.project: str = data.get("project", self._config.project)
+        self.name: str = data.get("name", "")
+        self.kind: str = data.get("kind", "")
+        self.status: str = data.get("status", "")
+        self.parameters: dict = data.get("parameters") or {}
+
     def _encode(self, metrics, step, all_ranks: bool = False) -> list[tuple[str, str, str, str]]:
         """The points of a ``log_metrics`` call at ``step`` (None: ``self.step``); ``self.step`` moves past it.
 

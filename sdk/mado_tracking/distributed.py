@@ -141,14 +141,8 @@ class RankRun(RunBase):
     """
 
     def __init__(self, *, config: config_module.Config, data: dict, step: int, ranks: Ranks, flush_timeout: float):
-        self.id = data["id"]
-        self.external_id = data.get("external_id", "")
-        self.url = data.get("url", "")
-        self.project = data.get("project", config.project)
-        self.name = data.get("name", "")
-        self.kind = data.get("kind", "")
-        self.status = data.get("status", "")
-        self.parameters = data.get("parameters") or {}
+        self._config = config
+        self._update(data)
         self.resumed = bool(data.get("resumed"))
         self.resume_count = data.get("resume_count") or 0
         self.fencing_token = data.get("fencing_token")

@@ -233,16 +233,6 @@ class Run(RunBase):
         """True once another process took this Run over or it ended on the server (nothing is sent any more)."""
         return self._lease.lost
 
-    def _update(self, data: dict) -> None:
-        self.id: int = data["id"]
-        self.external_id: str = data.get("external_id", "")
-        self.url: str = data.get("url", "")
-        self.project: str = data.get("project", self._config.project)
-        self.name: str = data.get("name", "")
-        self.kind: str = data.get("kind", "")
-        self.status: str = data.get("status", "")
-        self.parameters: dict = data.get("parameters") or {}
-
     def __repr__(self) -> str:
         return f"<Run {self.id} {self.external_id} {self.name!r} {self.status}>"
 

@@ -37,12 +37,11 @@ import hashlib
 import os
 import stat
 import tarfile
-from collections import deque
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from mado_tracking.errors import CheckpointError
 from mado_tracking.tarformat import Limits, ManifestMismatch, check_path
+from mado_tracking.tarverify import ThreadedSha256
 
 __all__ = ["CheckpointError", "CheckpointTar", "scan"]
 
@@ -124,25 +123,19 @@ class CheckpointTar:
         return self._length
 
     def __iter__(self):
-        if not self._tar_hash:
+        hasher = ThreadedSha256(ahead=self._max_ahead) if self._tar_hash else None
+        try:
             for part in self._parts():
+                if hasher is not None:
+                    hasher.update(part)
                 if self.on_bytes:
                     self.on_bytes(len(part))
                 yield part
-            return
-        tar_hash = hashlib.sha256()
-        pending: deque = deque()
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="mado-tar-sha256") as hasher:
-            for part in self._parts():
-                pending.append(hasher.submit(tar_hash.update, part))
-                if len(pending) > self._max_ahead:
-                    pending.popleft().result()
-                if self.on_bytes:
-                    self.on_bytes(len(part))
-                yield part
-            for future in pending:
-                future.result()
-        self.sha256 = tar_hash.hexdigest()
+            if hasher is not None:
+                self.sha256 = hasher.hexdigest()
+        finally:
+            if hasher is not None:
+                hasher.close()
 
     def _parts(self):
         for header, (relative, path, size) in zip(self._headers, self.files):

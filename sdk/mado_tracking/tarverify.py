@@ -56,7 +56,7 @@ class CheckpointVerifier:
         self._declared_sha = tar_sha256
         self._writer = writer
         self._reader = TarReader(self, limits=limits)
-        self._tar_hash = _ThreadedSha256()
+        self._tar_hash = ThreadedSha256()
         self.members: dict[str, ManifestFile] = {}
         self.size = 0
         self.sha256 = ""
@@ -151,7 +151,7 @@ def _compare_missing(found: dict[str, ManifestFile], expected: dict[str, Manifes
         raise ManifestMismatch("manifest", f"missing from the tar: {', '.join(repr(p) for p in missing[:5])}")
 
 
-class _ThreadedSha256:
+class ThreadedSha256:
     """SHA-256 of the whole tar on a helper thread, beside the files' hashes on the caller's.
 
     hashlib releases the GIL on large updates, so the two passes over every

@@ -44,8 +44,6 @@ from pathlib import Path
 
 import torch
 
-from mado_tracking.dcp import load_distributed, save_distributed
-
 try:
     import numpy
 except ImportError:  # numpy is optional
@@ -59,6 +57,16 @@ FILES = {"model": "model.pt", "optimizer": "optimizer.pt", "scheduler": "schedul
 FORMAT = 1
 
 __all__ = ["load_checkpoint", "load_distributed", "load_extra", "save_checkpoint", "save_distributed"]
+
+
+def __getattr__(name: str):
+    """``save_distributed`` / ``load_distributed`` come from ``mado_tracking.dcp`` on first use: importing
+    ``torch.distributed.checkpoint`` costs most of a second that a one-process program need not pay."""
+    if name in ("load_distributed", "save_distributed"):
+        from mado_tracking import dcp
+
+        return getattr(dcp, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def save_checkpoint(directory, *, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None,
