@@ -26,7 +26,8 @@ from runs.models import CodeVersion, RunKind
 from runs.selectors import project_get_for_user
 
 TAGS = ["jobs"]
-_NPROC_HELP = "processes per node (1..256): above 1 the worker starts the code under torchrun (F36)."
+_NPROC_HELP = (f"processes per node (1..{NPROC_PER_NODE_LIMIT}): above 1 the worker starts the code under torchrun "
+               "(F36).")
 _JOB_ID = OpenApiParameter("id", int, OpenApiParameter.PATH, description="job id")
 _CHECKPOINT_ID = OpenApiParameter("checkpoint_id", int, OpenApiParameter.PATH, description="checkpoint id")
 _IDEMPOTENCY_KEY = OpenApiParameter(

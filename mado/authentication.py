@@ -65,9 +65,10 @@ def run_id_of(credential) -> int | None:
 
 
 def run_token_refusal(credential, run) -> str | None:
-    """None when ``credential`` may act on ``run``; the sentence for a 403 when it is a Run token of another Run."""
+    """None when ``credential`` may act on ``run``; the sentence for a 403 when it is a Run token of another Run
+    (``run`` None: something of no Run, such as a logged model made outside one, which no Run token reaches)."""
     scoped = run_id_of(credential)
-    return None if scoped is None or scoped == run.pk else str(RUN_TOKEN_SCOPE)
+    return None if scoped is None or (run is not None and scoped == run.pk) else str(RUN_TOKEN_SCOPE)
 
 
 class BearerTokenAuthentication(TokenAuthentication):

@@ -104,7 +104,8 @@ def metrics_ingest(
             summary_add(run_id=run.pk, columns=batch)
             rollup_add(run_id=run.pk, columns=batch)
             _insert(run.pk, batch)
-        run_touch(run_id=run.pk)
+        if run.heartbeat_at is None:  # a Run that beats is judged by its heartbeats: no UPDATE per batch
+            run_touch(run_id=run.pk)
     return MetricsIngested(len(batch.keys), dropped, dropped_keys, replayed=False)
 
 

@@ -297,17 +297,14 @@ def metric_chart_series_many(
     one query reads all of those whole, and only a larger series is reduced on its own (Run page, Compare, F34).
     """
     by_id = {run.pk: run for run in runs}
-    series = {}
+    series, wanted = {}, {}
     for run_id, key, count in MetricSummary.objects.filter(run__in=runs).filter(keys).values_list(
             "run_id", "key", "count"):
         if count <= max_points:
             series[(run_id, key)] = [[], 0, count]
+            wanted.setdefault(run_id, []).append(key)
         else:
             series[(run_id, key)] = metric_chart_series_remembered(run=by_id[run_id], key=key, max_points=max_points)
-    wanted = {}
-    for (run_id, key), entry in series.items():
-        if isinstance(entry, list):
-            wanted.setdefault(run_id, []).append(key)
     # One index range per Run (and its small keys): the points of a large series are never read here.
     small = MetricPoint.objects.none()
     if wanted:

@@ -181,7 +181,7 @@ def data_composition_at(*, run: Run, step: int) -> list[DatasetVersion]:
 
 def _inherited(run: Run) -> tuple[Run, int] | None:
     """``(source Run, checkpoint step)`` of a Run started from a checkpoint, else None."""
-    checkpoint = run.source_checkpoint if run.source_checkpoint_id is not None else None
+    checkpoint = run.source_checkpoint
     return None if checkpoint is None else (checkpoint.run, checkpoint.step)
 
 

@@ -114,11 +114,12 @@ def column_choices(*, runs: QuerySet[Run]) -> Choices:
     """The ``Choices`` of the column picker for ``runs`` (their latest ``DEFAULT_SAMPLE``)."""
     sample = runs.order_by("-created_at", "-id")[:DEFAULT_SAMPLE]
     values: dict[str, set] = {}
-    for parameters in sample.values_list("parameters", flat=True):
+    sampled = list(sample.values_list("parameters", flat=True))
+    for parameters in sampled:
         for name, value in (parameters or {}).items():
             values.setdefault(name, set()).add(repr(value))
     return Choices(parameters=[(name, len(values[name]) > 1) for name in sorted(values)],
-                   metric_keys=metric_keys_by_share(sample.values("pk")), sampled=sample.count())
+                   metric_keys=metric_keys_by_share(sample.values("pk")), sampled=len(sampled))
 
 
 _SUMMARY_FIELD = {"last": "last_value", "min": "min_value", "max": "max_value"}

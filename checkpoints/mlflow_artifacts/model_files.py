@@ -7,7 +7,7 @@ ahead of the tracking API's catch-all.
 
 import posixpath
 
-from checkpoints.mlflow_artifacts.paths import check_path, files_of, list_directory
+from checkpoints.mlflow_artifacts.paths import PATH_MAX, check_path, files_of, list_directory
 from runs.mlflow.logged_models import artifact_uri
 from runs.mlflow.model_views import request_model
 from runs.mlflow.translate import str_arg
@@ -24,10 +24,10 @@ def logged_model_artifacts(request, user, data, model_id):
     directory path → 400 INVALID_PARAMETER_VALUE.
     """
     model = request_model(request, user, model_id)
-    directory = str_arg(data, "artifact_directory_path", required=False, max_length=2048)
+    directory = str_arg(data, "artifact_directory_path", required=False, max_length=PATH_MAX)
     if directory:
         check_path(directory)
     files = list_directory(files=files_of(model), path=directory)
     for entry in files:
-        entry["path"] = posixpath.join(directory, entry["path"]) if directory else entry["path"]
+        entry["path"] = posixpath.join(directory, entry["path"])
     return {"root_uri": artifact_uri(model), "files": files}

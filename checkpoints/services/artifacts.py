@@ -134,7 +134,7 @@ def artifact_replace(*, actor, run: Run, path: str, source, expected_size: int |
     Paths under ``checkpoints/`` are never replaced: they raise ``Conflict``
     as ``artifact_store`` does. Two replaces at once serialize on the row.
     """
-    require(policy.can_write_runs(actor, run.project), policy.why_not(actor, run.project, policy.MEMBER) or "")
+    policy.require_run_writer(actor, run)
     path = validate_artifact_path(path)
     if path.startswith("checkpoints/") or not Artifact.objects.filter(run=run, path=path).exists():
         return artifact_store(actor=actor, run=run, path=path, source=source, expected_size=expected_size)[0]

@@ -49,7 +49,8 @@ def checkpoint_end_abandoned(*, now=None) -> int:
     """
     now = now or timezone.now()
     lease = settings.MADO_CHECKPOINT_UPLOAD_LEASE
-    expired = Q(created_at__lt=now - timedelta(seconds=lease))
+    lease_cutoff = now - timedelta(seconds=lease)
+    expired = Q(created_at__lt=lease_cutoff)
     run_ended = Q(
         run__status__in=RUN_FINAL_STATES, run__ended_at__lt=now - timedelta(seconds=settings.MADO_CHECKPOINT_ENDED_GRACE)
     ) & ~Q(received__has_key="uploaded")
@@ -58,7 +59,7 @@ def checkpoint_end_abandoned(*, now=None) -> int:
         Checkpoint.objects.filter(state=CheckpointState.PENDING).filter(expired | run_ended)
         .values_list("pk", "created_at")
     ):
-        if created_at < now - timedelta(seconds=lease):
+        if created_at < lease_cutoff:
             error = f"The upload was not finished within its lease of {lease} s; save the checkpoint again."
         else:
             error = "The Run ended before the upload was finished; save the checkpoint again."

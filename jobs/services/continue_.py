@@ -18,6 +18,7 @@ from django.utils.translation import gettext as _
 from checkpoints.models import Checkpoint
 from checkpoints.services import checkpoint_lock_for_use
 from jobs.models import Job, JobKind, Queue
+from jobs.selectors import job_for_run
 from jobs.services._common import clean_nproc_per_node, create_job, new_job_run, once_per_request, require_enabled
 from mado import policy
 from mado.errors import Conflict, Forbidden, NotFound, ValidationFailed
@@ -104,7 +105,7 @@ def run_continue_from_checkpoint(
     versions = dataset_versions_of_project(project=source_run.project, ids=dataset_version_ids)
     code_version = _check_code_version(source_run, code_version)
     queue = require_enabled(queue)
-    source_job = Job.objects.filter(run_id=source_run.pk).only("nproc_per_node").first()
+    source_job = job_for_run(run=source_run)
     nproc_per_node = clean_nproc_per_node(nproc_per_node, default=source_job.nproc_per_node if source_job else 1)
 
     def create(key: str | None) -> Job:

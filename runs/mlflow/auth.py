@@ -31,10 +31,15 @@ def authenticate_request(request, *, run_token_allowed: bool):
     return user
 
 
+def token_run(request):
+    """The Run of the request's Run token, or None for a user's credentials."""
+    return getattr(request.auth, "run", None) if run_id_of(request.auth) is not None else None
+
+
 def require_own_project(request, project) -> None:
     """PERMISSION_DENIED (403) when the request's Run token belongs to a Run of another Project than ``project``
     (a Job's code may read its own Run's experiment)."""
-    scoped = getattr(request.auth, "run", None) if run_id_of(request.auth) is not None else None
+    scoped = token_run(request)
     if scoped is not None and scoped.project_id != project.pk:
         raise MlflowError(PERMISSION_DENIED, str(RUN_TOKEN_SCOPE))
 

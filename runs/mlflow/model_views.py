@@ -8,25 +8,19 @@ models only with its Run as ``source_run_id``, and searches only its Run's
 experiment; a model logged outside a run is out of every Run token's reach.
 """
 
-from mado.authentication import RUN_TOKEN_SCOPE, run_id_of
+from mado.authentication import RUN_TOKEN_SCOPE
 from runs.mlflow import logged_models, services
-from runs.mlflow.auth import require_own_project
+from runs.mlflow.auth import require_own_project, require_own_run, token_run
 from mado.mlflow_errors import PERMISSION_DENIED, MlflowError
 from runs.mlflow.translate import page_answer, str_arg
 from runs.mlflow.views import endpoint, request_run
 from runs.models import LoggedModel
 
 
-def _token_run(request):
-    """The Run of the request's Run token, or None for a user's credentials."""
-    return getattr(request.auth, "run", None) if run_id_of(request.auth) is not None else None
-
-
 def request_model(request, user, model_id: str, *, allow_deleted: bool = False) -> LoggedModel:
     """The logged model ``model_id`` (404 when invisible); 403 for a Run token of another Run than its source Run."""
     model = logged_models.logged_model_get(user=user, model_id=model_id, allow_deleted=allow_deleted)
-    if run_id_of(request.auth) is not None and (model.run is None or run_id_of(request.auth) != model.run_id):
-        raise MlflowError(PERMISSION_DENIED, str(RUN_TOKEN_SCOPE))
+    require_own_run(request, model.run)
     return model
 
 
@@ -44,7 +38,7 @@ def logged_model_create(request, user, data):
     source = None
     if str_arg(data, "source_run_id", required=False, max_length=128):
         source = request_run(request, user, {"run_id": data["source_run_id"]})
-    elif _token_run(request) is not None:
+    elif token_run(request) is not None:
         raise MlflowError(PERMISSION_DENIED, f"{RUN_TOKEN_SCOPE}: set source_run_id to the token's run")
     project = services.experiment_for_id(actor=user, experiment_id=str_arg(data, "experiment_id", max_length=40))
     require_own_project(request, project)
@@ -100,7 +94,7 @@ def logged_model_search(request, user, data):
     experiment_ids = data.get("experiment_ids")
     if isinstance(experiment_ids, str):
         experiment_ids = [experiment_ids]
-    scoped = _token_run(request)
+    scoped = token_run(request)
     if scoped is not None and isinstance(experiment_ids, list):
         experiment_ids = [e for e in experiment_ids if e == str(scoped.project_id)] or ["-"]
     models, token = logged_models.logged_model_search(

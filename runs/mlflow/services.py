@@ -53,7 +53,8 @@ def _bad(message: str) -> MlflowError:
     return MlflowError(INVALID_PARAMETER_VALUE, message)
 
 
-def _require_member(actor, project: Project) -> None:
+def require_member(actor, project: Project) -> None:
+    """``Forbidden`` unless ``actor`` may write Runs of ``project`` (a member; SPEC F31)."""
     if not policy.can_write_runs(actor, project):
         raise Forbidden(policy.why_not(actor, project, policy.MEMBER) or "not allowed")
 
@@ -156,7 +157,7 @@ def experiment_tag_set(*, actor, project: Project, key: str, value: str | None) 
     at most 5,000 (MLflow's limits, 400 INVALID_PARAMETER_VALUE); removing a
     missing tag is RESOURCE_DOES_NOT_EXIST (404), as on MLflow.
     """
-    _require_member(actor, project)
+    require_member(actor, project)
     pairs = key_values([{"key": key, "value": value or ""}], "tag", 1, 5000)
     with transaction.atomic():
         locked = Project.objects.select_for_update().get(pk=project.pk)
@@ -178,7 +179,7 @@ def run_create(*, actor, project: Project, run_name: str = "", tags=None) -> Run
     (default training; 400 for an unknown kind), ``mlflow.runName`` the name
     (``run_name`` wins), the rest are stored as RunTags.
     """
-    _require_member(actor, project)
+    require_member(actor, project)
     tag_map = dict(key_values(tags, "tags", MAX_TAGS, TAG_VALUE_MAX))
     kind = tag_map.pop(KIND_TAG, RunKind.TRAINING)
     if kind not in RunKind.values:

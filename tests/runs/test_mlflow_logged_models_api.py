@@ -248,6 +248,14 @@ def test_hostile_file_paths_are_refused(model, creator, tail):
     assert not Artifact.objects.filter(logged_model__isnull=False).exists()
 
 
+def test_a_run_token_cannot_reach_a_model_logged_outside_a_run(creator, project, run):
+    outside = create(creator, project, name="loose")  # no source_run_id: a model of no Run
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {RunToken.objects.create(run=run, user=creator).key}")
+    assert client.put(files_url(outside, "w"), b"x", content_type="application/octet-stream").status_code == 403
+    assert client.get(API + f"logged-models/{outside['info']['model_id']}").status_code == 403
+
+
 def test_files_of_a_deleted_or_foreign_model_are_not_found(model, creator, outsider, other_project):
     moved = files_url(model, "f").replace(f"/{model['info']['experiment_id']}/", f"/{other_project.pk}/", 1)
     assert client_of(creator).put(moved, b"x", content_type="application/octet-stream").status_code == 404
