@@ -134,7 +134,7 @@ if MADO_STORAGE == "s3":
     }
 else:
     _artifacts = {
-        "BACKEND": "django.core.files.storage.FileSystemStorage",
+        "BACKEND": "checkpoints.filesystem.DurableFileSystemStorage",
         "OPTIONS": {"location": str(DATA_DIR / "artifacts")},
     }
 STORAGES = {

@@ -11,11 +11,11 @@ import botocore.exceptions
 import kombu.exceptions
 import pytest
 import redis.exceptions
-from django.core.files.storage import FileSystemStorage
 from django.db import OperationalError, connection
 from django.test import Client
 
 from checkpoints.models import Checkpoint, CheckpointState
+from checkpoints.storage import artifact_storage
 from mado.outages import outage_of
 from tests.checkpoints.checkpoint_helpers import make_tar, put_tar, register
 
@@ -117,7 +117,8 @@ def test_an_unexpected_error_on_an_api_path_answers_json_not_html(api, member, m
 @pytest.mark.django_db
 def test_a_full_volume_answers_507_and_the_reason_stays_on_the_checkpoint(api, creator, run, login, monkeypatch,
                                                                           tmp_path):
-    save = FileSystemStorage._save
+    storage_class = type(artifact_storage())
+    save = storage_class._save
 
     def fills_up(self, name, content):
         content.read(64 * 1024)
@@ -125,10 +126,10 @@ def test_a_full_volume_answers_507_and_the_reason_stays_on_the_checkpoint(api, c
 
     client = api(creator)
     pending = register(client, run, 10).json()
-    monkeypatch.setattr(FileSystemStorage, "_save", fills_up)
+    monkeypatch.setattr(storage_class, "_save", fills_up)
     data = make_tar({"model.pt": b"w" * 300_000})
     response = put_tar(client, pending["id"], data)
-    monkeypatch.setattr(FileSystemStorage, "_save", save)
+    monkeypatch.setattr(storage_class, "_save", save)
     assert response.status_code == 507 and "Retry-After" not in response
     assert response.json()["error"] == "insufficient_storage"
     assert "no space left" in response.json()["detail"]
