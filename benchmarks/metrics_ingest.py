@@ -4,7 +4,10 @@ Starts gunicorn on a fresh database in the layout of docs/deploy.md
 (``gthread``; ``--workers`` x ``--threads``), then ``--writers`` processes
 each log ``--points`` points to their own Run through the SDK (two keys per
 ``log_metrics`` call) while a reader thread reads a Run's keys and a
-1,000-point history page in a loop, as a Run page refresh does. Prints the
+1,000-point history page in a loop, as a Run page refresh does. With
+``--rate``, writer ``n`` of ``N`` starts ``n/N`` seconds after the first (twenty
+independent jobs do not start, or finish, in the same millisecond; the
+spread is the SDK's flush interval). Prints the
 total points/s (first call to the last point flushed), the latency of every
 metrics POST the SDK made (p50/p99), the reader's latency (p50/p99), the
 per-call cost of ``log_metrics`` (the training loop's), one key's full
@@ -172,9 +175,10 @@ def quantiles(samples: list[float]) -> str:
             f"max {ordered[-1] * 1e3:.1f} ms ({len(ordered)} requests)")
 
 
-def writer(url: str, token: str, points: int, rate: float, name: str, start: multiprocessing.Event, out) -> None:
+def writer(url: str, token: str, points: int, rate: float, name: str, offset: float, start: multiprocessing.Event,
+           out) -> None:
     """One training process: log ``points`` points through the SDK at ``rate`` points/s (0: no pause); report
-    timings, POST latencies, the Run id."""
+    timings, POST latencies, the Run id. A paced writer starts ``offset`` seconds after the others are told to."""
     import mado_tracking
     from mado_tracking.client import ApiClient
 
@@ -193,6 +197,8 @@ def writer(url: str, token: str, points: int, rate: float, name: str, start: mul
     run = mado_tracking.start_run(project="bench", name=name, api_url=url, api_token=token)
     calls, latencies = points // 2, []
     start.wait()
+    if rate:  # independent jobs: each starts (and so ends) at its own moment within the SDK's flush interval
+        time.sleep(offset)
     started = time.perf_counter()
     for step in range(calls):
         t0 = time.perf_counter()
@@ -227,7 +233,7 @@ def run_benchmark(url: str, ingest_url: str, token: str, points: int, writers: i
     watched.finish()
     context = multiprocessing.get_context("spawn")
     start, out = context.Event(), context.Queue()
-    procs = [context.Process(target=writer, args=(ingest_url, token, points, rate, f"w{n}", start, out))
+    procs = [context.Process(target=writer, args=(ingest_url, token, points, rate, f"w{n}", n / writers, start, out))
              for n in range(writers)]
     for proc in procs:
         proc.start()
@@ -248,7 +254,9 @@ def run_benchmark(url: str, ingest_url: str, token: str, points: int, writers: i
     offered = f"{rate * writers:,.0f} points/s offered" if rate else "writers never pause"
     print(f"ingestion ({offered}): {writers} writer(s) x {points // 2 * 2:,} points = {total:,} points "
           f"in {ended - began:.2f} s: {total / (ended - began):,.0f} points/s")
-    print(f"metrics POST (10,000-point batches from the SDK): {quantiles([p for r in results for p in r['posts']])}")
+    posts = [p for r in results for p in r["posts"]]
+    print(f"metrics POST (the SDK's batches, {total / max(len(posts), 1):,.0f} points each on average): "
+          f"{quantiles(posts)}")
     print(f"concurrent API read (keys + 1,000-point page): {quantiles(reads)}")
     print(f"log_metrics call: p50 {calls[len(calls) // 2] * 1e6:.1f} us, "
           f"p99 {calls[int(len(calls) * 0.99)] * 1e6:.1f} us")

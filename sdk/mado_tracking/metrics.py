@@ -14,7 +14,13 @@ logging faster than one request at a time carries) it posts them at once,
 the second from a helper thread, so the server parses one while the
 database stores the other; two such batches may be stored in either order,
 which only matters for a key logged twice at the same step (history and
-"last value" go by step). A transient failure (server unreachable, 5xx,
+"last value" go by step). A part batch left after a post waits for the next
+wake-up (unless ``flush`` or ``close`` asks for everything), so a loop that
+logs at a steady pace posts about once per ``interval`` instead of keeping a
+request in flight all the time: with many writers, that queue of requests
+would be the server's latency (Little's law). Each wait is ``interval`` times
+a random factor in [0.5, 1.5), so processes started together (a sweep, the
+ranks of a Job) do not post in step. A transient failure (server unreachable, 5xx,
 408, 429) is retried with exponential backoff, keeping the batch in order
 ahead of newer points; any other 4xx means the data is wrong: the batch is
 dropped with a warning naming the refused field. Every batch carries its own
@@ -37,6 +43,7 @@ import json
 import logging
 import math
 import numbers
+import random
 import signal
 import threading
 import time
@@ -185,6 +192,7 @@ class MetricSender:
         self._queue: deque[tuple[str, str, str, str]] = deque()
         self._wake = threading.Event()
         self._closing = threading.Event()
+        self._everything = threading.Event()  # flush or close waits: part batches go at once too
         self._hurry = threading.Event()
         self._deadline = math.inf
         self._outage = False
@@ -218,6 +226,7 @@ class MetricSender:
         cut a backoff short: during an outage it waits for the next retry.
         """
         deadline = time.monotonic() + max(timeout, 0.0)
+        self._everything.set()
         self._wake.set()
         # Read the queue before the flag: the sender raises the flag before it takes a batch out.
         while self._queue or self._sending:
@@ -230,6 +239,7 @@ class MetricSender:
         """Send everything queued, waiting at most ``timeout`` seconds; return how many points stayed unsent."""
         self._deadline = time.monotonic() + max(timeout, 0.0)
         self._closing.set()
+        self._everything.set()
         self._hurry.set()
         self._wake.set()
         # A request in flight is bounded by the deadline too; the grace covers the last answer.
@@ -243,7 +253,7 @@ class MetricSender:
         leave_program_signals_to_main_thread()
         try:
             while True:
-                self._wake.wait(self._interval)
+                self._wake.wait(self._interval * random.uniform(0.5, 1.5))  # writers started together drift apart
                 self._wake.clear()
                 if lease and lease.lost:  # the heartbeat thread lost it
                     self._drop_queue()
@@ -306,6 +316,9 @@ class MetricSender:
             self._sending = False
             if not all(delivered):
                 return False
+            if len(self._queue) < self._batch_max and not self._everything.is_set():
+                return True  # a part batch waits for the next wake-up
+        self._everything.clear()
         return True
 
     def _send_into(self, client: ApiClient, batch: list[tuple], delivered: list[bool], index: int) -> None:

@@ -6,6 +6,7 @@ import logging
 import math
 import os
 import socket
+import time
 
 import pytest
 
@@ -194,3 +195,16 @@ def test_flush_waits_until_the_queued_points_are_stored():
         assert run._sender.flush(10) == 0
         assert len(stub.points) == 5  # before finish: the sender's one-second interval did not have to pass
         run.finish()
+
+
+def test_a_steady_loop_posts_about_once_per_interval_not_back_to_back(monkeypatch):
+    """With many writers, a request always in flight per writer would be the server's queue (SPEC F2)."""
+    monkeypatch.setattr(metrics, "FLUSH_INTERVAL_S", 0.5)
+    with StubApi(metrics_delay_s=0.2) as stub:
+        with _start(stub) as run:
+            for step in range(40):  # 2 s of a loop logging every 50 ms
+                run.log_metrics({"loss": float(step)}, step=step)
+                time.sleep(0.05)
+    assert sorted(p["step"] for p in stub.points) == list(range(40))
+    # back to back, a post every 0.2 s would make about ten; one per 0.5 s (±50 %) and the last flush, about five
+    assert len(stub.posts) <= 7, stub.posts
