@@ -1,4 +1,4 @@
-"""Checkpoint save / download benchmark (issue 3): prints figures, asserts nothing.
+"""Checkpoint save / download benchmark: prints figures, asserts nothing.
 
 Starts gunicorn (2 sync workers) on a fresh SQLite data directory with the
 file-system artifact storage, writes ``--files`` files of random bytes

@@ -1,4 +1,4 @@
-"""MLflow-compatibility benchmark (issue 7): prints figures, asserts nothing.
+"""MLflow-compatibility benchmark: prints figures, asserts nothing.
 
 Times the same stock MLflow client (mlflow-skinny from this venv) against
 (1) mado (gunicorn, ``--workers`` workers, fresh SQLite data dir) and

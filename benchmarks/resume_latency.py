@@ -1,4 +1,4 @@
-"""Resume latency (issue 4 "Done when"): from the resume request to the first line of the resumed code.
+"""Resume latency: from the resume request to the first line of the resumed code.
 
 Prints figures, asserts nothing. On a fresh ``MADO_DATA_DIR`` (SQLite file, file-system artifact storage)
 this process migrates, registers a tiny Code whose first statement records ``time.time()``, and starts one

@@ -1,4 +1,4 @@
-"""Reads of Artifacts and Checkpoints for pages and the API (STYLE: Selectors; issues 2 and 3, SPEC F4, F5, F12).
+"""Reads of Artifacts and Checkpoints for pages and the API (STYLE: Selectors; SPEC F4, F5, F12).
 
 Every lookup is scoped to the user's Projects: another Project's artifact or
 checkpoint is indistinguishable from a missing one (``NotFound``, 404). The
@@ -67,7 +67,7 @@ def artifact_delete_blockers(*, user, run: Run, artifacts) -> dict[int, str | No
     return {a.pk: reason % {"step": tar_steps[a.pk]} if a.pk in tar_steps else None for a in artifacts}
 
 
-# --- checkpoints (issue 3; SPEC F1, F4, F5) ------------------------------------------
+# --- checkpoints (SPEC F1, F4, F5) ---------------------------------------------------
 
 
 def checkpoint_keep_count() -> int:

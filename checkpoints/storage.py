@@ -1,4 +1,4 @@
-"""Streaming access to the artifact storage, ``storages["artifacts"]`` (issue 2 part 4; SPEC F1, F5, F12).
+"""Streaming access to the artifact storage, ``storages["artifacts"]`` (SPEC F1, F5, F12).
 
 Bytes are never held whole in memory: uploads are read in ``CHUNK_SIZE``
 pieces, hashed (SHA-256) and counted on the way into the storage; downloads
@@ -277,7 +277,7 @@ def _botocore_errors() -> tuple[type[BaseException], ...]:
     return (BotoCoreError, ClientError)
 
 
-# --- direct multipart upload to S3 (MADO_STORAGE=s3; issue 3 part 3) ---------------
+# --- direct multipart upload to S3 (MADO_STORAGE=s3) -------------------------------
 
 
 def s3_storage():

@@ -1,6 +1,6 @@
 """Pages of Checkpoints and Artifacts: the Run's Checkpoint and Artifacts tabs, a checkpoint's manifest, deletion.
 
-SPEC F4, F5, F29; issue 3 part 8. Each view fetches through a selector
+SPEC F4, F5, F29. Each view fetches through a selector
 (another Project's object is a 404), calls at most one service and renders or
 redirects. Who may delete what, and why not, comes from the selectors'
 blocker functions (``mado.policy`` underneath); the services check again

@@ -1,4 +1,4 @@
-"""API views for Jobs, Queues and Run logs (docs/api.md "Jobs"; issue 4 part 5, SPEC F6–F16).
+"""API views for Jobs, Queues and Run logs (docs/api.md "Jobs"; SPEC F6–F16).
 
 Thin views (STYLE): validate the input shape, fetch through a selector
 (another Project's Job, checkpoint or code version → 404), call one service

@@ -102,7 +102,7 @@ class ParametersMixin:
 
 
 class JobLaunchForm(ParametersMixin, forms.Form):
-    """Launch Job (issue 4 part 5): a Code version of the Project run on an enabled queue as a new Run."""
+    """Launch Job: a Code version of the Project run on an enabled queue as a new Run."""
 
     code_version = CodeVersionChoiceField(label=_("Code version"), queryset=None, empty_label=None)
     parameters = parameters_field()

@@ -1,4 +1,4 @@
-"""Queues, Jobs, Run logs and Run tokens (issue 4 parts 1 and 3; SPEC F6–F16; docs/jobs.md).
+"""Queues, Jobs, Run logs and Run tokens (SPEC F6–F16; docs/jobs.md).
 
 The database holds the invariants that must survive races: one Job per Run,
 at most one active resume per source Run (two clicks, two tabs or an API

@@ -1,4 +1,4 @@
-"""Reads of Jobs, Queues and Run logs for pages and the API (STYLE: Selectors; issue 4, SPEC F6–F16).
+"""Reads of Jobs, Queues and Run logs for pages and the API (STYLE: Selectors; SPEC F6–F16).
 
 Every lookup is scoped to the user's Projects: another Project's Job is
 indistinguishable from a missing one (``NotFound``, 404). F8's "latest

@@ -1,4 +1,4 @@
-"""Page URLs of Jobs (names ``jobs:<entity>-<page>``; issue 4 part 5).
+"""Page URLs of Jobs (names ``jobs:<entity>-<page>``).
 
 The Project's Jobs list and Launch form hang under the Project; the
 Checkpoint tab's "Resume from this checkpoint" confirmation under the

@@ -1,7 +1,7 @@
 """Pages of Jobs: launch, the Jobs list, a Job, abort, resume from latest, resume from a checkpoint, continue
-from a checkpoint (issue 5 part 5, F22), the log tail.
+from a checkpoint (F22), the log tail.
 
-Issue 4 part 5; SPEC F6–F11, F16. Each view fetches through a selector
+SPEC F6–F11, F16. Each view fetches through a selector
 (another Project's object is a 404), calls at most one service and renders
 or redirects. Who may do what, and why not, comes from ``mado.policy``; the
 services check again under row locks, so a page that went stale meanwhile

@@ -3,7 +3,7 @@
 ``UserError`` and its subclasses are the caller's problem (bad input, wrong
 state, forbidden): shown to the user, never retried. ``InternalError`` is ours:
 logged and, when transient, retried. The API renders every error as
-``{"error": code, "detail": text, "field": name-or-null}`` (issue 2, part 4).
+``{"error": code, "detail": text, "field": name-or-null}``.
 """
 
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied

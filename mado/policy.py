@@ -167,7 +167,7 @@ def can_delete_artifacts(user, project) -> bool:
     return has_role(user, project, ADMIN)
 
 
-# --- Jobs: stop, rerun and resume (SPEC F6, F8, F9; issue 4) -------------------------
+# --- Jobs: stop, rerun and resume (SPEC F6, F8, F9) ----------------------------------
 
 RESUMABLE_KINDS = ("training", "fine_tuning")
 
@@ -219,7 +219,7 @@ def why_cannot_resume(user, run, *, job, has_checkpoint: bool | None) -> str | N
     return why_cannot_manage_job(user, run) or why_run_not_resumable(run, job=job, has_checkpoint=has_checkpoint)
 
 
-# --- Continue training from a checkpoint (SPEC F22, F23; issue 5) ---------------------
+# --- Continue training from a checkpoint (SPEC F22, F23) ------------------------------
 
 
 def why_cannot_continue(user, checkpoint) -> str | None:

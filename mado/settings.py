@@ -281,7 +281,7 @@ MMT_CRASH_TIMEOUT = env_int("MMT_CRASH_TIMEOUT", 300, minimum=1)
 MMT_SILENT_RUN_TIMEOUT = env_int("MMT_SILENT_RUN_TIMEOUT", 24 * 3600, minimum=1)
 MMT_HEARTBEAT_INTERVAL = env_int("MMT_HEARTBEAT_INTERVAL", 30, minimum=1)
 MMT_SWEEP_LEASE = env_int("MMT_SWEEP_LEASE", 3600, minimum=1)
-# Jobs (issue 4, docs/jobs.md). A running Job whose worker sent no heartbeat for this many seconds is
+# Jobs (docs/jobs.md). A running Job whose worker sent no heartbeat for this many seconds is
 # failed by the reaper (MADO_JOB_HEARTBEAT_TIMEOUT, above); workers beat well within it.
 MADO_JOB_LOG_MAX_BYTES = env_int("MADO_JOB_LOG_MAX_BYTES", 10 * 1024 * 1024, minimum=1024)  # per Run, UTF-8 bytes
 MADO_JOB_KILL_GRACE = env_int("MADO_JOB_KILL_GRACE", 30, minimum=0)  # seconds between SIGTERM and SIGKILL

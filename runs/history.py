@@ -1,4 +1,4 @@
-"""One page of a metric's history as JSON text, the hot read path (issue 2: 100,000 points in ≤ 0.3 s; SPEC F2).
+"""One page of a metric's history as JSON text, the hot read path (100,000 points in ≤ 0.3 s; SPEC F2).
 
 The page is ``[{"step": int, "value": number | "NaN" | "Infinity" | "-Infinity",
 "timestamp": Unix seconds}, …]`` ordered by step, then insertion. On

@@ -1,4 +1,4 @@
-"""Starting a Run by its id: create, attach or resume under one writer lease (SPEC F24, F25; issue 6 part 1).
+"""Starting a Run by its id: create, attach or resume under one writer lease (SPEC F24, F25).
 
 ``POST runs/`` with an ``external_id`` (the run id) and a ``resume`` mode is
 decided by the matrix below, keyed on ``(project, external_id)``. A Run

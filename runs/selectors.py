@@ -152,7 +152,7 @@ def _int_or_none(value):
         return None
 
 
-# --- pages (issue 1, part 5: F29) -----------------------------------------------
+# --- pages (F29) ----------------------------------------------------------------
 
 
 def project_list_with_roles(*, user) -> QuerySet[Project]:
@@ -321,7 +321,7 @@ def metric_chart_series_many(
     return {pair: tuple(entry) for pair, entry in series.items()}
 
 
-# --- Jobs pages: launch form choices, lineage, ancestors' curves (issue 4 part 5; SPEC F2, F7) ---------------
+# --- Jobs pages: launch form choices, lineage, ancestors' curves (SPEC F2, F7) -------------------------------
 
 
 def code_version_choices(*, project: Project) -> QuerySet[CodeVersion]:

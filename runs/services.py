@@ -1,4 +1,4 @@
-"""State changes for Projects, members, Code, Datasets and Runs (STYLE: Services; issue 2).
+"""State changes for Projects, members, Code, Datasets and Runs (STYLE: Services).
 
 Every function takes keyword-only arguments, checks the actor through
 ``mado.policy`` and raises ``mado.errors`` user errors: ``ValidationFailed``
@@ -262,7 +262,7 @@ def run_attach(
     *, actor, project: Project, external_id: str, host: str = "", pid: int | None = None, name: str = "",
     parameters: dict | None = None,
 ) -> Run | None:
-    """Start the pre-created Run ``external_id`` of ``project`` for its creator; the Run, or None (issue 4 part 4).
+    """Start the pre-created Run ``external_id`` of ``project`` for its creator; the Run, or None.
 
     A Job's or sweep trial's Run is created ``pending`` (never started) and
     its code's SDK sends ``POST runs/`` with that external id

@@ -1,4 +1,4 @@
-"""Data stages: which dataset versions a Run trains on from which step (SPEC F20, F21; issue 5 parts 1–3).
+"""Data stages: which dataset versions a Run trains on from which step (SPEC F20, F21).
 
 ``data_stage_record`` is the only writer (append-only); the selectors read
 the composition in force at a step and the history with its diffs.

@@ -1,5 +1,5 @@
-"""Pages of Projects, Runs and members (SPEC F29; issue 1, part 5) and the Run's "Training data history" tab
-with "Record data change" (SPEC F20; issue 5, part 5).
+"""Pages of Projects, Runs and members (SPEC F29) and the Run's "Training data history" tab
+with "Record data change" (SPEC F20).
 
 Each view authenticates, parses input with a form, fetches through a
 selector (another Project's object is a 404), calls at most one service and

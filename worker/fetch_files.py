@@ -1,5 +1,5 @@
 """Restore a ``layout="files"`` checkpoint (one stored Artifact per file, e.g. from MLflow) into a Job's working
-directory (issue 7 part 4; SPEC F3, F12–F15).
+directory (SPEC F3, F12–F15).
 
 The same guarantees as a tar checkpoint, with the same code: each file is
 read with ``worker.fetch.stream_resuming`` (a broken read resumes with a

@@ -1,1 +1,1 @@
-"""MLflow artifact proxy, mounted at ``api/2.0/mlflow-artifacts/`` (issue 7 part 2; SPEC F30)."""
+"""MLflow artifact proxy, mounted at ``api/2.0/mlflow-artifacts/`` (SPEC F30)."""

@@ -1,4 +1,4 @@
-"""The MLflow artifact proxy ``/api/2.0/mlflow-artifacts/`` (issue 7 part 2; SPEC F3, F5, F30).
+"""The MLflow artifact proxy ``/api/2.0/mlflow-artifacts/`` (SPEC F3, F5, F30).
 
 ``PUT artifacts/<path>`` streams the raw body into the artifact storage
 (never ``request.body``, no size cap: ``checkpoints.storage`` reads 1 MiB at

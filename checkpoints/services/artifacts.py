@@ -1,4 +1,4 @@
-"""State changes for Artifacts: streamed store, delete, Code archives (issue 2 part 4; SPEC F1, F5).
+"""State changes for Artifacts: streamed store, delete, Code archives (SPEC F1, F5).
 
 A blob is written under a fresh storage key first, then the Artifact row is
 created in one transaction; the database's ``(run, path)`` unique constraint,
@@ -243,7 +243,7 @@ def code_version_create_with_archive(
     as an Artifact with ``run=NULL`` under ``codes/<code_id>/<uuid4 hex>``
     and path ``codes/<code_id>/<archive_name>``. ``entrypoint``: argv list of
     non-empty strings. Member or admin (else ``Forbidden``, checked before any
-    byte is stored); a refused version keeps no bytes. Implements issue 2 part 4.
+    byte is stored); a refused version keeps no bytes.
     """
     require(policy.can_write_runs(actor, code.project), policy.why_not(actor, code.project, policy.MEMBER) or "")
     if archive is None:

@@ -1,4 +1,4 @@
-"""Checkpoint registration, deletion and locking for use (issue 3 parts 3 and 8; SPEC F1, F5).
+"""Checkpoint registration, deletion and locking for use (SPEC F1, F5).
 
 Registration is idempotent by ``Idempotency-Key`` and refused by the
 database's ``(run, step)`` and ``(run, idempotency_key)`` unique constraints,

@@ -1,4 +1,4 @@
-"""Direct checkpoint upload to S3 and its verification task's service (issue 3 part 3; SPEC F1, F12, F13).
+"""Direct checkpoint upload to S3 and its verification task's service (SPEC F1, F12, F13).
 
 ``checkpoint_upload_parts`` starts a presigned multipart upload; the client
 PUTs the parts straight to the bucket and calls ``checkpoint_complete`` with
@@ -39,7 +39,7 @@ def _part_size(tar_size: int) -> int:
 
 @transaction.atomic
 def checkpoint_upload_parts(*, actor, checkpoint: Checkpoint, tar_size: int, fencing_token: int | None = None) -> dict:
-    """Start a presigned multipart upload of ``checkpoint``'s tar straight to S3 (issue 3 part 3, SPEC F1).
+    """Start a presigned multipart upload of ``checkpoint``'s tar straight to S3 (SPEC F1).
 
     Member or admin; the checkpoint must be pending; the artifact storage
     must be S3 (``MADO_STORAGE=s3``, else ``Conflict``: PUT the tar instead).

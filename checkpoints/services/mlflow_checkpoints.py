@@ -1,4 +1,4 @@
-"""Artifacts uploaded by the MLflow client, and the checkpoints they form (issue 7 parts 2 and 4; SPEC F3, F5, F30).
+"""Artifacts uploaded by the MLflow client, and the checkpoints they form (SPEC F3, F5, F30).
 
 A file PUT under ``checkpoints/step-<int>/`` of a ``training`` or
 ``fine_tuning`` Run is stored like any artifact (streamed, SHA-256 and size

@@ -1,4 +1,4 @@
-"""Checkpoint tar upload through the web process and completion (issue 3 part 3; SPEC F1, F12, F13, F15).
+"""Checkpoint tar upload through the web process and completion (SPEC F1, F12, F13, F15).
 
 Two ways in, one check:
 
@@ -111,7 +111,7 @@ def checkpoint_upload(
     is ``{"received_bytes": int, "sha256": hex}``. ``fencing_token`` (the
     ``Mado-Fencing-Token`` header; None: not fenced) is checked before any
     byte is read and again when the upload is recorded (``LeaseLost``, the
-    bytes discarded; SPEC F25). Implements issue 3 part 3.
+    bytes discarded; SPEC F25).
     """
     require_writer(actor, checkpoint)
     require_pending(checkpoint)

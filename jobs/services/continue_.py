@@ -1,4 +1,4 @@
-"""Continue training from a checkpoint with a changed data mix (issue 5 part 4; SPEC F22, F23).
+"""Continue training from a checkpoint with a changed data mix (SPEC F22, F23).
 
 (``continue`` is a Python keyword, hence the module's trailing underscore.)
 

@@ -1,4 +1,4 @@
-"""Launching a Job and its automatic retries from scratch (issue 4 part 2; SPEC F11, F16)."""
+"""Launching a Job and its automatic retries from scratch (SPEC F11, F16)."""
 
 from django.db import IntegrityError, transaction
 from django.utils.translation import gettext as _

@@ -1,4 +1,4 @@
-"""What happens to a Job while it runs: claim, heartbeat, log, finish, abort, reap, token (issue 4 parts 2, 3; SPEC F16).
+"""What happens to a Job while it runs: claim, heartbeat, log, finish, abort, reap, token (SPEC F16).
 
 The worker (``worker/tasks.py``) calls ``job_claim`` → ``run_token_issue`` →
 ``job_heartbeat`` / ``job_append_log`` while the code runs → ``job_finish``;

@@ -1,4 +1,4 @@
-"""Resuming a stopped Job as a new Run (issue 4 part 2; SPEC F6–F10).
+"""Resuming a stopped Job as a new Run (SPEC F6–F10).
 
 One protocol for both buttons: check who asks (creator or Project admin,
 ``mado.policy``), lock the source Run's Job row (two clicks serialize on it),

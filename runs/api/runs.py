@@ -1,4 +1,4 @@
-"""API views for Runs and their metrics (docs/api.md; issue 2 part 4, SPEC F2, F24, F26).
+"""API views for Runs and their metrics (docs/api.md; SPEC F2, F24, F26).
 
 The metrics endpoints are the hot path: the batch is parsed with ``orjson``
 and checked by ``runs.metrics`` column by column, and history pages are built

@@ -1,4 +1,4 @@
-"""``runs/search``: MLflow's filter string and ``order_by`` over mado Runs (issue 7 part 1).
+"""``runs/search``: MLflow's filter string and ``order_by`` over mado Runs.
 
 Supported filter clauses, joined by ``AND`` (keywords case-insensitive):
 

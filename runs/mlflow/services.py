@@ -1,4 +1,4 @@
-"""State changes through the MLflow API (issue 7 parts 1 and 5; SPEC F30).
+"""State changes through the MLflow API (SPEC F30).
 
 Every function checks the actor through ``mado.policy`` (member writes) and
 raises ``MlflowError`` or a ``mado.errors`` user error (translated by the view).

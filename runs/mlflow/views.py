@@ -1,4 +1,4 @@
-"""MLflow REST endpoints: plain Django views (no session, no CSRF), JSON in and out (issue 7 parts 1, 3).
+"""MLflow REST endpoints: plain Django views (no session, no CSRF), JSON in and out.
 
 Each view authenticates (``runs.mlflow.auth``), reads its arguments (JSON
 body for POST, query string for GET), calls one selector or service and

@@ -1,4 +1,4 @@
-"""Projects, members, Code, Datasets, Runs and metric points (issue 2, SPEC F2, F24–F26, F29)."""
+"""Projects, members, Code, Datasets, Runs and metric points (SPEC F2, F24–F26, F29)."""
 
 import math
 import secrets

@@ -1,4 +1,4 @@
-"""Building checkpoint tars (good and bad) and driving the three-call save through the API (issue 3).
+"""Building checkpoint tars (good and bad) and driving the three-call save through the API.
 
 Tars are built with Python's ``tarfile`` so the server is tested against an
 independent writer; ``test_checkpoint_api`` also sends one built by the SDK.

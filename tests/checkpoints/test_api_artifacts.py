@@ -1,4 +1,4 @@
-"""API: runs/{id}/artifacts/ streamed PUT, ranged GET, DELETE, list (docs/api.md; issue 2 part 4, SPEC F5, F12)."""
+"""API: runs/{id}/artifacts/ streamed PUT, ranged GET, DELETE, list (docs/api.md; SPEC F5, F12)."""
 
 import hashlib
 import os

@@ -1,4 +1,4 @@
-"""API: register → upload → complete, idempotent retries, every refusal of issue 3's "Bad input" (SPEC F1, F13, F15)."""
+"""API: register → upload → complete, idempotent retries, every "Bad input" refusal (SPEC F1, F13, F15)."""
 
 import io
 import os

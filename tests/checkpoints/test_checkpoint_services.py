@@ -1,4 +1,4 @@
-"""Checkpoint services below the API: streaming in 1 MiB chunks, the verification task, resumed reads (issue 3)."""
+"""Checkpoint services below the API: streaming in 1 MiB chunks, the verification task, resumed reads."""
 
 import io
 import os

@@ -1,5 +1,5 @@
 """MLflow artifact proxy ``/api/2.0/mlflow-artifacts/``: streamed PUT, ranged GET, listing, DELETE, auth, multipart
-fallback, and the "Bad input" corpus over every endpoint that takes a path (issue 7 part 2; SPEC F5, F30)."""
+fallback, and the "Bad input" corpus over every endpoint that takes a path (SPEC F5, F30)."""
 
 import base64
 import hashlib

@@ -1,5 +1,5 @@
 """Checkpoint detection from MLflow uploads under ``checkpoints/step-<int>/`` and its completion triggers
-(issue 7 part 4; SPEC F3, F5)."""
+(SPEC F3, F5)."""
 
 import hashlib
 

@@ -1,4 +1,4 @@
-"""Artifact storage and services: streaming, races, cleanup (issue 2 part 4; SPEC F5, F12)."""
+"""Artifact storage and services: streaming, races, cleanup (SPEC F5, F12)."""
 
 import hashlib
 import io

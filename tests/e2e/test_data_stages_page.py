@@ -1,4 +1,4 @@
-"""Data stages and "Continue training from these weights" in a real browser (SPEC F20, F22, F23; issue 5).
+"""Data stages and "Continue training from these weights" in a real browser (SPEC F20, F22, F23).
 
 carol records a data change on her running Job's Run through the "Training
 data history" tab and sees its row; after the Job finished she continues

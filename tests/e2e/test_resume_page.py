@@ -1,4 +1,4 @@
-"""Resuming a failed Job from a chosen checkpoint in a real browser (SPEC F6, F7; issue 4 "Done when").
+"""Resuming a failed Job from a chosen checkpoint in a real browser (SPEC F6, F7).
 
 The creator opens the failed Job's Run → Checkpoint tab → "Resume from this
 checkpoint" → the confirmation → "Resume in a new Run", and lands on the new

@@ -1,4 +1,4 @@
-"""Sweep pages and a resumed Run's facts in a real browser (SPEC F24–F28; issue 6 parts 1 and 4).
+"""Sweep pages and a resumed Run's facts in a real browser (SPEC F24–F28).
 
 A member opens the project's Sweeps from the project page, pastes a YAML
 grid (lr × hidden, 4 trials) into "New sweep" and lands on the Sweep page; a

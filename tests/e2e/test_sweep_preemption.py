@@ -1,4 +1,4 @@
-"""End to end (issue 6 "Done when"; SPEC F24–F28): a grid sweep of 4 trials run by `mado agent` processes against
+"""End to end (SPEC F24–F28): a grid sweep of 4 trials run by `mado agent` processes against
 a real deployment (gunicorn on a fresh SQLite file, tests/deployment.py), one trial preempted mid-way.
 
 Two agents (`--forward-signals`) run ``examples/sweep_training.py``. Once a trial of the first agent has

@@ -1,5 +1,5 @@
 """Checkpoints on a real S3-compatible server (moto's, in-process): presigned multipart upload straight to the
-bucket, the verification task, ranged download, deletion, and the upload through the web process (issue 3 part 3).
+bucket, the verification task, ranged download, deletion, and the upload through the web process.
 """
 
 import hashlib

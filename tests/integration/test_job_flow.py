@@ -1,4 +1,4 @@
-"""The end-to-end Job flow of tests/jobs/test_job_flow.py on PostgreSQL and a Redis broker (issue 4 "Done when").
+"""The end-to-end Job flow of tests/jobs/test_job_flow.py on PostgreSQL and a Redis broker.
 
 A fresh PostgreSQL database (created beside the one ``MADO_DATABASE_URL`` names, dropped afterwards) holds
 the deployment; gunicorn, the Celery worker (Redis at ``MADO_TEST_REDIS_URL``, a queue of its own so no

@@ -1,5 +1,5 @@
 """MLflow multipart upload (``mpu/create|complete|abort``) straight to a real S3-compatible server (moto's,
-in-process): the parts go to presigned URLs, ``complete`` records the Artifact as a single PUT does (issue 7 part 2).
+in-process): the parts go to presigned URLs, ``complete`` records the Artifact as a single PUT does.
 """
 
 import hashlib

@@ -1,4 +1,4 @@
-"""Two processes starting one run id at once on a real PostgreSQL (issue 6; ARCHITECTURE rule 4, SPEC F24, F25).
+"""Two processes starting one run id at once on a real PostgreSQL (ARCHITECTURE rule 4, SPEC F24, F25).
 
 Whatever the Run's state (absent, pending, stopped), exactly one start wins
 and gets a fencing token; the other is refused (409) and the Run holds the

@@ -1,7 +1,7 @@
 """Artifact upload, ranged download and delete against a real S3-compatible server (moto's, in-process).
 
 The same API flows as ``tests/checkpoints/test_api_artifacts.py`` with
-``storages["artifacts"]`` = django-storages ``S3Storage`` (issue 2 part 4; SPEC F5, F12).
+``storages["artifacts"]`` = django-storages ``S3Storage`` (SPEC F5, F12).
 """
 
 import hashlib

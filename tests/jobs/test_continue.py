@@ -1,4 +1,4 @@
-"""``run_continue_from_checkpoint`` and ``POST checkpoints/{id}/continue/`` (issue 5 part 4; SPEC F22, F23)."""
+"""``run_continue_from_checkpoint`` and ``POST checkpoints/{id}/continue/`` (SPEC F22, F23)."""
 
 import pytest
 

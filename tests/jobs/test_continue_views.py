@@ -1,4 +1,4 @@
-"""The Checkpoint tab's "Continue training from these weights": form, confirmation, launch (issue 5 part 5).
+"""The Checkpoint tab's "Continue training from these weights": form, confirmation, launch.
 
 SPEC F22, F23. Celery is never reached (``celery_calls`` in conftest). The
 source is a finished training Job whose Run recorded a data stage at step 15

@@ -1,4 +1,4 @@
-"""End to end with real processes (issue 4 "Done when"; SPEC F6–F19): a web server (gunicorn), a real Celery
+"""End to end with real processes (SPEC F6–F19): a web server (gunicorn), a real Celery
 worker on the embedded filesystem broker, and ``examples/training.py`` run by the worker as a Job.
 
 ``mado code push`` registers ``examples/`` twice (a version that fails at step 27 and one that does not),

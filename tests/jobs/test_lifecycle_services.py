@@ -1,4 +1,4 @@
-"""Launch, dispatch, claim, heartbeat, logs, finish, retry, abort, reaper and tokens (SPEC F11, F16; issue 4 parts 2, 3)."""
+"""Launch, dispatch, claim, heartbeat, logs, finish, retry, abort, reaper and tokens (SPEC F11, F16)."""
 
 from datetime import timedelta
 

@@ -1,4 +1,4 @@
-"""Database invariants of Queues, Jobs, Run logs and Run tokens (issue 4 part 1)."""
+"""Database invariants of Queues, Jobs, Run logs and Run tokens."""
 
 import pytest
 from django.db import IntegrityError, transaction

@@ -1,4 +1,4 @@
-"""Resume a stopped Job as a new Run: conditions, refusals, F8's latest rule, lineage (SPEC F6–F10; issue 4 part 2)."""
+"""Resume a stopped Job as a new Run: conditions, refusals, F8's latest rule, lineage (SPEC F6–F10)."""
 
 import pytest
 from django.db import IntegrityError

@@ -1,5 +1,5 @@
 """Resume pages: "Resume from this checkpoint" and its confirmation, the Run page's logs, lineage and
-ancestors chart, Japanese (issue 4 part 5; SPEC F2, F7, F10). Celery is never reached (``celery_calls``).
+ancestors chart, Japanese (SPEC F2, F7, F10). Celery is never reached (``celery_calls``).
 """
 
 import re

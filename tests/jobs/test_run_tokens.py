@@ -1,4 +1,4 @@
-"""Run tokens (``MMT_API_TOKEN``) act on their own Run only; the SDK attaches to the Job's pre-created Run (issue 4 parts 3, 4)."""
+"""Run tokens (``MMT_API_TOKEN``) act on their own Run only; the SDK attaches to the Job's pre-created Run."""
 
 import pytest
 from rest_framework.test import APIClient

@@ -1,4 +1,4 @@
-"""Jobs pages: Launch Job, Jobs list, a Job, abort, resume from latest / a checkpoint, logs, lineage (issue 4 part 5).
+"""Jobs pages: Launch Job, Jobs list, a Job, abort, resume from latest / a checkpoint, logs, lineage.
 
 SPEC F2, F6–F11, F15, F16. Celery is never reached (``celery_calls`` in
 conftest records ``send_task``); checkpoints are rows made by ``checkpoint()``.
@@ -179,7 +179,7 @@ def test_resumed_retry_and_continued_jobs_have_their_badges(login, viewer, creat
     resumed = services.run_resume_from_checkpoint(actor=creator, checkpoint=checkpoint(failed_job.run, 20))
     retried = run_to_end(launch(creator, code_version, cpu, max_retries=1), exit_code=1).retries.get()
     continued = Job.objects.get(pk=resumed.pk)
-    Job.objects.filter(pk=continued.pk).update(kind=JobKind.CONTINUE)  # the continue service is issue 5's
+    Job.objects.filter(pk=continued.pk).update(kind=JobKind.CONTINUE)  # the continue service is tested elsewhere
     html = body(login(viewer).get(jobs_url()))
     assert re.search(r'class="badge kind kind-continue" data-kind="continue">continued<', row(html, continued))
     assert re.search(r'class="badge kind kind-retry" data-kind="retry">retry<', row(html, retried))

@@ -1,4 +1,4 @@
-"""The stock MLflow 3 client (mlflow-skinny) against a live mado server (SPEC F30, issue 7 "Done when")."""
+"""The stock MLflow 3 client (mlflow-skinny) against a live mado server (SPEC F30)."""
 
 import hashlib
 import math

@@ -1,4 +1,4 @@
-"""API: projects/{slug}/codes/ and codes/{id}/versions/ with a streamed archive (docs/api.md; issue 2 part 4)."""
+"""API: projects/{slug}/codes/ and codes/{id}/versions/ with a streamed archive (docs/api.md)."""
 
 import hashlib
 import json

@@ -1,4 +1,4 @@
-"""API: projects/{slug}/datasets/ and datasets/{id}/versions/ (docs/api.md; issue 2 part 4)."""
+"""API: projects/{slug}/datasets/ and datasets/{id}/versions/ (docs/api.md)."""
 
 import pytest
 

@@ -1,4 +1,4 @@
-"""API: runs/{id}/metrics/ batch ingestion and paginated history (docs/api.md; issue 2 part 4, SPEC F2)."""
+"""API: runs/{id}/metrics/ batch ingestion and paginated history (docs/api.md; SPEC F2)."""
 
 import json
 import math

@@ -1,4 +1,4 @@
-"""API: projects/ and projects/{slug}/members/ (docs/api.md; issue 2 part 4)."""
+"""API: projects/ and projects/{slug}/members/ (docs/api.md)."""
 
 import pytest
 

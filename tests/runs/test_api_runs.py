@@ -1,4 +1,4 @@
-"""API: runs/ and runs/{id}/ (docs/api.md; issue 2 part 4, SPEC F26)."""
+"""API: runs/ and runs/{id}/ (docs/api.md; SPEC F26)."""
 
 import pytest
 

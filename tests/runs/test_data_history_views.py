@@ -1,6 +1,6 @@
 """The Run page's "Training data history" tab and "Record data change" form; data stage chart markers.
 
-Issue 5 part 5; SPEC F20. Stages are recorded with ``runs.services.data_stage_record``.
+SPEC F20. Stages are recorded with ``runs.services.data_stage_record``.
 """
 
 import re

@@ -1,4 +1,4 @@
-"""``data_stage_record`` and the composition selectors (issue 5 parts 1–3; SPEC F20, F21)."""
+"""``data_stage_record`` and the composition selectors (SPEC F20, F21)."""
 
 import pytest
 

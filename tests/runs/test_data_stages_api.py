@@ -1,4 +1,4 @@
-"""``runs/{id}/data-stages/`` (issue 5; SPEC F20, F21): permission matrix, idempotency, conflicts, ``?at_step``."""
+"""``runs/{id}/data-stages/`` (SPEC F20, F21): permission matrix, idempotency, conflicts, ``?at_step``."""
 
 import pytest
 

@@ -1,4 +1,4 @@
-"""Heartbeats and the crash reaper (SPEC F26; issue 6 part 2): time is injected, never slept."""
+"""Heartbeats and the crash reaper (SPEC F26): time is injected, never slept."""
 
 from datetime import timedelta
 
@@ -140,7 +140,7 @@ def test_a_run_that_never_sent_a_heartbeat_is_not_reaped_by_the_crash_timeout(pr
 
 @pytest.mark.parametrize("body, reaped", [({}, False), ({"host": "gpu-7", "pid": 4242}, True)])
 def test_only_a_start_that_names_its_host_is_watched_for_heartbeats(client_as, project, settings, body, reaped):
-    """curl or an SDK older than issue 6 never heartbeats: its run must not turn crashed while it still logs."""
+    """curl or an older SDK never heartbeats: its run must not turn crashed while it still logs."""
     settings.MMT_CRASH_TIMEOUT = 300
     answer = client_as("creator").post("/api/v1/runs/", {"project": project.slug, **body}, format="json")
     assert answer.status_code == 201

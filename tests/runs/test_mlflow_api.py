@@ -1,4 +1,4 @@
-"""The MLflow tracking REST surface (/api/2.0/mlflow/): shapes, errors, permissions, filters, rules (issue 7)."""
+"""The MLflow tracking REST surface (/api/2.0/mlflow/): shapes, errors, permissions, filters, rules."""
 
 import base64
 

@@ -1,4 +1,4 @@
-"""POST runs/ by run id: the resume matrix, step continuation, parameter merge, single writer (SPEC F24, F25; issue 6 part 1)."""
+"""POST runs/ by run id: the resume matrix, step continuation, parameter merge, single writer (SPEC F24, F25)."""
 
 from datetime import timedelta
 

@@ -1,4 +1,4 @@
-"""The Run page shows resume, writer, heartbeat, dropped points, parameter changes and the sweep trial (issue 6)."""
+"""The Run page shows resume, writer, heartbeat, dropped points, parameter changes and the sweep trial."""
 
 from datetime import timedelta
 

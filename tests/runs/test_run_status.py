@@ -1,4 +1,4 @@
-"""Run status changes through ``PATCH runs/{id}/`` (SPEC F26; issue 6 part 3): preempting is sticky, fencing."""
+"""Run status changes through ``PATCH runs/{id}/`` (SPEC F26): preempting is sticky, fencing."""
 
 import pytest
 from django.utils import timezone

@@ -1,4 +1,4 @@
-"""``mado agent`` with a sweep program this machine cannot start (review of issue 6): a W&B habit such as
+"""``mado agent`` with a sweep program this machine cannot start: a W&B habit such as
 ``program: train.py`` (no interpreter) must not make the agent fail every trial of the sweep in a loop."""
 
 import os

@@ -1,5 +1,5 @@
 """``mado code push`` and ``mado job launch | list | show | abort | resume | logs`` against a live server
-(issue 4 part 6; SPEC F6–F11, F16). Celery's ``send_task`` is recorded, not sent: no worker runs here
+(SPEC F6–F11, F16). Celery's ``send_task`` is recorded, not sent: no worker runs here
 (tests/jobs/test_job_flow.py drives the same commands with a real worker)."""
 
 import hashlib

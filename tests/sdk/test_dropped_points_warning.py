@@ -1,4 +1,4 @@
-"""The warning for points dropped after a resume names the run by the id the user chose (review of issue 6):
+"""The warning for points dropped after a resume names the run by the id the user chose:
 ``start_run(id="exp-42", ...)`` → "run exp-42", not the API's numeric id."""
 
 import logging

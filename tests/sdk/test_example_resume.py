@@ -1,5 +1,5 @@
 """``examples/training.py`` fails part-way and, resumed from a checkpoint, ends with exactly the weights of an
-uninterrupted run (SPEC F19, F1, F2, F17, F18; issue 3 part 7): offline, and online against a live server."""
+uninterrupted run (SPEC F19, F1, F2, F17, F18): offline, and online against a live server."""
 
 import hashlib
 import json

@@ -1,4 +1,4 @@
-"""Offline runs (SPEC F18; issue 3 part 6): the directory layout, no server needed, the same refusals."""
+"""Offline runs (SPEC F18): the directory layout, no server needed, the same refusals."""
 
 import json
 import math

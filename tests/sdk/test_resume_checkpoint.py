@@ -1,4 +1,4 @@
-"""``resume_checkpoint`` reads the ``MMT_RESUME_*`` variables of a resumed run (SPEC F14, F17; issue 3 part 5)."""
+"""``resume_checkpoint`` reads the ``MMT_RESUME_*`` variables of a resumed run (SPEC F14, F17)."""
 
 import json
 from pathlib import Path

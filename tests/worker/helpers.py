@@ -1,4 +1,4 @@
-"""Stored checkpoints and Code archives for the worker tests (issue 4 part 4).
+"""Stored checkpoints and Code archives for the worker tests.
 
 ``stored_checkpoint`` records a complete checkpoint the way the checkpoint
 services leave one (tar Artifact, ManifestEntry rows, tar size and SHA-256)

@@ -1,5 +1,5 @@
 """Resuming a Job from a checkpoint stored file by file (MLflow ``log_artifacts(..., "checkpoints/step-N")``), in
-process: each file fetched, verified against the manifest, written read-only (issue 7 part 4; SPEC F3, F12–F15)."""
+process: each file fetched, verified against the manifest, written read-only (SPEC F3, F12–F15)."""
 
 import io
 import json

@@ -1,4 +1,4 @@
-"""``python manage.py demo``: the README's first command (``make demo``) on the embedded default (issue 4 part 7).
+"""``python manage.py demo``: the README's first command (``make demo``) on the embedded default.
 
 Migrates the SQLite database under ``MADO_DATA_DIR``, creates the demo user
 and Project, starts the web server (gunicorn) and a real Celery worker

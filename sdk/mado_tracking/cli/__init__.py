@@ -1,4 +1,4 @@
-"""The ``mado`` command line (SPEC F18, F29; issue 4 part 6).
+"""The ``mado`` command line (SPEC F18, F29).
 
 ``mado --version``, ``mado runs list``, ``mado sync DIR``,
 ``mado code push DIR``, ``mado job launch | list | show | abort | resume | logs``,

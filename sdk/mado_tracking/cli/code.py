@@ -1,4 +1,4 @@
-"""``mado code push DIR``: register a folder as a new version of a Code (issue 4 part 6; docs/api.md "Codes").
+"""``mado code push DIR``: register a folder as a new version of a Code (docs/api.md "Codes").
 
 The folder is packed as a ``tar.gz`` into a temporary file (regular files
 and directories only, ``__pycache__``/VCS folders and ``*.pyc`` left out; a

@@ -1,4 +1,4 @@
-"""``mado job launch | list | show | abort | resume | logs`` (issue 4 part 6; SPEC F6–F11, F16; docs/api.md "Jobs").
+"""``mado job launch | list | show | abort | resume | logs`` (SPEC F6–F11, F16; docs/api.md "Jobs").
 
 Every command is one or a few calls of ``/api/v1/``; the server checks who
 may do what and answers a refusal with ``{"error", "detail", "field"}``,
