@@ -3,46 +3,75 @@
 Django's ``FileSystemStorage`` leaves a saved file in the page cache, so a
 checkpoint could be ``complete`` while its tar was still only in memory: a
 power cut or a killed VM then loses or truncates it. ``DurableFileSystemStorage``
-``fsync``s each file and its directory before the save returns, and keeps a
-multi-gigabyte stream from filling the page cache on the way: every
-``FLUSH_AFTER`` bytes it asks the kernel to start writing the window just
-written (``posix_fadvise(DONTNEED)`` starts writeback of dirty pages without
-waiting for it) and drops the window before that one, written back by then,
-so a few windows of memory carry the whole stream (the rule of PostgreSQL's
-``backend_flush_after`` and RocksDB's ``bytes_per_sync``).
+``fsync``s each file, its directory and any directory it had to create
+before the save returns. On Linux it also keeps a multi-gigabyte stream from
+filling the page cache on the way, the way PostgreSQL's
+``backend_flush_after`` does: every ``FLUSH_AFTER`` bytes it starts the
+writeback of the window just written (``sync_file_range(WRITE)``, no wait),
+waits for the window before it (usually written by then) and drops that
+one from the cache (``posix_fadvise(DONTNEED)``), so a few windows of
+memory carry the whole stream and a slow disk slows the upload instead of
+piling up dirty pages.
 """
 
+import ctypes
+import ctypes.util
 import os
 
 from django.core.files.storage import FileSystemStorage
+from django.utils._os import safe_makedirs
 
 FLUSH_AFTER = 8 * 1024 * 1024  # bytes written between two writeback requests
+
+_WAIT_BEFORE, _WRITE, _WAIT_AFTER = 1, 2, 4  # <linux/fs.h> SYNC_FILE_RANGE_*
+
+
+def _sync_file_range():
+    """libc's ``sync_file_range(fd, offset, nbytes, flags)`` (Linux), or None where there is none."""
+    if not hasattr(os, "posix_fadvise"):
+        return None
+    try:
+        function = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True).sync_file_range
+    except (OSError, AttributeError):
+        return None
+    function.argtypes = (ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint)
+    return function
+
+
+_SYNC_FILE_RANGE = _sync_file_range()
 
 
 class DurableFileSystemStorage(FileSystemStorage):
     """``FileSystemStorage`` whose ``save`` returns only once the bytes and the file's name are on disk.
 
-    A streamed save (``content.chunks()``) is written under a fresh name with
+    A streamed save of bytes chunks is written under a fresh name with
     ``O_EXCL`` (a taken name gets ``get_available_name``, as Django does); a
-    save that fails part-way removes its file. Content with a
-    ``temporary_file_path`` is moved by Django, then synced.
+    save that fails part-way (``ENOSPC``, a client that broke off) removes
+    its file and re-raises. Anything else (content with a
+    ``temporary_file_path``, ``allow_overwrite``) is saved by Django, then
+    synced.
     """
 
     def _save(self, name: str, content) -> str:
-        if hasattr(content, "temporary_file_path") or not hasattr(os, "posix_fadvise"):
+        directory = os.path.dirname(self.path(name))
+        created = _missing_directories(directory)
+        if hasattr(content, "temporary_file_path") or self._allow_overwrite:
             name = super()._save(name, content)
-            _fsync_path(self.path(name))
+            _fsync(self.path(name), os.O_RDONLY)
         else:
-            name = self._write_new(name, content)
-        _fsync_directory(os.path.dirname(self.path(name)))
+            name = self._write_new(name, content, directory)
+        for path in [directory, *(os.path.dirname(path) for path in created)]:
+            _fsync(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
         return name
 
-    def _write_new(self, name: str, content) -> str:
-        directory = os.path.dirname(self.path(name))
-        os.makedirs(directory, exist_ok=True)
+    def _write_new(self, name: str, content, directory: str) -> str:
+        if self.directory_permissions_mode is not None:
+            safe_makedirs(directory, self.directory_permissions_mode, exist_ok=True)
+        else:
+            os.makedirs(directory, exist_ok=True)
         while True:
             try:
-                fd = os.open(self.path(name), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+                fd = os.open(self.path(name), os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
                 break
             except FileExistsError:
                 name = self.get_available_name(name)
@@ -52,6 +81,7 @@ class DurableFileSystemStorage(FileSystemStorage):
                 _write_flushing(handle, content.chunks())
             if self.file_permissions_mode is not None:
                 os.chmod(full_path, self.file_permissions_mode)
+            self._ensure_location_group_id(full_path)
         except BaseException:
             os.unlink(full_path)
             raise
@@ -59,28 +89,45 @@ class DurableFileSystemStorage(FileSystemStorage):
 
 
 def _write_flushing(handle, chunks) -> None:
-    """Write every chunk, asking for writeback every ``FLUSH_AFTER`` bytes, then ``fsync``."""
+    """Write every chunk (str as UTF-8), keeping at most two windows dirty or cached (Linux), then ``fsync``."""
     fd = handle.fileno()
     written = requested = dropped = 0
     for chunk in chunks:
-        view = memoryview(chunk)
+        view = memoryview(chunk.encode() if isinstance(chunk, str) else chunk).cast("B")
+        written += view.nbytes
         while view:
             view = view[handle.write(view):]
-        written += len(chunk)
-        if written - requested >= FLUSH_AFTER:
-            os.posix_fadvise(fd, dropped, requested - dropped, os.POSIX_FADV_DONTNEED)  # written back by now
-            os.posix_fadvise(fd, requested, written - requested, os.POSIX_FADV_DONTNEED)  # start its writeback
+        if _SYNC_FILE_RANGE is not None and written - requested >= FLUSH_AFTER:
+            _sync_range(fd, requested, written - requested, _WRITE)
+            if requested > dropped:
+                _sync_range(fd, dropped, requested - dropped, _WAIT_BEFORE | _WRITE | _WAIT_AFTER)
+                os.posix_fadvise(fd, dropped, requested - dropped, os.POSIX_FADV_DONTNEED)
             dropped, requested = requested, written
     os.fsync(fd)
+    if _SYNC_FILE_RANGE is not None:
+        os.posix_fadvise(fd, dropped, 0, os.POSIX_FADV_DONTNEED)  # the last windows, clean now
 
 
-def _fsync_path(path: str) -> None:
-    with open(path, "rb") as handle:
-        os.fsync(handle.fileno())
+def _sync_range(fd: int, offset: int, length: int, flags: int) -> None:
+    if _SYNC_FILE_RANGE(fd, offset, length, flags) != 0:
+        number = ctypes.get_errno()
+        raise OSError(number, os.strerror(number))
 
 
-def _fsync_directory(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
+def _missing_directories(path: str) -> list[str]:
+    """``path`` and those of its parents that do not exist yet, deepest first."""
+    missing = []
+    while path and not os.path.isdir(path):
+        missing.append(path)
+        parent = os.path.dirname(path)
+        if parent == path:
+            break
+        path = parent
+    return missing
+
+
+def _fsync(path: str, flags: int) -> None:
+    fd = os.open(path, flags)
     try:
         os.fsync(fd)
     finally:

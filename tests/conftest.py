@@ -31,8 +31,9 @@ def _default_language():
 
 @pytest.fixture(autouse=True)
 def _artifact_storage(settings, tmp_path):
-    """Each test stores artifacts in its own directory (the embedded FileSystemStorage)."""
-    location = {"BACKEND": "django.core.files.storage.FileSystemStorage", "OPTIONS": {"location": str(tmp_path / "artifacts")}}
+    """Each test stores artifacts in its own directory (the embedded file-system storage, as configured)."""
+    location = {"BACKEND": "checkpoints.filesystem.DurableFileSystemStorage",
+                "OPTIONS": {"location": str(tmp_path / "artifacts")}}
     settings.STORAGES = {**settings.STORAGES, "default": location, "artifacts": location}
 
 

@@ -226,12 +226,13 @@ class MetricSender:
         cut a backoff short: during an outage it waits for the next retry.
         """
         deadline = time.monotonic() + max(timeout, 0.0)
-        self._everything.set()
-        self._wake.set()
         # Read the queue before the flag: the sender raises the flag before it takes a batch out.
         while self._queue or self._sending:
             if not self._thread.is_alive() or time.monotonic() >= deadline:
                 return len(self._queue) + self._in_flight
+            if self._queue and not self._everything.is_set():  # points logged meanwhile go at once too
+                self._everything.set()
+                self._wake.set()
             time.sleep(0.005)
         return 0
 
@@ -316,7 +317,7 @@ class MetricSender:
             self._sending = False
             if not all(delivered):
                 return False
-            if len(self._queue) < self._batch_max and not self._everything.is_set():
+            if len(self._queue) < self._batch_max and not (self._everything.is_set() or self._closing.is_set()):
                 return True  # a part batch waits for the next wake-up
         self._everything.clear()
         return True

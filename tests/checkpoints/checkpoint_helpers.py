@@ -4,6 +4,7 @@ Tars are built with Python's ``tarfile`` so the server is tested against an
 independent writer; ``test_checkpoint_api`` also sends one built by the SDK.
 """
 
+import errno
 import hashlib
 import io
 import tarfile
@@ -70,3 +71,25 @@ def save(client, run, step: int, files: dict[str, bytes] | None = None) -> dict:
     done = complete(client, checkpoint_id, declaration(tar, files))
     assert done.status_code == 200, done.content
     return done.json()
+
+
+class FillsUp:
+    """A file that takes ``room`` bytes, then raises ENOSPC, as a full volume does."""
+
+    def __init__(self, real, room: int):
+        self.real, self.room = real, room
+
+    def write(self, data) -> int:
+        self.room -= len(data)
+        if self.room < 0:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return self.real.write(data)
+
+    def fileno(self) -> int:
+        return self.real.fileno()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.real.close()

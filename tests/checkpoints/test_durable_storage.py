@@ -1,5 +1,6 @@
 """The file-system artifact storage writes every blob to disk before the save returns (SPEC F1, F33)."""
 
+import errno
 import os
 
 import pytest
@@ -7,6 +8,7 @@ from django.core.files.uploadedfile import TemporaryUploadedFile
 
 from checkpoints import filesystem
 from checkpoints.filesystem import DurableFileSystemStorage
+from tests.checkpoints.checkpoint_helpers import FillsUp
 
 
 class Chunks:
@@ -24,7 +26,7 @@ class Chunks:
 
 @pytest.fixture
 def synced(monkeypatch):
-    """The paths ``os.fsync`` was called on, in order (the directory's after the file's)."""
+    """The paths ``os.fsync`` was called on, in order."""
     calls = []
     real = os.fsync
 
@@ -36,14 +38,33 @@ def synced(monkeypatch):
     return calls
 
 
-def test_a_streamed_blob_is_whole_and_synced_with_its_directory_before_the_save_returns(tmp_path, synced,
-                                                                                         monkeypatch):
-    monkeypatch.setattr(filesystem, "FLUSH_AFTER", 4096)  # many writeback windows in a small blob
-    pieces = [bytes([index]) * 3000 for index in range(20)]
+def test_a_blob_is_synced_with_its_directory_and_the_directories_it_created(tmp_path, synced):
     storage = DurableFileSystemStorage(location=tmp_path)
-    name = storage.save("runs/7/blob", Chunks(pieces))
+    name = storage.save("runs/7/blob", Chunks([b"a" * 3000, b"b" * 3000]))
+    assert (tmp_path / name).read_bytes() == b"a" * 3000 + b"b" * 3000
+    assert synced == [str(tmp_path / name), str(tmp_path / "runs" / "7"), str(tmp_path / "runs"), str(tmp_path)]
+    storage.save("runs/7/other", Chunks([b"c"]))
+    assert synced[4:] == [str(tmp_path / "runs" / "7" / "other"), str(tmp_path / "runs" / "7")]
+
+
+@pytest.mark.skipif(filesystem._SYNC_FILE_RANGE is None, reason="sync_file_range is Linux's")
+def test_a_long_stream_is_dropped_from_the_page_cache_window_by_window(tmp_path, monkeypatch):
+    monkeypatch.setattr(filesystem, "FLUSH_AFTER", 4096)
+    dropped = []
+    real = os.posix_fadvise
+
+    def recording(fd, offset, length, advice):
+        dropped.append((offset, length))
+        real(fd, offset, length, advice)
+
+    monkeypatch.setattr(os, "posix_fadvise", recording)
+    pieces = [bytes([index]) * 3000 for index in range(20)]  # 60,000 bytes: windows of 6,000
+    name = DurableFileSystemStorage(location=tmp_path).save("runs/7/blob", Chunks(pieces))
     assert (tmp_path / name).read_bytes() == b"".join(pieces)
-    assert synced == [str(tmp_path / name), str(tmp_path / "runs" / "7")]
+    windows, last = dropped[:-1], dropped[-1]
+    assert windows[0][0] == 0 and all(length > 0 for _, length in windows)
+    assert all(a + la == b for (a, la), (b, _) in zip(windows, windows[1:]))  # contiguous, in order
+    assert last == (windows[-1][0] + windows[-1][1], 0)  # the rest, after the fsync
 
 
 def test_a_stream_that_breaks_off_leaves_no_file(tmp_path):
@@ -53,13 +74,24 @@ def test_a_stream_that_breaks_off_leaves_no_file(tmp_path):
     assert list((tmp_path / "runs" / "7").iterdir()) == []
 
 
+def test_a_full_volume_raises_enospc_and_leaves_no_file(tmp_path, monkeypatch):
+    real_open = open
+    monkeypatch.setattr(filesystem, "open", lambda *args, **kw: FillsUp(real_open(*args, **kw), 7000), raising=False)
+    with pytest.raises(OSError) as raised:
+        DurableFileSystemStorage(location=tmp_path).save("runs/7/blob", Chunks([b"a" * 5000, b"b" * 5000]))
+    assert raised.value.errno == errno.ENOSPC
+    assert list((tmp_path / "runs" / "7").iterdir()) == []
+
+
 def test_a_taken_name_is_never_overwritten(tmp_path):
-    storage = DurableFileSystemStorage(location=tmp_path, file_permissions_mode=0o640)
+    storage = DurableFileSystemStorage(location=tmp_path, file_permissions_mode=0o640,
+                                       directory_permissions_mode=0o750)
     first = storage.save("runs/7/blob", Chunks([b"first"]))
     second = storage.save("runs/7/blob", Chunks([b"second"]))
     assert first != second
     assert (tmp_path / first).read_bytes() == b"first" and (tmp_path / second).read_bytes() == b"second"
     assert (tmp_path / second).stat().st_mode & 0o777 == 0o640
+    assert (tmp_path / "runs" / "7").stat().st_mode & 0o777 == 0o750
 
 
 def test_a_file_django_moves_into_place_is_synced_too(tmp_path, synced):
@@ -70,4 +102,4 @@ def test_a_file_django_moves_into_place_is_synced_too(tmp_path, synced):
     name = storage.save("notes/readme.txt", upload)
     upload.close()  # moved away: Django's closer knows the file is gone
     assert (tmp_path / name).read_bytes() == b"hello"
-    assert synced[-2:] == [str(tmp_path / name), str(tmp_path / "notes")]
+    assert synced == [str(tmp_path / name), str(tmp_path / "notes"), str(tmp_path)]

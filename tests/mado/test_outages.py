@@ -14,10 +14,10 @@ import redis.exceptions
 from django.db import OperationalError, connection
 from django.test import Client
 
+from checkpoints import filesystem
 from checkpoints.models import Checkpoint, CheckpointState
-from checkpoints.storage import artifact_storage
 from mado.outages import outage_of
-from tests.checkpoints.checkpoint_helpers import make_tar, put_tar, register
+from tests.checkpoints.checkpoint_helpers import FillsUp, make_tar, put_tar, register
 
 UNAVAILABLE = {"error": "unavailable", "detail": "database unavailable, retry", "field": None}
 
@@ -117,19 +117,13 @@ def test_an_unexpected_error_on_an_api_path_answers_json_not_html(api, member, m
 @pytest.mark.django_db
 def test_a_full_volume_answers_507_and_the_reason_stays_on_the_checkpoint(api, creator, run, login, monkeypatch,
                                                                           tmp_path):
-    storage_class = type(artifact_storage())
-    save = storage_class._save
-
-    def fills_up(self, name, content):
-        content.read(64 * 1024)
-        raise OSError(errno.ENOSPC, "No space left on device")
-
     client = api(creator)
     pending = register(client, run, 10).json()
-    monkeypatch.setattr(storage_class, "_save", fills_up)
+    real_open = open  # the volume fills up 100,000 bytes into the tar
+    monkeypatch.setattr(filesystem, "open", lambda *args, **kw: FillsUp(real_open(*args, **kw), 100_000), raising=False)
     data = make_tar({"model.pt": b"w" * 300_000})
     response = put_tar(client, pending["id"], data)
-    monkeypatch.setattr(storage_class, "_save", save)
+    monkeypatch.undo()
     assert response.status_code == 507 and "Retry-After" not in response
     assert response.json()["error"] == "insufficient_storage"
     assert "no space left" in response.json()["detail"]
