@@ -105,6 +105,8 @@ def main() -> None:
     parser.add_argument("--ingest-workers", type=int, default=0,
                         help="a separate ingest pool of this many workers takes the writers' requests, as the proxy "
                              "of docs/deploy.md routes metrics POSTs (0: one pool serves everything)")
+    parser.add_argument("--ingest-threads", type=int, default=None,
+                        help="threads per worker of the ingest pool (default: --threads)")
     parser.add_argument("--ingest-nice", type=int, default=0,
                         help="run the ingest pool under nice -n N, as docs/deploy.md does, so reads win the CPU")
     args = parser.parse_args()
@@ -118,11 +120,12 @@ def main() -> None:
     url, server = serve(env, args.workers, args.threads)
     ingest = None
     try:
-        ingest_url, ingest = (serve(env, args.ingest_workers, args.threads, nice=args.ingest_nice)
+        ingest_threads = args.ingest_threads or args.threads
+        ingest_url, ingest = (serve(env, args.ingest_workers, ingest_threads, nice=args.ingest_nice)
                               if args.ingest_workers else (url, None))
         pools = f"gthread {args.workers} workers x {args.threads} threads"
         if ingest:
-            pools += f" + ingest pool {args.ingest_workers} x {args.threads} (nice {args.ingest_nice})"
+            pools += f" + ingest pool {args.ingest_workers} x {ingest_threads} (nice {args.ingest_nice})"
         print(f"backend: {'PostgreSQL' if args.database_url else 'SQLite'}; gunicorn {pools}; load before: {load()}")
         run_benchmark(url, ingest_url, token, args.points, args.writers, args.rate)
         pids = server_pids(server.pid) + (server_pids(ingest.pid) if ingest else [])
