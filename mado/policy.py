@@ -112,6 +112,15 @@ def _writes_to(user, run) -> bool:
     return trial is not None and trial.is_held_by(user)
 
 
+def require_role(user, project, role: str) -> None:
+    """Raise ``mado.errors.Forbidden`` (403) with ``why_not``'s sentence unless ``user``'s role in ``project``
+    ranks at or above ``role`` (``MEMBER``: create Runs, Codes, Datasets, Sweeps and Jobs; ``ADMIN``: delete
+    stored bytes; SPEC F31)."""
+    reason = why_not(user, project, role)
+    if reason:
+        raise Forbidden(reason)
+
+
 def require_run_writer(user, run) -> None:
     """Raise ``mado.errors.Forbidden`` (403) with ``why_cannot_write_run``'s sentence unless ``user`` may write to
     ``run`` (SPEC F31); every service that writes to an existing Run calls it."""

@@ -123,7 +123,7 @@ def run_start(
     ``parameters.<key>``); ``RunLive`` (the Run's heartbeat is fresher than
     ``MMT_CRASH_TIMEOUT`` s: another process writes to it).
     """
-    services.require(policy.can_write_runs(actor, project), policy.why_not(actor, project, policy.MEMBER) or "")
+    policy.require_role(actor, project, policy.MEMBER)
     resume = _clean_resume(resume)
     host, pid = _clean_writer(host, pid)
     if external_id in (None, ""):

@@ -141,7 +141,7 @@ def _create_unique(model, field: str, message: str, **values):
 
 def code_create(*, actor, project: Project, name: str) -> Code:
     """Register a training program in ``project`` (member or admin). ``Conflict`` on a duplicate name."""
-    require(policy.can_write_runs(actor, project), policy.why_not(actor, project, policy.MEMBER) or "")
+    policy.require_role(actor, project, policy.MEMBER)
     name = (name or "").strip()
     if not name:
         raise ValidationFailed("name must not be empty", field="name")
@@ -161,7 +161,7 @@ def code_version_create(*, actor, code: Code, entrypoint: list[str], archive=Non
     ``archive`` is an ``Artifact`` already stored (``checkpoints.storage``).
     The Code row is locked so two concurrent uploads get distinct numbers.
     """
-    require(policy.can_write_runs(actor, code.project), policy.why_not(actor, code.project, policy.MEMBER) or "")
+    policy.require_role(actor, code.project, policy.MEMBER)
     entrypoint = _validate_entrypoint(entrypoint)
     Code.objects.select_for_update().filter(pk=code.pk).first()
     latest = code.versions.aggregate(n=Max("version"))["n"] or 0
@@ -172,7 +172,7 @@ def code_version_create(*, actor, code: Code, entrypoint: list[str], archive=Non
 
 def dataset_create(*, actor, project: Project, name: str) -> Dataset:
     """Register a Dataset in ``project`` (member or admin). ``Conflict`` on a duplicate name."""
-    require(policy.can_write_runs(actor, project), policy.why_not(actor, project, policy.MEMBER) or "")
+    policy.require_role(actor, project, policy.MEMBER)
     name = (name or "").strip()
     if not name:
         raise ValidationFailed("name must not be empty", field="name")
@@ -183,7 +183,7 @@ def dataset_version_create(
     *, actor, dataset: Dataset, version: str, uri: str = "", description: str = ""
 ) -> DatasetVersion:
     """Add a version label to ``dataset``. ``Conflict`` when the label exists."""
-    require(policy.can_write_runs(actor, dataset.project), policy.why_not(actor, dataset.project, policy.MEMBER) or "")
+    policy.require_role(actor, dataset.project, policy.MEMBER)
     version = (version or "").strip()
     if not version:
         raise ValidationFailed("version must not be empty", field="version")
@@ -232,7 +232,7 @@ def run_create(
     ``external_id`` (the run id) is unique per Project: ``Conflict`` when taken.
     The input dataset versions are the Run's initial configuration (never overwritten).
     """
-    require(policy.can_write_runs(actor, project), policy.why_not(actor, project, policy.MEMBER) or "")
+    policy.require_role(actor, project, policy.MEMBER)
     if kind not in RunKind.values:
         raise ValidationFailed(f"kind must be one of {', '.join(RunKind.values)}", field="kind")
     if status not in (RunStatus.PENDING, RunStatus.RUNNING):
@@ -278,7 +278,7 @@ def run_attach(
     once. Member or admin only (``Forbidden``); ``ValidationFailed`` naming
     ``name`` or ``parameters`` for a name too long or parameters not a JSON object.
     """
-    require(policy.can_write_runs(actor, project), policy.why_not(actor, project, policy.MEMBER) or "")
+    policy.require_role(actor, project, policy.MEMBER)
     if not external_id:
         return None
     if len(name or "") > 200:

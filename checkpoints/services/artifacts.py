@@ -19,7 +19,7 @@ from mado import policy
 from mado.errors import Conflict, NotFound, ValidationFailed
 from runs.lease import lease_check
 from runs.models import Code, CodeVersion, Run
-from runs.services import code_version_create, require
+from runs.services import code_version_create
 
 PATH_MAX = 1024
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
@@ -202,7 +202,7 @@ def artifact_delete(*, actor, artifact: Artifact) -> None:
     database foreign keys make this hold against a concurrent registration.
     """
     project = artifact.project
-    require(policy.can_delete_artifacts(actor, project), policy.why_not(actor, project, policy.ADMIN) or "")
+    policy.require_role(actor, project, policy.ADMIN)
     refusal = f"{artifact.path} is a checkpoint's or code version's file; delete the checkpoint instead"
     checkpoint = Checkpoint.objects.filter(artifact=artifact).only("pk").first()
     if checkpoint is not None:
@@ -245,7 +245,7 @@ def code_version_create_with_archive(
     non-empty strings. Member or admin (else ``Forbidden``, checked before any
     byte is stored); a refused version keeps no bytes.
     """
-    require(policy.can_write_runs(actor, code.project), policy.why_not(actor, code.project, policy.MEMBER) or "")
+    policy.require_role(actor, code.project, policy.MEMBER)
     if archive is None:
         return code_version_create(actor=actor, code=code, entrypoint=entrypoint)
     name = archive_name.replace("\\", "/").rsplit("/", 1)[-1].strip() or "archive"

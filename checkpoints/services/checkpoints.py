@@ -18,7 +18,6 @@ from mado import policy
 from mado.errors import Conflict, NotFound, RunEnded, ValidationFailed
 from runs.lease import lease_check
 from runs.models import FINAL_STATES, Run
-from runs.services import require
 
 FRAMEWORK_MAX = 50
 IDEMPOTENCY_KEY_MAX = 200
@@ -185,7 +184,7 @@ def checkpoint_delete(*, actor, checkpoint: Checkpoint) -> Checkpoint:
     the two waits for the other and then sees its outcome.
     """
     run = checkpoint.run
-    require(policy.can_delete_artifacts(actor, run.project), policy.why_not(actor, run.project, policy.ADMIN) or "")
+    policy.require_role(actor, run.project, policy.ADMIN)
     locked = {row.pk: row for row in Checkpoint.objects.select_for_update().filter(run_id=run.pk).order_by("pk")}
     row = locked.get(checkpoint.pk)
     if row is None:

@@ -14,7 +14,6 @@ from checkpoints.models import Artifact
 from checkpoints.services.artifacts import artifacts_delete_below, check_received, replace_content, validate_artifact_path
 from mado import policy
 from runs.models import LoggedModel
-from runs.services import require
 
 
 def logged_model_file_put(*, actor, model: LoggedModel, path: str, source, expected_size: int | None = None) -> Artifact:
@@ -62,6 +61,6 @@ def logged_model_files_delete(*, actor, model: LoggedModel, path: str) -> int:
 
     Project admin only (``Forbidden``); ``NotFound`` when nothing is there.
     """
-    require(policy.can_delete_artifacts(actor, model.project), policy.why_not(actor, model.project, policy.ADMIN) or "")
+    policy.require_role(actor, model.project, policy.ADMIN)
     return artifacts_delete_below(actor=actor, files=model.artifacts.all(), path=path,
                                   owner=f"logged model {model.model_id}")

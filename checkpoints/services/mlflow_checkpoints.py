@@ -29,10 +29,9 @@ from checkpoints.services.artifacts import (
     validate_artifact_path,
 )
 from mado import policy
-from mado.errors import Conflict, NotFound, ValidationFailed
+from mado.errors import Conflict, ValidationFailed
 from runs.liveness import run_touch
 from runs.models import FINAL_STATES, Run, RunKind
-from runs.services import require
 
 CHECKPOINT_KINDS = frozenset({RunKind.TRAINING, RunKind.FINE_TUNING})
 _CHECKPOINT_FILE = re.compile(r"^checkpoints/step-(0|[1-9][0-9]{0,17})/(.+)$")
@@ -281,6 +280,6 @@ def mlflow_artifact_delete(*, actor, run: Run, path: str) -> int:
     All or nothing: a checkpoint's file (or tar) among them raises
     ``Conflict`` and nothing is deleted; bytes go once the delete commits.
     """
-    require(policy.can_delete_artifacts(actor, run.project), policy.why_not(actor, run.project, policy.ADMIN) or "")
+    policy.require_role(actor, run.project, policy.ADMIN)
     return artifacts_delete_below(actor=actor, files=Artifact.objects.filter(run=run), path=path,
                                   owner=f"run {run.external_id}")

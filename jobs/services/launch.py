@@ -15,7 +15,7 @@ from jobs.services._common import (
 from mado import policy
 from mado.errors import Conflict
 from runs.models import CodeVersion, RunKind, RunStatus
-from runs.services import require, run_create
+from runs.services import run_create
 
 
 @transaction.atomic
@@ -48,7 +48,7 @@ def job_launch(
     under torchrun with that many processes (F36; else ``ValidationFailed``).
     """
     project = code_version.code.project
-    require(policy.can_write_runs(actor, project), policy.why_not(actor, project, policy.MEMBER) or "")
+    policy.require_role(actor, project, policy.MEMBER)
     require_enabled(queue)
     max_retries = clean_max_retries(max_retries)
     nproc_per_node = clean_nproc_per_node(nproc_per_node)

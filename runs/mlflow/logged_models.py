@@ -24,7 +24,7 @@ from mado import policy
 from runs.mlflow import search
 from mado.mlflow_errors import INVALID_PARAMETER_VALUE, RESOURCE_DOES_NOT_EXIST, MlflowError
 from runs.mlflow.services import (
-    MAX_PARAMS, MAX_TAGS, PARAM_VALUE_MAX, TAG_VALUE_MAX, int64, key_values, require_member,
+    MAX_PARAMS, MAX_TAGS, PARAM_VALUE_MAX, TAG_VALUE_MAX, int64, key_values,
 )
 from runs.mlflow.translate import decode_page_token, encode_page_token, metric_json, ms
 from runs.models import LoggedModel, LoggedModelStatus, MetricPoint, Project, Run, RunTag
@@ -91,7 +91,7 @@ def logged_model_create(*, actor, project: Project, name: str = "", model_type: 
     ``model-<hex>`` name (MLflow also picks one). ``params`` and ``tags`` are
     MLflow's ``[{key, value}]`` lists (at most 100 each; 400 naming the bad item).
     """
-    require_member(actor, project)
+    policy.require_role(actor, project, policy.MEMBER)
     if source_run is not None:
         if source_run.project_id != project.pk:
             raise _bad(f"source_run_id {source_run.external_id} is a run of another experiment than {project.pk}")

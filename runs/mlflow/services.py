@@ -29,7 +29,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from mado import policy
-from mado.errors import Conflict, Forbidden
+from mado.errors import Conflict
 from runs import services as run_services
 from runs.liveness import run_touch
 from runs.metric_batch import parse_value
@@ -51,12 +51,6 @@ KEY_MAX, PARAM_VALUE_MAX, TAG_VALUE_MAX = 250, 6000, 8000
 
 def _bad(message: str) -> MlflowError:
     return MlflowError(INVALID_PARAMETER_VALUE, message)
-
-
-def require_member(actor, project: Project) -> None:
-    """``Forbidden`` unless ``actor`` may write Runs of ``project`` (a member; SPEC F31)."""
-    if not policy.can_write_runs(actor, project):
-        raise Forbidden(policy.why_not(actor, project, policy.MEMBER) or "not allowed")
 
 
 def int64(value, name: str, *, default: int | None = None) -> int | None:
@@ -114,7 +108,7 @@ def experiment_create(*, actor, name: str, artifact_location: str = "") -> Proje
         raise MlflowError(RESOURCE_ALREADY_EXISTS, f"Experiment '{name}' already exists.")
     try:
         return run_services.project_create(user=actor, name=name)
-    except Conflict as exc:
+    except Conflict:
         raise _bad("this experiment name cannot be used: choose another name") from None
 
 
@@ -157,7 +151,7 @@ def experiment_tag_set(*, actor, project: Project, key: str, value: str | None) 
     at most 5,000 (MLflow's limits, 400 INVALID_PARAMETER_VALUE); removing a
     missing tag is RESOURCE_DOES_NOT_EXIST (404), as on MLflow.
     """
-    require_member(actor, project)
+    policy.require_role(actor, project, policy.MEMBER)
     pairs = key_values([{"key": key, "value": value or ""}], "tag", 1, 5000)
     with transaction.atomic():
         locked = Project.objects.select_for_update().get(pk=project.pk)
@@ -179,7 +173,7 @@ def run_create(*, actor, project: Project, run_name: str = "", tags=None) -> Run
     (default training; 400 for an unknown kind), ``mlflow.runName`` the name
     (``run_name`` wins), the rest are stored as RunTags.
     """
-    require_member(actor, project)
+    policy.require_role(actor, project, policy.MEMBER)
     tag_map = dict(key_values(tags, "tags", MAX_TAGS, TAG_VALUE_MAX))
     kind = tag_map.pop(KIND_TAG, RunKind.TRAINING)
     if kind not in RunKind.values:

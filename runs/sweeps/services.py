@@ -31,10 +31,6 @@ from runs.sweeps.suggest import suggest_parameters
 CLAIM_ATTEMPTS = 5
 
 
-def _require_member(actor, project: Project) -> None:
-    run_services.require(policy.can_write_runs(actor, project), policy.why_not(actor, project, policy.MEMBER) or "")
-
-
 @transaction.atomic
 def sweep_create(*, actor, project: Project, config) -> Sweep:
     """Create a Sweep in ``project`` from ``config`` (YAML/JSON text or a dict; ``runs.sweeps.config``). F27.
@@ -44,7 +40,7 @@ def sweep_create(*, actor, project: Project, config) -> Sweep:
     ``parameters``, ``program``, ``run_cap``...). No trial exists until an
     agent claims one.
     """
-    _require_member(actor, project)
+    policy.require_role(actor, project, policy.MEMBER)
     parsed = sweep_config_parse(config=config)
     return Sweep.objects.create(
         project=project, name=parsed.name, method=parsed.method, parameters=parsed.parameters,
@@ -116,7 +112,7 @@ def sweep_claim(*, actor, sweep: Sweep, agent: str = "", now: datetime | None = 
     or running (else the agent asks again later). ``now`` defaults to the
     current time (tests inject it). Member or admin (``Forbidden``).
     """
-    _require_member(actor, sweep.project)
+    policy.require_role(actor, sweep.project, policy.MEMBER)
     now = now or timezone.now()
     until = now + timedelta(seconds=settings.MMT_SWEEP_LEASE)
     trial = _claim_queued(actor=actor, sweep=sweep, agent=agent, now=now, until=until)
@@ -160,7 +156,7 @@ def sweep_trial_report(
     agent holds the trial now) or when another process took the Run over
     before this claim. Member or admin (``Forbidden``).
     """
-    _require_member(actor, trial.sweep.project)
+    policy.require_role(actor, trial.sweep.project, policy.MEMBER)
     trial = SweepTrial.objects.select_for_update().get(pk=trial.pk)
     run = Run.objects.select_for_update().select_related("project").get(pk=trial.run_id)
     stale = trial.state == TrialState.QUEUED or (agent and agent != trial.agent)
@@ -197,7 +193,7 @@ def sweep_trial_retry(*, actor, trial: SweepTrial) -> SweepTrial:
     concurrent retries: one wins, the other's conditional UPDATE matches no
     row and it raises ``Conflict`` (its new Run rolled back with it).
     """
-    _require_member(actor, trial.sweep.project)
+    policy.require_role(actor, trial.sweep.project, policy.MEMBER)
     trial = SweepTrial.objects.select_for_update().select_related("run", "sweep").get(pk=trial.pk)
     if trial.state != TrialState.DONE or trial.run.status not in RETRYABLE:
         raise Conflict(_retry_refusal(trial), field="trial")
