@@ -7,7 +7,7 @@ writer logs) through the whole Django stack (middleware, token
 authentication, the view, ``metrics_ingest``), exactly as gunicorn hands a
 request to ``mado.wsgi.application``, and prints per batch:
 
-- the SDK's encoding (``encode_metrics`` per ``log_metrics`` call of two keys + the columnar body);
+- the SDK's side (``metric_points`` per ``log_metrics`` call of two keys + the columnar body);
 - the web process's CPU (``time.process_time``) for the whole request;
 - the PostgreSQL backend's CPU (``/proc/<backend pid>/stat``; the database
   must run on this machine) for the same requests;
@@ -66,7 +66,7 @@ def main() -> None:
     from django.test import Client
     from rest_framework.authtoken.models import Token
 
-    from mado_tracking.metrics import _batch_body, encode_metrics
+    from mado_tracking.metrics import batch_body, metric_points
     from runs.models import Run
     from runs.services import project_create
 
@@ -81,8 +81,8 @@ def main() -> None:
     def body(batch: int) -> bytes:
         now, base = time.time(), batch * args.size // 2
         points = [point for step in range(base, base + args.size // 2)
-                  for point in encode_metrics({"a": 1.0 / (step + 1), "b": float(step)}, step, now)]
-        return _batch_body(points)
+                  for point in metric_points({"a": 1.0 / (step + 1), "b": float(step)}, step, now)]
+        return batch_body(points)
 
     started = time.process_time()
     bodies = [body(n) for n in range(args.batches + 5)]
@@ -108,7 +108,7 @@ def main() -> None:
         profiler.disable()
     web, db = time.process_time() - web, backend_cpu_s(backend) - db
     print(f"load after: {load()}")
-    print(f"per {args.size:,}-point batch ({args.batches} batches, PostgreSQL): SDK encoding {encode_ms:.1f} ms CPU; "
+    print(f"per {args.size:,}-point batch ({args.batches} batches, PostgreSQL): SDK side {encode_ms:.1f} ms CPU; "
           f"web request {web / args.batches * 1e3:.1f} ms CPU{' (profiled)' if profiler else ''}; "
           f"PostgreSQL backend {db / args.batches * 1e3:.1f} ms CPU")
     if profiler:

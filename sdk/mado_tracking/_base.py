@@ -11,7 +11,7 @@ import time
 from collections.abc import Mapping
 
 from mado_tracking.errors import CheckpointError, MadoError
-from mado_tracking.metrics import check_metric_step, encode_metrics
+from mado_tracking.metrics import Point, check_metric_step, metric_points
 from mado_tracking.resume import ResumeCheckpoint, resume_checkpoint
 
 logger = logging.getLogger("mado_tracking")
@@ -113,16 +113,16 @@ class RunBase:
         self.status: str = data.get("status", "")
         self.parameters: dict = data.get("parameters") or {}
 
-    def _encode(self, metrics, step, all_ranks: bool = False) -> list[tuple[str, str, str, str]]:
+    def _encode(self, metrics, step, all_ranks: bool = False) -> list[Point]:
         """The points of a ``log_metrics`` call at ``step`` (None: ``self.step``); ``self.step`` moves past it.
 
         ``all_ranks``: the keys go under ``rank<k>/``. Raises ``ValueError`` /
-        ``TypeError`` as ``encode_metrics``; ``self.step`` is unchanged then.
+        ``TypeError`` as ``metric_points``; ``self.step`` is unchanged then.
         """
         if all_ranks:
             metrics = rank_keys(metrics, self.rank)
         step = check_metric_step(self.step if step is None else step)
-        points = encode_metrics(metrics, step, time.time())
+        points = metric_points(metrics, step, time.time())
         self.step = max(self.step, step + 1)
         return points
 

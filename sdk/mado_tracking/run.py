@@ -41,7 +41,7 @@ from mado_tracking.errors import ApiError, CheckpointError, MadoError
 from mado_tracking.lease import DEFAULT_HEARTBEAT_INTERVAL_S, Lease, heartbeat_interval_from_environment
 from mado_tracking import distributed, system, unsent
 from mado_tracking.heartbeat import Heartbeat
-from mado_tracking.metrics import MetricSender, encode_metrics
+from mado_tracking.metrics import MetricSender, metric_points
 from mado_tracking.staging import run_staging_dir
 from mado_tracking.resume_mode import (
     auto_conflict,
@@ -250,9 +250,9 @@ class Run(RunBase):
 
         Args:
             metrics: ``{key: value}``; key a non-empty str of at most 250
-                characters (``"train.loss"``), value an int or float
+                characters, no NUL (``"train.loss"``), value an int or float
                 (numpy scalars too; NaN and ±inf are kept and stored).
-            step: int >= 0, the number of steps completed or the step index;
+            step: int in [0, 2**63), the number of steps completed or the step index;
                 None = ``run.step``. ``run.step`` then moves past the step
                 used. After a resume the server drops points below the
                 resumed run's first step (one warning per key).
@@ -283,7 +283,7 @@ class Run(RunBase):
         """Queue a system metrics sample (``system/…`` keys, F35) at the step training logged last, leaving
         ``self.step`` as it is."""
         if not self._finishing and not self._lease.lost:
-            self._sender.add(encode_metrics(values, max(self.step - 1, 0), time.time()))
+            self._sender.add(metric_points(values, max(self.step - 1, 0), time.time()))
 
     def log_checkpoint(self, directory: str | os.PathLike, step: int, includes_optimizer: bool = False,
                        framework: str | None = None, *, wait: bool = True) -> SavedCheckpoint | Future:

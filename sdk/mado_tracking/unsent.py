@@ -2,33 +2,39 @@
 
 The server refuses points for a crashed Run (409 ``run_ended``) instead of
 storing them into it. The process lost the Run but its points are real: they
-are appended, one encoded point a line (the JSON list of its four field texts,
-``metrics.encode_point``), to
+are appended, one point a line (the JSON list ``[key, value, step, timestamp]``,
+a value that is not finite as ``"NaN"``, ``"Infinity"`` or ``"-Infinity"``), to
 ``<run staging directory>/unsent-metrics.jsonl`` (``staging.run_staging_dir``,
 the directory a same-run resume started from here looks in). The next start
 of that run id (``resume="allow"|"must"|"auto"``) queues them ahead of new
 points and removes the file.
 """
 
+from __future__ import annotations
+
 import json
 import logging
+import math
 import os
 from pathlib import Path
+
+from mado_tracking import metrics  # metrics imports this module too: names are looked up when called
 
 logger = logging.getLogger("mado_tracking")
 
 FILE_NAME = "unsent-metrics.jsonl"
 
 
-def keep(directory: Path, points: list[tuple[str, str, str, str]], *, run_label: str) -> None:
-    """Append ``points`` (``metrics.encode_point`` tuples) to the run's file; a write failure is logged, not raised."""
+def keep(directory: Path, points: list[metrics.Point], *, run_label: str) -> None:
+    """Append ``points`` (``metrics.metric_points`` tuples) to the run's file; a write failure is logged, not raised."""
     if not points:
         return
     path = directory / FILE_NAME
     try:
         directory.mkdir(parents=True, exist_ok=True)
         with open(path, "a", encoding="utf-8") as spool:
-            spool.write("".join(json.dumps(list(point)) + "\n" for point in points))
+            spool.write("".join(json.dumps([key, metrics.wire_value(value), step, stamp]) + "\n"
+                                for key, value, step, stamp in points))
             spool.flush()
             os.fsync(spool.fileno())
     except OSError as exc:
@@ -39,7 +45,7 @@ def keep(directory: Path, points: list[tuple[str, str, str, str]], *, run_label:
                    "resume='allow') sends them", len(points), run_label, path)
 
 
-def take(directory: Path) -> list[tuple[str, str, str, str]]:
+def take(directory: Path) -> list[metrics.Point]:
     """The points kept for this run (oldest first), removing the file; [] when there is none."""
     path = directory / FILE_NAME
     try:
@@ -56,6 +62,27 @@ def take(directory: Path) -> list[tuple[str, str, str, str]]:
             fields = json.loads(line)
         except ValueError:
             continue  # the cut last line a killed process may leave
-        if isinstance(fields, list) and len(fields) == 4 and all(isinstance(f, str) for f in fields):
-            points.append(tuple(fields))
+        point = _point(fields)
+        if point is not None:
+            points.append(point)
     return points
+
+
+def _point(fields) -> metrics.Point | None:
+    """A kept line's point; None for a line that is not one. Lines written by earlier SDKs hold the four fields'
+    JSON texts (``["\\"loss\\"", "0.5", "3", "1700000000.5"]``)."""
+    if not isinstance(fields, list) or len(fields) != 4:
+        return None
+    try:
+        if all(isinstance(field, str) for field in fields):
+            fields = [json.loads(fields[0]), json.loads(fields[1]), int(fields[2]), float(fields[3])]
+        key, value, step, stamp = fields
+        value = _NON_FINITE.get(value, value)
+        if type(key) is not str or type(step) is not int or isinstance(value, (str, bool)):
+            return None
+        return key, float(value), step, float(stamp)
+    except (ValueError, TypeError):
+        return None
+
+
+_NON_FINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}

@@ -4,6 +4,7 @@ Against the real API (live server); the reaper is called by the test, time is ne
 """
 
 import json
+import math
 import threading
 import time
 from datetime import timedelta
@@ -92,9 +93,24 @@ def test_points_refused_for_a_crashed_run_are_kept_and_sent_by_its_resume(mmt_en
 def test_a_cut_last_line_of_the_kept_points_is_skipped(tmp_path):
     from mado_tracking import unsent
 
-    point = ('"loss"', "1.0", "3", "1700000000.5")
+    point = ("loss", 1.0, 3, 1700000000.5)
     unsent.keep(tmp_path, [point], run_label="r")
     with open(tmp_path / unsent.FILE_NAME, "a") as spool:
-        spool.write('["\\"loss\\"", "2.')
+        spool.write('["loss", 2.')
     assert unsent.take(tmp_path) == [point]
     assert unsent.take(tmp_path) == []
+
+
+def test_kept_points_round_trip_non_finite_values_and_lines_of_earlier_sdks(tmp_path):
+    from mado_tracking import unsent
+
+    unsent.keep(tmp_path, [("a", math.inf, 1, 2.5), ("b", -math.inf, 1, 2.5), ("c", math.nan, 1, 2.5)], run_label="r")
+    with open(tmp_path / unsent.FILE_NAME, "a") as spool:  # an earlier SDK kept each field's JSON text
+        spool.write('["\\"loss\\"", "\\"NaN\\"", "3", "1700000000.5"]\n["\\"lr\\"", "0.5", "3", "1700000000.5"]\n')
+        spool.write('["x", "not a number", 1, 2.5]\n["x", 1.0, "one", 2.5]\n{"key": "x"}\n')  # not points: skipped
+    taken = unsent.take(tmp_path)
+    assert [(key, step, stamp) for key, _, step, stamp in taken] == [
+        ("a", 1, 2.5), ("b", 1, 2.5), ("c", 1, 2.5), ("loss", 3, 1700000000.5), ("lr", 3, 1700000000.5)]
+    values = [value for _, value, _, _ in taken]
+    assert values[:2] == [math.inf, -math.inf] and math.isnan(values[2]) and math.isnan(values[3])
+    assert values[4] == 0.5

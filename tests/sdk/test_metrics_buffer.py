@@ -114,8 +114,11 @@ def test_a_backlog_goes_out_two_batches_at_a_time_each_point_once():
     [(1.5, 1.5), (math.nan, "NaN"), (math.inf, "Infinity"), (-math.inf, "-Infinity"), (0.0, 0.0)],
 )
 def test_non_finite_values_travel_as_strings(value, wire):
-    point = json.loads(metrics.point_json(metrics.encode_point("a \"quoted\" ключ", value, 3, 1700000000.25)))
+    point = json.loads(metrics.point_json(("a \"quoted\" ключ", value, 3, 1700000000.25)))
     assert point == {"key": 'a "quoted" ключ', "value": wire, "step": 3, "timestamp": 1700000000.25}
+    body = json.loads(metrics.batch_body([("ok", 2.0, 3, 1.0), ("a \"quoted\" ключ", value, 4, 1700000000.25)]))
+    assert body == {"keys": ["ok", 'a "quoted" ключ'], "steps": [3, 4], "values": [2.0, wire],
+                    "timestamps": [1.0, 1700000000.25]}
 
 
 def test_the_run_is_created_with_a_client_chosen_run_id_and_the_token():
@@ -158,6 +161,9 @@ def test_a_wrong_token_is_an_api_error_that_says_so():
         ({"": 1.0}, 0, "non-empty str"),
         ({3: 1.0}, 0, "non-empty str"),
         ({"k" * 251: 1.0}, 0, "at most 250"),
+        ({"loss\x00": 1.0}, 0, "without NUL"),  # the server refuses it, and with it the whole batch
+        ({"loss\udc80": 1.0}, 0, "lone surrogate"),  # not UTF-8: refused here, not dropped with its batch
+        ({"loss": 1.0}, 2**63, "below 2\\*\\*63"),  # the server's BIGINT
     ],
 )
 def test_bad_steps_keys_and_values_are_refused_at_call_time(metrics, step, message):
