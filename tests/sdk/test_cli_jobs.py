@@ -1,5 +1,5 @@
-"""``mado code push`` and ``mado job launch | list | show | abort | resume | logs`` against a live server
-(SPEC F6–F11, F16). Celery's ``send_task`` is recorded, not sent: no worker runs here
+"""``mado code push`` and ``mado job launch | list | show | abort | resume | continue | logs`` against a live
+server (SPEC F6–F11, F16, F22). Celery's ``send_task`` is recorded, not sent: no worker runs here
 (tests/jobs/test_job_flow.py drives the same commands with a real worker)."""
 
 import hashlib
@@ -19,7 +19,8 @@ from checkpoints.models import Checkpoint, CheckpointState
 from jobs import services
 from jobs.models import Job, JobKind, JobStatus, Queue
 from mado_tracking.cli import main
-from runs.models import Code, CodeVersion, Role
+from runs.models import Code, CodeVersion, Role, Run
+from runs.stages import data_stage_record
 from tests.factories import CodeVersionFactory, DatasetFactory, DatasetVersionFactory, MembershipFactory
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -305,6 +306,63 @@ def test_job_resume_refusals(mado, creator, member, project, code_version, cpu):
     busy = mado("job", "resume", running.pk, "--latest", user=creator)
     assert busy.exit_code == 1 and "HTTP 409" in busy.output
     assert Job.objects.filter(kind=JobKind.RESUME).count() == 0
+
+
+def _finished_job_with_data(actor, code_version, queue, project):
+    """A succeeded Job trained on ``digits:v1`` then, from step 15, ``digits:v1`` + ``labels:v1``; a checkpoint at 20."""
+    first = DatasetVersionFactory(dataset=DatasetFactory(project=project, name="digits"), version="v1")
+    second = DatasetVersionFactory(dataset=DatasetFactory(project=project, name="labels"), version="v1")
+    job = services.job_launch(actor=actor, code_version=code_version, queue=queue, parameters={"lr": 0.1, "depth": 4},
+                              dataset_version_ids=[first.pk], name="baseline")
+    services.job_claim(job_id=job.pk, worker_host="gpu-1")
+    data_stage_record(actor=actor, run=job.run, start_step=15, dataset_version_ids=[first.pk, second.pk])
+    job = services.job_finish(job_id=job.pk, exit_code=0)
+    checkpoint = Checkpoint.objects.create(run=job.run, step=20, state=CheckpointState.COMPLETE, file_count=1,
+                                           total_bytes=10)
+    return job, checkpoint, first, second
+
+
+def test_job_continue_from_a_finished_run_keeps_its_data_at_the_step_and_adds_new_data(
+        mado, creator, project, code_version, cpu, sent):
+    finished, checkpoint, first, second = _finished_job_with_data(creator, code_version, cpu, project)
+    added = DatasetVersionFactory(dataset=DatasetFactory(project=project, name="fresh"), version="v1")
+    result = mado("job", "continue", checkpoint.pk, "--add-dataset-version", added.pk, "--param", "lr=0.01",
+                  "--queue", "cpu", "--name", "more data", user=creator)
+    assert result.exit_code == 0, result.output
+    job = Job.objects.select_related("run").latest("pk")
+    assert (job.kind, job.code_version_id, job.run.parent_id, job.run.source_checkpoint_id) == (
+        JobKind.CONTINUE, code_version.pk, finished.run_id, checkpoint.pk)
+    assert sorted(job.run.input_dataset_versions.values_list("pk", flat=True)) == sorted(
+        [first.pk, second.pk, added.pk])  # the composition at step 20 (the stage from 15 on) + the new set
+    assert job.run.parameters == {"lr": 0.01, "depth": 4} and job.run.name == "more data"
+    assert result.output.splitlines()[0] == (
+        f"job {job.pk} queued on cpu: run {job.run_id} ({job.run.external_id}) in project vision, "
+        f"continue of run {finished.run_id} from checkpoint {checkpoint.pk} (step 20)")
+    assert sent[-1]["args"] == [job.pk]
+    finished.run.refresh_from_db()
+    assert finished.run.status == "finished"  # only read
+
+    same = mado("job", "continue", checkpoint.pk, "--dataset-version", first.pk, "-q", user=creator)
+    assert same.exit_code == 0, same.output
+    again = Job.objects.select_related("run").get(pk=int(same.output))
+    assert list(again.run.input_dataset_versions.values_list("pk", flat=True)) == [first.pk]
+    assert again.run.parameters == {"lr": 0.1, "depth": 4}  # no --param: the source Run's
+
+
+def test_job_continue_refusals(mado, creator, viewer, project, code_version, cpu):
+    finished, checkpoint, _, _ = _finished_job_with_data(creator, code_version, cpu, project)
+    watcher = mado("job", "continue", checkpoint.pk, user=viewer)
+    assert watcher.exit_code == 1 and "HTTP 403" in watcher.output
+    pending = Checkpoint.objects.create(run=finished.run, step=30, state=CheckpointState.PENDING)
+    waiting = mado("job", "continue", pending.pk, user=creator)
+    assert waiting.exit_code == 1 and "HTTP 409" in waiting.output
+    other = CodeVersionFactory(code__project=project, code__created_by=creator, code__name="other", version=1)
+    foreign = mado("job", "continue", checkpoint.pk, "--code-version", other.pk, user=creator)
+    assert foreign.exit_code == 1 and "code_version_id" in foreign.output
+    Run.objects.filter(pk=finished.run_id).update(code_version=None)
+    unnamed = mado("job", "continue", checkpoint.pk, user=creator)
+    assert unnamed.exit_code == 2 and "ran no registered Code: give --code-version" in unnamed.output
+    assert not Job.objects.filter(kind=JobKind.CONTINUE).exists()
 
 
 # --- logs ------------------------------------------------------------------------------------------

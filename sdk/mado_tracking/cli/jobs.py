@@ -1,4 +1,4 @@
-"""``mado job launch | list | show | abort | resume | logs`` (SPEC F6–F11, F16; docs/api.md "Jobs").
+"""``mado job launch | list | show | abort | resume | continue | logs`` (SPEC F6–F11, F16, F22; docs/api.md "Jobs").
 
 Every command is one or a few calls of ``/api/v1/``; the server checks who
 may do what and answers a refusal with ``{"error", "detail", "field"}``,
@@ -245,6 +245,57 @@ def job_resume(ctx: click.Context, job_id: int, latest: bool, checkpoint_id: int
                     f"cannot resume job {job_id}: checkpoint {checkpoint_id} belongs to run {checkpoint['run_id']}, "
                     f"not to run {source['run_id']} of the job (--latest also finds a resumed Run's source checkpoint)")
             created = client.request("POST", f"checkpoints/{checkpoint_id}/resume/", body=body, attempts=1)
+    _print_job(created, quiet)
+
+
+@job.command("continue")
+@click.argument("checkpoint_id", metavar="CHECKPOINT", type=click.IntRange(min=1))
+@click.option("--dataset-version", "dataset_versions", multiple=True, type=click.IntRange(min=1), metavar="ID",
+              help="the new Run's whole data set (repeatable; default: the source Run's data at the checkpoint's step)")
+@click.option("--add-dataset-version", "added", multiple=True, type=click.IntRange(min=1), metavar="ID",
+              help="a dataset version added to that set (repeatable): the data mix changed")
+@click.option("--code-version", "code_version", default=None, metavar="ID|NAME[:VERSION]",
+              help="a version of the source Run's Code (default: the version the source Run ran)")
+@click.option("--param", "params", multiple=True, metavar="KEY=VALUE",
+              help="change a parameter of the source Run's (repeatable; JSON values are decoded)")
+@click.option("--queue", default=None, help="execution target (default: the server's default queue)")
+@click.option("--nproc-per-node", "nproc_per_node", type=click.IntRange(1, 256), default=None,
+              help="processes on the worker (default: the source Run's Job's, else 1)")
+@click.option("--name", default="", help="name of the new Run")
+@click.option("--quiet", "-q", is_flag=True, help="print only the new Job's id")
+@api_options
+@click.pass_context
+def job_continue(ctx: click.Context, checkpoint_id: int, dataset_versions: tuple[int, ...], added: tuple[int, ...],
+                 code_version: str | None, params: tuple[str, ...], queue: str | None, nproc_per_node: int | None,
+                 name: str, quiet: bool, api_url: str | None, api_token: str | None) -> None:
+    """Continue training from checkpoint CHECKPOINT as a new Run and Job, with the same or a changed data mix.
+
+    The source Run may be in any state (a finished one too) and is only read.
+    The new Run records it as its parent and the checkpoint as its source;
+    when its data differs from the source's at the checkpoint's step, a data
+    stage at that step records what was added and removed.
+
+    \f
+    SPEC F20, F22, F23, F36 (click shows nothing from the line above on).
+    """
+    changed = parse_parameters(params)
+    with api_client(ctx, api_url, api_token, f"cannot continue from checkpoint {checkpoint_id}") as client:
+        checkpoint = client.request("GET", f"checkpoints/{checkpoint_id}/", attempts=3)
+        source = client.request("GET", f"runs/{checkpoint['run_id']}/", attempts=3)
+        if code_version is not None:
+            version_id = resolve_code_version(client, code_version, source["project"])
+        elif source.get("code_version_id") is not None:
+            version_id = source["code_version_id"]
+        else:
+            raise click.UsageError(f"run {source['id']} ran no registered Code: give --code-version")
+        data = list(dataset_versions)
+        if not data:
+            data = client.request("GET", f"runs/{source['id']}/data-stages/", params={"at_step": checkpoint["step"]},
+                                  attempts=3)["dataset_version_ids"]
+        body = {"code_version_id": version_id, "input_dataset_version_ids": list(dict.fromkeys([*data, *added])),
+                "parameters": {**(source.get("parameters") or {}), **changed} if changed else None,
+                "queue": queue, "nproc_per_node": nproc_per_node, "name": name}
+        created = client.request("POST", f"checkpoints/{checkpoint_id}/continue/", body=body, attempts=1)
     _print_job(created, quiet)
 
 
