@@ -309,7 +309,7 @@ class CheckpointResumeApi(APIView):
 class JobContinueInputSerializer(serializers.Serializer):
     code_version_id = serializers.IntegerField(help_text="a version of the source Run's Code (any, if it has none)")
     queue = serializers.SlugField(required=False, allow_null=True, default=None,
-                                  help_text="queue name (default: the server's default queue)")
+                                  help_text="queue name (default: the source Run's Job's, else the server's default)")
     parameters = serializers.JSONField(required=False, allow_null=True, default=None,
                                        help_text="a JSON object (default: the source Run's parameters)")
     input_dataset_version_ids = serializers.ListField(
@@ -348,7 +348,8 @@ class CheckpointContinueApi(APIView):
         data = valid(JobContinueInputSerializer, request)
         job = services.run_continue_from_checkpoint(
             actor=request.user, checkpoint=checkpoint, code_version=_code_version(request.user, data["code_version_id"]),
-            queue=selectors.queue_get(name=data["queue"] or selectors.default_queue_name()),
+            queue=selectors.queue_get(name=data["queue"] or selectors.continue_queue_name(
+                source_job=selectors.job_for_run(run=checkpoint.run))),
             parameters=data["parameters"], dataset_version_ids=data["input_dataset_version_ids"], name=data["name"],
             request_key=request.headers.get("Idempotency-Key"), nproc_per_node=data["nproc_per_node"],
         )

@@ -210,7 +210,7 @@ class CheckpointContinueForm(ParametersMixin, forms.Form):
             versions.queryset = run_selectors.code_version_choices(project=project)
         self.fields["parameters"].initial = json.dumps(source_run.parameters or {}, indent=2)
         self.fields["queue"].queryset = selectors.queue_list()
-        self.fields["queue"].initial = source_job.queue.name if source_job else selectors.default_queue_name()
+        self.fields["queue"].initial = selectors.continue_queue_name(source_job=source_job)
         set_world_size_initial(self.fields["nproc_per_node"], source_job, checkpoint)
 
     def service_arguments(self) -> dict:

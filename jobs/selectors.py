@@ -69,6 +69,12 @@ def default_queue_name() -> str:
     return settings.CELERY_TASK_DEFAULT_QUEUE
 
 
+def continue_queue_name(*, source_job: Job | None) -> str:
+    """Where a Job continuing from a checkpoint goes when none is named: the source Run's Job's queue, else
+    ``default_queue_name()`` (SPEC F22; the web form and the API agree)."""
+    return source_job.queue.name if source_job else default_queue_name()
+
+
 def queue_get(*, name: str) -> Queue:
     """The enabled Queue called ``name``; else ``ValidationFailed`` naming ``queue`` and the choices."""
     queue = Queue.objects.filter(name=name, enabled=True).first()

@@ -40,6 +40,7 @@ server took the process for dead) it is kept for a same-run resume
 resumed run's step counter) are reported with one warning per key.
 """
 
+import json
 import logging
 import math
 import numbers
@@ -114,7 +115,7 @@ def metric_points(metrics, step, now: float) -> list[Point]:
         raise TypeError(f"metrics must be a dict of {{key: number}}, got {type(metrics).__name__}")
     points = []
     for key, value in metrics.items():
-        if key not in _KEYS_SEEN:
+        if type(key) is not str or key not in _KEYS_SEEN:  # a str subclass is checked (and refused) every time
             _check_key(key)
         points.append((key, _as_float(key, value), step, now))
     return points
@@ -155,9 +156,10 @@ def wire_value(value: float) -> float | str:
 
 
 def point_json(point: Point) -> str:
-    """A point as the JSON object ``{"key", "value", "step", "timestamp"}`` (offline runs' lines)."""
+    """A point as the JSON object ``{"key", "value", "step", "timestamp"}``, ASCII (offline runs' lines)."""
     key, value, step, timestamp = point
-    return orjson.dumps({"key": key, "value": wire_value(value), "step": step, "timestamp": timestamp}).decode()
+    return json.dumps({"key": key, "value": wire_value(value), "step": step, "timestamp": timestamp},
+                      separators=(",", ":"))
 
 
 def batch_body(batch: list[Point]) -> bytes:

@@ -69,20 +69,26 @@ def take(directory: Path) -> list[metrics.Point]:
 
 
 def _point(fields) -> metrics.Point | None:
-    """A kept line's point; None for a line that is not one. Lines written by earlier SDKs hold the four fields'
-    JSON texts (``["\\"loss\\"", "0.5", "3", "1700000000.5"]``)."""
+    """A kept line's point, checked as ``log_metrics`` checks one; None for a line that is not a valid point.
+
+    Lines written by earlier SDKs hold the four fields' JSON texts
+    (``["\\"loss\\"", "0.5", "3", "1700000000.5"]``).
+    """
     if not isinstance(fields, list) or len(fields) != 4:
         return None
     try:
         if all(isinstance(field, str) for field in fields):
-            fields = [json.loads(fields[0]), json.loads(fields[1]), int(fields[2]), float(fields[3])]
+            fields = [json.loads(field) for field in fields]
         key, value, step, stamp = fields
-        value = _NON_FINITE.get(value, value)
-        if type(key) is not str or type(step) is not int or isinstance(value, (str, bool)):
+        if isinstance(value, str):
+            value = _NON_FINITE[value]
+        if isinstance(stamp, bool) or not isinstance(stamp, (int, float)) or not 0 <= stamp < _STAMP_MAX:
             return None
-        return key, float(value), step, float(stamp)
-    except (ValueError, TypeError):
+        point = metrics.metric_points({key: value}, step, float(stamp))[0]
+    except (ValueError, TypeError, KeyError, OverflowError):
         return None
+    return point
 
 
+_STAMP_MAX = 9.2e15  # Unix seconds whose milliseconds still fit the server's BIGINT
 _NON_FINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}

@@ -324,27 +324,29 @@ def _finished_job_with_data(actor, code_version, queue, project):
 
 def test_job_continue_from_a_finished_run_keeps_its_data_at_the_step_and_adds_new_data(
         mado, creator, project, code_version, cpu, sent):
-    finished, checkpoint, first, second = _finished_job_with_data(creator, code_version, cpu, project)
+    gpu = Queue.objects.get_or_create(name="gpu")[0]
+    finished, checkpoint, first, second = _finished_job_with_data(creator, code_version, gpu, project)
     added = DatasetVersionFactory(dataset=DatasetFactory(project=project, name="fresh"), version="v1")
     result = mado("job", "continue", checkpoint.pk, "--add-dataset-version", added.pk, "--param", "lr=0.01",
-                  "--queue", "cpu", "--name", "more data", user=creator)
+                  "--name", "more data", user=creator)
     assert result.exit_code == 0, result.output
     job = Job.objects.select_related("run").latest("pk")
-    assert (job.kind, job.code_version_id, job.run.parent_id, job.run.source_checkpoint_id) == (
-        JobKind.CONTINUE, code_version.pk, finished.run_id, checkpoint.pk)
+    assert (job.kind, job.code_version_id, job.run.parent_id, job.run.source_checkpoint_id, job.queue) == (
+        JobKind.CONTINUE, code_version.pk, finished.run_id, checkpoint.pk, gpu)  # the source Job's queue
     assert sorted(job.run.input_dataset_versions.values_list("pk", flat=True)) == sorted(
         [first.pk, second.pk, added.pk])  # the composition at step 20 (the stage from 15 on) + the new set
     assert job.run.parameters == {"lr": 0.01, "depth": 4} and job.run.name == "more data"
     assert result.output.splitlines()[0] == (
-        f"job {job.pk} queued on cpu: run {job.run_id} ({job.run.external_id}) in project vision, "
+        f"job {job.pk} queued on gpu: run {job.run_id} ({job.run.external_id}) in project vision, "
         f"continue of run {finished.run_id} from checkpoint {checkpoint.pk} (step 20)")
     assert sent[-1]["args"] == [job.pk]
     finished.run.refresh_from_db()
     assert finished.run.status == "finished"  # only read
 
-    same = mado("job", "continue", checkpoint.pk, "--dataset-version", first.pk, "-q", user=creator)
+    same = mado("job", "continue", checkpoint.pk, "--dataset-version", first.pk, "--queue", "cpu", "-q", user=creator)
     assert same.exit_code == 0, same.output
     again = Job.objects.select_related("run").get(pk=int(same.output))
+    assert again.queue == cpu
     assert list(again.run.input_dataset_versions.values_list("pk", flat=True)) == [first.pk]
     assert again.run.parameters == {"lr": 0.1, "depth": 4}  # no --param: the source Run's
 

@@ -40,8 +40,8 @@ def test_an_offline_run_writes_run_json_metrics_and_checkpoints(tmp_path, ckpt):
         record = json.loads((out / "run.json").read_text())
         assert record["status"] == "running" and record["ended_at"] is None
         run.log_metrics({"train.loss": 0.5, "grad": math.inf}, step=0)
-        run.log_metrics({"train.loss": math.nan}, step=1)
-        assert len(_lines(out / "metrics.jsonl")) == 3  # appended and flushed at once
+        run.log_metrics({"train.loss": math.nan, "val/λ": 0.25}, step=1)
+        assert len(_lines(out / "metrics.jsonl")) == 4  # appended and flushed at once
         saved = run.log_checkpoint(ckpt, step=10, includes_optimizer=True, framework="torch")
     record = json.loads((out / "run.json").read_text())
     assert {k: record[k] for k in ("project", "name", "kind", "parameters", "external_id", "status")} == {
@@ -50,7 +50,7 @@ def test_an_offline_run_writes_run_json_metrics_and_checkpoints(tmp_path, ckpt):
     assert record["created_at"] and record["started_at"] and record["ended_at"]
     points = _lines(out / "metrics.jsonl")
     assert [(p["key"], p["value"], p["step"]) for p in points] == [
-        ("train.loss", 0.5, 0), ("grad", "Infinity", 0), ("train.loss", "NaN", 1)]
+        ("train.loss", 0.5, 0), ("grad", "Infinity", 0), ("train.loss", "NaN", 1), ("val/λ", 0.25, 1)]
     assert all(isinstance(p["timestamp"], float) for p in points)
     copied = out / "checkpoints" / "step-10"
     assert (copied / "model.pt").read_bytes() == b"w" * 5000

@@ -28,7 +28,7 @@ def offline_run(tmp_path):
     ckpt.mkdir()
     with mado_tracking.start_run("vision", name="offline", parameters={"lr": 0.1}, offline=True, output=out) as run:
         for step in range(POINTS):
-            run.log_metrics({"loss": 1.0 / (step + 1), "acc": step / 100}, step=step)
+            run.log_metrics({"loss": 1.0 / (step + 1), "acc/精度": step / 100}, step=step)
             if step in (10, 20):
                 (ckpt / "model.pt").write_bytes(f"weights at {step}".encode() * 100)
                 run.log_checkpoint(ckpt, step=step, includes_optimizer=True, framework="torch")
@@ -45,7 +45,7 @@ def _stored(run_id: int) -> Counter:
 
 
 def _expected() -> Counter:
-    return Counter([(key, step) for step in range(POINTS) for key in ("loss", "acc")])
+    return Counter([(key, step) for step in range(POINTS) for key in ("loss", "acc/精度")])
 
 
 def test_a_sync_creates_the_run_with_its_metrics_checkpoints_and_status(mmt_env, offline_run):

@@ -258,7 +258,7 @@ def job_resume(ctx: click.Context, job_id: int, latest: bool, checkpoint_id: int
               help="a version of the source Run's Code (default: the version the source Run ran)")
 @click.option("--param", "params", multiple=True, metavar="KEY=VALUE",
               help="change a parameter of the source Run's (repeatable; JSON values are decoded)")
-@click.option("--queue", default=None, help="execution target (default: the server's default queue)")
+@click.option("--queue", default=None, help="execution target (default: the source Run's Job's, else the server's)")
 @click.option("--nproc-per-node", "nproc_per_node", type=click.IntRange(1, 256), default=None,
               help="processes on the worker (default: the source Run's Job's, else 1)")
 @click.option("--name", default="", help="name of the new Run")
