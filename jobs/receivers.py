@@ -10,7 +10,7 @@ from rest_framework.exceptions import AuthenticationFailed
 from jobs.models import FINAL_STATES, Job, JobStatus, RunToken
 from jobs.selectors import job_for_run, resume_refusal
 from jobs.services._common import RUN_JOB_TASK
-from jobs.services.lifecycle import job_fail_undelivered, job_waits_for_message
+from jobs.services.lifecycle import job_end_with_run, job_fail_undelivered, job_waits_for_message
 from mado import authentication, outbox
 from runs import hooks
 
@@ -29,6 +29,11 @@ def run_is_a_jobs(sender, *, run, **kwargs) -> bool:
 def job_of_run_ended(sender, *, run, **kwargs) -> bool:
     """True when ``run`` ran as a Job that reached a final state (SPEC F20: no data stage after that)."""
     return Job.objects.filter(run_id=run.pk, status__in=FINAL_STATES).exists()
+
+
+def job_follows_ended_run(sender, *, run, **kwargs) -> None:
+    """``run`` ended: its Job, when no worker ever claimed it, ends with it (``job_end_with_run``, F16)."""
+    job_end_with_run(run=run)
 
 
 def job_on_run_page(sender, *, run, user, **kwargs) -> dict:
@@ -52,5 +57,6 @@ def connect() -> None:
     hooks.run_kept_alive.connect(job_vouches_for_run, dispatch_uid="jobs.job_vouches_for_run")
     hooks.run_ran_as_job.connect(run_is_a_jobs, dispatch_uid="jobs.run_is_a_jobs")
     hooks.run_job_ended.connect(job_of_run_ended, dispatch_uid="jobs.job_of_run_ended")
+    hooks.run_ended.connect(job_follows_ended_run, dispatch_uid="jobs.job_follows_ended_run")
     hooks.run_page_context.connect(job_on_run_page, dispatch_uid="jobs.job_on_run_page")
     outbox.register(RUN_JOB_TASK, waiting=job_waits_for_message, give_up=job_fail_undelivered)

@@ -2,7 +2,8 @@
 
 The worker (``worker/tasks.py``) calls ``job_claim`` → ``run_token_issue`` →
 ``job_heartbeat`` / ``job_append_log`` while the code runs → ``job_finish``;
-users call ``job_abort``; beat calls ``job_reap_stale`` every minute. Each
+users call ``job_abort``; beat calls ``job_reap_stale`` every minute; a Job
+no worker claimed ends with its Run (``job_end_with_run``). Each
 status change is a conditional UPDATE (or runs under the Job's row lock), so
 a worker, a reaper and an abort racing on one Job leave one consistent end
 state: the first to finish it wins, the others see a final Job and stop.
@@ -21,6 +22,7 @@ from jobs.models import FINAL_STATES, Job, JobStatus, RunLogChunk, RunToken
 from jobs.services._common import end_run, revoke_on_commit, revoke_run_tokens
 from mado import policy
 from mado.errors import Conflict, Forbidden, NotFound, UserError
+from runs.models import Run, RunStatus
 
 logger = logging.getLogger("jobs")
 
@@ -200,6 +202,40 @@ def job_abort(*, actor, job: Job) -> Job:
     revoke_on_commit(row.celery_task_id)
     row.refresh_from_db()
     return row
+
+
+_JOB_STATUS_OF_ENDED_RUN = {RunStatus.FINISHED: JobStatus.SUCCEEDED, RunStatus.ABORTED: JobStatus.ABORTED}
+
+
+def job_end_with_run(*, run: Run) -> Job | None:
+    """End ``run``'s Job when it is still ``queued`` although ``run`` has ended; the Job, or None (F16).
+
+    A Job that no Celery worker claimed but whose Run ended ran outside a
+    worker: in a Kubernetes JobSet (``manage.py job_manifest``, docs/deploy.md)
+    the code writes the Run with the Run's token and nothing watches the pods,
+    so the Job would otherwise stay ``queued`` for ever. When the Run ends (the
+    code's ``run.finish()`` or failure, the crash reaper after the pods fell
+    silent) the Job follows: ``succeeded`` for a ``finished`` Run, ``aborted``
+    for an aborted one, else ``failed`` naming the Run's status (no automatic
+    retry: a failed attempt is resumed by hand, F11). The Run's tokens are
+    revoked and the Job's Celery message too. Called from the
+    ``runs.hooks.run_ended`` receiver inside the transaction that ended the
+    Run; a claimed Job is left to its worker, an ended one as it is.
+    """
+    job = Job.objects.select_for_update().filter(run_id=run.pk, status=JobStatus.QUEUED).first()
+    if job is None:
+        return None
+    status = _JOB_STATUS_OF_ENDED_RUN.get(run.status, JobStatus.FAILED)
+    error = "" if status == JobStatus.SUCCEEDED else (
+        f"Its Run ended {run.status} without a worker (the code ran elsewhere, e.g. in a Kubernetes JobSet).")
+    now = timezone.now()
+    Job.objects.filter(pk=job.pk, status=JobStatus.QUEUED).update(
+        status=status, error=error, started_at=run.started_at, ended_at=now
+    )
+    revoke_run_tokens(run_id=run.pk, now=now)
+    revoke_on_commit(job.celery_task_id)
+    job.refresh_from_db()
+    return job
 
 
 def job_reap_stale(*, now=None) -> int:
