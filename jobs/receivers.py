@@ -4,6 +4,7 @@
 from datetime import timedelta
 
 from django.conf import settings
+from django.utils import timezone
 
 from rest_framework.exceptions import AuthenticationFailed
 
@@ -46,7 +47,7 @@ def run_token_lookup(key: str) -> tuple | None:
     token = RunToken.objects.select_related("user", "run__project").filter(key=key).first()
     if token is None:
         return None
-    if token.revoked_at is not None:
+    if token.revoked_at is not None and token.revoked_at <= timezone.now():  # a future time: revoked then
         raise AuthenticationFailed("This run token was revoked: its Job has ended.")
     return token.user, token
 

@@ -105,6 +105,14 @@ def job_append_log(*, job_id: int, text: str) -> RunLogChunk | None:
     return chunk
 
 
+def _lock_run_of(job_id: int) -> None:
+    """Lock Job ``job_id``'s Run row before the Job's: every path that ends a Job or its Run takes Run, then Job
+    (``run_set_status`` and the crash reaper hold the Run when ``job_end_with_run`` locks the Job)."""
+    run_id = Job.objects.filter(pk=job_id).values_list("run_id", flat=True).first()
+    if run_id is not None:
+        Run.objects.select_for_update().filter(pk=run_id).values_list("pk", flat=True).first()
+
+
 def _outcome(job: Job, exit_code: int | None, error: str, aborted: bool) -> str:
     if aborted or (job.abort_requested_at is not None and exit_code != 0):
         return JobStatus.ABORTED
@@ -117,6 +125,7 @@ def _finish(*, job_id: int, exit_code: int | None, error: str, aborted: bool, st
     """End the Job under its row lock; ``(job, ended_now)``. With ``stale_before``, only a running Job whose
     heartbeat is older than that (the reaper's guard against a heartbeat that arrived meanwhile)."""
     with transaction.atomic():
+        _lock_run_of(job_id)
         job = _job_or_404(job_id, lock=True)
         if job.status in FINAL_STATES:
             return job, False
@@ -187,6 +196,7 @@ def job_abort(*, actor, job: Job) -> Job:
     reason = policy.why_cannot_manage_job(actor, job.run)
     if reason:
         raise Forbidden(reason, field="job")
+    _lock_run_of(job.pk)
     row = _job_or_404(job.pk, lock=True)
     if row.status == JobStatus.ABORTED:
         return row
@@ -204,6 +214,9 @@ def job_abort(*, actor, job: Job) -> Job:
     return row
 
 
+# The other nodes of a JobSet may still send their last points after rank 0 ended the Run, and a finish retried
+# after a lost answer must get the same answer: the Run's token stops working this many seconds later.
+ENDED_RUN_TOKEN_GRACE_S = 120
 _JOB_STATUS_OF_ENDED_RUN = {RunStatus.FINISHED: JobStatus.SUCCEEDED, RunStatus.ABORTED: JobStatus.ABORTED}
 
 
@@ -217,8 +230,9 @@ def job_end_with_run(*, run: Run) -> Job | None:
     code's ``run.finish()`` or failure, the crash reaper after the pods fell
     silent) the Job follows: ``succeeded`` for a ``finished`` Run, ``aborted``
     for an aborted one, else ``failed`` naming the Run's status (no automatic
-    retry: a failed attempt is resumed by hand, F11). The Run's tokens are
-    revoked and the Job's Celery message too. Called from the
+    retry: a failed attempt is resumed by hand, F11). The Run's tokens stop
+    working ``ENDED_RUN_TOKEN_GRACE_S`` seconds later (the other nodes' last
+    writes) and the Job's Celery message is revoked. Called from the
     ``runs.hooks.run_ended`` receiver inside the transaction that ended the
     Run; a claimed Job is left to its worker, an ended one as it is.
     """
@@ -232,7 +246,7 @@ def job_end_with_run(*, run: Run) -> Job | None:
     Job.objects.filter(pk=job.pk, status=JobStatus.QUEUED).update(
         status=status, error=error, started_at=run.started_at, ended_at=now
     )
-    revoke_run_tokens(run_id=run.pk, now=now)
+    revoke_run_tokens(run_id=run.pk, now=now + timedelta(seconds=ENDED_RUN_TOKEN_GRACE_S))
     revoke_on_commit(job.celery_task_id)
     job.refresh_from_db()
     return job
@@ -269,18 +283,22 @@ def job_reap_stale(*, now=None) -> int:
 
 
 def job_waits_for_message(args: list) -> bool:
-    """True while the Job ``args[0]`` of a ``run_job`` message is still ``queued`` (the outbox's hook, F16)."""
-    return Job.objects.filter(pk=args[0], status=JobStatus.QUEUED).exists()
+    """True while the Job ``args[0]`` of a ``run_job`` message is still ``queued`` and its Run ``pending`` (the
+    outbox's hook, F16): once code running elsewhere (a Kubernetes JobSet) attached the Run, nothing waits."""
+    return Job.objects.filter(pk=args[0], status=JobStatus.QUEUED, run__status=RunStatus.PENDING).exists()
 
 
 def job_fail_undelivered(args: list, reason: str) -> None:
     """Fail the still-queued Job ``args[0]``: no worker took its message (the outbox gave up; ``reason`` says why).
 
     Ends it through ``job_finish`` (its Run ``failed``, a retry from scratch
-    when attempts are left, F11). A Job claimed or ended meanwhile is left as is.
+    when attempts are left, F11). A Job claimed or ended meanwhile, or whose Run code running elsewhere
+    attached, is left as is.
     """
     with transaction.atomic():
-        if Job.objects.select_for_update().filter(pk=args[0], status=JobStatus.QUEUED).exists():
+        _lock_run_of(args[0])
+        if Job.objects.select_for_update().filter(pk=args[0], status=JobStatus.QUEUED,
+                                                  run__status=RunStatus.PENDING).exists():
             _finish(job_id=args[0], exit_code=None, error=f"The Job never started. {reason}", aborted=False)
 
 

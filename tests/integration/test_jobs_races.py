@@ -6,6 +6,7 @@ abort of the queued Job end in one consistent state; the worker's finish
 and the reaper end a Job once.
 """
 
+import threading
 from datetime import timedelta
 
 import pytest
@@ -117,3 +118,40 @@ def test_finish_and_reaper_end_a_job_once(postgres, project, creator):
         job.refresh_from_db()
         assert job.status == JobStatus.FAILED and job.run.status == RunStatus.FAILED
         assert Job.objects.filter(retry_of=job).count() == 1, "one retry whoever ended it"
+
+
+def test_an_abort_and_the_code_finishing_the_run_of_a_jobset_job_end_it_once_without_a_deadlock(
+        postgres, project, creator, monkeypatch):
+    """job_abort ends the queued Job then its Run; the pods' finish holds the Run and then ends the Job
+    (job_end_with_run). Both lock the Run first, so one waits for the other instead of deadlocking."""
+    import jobs.services.lifecycle as lifecycle
+    import runs.services as run_services
+
+    version = CodeVersionFactory(code__project=project, code__created_by=creator)
+    job = services.job_launch(actor=creator, code_version=version, queue=Queue.objects.get_or_create(name="cpu")[0],
+                              parameters={}, dataset_version_ids=[])
+    Run.objects.filter(pk=job.run_id).update(status=RunStatus.RUNNING)  # the JobSet's pods attached it
+    abort_holds, finish_holds = threading.Event(), threading.Event()
+    end_run, effects = lifecycle.end_run, run_services.run_ended_effects
+
+    def slow_end_run(**kwargs):  # the abort has locked what it locks before it ends the Run
+        abort_holds.set()
+        finish_holds.wait(3)
+        return end_run(**kwargs)
+
+    def signalling_effects(**kwargs):  # the finish holds the Run row here, before job_end_with_run
+        finish_holds.set()
+        return effects(**kwargs)
+
+    monkeypatch.setattr(lifecycle, "end_run", slow_end_run)
+    monkeypatch.setattr(run_services, "run_ended_effects", signalling_effects)
+
+    def finish():
+        abort_holds.wait(3)
+        return run_services.run_set_status(actor=creator, run=Run.objects.get(pk=job.run_id), status="finished")
+
+    outcomes = together((services.job_abort, {"actor": creator, "job": job}), (finish, {}))
+    assert [type(error).__name__ for _, error in outcomes if error is not None and not isinstance(error, Conflict)] == []
+    ended = Job.objects.get(pk=job.pk)
+    assert ended.status in (JobStatus.ABORTED, JobStatus.SUCCEEDED) and ended.ended_at is not None
+    assert Run.objects.get(pk=job.run_id).status in (RunStatus.ABORTED, RunStatus.FINISHED)

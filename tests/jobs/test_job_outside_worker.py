@@ -8,7 +8,8 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from jobs import services
-from jobs.models import Job, JobStatus
+from jobs.models import Job, JobStatus, RunToken
+from jobs.services.lifecycle import ENDED_RUN_TOKEN_GRACE_S, job_fail_undelivered, job_waits_for_message
 from runs.liveness import runs_reap_crashed
 from runs.models import Run, RunStatus
 from tests.jobs.conftest import launch
@@ -39,6 +40,10 @@ def test_the_job_succeeds_when_the_code_finishes_its_run_and_the_token_is_revoke
     run = Run.objects.get(pk=run_id)
     assert (job.status, job.error, job.exit_code) == (JobStatus.SUCCEEDED, "", None)
     assert job.started_at == run.started_at and job.ended_at >= run.started_at
+    token = RunToken.objects.get(run_id=run_id)
+    assert token.revoked_at == job.ended_at + timedelta(seconds=ENDED_RUN_TOKEN_GRACE_S)
+    assert pod.get(f"/api/v1/runs/{run_id}/").status_code == 200  # the other nodes' last writes still get in
+    RunToken.objects.filter(pk=token.pk).update(revoked_at=timezone.now() - timedelta(seconds=1))  # grace over
     refused = pod.get(f"/api/v1/runs/{run_id}/")
     assert refused.status_code == 401 and "revoked" in refused.json()["detail"]
 
@@ -75,3 +80,18 @@ def test_a_job_a_worker_claimed_is_left_to_its_worker_when_the_code_ends_the_run
 def test_aborting_a_queued_job_still_ends_it_aborted_with_who_asked(creator, queued):
     aborted = services.job_abort(actor=creator, job=queued)
     assert aborted.status == JobStatus.ABORTED and aborted.error == "Aborted by carol-creator before it started."
+
+
+def test_the_outbox_stops_waiting_once_the_pods_attached_the_run_and_never_fails_a_training_job(pod, queued):
+    assert not job_waits_for_message([queued.pk])  # a worker's claim is not coming: the code runs elsewhere
+    job_fail_undelivered([queued.pk], "No worker took it for 48 h.")
+    assert Job.objects.get(pk=queued.pk).status == JobStatus.QUEUED
+    assert Run.objects.get(pk=queued.run_id).status == RunStatus.RUNNING
+
+
+def test_a_job_waiting_for_a_worker_is_still_awaited_and_failed_when_none_comes(creator, code_version, cpu):
+    job = launch(creator, code_version, cpu)
+    assert job_waits_for_message([job.pk])
+    job_fail_undelivered([job.pk], "No worker took it.")
+    failed = Job.objects.get(pk=job.pk)
+    assert failed.status == JobStatus.FAILED and failed.error == "The Job never started. No worker took it."
