@@ -52,6 +52,7 @@ class JobOutputSerializer(serializers.Serializer):
     run_kind = serializers.ChoiceField(source="run.kind", choices=RunKind.choices, read_only=True)
     run_status = serializers.CharField(source="run.status", read_only=True)
     code_id = serializers.IntegerField(source="code_version.code_id", read_only=True)
+    code = serializers.CharField(source="code_version.code.name", read_only=True, help_text="the Code's name")
     code_version_id = serializers.IntegerField(read_only=True)
     code_version = serializers.IntegerField(source="code_version.version", read_only=True, help_text="version number")
     queue = serializers.CharField(source="queue.name", read_only=True)

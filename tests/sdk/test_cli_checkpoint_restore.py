@@ -29,4 +29,7 @@ def test_it_refuses_what_is_not_a_checkpoint_id(tmp_path, checkpoint_id):
 def test_an_unreachable_server_is_named_and_nothing_is_left(tmp_path):
     done = restore("3", "--into", str(tmp_path / "in"))
     assert done.exit_code == 1 and "cannot restore checkpoint 3" in done.output
-    assert list((tmp_path / "in").iterdir()) == []
+    assert not (tmp_path / "in").exists()  # not even the directory it made
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    assert restore("3", "--into", str(mine)).exit_code == 1 and mine.is_dir()  # a directory it found stays

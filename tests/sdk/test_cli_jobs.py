@@ -224,6 +224,7 @@ def test_job_list_and_show(mado, creator, member, project, code_version, cpu):
     assert header.split()[:5] == ["ID", "STATUS", "KIND", "QUEUE", "RUN"]
     assert [row.split()[:4] for row in rows] == [[str(resumed.pk), "queued", "resume", "cpu"],
                                                   [str(failed.pk), "failed", "new", "cpu"]]
+    assert all("trainer:1" in row.split() for row in rows)  # CODE as --code-version takes it back
     assert mado("job", "list", "--status", "succeeded", user=member).output.strip() == "no jobs"
 
     shown = mado("job", "show", failed.pk, user=member)
@@ -365,6 +366,18 @@ def test_job_continue_refusals(mado, creator, viewer, project, code_version, cpu
     unnamed = mado("job", "continue", checkpoint.pk, user=creator)
     assert unnamed.exit_code == 2 and "ran no registered Code: give --code-version" in unnamed.output
     assert not Job.objects.filter(kind=JobKind.CONTINUE).exists()
+
+
+def test_checkpoint_list_prints_the_ids_that_resume_and_continue_take(mado, creator, viewer, code_version, cpu):
+    failed, checkpoints = _failed_job(creator, code_version, cpu)
+    listed = mado("checkpoint", "list", failed.run_id, user=viewer)
+    assert listed.exit_code == 0, listed.output
+    header, *rows = listed.output.strip().splitlines()
+    assert header.split() == ["ID", "STEP", "STATE", "FILES", "MB", "FRAMEWORK", "OPTIMIZER", "CREATED"]
+    assert [row.split()[:3] for row in rows] == [[str(checkpoints[20].pk), "20", "complete"],
+                                                 [str(checkpoints[10].pk), "10", "complete"]]
+    other = mado("checkpoint", "list", failed.run_id + 1000, user=viewer)
+    assert other.exit_code == 1 and "HTTP 404" in other.output
 
 
 # --- logs ------------------------------------------------------------------------------------------

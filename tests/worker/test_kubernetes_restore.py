@@ -61,6 +61,7 @@ def test_the_init_container_restores_a_good_checkpoint_read_only(resume_with, tm
 def test_the_init_container_refuses_a_tampered_checkpoint(resume_with, tmp_path, tampered):
     job, checkpoint = resume_with(stored=tampered)
     inputs = tmp_path / "inputs"
+    inputs.mkdir()  # the pod's emptyDir is there before the init container starts
     done = init_container_run(job, inputs)
     assert done.returncode == 1
     assert f"Checkpoint {checkpoint.pk} " in done.stderr and "mismatch" in done.stderr, done.stderr

@@ -1,4 +1,8 @@
-"""``mado checkpoint restore ID --into DIR`` (SPEC F12–F15): what a Kubernetes init container runs.
+"""``mado checkpoint list RUN`` and ``mado checkpoint restore ID --into DIR`` (SPEC F1, F12–F15).
+
+``list`` prints a Run's checkpoints with the ids that ``restore``, ``mado job
+resume --checkpoint`` and ``mado job continue`` take. ``restore`` is what a
+Kubernetes init container runs.
 
 The checkpoint is downloaded, verified and extracted in one streaming pass by
 ``mado_tracking.extract.restore_checkpoint``, the same strict reader
@@ -16,7 +20,7 @@ from pathlib import Path
 
 import click
 
-from mado_tracking.cli._common import api_client, api_options
+from mado_tracking.cli._common import api_client, api_options, local_time, pages, table
 from mado_tracking.errors import CheckpointError
 from mado_tracking.extract import restore_checkpoint
 from mado_tracking.extractdir import remove_tree
@@ -25,6 +29,23 @@ from mado_tracking.extractdir import remove_tree
 @click.group("checkpoint")
 def checkpoint() -> None:
     """Checkpoints of your Runs."""
+
+
+@checkpoint.command("list")
+@click.argument("run_id", type=click.IntRange(min=1), metavar="RUN")
+@api_options
+@click.pass_context
+def checkpoint_list(ctx: click.Context, run_id: int, api_url: str | None, api_token: str | None) -> None:
+    """List the checkpoints of run RUN (its id, as `mado runs list` prints it), highest step first."""
+    with api_client(ctx, api_url, api_token, f"cannot list the checkpoints of run {run_id}") as client:
+        rows = sorted(pages(client, f"runs/{run_id}/checkpoints/"), key=lambda c: (c["step"], c["id"]), reverse=True)
+    click.echo(table(
+        ["ID", "STEP", "STATE", "FILES", "MB", "FRAMEWORK", "OPTIMIZER", "CREATED"],
+        [[str(c["id"]), str(c["step"]), c["state"], str(c["file_count"]), f"{c['total_bytes'] / 1e6:,.1f}",
+          c.get("framework") or "", "yes" if c.get("includes_optimizer") else "no", local_time(c.get("created_at"))]
+         for c in rows],
+        empty=f"run {run_id} has no checkpoints",
+    ))
 
 
 @checkpoint.command("restore")
@@ -42,7 +63,18 @@ def checkpoint_restore(ctx: click.Context, checkpoint_id: int, directory: Path, 
     Refuses (exit status 1, nothing left behind) a checkpoint that is not
     complete or whose stored bytes differ from its manifest, size or SHA-256.
     """
+    created = not directory.exists()
     directory.mkdir(parents=True, exist_ok=True)
+    try:
+        _restore_into(ctx, checkpoint_id, directory, clean, api_url, api_token)
+    except BaseException:
+        if created:  # nothing left behind, not even the directory this command made
+            remove_tree(directory)
+        raise
+
+
+def _restore_into(ctx: click.Context, checkpoint_id: int, directory: Path, clean: bool, api_url: str | None,
+                  api_token: str | None) -> None:
     if clean:
         for child in directory.iterdir():
             remove_tree(child)

@@ -154,14 +154,14 @@ def job_launch(ctx: click.Context, project: str | None, code_version: str, param
 @click.pass_context
 def job_list(ctx: click.Context, project: str | None, status: str | None, limit: int, api_url: str | None,
              api_token: str | None) -> None:
-    """List jobs, newest first (a resumed Job has kind resume)."""
+    """List jobs, newest first (a resumed Job has kind resume); CODE is NAME:VERSION, as --code-version takes it."""
     params = {key: value for key, value in {"project": project, "status": status}.items() if value}
     with api_client(ctx, api_url, api_token, "cannot list jobs") as client:
         rows = list(pages(client, "jobs/", params, limit=limit))
     click.echo(table(
         ["ID", "STATUS", "KIND", "QUEUE", "RUN", "NAME", "CODE", "BY", "ATTEMPT", "CREATED"],
         [[str(j["id"]), j["status"], j["kind"], j["queue"], str(j["run_id"]), j.get("run_name", ""),
-          f"{j.get('code_id')}:v{j.get('code_version')}", j.get("created_by", ""), str(j.get("attempt", "")),
+          f"{j.get('code')}:{j.get('code_version')}", j.get("created_by", ""), str(j.get("attempt", "")),
           local_time(j.get("created_at"))] for j in rows],
         empty="no jobs",
     ))
@@ -257,7 +257,8 @@ def job_resume(ctx: click.Context, job_id: int, latest: bool, checkpoint_id: int
 @click.option("--code-version", "code_version", default=None, metavar="ID|NAME[:VERSION]",
               help="a version of the source Run's Code (default: the version the source Run ran)")
 @click.option("--param", "params", multiple=True, metavar="KEY=VALUE",
-              help="change a parameter of the source Run's (repeatable; JSON values are decoded)")
+              help="change a parameter of the source Run's, recorded on the new Run (repeatable; JSON values are "
+                   "decoded); the code reads run.parameters, its command line comes from the entrypoint")
 @click.option("--queue", default=None, help="execution target (default: the source Run's Job's, else the server's)")
 @click.option("--nproc-per-node", "nproc_per_node", type=click.IntRange(1, 256), default=None,
               help="processes on the worker (default: the source Run's Job's, else 1)")
