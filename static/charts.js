@@ -11,6 +11,9 @@
   var PALETTE = ["#2f5bd3", "#f79009", "#12b76a", "#7a5af8", "#ee46bc", "#06aed4", "#98a2b3", "#b42318",
                  "#667085", "#0e9384"];
   var MARKER_COLORS = {data: "#f79009", resume: "#7a5af8"};
+  // Tick spacings of a step axis: whole steps only (1, 2, 5, 10, 20, 50, …), never 22.5.
+  var STEP_INCRS = [];
+  for (var power = 1; power <= 1e15; power *= 10) STEP_INCRS.push(power, 2 * power, 5 * power);
   var STORE = "mado.charts.options";
   var zooms = {};  // key -> [min, max] of the x scale while zoomed, kept across live refreshes
 
@@ -53,7 +56,7 @@
     if (!weight) return values;
     var last = 0, count = 0;
     return values.map(function (v) {
-      if (v === null) return null;
+      if (v == null) return v;  // a gap: null, or undefined where uPlot.join found no point of this Run
       last = last * weight + (1 - weight) * v;
       count += 1;
       return last / (1 - Math.pow(weight, count));
@@ -113,7 +116,8 @@
       width: Math.max(host.clientWidth, 200),
       height: 220,
       scales: {x: {time: opts.x === "time"}, y: {distr: opts.log ? 3 : 1}},
-      axes: [{}, {size: 64, values: function (u, splits) { return splits.map(format); }}],
+      axes: [opts.x === "time" ? {} : {incrs: STEP_INCRS},
+             {size: 64, values: function (u, splits) { return splits.map(format); }}],
       cursor: {drag: {x: true, y: false}},
       series: series,
       hooks: {
@@ -142,6 +146,7 @@
     if (!script || typeof uPlot === "undefined") return;
     var data = JSON.parse(script.textContent), opts = options();
     var tools = root.querySelector(".chart-tools");
+    if (!tools) return;  // a Run with no metric (or no system metric) draws no chart
     var labels = {step: tools.dataset.step, time: tools.dataset.time};
     var figures = Array.prototype.slice.call(root.querySelectorAll("figure.metric-chart"));
     var drawAll = function () {
