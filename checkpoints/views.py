@@ -61,7 +61,8 @@ def run_checkpoints(request, pk):
 @page
 @require_GET
 def checkpoint_detail(request, pk):
-    """One checkpoint: its facts, the tar's download link, its manifest (path, size, SHA-256), Delete or why not."""
+    """One checkpoint: its facts, the tar's download link, "Continue training" (F22) or why not, its manifest
+    (path, size, SHA-256), Delete or why not."""
     checkpoint = selectors.checkpoint_get_for_user(user=request.user, checkpoint_id=pk)
     manifest = Paginator(selectors.checkpoint_manifest(checkpoint=checkpoint), MANIFEST_PER_PAGE)
     context = {
@@ -69,6 +70,7 @@ def checkpoint_detail(request, pk):
         "run": checkpoint.run,
         "manifest": manifest.get_page(request.GET.get("page")),
         "blocker": selectors.checkpoint_delete_blocker(user=request.user, checkpoint=checkpoint),
+        "continue_refusal": policy.why_cannot_continue(request.user, checkpoint),
     }
     return render(request, "checkpoints/checkpoint_detail.html", context)
 

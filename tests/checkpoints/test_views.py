@@ -138,6 +138,18 @@ def test_the_checkpoint_page_shows_the_manifest_and_downloads_the_tar(login, vie
     assert b"".join(download.streaming_content) == make_tar(files)
 
 
+def test_the_checkpoint_page_offers_continue_training_to_a_member_and_says_why_not_to_a_viewer(
+    login, viewer, member, run, seven
+):
+    continue_url = f'href="/checkpoints/{seven[70].pk}/continue/"'
+    page = login(member).get(reverse("checkpoints:checkpoint-detail", args=[seven[70].pk])).content.decode()
+    assert continue_url in page and "Continue training" in page
+    watcher = login(viewer).get(reverse("checkpoints:checkpoint-detail", args=[seven[70].pk])).content.decode()
+    assert continue_url not in watcher and 'class="reason continue-refusal"' in watcher
+    pending = login(member).get(reverse("checkpoints:checkpoint-detail", args=[seven[80].pk])).content.decode()
+    assert "/continue/" not in pending  # not complete: no weights to continue from
+
+
 def test_a_deleted_checkpoints_page_keeps_the_manifest_without_download(
     login, admin, run, seven, django_capture_on_commit_callbacks
 ):
