@@ -33,9 +33,10 @@ that data stage with ``run.log_training_data_stage(S, ids, checkpoint_id=<latest
 Offline, the loader switches but the stage is not recorded (online only). Without the flag nothing changes.
 
 Each checkpoint also holds ``data.json``: the dataset version ids it was trained on (``MMT_DATASET_VERSION_IDS``).
-A Job's ``steps`` parameter wins over ``--steps`` (``mado job continue CHECKPOINT --param steps=60`` trains a
-40-step run's last checkpoint 20 steps further). A Job that continues from it with another data mix (``MMT_START_KIND=continue`` and other ids) resets the data
+A Job that continues from it with another data mix (``MMT_START_KIND=continue`` and other ids) resets the data
 position (the batch order starts afresh instead of skipping into the new data as if it had been seen) and says so.
+A checkpoint already at ``--steps`` leaves nothing to train, and the program says so: continue it with a code
+version whose ``--steps`` is higher.
 """
 
 import argparse
@@ -253,17 +254,6 @@ def write_weights(output: str, model: nn.Module) -> None:
     Path(output).write_text(weights_json(model), encoding="utf-8")
 
 
-def run_steps(run, flag: int) -> int:
-    """The run's step count: a Job's ``steps`` parameter (``mado job launch|continue --param steps=N``, kept on
-    the Run over what this program passes) wins over ``--steps``, as a sweep's value wins over a default."""
-    steps = run.parameters.get("steps", flag)
-    if type(steps) is not int or steps < 0:
-        raise SystemExit(f"the run's steps parameter must be an int >= 0, got {steps!r}")
-    if steps != flag:
-        print(f"steps: {steps} (the run's parameter; --steps said {flag})", flush=True)
-    return steps
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     generator = seed_everything(args.seed)
@@ -286,11 +276,10 @@ def main(argv: list[str] | None = None) -> int:
                 start_step = checkpoint.step
                 print(f"resuming from checkpoint {checkpoint.id} at step {start_step}", flush=True)
                 reset_on_changed_mix(checkpoint.path, generator, seed=args.seed, start_step=start_step)
-            steps = run_steps(run, args.steps)
-            if start_step >= steps:
-                print(f"nothing to train: the checkpoint is at step {start_step} and the run has {steps} steps; "
-                      f"continue it with more (mado job continue CHECKPOINT --param steps=N)", flush=True)
-            final = train(run, model, optimizer, data, generator, start_step=start_step, steps=steps,
+            if start_step >= args.steps:
+                print(f"nothing to train: the checkpoint is at step {start_step} and the run has {args.steps} steps; "
+                      f"continue it with a code version whose --steps is higher", flush=True)
+            final = train(run, model, optimizer, data, generator, start_step=start_step, steps=args.steps,
                           batch_size=args.batch_size, checkpoint_every=args.checkpoint_every,
                           fail_at_step=args.fail_at_step, add_dataset_at_step=args.add_dataset_at_step,
                           stage_ids=getattr(args, "stage_ids", None))
@@ -299,7 +288,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     if args.output:
         write_weights(args.output, model)
-    print(f"steps {start_step}..{steps} in {time.monotonic() - started:.1f} s: "
+    print(f"steps {start_step}..{args.steps} in {time.monotonic() - started:.1f} s: "
           f"train.loss {final['train.loss']:.4f}, train.accuracy {final['train.accuracy']:.3f}", flush=True)
     return 0
 

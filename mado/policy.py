@@ -205,6 +205,8 @@ def why_run_not_resumable(run, *, job, has_checkpoint: bool | None) -> str | Non
         return _(
             "This run did not run as a Job, so it cannot be resumed: use “Continue training from these weights” instead."
         )
+    if job.status == "queued":
+        return _("The run's Job has not started yet: it can be resumed once it has failed or been aborted.")
     if not job.is_final or run.status in ("pending", "running", "preempting"):
         return _("The run is still running: it can be resumed once its Job has failed or been aborted.")
     if run.status == "finished":

@@ -35,7 +35,7 @@ def test_launch_records_its_inputs_and_answers_the_job(client_as, code_version, 
     assert (data["project"], data["run_kind"], data["run_status"], data["created_by"]) == (
         "vision", "fine_tuning", "pending", "mike-member"
     )
-    assert data["resume_refusal"] and "still running" in data["resume_refusal"]
+    assert data["resume_refusal"] and "Job has not started yet" in data["resume_refusal"]
     job = Job.objects.get(pk=data["id"])
     assert job.run.parameters == {"lr": 0.01} and list(job.run.input_dataset_versions.all()) == [dataset_versions[1]]
 

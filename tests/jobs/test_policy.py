@@ -3,6 +3,7 @@ jobs.selectors.resume_refusal)."""
 
 import pytest
 
+from jobs import services
 from jobs.selectors import resume_refusal
 from mado import policy
 from runs.models import RunStatus
@@ -25,7 +26,9 @@ def test_who_may_resume(request, failed_job, role, reason):
 
 
 def test_the_state_reasons(creator, code_version, cpu, project):
-    running = launch(creator, code_version, cpu)
+    queued = launch(creator, code_version, cpu)
+    assert "Job has not started yet" in resume_refusal(user=creator, run=queued.run)
+    running = services.job_claim(job_id=launch(creator, code_version, cpu).pk, worker_host="gpu-1")
     assert "still running" in resume_refusal(user=creator, run=running.run)
     finished = run_to_end(launch(creator, code_version, cpu), exit_code=0)
     assert "finished: use “Continue training" in resume_refusal(user=creator, run=finished.run)

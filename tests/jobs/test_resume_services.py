@@ -71,7 +71,7 @@ def test_it_refuses_resume_of_a_running_job(creator, code_version, cpu):
 
 def test_it_refuses_resume_of_a_queued_job(creator, code_version, cpu):
     job = launch(creator, code_version, cpu)
-    with pytest.raises(Conflict, match="still running"):
+    with pytest.raises(Conflict, match="Job has not started yet"):
         services.run_resume_from_checkpoint(actor=creator, checkpoint=checkpoint(job.run, 10))
 
 

@@ -221,6 +221,13 @@ def test_a_finished_job_says_use_continue(login, creator, code_version, cpu):
     assert "Resume from latest checkpoint" not in tr and "Abort" not in tr
 
 
+def test_a_queued_job_says_it_has_not_started_rather_than_that_its_run_is_running(login, creator, code_version, cpu):
+    job = launch(creator, code_version, cpu)
+    tr = row(body(login(creator).get(jobs_url())), job)
+    assert "Job has not started yet: it can be resumed once it has failed or been aborted." in tr
+    assert "still running" not in tr
+
+
 def test_a_running_job_has_abort_for_its_creator_and_says_it_is_still_running(
     login, creator, member, code_version, cpu
 ):

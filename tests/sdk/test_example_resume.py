@@ -110,25 +110,7 @@ def test_online_checkpoints_are_stored_complete_and_a_downloaded_one_resumes_to_
     assert sorted(Checkpoint.objects.filter(run=run).values_list("step", flat=True)) == [30, 40]
 
 
-@pytest.mark.django_db(transaction=True)
-def test_a_jobs_steps_parameter_wins_over_the_entrypoints_flag_and_a_finished_checkpoint_says_nothing_to_train(
-    mmt_env, member, project, tmp_path
-):
-    from jobs import services
-    from jobs.models import Queue
-    from tests.factories import CodeVersionFactory
-
-    job = services.job_launch(actor=member, code_version=CodeVersionFactory(code__project=project),
-                              queue=Queue.objects.get_or_create(name="cpu")[0], parameters={"steps": 30},
-                              dataset_version_ids=[], name="longer")
-    worker_env = {**mmt_env, "MMT_API_TOKEN": services.run_token_issue(job=job).key,
-                  "MMT_RUN_ID": job.run.external_id, "MMT_START_KIND": "new"}  # what the worker gives the code
-    done = _example(*ARGS, env=worker_env)  # the entrypoint says --steps 40
-    assert done.returncode == 0, done.stderr
-    assert "steps: 30 (the run's parameter; --steps said 40)" in done.stdout
-    steps = MetricPoint.objects.filter(run=job.run, key="train.loss").values_list("step", flat=True)
-    assert sorted(steps) == list(range(30))
-
+def test_a_checkpoint_at_the_last_step_says_there_is_nothing_to_train(tmp_path):
     offline = tmp_path / "offline"
     assert _example("--offline", *ARGS, "--output", str(offline / "weights.json")).returncode == 0
     env = _resume_env(offline / "checkpoints" / "step-40", tmp_path, "local", "local", step=40)
