@@ -38,8 +38,11 @@ PROGRAM = textwrap.dedent("""
             run.log_metrics({"loss": float(step)}, step=step)
             run.log_metrics({"loss": 10.0 * rank + step}, step=step, all_ranks=True)
         saved = run.log_checkpoint_distributed({"model": model.state_dict()}, step=3)
-        print(json.dumps({"rank": rank, "run": run.id, "checkpoint": saved.id, "step": run.step,
-                          "world_size": run.world_size}), flush=True)
+        # One write of the whole line: with PYTHONUNBUFFERED, print() writes the text and the newline apart
+        # and the other rank's line can land between them.
+        sys.stdout.write(json.dumps({"rank": rank, "run": run.id, "checkpoint": saved.id, "step": run.step,
+                                     "world_size": run.world_size}) + "\\n")
+        sys.stdout.flush()
         if rank == 0:
             with open(sys.argv[1], "w") as out:
                 json.dump({k: v.tolist() for k, v in model.state_dict().items()}, out)
