@@ -6,10 +6,11 @@ thread checks the tar and each file's SHA-256, one hashes the whole tar), and
 each chunk is freed as soon as the last of them is done with it. With glibc's
 defaults a thread's arena hands the freed top of its heap back to the kernel
 as soon as it exceeds 128 KiB, so the next chunk faults freshly zeroed pages
-back in: on a 1 GiB upload that was 86,000–211,000 page faults and a few
-tenths of a CPU-second of kernel time per GiB, on the same two cores that
-hash the bytes (``benchmarks/checkpoint_io.py`` saved at 36–41 % of one
-SHA-256 pass with the defaults, 40–44 % with the settings below, in one session).
+back in. Measured on that path (gunicorn's body reader over a socket, the
+verifier's threads): 280,000–356,000 page faults per GiB with the defaults,
+19,000–25,000 with the settings below; and ``benchmarks/checkpoint_io.py``
+saved at 36–41 % of one SHA-256 pass with the defaults, 40–45 % with them,
+in one session on two cores.
 
 ``tune_allocator()`` keeps up to ``TRIM_THRESHOLD_BYTES`` of freed memory
 per arena and serves blocks up to ``MMAP_THRESHOLD_BYTES`` from the arenas
