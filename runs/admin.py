@@ -119,9 +119,15 @@ class RunAdmin(admin.ModelAdmin):
 
 @admin.register(MetricPoint)
 class MetricPointAdmin(ReadOnlyAdmin):
-    """Metric points are a log: read-only; tables can be huge, so no full count and no date drill-down."""
+    """Metric points are a log: read-only; tables can be huge, so no full count and no date drill-down.
+
+    Listed in the order of the history index, with no page per point: on
+    PostgreSQL there is no index on ``id`` alone (``MetricPoint``).
+    """
 
     list_display = ["run", "key", "step", "value", "timestamp"]
+    list_display_links = None
+    ordering = ["run_id", "key", "step", "id"]
     search_fields = ["key", "run__external_id"]
     raw_id_fields = ["run"]
     list_select_related = ["run"]

@@ -269,6 +269,11 @@ class MetricPoint(models.Model):
     """One logged value. ``value`` NULL stores NaN (SQLite cannot hold NaN); ±Infinity is stored as is.
 
     ``timestamp`` is wall-clock milliseconds since the epoch (MLflow's unit).
+
+    On PostgreSQL the table has no primary-key index (migration 0015): every
+    query names the Run, and the ``(run, key, step, id)`` index serves them;
+    ``id`` keeps its identity default, so ids stay unique and increasing, and
+    nothing may look a point up by ``id`` alone (it would scan the table).
     """
 
     # No database-level foreign key: PostgreSQL checks it with a trigger per row, which halves COPY

@@ -29,8 +29,7 @@ def partition_points_table(split_at: int) -> None:
             CREATE TABLE {TABLE} (
                 id bigint NOT NULL DEFAULT nextval('{TABLE}_part_id_seq'),
                 run_id bigint NOT NULL, key varchar(250) NOT NULL, step bigint NOT NULL CHECK (step >= 0),
-                value double precision, timestamp bigint NOT NULL,
-                PRIMARY KEY (run_id, id)
+                value double precision, timestamp bigint NOT NULL
             ) PARTITION BY RANGE (run_id);
             CREATE INDEX {TABLE}_part_history ON {TABLE} (run_id, key, step, id);
             CREATE TABLE {TABLE}_low PARTITION OF {TABLE} FOR VALUES FROM (MINVALUE) TO ({split_at});

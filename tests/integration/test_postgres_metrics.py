@@ -9,6 +9,7 @@ from mado.db import read_statement_timeout
 from mado.errors import ValidationFailed
 from runs import selectors
 from runs.metrics import metrics_ingest
+from runs.models import MetricPoint
 
 
 def test_copy_ingest_stores_every_point_including_non_finite(postgres, run, creator):
@@ -39,3 +40,43 @@ def test_metric_reads_run_under_the_read_statement_timeout_and_leave_the_connect
                 cursor.execute("SELECT pg_sleep(1)")  # a read that would hold a web thread
         cursor.execute("SHOW statement_timeout")
         assert cursor.fetchone()[0] == "0"
+
+
+def _points_indexes() -> list[str]:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT indexdef FROM pg_indexes WHERE tablename = 'runs_metricpoint' ORDER BY indexname")
+        return [row[0] for row in cursor.fetchall()]
+
+
+def test_points_keep_one_index_and_increasing_ids_and_leave_with_their_run(postgres, run, creator):
+    # One B-tree per stored point, not two: the primary-key index on id is gone (migration 0015).
+    assert len(_points_indexes()) == 1 and "(run_id, key, step, id)" in _points_indexes()[0]
+    metrics_ingest(actor=creator, run=run, columns={"keys": ["loss", "acc"] * 3, "steps": [0, 0, 1, 1, 2, 2],
+                                                     "values": [1, 2, 3, 4, 5, 6]})
+    metrics_ingest(actor=creator, run=run, columns={"keys": ["loss"], "steps": [2], "values": [7]})
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT id, value FROM runs_metricpoint WHERE run_id = %s AND key = 'loss' "
+                       "ORDER BY step, id", [run.pk])
+        rows = cursor.fetchall()
+        cursor.execute("SET LOCAL enable_seqscan = off")  # a few rows: show what a big table would get
+        cursor.execute("EXPLAIN SELECT step, value FROM runs_metricpoint WHERE run_id = %s AND key = 'loss' "
+                       "ORDER BY step, id", [run.pk])
+        plan = " ".join(row[0] for row in cursor.fetchall())
+    ids = [row[0] for row in rows]
+    assert len(set(ids)) == len(ids) and [row[1] for row in rows] == [1, 3, 5, 7]
+    assert ids[-1] > ids[-2]  # the point stored last at step 2 comes last
+    assert "Index Scan" in plan and "Sort" not in plan  # read in index order: no sort of the key's points
+    run.delete()
+    assert not MetricPoint.objects.filter(run_id=run.pk).exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_primary_key_index_comes_back_when_the_migration_is_reversed(postgres):
+    from django.core.management import call_command
+
+    call_command("migrate", "runs", "0014", verbosity=0)
+    try:
+        assert any("PRIMARY KEY" in d or "_pkey" in d for d in _points_indexes())
+    finally:
+        call_command("migrate", "runs", verbosity=0)
+    assert len(_points_indexes()) == 1

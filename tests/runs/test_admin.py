@@ -1,5 +1,7 @@
 """Django admin: every model is registered and its changelist and change page load (F29)."""
 
+import re
+
 import pytest
 from django.apps import apps
 from django.contrib import admin
@@ -78,3 +80,15 @@ def test_checkpoints_and_metric_points_are_read_only(client, superuser, one_of_e
     assert response.status_code == 403
     assert Checkpoint.objects.filter(pk=checkpoint.pk).exists()
     assert client.get(reverse("admin:runs_metricpoint_add")).status_code == 403
+
+
+def test_metric_points_are_listed_in_history_index_order_without_a_page_per_point(client, superuser, one_of_each):
+    run = Run.objects.first()
+    metrics_ingest(actor=run.created_by, run=run, columns={"keys": ["zeta", "alpha", "alpha"], "steps": [0, 5, 1],
+                                                            "values": [1, 2, 3]})
+    client.force_login(superuser)
+    response = client.get(reverse("admin:runs_metricpoint_changelist"))
+    assert response.status_code == 200
+    listed = [(p.key, p.step) for p in response.context["cl"].result_list if p.run_id == run.pk]
+    assert listed == [("alpha", 1), ("alpha", 5), ("zeta", 0)]
+    assert not re.search(r"/admin/runs/metricpoint/\d+/change/", response.content.decode())
