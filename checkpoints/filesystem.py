@@ -5,40 +5,18 @@ checkpoint could be ``complete`` while its tar was still only in memory: a
 power cut or a killed VM then loses or truncates it. ``DurableFileSystemStorage``
 ``fsync``s each file, its directory and any directory it had to create
 before the save returns. On Linux it also keeps a multi-gigabyte stream from
-filling the page cache on the way, the way PostgreSQL's
-``backend_flush_after`` does: every ``FLUSH_AFTER`` bytes it starts the
-writeback of the window just written (``sync_file_range(WRITE)``, no wait),
-waits for the window before it (usually written by then) and drops that
-one from the cache (``posix_fadvise(DONTNEED)``), so a few windows of
-memory carry the whole stream and a slow disk slows the upload instead of
-piling up dirty pages.
+filling the page cache on the way (``mado_tracking.writeback``, as
+PostgreSQL's ``backend_flush_after``): every 8 MiB it starts the writeback
+of the window just written, waits for the window before it and drops that
+one from the cache, so a few windows of memory carry the whole stream and a
+slow disk slows the upload instead of piling up dirty pages.
 """
 
-import ctypes
-import ctypes.util
 import os
 
 from django.core.files.storage import FileSystemStorage
 from django.utils._os import safe_makedirs
-
-FLUSH_AFTER = 8 * 1024 * 1024  # bytes written between two writeback requests
-
-_WAIT_BEFORE, _WRITE, _WAIT_AFTER = 1, 2, 4  # <linux/fs.h> SYNC_FILE_RANGE_*
-
-
-def _sync_file_range():
-    """libc's ``sync_file_range(fd, offset, nbytes, flags)`` (Linux), or None where there is none."""
-    if not hasattr(os, "posix_fadvise"):
-        return None
-    try:
-        function = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True).sync_file_range
-    except (OSError, AttributeError):
-        return None
-    function.argtypes = (ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint)
-    return function
-
-
-_SYNC_FILE_RANGE = _sync_file_range()
+from mado_tracking.writeback import Writeback
 
 
 class DurableFileSystemStorage(FileSystemStorage):
@@ -91,27 +69,15 @@ class DurableFileSystemStorage(FileSystemStorage):
 def _write_flushing(handle, chunks) -> None:
     """Write every chunk (str as UTF-8), keeping at most two windows dirty or cached (Linux), then ``fsync``."""
     fd = handle.fileno()
-    written = requested = dropped = 0
+    writeback, written = Writeback(fd), 0
     for chunk in chunks:
         view = memoryview(chunk.encode() if isinstance(chunk, str) else chunk).cast("B")
         written += view.nbytes
         while view:
             view = view[handle.write(view):]
-        if _SYNC_FILE_RANGE is not None and written - requested >= FLUSH_AFTER:
-            _sync_range(fd, requested, written - requested, _WRITE)
-            if requested > dropped:
-                _sync_range(fd, dropped, requested - dropped, _WAIT_BEFORE | _WRITE | _WAIT_AFTER)
-                os.posix_fadvise(fd, dropped, requested - dropped, os.POSIX_FADV_DONTNEED)
-            dropped, requested = requested, written
+        writeback.advance(written)
     os.fsync(fd)
-    if _SYNC_FILE_RANGE is not None:
-        os.posix_fadvise(fd, dropped, 0, os.POSIX_FADV_DONTNEED)  # the last windows, clean now
-
-
-def _sync_range(fd: int, offset: int, length: int, flags: int) -> None:
-    if _SYNC_FILE_RANGE(fd, offset, length, flags) != 0:
-        number = ctypes.get_errno()
-        raise OSError(number, os.strerror(number))
+    writeback.drop_rest()  # the last windows, clean now
 
 
 def _missing_directories(path: str) -> list[str]:

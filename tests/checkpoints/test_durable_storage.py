@@ -5,6 +5,7 @@ import os
 
 import pytest
 from django.core.files.uploadedfile import TemporaryUploadedFile
+from mado_tracking import writeback
 
 from checkpoints import filesystem
 from checkpoints.filesystem import DurableFileSystemStorage
@@ -47,9 +48,9 @@ def test_a_blob_is_synced_with_its_directory_and_the_directories_it_created(tmp_
     assert synced[4:] == [str(tmp_path / "runs" / "7" / "other"), str(tmp_path / "runs" / "7")]
 
 
-@pytest.mark.skipif(filesystem._SYNC_FILE_RANGE is None, reason="sync_file_range is Linux's")
+@pytest.mark.skipif(not writeback.AVAILABLE, reason="sync_file_range is Linux's")
 def test_a_long_stream_is_dropped_from_the_page_cache_window_by_window(tmp_path, monkeypatch):
-    monkeypatch.setattr(filesystem, "FLUSH_AFTER", 4096)
+    monkeypatch.setattr(writeback, "WINDOW_BYTES", 4096)
     dropped = []
     real = os.posix_fadvise
 
