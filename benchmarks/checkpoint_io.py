@@ -14,7 +14,9 @@ more than that), then, in the same run:
   upload + the server's streaming check (every file's and the tar's
   SHA-256) + complete, ``--save-repeats`` times at successive steps, as a
   training job saves (the median, and each; the first save also pays the
-  first request of a fresh gunicorn worker and of the SDK's connection);
+  first request of a fresh gunicorn worker and of the SDK's connection;
+  the server keeps every one, so the work directory needs that many times
+  the checkpoint's size);
 - ``mado_tracking.download_checkpoint``: the tar back to a file, SHA-256 checked;
 - ``mado agent``'s restore (``mado_tracking.extract.restore_checkpoint``):
   download, verify and extract in one streaming pass, the tar never stored;
@@ -227,6 +229,8 @@ def main() -> None:
                         help="saves of the checkpoint, each at its own step (default 5); the figure is their median")
     parser.add_argument("--stall-repeats", type=int, default=5, help="repeats of the stall figures (default 5)")
     args = parser.parse_args()
+    if args.save_repeats < 1:
+        parser.error("--save-repeats must be at least 1")
 
     work = Path(tempfile.mkdtemp(prefix="mado-ckpt-bench-", dir=args.workdir))
     env = {**os.environ, "MADO_DATA_DIR": str(work / "data")}
@@ -270,7 +274,7 @@ def run_benchmark(url: str, token: str, work: Path, args, server_pid: int) -> No
     reset = reset_peak_rss()
     before_save = own_peak_rss_mib()
     saves = []
-    with cpu("save (log_checkpoint)", repeats=args.save_repeats):
+    with cpu("save (log_checkpoint), mean per save", repeats=args.save_repeats):
         for step in range(args.save_repeats):
             os.sync()
             started = time.perf_counter()

@@ -8,20 +8,20 @@ defaults a thread's arena hands the freed top of its heap back to the kernel
 as soon as it exceeds 128 KiB, so the next chunk faults freshly zeroed pages
 back in. Measured on that path (gunicorn's body reader over a socket, the
 verifier's threads): 280,000–356,000 page faults per GiB with the defaults,
-19,000–25,000 with the settings below; and ``benchmarks/checkpoint_io.py``
-saved at 36–41 % of one SHA-256 pass with the defaults, 40–45 % with them,
-in one session on two cores.
+19,000–25,000 with the settings below; saves of 1 GiB ran at 36–41 % of one
+SHA-256 pass with the defaults and 40–45 % with them, in one session on two
+cores (``benchmarks/checkpoint_io.py`` and a save-only probe).
 
 ``tune_allocator()`` keeps up to ``TRIM_THRESHOLD_BYTES`` of freed memory
 per arena and serves blocks up to ``MMAP_THRESHOLD_BYTES`` from the arenas
-(not a fresh ``mmap`` each), so the chunks reuse the same pages. The server
-then holds at most that much more resident memory per arena, and only after
-it has used it. An operator's own ``MALLOC_TRIM_THRESHOLD_``,
-``MALLOC_MMAP_THRESHOLD_`` or ``GLIBC_TUNABLES`` win: nothing is changed then.
+(not a fresh ``mmap`` each), so the chunks reuse the same pages. A process
+then keeps up to that much freed memory resident per arena (glibc makes one
+per thread that allocates, at most 8 per core), and only memory it has used. An operator's own ``MALLOC_TRIM_THRESHOLD_``,
+``MALLOC_MMAP_THRESHOLD_`` or a ``glibc.malloc.*`` entry of ``GLIBC_TUNABLES``,
+set in the process's environment before it starts, win: nothing is changed then.
 """
 
 import ctypes
-import ctypes.util
 import logging
 import os
 
@@ -31,21 +31,22 @@ TRIM_THRESHOLD_BYTES = 64 << 20
 MMAP_THRESHOLD_BYTES = 4 << 20
 _M_TRIM_THRESHOLD = -1  # glibc's malloc.h
 _M_MMAP_THRESHOLD = -3
-_OPERATOR_SETTINGS = ("MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_THRESHOLD_", "GLIBC_TUNABLES")
+_OPERATOR_SETTINGS = ("MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_THRESHOLD_")
 
 
 def tune_allocator() -> bool:
     """Apply the settings above to this process's glibc malloc; True when applied.
 
-    False, changing nothing, where the C library is not glibc (musl, macOS)
-    or the environment already sets one of ``_OPERATOR_SETTINGS``. Never
+    False, changing nothing, where the C library has no ``mallopt`` (musl,
+    macOS) or the operator set malloc's thresholds (see above). Never
     raises: a process that cannot be tuned runs as before, only slower.
     """
-    if any(name in os.environ for name in _OPERATOR_SETTINGS):
+    if any(name in os.environ for name in _OPERATOR_SETTINGS) or "glibc.malloc." in os.environ.get(
+            "GLIBC_TUNABLES", ""):
+        logger.info("malloc settings come from the environment; the checkpoint streaming settings are not applied")
         return False
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        mallopt = libc.mallopt
+        mallopt = ctypes.CDLL(None).mallopt  # the C library the process runs on
     except (OSError, AttributeError):
         return False
     mallopt.argtypes, mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int

@@ -128,6 +128,7 @@ class MetricPointAdmin(ReadOnlyAdmin):
     list_display = ["run", "key", "step", "value", "timestamp"]
     list_display_links = None
     ordering = ["run_id", "key", "step", "id"]
+    sortable_by = ()  # a column header would sort the whole table
     search_fields = ["key", "run__external_id"]
     raw_id_fields = ["run"]
     list_select_related = ["run"]

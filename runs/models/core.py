@@ -274,6 +274,9 @@ class MetricPoint(models.Model):
     query names the Run, and the ``(run, key, step, id)`` index serves them;
     ``id`` keeps its identity default, so ids stay unique and increasing, and
     nothing may look a point up by ``id`` alone (it would scan the table).
+    Deleting a Run deletes its points in one ``DELETE … WHERE run_id IN``
+    (Django's fast delete) only while no delete signal receiver watches
+    ``MetricPoint`` and nothing refers to it: keep it that way.
     """
 
     # No database-level foreign key: PostgreSQL checks it with a trigger per row, which halves COPY

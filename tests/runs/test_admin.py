@@ -84,7 +84,8 @@ def test_checkpoints_and_metric_points_are_read_only(client, superuser, one_of_e
 
 def test_metric_points_are_listed_in_history_index_order_without_a_page_per_point(client, superuser, one_of_each):
     run = Run.objects.first()
-    metrics_ingest(actor=run.created_by, run=run, columns={"keys": ["zeta", "alpha", "alpha"], "steps": [0, 5, 1],
+    # Stored in an order that newest-first (the admin's default) would not list as the index does.
+    metrics_ingest(actor=run.created_by, run=run, columns={"keys": ["alpha", "zeta", "alpha"], "steps": [5, 0, 1],
                                                             "values": [1, 2, 3]})
     client.force_login(superuser)
     response = client.get(reverse("admin:runs_metricpoint_changelist"))
