@@ -16,9 +16,10 @@ cores (``benchmarks/checkpoint_io.py`` and a save-only probe).
 per arena and serves blocks up to ``MMAP_THRESHOLD_BYTES`` from the arenas
 (not a fresh ``mmap`` each), so the chunks reuse the same pages. A process
 then keeps up to that much freed memory resident per arena (glibc makes one
-per thread that allocates, at most 8 per core), and only memory it has used. An operator's own ``MALLOC_TRIM_THRESHOLD_``,
-``MALLOC_MMAP_THRESHOLD_`` or a ``glibc.malloc.*`` entry of ``GLIBC_TUNABLES``,
-set in the process's environment before it starts, win: nothing is changed then.
+per thread that allocates, at most 8 per core), and only memory it has used.
+An operator's own ``MALLOC_TRIM_THRESHOLD_``, ``MALLOC_MMAP_THRESHOLD_`` or
+a ``glibc.malloc.*`` entry of ``GLIBC_TUNABLES``, set in the process's
+environment before it starts, win: nothing is changed then.
 """
 
 import ctypes

@@ -5,8 +5,11 @@ another Project only. ``api(user)`` returns a DRF client authenticated with
 that user's API token (None → anonymous).
 """
 
+import os
+
 import pytest
 from django.utils import translation
+from mado_tracking import writeback
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
@@ -27,6 +30,21 @@ def _default_language():
     messages a later test reads."""
     yield
     translation.deactivate()
+
+
+@pytest.fixture
+def dropped_windows(monkeypatch):
+    """``mado_tracking.writeback`` with 4 KiB windows; the ``(offset, length)`` of each range dropped from the cache."""
+    monkeypatch.setattr(writeback, "WINDOW_BYTES", 4096)
+    dropped = []
+    real = os.posix_fadvise
+
+    def recording(fd, offset, length, advice):
+        dropped.append((offset, length))
+        real(fd, offset, length, advice)
+
+    monkeypatch.setattr(os, "posix_fadvise", recording)
+    return dropped
 
 
 @pytest.fixture(autouse=True)

@@ -17,9 +17,7 @@ Where there is no ``sync_file_range`` (macOS, Windows) ``AVAILABLE`` is
 False and ``Writeback.advance`` does nothing.
 """
 
-import contextlib
 import ctypes
-import ctypes.util
 import errno
 import os
 
@@ -35,7 +33,7 @@ def _sync_file_range():
     if not hasattr(os, "posix_fadvise"):
         return None
     try:
-        function = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True).sync_file_range
+        function = ctypes.CDLL(None, use_errno=True).sync_file_range  # the process's C library: no ldconfig run
     except (OSError, AttributeError):
         return None
     function.argtypes = (ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint)
@@ -53,7 +51,7 @@ def _sync_range(fd: int, offset: int, length: int, flags: int) -> None:
 
 
 class Writeback:
-    """Keeps at most two ``window``-byte (default ``WINDOW_BYTES``) windows of the file open as ``fd`` dirty or cached while it is written.
+    """Keeps at most two ``WINDOW_BYTES`` windows of the file open as ``fd`` dirty or cached while it is written.
 
     Call ``advance(written)`` with the bytes written so far (from offset 0)
     after each write, and ``drop_rest()`` once the file is on disk (after
@@ -61,14 +59,13 @@ class Writeback:
     kernel (``EIO`` from a failed writeback, say).
     """
 
-    def __init__(self, fd: int, window: int | None = None):
+    def __init__(self, fd: int):
         self._fd = fd
-        self._window = WINDOW_BYTES if window is None else window
         self._requested = 0  # writeback started up to here
         self._dropped = 0  # written back and dropped from the cache up to here
 
     def advance(self, written: int) -> None:
-        if not AVAILABLE or written - self._requested < self._window:
+        if not AVAILABLE or written - self._requested < WINDOW_BYTES:
             return
         _sync_range(self._fd, self._requested, written - self._requested, _WRITE)
         if self._requested > self._dropped:
@@ -85,16 +82,15 @@ def copy_windowed(source: str | os.PathLike, destination: str | os.PathLike) -> 
     """Copy ``source`` to ``destination`` (created or truncated) kernel-side (``copy_file_range``) under
     ``Writeback``; True if done.
 
-    False, with ``destination`` removed, where that cannot work: no
-    ``sync_file_range`` or ``copy_file_range``, or the kernel refuses the first
-    range (another file system on an old kernel, a file system without it);
-    the caller then copies another way. ``OSError`` for anything else
+    False where that cannot work: no ``sync_file_range`` or
+    ``copy_file_range`` (``destination`` untouched), or the kernel refuses
+    the first range (another file system on an old kernel, a file system
+    without it; the file this opened removed); the caller then copies
+    another way. ``OSError`` for anything else
     (``ENOSPC``…), the partial ``destination`` removed. ``destination`` is
     not ``fsync``ed: the last two windows may still be in the page cache.
     """
     if not AVAILABLE or not hasattr(os, "copy_file_range"):
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(destination)
         return False
     reader = os.open(source, os.O_RDONLY)
     try:
@@ -105,13 +101,12 @@ def copy_windowed(source: str | os.PathLike, destination: str | os.PathLike) -> 
                 written += count
                 writeback.advance(written)
         except OSError as exc:
-            os.close(writer)
             os.unlink(destination)
             if written == 0 and exc.errno in _UNSUPPORTED:
                 return False
             raise
-        os.close(writer)
+        finally:
+            os.close(writer)
     finally:
         os.close(reader)
     return True
-

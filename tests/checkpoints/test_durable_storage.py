@@ -49,16 +49,8 @@ def test_a_blob_is_synced_with_its_directory_and_the_directories_it_created(tmp_
 
 
 @pytest.mark.skipif(not writeback.AVAILABLE, reason="sync_file_range is Linux's")
-def test_a_long_stream_is_dropped_from_the_page_cache_window_by_window(tmp_path, monkeypatch):
-    monkeypatch.setattr(writeback, "WINDOW_BYTES", 4096)
-    dropped = []
-    real = os.posix_fadvise
-
-    def recording(fd, offset, length, advice):
-        dropped.append((offset, length))
-        real(fd, offset, length, advice)
-
-    monkeypatch.setattr(os, "posix_fadvise", recording)
+def test_a_long_stream_is_dropped_from_the_page_cache_window_by_window(tmp_path, dropped_windows):
+    dropped = dropped_windows
     pieces = [bytes([index]) * 3000 for index in range(20)]  # 60,000 bytes: windows of 6,000
     name = DurableFileSystemStorage(location=tmp_path).save("runs/7/blob", Chunks(pieces))
     assert (tmp_path / name).read_bytes() == b"".join(pieces)

@@ -11,28 +11,14 @@ pytestmark = pytest.mark.skipif(not writeback.AVAILABLE or not hasattr(os, "copy
                                 reason="sync_file_range and copy_file_range are Linux's")
 
 
-@pytest.fixture
-def small_windows(monkeypatch):
-    monkeypatch.setattr(writeback, "WINDOW_BYTES", 4096)
-    dropped = []
-    real = os.posix_fadvise
-
-    def recording(fd, offset, length, advice):
-        dropped.append((offset, length))
-        real(fd, offset, length, advice)
-
-    monkeypatch.setattr(os, "posix_fadvise", recording)
-    return dropped
-
-
-def test_a_copy_is_exact_and_leaves_the_cache_window_by_window(tmp_path, small_windows):
+def test_a_copy_is_exact_and_leaves_the_cache_window_by_window(tmp_path, dropped_windows):
     source = tmp_path / "model.pt"
     source.write_bytes(os.urandom(50_000))
     (tmp_path / "snapshot.pt").write_bytes(b"left by a failed clone attempt, longer than nothing")
     assert copy_windowed(source, tmp_path / "snapshot.pt")
     assert (tmp_path / "snapshot.pt").read_bytes() == source.read_bytes()
-    assert len(small_windows) >= 10 and small_windows[0][0] == 0
-    assert all(a + la == b for (a, la), (b, _) in zip(small_windows, small_windows[1:]))  # contiguous, in order
+    assert len(dropped_windows) >= 10 and dropped_windows[0][0] == 0
+    assert all(a + la == b for (a, la), (b, _) in zip(dropped_windows, dropped_windows[1:]))  # contiguous, in order
 
 
 def test_an_empty_file_is_copied(tmp_path):
@@ -51,7 +37,7 @@ def test_a_file_system_that_cannot_copy_ranges_says_so_and_leaves_nothing(tmp_pa
     assert not (tmp_path / "snapshot.pt").exists()
 
 
-def test_a_disk_that_fills_up_mid_copy_raises_and_leaves_no_partial_file(tmp_path, monkeypatch, small_windows):
+def test_a_disk_that_fills_up_mid_copy_raises_and_leaves_no_partial_file(tmp_path, monkeypatch, dropped_windows):
     real, calls = os.copy_file_range, []
 
     def fills_up(reader, writer, count, *args):
