@@ -179,9 +179,12 @@ def quantiles(samples: list[float]) -> str:
 
 
 def writer(url: str, token: str, points: int, rate: float, name: str, offset: float, start: multiprocessing.Event,
-           out) -> None:
+           out, done: multiprocessing.Event) -> None:
     """One training process: log ``points`` points through the SDK at ``rate`` points/s (0: no pause); report
-    timings, POST latencies, the Run id. A paced writer starts ``offset`` seconds after the others are told to."""
+    timings, POST latencies, the Run id. A paced writer starts ``offset`` seconds after the others are told to.
+    It exits once ``done`` is set (every writer has reported): the teardown of a Python process with its
+    imports costs some 50 ms of CPU, which twenty jobs on other machines would not take from the server's cores
+    while the last ones still post."""
     import mado_tracking
     from mado_tracking.client import ApiClient
 
@@ -214,6 +217,7 @@ def writer(url: str, token: str, points: int, rate: float, name: str, offset: fl
     run.finish()
     out.put({"run": run.id, "started": started, "flushed": time.perf_counter(), "posts": posts,
              "calls": latencies[:: max(len(latencies) // 10_000, 1)]})
+    done.wait()
 
 
 def reader(url: str, token: str, run_id: int, stop: threading.Event, out: list) -> None:
@@ -235,8 +239,8 @@ def run_benchmark(url: str, ingest_url: str, token: str, points: int, writers: i
     watched.log_metrics({"a": 1.0, "b": 2.0}, step=0)
     watched.finish()
     context = multiprocessing.get_context("spawn")
-    start, out = context.Event(), context.Queue()
-    procs = [context.Process(target=writer, args=(ingest_url, token, points, rate, f"w{n}", n / writers, start, out))
+    start, out, done = context.Event(), context.Queue(), context.Event()
+    procs = [context.Process(target=writer, args=(ingest_url, token, points, rate, f"w{n}", n / writers, start, out, done))
              for n in range(writers)]
     for proc in procs:
         proc.start()
@@ -247,6 +251,7 @@ def run_benchmark(url: str, ingest_url: str, token: str, points: int, writers: i
     start.set()
     results = [out.get(timeout=3600) for _ in procs]
     stop.set()
+    done.set()
     read_thread.join()
     for proc in procs:
         proc.join()

@@ -60,8 +60,8 @@ def role_in(user, project) -> str | None:
     """The user's role in ``project``, or None when not a member (or anonymous)."""
     if user is None or not user.is_authenticated or not user.is_active:
         return None
-    membership = project.memberships.filter(user=user).only("role").first()
-    return membership.role if membership else None
+    # values_list: a model instance from ``only("role")`` would fetch its deferred project_id in a second query
+    return project.memberships.filter(user=user).values_list("role", flat=True).first()
 
 
 def has_role(user, project, role: str) -> bool:

@@ -170,3 +170,22 @@ def test_a_refused_batch_does_not_burn_its_idempotency_key(client_as, run):
     good = client.post(url, json.dumps({"points": [{"key": "loss", "value": 1, "step": 0}]}),
                        content_type="application/json", HTTP_IDEMPOTENCY_KEY="k")
     assert bad.status_code == 400 and good.status_code == 201
+
+
+def test_a_metrics_post_finds_its_run_and_the_writers_role_in_one_query_each(client_as, run):
+    # The hot path of 20 writers (SPEC F2): no DISTINCT over the Run's columns (a user has one membership per
+    # Project) and no second query for a membership's deferred fields.
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    client = client_as("creator")
+    body = json.dumps({"keys": ["loss", "acc"], "steps": [1, 1], "values": [0.5, 0.25]})
+    with CaptureQueriesContext(connection) as queries:
+        response = client.post(f"/api/v1/runs/{run.pk}/metrics/", body, content_type="application/json",
+                               HTTP_IDEMPOTENCY_KEY="batch-1", HTTP_MADO_FENCING_TOKEN=str(run.lease_token))
+    assert response.status_code == 201 and response.json()["stored"] == 2
+    statements = [q["sql"] for q in queries.captured_queries]
+    assert not [sql for sql in statements if "DISTINCT" in sql]
+    assert len([sql for sql in statements if 'FROM "runs_membership"' in sql]) == 1
+    assert len([sql for sql in statements if 'FROM "runs_run"' in sql and "INNER JOIN" in sql]) == 1
+    assert len(statements) <= 12  # token, Run, role, savepoint, lease, crashed?, claim, summary, rollups, points...
