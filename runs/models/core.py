@@ -17,7 +17,9 @@ class VisibleQuerySet(models.QuerySet):
     The join to the user's membership adds no row (one membership per user
     and Project, ``membership_unique_user_project``), so no ``DISTINCT``:
     that would cost every lookup, the metrics POST's included, a grouping
-    of all selected columns to plan and run.
+    of all selected columns to plan and run. A caller that filters across a
+    multi-valued relation (tags, trials) adds its own ``.distinct()``, as
+    ``runs.table`` does.
     """
 
     project_path = "project"
