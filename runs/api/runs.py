@@ -242,7 +242,7 @@ class RunMetricsApi(APIView):
         ``shape``, or ``shape=columns`` without ``max_points`` → 400 naming
         ``shape``. Reads stop after ``MADO_READ_STATEMENT_TIMEOUT_MS`` on PostgreSQL (SPEC F2).
         """
-        run = selectors.run_get_for_user(user=request.user, run_id=run_id)
+        run = selectors.run_get_for_user(user=request.user, run_id=run_id, related=())  # reads need the Run alone
         key = request.query_params.get("key")
         with read_statement_timeout():
             if not key:
