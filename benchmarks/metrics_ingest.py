@@ -184,7 +184,7 @@ def writer(url: str, token: str, points: int, rate: float, name: str, offset: fl
     timings, POST latencies, the Run id. A paced writer starts ``offset`` seconds after the others are told to.
     It exits once ``done`` is set (every writer has reported): twenty exits (interpreter teardown, the SDK's
     exit handlers, closed connections) in the last second shared the cores with the last writers' POSTs and
-    raised the POST p99 from about 190 ms to 230-375 ms (issue 13); jobs on other machines take no server core."""
+    raised the POST p99 from about 190 ms to 230-375 ms (SPEC F2); jobs on other machines take no server core."""
     import mado_tracking
     from mado_tracking.client import ApiClient
 

@@ -4,6 +4,8 @@ import json
 import math
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from runs.metrics import metrics_ingest
 from runs.models import MetricPoint
@@ -175,9 +177,6 @@ def test_a_refused_batch_does_not_burn_its_idempotency_key(client_as, run):
 def test_a_metrics_post_finds_its_run_and_the_writers_role_in_one_query_each(client_as, run):
     # The hot path of 20 writers (SPEC F2): no DISTINCT over the Run's columns (a user has one membership per
     # Project) and no second query for a membership's deferred fields.
-    from django.db import connection
-    from django.test.utils import CaptureQueriesContext
-
     client = client_as("creator")
     body = json.dumps({"keys": ["loss", "acc"], "steps": [1, 1], "values": [0.5, 0.25]})
     with CaptureQueriesContext(connection) as queries:
