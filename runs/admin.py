@@ -19,7 +19,7 @@ from runs.models import (
     DataStage,
     Membership,
     MetricBatch,
-    MetricPoint,
+    MetricChunk,
     MetricRollup,
     MetricSummary,
     ParameterChange,
@@ -117,23 +117,23 @@ class RunAdmin(admin.ModelAdmin):
         return False
 
 
-@admin.register(MetricPoint)
-class MetricPointAdmin(ReadOnlyAdmin):
-    """Metric points are a log: read-only; tables can be huge, so no full count and no date drill-down.
+@admin.register(MetricChunk)
+class MetricChunkAdmin(ReadOnlyAdmin):
+    """Metric points are a log, stored in chunks (``MetricChunk``): read-only; tables can be huge, so no full count.
 
-    Listed in the order of the history index, with no page per point: on
-    PostgreSQL there is no index on ``id`` alone (``MetricPoint``).
+    Chunks are listed in the order of their index (run, key, last step), with
+    no page per chunk: a chunk's points are read on the Run page and the API.
     """
 
-    list_display = ["run", "key", "step", "value", "timestamp"]
+    list_display = ["run", "key", "first_step", "last_step", "count"]
     list_display_links = None
-    ordering = ["run_id", "key", "step", "id"]
+    ordering = ["run_id", "key", "last_step", "id"]
     sortable_by = ()  # a column header would sort the whole table
     search_fields = ["key", "run__external_id"]
     raw_id_fields = ["run"]
     list_select_related = ["run"]
     show_full_result_count = False
-    readonly_fields = ["run", "key", "step", "value", "timestamp"]
+    readonly_fields = ["run", "key", "first_step", "last_step", "count"]
 
 
 @admin.register(MetricSummary)

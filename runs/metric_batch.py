@@ -21,13 +21,13 @@ import numpy as np
 from django.conf import settings
 
 from mado.errors import ValidationFailed
-from runs.models import MetricPoint
+from runs.models import MetricChunk
 
 _NON_FINITE = {"NaN": None, "nan": None, "Infinity": math.inf, "inf": math.inf,
                "-Infinity": -math.inf, "-inf": -math.inf}
 _INT64_MAX = 2**63 - 1  # steps and millisecond timestamps are BIGINT columns
 _TS_MAX = 9.2e15  # Unix seconds whose milliseconds still fit a BIGINT
-_KEY_MAX = MetricPoint._meta.get_field("key").max_length
+_KEY_MAX = MetricChunk._meta.get_field("key").max_length
 _MISSING = object()
 _COLUMNS = ("keys", "steps", "values", "timestamps")
 
@@ -39,6 +39,40 @@ class MetricColumns(NamedTuple):
     steps: list
     values: list
     timestamps: list
+
+
+class SortedBatch(NamedTuple):
+    """A validated batch sorted by (key, step), points of one key and step in the order they came (SPEC F2).
+
+    Key ``keys[g]`` (distinct, sorted) holds sorted positions ``starts[g]``
+    to ``starts[g] + counts[g] - 1``; ``steps`` (int64), ``values``
+    (float64, NaN for NaN) and ``timestamps`` (int64 Unix ms) are numpy
+    columns in that order. The summaries and the chunks are both cut from it.
+    """
+
+    keys: list
+    starts: np.ndarray
+    counts: np.ndarray
+    steps: np.ndarray
+    values: np.ndarray
+    timestamps: np.ndarray
+
+
+def sort_by_key(columns: MetricColumns) -> SortedBatch:
+    """``columns`` (a non-empty, validated batch) as a ``SortedBatch``: one stable numpy sort by (key, step)."""
+    keys = sorted(set(columns.keys))
+    code = {key: index for index, key in enumerate(keys)}
+    size = len(columns.keys)
+    groups = np.fromiter(map(code.__getitem__, columns.keys), dtype=np.int64, count=size)
+    steps = np.fromiter(columns.steps, dtype=np.int64, count=size)
+    order = np.lexsort((steps, groups))
+    groups = groups[order]
+    starts = np.flatnonzero(np.r_[True, groups[1:] != groups[:-1]])
+    return SortedBatch(
+        keys, starts, np.diff(np.r_[starts, size]), steps[order],
+        np.array(columns.values, dtype=np.float64)[order],  # None (NaN) becomes nan
+        np.fromiter(columns.timestamps, dtype=np.int64, count=size)[order],
+    )
 
 
 def parse_value(raw, field: str) -> float:

@@ -122,9 +122,8 @@ def rollup_rows(*, run_id: int, key: str, before_step: int | None = None) -> lis
         cursor.execute(_ROWS, [run_id, key, cut])
         rows = cursor.fetchall()
     if before_step is not None and before_step % ROLLUP_STEPS:
-        points = list(MetricPoint.objects.filter(
-            run_id=run_id, key=key, step__gte=cut * ROLLUP_STEPS, step__lt=before_step,
-        ).order_by("id").values_list("step", "value", "timestamp"))
+        points = list(MetricPoint.objects.filter(run_id=run_id, key=key).at_steps(
+            cut * ROLLUP_STEPS, before_step - 1).order_by("id").values_list("step", "value", "timestamp"))
         if points:
             steps, values, stamps = (list(column) for column in zip(*points))
             rows += [row[2:] for row in batch_rollups(run_id, MetricColumns([key] * len(steps), steps, values, stamps))]

@@ -3,14 +3,14 @@
 ``metrics_ingest`` calls ``summary_add`` in the transaction that stores the
 points, before it inserts them: the upsert locks each (run, key) summary row
 in key order, so two writers of one run's key queue there (no deadlock: the
-same order for all) and the later one's points get the higher ids, which
+same order for all) and the later one's chunks get the higher ids, which
 keeps "the last value is the one stored last at the highest step" true.
 """
 
 import numpy as np
 from django.db import connection
 
-from runs.metric_batch import MetricColumns
+from runs.metric_batch import SortedBatch
 from runs.models import MetricSummary
 
 _TABLE = MetricSummary._meta.db_table
@@ -38,30 +38,20 @@ def _upsert_sql(rows: int) -> str:
     """
 
 
-def batch_summaries(run_id: int, columns: MetricColumns) -> list[tuple]:
-    """One row of ``_FIELDS`` per distinct key of ``columns`` (a non-empty, validated batch), sorted by key.
+def batch_summaries(run_id: int, batch: SortedBatch) -> list[tuple]:
+    """One row of ``_FIELDS`` per distinct key of ``batch``, sorted by key.
 
-    Grouping is one stable sort by (key, step) in numpy, so the last row of a
-    group is the point stored last at the key's highest step.
+    The batch is sorted by (key, step), stable, so the last row of a group
+    is the point stored last at the key's highest step.
     """
-    keys = sorted(set(columns.keys))
-    code = {key: index for index, key in enumerate(keys)}
-    size = len(columns.keys)
-    groups = np.fromiter(map(code.__getitem__, columns.keys), dtype=np.int64, count=size)
-    steps = np.fromiter(columns.steps, dtype=np.int64, count=size)
-    order = np.lexsort((steps, groups))
-    groups, steps = groups[order], steps[order]
-    values = np.array(columns.values, dtype=np.float64)[order]  # None (NaN) becomes nan
-    stamps = np.fromiter(columns.timestamps, dtype=np.int64, count=size)[order]
-    starts = np.flatnonzero(np.r_[True, groups[1:] != groups[:-1]])
-    ends = np.r_[starts[1:], size] - 1
-    counts = np.diff(np.r_[starts, size])
+    starts, counts, steps, values, stamps = batch.starts, batch.counts, batch.steps, batch.values, batch.timestamps
+    ends = starts + counts - 1
     lows, highs = np.fmin.reduceat(values, starts), np.fmax.reduceat(values, starts)  # fmin/fmax skip nan
     first_ts, last_ts = np.minimum.reduceat(stamps, starts), np.maximum.reduceat(stamps, starts)
     return [
         (run_id, key, int(counts[g]), int(steps[starts[g]]), int(steps[ends[g]]), _or_none(values[ends[g]]),
          _or_none(lows[g]), _or_none(highs[g]), int(first_ts[g]), int(last_ts[g]))
-        for g, key in enumerate(keys)
+        for g, key in enumerate(batch.keys)
     ]
 
 
@@ -69,9 +59,9 @@ def _or_none(value) -> float | None:
     return None if value != value else float(value)
 
 
-def summary_add(*, run_id: int, columns: MetricColumns) -> None:
+def summary_add(*, run_id: int, batch: SortedBatch) -> None:
     """Fold a batch about to be stored for Run ``run_id`` into its summaries; call inside the storing transaction."""
-    rows = batch_summaries(run_id, columns)
+    rows = batch_summaries(run_id, batch)
     with connection.cursor() as cursor:
         for start in range(0, len(rows), _CHUNK):
             chunk = rows[start:start + _CHUNK]

@@ -207,7 +207,7 @@ def metric_chart_series(
     fields = ("step", "value", "timestamp") if with_timestamps else ("step", "value")
     points = MetricPoint.objects.filter(run=run, key=key)
     if before_step is not None:
-        points = points.filter(step__lt=before_step)
+        points = points.at_steps(high=before_step - 1)
     non_finite = Q(value__isnull=True) | Q(value__in=[math.inf, -math.inf])
     stats = points.aggregate(
         total=Count("id"), bad=Count("id", filter=non_finite), low=Min("step"), high=Max("step")
@@ -246,6 +246,7 @@ _EXTREMES = """
 WITH points AS (
     SELECT id, step, value, timestamp, (step - %s) / %s AS bucket FROM {table}
     WHERE run_id = %s AND key = %s AND value IS NOT NULL AND value <> %s AND value <> %s AND step < %s
+          AND chunk_first_step < %s
 ), extremes AS (
     SELECT bucket, MIN(value) AS lo, MAX(value) AS hi FROM points GROUP BY bucket
 ), hits AS (
@@ -269,7 +270,7 @@ def _bucket_extremes(run_id: int, key: str, before_step, low: int, width: int, f
     sql = _EXTREMES.format(table=MetricPoint._meta.db_table, fields=", ".join(fields))
     upper = _INT64_MAX if before_step is None else before_step
     with connection.cursor() as cursor:
-        cursor.execute(sql, [low, width, run_id, key, math.inf, -math.inf, upper])
+        cursor.execute(sql, [low, width, run_id, key, math.inf, -math.inf, upper, upper])
         return cursor.fetchall()
 
 

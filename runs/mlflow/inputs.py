@@ -17,7 +17,7 @@ from mado import policy
 from mado.errors import Conflict
 from mado.mlflow_errors import INVALID_PARAMETER_VALUE, INVALID_STATE, MlflowError
 from runs.mlflow.selectors import CONTEXT_TAG
-from runs.models import Dataset, DatasetVersion, DataStage, MetricPoint, Run
+from runs.models import Dataset, DatasetVersion, DataStage, MetricSummary, Run
 from runs.stages import data_composition_at, data_stage_record
 
 MAX_DATASETS = 100
@@ -84,7 +84,7 @@ def run_log_inputs(*, actor, run: Run, datasets) -> list[DatasetVersion]:
         return []
     with transaction.atomic():
         locked = Run.objects.select_for_update().get(pk=run.pk)
-        last_step = MetricPoint.objects.filter(run=locked).aggregate(last=Max("step"))["last"]
+        last_step = MetricSummary.objects.filter(run=locked).aggregate(last=Max("last_step"))["last"]
         last_stage = DataStage.objects.filter(run=locked).aggregate(last=Max("start_step"))["last"]
         if last_step is None and last_stage is None:
             locked.input_dataset_versions.add(*versions)

@@ -204,7 +204,8 @@ def _metrics(models: list[LoggedModel]) -> dict[int, list[dict]]:
         return found
     where = Q()
     for model in linked:
-        where |= Q(run_id=model.run_id, step=model.step)
+        where |= Q(run_id=model.run_id, step=model.step, chunk_first_step__lte=model.step,
+                   chunk_last_step__gte=model.step)
     by_run_step: dict[tuple[int, int], list] = {}
     for row in MetricPoint.objects.filter(where).order_by("key", "timestamp", "id").values_list(
             "run_id", "step", "key", "value", "timestamp"):

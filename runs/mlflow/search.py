@@ -107,7 +107,7 @@ def string_q(field, op: str, value: str) -> Q:
 
 
 def _latest_metric(key: str):
-    points = MetricPoint.objects.filter(run=OuterRef("pk"), key=key).order_by("-step", "-timestamp", "-id")
+    points = MetricPoint.objects.filter(run=OuterRef("pk"), key=key).at_last_step().order_by("-timestamp", "-id")
     return Subquery(points.values("value")[:1])
 
 

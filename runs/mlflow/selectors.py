@@ -58,7 +58,7 @@ def run_get(*, user, run_id) -> Run:
 
 def _latest_metrics(run_ids: list[int]) -> dict[int, list[dict]]:
     """The latest point (highest step, then timestamp) of every key of every run, in one query."""
-    ranked = MetricPoint.objects.filter(run_id__in=run_ids).annotate(
+    ranked = MetricPoint.objects.filter(run_id__in=run_ids).at_last_step().annotate(
         rank=Window(RowNumber(), partition_by=[F("run_id"), F("key")], order_by=[F("step").desc(), F("timestamp").desc(), F("id").desc()])
     ).filter(rank=1).values_list("run_id", "key", "value", "step", "timestamp")
     latest: dict[int, list[dict]] = {pk: [] for pk in run_ids}

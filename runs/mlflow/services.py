@@ -292,9 +292,8 @@ def _new_points(run: Run, points: list[dict]) -> list[dict]:
     valid = [p for p in points if isinstance(p["key"], str) and isinstance(p["timestamp"], int) and p["value"] is not None]
     if len(valid) != len(points):
         return points  # let metrics_ingest name the bad field
-    seen = set(MetricPoint.objects.filter(
-        run=run, key__in={p["key"] for p in points},
-        step__gte=min(p["step"] for p in points), step__lte=max(p["step"] for p in points),
+    seen = set(MetricPoint.objects.filter(run=run, key__in={p["key"] for p in points}).at_steps(
+        min(p["step"] for p in points), max(p["step"] for p in points),
     ).values_list("key", "step", "timestamp", "value"))
     fresh = []
     for point in points:

@@ -12,8 +12,6 @@ from runs.models.core import (
     DatasetVersionQuerySet,
     Membership,
     MetricBatch,
-    MetricPoint,
-    MetricPointQuerySet,
     ParameterChange,
     Project,
     ProjectQuerySet,
@@ -27,13 +25,21 @@ from runs.models.core import (
     new_external_id,
 )
 from runs.models.logged_models import LoggedModel, LoggedModelStatus
-from runs.models.metrics import MetricRollup, MetricSummary, MetricSummaryQuerySet
+from runs.models.metrics import (
+    CHUNK_ID_STRIDE,
+    MetricChunk,
+    MetricPoint,
+    MetricPointQuerySet,
+    MetricRollup,
+    MetricSummary,
+    MetricSummaryQuerySet,
+)
 from runs.models.sweeps import MetricGoal, Sweep, SweepMethod, SweepTrial, TrialState
 from runs.models.workspace import RunTableColumns
 
 __all__ = [
-    "FINAL_STATES", "Code", "CodeVersion", "CodeVersionQuerySet", "DataStage", "DataStageQuerySet", "Dataset",
-    "DatasetVersion", "DatasetVersionQuerySet", "LoggedModel", "LoggedModelStatus", "MetricBatch", "MetricGoal",
+    "CHUNK_ID_STRIDE", "FINAL_STATES", "Code", "CodeVersion", "CodeVersionQuerySet", "DataStage", "DataStageQuerySet", "Dataset",
+    "DatasetVersion", "DatasetVersionQuerySet", "LoggedModel", "LoggedModelStatus", "MetricBatch", "MetricChunk", "MetricGoal",
     "MetricPoint", "MetricPointQuerySet", "MetricRollup", "MetricSummary", "MetricSummaryQuerySet",
     "Membership", "ParameterChange", "Project", "ProjectQuerySet", "Role", "Run", "RunKind", "RunStatus", "RunTag",
     "RunTagQuerySet", "Sweep", "SweepMethod", "SweepTrial", "TrialState", "VisibleQuerySet", "new_external_id",

@@ -1,6 +1,5 @@
-"""Projects, members, Code, Datasets, Runs and metric points (SPEC F2, F24–F26, F29)."""
+"""Projects, members, Code, Datasets, Runs and idempotent metric batches (SPEC F2, F24–F26, F29)."""
 
-import math
 import secrets
 
 from django.conf import settings
@@ -265,51 +264,6 @@ class Run(models.Model):
             return None
         end = self.ended_at or self.heartbeat_at or self.started_at
         return max((end - self.started_at).total_seconds(), 0.0)
-
-
-class MetricPointQuerySet(VisibleQuerySet):
-    project_path = "run__project"
-
-
-class MetricPoint(models.Model):
-    """One logged value. ``value`` NULL stores NaN (SQLite cannot hold NaN); ±Infinity is stored as is.
-
-    ``timestamp`` is wall-clock milliseconds since the epoch (MLflow's unit).
-
-    On PostgreSQL the table has no primary-key index (migration 0015): every
-    query names the Run, and the ``(run, key, step, id)`` index serves them;
-    ``id`` keeps its identity default, so ids stay unique and increasing, and
-    nothing may look a point up by ``id`` alone (it would scan the table).
-    Deleting a Run deletes its points in one ``DELETE … WHERE run_id IN``
-    (Django's fast delete) only while no delete signal receiver watches
-    ``MetricPoint`` and nothing refers to it: keep it that way.
-    """
-
-    # No database-level foreign key: PostgreSQL checks it with a trigger per row, which halves COPY
-    # throughput. Points are only written by metrics_ingest for a Run it has just read, and deleting
-    # a Run through the ORM still cascades to its points.
-    run = models.ForeignKey(
-        Run, on_delete=models.CASCADE, related_name="metric_points", db_index=False, db_constraint=False
-    )
-    key = models.CharField(max_length=250)
-    step = models.BigIntegerField()
-    value = models.FloatField(null=True)
-    timestamp = models.BigIntegerField()
-
-    objects = MetricPointQuerySet.as_manager()
-
-    class Meta:
-        # ``id`` last: a key's history is read in (step, insertion) order straight off the index, with no sort.
-        indexes = [models.Index(fields=["run", "key", "step", "id"], name="metric_run_key_step_id_idx")]
-        constraints = [models.CheckConstraint(condition=Q(step__gte=0), name="metric_step_non_negative")]
-
-    @staticmethod
-    def to_db_value(value: float) -> float | None:
-        return None if math.isnan(value) else value
-
-    @staticmethod
-    def from_db_value(value: float | None) -> float:
-        return math.nan if value is None else value
 
 
 class MetricBatch(models.Model):

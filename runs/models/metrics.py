@@ -1,8 +1,117 @@
-"""The per-run, per-key metric summary that keeps "last step", "keys" and "count" O(1) in a run's size (SPEC F2, F24)."""
+"""Metric points: stored in chunks, read through a view, summed up per key and per step bucket (SPEC F2, F24, F34)."""
+
+import math
 
 from django.db import models
+from django.db.models import F, OuterRef, Q, Subquery
 
+from runs.models.arrays import NumberArrayField
 from runs.models.core import Run, VisibleQuerySet
+
+# A point's id in the view is its chunk's id * CHUNK_ID_STRIDE + its place in the chunk (from 0): ids grow in the order
+# points were stored, and a chunk holds fewer points than the stride (``metrics_ingest`` cuts batches to fit).
+CHUNK_ID_STRIDE = 2**20
+
+
+class MetricChunk(models.Model):
+    """Up to a batch's points of one ``key`` of a Run, as three arrays of one length: how points are stored (SPEC F2).
+
+    ``metrics_ingest`` writes one chunk per key of a batch (on SQLite, per
+    ``SQLITE_CHUNK_POINTS`` points of it), in one binary ``COPY`` on
+    PostgreSQL: one row and one index entry per chunk instead of per point,
+    a sixteenth of the database's CPU per stored point. ``steps[i]``,
+    ``values[i]`` (NaN as NaN) and ``timestamps[i]`` (Unix milliseconds) are
+    point ``i``; the points are sorted by step, ties in the order they were
+    sent. ``first_step`` / ``last_step`` are the lowest and highest step and
+    ``count`` the length. Chunks are never changed: a Run's points only grow,
+    and deleting the Run deletes its chunks. Read points through
+    ``MetricPoint``, the view that unnests them.
+    """
+
+    # No database foreign key: PostgreSQL checks one with a trigger per row. Deleting a Run through the ORM still
+    # deletes its chunks (one ``DELETE … WHERE run_id IN``, as long as no delete signal receiver watches this model).
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="metric_chunks", db_index=False,
+                            db_constraint=False)
+    key = models.CharField(max_length=250)
+    first_step = models.BigIntegerField()
+    last_step = models.BigIntegerField()
+    count = models.IntegerField()
+    steps = NumberArrayField(kind="int8")
+    values = NumberArrayField(kind="float8")
+    timestamps = NumberArrayField(kind="int8")
+
+    class Meta:
+        # (last_step, id) orders a key's chunks as their points when no two overlap (``runs.history``); it also finds
+        # the chunks reaching a step (``MetricPointQuerySet.at_steps``) and those holding a key's last step.
+        indexes = [models.Index(fields=["run", "key", "last_step", "id"], include=["first_step", "count"],
+                                name="metricchunk_run_key_last_idx")]
+        constraints = [
+            models.CheckConstraint(condition=Q(first_step__gte=0), name="metricchunk_step_non_negative"),
+            models.CheckConstraint(condition=Q(last_step__gte=F("first_step")), name="metricchunk_steps_ordered"),
+            models.CheckConstraint(condition=Q(count__gt=0, count__lt=CHUNK_ID_STRIDE), name="metricchunk_count_range"),
+        ]
+
+    def __str__(self):
+        return f"{self.run_id}:{self.key}:{self.first_step}-{self.last_step}"
+
+
+class MetricPointQuerySet(VisibleQuerySet):
+    project_path = "run__project"
+
+    def at_steps(self, low: int | None = None, high: int | None = None) -> "MetricPointQuerySet":
+        """The points at steps ``low`` to ``high`` (both included; None: unbounded), reading only the chunks that
+        reach into that range (a step filter alone would unnest every chunk of the key first)."""
+        points = self
+        if low is not None:
+            points = points.filter(step__gte=low, chunk_last_step__gte=low)
+        if high is not None:
+            points = points.filter(step__lte=high, chunk_first_step__lte=high)
+        return points
+
+    def at_last_step(self) -> "MetricPointQuerySet":
+        """The points at their key's highest step (its ``MetricSummary.last_step``): all lie in the chunks ending
+        there, so only those are unnested (MLflow's latest metrics)."""
+        last = Subquery(MetricSummary.objects.filter(run_id=OuterRef("run_id"), key=OuterRef("key"))
+                        .values("last_step")[:1])
+        return self.filter(step=last, chunk_last_step=last)
+
+
+class MetricPoint(models.Model):
+    """One logged value, read-only: a row of the ``runs_metricpoint`` view over ``MetricChunk`` (SPEC F2).
+
+    ``value`` NULL is NaN; ±Infinity is stored as is. ``timestamp`` is
+    wall-clock milliseconds since the epoch (MLflow's unit). ``id`` orders
+    points as they were stored (``CHUNK_ID_STRIDE``); ``chunk_first_step`` /
+    ``chunk_last_step`` are the step range of the point's chunk: filter on
+    them (``at_steps``) so the database unnests only the chunks that matter.
+    Points are written only by ``metrics_ingest``, as chunks.
+    """
+
+    id = models.BigIntegerField(primary_key=True)
+    run = models.ForeignKey(Run, on_delete=models.DO_NOTHING, related_name="metric_points", db_index=False,
+                            db_constraint=False)
+    key = models.CharField(max_length=250)
+    step = models.BigIntegerField()
+    value = models.FloatField(null=True)
+    timestamp = models.BigIntegerField()
+    chunk = models.ForeignKey(MetricChunk, on_delete=models.DO_NOTHING, related_name="points", db_index=False,
+                              db_constraint=False)
+    chunk_first_step = models.BigIntegerField()
+    chunk_last_step = models.BigIntegerField()
+
+    objects = MetricPointQuerySet.as_manager()
+
+    class Meta:
+        managed = False
+        db_table = "runs_metricpoint"
+
+    @staticmethod
+    def to_db_value(value: float) -> float | None:
+        return None if math.isnan(value) else value
+
+    @staticmethod
+    def from_db_value(value: float | None) -> float:
+        return math.nan if value is None else value
 
 
 class MetricSummaryQuerySet(VisibleQuerySet):

@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from runs.metrics import metrics_ingest
 from runs.metric_rollup import ROLLUP_STEPS
-from runs.models import MetricPoint, MetricRollup, MetricSummary, Run, RunStatus
+from runs.models import MetricChunk, MetricPoint, MetricRollup, MetricSummary, Run, RunStatus
 from runs.resume import run_start
 from runs.services import run_set_status
 
@@ -23,6 +23,16 @@ OPERATION = st.one_of(
     st.tuples(st.just("delete")),
 )
 PROGRAM = st.lists(OPERATION, min_size=1, max_size=14)
+
+
+def store_points_directly(points: list[tuple]) -> None:
+    """Store ``(run, key, step, value, timestamp)`` points one chunk each, in this order, bypassing ``metrics_ingest``
+    (no summary or rollup): points stored before an upgrade that fills those in."""
+    MetricChunk.objects.bulk_create([
+        MetricChunk(run=run, key=key, first_step=step, last_step=step, count=1, steps=[step],
+                    values=[math.nan if value is None else value], timestamps=[ts])
+        for run, key, step, value, ts in points
+    ])
 
 
 def recomputed(run_id: int) -> dict[str, tuple]:

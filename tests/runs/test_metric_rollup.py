@@ -14,18 +14,18 @@ from django.db import connection
 from runs import selectors
 from runs.metric_rollup import ROLLUP_STEPS
 from runs.metrics import metrics_ingest
-from runs.models import MetricPoint, MetricRollup, Run
-from tests.runs.metric_helpers import recomputed_rollups, stored_rollups
+from runs.models import MetricChunk, MetricPoint, MetricRollup, Run
+from tests.runs.metric_helpers import recomputed_rollups, store_points_directly, stored_rollups
 
 R = ROLLUP_STEPS
 
 
 def test_the_upgrade_fills_rollups_of_points_stored_before_it(run, creator, project):
     other = Run.objects.create(project=project, created_by=creator, name="other")
-    MetricPoint.objects.bulk_create(
-        [MetricPoint(run=run, key="loss", step=s, value=v, timestamp=1000 + s)
+    store_points_directly(
+        [(run, "loss", s, v, 1000 + s)
          for s, v in [(0, 2.0), (1, None), (1, -1.0), (5, math.inf), (3, -1.0), (R + 6, 0.5), (R, 0.5), (3 * R, None)]]
-        + [MetricPoint(run=other, key="acc", step=2, value=-math.inf, timestamp=7)]
+        + [(other, "acc", 2, -math.inf, 7)]
     )
     backfill = import_module("runs.migrations.0011_metric_rollup").backfill_rollups
     backfill(apps, SimpleNamespace(connection=connection))  # it only runs SQL on the editor's connection
@@ -71,7 +71,7 @@ def test_a_large_keys_chart_comes_from_its_rollups_and_equals_what_its_points_gi
     assert (non_finite, total) == (bad, 3000)
     assert points == from_points(run, "loss", 200)
     assert 100 <= len(points) <= 200 and (steps[1234], 1e6) in {(s, v) for s, v, _t in points}
-    MetricPoint.objects.filter(run=run).delete()  # the chart does not read the points
+    MetricChunk.objects.filter(run=run).delete()  # the chart does not read the points
     assert selectors.metric_chart_series(run=run, key="loss", max_points=200, with_timestamps=True)[0] == points
     assert selectors.metric_chart_series(run=run, key="loss", max_points=200)[0] == [(s, v) for s, v, _t in points]
 
@@ -117,13 +117,16 @@ def test_an_ancestors_curve_up_to_a_step_comes_from_its_rollups_and_the_points_o
     values = [((s * 7919) % 1000) / 1000 for s in steps]
     values[steps.index(50 * R + 3)] = -40.0  # a dip inside the bucket cut by before_step, below it
     values[steps.index(50 * R + 10)] = 90.0  # a spike in the same bucket, at or above before_step: not drawn
-    metrics_ingest(actor=creator, run=run, columns={"keys": ["loss"] * len(steps), "steps": steps, "values": values})
+    cut = steps.index(50 * R + 3)  # two batches: the first one's chunks hold the points below 50 * R only
+    for part in (slice(None, cut), slice(cut, None)):
+        metrics_ingest(actor=creator, run=run, columns={"keys": ["loss"] * len(steps[part]), "steps": steps[part],
+                                                        "values": values[part]})
     before = 50 * R + 5
     points, non_finite, total = selectors.metric_chart_series(run=run, key="loss", max_points=100, before_step=before,
                                                               with_timestamps=True)
     assert (non_finite, total) == (0, sum(1 for s in steps if s < before))
     assert points == from_points(run, "loss", 100, before_step=before)
     assert (50 * R + 3, -40.0) in {(s, v) for s, v, _t in points} and max(s for s, _v, _t in points) < before
-    MetricPoint.objects.filter(run=run, step__lt=50 * R).delete()  # whole buckets come from the rollups
+    MetricChunk.objects.filter(run=run, last_step__lt=50 * R).delete()  # whole buckets come from the rollups
     assert selectors.metric_chart_series(run=run, key="loss", max_points=100, before_step=before,
                                          with_timestamps=True)[0] == points

@@ -14,7 +14,7 @@ from runs import selectors
 from runs.metrics import metrics_ingest
 from runs.models import MetricPoint, MetricSummary, Run
 from runs.resume import run_last_step
-from tests.runs.metric_helpers import PROGRAM, play, recomputed, stored
+from tests.runs.metric_helpers import PROGRAM, play, recomputed, store_points_directly, stored
 
 NAMES = itertools.count()
 
@@ -65,10 +65,9 @@ def test_the_summary_equals_a_recomputation_after_any_program_on_sqlite(program,
 
 def test_the_upgrade_fills_summaries_of_points_stored_before_it(run, creator, project):
     other = Run.objects.create(project=project, created_by=creator, name="other")
-    MetricPoint.objects.bulk_create(
-        [MetricPoint(run=run, key="loss", step=s, value=v, timestamp=1000 + s)
-         for s, v in [(0, 2.0), (1, None), (1, -1.0), (5, float("inf")), (3, 0.5)]]
-        + [MetricPoint(run=other, key="acc", step=2, value=None, timestamp=7)]
+    store_points_directly(
+        [(run, "loss", s, v, 1000 + s) for s, v in [(0, 2.0), (1, None), (1, -1.0), (5, float("inf")), (3, 0.5)]]
+        + [(other, "acc", 2, None, 7)]
     )
     backfill = import_module("runs.migrations.0008_metric_summary").backfill_summaries
     backfill(apps, SimpleNamespace(connection=connection))  # it only runs SQL on the editor's connection
