@@ -20,19 +20,20 @@ writers of one key never interleave here (and take locks in the same order).
 import numpy as np
 from django.db import connection
 
-from runs.metric_batch import MetricColumns
+from runs.metric_batch import MetricColumns, SortedBatch, sort_by_key
 from runs.models import MetricPoint, MetricRollup
+from runs.upsert import upsert
 
 ROLLUP_STEPS = 256  # changing it needs a migration that rebuilds every rollup
 _TABLE = MetricRollup._meta.db_table
 _FIELDS = ("run_id", "key", "bucket", "count", "non_finite", "min_step", "min_value", "min_timestamp",
            "max_step", "max_value", "max_timestamp")
-_CHUNK = 1000  # rows per statement: 11 parameters each stays under SQLite's and PostgreSQL's limits
+_PG_TYPES = ("bigint", "varchar", "bigint", "bigint", "bigint", "bigint", "float8", "bigint", "bigint", "float8",
+             "bigint")
 
 
-def _upsert_sql(rows: int) -> str:
+def _on_conflict() -> str:
     t = _TABLE
-    placeholders = ", ".join(["(" + ", ".join(["%s"] * len(_FIELDS)) + ")"] * rows)
     # The stored extreme wins a tie of value and step: it was stored first. A side with no finite value has NULLs,
     # and a comparison with NULL is never true.
     lower = (f"({t}.min_value IS NULL OR excluded.min_value < {t}.min_value OR "
@@ -42,35 +43,27 @@ def _upsert_sql(rows: int) -> str:
     updates = [f"count = {t}.count + excluded.count", f"non_finite = {t}.non_finite + excluded.non_finite"]
     updates += [f"{side}_{part} = CASE WHEN {test} THEN excluded.{side}_{part} ELSE {t}.{side}_{part} END"
                 for side, test in (("min", lower), ("max", higher)) for part in ("step", "value", "timestamp")]
-    return f"""
-        INSERT INTO {t} ({", ".join(_FIELDS)}) VALUES {placeholders}
-        ON CONFLICT (run_id, key, bucket) DO UPDATE SET {", ".join(updates)}
+    return f"ON CONFLICT (run_id, key, bucket) DO UPDATE SET {', '.join(updates)}"
+
+
+def batch_rollups(run_id: int, batch: SortedBatch) -> list[tuple]:
+    """One row of ``_FIELDS`` per distinct (key, step bucket) of ``batch``, sorted.
+
+    The batch is sorted by (key, step), points of one step in the order they
+    came, so among points tied on value and step the one earlier in the
+    batch is the extreme.
     """
-
-
-def batch_rollups(run_id: int, columns: MetricColumns) -> list[tuple]:
-    """One row of ``_FIELDS`` per distinct (key, step bucket) of ``columns`` (a non-empty, validated batch), sorted.
-
-    Grouping is a stable numpy sort, so among points tied on value and step
-    the one earlier in the batch is the extreme.
-    """
-    keys = sorted(set(columns.keys))
-    code = {key: index for index, key in enumerate(keys)}
-    size = len(columns.keys)
-    groups = np.fromiter(map(code.__getitem__, columns.keys), dtype=np.int64, count=size)
-    steps = np.fromiter(columns.steps, dtype=np.int64, count=size)
+    size = len(batch.steps)
+    steps, values, stamps = batch.steps, batch.values, batch.timestamps
+    groups = np.repeat(np.arange(len(batch.keys)), batch.counts)
     buckets = steps // ROLLUP_STEPS
-    values = np.array(columns.values, dtype=np.float64)  # None (NaN) becomes nan
-    stamps = np.fromiter(columns.timestamps, dtype=np.int64, count=size)
-    order = np.lexsort((buckets, groups))
-    sorted_groups, sorted_buckets = groups[order], buckets[order]
-    starts = np.flatnonzero(np.r_[True, (sorted_groups[1:] != sorted_groups[:-1])
-                                  | (sorted_buckets[1:] != sorted_buckets[:-1])])
+    starts = np.flatnonzero(np.r_[True, (groups[1:] != groups[:-1]) | (buckets[1:] != buckets[:-1])])
     counts = np.diff(np.r_[starts, size])
-    member = np.repeat(np.arange(len(starts)), counts)  # the (key, bucket) group of each sorted position
-    finite = np.isfinite(values[order])
+    member = np.repeat(np.arange(len(starts)), counts)  # the (key, bucket) group of each position
+    finite = np.isfinite(values)
     non_finite = counts - np.add.reduceat(finite.astype(np.int64), starts)
-    points, owners = order[finite], member[finite]
+    points = np.flatnonzero(finite)
+    owners = member[points]
     lowest = _first_per_group(points, owners, steps, values[points])
     highest = _first_per_group(points, owners, steps, -values[points])
 
@@ -81,7 +74,7 @@ def batch_rollups(run_id: int, columns: MetricColumns) -> list[tuple]:
         return int(steps[index]), float(values[index]), int(stamps[index])
 
     return [
-        (run_id, keys[sorted_groups[start]], int(sorted_buckets[start]), int(counts[group]), int(non_finite[group]),
+        (run_id, batch.keys[groups[start]], int(buckets[start]), int(counts[group]), int(non_finite[group]),
          *extreme(lowest, group), *extreme(highest, group))
         for group, start in enumerate(starts)
     ]
@@ -95,14 +88,11 @@ def _first_per_group(points, owners, steps, ranks) -> dict[int, int]:
     return dict(zip(owners[first].tolist(), points[first].tolist()))
 
 
-def rollup_add(*, run_id: int, columns: MetricColumns) -> None:
+def rollup_add(*, run_id: int, batch: SortedBatch) -> None:
     """Fold a batch about to be stored for Run ``run_id`` into its rollups; call inside the storing transaction,
     after ``summary_add``."""
-    rows = batch_rollups(run_id, columns)
-    with connection.cursor() as cursor:
-        for start in range(0, len(rows), _CHUNK):
-            chunk = rows[start:start + _CHUNK]
-            cursor.execute(_upsert_sql(len(chunk)), [field for row in chunk for field in row])
+    upsert(table=_TABLE, fields=_FIELDS, pg_types=_PG_TYPES, rows=batch_rollups(run_id, batch),
+           on_conflict=_on_conflict())
 
 
 _ROWS = f"""
@@ -126,7 +116,8 @@ def rollup_rows(*, run_id: int, key: str, before_step: int | None = None) -> lis
             cut * ROLLUP_STEPS, before_step - 1).order_by("id").values_list("step", "value", "timestamp"))
         if points:
             steps, values, stamps = (list(column) for column in zip(*points))
-            rows += [row[2:] for row in batch_rollups(run_id, MetricColumns([key] * len(steps), steps, values, stamps))]
+            batch = sort_by_key(MetricColumns([key] * len(steps), steps, values, stamps))
+            rows += [row[2:] for row in batch_rollups(run_id, batch)]
     return rows
 
 

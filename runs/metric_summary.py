@@ -12,20 +12,19 @@ from django.db import connection
 
 from runs.metric_batch import SortedBatch
 from runs.models import MetricSummary
+from runs.upsert import upsert
 
 _TABLE = MetricSummary._meta.db_table
 _FIELDS = ("run_id", "key", "count", "first_step", "last_step", "last_value", "min_value", "max_value",
            "first_timestamp", "last_timestamp")
-_CHUNK = 1000  # keys per statement: 10 parameters each stays under SQLite's and PostgreSQL's limits
+_PG_TYPES = ("bigint", "varchar", "bigint", "bigint", "bigint", "float8", "float8", "float8", "bigint", "bigint")
 
 
-def _upsert_sql(rows: int) -> str:
+def _on_conflict() -> str:
     least, greatest = ("LEAST", "GREATEST") if connection.vendor == "postgresql" else ("min", "max")
     t = _TABLE
-    placeholders = ", ".join(["(" + ", ".join(["%s"] * len(_FIELDS)) + ")"] * rows)
     # SQLite's two-argument min/max is NULL when either side is; PostgreSQL's LEAST/GREATEST skip NULLs.
     return f"""
-        INSERT INTO {t} ({", ".join(_FIELDS)}) VALUES {placeholders}
         ON CONFLICT (run_id, key) DO UPDATE SET
             count = {t}.count + excluded.count,
             first_step = {least}({t}.first_step, excluded.first_step),
@@ -61,8 +60,5 @@ def _or_none(value) -> float | None:
 
 def summary_add(*, run_id: int, batch: SortedBatch) -> None:
     """Fold a batch about to be stored for Run ``run_id`` into its summaries; call inside the storing transaction."""
-    rows = batch_summaries(run_id, batch)
-    with connection.cursor() as cursor:
-        for start in range(0, len(rows), _CHUNK):
-            chunk = rows[start:start + _CHUNK]
-            cursor.execute(_upsert_sql(len(chunk)), [field for row in chunk for field in row])
+    upsert(table=_TABLE, fields=_FIELDS, pg_types=_PG_TYPES, rows=batch_summaries(run_id, batch),
+           on_conflict=_on_conflict())

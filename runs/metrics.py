@@ -108,7 +108,7 @@ def metrics_ingest(
         if batch.keys:
             by_key = sort_by_key(batch)
             summary_add(run_id=run.pk, batch=by_key)
-            rollup_add(run_id=run.pk, columns=batch)
+            rollup_add(run_id=run.pk, batch=by_key)
             _insert(run.pk, by_key)
         if run.heartbeat_at is None:  # a Run that beats is judged by its heartbeats: no UPDATE per batch
             run_touch(run_id=run.pk)
