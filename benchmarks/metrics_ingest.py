@@ -178,20 +178,30 @@ def quantiles(samples: list[float]) -> str:
             f"max {ordered[-1] * 1e3:.1f} ms ({len(ordered)} requests)")
 
 
-def writer(url: str, token: str, points: int, rate: float, name: str, offset: float, start: multiprocessing.Event,
-           out, done: multiprocessing.Event) -> None:
+def writer(url: str, ingest_url: str, token: str, points: int, rate: float, name: str, offset: float,
+           start: multiprocessing.Event, out, done: multiprocessing.Event) -> None:
     """One training process: log ``points`` points through the SDK at ``rate`` points/s (0: no pause); report
     timings, POST latencies, the Run id. A paced writer starts ``offset`` seconds after the others are told to.
     It exits once ``done`` is set (every writer has reported): twenty exits (interpreter teardown, the SDK's
     exit handlers, closed connections) in the last second shared the cores with the last writers' POSTs and
-    raised the POST p99 from about 190 ms to 230-375 ms (SPEC F2); jobs on other machines take no server core."""
+    raised the POST p99 from about 190 ms to 230-375 ms (SPEC F2); jobs on other machines take no server core.
+    Its metrics POSTs go to ``ingest_url`` and every other request (the Run's start, heartbeats, its finish) to
+    ``url``, as docs/deploy.md's proxy routes them: twenty finishes and last heartbeats landing in the ingest
+    pool within the run's last second (~40 ms of CPU each) would queue the last batches behind requests that
+    pool never serves."""
     import mado_tracking
     from mado_tracking.client import ApiClient
 
     posts = []
-    send = ApiClient.send
+    send, url_of = ApiClient.send, ApiClient.url
+    route = threading.local()
+
+    def routed_url(self, path):
+        full = url_of(self, path)
+        return full.replace(url, ingest_url, 1) if getattr(route, "ingest", False) else full
 
     def timed_send(self, method, path, **kwargs):
+        route.ingest = method == "POST" and path.endswith("/metrics/")
         started = time.perf_counter()
         try:
             return send(self, method, path, **kwargs)
@@ -199,7 +209,7 @@ def writer(url: str, token: str, points: int, rate: float, name: str, offset: fl
             if method == "POST" and path.endswith("/metrics/"):
                 posts.append(time.perf_counter() - started)
 
-    ApiClient.send = timed_send
+    ApiClient.send, ApiClient.url = timed_send, routed_url
     run = mado_tracking.start_run(project="bench", name=name, api_url=url, api_token=token)
     calls, latencies = points // 2, []
     start.wait()
@@ -240,7 +250,8 @@ def run_benchmark(url: str, ingest_url: str, token: str, points: int, writers: i
     watched.finish()
     context = multiprocessing.get_context("spawn")
     start, out, done = context.Event(), context.Queue(), context.Event()
-    procs = [context.Process(target=writer, args=(ingest_url, token, points, rate, f"w{n}", n / writers, start, out, done))
+    procs = [context.Process(target=writer, args=(url, ingest_url, token, points, rate, f"w{n}", n / writers, start, out,
+                                                      done))
              for n in range(writers)]
     for proc in procs:
         proc.start()

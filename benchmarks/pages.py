@@ -46,15 +46,18 @@ def build(args) -> tuple:
     from django.contrib.auth import get_user_model
     from django.core.management import call_command
     from django.db import connection
+    from django.db.models import Sum
 
-    from runs.models import MetricPoint, Run
+    from runs.models import MetricChunk, Run
     from runs.services import project_create
 
     call_command("migrate", verbosity=0)
     user = get_user_model().objects.create_user("bench", password="pw-bench")
     project = project_create(user=user, name="Bench", slug="bench")
     started = time.perf_counter()
-    runs, points = Run._meta.db_table, MetricPoint._meta.db_table
+    runs, chunks = Run._meta.db_table, MetricChunk._meta.db_table
+    columns = '(run_id, key, first_step, last_step, count, steps, "values", timestamps)'
+    arrays = "min(s), max(s), count(*), array_agg(s ORDER BY s), array_agg(v ORDER BY s), array_agg(t ORDER BY s)"
     with connection.cursor() as cursor:
         cursor.execute(f"""
             INSERT INTO {runs} (project_id, external_id, name, kind, status, created_by_id, parameters, created_at,
@@ -66,11 +69,15 @@ def build(args) -> tuple:
                    now() - (i || ' seconds')::interval, now() - (i || ' seconds')::interval, 0, '', 0, 0, 0, ''
             FROM generate_series(1, %s) AS i
         """, [project.pk, user.pk, args.runs])
+        # As metrics_ingest stores them: one chunk per key of a 10,000-point batch, sorted by step.
         cursor.execute(f"""
-            INSERT INTO {points} (run_id, key, step, value, timestamp)
-            SELECT r.id, 'metric_' || k, s, random() + 1.0 / (s + 1), (extract(epoch from now()) * 1000)::bigint + s
-            FROM {runs} r, generate_series(0, %s - 1) AS k, generate_series(0, %s - 1) AS s
-            WHERE r.project_id = %s
+            INSERT INTO {chunks} {columns}
+            SELECT id, key, {arrays} FROM (
+                SELECT r.id, 'metric_' || k AS key, s, random() + 1.0 / (s + 1) AS v,
+                       (extract(epoch from now()) * 1000)::bigint + s AS t
+                FROM {runs} r, generate_series(0, %s - 1) AS k, generate_series(0, %s - 1) AS s
+                WHERE r.project_id = %s) AS points
+            GROUP BY id, key, s / 10000 ORDER BY id, key, s / 10000
         """, [args.keys, args.points_per_key, project.pk])
         cursor.execute(f"""
             INSERT INTO {runs} (project_id, external_id, name, kind, status, created_by_id, parameters, created_at,
@@ -81,14 +88,16 @@ def build(args) -> tuple:
         """, [project.pk, user.pk])
         big = cursor.fetchone()[0]
         cursor.execute(f"""
-            INSERT INTO {points} (run_id, key, step, value, timestamp)
-            SELECT %s, 'train.loss', s, 2.0 / (1 + s / 1000.0) + (CASE WHEN s = 777777 THEN 50 ELSE 0 END),
-                   (extract(epoch from now()) * 1000)::bigint + s
-            FROM generate_series(0, %s - 1) AS s
+            INSERT INTO {chunks} {columns}
+            SELECT %s, 'train.loss', {arrays} FROM (
+                SELECT s, 2.0 / (1 + s / 1000.0) + (CASE WHEN s = 777777 THEN 50 ELSE 0 END) AS v,
+                       (extract(epoch from now()) * 1000)::bigint + s AS t
+                FROM generate_series(0, %s - 1) AS s) AS points
+            GROUP BY s / 10000 ORDER BY s / 10000
         """, [big, args.big])
-        cursor.execute(f"ANALYZE {runs}; ANALYZE {points}")
+        cursor.execute(f"ANALYZE {runs}; ANALYZE {chunks}")
     summaries = _fill_summaries()
-    rows = MetricPoint.objects.count()
+    rows = MetricChunk.objects.aggregate(points=Sum("count"))["points"]
     print(f"data: {args.runs} runs x {args.keys} keys x {args.points_per_key} points + 1 run x {args.big} points "
           f"= {rows:,} points; built in {time.perf_counter() - started:.1f} s{summaries}")
     return user, project, Run.objects.get(pk=big)

@@ -39,7 +39,7 @@ WITH spans AS (
     WINDOW w AS (ORDER BY last_step, id ROWS UNBOUNDED PRECEDING)
 ), page AS (
     SELECT s.before, p.n, p.step, p.value, p."timestamp"
-    FROM spans s JOIN {MetricChunk._meta.db_table} c ON c.id = s.id
+    FROM spans s JOIN {MetricChunk._meta.db_table} c ON c.run_id = %(run)s AND c.id = s.id  -- run: one partition
     CROSS JOIN LATERAL unnest(
         c.steps[greatest(%(offset)s - s.before, 0) + 1 : least(%(end)s - s.before, s.count)],
         c."values"[greatest(%(offset)s - s.before, 0) + 1 : least(%(end)s - s.before, s.count)],

@@ -9,7 +9,8 @@ from rest_framework.test import APIClient
 
 from checkpoints.models import Artifact
 from jobs.models import RunToken
-from runs.models import LoggedModel, LoggedModelStatus, MetricPoint, RunTag
+from runs.metrics import metrics_ingest
+from runs.models import LoggedModel, LoggedModelStatus, RunTag
 from tests.factories import RunFactory
 
 pytestmark = pytest.mark.django_db
@@ -169,8 +170,8 @@ def test_search_filters_orders_and_pages(creator, project, run):
 
 
 def test_outputs_link_the_model_to_its_run_and_step_and_its_metrics_are_that_steps(model, creator, project, run):
-    MetricPoint.objects.create(run=run, key="loss", step=3, value=0.5, timestamp=1000)
-    MetricPoint.objects.create(run=run, key="loss", step=4, value=0.25, timestamp=2000)
+    metrics_ingest(actor=creator, run=run, points=[{"key": "loss", "step": 3, "value": 0.5, "timestamp": 1},
+                                                   {"key": "loss", "step": 4, "value": 0.25, "timestamp": 2}])
     body = {"run_id": run.external_id, "models": [{"model_id": model["info"]["model_id"], "step": "3"}]}
     assert send(creator, "POST", "runs/outputs", body).status_code == 200
     got = send(creator, "GET", f"logged-models/{model['info']['model_id']}").json()["model"]
