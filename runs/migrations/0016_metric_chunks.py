@@ -87,11 +87,12 @@ def _sqlite_points_to_chunks(apps, cursor):
 def chunks_to_points(apps, schema_editor):
     connection = schema_editor.connection
     with connection.cursor() as cursor:
-        cursor.execute(f"ALTER VIEW {POINTS} RENAME TO {POINTS}_view")
+        cursor.execute(f'CREATE TABLE {POINTS}_saved AS SELECT id, run_id, key, step, value, "timestamp" FROM {POINTS}')
+        cursor.execute(f"DROP VIEW {POINTS}")
         schema_editor.create_model(apps.get_model("runs", "MetricPoint"))
         cursor.execute(f'INSERT INTO {POINTS} (run_id, key, step, value, "timestamp") '
-                       f'SELECT run_id, key, step, value, "timestamp" FROM {POINTS}_view ORDER BY id')
-        cursor.execute(f"DROP VIEW {POINTS}_view")
+                       f'SELECT run_id, key, step, value, "timestamp" FROM {POINTS}_saved ORDER BY id')
+        cursor.execute(f"DROP TABLE {POINTS}_saved")
         if connection.vendor == "postgresql":  # as migration 0015 left the table
             cursor.execute(f"ALTER TABLE {POINTS} DROP CONSTRAINT {POINTS}_pkey")
 
