@@ -16,7 +16,8 @@ import math
 from django.db import connection
 
 from runs import selectors
-from runs.models import MetricChunk, MetricPoint, Run
+from runs.chunk_pages import ORDERED, PAGE_CTE, page_params
+from runs.models import MetricPoint, Run
 
 _NON_FINITE = {math.inf: '"Infinity"', -math.inf: '"-Infinity"'}
 _NAN = '"NaN"'
@@ -28,29 +29,8 @@ _JSON_POINT = f"""
          ELSE value::text END ||
     ',"timestamp":' || ("timestamp"::float8 / 1000)::text || '}}'
 """
-# A key's chunks in (last_step, id) order, each with the count of points before it. When no chunk starts below the
-# one before it ends (a tie on the step only after it: its ids are higher), that is the points' (step, id) order, and
-# the page is slices of the few chunks it spans. ``ordered`` says whether it held; if not, _PG_VIEW_PAGE reads it.
-_PG_PAGE = f"""
-WITH spans AS (
-    SELECT id, first_step, count, sum(count) OVER w - count AS before,
-           lag(last_step) OVER w AS prev_last, lag(id) OVER w AS prev_id
-    FROM {MetricChunk._meta.db_table} WHERE run_id = %(run)s AND key = %(key)s
-    WINDOW w AS (ORDER BY last_step, id ROWS UNBOUNDED PRECEDING)
-), page AS (
-    SELECT s.before, p.n, p.step, p.value, p."timestamp"
-    FROM spans s JOIN {MetricChunk._meta.db_table} c ON c.run_id = %(run)s AND c.id = s.id  -- run: one partition
-    CROSS JOIN LATERAL unnest(
-        c.steps[greatest(%(offset)s - s.before, 0) + 1 : least(%(end)s - s.before, s.count)],
-        c."values"[greatest(%(offset)s - s.before, 0) + 1 : least(%(end)s - s.before, s.count)],
-        c.timestamps[greatest(%(offset)s - s.before, 0) + 1 : least(%(end)s - s.before, s.count)]
-    ) WITH ORDINALITY AS p(step, value, "timestamp", n)
-    WHERE s.before < %(end)s AND s.before + s.count > %(offset)s
-)
-SELECT (SELECT coalesce(bool_and(prev_last IS NULL OR prev_last < first_step
-                                 OR (prev_last = first_step AND prev_id < id)), true) FROM spans) AS ordered,
-       '[' || coalesce(string_agg({_JSON_POINT}, ',' ORDER BY before, n), '') || ']'
-FROM page
+_PG_PAGE = f"""{PAGE_CTE}
+SELECT {ORDERED} AS ordered, '[' || coalesce(string_agg({_JSON_POINT}, ',' ORDER BY before, n), '') || ']' FROM page
 """
 _PG_VIEW_PAGE = f"""
 SELECT '[' || coalesce(string_agg({_JSON_POINT}, ',' ORDER BY step, id), '') || ']'
@@ -64,12 +44,11 @@ def metric_history_json(*, run: Run, key: str, offset: int, limit: int) -> str:
 
     On PostgreSQL a key logged in step order (each batch at or after the
     last step of the one before: what training loops do) is read as slices
-    of the chunks the page spans: the cost grows with the page and the number
-    of chunks before it, not with their points. A key logged out of order
-    is sorted whole through the view.
+    of the chunks the page spans (``runs.chunk_pages``); a key logged out of
+    order is sorted whole through the view.
     """
     if connection.vendor == "postgresql":
-        params = {"run": run.pk, "key": key, "offset": offset, "limit": limit, "end": offset + limit}
+        params = page_params(run_id=run.pk, key=key, offset=offset, limit=limit)
         with connection.cursor() as cursor:
             cursor.execute(_PG_PAGE, params)
             ordered, text = cursor.fetchone()

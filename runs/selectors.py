@@ -10,6 +10,7 @@ from django.db import connection
 from django.db.models import Count, Max, Min, OuterRef, Q, QuerySet, Subquery
 
 from mado.errors import NotFound, ValidationFailed
+from runs.chunk_pages import chunk_page_rows
 from runs.metric_rollup import ROLLUP_STEPS, rollup_extremes, rollup_rows
 from runs.models import (
     Code, CodeVersion, Dataset, DatasetVersion, Membership, MetricPoint, MetricSummary, Project, Run, RunKind,
@@ -134,10 +135,14 @@ def metric_history(
     ``math.nan``, ±Infinity as ``±math.inf``; ``timestamp_ms`` is Unix
     milliseconds (SPEC F2 reads these).
     """
+    to_value = MetricPoint.from_db_value
+    if connection.vendor == "postgresql" and limit is not None:  # slices of the chunks the page spans
+        page = chunk_page_rows(run_id=run.pk, key=key, offset=offset, limit=limit)
+        if page is not None:
+            return [(step, to_value(value), ts) for step, value, ts in page]
     rows = MetricPoint.objects.filter(run=run, key=key).order_by("step", "id").values_list("step", "value", "timestamp")
     if offset or limit is not None:
         rows = rows[offset : None if limit is None else offset + limit]
-    to_value = MetricPoint.from_db_value
     return [(step, to_value(value), ts) for step, value, ts in rows]
 
 

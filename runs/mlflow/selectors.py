@@ -7,6 +7,7 @@ from runs.mlflow import search
 from mado.mlflow_errors import INVALID_PARAMETER_VALUE, RESOURCE_DOES_NOT_EXIST, MlflowError
 from runs.mlflow.translate import decode_page_token, encode_page_token, metric_json, run_json
 from runs.models import DatasetVersion, LoggedModel, MetricPoint, Project, Run, RunTag
+from runs.selectors import metric_history
 
 CONTEXT_TAG = "mlflow.data.context"
 
@@ -123,12 +124,9 @@ def run_search(
 def metric_history_page(*, run: Run, key: str, max_results: int, page_token) -> tuple[list[dict], str | None]:
     """A page of ``key``'s points in ``run`` by step (then insertion), as MLflow Metric objects."""
     offset = decode_page_token(page_token)
-    rows = list(
-        MetricPoint.objects.filter(run=run, key=key).order_by("step", "id")
-        .values_list("step", "value", "timestamp")[offset : offset + max_results + 1]
-    )
+    rows = metric_history(run=run, key=key, offset=offset, limit=max_results + 1)
     token = encode_page_token(offset + max_results) if len(rows) > max_results else None
-    return [metric_json(key, MetricPoint.from_db_value(v), s, ts) for s, v, ts in rows[:max_results]], token
+    return [metric_json(key, v, s, ts) for s, v, ts in rows[:max_results]], token
 
 
 def dataset_inputs_json(run: Run) -> list[dict]:

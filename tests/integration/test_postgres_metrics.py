@@ -86,6 +86,10 @@ def test_a_history_page_of_a_key_logged_in_step_order_reads_only_the_chunks_it_s
         page = json.loads(metric_history_json(run=run, key="loss", offset=2500, limit=1000))
     assert [p["step"] for p in page] == list(range(2500, 3500))
     assert len(queries.captured_queries) == 1  # the chunks were in order: no second read through the view
+    with CaptureQueriesContext(connection) as queries:  # the rows the MLflow get-history pages read
+        rows = selectors.metric_history(run=run, key="loss", offset=2500, limit=1000)
+    assert [row[:2] for row in rows] == [(s, float(s)) for s in range(2500, 3500)]
+    assert len(queries.captured_queries) == 1 and "runs_metricpoint" not in queries.captured_queries[0]["sql"]
     with connection.cursor() as cursor:
         cursor.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + history_module._PG_PAGE,
                        {"run": run.pk, "key": "loss", "offset": 2500, "limit": 1000, "end": 3500})
