@@ -77,10 +77,11 @@ def _sqlite_points_to_chunks(apps, cursor):
             Chunk.objects.bulk_create(pending)
             pending.clear()
 
-    for row in cursor.fetchall():
-        if chunk and (row[:2] != chunk[0][:2] or len(chunk) == SQLITE_CHUNK_POINTS):
-            close()
-        chunk.append(row)
+    for rows in iter(lambda: cursor.fetchmany(10_000), []):  # the old table a part at a time, never whole
+        for row in rows:
+            if chunk and (row[:2] != chunk[0][:2] or len(chunk) == SQLITE_CHUNK_POINTS):
+                close()
+            chunk.append(row)
     close(final=True)
 
 

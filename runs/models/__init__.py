@@ -38,8 +38,9 @@ from runs.models.sweeps import MetricGoal, Sweep, SweepMethod, SweepTrial, Trial
 from runs.models.workspace import RunTableColumns
 
 __all__ = [
-    "CHUNK_ID_STRIDE", "FINAL_STATES", "Code", "CodeVersion", "CodeVersionQuerySet", "DataStage", "DataStageQuerySet", "Dataset",
-    "DatasetVersion", "DatasetVersionQuerySet", "LoggedModel", "LoggedModelStatus", "MetricBatch", "MetricChunk", "MetricGoal",
+    "CHUNK_ID_STRIDE", "FINAL_STATES", "Code", "CodeVersion", "CodeVersionQuerySet", "DataStage",
+    "DataStageQuerySet", "Dataset", "DatasetVersion", "DatasetVersionQuerySet", "LoggedModel", "LoggedModelStatus",
+    "MetricBatch", "MetricChunk", "MetricGoal",
     "MetricPoint", "MetricPointQuerySet", "MetricRollup", "MetricSummary", "MetricSummaryQuerySet",
     "Membership", "ParameterChange", "Project", "ProjectQuerySet", "Role", "Run", "RunKind", "RunStatus", "RunTag",
     "RunTagQuerySet", "Sweep", "SweepMethod", "SweepTrial", "TrialState", "VisibleQuerySet", "new_external_id",

@@ -15,8 +15,9 @@ import struct
 import numpy as np
 from django.db import models
 
-INT8_OID, FLOAT8_OID = 20, 701
-_KINDS = {"int8": ("bigint[]", INT8_OID, ">i8"), "float8": ("double precision[]", FLOAT8_OID, ">f8")}
+# kind: (column type on PostgreSQL, element type oid, numpy dtype of an element in PostgreSQL's binary form)
+_KINDS = {"int8": ("bigint[]", 20, ">i8"), "float8": ("double precision[]", 701, ">f8")}
+_NOT_FINITE = {math.inf: "1e999", -math.inf: "-1e999"}  # anything else not finite (NaN) is null
 
 
 def json_numbers(values) -> str:
@@ -26,8 +27,7 @@ def json_numbers(values) -> str:
     """
     isfinite = math.isfinite
     return "[" + ",".join([
-        repr(v) if v is not None and isfinite(v) else ("null" if v is None or v != v else ("1e999" if v > 0 else "-1e999"))
-        for v in values
+        repr(v) if v is not None and isfinite(v) else _NOT_FINITE.get(v, "null") for v in values
     ]) + "]"
 
 
