@@ -21,3 +21,24 @@ def read_statement_timeout():
                 cursor.execute("SELECT set_config('statement_timeout', %s, true)",
                                [str(settings.MADO_READ_STATEMENT_TIMEOUT_MS)])
         yield
+
+
+@contextmanager
+def pipelined():
+    """A block whose statements travel together: one round trip to the database instead of one per statement.
+
+    On PostgreSQL, psycopg's pipeline mode sends each statement without
+    waiting for its answer, and the block's end waits once for them all. A
+    result is read after the block (``fetchone``, ``rowcount``): reading one
+    inside waits for everything sent so far. A statement that fails raises
+    at the block's end, as ``django.db`` errors do, and the statements sent
+    after it are not run; run the block inside ``transaction.atomic`` so that
+    none of them is kept then. ``COPY`` cannot run in a pipeline. Elsewhere
+    (SQLite) the block runs statement by statement, unchanged.
+    """
+    if connection.vendor != "postgresql":
+        yield
+        return
+    connection.ensure_connection()
+    with connection.wrap_database_errors, connection.connection.pipeline():
+        yield

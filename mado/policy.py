@@ -56,10 +56,23 @@ def membership_q(user, *, role: str = VIEWER, project_path: str = "") -> Q:
     )
 
 
+_KNOWN_ROLES = "_policy_roles"  # on a Project instance: {user id: role} read with the object that led to it
+
+
+def remember_role(user, project, role: str | None) -> None:
+    """Keep ``user``'s ``role`` in ``project`` (None: not a member) on that Project instance, read in the same
+    query as an object of it (``runs.selectors.run_get_for_user``), so ``role_in`` on it asks the database no
+    more: the checks of one request need no query of their own (the metrics POST is the hot path, SPEC F2)."""
+    project.__dict__.setdefault(_KNOWN_ROLES, {})[user.pk] = role
+
+
 def role_in(user, project) -> str | None:
     """The user's role in ``project``, or None when not a member (or anonymous)."""
     if user is None or not user.is_authenticated or not user.is_active:
         return None
+    known = project.__dict__.get(_KNOWN_ROLES, {})
+    if user.pk in known:
+        return known[user.pk]
     # values_list: a model instance from ``only("role")`` would fetch its deferred project_id in a second query
     return project.memberships.filter(user=user).values_list("role", flat=True).first()
 

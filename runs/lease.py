@@ -47,6 +47,12 @@ def lease_check(*, run_id: int, token: int | None) -> None:
     if not transaction.get_connection().in_atomic_block:
         raise RuntimeError("lease_check must run inside the writing transaction")
     current = Run.objects.select_for_update().filter(pk=run_id).values("lease_token", "writer_host", "writer_pid").first()
+    refuse_stale_token(run_id=run_id, token=token, current=current)
+
+
+def refuse_stale_token(*, run_id: int, token: int, current: dict | None) -> None:
+    """Raise ``LeaseLost`` when ``token`` is not the current one: ``current`` is the Run's ``lease_token``,
+    ``writer_host`` and ``writer_pid`` as read under its row lock (None: the Run is gone, nothing to refuse)."""
     if current is None or current["lease_token"] == token:
         return
     holder = f"{current['writer_host'] or 'another host'} (pid {current['writer_pid']})"

@@ -14,17 +14,18 @@ never both win: a Run the reaper ended answers a late heartbeat with
 """
 
 import logging
+from collections.abc import Callable
 from datetime import timedelta
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from mado import policy
 from mado.errors import Conflict, RunEnded
 from runs import hooks
-from runs.lease import lease_check
+from runs.lease import lease_check, refuse_stale_token
 from runs.models import FINAL_STATES, Project, Run, RunStatus
 from runs.sweeps.hooks import sweep_trial_run_ended
 
@@ -47,12 +48,9 @@ def run_ended_effects(*, run: Run) -> None:
     hooks.run_ended.send(sender=None, run=run)
 
 
-def _ended_message(run: Run) -> str:
-    """The ``RunEnded`` text for ``run`` (in a final state): how to continue it."""
-    return (
-        f"run {run.external_id} ended as {run.status}; resume it "
-        f"(start_run(id={run.external_id!r}, resume='allow')) to continue"
-    )
+def _ended_message(external_id: str, status: str) -> str:
+    """The ``RunEnded`` text for a Run in a final ``status``: how to continue it."""
+    return f"run {external_id} ended as {status}; resume it (start_run(id={external_id!r}, resume='allow')) to continue"
 
 
 @transaction.atomic
@@ -74,7 +72,7 @@ def run_heartbeat(*, actor, run: Run, fencing_token: int | None) -> Run:
     if beaten:
         return run
     if run.status in FINAL_STATES:
-        raise RunEnded(_ended_message(run), field="status")
+        raise RunEnded(_ended_message(run.external_id, run.status), field="status")
     raise Conflict(f"run {run.external_id} is {run.status}: start it (start_run) before it sends heartbeats", field="status")
 
 
@@ -111,17 +109,42 @@ def run_touch(*, run_id: int) -> None:
     Run.objects.filter(pk=run_id, heartbeat_at__isnull=True).update(last_write_at=timezone.now())
 
 
-def refuse_write_if_crashed(*, run_id: int) -> None:
-    """Raise ``RunEnded`` (409 ``run_ended``) when Run ``run_id`` was ended ``crashed`` (SPEC F37).
+_WRITER_ROW = f"SELECT lease_token, writer_host, writer_pid, status, external_id FROM {Run._meta.db_table} WHERE id = %s"
 
-    The reaper took its process for dead: what that process still sends is
-    not stored into the crashed Run (the SDK keeps it for a same-run
-    resume). Inside a fenced write the Run's row is already locked, so a
-    reap that commits first is seen here and one that comes later waits.
+
+def write_guard(*, run_id: int, fencing_token: int | None) -> Callable[[], None]:
+    """Send the read of Run ``run_id``'s row that decides whether a write goes on; return the check of it.
+
+    Call it first in the writing transaction; inside ``mado.db.pipelined``
+    the read travels with the writes sent after it, and the check, called
+    after the block, raises: ``LeaseLost`` for a stale ``fencing_token``
+    (None: not fenced; a fenced read locks the row ``FOR UPDATE``, so a
+    takeover waits for this write or sees it refused; SPEC F25), else
+    ``RunEnded`` (409 ``run_ended``) when the Run was ended ``crashed`` (the
+    reaper took its process for dead: what it still sends is not stored,
+    the SDK keeps it for a same-run resume; F37). A reap that commits first
+    is seen, one that comes later waits. The raise rolls back the
+    transaction, so nothing of a refused write is kept.
     """
-    run = Run.objects.filter(pk=run_id, status=RunStatus.CRASHED).only("external_id", "status").first()
-    if run is not None:
-        raise RunEnded(_ended_message(run), field="status")
+    if fencing_token is not None and not connection.in_atomic_block:
+        raise RuntimeError("write_guard must run inside the writing transaction")
+    cursor = connection.cursor()
+    locked = fencing_token is not None and connection.features.has_select_for_update
+    cursor.execute(_WRITER_ROW + (" FOR UPDATE" if locked else ""), [run_id])
+
+    def check() -> None:
+        with cursor:
+            row = cursor.fetchone()
+        if row is None:
+            return
+        lease_token, writer_host, writer_pid, status, external_id = row
+        if fencing_token is not None:
+            current = {"lease_token": lease_token, "writer_host": writer_host, "writer_pid": writer_pid}
+            refuse_stale_token(run_id=run_id, token=fencing_token, current=current)
+        if status == RunStatus.CRASHED:
+            raise RunEnded(_ended_message(external_id, status), field="status")
+
+    return check
 
 
 def runs_reap_silent(*, now=None) -> int:

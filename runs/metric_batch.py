@@ -33,12 +33,13 @@ _COLUMNS = ("keys", "steps", "values", "timestamps")
 
 
 class MetricColumns(NamedTuple):
-    """A validated batch: ``keys`` (str), ``steps`` (int), ``values`` (float; None is NaN), ``timestamps`` (Unix ms)."""
+    """A validated batch: ``keys`` (a list of str) and numpy columns of one length, ``steps`` (int64),
+    ``values`` (float64, NaN for NaN) and ``timestamps`` (int64 Unix ms)."""
 
     keys: list
-    steps: list
-    values: list
-    timestamps: list
+    steps: np.ndarray
+    values: np.ndarray
+    timestamps: np.ndarray
 
 
 class SortedBatch(NamedTuple):
@@ -59,19 +60,20 @@ class SortedBatch(NamedTuple):
 
 
 def sort_by_key(columns: MetricColumns) -> SortedBatch:
-    """``columns`` (a non-empty, validated batch) as a ``SortedBatch``: one stable numpy sort by (key, step)."""
+    """``columns`` (a non-empty, validated batch; lists are taken too, None as NaN) as a ``SortedBatch``: one
+    stable numpy sort by (key, step)."""
     keys = sorted(set(columns.keys))
     code = {key: index for index, key in enumerate(keys)}
     size = len(columns.keys)
     groups = np.fromiter(map(code.__getitem__, columns.keys), dtype=np.int64, count=size)
-    steps = np.fromiter(columns.steps, dtype=np.int64, count=size)
+    steps = np.asarray(columns.steps, dtype=np.int64)
     order = np.lexsort((steps, groups))
     groups = groups[order]
     starts = np.flatnonzero(np.r_[True, groups[1:] != groups[:-1]])
     return SortedBatch(
         keys, starts, np.diff(np.r_[starts, size]), steps[order],
-        np.array(columns.values, dtype=np.float64)[order],  # None (NaN) becomes nan
-        np.fromiter(columns.timestamps, dtype=np.int64, count=size)[order],
+        np.asarray(columns.values, dtype=np.float64)[order],  # None (NaN) becomes nan
+        np.asarray(columns.timestamps, dtype=np.int64)[order],
     )
 
 
@@ -151,9 +153,14 @@ def _bad_step(step) -> bool:
     return type(step) is not int or not 0 <= step <= _INT64_MAX
 
 
-def _steps(steps: list, name) -> list:
-    if set(map(type, steps)) == {int} and min(steps) >= 0 and max(steps) <= _INT64_MAX:
-        return steps
+def _steps(steps: list, name) -> np.ndarray:
+    if set(map(type, steps)) == {int}:
+        try:
+            column = np.array(steps, dtype=np.int64)
+        except OverflowError:  # beyond 2**63 - 1
+            column = None
+        if column is not None and column.min() >= 0:
+            return column
     raise ValidationFailed("step must be an integer from 0 to 2**63 - 1",
                            field=name("step", _first_bad(steps, _bad_step)))
 
@@ -177,14 +184,14 @@ def _value_or_error(raw):
     return f"value must be a number or NaN/Infinity/-Infinity, got {raw!r}"
 
 
-def _values(values: list, name) -> list:
-    if set(map(type, values)) == {float} and not any(map(math.isnan, values)):  # the common case: plain floats
-        return values
+def _values(values: list, name) -> np.ndarray:
+    if set(map(type, values)) == {float}:  # the common case: plain floats (NaN stays NaN)
+        return np.array(values, dtype=np.float64)
     converted = list(map(_value_or_error, values))
     for index, value in enumerate(converted):
         if type(value) is str:
             raise ValidationFailed(value, field=name("value", index))
-    return converted
+    return np.array(converted, dtype=np.float64)  # None (NaN) becomes nan
 
 
 def _bad_ms(t) -> bool:
@@ -195,24 +202,25 @@ def _bad_seconds(t) -> bool:
     return t is not None and (type(t) not in (int, float) or not 0 <= t < _TS_MAX)  # NaN fails both comparisons
 
 
-def _timestamps(timestamps: list, name, now_ms: int, in_ms: bool) -> list:
+def _timestamps(timestamps: list, name, now_ms: int, in_ms: bool) -> np.ndarray:
     """Unix milliseconds: from integer milliseconds (``in_ms``, the MLflow API) or seconds; None means ``now_ms``."""
     kinds = set(map(type, timestamps))
     if kinds == {type(None)}:
-        return list(repeat(now_ms, len(timestamps)))
+        return np.full(len(timestamps), now_ms, dtype=np.int64)
+    if kinds == {float} and not in_ms:  # what the SDK sends
+        seconds = np.array(timestamps, dtype=np.float64)
+        if seconds.min() >= 0 and seconds.max() < _TS_MAX:  # NaN fails both comparisons
+            # numpy's float64 product and truncation are int(t * 1000)'s.
+            return (seconds * 1000).astype(np.int64)
     present = [t for t in timestamps if t is not None]
     if in_ms:
         if kinds <= {int, type(None)} and min(present) >= 0 and max(present) <= _INT64_MAX:
-            return [now_ms if t is None else t for t in timestamps]
+            return np.array([now_ms if t is None else t for t in timestamps], dtype=np.int64)
         unit, is_bad = "integer milliseconds", _bad_ms
     else:
-        if kinds == {float} and not any(map(math.isnan, timestamps)) and min(timestamps) >= 0 \
-                and max(timestamps) < _TS_MAX:
-            # What the SDK sends; numpy's float64 product and truncation are int(t * 1000)'s, ~10x faster.
-            return (np.array(timestamps, dtype=np.float64) * 1000).astype(np.int64).tolist()
         if kinds <= {int, float, type(None)} and min(present) >= 0 and max(present) < _TS_MAX \
                 and all(t == t for t in present):
-            return [now_ms if t is None else int(t * 1000) for t in timestamps]
+            return np.array([now_ms if t is None else int(t * 1000) for t in timestamps], dtype=np.int64)
         unit, is_bad = "seconds (a number >= 0)", _bad_seconds
     raise ValidationFailed(f"timestamp must be Unix time in {unit}",
                            field=name("timestamp", _first_bad(timestamps, is_bad)))

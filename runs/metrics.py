@@ -5,34 +5,42 @@ points/s on PostgreSQL, so nothing here loops over points in Python except
 building the rows handed to the driver: validation works on whole columns
 (``runs.metric_batch``), the batch is sorted by (key, step) once in numpy
 (``sort_by_key``) for the per-key summary (``runs.metric_summary``) and the
-chunks, and the chunks go in as one PostgreSQL binary ``COPY`` (psycopg 3;
-arrays encoded from numpy, ``runs.models.arrays.pg_array``) or one
-``executemany`` on SQLite: one row per key of the batch, not per point.
+chunks, and the chunks go in as one row per key of the batch, not per point,
+their arrays encoded from numpy as binary parameters on PostgreSQL
+(``runs.models.arrays.pg_array``) or JSON text on SQLite.
+
+On PostgreSQL the whole write is one round trip and the commit
+(``mado.db.pipelined``): the Run's row (lease and crashed checks), the
+batch's claim, the summaries, the rollups and the chunks are sent together,
+and the answers are judged after. A refused or replayed batch rolls back what
+was sent with it. Each round trip is two wake-ups of a web thread and of a
+database backend: under load, that wait for a CPU, not the work, is most of a
+POST's time (SPEC F2).
 """
 
 import time
 from itertools import compress
 from typing import NamedTuple
 
+import psycopg
 from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
 from mado import policy
+from mado.db import pipelined
 from mado.errors import ValidationFailed
-from runs.lease import lease_check
-from runs.liveness import refuse_write_if_crashed, run_touch
+from runs.liveness import run_touch, write_guard
 from runs.metric_batch import MetricColumns, SortedBatch, columns_from_columnar, columns_from_rows, sort_by_key
 from runs.metric_rollup import rollup_add
 from runs.metric_summary import summary_add
 from runs.models import CHUNK_ID_STRIDE, MetricBatch, MetricChunk, Run
-from runs.models.arrays import json_numbers, pg_array
+from runs.models.arrays import json_numbers, pg_array, register_pg_arrays
 
 _TABLE = MetricChunk._meta.db_table
 _BATCHES = MetricBatch._meta.db_table
-_COLUMNS = '(run_id, key, first_step, last_step, count, steps, "values", timestamps)'
-# The arrays go in as PostgreSQL's binary array form, built by pg_array: "bytea" makes psycopg pass those bytes as is.
-_COPY_TYPES = ("int8", "varchar", "int8", "int8", "int4", "bytea", "bytea", "bytea")
+_INSERT = f'INSERT INTO {_TABLE} (run_id, key, first_step, last_step, count, steps, "values", timestamps) ' \
+    "VALUES (%s, %s, %s, %s, %s, %s, %s, %s)"
 SQLITE_CHUNK_POINTS = 500  # the SQLite view's json_extract walks a chunk's array from its start: cost ~ size squared
 
 
@@ -47,11 +55,12 @@ class MetricsIngested(NamedTuple):
 
 def _drop_below_floor(columns: MetricColumns, floor: int) -> tuple[MetricColumns, int, list[str]]:
     """``columns`` without the points at a step below ``floor``; the count and sorted keys of those dropped."""
-    if not floor or min(columns.steps) >= floor:
+    if not floor or columns.steps.min() >= floor:
         return columns, 0, []
-    keep = [step >= floor for step in columns.steps]
-    dropped_keys = sorted({key for key, kept in zip(columns.keys, keep) if not kept})
-    kept = MetricColumns(*(list(compress(column, keep)) for column in columns))
+    keep = columns.steps >= floor
+    dropped_keys = sorted(set(compress(columns.keys, (~keep).tolist())))
+    kept = MetricColumns(list(compress(columns.keys, keep.tolist())), columns.steps[keep], columns.values[keep],
+                         columns.timestamps[keep])
     return kept, len(keep) - len(kept.keys), dropped_keys
 
 
@@ -99,36 +108,45 @@ def metrics_ingest(
     # A matching token proves no resume happened since this writer started, so run.step_floor is current.
     batch, dropped, dropped_keys = _drop_below_floor(batch, run.step_floor)
     with transaction.atomic():
-        lease_check(run_id=run.pk, token=fencing_token)
-        refuse_write_if_crashed(run_id=run.pk)
-        if idempotency_key is not None and not _claim_batch(run.pk, idempotency_key, len(batch.keys)):
+        with pipelined():
+            refuse_if_stale_or_crashed = write_guard(run_id=run.pk, fencing_token=fencing_token)
+            claimed = _claim_batch(run.pk, idempotency_key, len(batch.keys)) if idempotency_key is not None else None
+            if batch.keys:
+                by_key = sort_by_key(batch)
+                summary_add(run_id=run.pk, batch=by_key)
+                rollup_add(run_id=run.pk, batch=by_key)
+                _insert(run.pk, by_key)
+        refuse_if_stale_or_crashed()
+        if claimed is not None and not claimed():
+            transaction.set_rollback(True)  # a replay: what was sent with the claim is undone
             return MetricsIngested(0, 0, [], replayed=True)
         if dropped:
             Run.objects.filter(pk=run.pk).update(dropped_points=F("dropped_points") + dropped)
-        if batch.keys:
-            by_key = sort_by_key(batch)
-            summary_add(run_id=run.pk, batch=by_key)
-            rollup_add(run_id=run.pk, batch=by_key)
-            _insert(run.pk, by_key)
         if run.heartbeat_at is None:  # a Run that beats is judged by its heartbeats: no UPDATE per batch
             run_touch(run_id=run.pk)
     return MetricsIngested(len(batch.keys), dropped, dropped_keys, replayed=False)
 
 
-def _claim_batch(run_id: int, key: str, points: int) -> bool:
-    """Record batch ``key`` of Run ``run_id``; False when it is already recorded (a replay).
+def _claim_batch(run_id: int, key: str, points: int):
+    """Send the record of batch ``key`` of Run ``run_id``; return a function that says whether it was recorded
+    (False: it was already, a replay). Call that after the pipeline.
 
     ``ON CONFLICT DO NOTHING`` rather than a savepoint around an INSERT that
     may fail: two fewer round trips per batch. A concurrent copy of the same
     batch waits for this transaction and then inserts nothing.
     """
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"INSERT INTO {_BATCHES} (run_id, key, points, created_at) VALUES (%s, %s, %s, %s) "
-            "ON CONFLICT (run_id, key) DO NOTHING",
-            [run_id, key, points, connection.ops.adapt_datetimefield_value(timezone.now())],
-        )
-        return cursor.rowcount == 1
+    cursor = connection.cursor()
+    cursor.execute(
+        f"INSERT INTO {_BATCHES} (run_id, key, points, created_at) VALUES (%s, %s, %s, %s) "
+        "ON CONFLICT (run_id, key) DO NOTHING",
+        [run_id, key, points, connection.ops.adapt_datetimefield_value(timezone.now())],
+    )
+
+    def claimed() -> bool:
+        with cursor:
+            return cursor.rowcount == 1
+
+    return claimed
 
 
 def _chunks(batch: SortedBatch, size: int):
@@ -142,16 +160,18 @@ def _insert(run_id: int, batch: SortedBatch) -> None:
     """Store ``batch`` as ``MetricChunk`` rows: one per key (cut below ``CHUNK_ID_STRIDE`` points; on SQLite,
     ``SQLITE_CHUNK_POINTS``), ids in key order."""
     steps, values, stamps = batch.steps, batch.values, batch.timestamps
+    if connection.vendor == "postgresql":
+        # A server-side binding cursor: the arrays travel as binary parameters, not as text in the statement.
+        with psycopg.Cursor(connection.connection) as cursor:
+            register_pg_arrays(cursor)
+            cursor.executemany(_INSERT, [
+                (run_id, key, int(steps[start]), int(steps[stop - 1]), stop - start, pg_array("int8", steps[start:stop]),
+                 pg_array("float8", values[start:stop]), pg_array("int8", stamps[start:stop]))
+                for key, start, stop in _chunks(batch, CHUNK_ID_STRIDE - 1)
+            ])
+        return
     with connection.cursor() as cursor:
-        if connection.vendor == "postgresql":
-            with cursor.cursor.copy(f"COPY {_TABLE} {_COLUMNS} FROM STDIN (FORMAT BINARY)") as copy:
-                copy.set_types(_COPY_TYPES)
-                for key, start, stop in _chunks(batch, CHUNK_ID_STRIDE - 1):
-                    copy.write_row((run_id, key, int(steps[start]), int(steps[stop - 1]), stop - start,
-                                    pg_array("int8", steps[start:stop]), pg_array("float8", values[start:stop]),
-                                    pg_array("int8", stamps[start:stop])))
-            return
-        cursor.executemany(f"INSERT INTO {_TABLE} {_COLUMNS} VALUES (%s, %s, %s, %s, %s, %s, %s, %s)", [
+        cursor.executemany(_INSERT, [
             (run_id, key, int(steps[start]), int(steps[stop - 1]), stop - start,
              json_numbers(steps[start:stop].tolist()), json_numbers(values[start:stop].tolist()),
              json_numbers(stamps[start:stop].tolist()))

@@ -7,8 +7,9 @@ import operator
 
 from django.core.cache import cache
 from django.db import connection
-from django.db.models import Count, Max, Min, OuterRef, Q, QuerySet, Subquery
+from django.db.models import Count, F, Max, Min, OuterRef, Q, QuerySet, Subquery
 
+from mado import policy
 from mado.errors import NotFound, ValidationFailed
 from runs.chunk_pages import chunk_page_rows
 from runs.metric_rollup import ROLLUP_STEPS, rollup_extremes, rollup_rows
@@ -78,9 +79,13 @@ def run_get_for_user(*, user, run_id, related: tuple[str, ...] = RUN_RELATED) ->
         run_id = int(run_id)
     except (TypeError, ValueError):
         raise NotFound(f"run {run_id!r} not found", field="run") from None
-    run = Run.objects.visible_to(user).select_related(*related).filter(pk=run_id).first()
+    # The membership row that makes the Run visible is joined anyway: its role comes along for the policy.
+    run = (Run.objects.visible_to(user).select_related(*related).annotate(viewer_role=F("project__memberships__role"))
+           .filter(pk=run_id).first())
     if run is None:
         raise NotFound(f"run {run_id} not found", field="run")
+    if "project" in related:
+        policy.remember_role(user, run.project, run.viewer_role)
     return run
 
 
