@@ -11,9 +11,10 @@ spread is the SDK's flush interval). Prints the
 total points/s (first call to the last point flushed), the latency of every
 metrics POST the SDK made (p50/p99), the reader's latency (p50/p99), the
 per-call cost of ``log_metrics`` (the training loop's), one key's full
-history read, the peak resident memory of the server processes and the
-machine's load (``os.getloadavg``): the figures mean little without it on a
-shared machine.
+history read, the peak resident memory of the server processes, the
+machine's load (``os.getloadavg``) and how its CPUs were spent while the
+writers logged (busy, idle, and steal: time the hypervisor gave to other
+guests): the figures mean little without them on a shared machine.
 
     .venv/bin/python benchmarks/metrics_ingest.py                      # SQLite under a temp dir
     .venv/bin/python benchmarks/metrics_ingest.py --database-url postgresql://postgres@127.0.0.1:5432/mado_bench
@@ -170,6 +171,21 @@ def load() -> str:
     return " ".join(f"{figure:.2f}" for figure in os.getloadavg()) + f" ({os.cpu_count()} CPUs); sha256 {rate:.0f} MiB/s"
 
 
+def cpu_ticks() -> list[int]:
+    """The machine's CPU time so far, in ticks: user, nice, system, idle, iowait, irq, softirq, steal (/proc/stat)."""
+    return [int(field) for field in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+
+
+def cpu_share(before: list[int], after: list[int]) -> str:
+    """How the machine's CPUs spent the time between two ``cpu_ticks``: busy (user, nice, system, interrupts), idle
+    and steal (taken by the hypervisor: a shared host's neighbours), in % of all CPUs."""
+    user, nice, system, idle, iowait, irq, softirq, steal = (b - a for a, b in zip(before, after))
+    total = max(user + nice + system + idle + iowait + irq + softirq + steal, 1)
+    busy = user + nice + system + irq + softirq
+    return f"busy {100 * busy / total:.0f} % (nice'd {100 * nice / total:.0f} %), idle {100 * (idle + iowait) / total:.0f} %, " \
+           f"steal {100 * steal / total:.0f} % of {os.cpu_count()} CPUs"
+
+
 def quantiles(samples: list[float]) -> str:
     ordered = sorted(samples)
     if not ordered:
@@ -259,8 +275,10 @@ def run_benchmark(url: str, ingest_url: str, token: str, points: int, writers: i
     reads, stop = [], threading.Event()
     read_thread = threading.Thread(target=reader, args=(url, token, watched.id, stop, reads))
     read_thread.start()
+    ticks = cpu_ticks()
     start.set()
     results = [out.get(timeout=3600) for _ in procs]
+    ticks = cpu_share(ticks, cpu_ticks())
     stop.set()
     done.set()
     read_thread.join()
@@ -270,6 +288,7 @@ def run_benchmark(url: str, ingest_url: str, token: str, points: int, writers: i
     total = sum(points // 2 * 2 for _ in results)
     calls = sorted(c for r in results for c in r["calls"])
     print(f"load after: {load()}")
+    print(f"machine CPU while the writers logged: {ticks}")
     offered = f"{rate * writers:,.0f} points/s offered" if rate else "writers never pause"
     print(f"ingestion ({offered}): {writers} writer(s) x {points // 2 * 2:,} points = {total:,} points "
           f"in {ended - began:.2f} s: {total / (ended - began):,.0f} points/s")

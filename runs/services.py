@@ -350,7 +350,7 @@ def run_set_status(*, actor, run: Run, status: str, fencing_token: int | None = 
     old = locked.status
     status = _status_after(run, old, status)
     if old == status:
-        run.refresh_from_db()
+        _reread_own_fields(run)
         return run
     now = timezone.now()
     changes = {"status": status}
@@ -362,10 +362,16 @@ def run_set_status(*, actor, run: Run, status: str, fencing_token: int | None = 
         changes["started_at"] = now
     if Run.objects.filter(pk=run.pk, status=old).update(**changes) == 0:
         raise Conflict(f"run {run.external_id} changed status meanwhile; try again", field="status")
-    run.refresh_from_db()
+    _reread_own_fields(run)
     if status in FINAL_STATES:
         run_ended_effects(run=run)
     return run
+
+
+def _reread_own_fields(run: Run) -> None:
+    """Reload ``run``'s own columns, keeping the related rows read with it (its Project, creator, parent): a
+    plain ``refresh_from_db`` drops them, and the answer would read each again."""
+    run.refresh_from_db(fields=[field.attname for field in Run._meta.concrete_fields if not field.is_relation])
 
 
 def run_table_columns_save(*, user, project: Project, column_ids: list[str]) -> list[str]:

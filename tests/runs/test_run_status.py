@@ -1,6 +1,8 @@
 """Run status changes through ``PATCH runs/{id}/`` (SPEC F26): preempting is sticky, fencing."""
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from runs.models import Run, RunStatus
@@ -94,3 +96,16 @@ def test_a_status_change_of_a_run_that_never_beat_keeps_it_unreapable(client_as,
     assert run.heartbeat_at is None
     client_as("creator").patch(f"/api/v1/runs/{run.pk}/", {"status": "preempting"}, format="json")
     assert Run.objects.get(pk=run.pk).heartbeat_at is None
+
+
+def test_finishing_answers_the_run_as_stored_without_reading_its_project_or_creator_again(sdk, run):
+    # Twenty jobs finishing in the same second land on the web pool together (SPEC F26): the answer reuses the
+    # Project and creator read with the Run.
+    with CaptureQueriesContext(connection) as queries:
+        response = sdk("finished")
+    assert response.status_code == 200
+    body = response.json()
+    assert body["status"] == "finished" and body["ended_at"] == Run.objects.get(pk=run.pk).ended_at.isoformat().replace("+00:00", "Z")
+    assert body["project"] == run.project.slug and body["created_by"] == run.created_by.username
+    statements = [q["sql"] for q in queries.captured_queries]
+    assert not [sql for sql in statements if sql.startswith('SELECT "runs_project"') or sql.startswith('SELECT "auth_user"')]
