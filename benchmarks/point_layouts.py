@@ -9,7 +9,7 @@ batches the SDK sends (``--size`` points, two keys logged at every step,
 
 - ``points``: today's ``runs_metricpoint`` (migration 0015: one index on
   ``(run_id, key, step, id)``, ids from an identity), filled by binary
-  ``COPY`` as ``runs.metrics`` does;
+  ``COPY`` as ``runs.metrics`` did before migration 0016;
 - ``arrays``: one row per Run, key and batch (``first_step`` and three
   arrays: steps, values, timestamps), binary ``COPY``, the arrays stored
   uncompressed (``STORAGE EXTERNAL``: pglz on every batch costs more than

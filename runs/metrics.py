@@ -19,6 +19,7 @@ POST's time (SPEC F2).
 """
 
 import time
+from collections.abc import Callable
 from itertools import compress
 from typing import NamedTuple
 
@@ -127,7 +128,7 @@ def metrics_ingest(
     return MetricsIngested(len(batch.keys), dropped, dropped_keys, replayed=False)
 
 
-def _claim_batch(run_id: int, key: str, points: int):
+def _claim_batch(run_id: int, key: str, points: int) -> Callable[[], bool]:
     """Send the record of batch ``key`` of Run ``run_id``; return a function that says whether it was recorded
     (False: it was already, a replay). Call that after the pipeline.
 

@@ -111,7 +111,7 @@ def metric_points(metrics, step, now: float) -> list[Point]:
     mapping; nothing is returned then.
     """
     step = check_metric_step(step)
-    if not isinstance(metrics, Mapping):
+    if type(metrics) is not dict and not isinstance(metrics, Mapping):  # the ABC check alone is ~0.3 us a call
         raise TypeError(f"metrics must be a dict of {{key: number}}, got {type(metrics).__name__}")
     points = []
     for key, value in metrics.items():
