@@ -120,9 +120,13 @@ def held_before_its_claim(site, launch) -> tuple[Job, HeldJobsTable]:
     with site.redis.outage():  # the message waits in the outbox while the lock is taken
         job = launch(1)
         held = HeldJobsTable()
-    wait_until(lambda: site.log("w1").count("Connected to redis") > connected, 30, "w1 reconnects", site)
-    row = Dispatch.objects.get(task_id=job.celery_task_id)  # sent as the flush would (its hook reads the locked table)
-    wait_until(lambda: dispatch_send(dispatch_id=row.pk), 30, "the broker takes the message once it is back", site)
+    try:
+        wait_until(lambda: site.log("w1").count("Connected to redis") > connected, 30, "w1 reconnects", site)
+        row = Dispatch.objects.get(task_id=job.celery_task_id)  # sent as the flush would (its hook reads the locked table)
+        wait_until(lambda: dispatch_send(dispatch_id=row.pk), 30, "the broker takes the message once it is back", site)
+    except BaseException:
+        held.release()  # else the test database's teardown waits for the lock for good
+        raise
     return job, held
 
 
