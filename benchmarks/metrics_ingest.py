@@ -275,10 +275,10 @@ def run_benchmark(url: str, ingest_url: str, token: str, points: int, writers: i
     reads, stop = [], threading.Event()
     read_thread = threading.Thread(target=reader, args=(url, token, watched.id, stop, reads))
     read_thread.start()
-    ticks = cpu_ticks()
+    before = cpu_ticks()
     start.set()
     results = [out.get(timeout=3600) for _ in procs]
-    ticks = cpu_share(ticks, cpu_ticks())
+    machine = cpu_share(before, cpu_ticks())
     stop.set()
     done.set()
     read_thread.join()
@@ -288,7 +288,7 @@ def run_benchmark(url: str, ingest_url: str, token: str, points: int, writers: i
     total = sum(points // 2 * 2 for _ in results)
     calls = sorted(c for r in results for c in r["calls"])
     print(f"load after: {load()}")
-    print(f"machine CPU while the writers logged: {ticks}")
+    print(f"machine CPU while the writers logged: {machine}")
     offered = f"{rate * writers:,.0f} points/s offered" if rate else "writers never pause"
     print(f"ingestion ({offered}): {writers} writer(s) x {points // 2 * 2:,} points = {total:,} points "
           f"in {ended - began:.2f} s: {total / (ended - began):,.0f} points/s")

@@ -14,7 +14,6 @@ Two wire formats carry the same points:
 """
 
 import math
-from itertools import repeat
 from typing import NamedTuple
 
 import numpy as np
