@@ -37,6 +37,13 @@ def is_transient(status: int) -> bool:
     return status in UNAVAILABLE_STATUSES or status == 500
 
 
+def jittered(seconds: float) -> float:
+    """A wait of 80-100 % of ``seconds``, drawn anew on each call: never longer than asked, and processes that
+    started together (a sweep's trials, a job array, a retry storm) drift apart instead of reaching the server
+    in the same instant."""
+    return seconds * random.uniform(0.8, 1.0)
+
+
 class Backoff:
     """Exponential backoff with jitter: ``base``, ``2·base``, … capped at ``cap`` seconds."""
 
@@ -51,7 +58,7 @@ class Backoff:
         self.attempt += 1
         if retry_after is not None:
             return min(max(retry_after, 0.0), self.cap)
-        return delay * random.uniform(0.8, 1.0)
+        return jittered(delay)
 
     def reset(self) -> None:
         self.attempt = 0

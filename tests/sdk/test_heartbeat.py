@@ -11,7 +11,8 @@ import pytest
 from django.utils import timezone
 
 import mado_tracking
-from mado_tracking import ApiError, MadoError
+from mado_tracking import ApiError, MadoError, heartbeat
+from mado_tracking.client import jittered
 from runs.liveness import runs_reap_crashed
 from runs.models import MetricPoint, Run, RunStatus
 
@@ -29,6 +30,11 @@ def _make_stale(run_id: int) -> None:
     Run.objects.filter(pk=run_id).update(heartbeat_at=timezone.now() - timedelta(hours=1))
 
 
+def _wait_for_next_beat(run_id: int) -> None:
+    beat = Run.objects.get(pk=run_id).heartbeat_at
+    _wait_for(lambda: Run.objects.get(pk=run_id).heartbeat_at > beat)
+
+
 def _errors(caplog, text: str) -> list[str]:
     return [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR and text in r.getMessage()]
 
@@ -41,6 +47,29 @@ def test_the_sender_thread_heartbeats_every_interval(mmt_env, monkeypatch):
         beat = Run.objects.get(pk=run.id).heartbeat_at
         _wait_for(lambda: Run.objects.get(pk=run.id).heartbeat_at > beat)
     assert not run.lost
+
+
+def test_a_jittered_wait_is_80_to_100_percent_of_the_interval_and_varies():
+    waits = [jittered(30.0) for _ in range(1000)]
+    assert min(waits) >= 24.0 and max(waits) <= 30.0
+    assert max(waits) - min(waits) > 4.0  # twenty processes started together drift apart
+
+
+def test_each_beat_waits_a_jittered_part_of_the_interval(mmt_env, monkeypatch):
+    asked, waited = [], []
+
+    def spy(seconds):
+        asked.append(seconds)
+        waited.append(jittered(seconds))
+        return waited[-1]
+
+    monkeypatch.setattr(heartbeat, "jittered", spy)
+    monkeypatch.setenv("MMT_HEARTBEAT_INTERVAL", "0.2")
+    with mado_tracking.start_run() as run:
+        for _ in range(3):
+            _wait_for_next_beat(run.id)
+    assert len(asked) >= 3 and set(asked) == {0.2}
+    assert all(0.16 <= wait <= 0.2 for wait in waited)
 
 
 @pytest.mark.parametrize(("interval", "warned"), [("300", True), ("299", False)])
