@@ -31,6 +31,7 @@ request context, so no database access is needed to show them. ``not_found``
 import errno
 import logging
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import kombu.exceptions
@@ -45,16 +46,16 @@ from django.http import HttpResponse, JsonResponse
 from django.template import loader
 from django.views import defaults
 
-from mado.mlflow_errors import error_body
-
 logger = logging.getLogger(__name__)
 
 RETRY_AFTER_S = 5  # seconds a client should wait before it tries again (the ``Retry-After`` header)
 NO_SPACE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
 RETRYABLE_S3_CODES = frozenset({"SlowDown", "ServiceUnavailable", "InternalError", "RequestTimeout", "Throttling"})
 DRAIN_LIMIT = 1 << 30  # bytes of an unread request body read and dropped before answering
-MLFLOW_PREFIXES = ("/api/2.0/mlflow", "/api/3.0/mlflow", "/mlflow/api/")
-API_PREFIXES = ("/api/",) + MLFLOW_PREFIXES
+API_PREFIX = "/api/"
+# Path prefixes whose clients read another JSON error shape: prefix -> body(code, mlflow_code, detail).
+# Filled by the app that speaks the protocol (mlflow_api registers MLflow's from its AppConfig).
+_ERROR_SHAPES: dict[str, Callable[[str, str, str], dict]] = {}
 
 
 @dataclass(frozen=True)
@@ -114,9 +115,17 @@ def outage_of(exc: BaseException) -> Outage | None:
     return None
 
 
+def register_error_shape(prefixes: tuple[str, ...], body: Callable[[str, str, str], dict]) -> None:
+    """Answer outages on paths under ``prefixes`` with ``body(code, mlflow_code, detail)`` as JSON.
+
+    Called from an ``AppConfig.ready``; a prefix registered again is replaced.
+    """
+    _ERROR_SHAPES.update(dict.fromkeys(prefixes, body))
+
+
 def is_api_path(path: str) -> bool:
-    """True for paths whose clients read JSON (``/api/...``, ``/mlflow/api/...``)."""
-    return path.startswith(API_PREFIXES)
+    """True for paths whose clients read JSON (``/api/...`` and every prefix of ``register_error_shape``)."""
+    return path.startswith((API_PREFIX, *_ERROR_SHAPES))
 
 
 def _drain(request) -> None:
@@ -136,9 +145,10 @@ def _drain(request) -> None:
 
 
 def _api_error(path: str, status: int, code: str, mlflow_code: str, detail: str) -> JsonResponse | None:
-    """The JSON error of an API path in its shape (MLflow's or the house's); None on a page path."""
-    if path.startswith(MLFLOW_PREFIXES):
-        return JsonResponse(error_body(mlflow_code, detail), status=status)
+    """The JSON error of an API path in its shape (a registered one or the house's); None on a page path."""
+    for prefix, body in _ERROR_SHAPES.items():
+        if path.startswith(prefix):
+            return JsonResponse(body(code, mlflow_code, detail), status=status)
     if is_api_path(path):
         return JsonResponse({"error": code, "detail": detail, "field": None}, status=status)
     return None

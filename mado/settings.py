@@ -42,6 +42,7 @@ INSTALLED_APPS = [
     "runs",
     "checkpoints",
     "jobs",
+    "mlflow_api",
     "worker",
 ]
 

@@ -3,7 +3,6 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
 from checkpoints import views as checkpoint_views
-from checkpoints.mlflow_artifacts.model_files import logged_model_artifacts
 from jobs import views as job_views
 from runs import urls as run_urls
 
@@ -15,8 +14,6 @@ RUN_PAGES = [
     path("runs/<int:pk>/logs/", job_views.run_logs, name="run-logs"),
 ]
 
-MODEL_FILES = "logged-models/<str:model_id>/artifacts/directories"
-
 # Outages raised outside a view (a session or user read from an unreachable database) answer 503 too.
 handler500 = "mado.outages.server_error"
 handler404 = "mado.outages.not_found"
@@ -24,17 +21,7 @@ handler404 = "mado.outages.not_found"
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/v1/", include("mado.api_urls")),
-    # A logged model's files: an MLflow tracking endpoint that reads Artifacts, ahead of the API's catch-all.
-    path("api/2.0/mlflow/" + MODEL_FILES, logged_model_artifacts),
-    path("mlflow/api/2.0/mlflow/" + MODEL_FILES, logged_model_artifacts),
-    path("api/", include("runs.mlflow.urls")),  # MLflow tracking API: api/2.0/mlflow/ (+ api/3.0/mlflow/ → 404)
-    path("api/2.0/mlflow-artifacts/", include("checkpoints.mlflow_artifacts.urls")),
-    # The same MLflow API under a path prefix: MLFLOW_TRACKING_URI=http://<mado>/mlflow works too.
-    path("mlflow/api/", include("runs.mlflow.urls")),
-    path(
-        "mlflow/api/2.0/mlflow-artifacts/",
-        include(("checkpoints.mlflow_artifacts.urls", "mlflow_artifacts"), namespace="mlflow_artifacts_prefixed"),
-    ),
+    path("", include("mlflow_api.urls")),  # the MLflow protocol: api/2.0/mlflow*/, also under mlflow/
     path("accounts/login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("i18n/", include("django.conf.urls.i18n")),

@@ -9,7 +9,7 @@ from django.urls import reverse
 
 from checkpoints.models import Artifact, Checkpoint, CheckpointState, ManifestEntry
 from runs.metrics import metrics_ingest
-from runs.mlflow.logged_models import logged_model_create
+from mlflow_api.tracking.logged_models import logged_model_create
 from runs.models import DataStage, Project, Run
 from runs.sweeps.services import sweep_claim, sweep_create
 from runs.services import run_table_columns_save

@@ -8,7 +8,7 @@ import pytest
 
 from checkpoints import storage
 from checkpoints.models import Checkpoint, ManifestEntry
-from checkpoints.services.mlflow_checkpoints import checkpoint_files_complete_for_run, mlflow_artifact_put
+from mlflow_api.artifacts.checkpoint_files import checkpoint_files_complete_for_run, mlflow_artifact_put
 from jobs.models import Job, JobStatus
 from jobs.services import job_claim, job_finish, run_resume_from_checkpoint
 from tests.worker.helpers import FILES

@@ -5,7 +5,7 @@ import binascii
 import json
 import math
 
-from mado.mlflow_errors import INVALID_PARAMETER_VALUE, MlflowError
+from mlflow_api.errors import INVALID_PARAMETER_VALUE, MlflowError
 from runs.models import Project, Run, RunStatus
 
 TO_MLFLOW_STATUS = {

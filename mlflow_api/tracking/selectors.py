@@ -3,9 +3,9 @@
 from django.db.models import F, Window
 from django.db.models.functions import RowNumber
 
-from runs.mlflow import search
-from mado.mlflow_errors import INVALID_PARAMETER_VALUE, RESOURCE_DOES_NOT_EXIST, MlflowError
-from runs.mlflow.translate import decode_page_token, encode_page_token, metric_json, run_json
+from mlflow_api.tracking import search
+from mlflow_api.errors import INVALID_PARAMETER_VALUE, RESOURCE_DOES_NOT_EXIST, MlflowError
+from mlflow_api.tracking.translate import decode_page_token, encode_page_token, metric_json, run_json
 from runs.models import DatasetVersion, LoggedModel, MetricPoint, Project, Run, RunTag
 from runs.selectors import metric_history
 
@@ -97,7 +97,7 @@ def run_search(
     *, user, experiment_ids: list, filter_string: str, order_by: list, max_results: int, page_token,
     view_type: str = "",
 ) -> tuple[list[Run], str | None]:
-    """A page of the user's Runs in ``experiment_ids`` matching the filter (``runs.mlflow.search``).
+    """A page of the user's Runs in ``experiment_ids`` matching the filter (``mlflow_api.tracking.search``).
 
     ``view_type`` is MLflow's ``run_view_type``: ACTIVE_ONLY (default) leaves
     soft-deleted Runs out, DELETED_ONLY keeps only them, ALL keeps both;

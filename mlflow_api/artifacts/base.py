@@ -1,4 +1,4 @@
-"""The DRF base of the MLflow artifact endpoints, answering in MLflow's error shape (``mado.mlflow_errors``; SPEC F30).
+"""The DRF base of the MLflow artifact endpoints, answering in MLflow's error shape (``mlflow_api.errors``; SPEC F30).
 
 Authentication is ``mado.authentication``'s, as on ``/api/v1/`` and the
 MLflow tracking API: ``Bearer <MLFLOW_TRACKING_TOKEN>`` (a user token or a
@@ -19,9 +19,9 @@ from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from mado.authentication import API_AUTHENTICATION, run_token_refusal
+from mado.authentication import API_AUTHENTICATION
 from mado.errors import UserError
-from mado.mlflow_errors import (
+from mlflow_api.errors import (
     AUTHENTICATE,
     HTTP_STATUS,
     INTERNAL_ERROR,
@@ -41,7 +41,7 @@ logger = logging.getLogger(__name__)
 
 
 def mlflow_error(code: str, message: str, status: int | None = None) -> Response:
-    """MLflow's error body (``mado.mlflow_errors``) as a DRF answer; ``status`` defaults to the code's."""
+    """MLflow's error body (``mlflow_api.errors``) as a DRF answer; ``status`` defaults to the code's."""
     return Response(error_body(code, message), status=status or HTTP_STATUS.get(code, 400))
 
 
@@ -77,7 +77,7 @@ class MlflowApiView(APIView):
     """Base of the MLflow endpoints: Bearer or Basic auth, no session, MLflow's JSON errors.
 
     A Run token may be used; a view must check it acts on the token's own
-    Run (``require_run_token_scope``), as ``RunTokenScope`` does for ``/api/v1/``.
+    Run (``mlflow_api.auth.require_own_run``), as ``RunTokenScope`` does for ``/api/v1/``.
     """
 
     authentication_classes = list(API_AUTHENTICATION)
@@ -88,9 +88,3 @@ class MlflowApiView(APIView):
     def get_exception_handler(self):
         return mlflow_exception_handler
 
-
-def require_run_token_scope(request, run) -> None:
-    """403 ``PERMISSION_DENIED`` when the request uses a Run token of another Run than ``run``."""
-    refusal = run_token_refusal(request.auth, run)
-    if refusal:
-        raise MlflowError(PERMISSION_DENIED, refusal)

@@ -20,8 +20,8 @@ from django.db.models import CharField, Exists, F, OuterRef, Q, Subquery
 from django.db.models.fields.json import KeyTextTransform
 from django.db.models.functions import Cast, Coalesce
 
-from mado.mlflow_errors import INVALID_PARAMETER_VALUE, MlflowError
-from runs.mlflow.translate import FROM_MLFLOW_STATUS, KIND_TAG, RUN_NAME_TAG, mado_statuses
+from mlflow_api.errors import INVALID_PARAMETER_VALUE, MlflowError
+from mlflow_api.tracking.translate import FROM_MLFLOW_STATUS, KIND_TAG, RUN_NAME_TAG, mado_statuses
 from runs.models import MetricPoint, RunTag
 
 _ENTITY = {

@@ -15,8 +15,8 @@ from django.db.models import Max
 
 from mado import policy
 from mado.errors import Conflict
-from mado.mlflow_errors import INVALID_PARAMETER_VALUE, INVALID_STATE, MlflowError
-from runs.mlflow.selectors import CONTEXT_TAG
+from mlflow_api.errors import INVALID_PARAMETER_VALUE, INVALID_STATE, MlflowError
+from mlflow_api.tracking.selectors import CONTEXT_TAG
 from runs.models import Dataset, DatasetVersion, DataStage, MetricSummary, Run
 from runs.stages import data_composition_at, data_stage_record
 

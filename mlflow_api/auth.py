@@ -8,7 +8,7 @@ session, no CSRF. A Run token acts only on its own Run (``require_own_run``).
 from rest_framework.exceptions import AuthenticationFailed
 
 from mado.authentication import RUN_TOKEN_SCOPE, authenticate_api_request, run_id_of, run_token_refusal
-from mado.mlflow_errors import PERMISSION_DENIED, UNAUTHENTICATED, MlflowError
+from mlflow_api.errors import PERMISSION_DENIED, UNAUTHENTICATED, MlflowError
 
 
 def authenticate_request(request, *, run_token_allowed: bool):

@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 
 from checkpoints.models import Artifact
-from mado.mlflow_errors import INVALID_PARAMETER_VALUE, RESOURCE_DOES_NOT_EXIST, MlflowError
+from mlflow_api.errors import INVALID_PARAMETER_VALUE, RESOURCE_DOES_NOT_EXIST, MlflowError
 from runs.models import LoggedModel, Run
 
 PATH_MAX = 2048

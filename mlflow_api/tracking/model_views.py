@@ -1,19 +1,19 @@
 """MLflow 3 logged-model endpoints ``api/2.0/mlflow/logged-models…`` and ``runs/outputs`` / ``runs/log-model`` (SPEC F30).
 
-Same decorator, authentication and error shape as ``runs.mlflow.views``
+Same decorator, authentication and error shape as ``mlflow_api.tracking.views``
 (the listing of a model's files, ``logged-models/<id>/artifacts/directories``,
-is ``checkpoints.mlflow_artifacts.model_files``: it reads Artifacts). A
+is ``mlflow_api.artifacts.model_files``: it reads Artifacts). A
 Job's Run token reaches the logged models its own Run produced, creates
 models only with its Run as ``source_run_id``, and searches only its Run's
 experiment; a model logged outside a run is out of every Run token's reach.
 """
 
 from mado.authentication import RUN_TOKEN_SCOPE
-from runs.mlflow import logged_models, services
-from runs.mlflow.auth import require_own_project, require_own_run, token_run
-from mado.mlflow_errors import PERMISSION_DENIED, MlflowError
-from runs.mlflow.translate import page_answer, str_arg
-from runs.mlflow.views import endpoint, request_run
+from mlflow_api.tracking import logged_models, services
+from mlflow_api.auth import require_own_project, require_own_run, token_run
+from mlflow_api.errors import PERMISSION_DENIED, MlflowError
+from mlflow_api.tracking.translate import page_answer, str_arg
+from mlflow_api.tracking.views import endpoint, request_run
 from runs.models import LoggedModel
 
 

@@ -34,15 +34,15 @@ from runs import services as run_services
 from runs.liveness import run_touch
 from runs.metric_batch import parse_value
 from runs.metrics import metrics_ingest
-from runs.mlflow import selectors
-from mado.mlflow_errors import (
+from mlflow_api.tracking import selectors
+from mlflow_api.errors import (
     INVALID_PARAMETER_VALUE,
     INVALID_STATE,
     RESOURCE_ALREADY_EXISTS,
     RESOURCE_DOES_NOT_EXIST,
     MlflowError,
 )
-from runs.mlflow.translate import FROM_MLFLOW_STATUS, KIND_TAG, RUN_NAME_TAG, param_str
+from mlflow_api.tracking.translate import FROM_MLFLOW_STATUS, KIND_TAG, RUN_NAME_TAG, param_str
 from runs.models import FINAL_STATES, MetricPoint, Project, Run, RunKind, RunStatus, RunTag
 
 MAX_METRICS, MAX_PARAMS, MAX_TAGS = 1000, 100, 100

@@ -1,6 +1,6 @@
 """MLflow REST endpoints: plain Django views (no session, no CSRF), JSON in and out.
 
-Each view authenticates (``runs.mlflow.auth``), reads its arguments (JSON
+Each view authenticates (``mlflow_api.auth``), reads its arguments (JSON
 body for POST, query string for GET), calls one selector or service and
 answers MLflow's JSON; every error is ``{"error_code", "message"}``.
 """
@@ -12,10 +12,10 @@ from django.http import JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
 from mado.errors import UserError
-from runs.mlflow import inputs, selectors, services
-from runs.mlflow.auth import authenticate_request, require_own_project, require_own_run
-from mado.mlflow_errors import ENDPOINT_NOT_FOUND, INVALID_PARAMETER_VALUE, MlflowError, error_response, from_user_error
-from runs.mlflow.translate import experiment_json, int_arg, page_answer, str_arg
+from mlflow_api.tracking import inputs, selectors, services
+from mlflow_api.auth import authenticate_request, require_own_project, require_own_run
+from mlflow_api.errors import ENDPOINT_NOT_FOUND, INVALID_PARAMETER_VALUE, MlflowError, error_response, from_user_error
+from mlflow_api.tracking.translate import experiment_json, int_arg, page_answer, str_arg
 
 
 def endpoint(*methods, run_token_allowed: bool = False):

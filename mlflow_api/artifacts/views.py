@@ -16,10 +16,10 @@ from rest_framework import status
 from rest_framework.response import Response
 
 from checkpoints.api.artifacts import LenientNegotiation, OctetStreamParser, ranged_download, upload_source
-from checkpoints.mlflow_artifacts import paths
+from mlflow_api.artifacts import paths
 from checkpoints import storage
-from checkpoints.services.logged_model_files import logged_model_file_put, logged_model_files_delete
-from checkpoints.services.mlflow_checkpoints import (
+from mlflow_api.artifacts.logged_model_files import logged_model_file_put, logged_model_files_delete
+from mlflow_api.artifacts.checkpoint_files import (
     mlflow_artifact_delete,
     mlflow_artifact_put,
     mlflow_multipart_abort,
@@ -27,8 +27,9 @@ from checkpoints.services.mlflow_checkpoints import (
     mlflow_multipart_create,
 )
 from mado import policy
-from mado.mlflow_auth import MlflowApiView, mlflow_error, require_run_token_scope
-from mado.mlflow_errors import NOT_IMPLEMENTED
+from mlflow_api.artifacts.base import MlflowApiView, mlflow_error
+from mlflow_api.auth import require_own_run
+from mlflow_api.errors import NOT_IMPLEMENTED
 
 # The MLflow client falls back to a single PUT when the message starts with exactly this
 # (mlflow.exceptions._UnsupportedMultipartUploadException.MESSAGE).
@@ -45,10 +46,10 @@ def _resolve(request, raw: str, *, allow_root: bool = False):
     target = paths.parse_target(raw, allow_root=allow_root)
     if target.model_id:
         model = paths.logged_model_for_target(user=request.user, target=target)
-        require_run_token_scope(request, model.run)  # None (logged outside a run): no Run token reaches it
+        require_own_run(request, model.run)  # None (logged outside a run): no Run token reaches it
         return target, model
     run = paths.run_for_target(user=request.user, target=target)
-    require_run_token_scope(request, run)
+    require_own_run(request, run)
     return target, run
 
 

@@ -6,10 +6,10 @@ import hashlib
 import pytest
 
 from checkpoints.models import Artifact, Checkpoint, CheckpointLayout, CheckpointState
-from checkpoints.services.mlflow_checkpoints import checkpoint_files_complete_for_run
+from mlflow_api.artifacts.checkpoint_files import checkpoint_files_complete_for_run
 from runs.models import RunKind, RunStatus
 from runs.services import run_set_status
-from tests.checkpoints.test_mlflow_artifacts import bearer, put
+from tests.mlflow_api.test_mlflow_artifacts import bearer, put
 from tests.factories import RunFactory
 
 pytestmark = pytest.mark.django_db

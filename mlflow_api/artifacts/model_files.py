@@ -1,17 +1,17 @@
 """``api/2.0/mlflow/logged-models/<model_id>/artifacts/directories``: the files of an MLflow 3 logged model (SPEC F30).
 
-An endpoint of the MLflow tracking API (``runs.mlflow`` decorator, auth and
-error shape) served here because it reads Artifacts; ``mado.urls`` routes it
+An endpoint of the MLflow tracking API (``mlflow_api.tracking.views.endpoint``: auth and
+error shape) that reads Artifacts; ``mlflow_api.urls`` routes it
 ahead of the tracking API's catch-all.
 """
 
 import posixpath
 
-from checkpoints.mlflow_artifacts.paths import PATH_MAX, check_path, files_of, list_directory
-from runs.mlflow.logged_models import artifact_uri
-from runs.mlflow.model_views import request_model
-from runs.mlflow.translate import str_arg
-from runs.mlflow.views import endpoint
+from mlflow_api.artifacts.paths import PATH_MAX, check_path, files_of, list_directory
+from mlflow_api.tracking.logged_models import artifact_uri
+from mlflow_api.tracking.model_views import request_model
+from mlflow_api.tracking.translate import str_arg
+from mlflow_api.tracking.views import endpoint
 
 
 @endpoint("GET", run_token_allowed=True)

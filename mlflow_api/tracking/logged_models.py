@@ -21,12 +21,12 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from mado import policy
-from runs.mlflow import search
-from mado.mlflow_errors import INVALID_PARAMETER_VALUE, RESOURCE_DOES_NOT_EXIST, MlflowError
-from runs.mlflow.services import (
+from mlflow_api.tracking import search
+from mlflow_api.errors import INVALID_PARAMETER_VALUE, RESOURCE_DOES_NOT_EXIST, MlflowError
+from mlflow_api.tracking.services import (
     MAX_PARAMS, MAX_TAGS, PARAM_VALUE_MAX, TAG_VALUE_MAX, int64, key_values,
 )
-from runs.mlflow.translate import decode_page_token, encode_page_token, metric_json, ms
+from mlflow_api.tracking.translate import decode_page_token, encode_page_token, metric_json, ms
 from runs.models import LoggedModel, LoggedModelStatus, MetricPoint, Project, Run, RunTag
 
 NAME_MAX = 250

@@ -1,1 +1,0 @@
-"""MLflow artifact proxy, mounted at ``api/2.0/mlflow-artifacts/`` (SPEC F30)."""
