@@ -20,7 +20,7 @@ from jobs import selectors, services
 from jobs.models import JobKind, JobStatus, Runner
 from jobs.services._common import NPROC_PER_NODE_LIMIT
 from mado.errors import NotFound, ValidationFailed
-from runs.api.projects import valid
+from mado.api import request_int, valid
 from runs.api.serializers import run_page_url
 from runs.models import CodeVersion, RunKind
 from runs.selectors import project_get_for_user
@@ -261,9 +261,9 @@ class JobViewSet(GenericViewSet):
     def logs(self, request, pk=None):
         """The code's output after ``after_seq``: poll with ``next_after_seq`` until ``finished`` (F16)."""
         job = selectors.job_get_for_user(user=request.user, job_id=pk)
-        after = _int_param(request, "after_seq", 0)
+        after = request_int(request.query_params.get("after_seq"), "after_seq", default=0)
         chunks = selectors.run_log_tail(
-            run=job.run, after_seq=after, limit=_int_param(request, "limit", selectors.LOG_PAGE_MAX)
+            run=job.run, after_seq=after, limit=request_int(request.query_params.get("limit"), "limit", default=selectors.LOG_PAGE_MAX)
         )
         next_after = chunks[-1].seq if chunks else after
         body = {
@@ -271,19 +271,6 @@ class JobViewSet(GenericViewSet):
             "finished": job.is_final and not chunks, "truncated": job.log_truncated,
         }
         return Response(JobLogOutputSerializer(body).data)
-
-
-def _int_param(request, name: str, default: int) -> int:
-    raw = request.query_params.get(name)
-    if raw in (None, ""):
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise ValidationFailed(f"{name} must be an integer >= 0", field=name)
-    return value
 
 
 class CheckpointResumeApi(APIView):

@@ -165,16 +165,17 @@ def require_logged_model_writer(user, model) -> None:
         raise Forbidden(reason)
 
 
-def why_cannot_resume_by_id(user, run, *, ran_as_job: bool) -> str | None:
+def why_cannot_resume_by_id(user, run) -> str | None:
     """None when ``user`` may reopen ``run`` by its id (``POST runs/`` with ``resume``; SPEC F24, F31), else why not.
 
     Whoever may write to the Run (``why_cannot_write_run``) may. Any other
-    member may only when the Run did not run as a Job (``ran_as_job``, read
-    by the caller) and its Project opted in (``Project.members_may_resume``,
-    default off: W&B's "any team member may resume").
+    member may only when the Run did not run as a Job (``Run.ran_as_job``, a
+    fact the jobs app writes in the transaction that creates the Job) and its
+    Project opted in (``Project.members_may_resume``, default off: W&B's "any
+    team member may resume").
     """
     reason = why_cannot_write_run(user, run)
-    if reason is None or ran_as_job or not run.project.members_may_resume:
+    if reason is None or run.ran_as_job or not run.project.members_may_resume:
         return reason
     return why_not(user, run.project, MEMBER)
 

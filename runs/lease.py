@@ -10,7 +10,8 @@ header (the MLflow client, a plain API call) is not fenced.
 
 from django.db import transaction
 
-from mado.errors import LeaseLost, ValidationFailed
+from mado.api import request_int
+from mado.errors import LeaseLost
 from runs.models import Run
 
 FENCING_HEADER = "Mado-Fencing-Token"
@@ -21,16 +22,7 @@ def fencing_token(request) -> int | None:
 
     Raises ``ValidationFailed`` naming the header when it is not an integer >= 0.
     """
-    raw = request.headers.get(FENCING_HEADER)
-    if raw is None or raw == "":
-        return None
-    try:
-        token = int(raw)
-    except ValueError:
-        token = -1
-    if token < 0:
-        raise ValidationFailed(f"{FENCING_HEADER} must be an integer >= 0, got {raw!r}", field=FENCING_HEADER)
-    return token
+    return request_int(request.headers.get(FENCING_HEADER), FENCING_HEADER)
 
 
 def lease_check(*, run_id: int, token: int | None) -> None:

@@ -82,10 +82,9 @@ def runs_reap_crashed(now=None) -> int:
     ``now`` (an aware datetime, default the current time) is for tests.
     running → ``crashed``, preempting → ``preempted``, ``ended_at`` = now.
     Never reaped: a Run that never sent a heartbeat (``heartbeat_at`` null,
-    e.g. one created through the MLflow API), and a Run that a
-    ``runs.hooks.run_kept_alive`` receiver vouches for (the jobs app: its
-    Job is running with a fresh worker heartbeat; the Job reaper handles a
-    lost worker). Each Run is
+    e.g. one created through the MLflow API), and a Run whose Job's worker
+    vouches for it (``Run.job_alive_until`` lies ahead: the jobs app writes
+    it at each worker heartbeat; the Job reaper handles a lost worker). Each Run is
     ended under its row lock after re-reading it, so a heartbeat or resume
     that commits first spares it, and one that comes after finds it ended.
     Each ended Run gets ``run_ended_effects`` (its sweep trial is told).
@@ -169,10 +168,15 @@ def runs_reap_silent(*, now=None) -> int:
     return reaped
 
 
+def _kept_alive(run: Run, now) -> bool:
+    """True while ``run``'s Job's worker vouches for it (a fact the jobs app writes; none: False)."""
+    return run.job_alive_until is not None and run.job_alive_until >= now
+
+
 @transaction.atomic
 def _reap_silent_one(*, run_id: int, last, timeout: int, now) -> bool:
     run = Run.objects.select_for_update().filter(pk=run_id, status=RunStatus.RUNNING, heartbeat_at__isnull=True).first()
-    if run is None or (run.last_write_at or run.started_at or run.created_at) != last or hooks.any_receiver_says(hooks.run_kept_alive, run_id=run_id, now=now):
+    if run is None or (run.last_write_at or run.started_at or run.created_at) != last or _kept_alive(run, now):
         return False
     reason = (f"no heartbeat and no write since {last.isoformat(timespec='seconds')}: "
               f"silent for more than {timeout} s, the process is taken for dead")
@@ -186,7 +190,7 @@ def _reap_silent_one(*, run_id: int, last, timeout: int, now) -> bool:
 @transaction.atomic
 def _reap_one(*, run_id: int, cutoff, now) -> bool:
     run = Run.objects.select_for_update().filter(pk=run_id, status__in=LIVE_STATES, heartbeat_at__lt=cutoff).first()
-    if run is None or hooks.any_receiver_says(hooks.run_kept_alive, run_id=run_id, now=now):
+    if run is None or _kept_alive(run, now):
         return False
     status = REAPED_STATUS[run.status]
     reason = f"no heartbeat since {run.heartbeat_at.isoformat(timespec='seconds')} (more than {settings.MMT_CRASH_TIMEOUT} s)"

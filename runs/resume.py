@@ -38,7 +38,7 @@ from django.utils import timezone
 
 from mado import policy
 from mado.errors import Conflict, Forbidden, NotFound, RunLive, ValidationFailed
-from runs import hooks, services
+from runs import services
 from runs.models import MetricSummary, ParameterChange, Project, Run, RunStatus
 from runs.sweeps.hooks import sweep_trial_run_started
 
@@ -161,8 +161,7 @@ def _start(actor, project, external_id, resume, allow_param_change, host, pid, c
     if run.status == RunStatus.PENDING:
         return _attach(actor, run, resume, host, pid, create_fields)
     if resume in (MUST, ALLOW):
-        ran_as_job = hooks.any_receiver_says(hooks.run_ran_as_job, run=run)
-        refusal = policy.why_cannot_resume_by_id(actor, run, ran_as_job=ran_as_job)
+        refusal = policy.why_cannot_resume_by_id(actor, run)
         if refusal:
             raise Forbidden(refusal, field="external_id")
         return _resume(actor, run, create_fields.get("parameters"), allow_param_change, host, pid)

@@ -17,7 +17,6 @@ from django.utils.translation import gettext as _
 
 from mado import policy
 from mado.errors import Conflict, Forbidden, ValidationFailed
-from runs import hooks
 from runs.lease import lease_check
 from runs.models import DatasetVersion, DataStage, Project, Run
 
@@ -45,7 +44,7 @@ def dataset_versions_of_project(*, project: Project, ids, field: str = IDS_FIELD
 
 
 def _run_has_ended(run: Run) -> bool:
-    return run.is_final or hooks.any_receiver_says(hooks.run_job_ended, run=run)
+    return run.is_final or run.job_ended
 
 
 def why_cannot_record_stage(*, user, run: Run) -> str | None:

@@ -21,7 +21,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from mado import policy
 from mado.errors import Conflict, Forbidden, NotFound, ValidationFailed
-from runs import charts, compare, hooks, selectors, services, table
+from runs import charts, compare, selectors, services, table
 from runs.forms import DataStageRecordForm, MemberAddForm, MemberRoleForm, RunFilterForm, add_service_error
 
 RUNS_PER_PAGE = 25
@@ -147,12 +147,11 @@ def project_compare(request, slug):
 def run_page_context(request, pk, tab: str, **context):
     """``(run, context)`` for one tab of the Run page (``runs/run_detail.html``); another Project's Run: ``NotFound``.
 
-    Higher apps add to every tab through ``runs.hooks.run_page_context`` (the jobs app: ``job``).
+    What the page shows of the Run's Job the templates read through the jobs app's tags (``jobs_ui``).
     """
     run = selectors.run_get_for_user(user=request.user, run_id=pk)
     template = next(t for name, _url, t in RUN_TABS if name == tab)
-    context.update(run=run, tab=tab, tabs=RUN_TABS, tab_template=template, job=None)
-    context.update(hooks.merged_answers(hooks.run_page_context, run=run, user=request.user))
+    context.update(run=run, tab=tab, tabs=RUN_TABS, tab_template=template)
     return run, context
 
 

@@ -21,6 +21,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from checkpoints import selectors, services
+from mado.api import request_int
 from mado.errors import ValidationFailed
 from runs.api.serializers import FENCING_PARAMETER
 from runs.lease import fencing_token
@@ -91,14 +92,8 @@ def upload_source(request) -> tuple[object, int | None]:
     server terminates the input (gunicorn does); anything else has no body
     (HTTP/1.1: no length and no transfer coding means an empty body).
     """
-    raw_length = request.META.get("CONTENT_LENGTH")
-    if raw_length not in (None, ""):
-        try:
-            length = int(raw_length)
-        except ValueError:
-            length = -1
-        if length < 0:
-            raise ValidationFailed("Content-Length must be a non-negative integer", field="Content-Length")
+    length = request_int(request.META.get("CONTENT_LENGTH"), "Content-Length")
+    if length is not None:
         return (request.stream or io.BytesIO(b"")), length
     if request.META.get("wsgi.input_terminated"):
         return request.META["wsgi.input"], None

@@ -16,7 +16,7 @@ from checkpoints import selectors, services, storage
 from checkpoints.api.artifacts import LenientNegotiation, OctetStreamParser, ranged_download, upload_source
 from checkpoints.models import CheckpointState
 from mado.errors import Conflict
-from runs.api.projects import valid
+from mado.api import valid
 from runs.api.serializers import FENCING_PARAMETER
 from runs.lease import fencing_token
 from runs.selectors import run_get_for_user

@@ -7,7 +7,7 @@ from rest_framework.response import Response
 
 from checkpoints.services import code_version_create_with_archive
 from runs import selectors
-from runs.api.projects import PaginatedListApi, valid
+from mado.api import PaginatedListApi, valid
 from runs.api.serializers import CodeVersionInputSerializer, CodeVersionOutputSerializer
 
 

@@ -3,8 +3,10 @@
 import copy
 import logging
 import uuid
+from datetime import timedelta
 
 from celery import current_app
+from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
@@ -98,7 +100,24 @@ def create_job(
         celery_task_id=str(uuid.uuid4()), request_key=request_key, nproc_per_node=nproc_per_node,
     )
     outbox.dispatch_create(task=RUN_JOB_TASK, args=[job.pk], queue=queue.name, task_id=job.celery_task_id)
+    Run.objects.filter(pk=run.pk).update(ran_as_job=True)  # a fact runs reads (docs/design/house.md#arrows)
+    run.ran_as_job = True
     return job
+
+
+def record_job_alive(*, run_id: int, now) -> None:
+    """Write onto the Run that its Job's worker vouches for it until ``now`` + ``MADO_JOB_HEARTBEAT_TIMEOUT`` s.
+
+    The crash reaper spares a silent Run while this lies ahead
+    (``runs.liveness``); a Run whose Job already ended is left as it is.
+    """
+    alive_until = now + timedelta(seconds=settings.MADO_JOB_HEARTBEAT_TIMEOUT)
+    Run.objects.filter(pk=run_id, job_ended=False).update(job_alive_until=alive_until)
+
+
+def record_job_ended(*, run_id: int) -> None:
+    """Write onto the Run that its Job reached a final state: it takes no more data stages, nobody vouches for it."""
+    Run.objects.filter(pk=run_id).update(job_ended=True, job_alive_until=None)
 
 
 def revoke_on_commit(task_id: str) -> None:
@@ -126,6 +145,7 @@ def end_run(*, run_id: int, job_status: str, now=None) -> None:
     (MLflow checkpoint files become usable, F3; its sweep trial is told, F28).
     """
     before = Run.objects.select_for_update().filter(pk=run_id).values_list("status", flat=True).first()
+    record_job_ended(run_id=run_id)
     _set_final_status(run_id=run_id, target=RUN_STATUS_FOR_JOB[job_status], now=now or timezone.now())
     run = Run.objects.get(pk=run_id)
     if run.status != before:

@@ -19,7 +19,7 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from jobs.models import FINAL_STATES, Job, JobStatus, RunLogChunk, RunToken
-from jobs.services._common import end_run, revoke_on_commit, revoke_run_tokens
+from jobs.services._common import end_run, record_job_alive, record_job_ended, revoke_on_commit, revoke_run_tokens
 from mado import policy
 from mado.errors import Conflict, Forbidden, NotFound, UserError
 from runs.models import Run, RunStatus
@@ -52,6 +52,7 @@ def job_claim(*, job_id: int, worker_host: str) -> Job | None:
     )
     if not claimed:
         return None
+    record_job_alive(run_id=Job.objects.values_list("run_id", flat=True).get(pk=job_id), now=now)
     return Job.objects.select_related(
         "run__project", "run__source_checkpoint__run", "code_version__code", "code_version__archive", "queue", "created_by"
     ).get(pk=job_id)
@@ -66,8 +67,10 @@ def job_heartbeat(*, job_id: int) -> bool:
     leaves the worker its kill grace period. Call it well within
     ``MADO_JOB_HEARTBEAT_TIMEOUT`` (e.g. every 15 s).
     """
-    if not Job.objects.filter(pk=job_id, status=JobStatus.RUNNING).update(heartbeat_at=timezone.now()):
+    now = timezone.now()
+    if not Job.objects.filter(pk=job_id, status=JobStatus.RUNNING).update(heartbeat_at=now):
         return False
+    record_job_alive(run_id=Job.objects.values_list("run_id", flat=True).get(pk=job_id), now=now)
     return not Job.objects.filter(pk=job_id, abort_requested_at__isnull=False).exists()
 
 
@@ -246,6 +249,7 @@ def job_end_with_run(*, run: Run) -> Job | None:
     Job.objects.filter(pk=job.pk, status=JobStatus.QUEUED).update(
         status=status, error=error, started_at=run.started_at, ended_at=now
     )
+    record_job_ended(run_id=run.pk)
     revoke_run_tokens(run_id=run.pk, now=now + timedelta(seconds=ENDED_RUN_TOKEN_GRACE_S))
     revoke_on_commit(job.celery_task_id)
     job.refresh_from_db()

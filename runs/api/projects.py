@@ -11,6 +11,7 @@ from rest_framework.generics import GenericAPIView
 from rest_framework.response import Response
 from rest_framework.viewsets import GenericViewSet
 
+from mado.api import PaginatedListApi, valid
 from runs import selectors, services
 from runs.api.serializers import (
     CodeOutputSerializer,
@@ -26,22 +27,6 @@ from runs.api.serializers import (
 )
 
 TAG_PROJECTS = ["projects"]
-
-
-def valid(serializer_class, request) -> dict:
-    """Validated input of ``serializer_class`` for ``request.data``; a 400 naming the field otherwise."""
-    serializer = serializer_class(data=request.data)
-    serializer.is_valid(raise_exception=True)
-    return serializer.validated_data
-
-
-class PaginatedListApi(GenericAPIView):
-    """A list endpoint: paginate a selector's queryset through ``DefaultPagination``."""
-
-    def paginated(self, queryset, serializer_class) -> Response:
-        page = self.paginate_queryset(queryset)
-        data = serializer_class(page, many=True, context=self.get_serializer_context()).data
-        return self.get_paginated_response(data)
 
 
 class ProjectViewSet(GenericViewSet):

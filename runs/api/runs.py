@@ -23,7 +23,7 @@ from rest_framework.viewsets import GenericViewSet
 from mado.db import read_statement_timeout
 from mado.errors import NotFound, ValidationFailed
 from runs import selectors, services
-from runs.api.projects import valid
+from mado.api import request_int, valid
 from runs.api.serializers import (
     FENCING_PARAMETER,
     MetricBatchInputSerializer,
@@ -152,19 +152,6 @@ def _read_json_body(request):
         raise ValidationFailed(f"body is not valid JSON: {exc}", field="body") from None
 
 
-def _positive_int(request, name: str, default: int) -> int:
-    raw = request.query_params.get(name)
-    if raw in (None, ""):
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise ValidationFailed(f"{name} must be a positive integer", field=name)
-    return value
-
-
 _GET_OUTPUT = PolymorphicProxySerializer(
     component_name="MetricGetOutput",
     serializers=[MetricKeysOutputSerializer, MetricHistoryOutputSerializer],
@@ -249,11 +236,11 @@ class RunMetricsApi(APIView):
                 return Response({"keys": selectors.metric_keys(run=run)})
             shape = request.query_params.get("shape") or ""
             if request.query_params.get("max_points") not in (None, ""):
-                return self._downsampled(run, key, _positive_int(request, "max_points", 2), shape or "columns")
+                return self._downsampled(run, key, request_int(request.query_params.get("max_points"), "max_points", default=2, minimum=1), shape or "columns")
             if shape not in ("", "points"):
                 raise ValidationFailed("shape applies to a downsampled series: give max_points too", field="shape")
-            size = min(_positive_int(request, "page_size", METRIC_PAGE_SIZE), settings.MADO_METRIC_HISTORY_PAGE_MAX)
-            number = _positive_int(request, "page", 1)
+            size = min(request_int(request.query_params.get("page_size"), "page_size", default=METRIC_PAGE_SIZE, minimum=1), settings.MADO_METRIC_HISTORY_PAGE_MAX)
+            number = request_int(request.query_params.get("page"), "page", default=1, minimum=1)
             count = selectors.metric_count(run=run, key=key)
             if number > 1 and (number - 1) * size >= count:
                 raise NotFound(f"page {number} is past the end ({count} points)", field="page")

@@ -11,9 +11,8 @@ from rest_framework import serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from mado.errors import ValidationFailed
 from runs import selectors, services
-from runs.api.projects import valid
+from mado.api import request_int, valid
 from runs.api.serializers import FENCING_PARAMETER
 from runs.lease import fencing_token
 
@@ -77,19 +76,6 @@ _GET_OUTPUT = PolymorphicProxySerializer(
 )
 
 
-def _at_step(request) -> int | None:
-    raw = request.query_params.get("at_step")
-    if raw in (None, ""):
-        return None
-    try:
-        step = int(raw)
-    except ValueError:
-        step = -1
-    if step < 0:
-        raise ValidationFailed("at_step must be an integer >= 0", field="at_step")
-    return step
-
-
 class RunDataStagesApi(APIView):
     """``runs/{id}/data-stages/``: the Run's training data history; POST records a stage."""
 
@@ -101,7 +87,7 @@ class RunDataStagesApi(APIView):
         """``{run_id, initial_dataset_versions, results: [stage…]}``; with ``?at_step=N``:
         ``{run_id, step, dataset_version_ids, dataset_versions}``, the set in force at step N."""
         run = selectors.run_get_for_user(user=request.user, run_id=run_id)
-        step = _at_step(request)
+        step = request_int(request.query_params.get("at_step"), "at_step")
         if step is not None:
             versions = selectors.data_composition_at(run=run, step=step)
             body = {"run_id": run.pk, "step": step, "dataset_version_ids": sorted(v.pk for v in versions),

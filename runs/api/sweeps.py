@@ -16,7 +16,7 @@ from rest_framework.response import Response
 from rest_framework.viewsets import GenericViewSet
 
 from runs import selectors as run_selectors
-from runs.api.projects import valid
+from mado.api import valid
 from runs.models import MetricGoal, RunStatus, SweepMethod, TrialState
 from runs.sweeps import selectors, services
 

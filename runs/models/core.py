@@ -239,6 +239,13 @@ class Run(models.Model):
     last_write_at = models.DateTimeField(null=True, blank=True, help_text="last write of any kind (metrics, params, files)")
     ended_reason = models.CharField(max_length=500, blank=True, help_text="why the server ended the Run (e.g. crashed)")
     deleted_at = models.DateTimeField(null=True, blank=True, help_text="soft-deleted (MLflow delete_run); restorable")
+    # Facts about the Run's Job, written by the jobs app when they become true (docs/design/house.md#arrows):
+    # runs reads them and never asks. Each defaults to the answer that grants nothing.
+    ran_as_job = models.BooleanField(default=False, help_text="a Job runs or ran this Run (its writers reopen it)")
+    job_ended = models.BooleanField(default=False, help_text="the Run's Job reached a final state")
+    job_alive_until = models.DateTimeField(
+        null=True, blank=True, help_text="the Job's worker vouches for the Run until then (its last heartbeat + timeout)"
+    )
 
     objects = VisibleQuerySet.as_manager()
 

@@ -3,7 +3,8 @@
 import pytest
 
 from checkpoints.models import Checkpoint, CheckpointState
-from jobs.models import Job, JobStatus, Queue
+from jobs.models import JobKind, Queue
+from jobs.services._common import create_job, record_job_ended
 from mado.errors import Conflict, Forbidden, ValidationFailed
 from runs.models import DataStage, RunStatus
 from runs.selectors import data_composition_at, data_stage_history, why_cannot_record_stage
@@ -123,11 +124,11 @@ def test_it_is_refused_once_the_run_is_final(started, creator, versions, status)
 
 
 def test_it_is_refused_once_the_runs_job_has_ended(started, creator, versions):
-    from django.utils import timezone
-
-    Job.objects.create(run=started, code_version=CodeVersionFactory(code__project=started.project),
-                       queue=Queue.objects.get_or_create(name="cpu")[0], created_by=creator,
-                       status=JobStatus.SUCCEEDED, ended_at=timezone.now())
+    """The jobs app writes "its Job ended" onto the Run (``record_job_ended``); the Run itself may still be live."""
+    create_job(run=started, code_version=CodeVersionFactory(code__project=started.project),
+               queue=Queue.objects.get_or_create(name="cpu")[0], kind=JobKind.NEW, created_by=creator, max_retries=0)
+    record_job_ended(run_id=started.pk)
+    started.refresh_from_db()
     with pytest.raises(Conflict, match="the Job has ended"):
         record(started, creator, 1, versions[:1])
 
