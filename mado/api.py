@@ -1,4 +1,4 @@
-"""What every app's API views share: validated input, pagination, integers read from a request.
+"""What every app's API views share: validated input, paginated lists, integers read from a request.
 
 Views of ``/api/v1/`` answer errors as ``{"error", "detail", "field"}``
 (``mado.errors``); the helpers here raise those errors, naming the field
@@ -6,17 +6,9 @@ Views of ``/api/v1/`` answer errors as ``{"error", "detail", "field"}``
 """
 
 from rest_framework.generics import GenericAPIView
-from rest_framework.pagination import PageNumberPagination
 from rest_framework.response import Response
 
 from mado.errors import ValidationFailed
-
-
-class DefaultPagination(PageNumberPagination):
-    """``{"count", "next", "previous", "results"}`` pages; ``?page_size=`` up to 1000."""
-
-    page_size_query_param = "page_size"
-    max_page_size = 1000
 
 
 class PaginatedListApi(GenericAPIView):

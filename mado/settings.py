@@ -153,7 +153,7 @@ REST_FRAMEWORK = {
     ],
     # RunTokenScope: a Job's token (MMT_API_TOKEN) acts on its own Run only (docs/api.md).
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated", "mado.authentication.RunTokenScope"],
-    "DEFAULT_PAGINATION_CLASS": "mado.api.DefaultPagination",
+    "DEFAULT_PAGINATION_CLASS": "mado.pagination.DefaultPagination",
     "PAGE_SIZE": 50,
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "mado.errors.api_exception_handler",

@@ -5,6 +5,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from jobs.services._common import record_job_alive, record_job_ended
 from jobs.models import Job, JobStatus, Queue
 from jobs.tasks import reap_crashed_runs
 from runs.liveness import runs_reap_crashed
@@ -159,13 +160,18 @@ def test_runs_that_are_not_live_are_left_alone(live_run, settings, status):
 
 
 def _job(run, creator, *, status, job_beat_age):
-    return Job.objects.create(
+    """A Job of ``run`` whose worker last beat ``job_beat_age`` s ago, with the facts the jobs app writes."""
+    beat = timezone.now() - timedelta(seconds=job_beat_age)
+    job = Job.objects.create(
         run=run, code_version=CodeVersionFactory(code__project=run.project, code__created_by=creator),
         queue=Queue.objects.get_or_create(name="cpu")[0], status=status, created_by=creator,
-        started_at=timezone.now() - timedelta(hours=1),
-        heartbeat_at=timezone.now() - timedelta(seconds=job_beat_age),
+        started_at=timezone.now() - timedelta(hours=1), heartbeat_at=beat,
         ended_at=None if status == JobStatus.RUNNING else timezone.now(),
     )
+    record_job_alive(run_id=run.pk, now=beat)
+    if status != JobStatus.RUNNING:
+        record_job_ended(run_id=run.pk)
+    return job
 
 
 def test_a_run_whose_job_is_still_heartbeating_is_not_crashed(live_run, creator, settings):
