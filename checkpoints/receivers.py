@@ -1,5 +1,5 @@
-"""What the checkpoints app does when runs tells of a Run's life (``runs.hooks``; ARCHITECTURE rule 7), and how the
-outbox tells whether a verification message is still awaited (``mado.outbox``)."""
+"""What the checkpoints app does when runs tells of a Run's life (``runs.hooks``; docs/design/house.md#arrows), and how
+the outbox tells whether a verification message is still awaited (``mado.outbox``)."""
 
 from checkpoints.services.direct import VERIFY_TASK
 from checkpoints.services.janitor import verification_give_up, verification_waits
@@ -9,7 +9,8 @@ from runs import hooks
 
 
 def complete_files_of_ended_run(sender, *, run, **kwargs) -> None:
-    """A Run ended: files logged under ``checkpoints/step-N/`` through the MLflow API become usable (SPEC F3)."""
+    """A Run ended: files logged under ``checkpoints/step-N/`` through the MLflow API become usable
+    (docs/design/checkpoints.md#mlflow-checkpoints)."""
     checkpoint_files_complete_for_run(run_id=run.pk)
 
 

@@ -1,5 +1,6 @@
 """What the jobs app answers when runs asks about a Run's Job (``runs.hooks``), how a Run token authenticates
-(``mado.authentication``) and whether a ``run_job`` message is still awaited (``mado.outbox``): registered here so the lower apps never import jobs (ARCHITECTURE rule 7)."""
+(``mado.authentication``) and whether a ``run_job`` message is still awaited (``mado.outbox``): registered here so the
+lower apps never import jobs (docs/design/house.md#arrows)."""
 
 from datetime import timedelta
 
@@ -23,22 +24,26 @@ def job_vouches_for_run(sender, *, run_id: int, now, **kwargs) -> bool:
 
 
 def run_is_a_jobs(sender, *, run, **kwargs) -> bool:
-    """True when ``run`` ran (or runs) as a Job (SPEC F24, F31: then only its writers reopen it by id)."""
+    """True when ``run`` ran (or runs) as a Job (docs/design/runs.md#resume-modes, #write-rule: then only its writers
+    reopen it by id)."""
     return Job.objects.filter(run_id=run.pk).exists()
 
 
 def job_of_run_ended(sender, *, run, **kwargs) -> bool:
-    """True when ``run`` ran as a Job that reached a final state (SPEC F20: no data stage after that)."""
+    """True when ``run`` ran as a Job that reached a final state (docs/design/runs.md#data-stages: no data stage after
+    that)."""
     return Job.objects.filter(run_id=run.pk, status__in=FINAL_STATES).exists()
 
 
 def job_follows_ended_run(sender, *, run, **kwargs) -> None:
-    """``run`` ended: its Job, when no worker ever claimed it, ends with it (``job_end_with_run``, F16)."""
+    """``run`` ended: its Job, when no worker ever claimed it, ends with it (``job_end_with_run``,
+    docs/design/worker.md#subprocess)."""
     job_end_with_run(run=run)
 
 
 def job_on_run_page(sender, *, run, user, **kwargs) -> dict:
-    """``{"job": the Job of run or None, "resume_refusal": why user cannot resume it}`` for every Run page tab (F6)."""
+    """``{"job": the Job of run or None, "resume_refusal": why user cannot resume it}`` for every Run page tab
+    (docs/design/resume.md#who-may-resume)."""
     return {"job": job_for_run(run=run), "resume_refusal": resume_refusal(user=user, run=run, need_checkpoint=False)}
 
 

@@ -1,4 +1,5 @@
-"""Where higher apps (checkpoints, jobs) take part in a Run's life without runs importing them (ARCHITECTURE rule 7).
+"""Where higher apps (checkpoints, jobs) take part in a Run's life without runs importing them
+(docs/design/house.md#arrows).
 
 The arrows point one way: jobs → checkpoints → runs → mado. When something in
 runs must reach a higher app — a Run ended, so its MLflow checkpoint files

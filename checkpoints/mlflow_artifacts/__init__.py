@@ -1,1 +1,1 @@
-"""MLflow artifact proxy, mounted at ``api/2.0/mlflow-artifacts/`` (SPEC F30)."""
+"""MLflow artifact proxy, mounted at ``api/2.0/mlflow-artifacts/`` (docs/design/interfaces.md#mlflow)."""
