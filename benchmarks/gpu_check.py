@@ -1,4 +1,5 @@
-"""GPU check driver (SPEC F36), started by ``benchmarks/gpu_check.sh`` once it has counted the GPUs.
+"""GPU check driver (docs/design/worker.md#distributed), started by ``benchmarks/gpu_check.sh`` once it has counted the
+GPUs.
 
 On a fresh SQLite data directory it starts gunicorn (``metrics_ingest.serve``)
 and, in the same run:

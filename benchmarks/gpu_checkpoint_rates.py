@@ -1,4 +1,5 @@
-"""Sharded checkpoint save and restore rates on every rank's GPU (SPEC F36); run by ``benchmarks/gpu_check.sh``.
+"""Sharded checkpoint save and restore rates on every rank's GPU (docs/design/worker.md#distributed); run by
+``benchmarks/gpu_check.sh``.
 
 Started by ``torchrun --nproc-per-node N``: each rank holds ``--size-mib``
 MiB of float32 parameters on its own GPU (``checkpoint_io.big_model``) and
@@ -65,7 +66,8 @@ def store_as_tar(source: Path, tar_path: Path) -> dict:
 
 def restore_like_the_worker(tar_path: Path, stored: dict, target: Path) -> None:
     """Verify + extract the stored tar in one pass into ``target``, as the worker and the init container do
-    (SPEC F12–F14): every file against the manifest, the tar's size and SHA-256; 1 MiB reads."""
+    (docs/design/worker.md#fetch, #verify, #extract): every file against the manifest, the tar's size and SHA-256; 1 MiB
+    reads."""
     from mado_tracking.extract import extract_checkpoint_stream
 
     def chunks():

@@ -1,4 +1,4 @@
-"""Workspace pages at scale (SPEC F34): prints figures, asserts nothing.
+"""Workspace pages at scale (docs/design/interfaces.md#workspace): prints figures, asserts nothing.
 
 Builds, on PostgreSQL, a project with ``--runs`` runs (default 10,000), each
 with varying parameters and ``--keys`` metric keys (default 50) of

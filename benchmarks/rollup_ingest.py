@@ -1,4 +1,5 @@
-"""What the per-bucket metric rollup costs the write path (SPEC F2, F34): prints figures, asserts nothing.
+"""What the per-bucket metric rollup costs the write path (docs/design/resume.md#steps-continue;
+docs/design/interfaces.md#workspace): prints figures, asserts nothing.
 
 Stores ``--batches`` batches of ``--keys`` keys x ``--steps`` consecutive
 steps (10 x 1,000 = 10,000 points by default, a dense SDK flush: the case

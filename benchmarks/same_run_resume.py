@@ -1,4 +1,5 @@
-"""Same-run resume and sweep claims (SPEC F24, F25, F28): prints figures, asserts nothing.
+"""Same-run resume and sweep claims (docs/design/runs.md#resume-modes, #one-writer-process;
+docs/design/sweeps.md#requeue): prints figures, asserts nothing.
 
 In-process against a fresh database: for each size in ``--points`` a Run
 logs that many metric points (through ``metrics_ingest``, 10,000 a batch),

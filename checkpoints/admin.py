@@ -1,8 +1,9 @@
-"""Django admin for Artifacts, Checkpoints and manifests: read-only (SPEC F1, F5, F29).
+"""Django admin for Artifacts, Checkpoints and manifests: read-only (docs/design/checkpoints.md#a-checkpoint, #deletion;
+docs/design/interfaces.md#surfaces).
 
 A Checkpoint is immutable and an artifact may only be deleted by a Project
 admin through the service that checks the keep count and the runs that use it
-(race-free, F5); the admin therefore shows these rows without add, change or
+(race-free, docs/design/checkpoints.md#deletion); the admin therefore shows these rows without add, change or
 delete.
 """
 

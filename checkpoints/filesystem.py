@@ -1,4 +1,5 @@
-"""The file-system artifact storage: every save is on disk before it returns (SPEC F1, F33).
+"""The file-system artifact storage: every save is on disk before it returns
+(docs/design/checkpoints.md#a-checkpoint, #save-and-restore).
 
 Django's ``FileSystemStorage`` leaves a saved file in the page cache, so a
 checkpoint could be ``complete`` while its tar was still only in memory: a

@@ -1,4 +1,5 @@
-"""Artifacts (stored files of a Run) and Checkpoints with their manifests (SPEC F1, F4, F5)."""
+"""Artifacts (stored files of a Run) and Checkpoints with their manifests
+(docs/design/checkpoints.md#a-checkpoint, #keep-count, #deletion)."""
 
 from django.conf import settings
 from django.db import models
@@ -71,16 +72,18 @@ class CheckpointQuerySet(VisibleQuerySet):
 
 
 class CheckpointLayout(models.TextChoices):
-    """How a checkpoint's bytes are stored: one tar Artifact (the SDK) or one Artifact per file (MLflow, SPEC F3)."""
+    """How a checkpoint's bytes are stored: one tar Artifact (the SDK) or one Artifact per file (MLflow,
+    docs/design/checkpoints.md#mlflow-checkpoints)."""
 
     TAR = "tar", "tar"
     FILES = "files", "files"
 
 
 class Checkpoint(models.Model):
-    """A directory saved at ``step`` (steps completed), stored as one tar artifact (SPEC F1).
+    """A directory saved at ``step`` (steps completed), stored as one tar artifact
+    (docs/design/checkpoints.md#a-checkpoint).
 
-    Immutable once complete; ``(run, step)`` is unique (ARCHITECTURE rule 2).
+    Immutable once complete; ``(run, step)`` is unique (docs/design/house.md#immutable).
     Only ``complete`` checkpoints are usable. While ``pending``:
     ``received`` holds what the server itself computed from the uploaded
     bytes (``{"storage_key", "size", "sha256", "members": [{path, size,
@@ -90,7 +93,7 @@ class Checkpoint(models.Model):
     "tar_sha256", "manifest"}``) and ``error`` why the last attempt failed.
     Once complete, the files are ManifestEntry rows, the tar an Artifact, and
     ``received`` keeps only ``{"size", "sha256"}``. With ``layout="files"``
-    (uploaded by the MLflow client, SPEC F3) there is no tar: each
+    (uploaded by the MLflow client, docs/design/checkpoints.md#mlflow-checkpoints) there is no tar: each
     ManifestEntry points at the Artifact holding that file, rows are added
     while pending, and ``tar_size``/``tar_sha256``/``artifact`` stay empty.
     """
@@ -100,7 +103,7 @@ class Checkpoint(models.Model):
     framework = models.CharField(max_length=50, blank=True)
     world_size = models.PositiveIntegerField(
         null=True, blank=True,
-        help_text="processes that wrote a sharded torch-dcp checkpoint: every rank's shard must be in it (F36)",
+        help_text="processes that wrote a sharded torch-dcp checkpoint: every rank's shard must be in it",
     )
     includes_optimizer = models.BooleanField(default=False)
     file_count = models.PositiveIntegerField(default=0)
@@ -111,7 +114,7 @@ class Checkpoint(models.Model):
     state = models.CharField(max_length=10, choices=CheckpointState.choices, default=CheckpointState.PENDING)
     layout = models.CharField(
         max_length=5, choices=CheckpointLayout.choices, default=CheckpointLayout.TAR,
-        help_text="tar: one tar artifact; files: one artifact per manifest entry (MLflow log_artifacts, SPEC F3)",
+        help_text="tar: one tar artifact; files: one artifact per manifest entry (MLflow log_artifacts)",
     )
     idempotency_key = models.CharField(
         max_length=200, null=True, blank=True, help_text="the registering request's Idempotency-Key (unique per run)"
@@ -123,7 +126,7 @@ class Checkpoint(models.Model):
     declared = models.JSONField(null=True, blank=True, help_text="declaration awaiting the S3 verification task")
     error = models.TextField(blank=True, help_text="why the last upload or verification failed")
     lease_token = models.BigIntegerField(
-        default=0, help_text="the Run's fencing token when registered: a pending checkpoint of an older writer can be taken over (F25)"
+        default=0, help_text="the Run's fencing token when registered: a pending checkpoint of an older writer can be taken over"
     )
     created_at = models.DateTimeField(auto_now_add=True)
     completed_at = models.DateTimeField(null=True, blank=True)
@@ -152,7 +155,7 @@ class Checkpoint(models.Model):
 
     @property
     def artifact_path(self) -> str:
-        """The Run artifact path of the tar (SPEC F1)."""
+        """The Run artifact path of the tar (docs/design/checkpoints.md#a-checkpoint)."""
         return f"checkpoints/step-{self.step}.tar"
 
     @property
@@ -165,17 +168,19 @@ class Checkpoint(models.Model):
 
 
 class ManifestEntry(models.Model):
-    """One file of a Checkpoint: relative path, SHA-256 and size in bytes (SPEC F1, F13)."""
+    """One file of a Checkpoint: relative path, SHA-256 and size in bytes (docs/design/checkpoints.md#a-checkpoint;
+    docs/design/worker.md#verify)."""
 
     checkpoint = models.ForeignKey(Checkpoint, on_delete=models.CASCADE, related_name="manifest")
     # Up to MADO_TAR_MAX_PATH_BYTES (4,096 by default) bytes: too long for a B-tree index entry, so the unique
-    # index is on the path's MD5 (the tar reader already refused duplicate and colliding names, F13).
+    # index is on the path's MD5 (the tar reader already refused duplicate and colliding names,
+    # docs/design/worker.md#verify).
     path = models.TextField()
     sha256 = models.CharField(max_length=64)
     size = models.BigIntegerField(help_text="bytes")
     artifact = models.ForeignKey(
         Artifact, null=True, blank=True, on_delete=models.PROTECT, related_name="+",
-        help_text="layout files only: the Run artifact holding this file's bytes (protected from a plain delete, F5)",
+        help_text="layout files only: the Run artifact holding this file's bytes (protected from a plain delete)",
     )
 
     class Meta:

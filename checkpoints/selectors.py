@@ -1,8 +1,9 @@
-"""Reads of Artifacts and Checkpoints for pages and the API (STYLE: Selectors; SPEC F4, F5, F12).
+"""Reads of Artifacts and Checkpoints for pages and the API (docs/design/house.md#where-logic-goes;
+docs/design/checkpoints.md#keep-count, #deletion; docs/design/worker.md#fetch).
 
 Every lookup is scoped to the user's Projects: another Project's artifact or
 checkpoint is indistinguishable from a missing one (``NotFound``, 404). The
-keep-count rule (SPEC F4, F5) lives in ``_kept`` only.
+keep-count rule (docs/design/checkpoints.md#keep-count, #deletion) lives in ``_kept`` only.
 """
 
 from collections.abc import Iterator
@@ -42,7 +43,7 @@ def artifact_open_range(*, artifact: Artifact, start: int = 0, end: int | None =
 
     The caller has checked ``0 <= start <= end < artifact.size``. Returns an
     iterator of chunks of at most 1 MiB; close it to release the file or the
-    S3 connection. Used by downloads with HTTP Range (SPEC F12: a broken
+    S3 connection. Used by downloads with HTTP Range (docs/design/worker.md#fetch: a broken
     download resumes where it stopped).
     """
     last = artifact.size - 1 if end is None else min(end, artifact.size - 1)
@@ -50,7 +51,8 @@ def artifact_open_range(*, artifact: Artifact, start: int = 0, end: int | None =
 
 
 def artifact_delete_blockers(*, user, run: Run, artifacts) -> dict[int, str | None]:
-    """The sentence a page shows in place of each artifact's Delete button: ``{artifact id: reason or None}`` (SPEC F5).
+    """The sentence a page shows in place of each artifact's Delete button: ``{artifact id: reason or None}``
+    (docs/design/checkpoints.md#deletion).
 
     Project admins only (``mado.policy``); a checkpoint's tar is deleted
     through its checkpoint's rules, never as a plain file. Advisory:
@@ -67,7 +69,7 @@ def artifact_delete_blockers(*, user, run: Run, artifacts) -> dict[int, str | No
     return {a.pk: reason % {"step": tar_steps[a.pk]} if a.pk in tar_steps else None for a in artifacts}
 
 
-# --- checkpoints (SPEC F1, F4, F5) ---------------------------------------------------
+# --- checkpoints (docs/design/checkpoints.md#a-checkpoint, #keep-count, #deletion) ------------------------------------
 
 
 def checkpoint_keep_count() -> int:
@@ -76,7 +78,8 @@ def checkpoint_keep_count() -> int:
 
 
 def _kept(run_ref) -> QuerySet[Checkpoint]:
-    """The one keep-count rule (SPEC F4, F5): the newest K complete checkpoints of a Run, by step.
+    """The one keep-count rule (docs/design/checkpoints.md#keep-count, #deletion): the newest K complete checkpoints of
+    a Run, by step.
 
     ``run_ref`` is a run id or ``OuterRef("run_id")``. Everything that
     flags, lists or protects checkpoints by the keep count goes through here.
@@ -107,7 +110,8 @@ def checkpoint_kept_ids(*, run_id: int) -> set[int]:
 def checkpoint_list_for_run(
     *, run: Run, include_older: bool, include_unusable: bool = False, include_failed: bool = False
 ) -> tuple[QuerySet[Checkpoint], int]:
-    """The Run's checkpoints for its Checkpoint tab and the API: ``(checkpoints, hidden_older_count)`` (SPEC F4).
+    """The Run's checkpoints for its Checkpoint tab and the API: ``(checkpoints, hidden_older_count)``
+    (docs/design/checkpoints.md#keep-count).
 
     ``checkpoints`` is newest step first, each annotated ``within_keep_count``
     (bool: among the newest K complete ones, K = ``MMT_CHECKPOINT_KEEP_COUNT``).
@@ -139,7 +143,7 @@ def checkpoint_get_for_user(*, user, checkpoint_id) -> Checkpoint:
     """The checkpoint ``checkpoint_id`` of a Run in one of the user's Projects, annotated ``within_keep_count``.
 
     Any state (pending, complete, deleted). Another Project's checkpoint and
-    a missing one alike raise ``NotFound`` (404, ARCHITECTURE rule 1).
+    a missing one alike raise ``NotFound`` (404, docs/design/house.md#one-policy).
     """
     try:
         checkpoint_id = int(checkpoint_id)
@@ -162,7 +166,7 @@ def checkpoint_manifest(*, checkpoint: Checkpoint) -> QuerySet[ManifestEntry]:
 
 
 def checkpoint_delete_refusal(*, checkpoint: Checkpoint, kept_ids: set[int]) -> str | None:
-    """Why ``checkpoint`` may not be deleted by anyone (SPEC F5), or None.
+    """Why ``checkpoint`` may not be deleted by anyone (docs/design/checkpoints.md#deletion), or None.
 
     ``kept_ids`` comes from ``checkpoint_kept_ids`` (the service passes the
     ids it read under its row locks). Reasons: already deleted; inside the
@@ -184,7 +188,8 @@ def checkpoint_delete_refusal(*, checkpoint: Checkpoint, kept_ids: set[int]) -> 
 
 
 def checkpoint_delete_blocker(*, user, checkpoint: Checkpoint) -> str | None:
-    """The sentence a page shows in place of the Delete button, or None when the user may delete (SPEC F5).
+    """The sentence a page shows in place of the Delete button, or None when the user may delete
+    (docs/design/checkpoints.md#deletion).
 
     Project admins only (``mado.policy``), then ``checkpoint_delete_refusal``.
     Advisory: ``services.checkpoint_delete`` checks again under row locks.

@@ -1,4 +1,5 @@
-"""Streaming access to the artifact storage, ``storages["artifacts"]`` (SPEC F1, F5, F12).
+"""Streaming access to the artifact storage, ``storages["artifacts"]``
+(docs/design/checkpoints.md#a-checkpoint, #deletion; docs/design/worker.md#fetch).
 
 Bytes are never held whole in memory: uploads are read in ``CHUNK_SIZE``
 pieces, hashed (SHA-256) and counted on the way into the storage; downloads
@@ -243,7 +244,8 @@ def blob_size(key: str) -> int:
 
 
 def blob_iter_resuming(*, key: str, size: int, attempts: int = 4, chunk_size: int = CHUNK_SIZE) -> Iterator[bytes]:
-    """Yield the ``size`` bytes of blob ``key`` in order; a read that breaks resumes where it stopped (SPEC F12).
+    """Yield the ``size`` bytes of blob ``key`` in order; a read that breaks resumes where it stopped
+    (docs/design/worker.md#fetch).
 
     Each resume is a new ranged read from the first byte not yet yielded;
     after ``attempts`` consecutive failures the last error propagates.

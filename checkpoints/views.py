@@ -1,10 +1,9 @@
 """Pages of Checkpoints and Artifacts: the Run's Checkpoint and Artifacts tabs, a checkpoint's manifest, deletion.
 
-SPEC F4, F5, F29. Each view fetches through a selector
-(another Project's object is a 404), calls at most one service and renders or
-redirects. Who may delete what, and why not, comes from the selectors'
-blocker functions (``mado.policy`` underneath); the services check again
-under row locks, so a page that went stale meanwhile gets a message, never a
+docs/design/checkpoints.md#keep-count, #deletion; docs/design/interfaces.md#surfaces. Each view fetches through a
+selector (another Project's object is a 404), calls at most one service and renders or redirects. Who may delete what,
+and why not, comes from the selectors' blocker functions (``mado.policy`` underneath); the services check again under
+row locks, so a page that went stale meanwhile gets a message, never a
 500. Downloads are the API's streamed endpoints, which accept the session.
 """
 
@@ -28,19 +27,21 @@ MANIFEST_PER_PAGE = 500
 @page
 @require_GET
 def run_checkpoints(request, pk):
-    """The Checkpoint tab (SPEC F4): the newest K complete checkpoints and failed uploads (with their reason);
-    ``?older=1`` lists every one, deleted too.
+    """The Checkpoint tab (docs/design/checkpoints.md#keep-count): the newest K complete checkpoints and failed uploads
+    (with their reason); ``?older=1`` lists every one, deleted too.
 
-    Each complete checkpoint offers its tar, "Resume from here" (F7), "Continue training" (F22) and Delete (F5);
-    a refusal that holds for every row (the user's role) is said once above the table, a kept checkpoint
-    says "kept" (the keep rule is said once in the tab's head)."""
+    Each complete checkpoint offers its tar, "Resume from here" (docs/design/resume.md#from-a-checkpoint), "Continue
+    training" (docs/design/resume.md#continue) and Delete (docs/design/checkpoints.md#deletion); a refusal that holds
+    for every row (the user's role) is said once above the table, a kept checkpoint says "kept" (the keep rule is said
+    once in the tab's head)."""
     older = request.GET.get("older") == "1"
     run, context = run_page_context(request, pk, "checkpoints")
     checkpoints, hidden = selectors.checkpoint_list_for_run(run=run, include_older=older, include_unusable=older,
                                                             include_failed=True)
     checkpoints = list(checkpoints)
     blockers = selectors.checkpoint_delete_blockers(user=request.user, run=run, checkpoints=checkpoints)
-    # "Continue training from these weights" (F22) on each complete checkpoint, or the sentence in its place.
+    # "Continue training from these weights" (docs/design/resume.md#continue) on each complete checkpoint, or the
+    # sentence in its place.
     continue_refusals = {
         checkpoint.pk: policy.why_cannot_continue(request.user, checkpoint)
         for checkpoint in checkpoints if checkpoint.state == CheckpointState.COMPLETE
@@ -61,8 +62,8 @@ def run_checkpoints(request, pk):
 @page
 @require_GET
 def checkpoint_detail(request, pk):
-    """One checkpoint: its facts, the tar's download link, "Continue training" (F22) or why not, its manifest
-    (path, size, SHA-256), Delete or why not."""
+    """One checkpoint: its facts, the tar's download link, "Continue training" (docs/design/resume.md#continue) or why
+    not, its manifest (path, size, SHA-256), Delete or why not."""
     checkpoint = selectors.checkpoint_get_for_user(user=request.user, checkpoint_id=pk)
     manifest = Paginator(selectors.checkpoint_manifest(checkpoint=checkpoint), MANIFEST_PER_PAGE)
     context = {
@@ -78,7 +79,8 @@ def checkpoint_detail(request, pk):
 @page
 @require_http_methods(["GET", "POST"])
 def checkpoint_delete(request, pk):
-    """GET: the confirmation, or the reason it cannot be deleted; POST: ``services.checkpoint_delete`` (SPEC F5).
+    """GET: the confirmation, or the reason it cannot be deleted; POST: ``services.checkpoint_delete``
+    (docs/design/checkpoints.md#deletion).
 
     Not an admin → 403 (the service's ``Forbidden``); a refusal by the rules
     (keep count, a Run's source, a concurrent change) → back to the tab with
@@ -112,7 +114,8 @@ def run_artifacts(request, pk):
 @page
 @require_http_methods(["GET", "POST"])
 def artifact_delete(request, pk):
-    """GET ``?path=``: the confirmation or the reason; POST ``path``: ``services.artifact_delete`` (SPEC F5).
+    """GET ``?path=``: the confirmation or the reason; POST ``path``: ``services.artifact_delete``
+    (docs/design/checkpoints.md#deletion).
 
     Not an admin → 403; a checkpoint's tar (the service's ``Conflict``) →
     back to the tab with the reason as a message.

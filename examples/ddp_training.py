@@ -1,4 +1,5 @@
-"""The digits MLP of ``training.py`` under DistributedDataParallel, with sharded checkpoints (SPEC F36).
+"""The digits MLP of ``training.py`` under DistributedDataParallel, with sharded checkpoints
+(docs/design/worker.md#distributed).
 
 Run it with torchrun (gloo on CPU, nccl when CUDA is available), or as a Job
 with ``nproc_per_node`` > 1 (the worker starts torchrun), or as one plain

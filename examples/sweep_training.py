@@ -1,4 +1,5 @@
-"""One sweep trial: the digits MLP of ``examples/training.py`` with ``--lr`` and ``--hidden`` (SPEC F24–F28).
+"""One sweep trial: the digits MLP of ``examples/training.py`` with ``--lr`` and ``--hidden``
+(docs/design/runs.md#resume-modes, #one-writer-process, #states; docs/design/sweeps.md#sweeps, #requeue).
 
     mado sweep create examples/sweep.yaml --project demo    # prints the sweep's id
     mado agent SWEEP_ID --forward-signals                   # on every machine that should run trials

@@ -1,4 +1,6 @@
-"""Train a small MLP on scikit-learn's digits and log it to mado (SPEC F19, F2, F1, F17, F18).
+"""Train a small MLP on scikit-learn's digits and log it to mado (docs/design/interfaces.md#example-program;
+docs/design/resume.md#steps-continue, #in-the-code; docs/design/checkpoints.md#a-checkpoint;
+docs/design/runs.md#offline).
 
 Real PyTorch training on a real data set that ships with scikit-learn (1,797
 8x8 images of handwritten digits, no download), deterministic on CPU: the same
@@ -26,11 +28,11 @@ step S; ``--output PATH`` writes the final weights as JSON (byte-comparable);
     MMT_RESUME_CHECKPOINT_FILE=/tmp/x/resume.json \
         python examples/training.py --offline --steps 40 --checkpoint-every 10 --output /tmp/x/resumed.json
 
-``--add-dataset-at-step S`` adds data mid-training (SPEC F20, F21): from step S the loader draws from the
-digits plus a noisy copy of them (a second, deterministic dataset version), and the program then records
-that data stage with ``run.log_training_data_stage(S, ids, checkpoint_id=<latest checkpoint <= S>)``,
-``ids`` being the full set given by ``--dataset-version-ids A,B`` (or ``MMT_DATASET_VERSION_IDS``).
-Offline, the loader switches but the stage is not recorded (online only). Without the flag nothing changes.
+``--add-dataset-at-step S`` adds data mid-training (docs/design/runs.md#data-stages, #data-stages-sdk): from step S the
+loader draws from the digits plus a noisy copy of them (a second, deterministic dataset version), and the program then
+records that data stage with ``run.log_training_data_stage(S, ids, checkpoint_id=<latest checkpoint <= S>)``, ``ids``
+being the full set given by ``--dataset-version-ids A,B`` (or ``MMT_DATASET_VERSION_IDS``). Offline, the loader switches
+but the stage is not recorded (online only). Without the flag nothing changes.
 
 Each checkpoint also holds ``data.json``: the dataset version ids it was trained on (``MMT_DATASET_VERSION_IDS``).
 A Job that continues from it with another data mix (``MMT_START_KIND=continue`` and other ids) resets the data
@@ -189,7 +191,8 @@ def train(run, model: nn.Module, optimizer: torch.optim.Optimizer, data: tuple[t
             if step == fail_at_step:
                 raise SimulatedFailure(f"--fail-at-step {fail_at_step}: stopping at step {step}")
             if step == add_dataset_at_step:
-                x, y = with_added_dataset(data)  # switch the loader first, then record (F21)
+                # switch the loader first, then record (docs/design/runs.md#data-stages-sdk)
+                x, y = with_added_dataset(data)
                 record_stage(run, step, stage_ids or [], last_checkpoint_id)
             index = torch.randint(0, x.shape[0], (batch_size,), generator=generator)
             loss, accuracy = train_step(model, optimizer, x[index], y[index])

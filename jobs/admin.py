@@ -1,4 +1,5 @@
-"""Django admin for Queues (configured here), and Jobs, Run logs and Run tokens (read-only; SPEC F29).
+"""Django admin for Queues (configured here), and Jobs, Run logs and Run tokens (read-only;
+docs/design/interfaces.md#surfaces).
 
 Queues are the execution targets admins configure. A Job's state only
 changes through ``jobs.services`` (conditional updates that keep the Job and

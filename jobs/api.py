@@ -1,6 +1,6 @@
-"""API views for Jobs, Queues and Run logs (docs/api.md "Jobs"; SPEC F6–F16).
+"""API views for Jobs, Queues and Run logs (docs/api.md "Jobs"; docs/design/resume.md; docs/design/worker.md).
 
-Thin views (STYLE): validate the input shape, fetch through a selector
+Thin views (docs/design/house.md#views): validate the input shape, fetch through a selector
 (another Project's Job, checkpoint or code version → 404), call one service
 (which checks ``mado.policy``: viewer or non-creator member → 403, wrong
 state → 409 with the reason) and serialize. Errors are ``{"error",
@@ -26,8 +26,7 @@ from runs.models import CodeVersion, RunKind
 from runs.selectors import project_get_for_user
 
 TAGS = ["jobs"]
-_NPROC_HELP = (f"processes per node (1..{NPROC_PER_NODE_LIMIT}): above 1 the worker starts the code under torchrun "
-               "(F36).")
+_NPROC_HELP = (f"processes per node (1..{NPROC_PER_NODE_LIMIT}): above 1 the worker starts the code under torchrun.")
 _JOB_ID = OpenApiParameter("id", int, OpenApiParameter.PATH, description="job id")
 _CHECKPOINT_ID = OpenApiParameter("checkpoint_id", int, OpenApiParameter.PATH, description="checkpoint id")
 _IDEMPOTENCY_KEY = OpenApiParameter(
@@ -57,7 +56,7 @@ class JobOutputSerializer(serializers.Serializer):
     code_version = serializers.IntegerField(source="code_version.version", read_only=True, help_text="version number")
     queue = serializers.CharField(source="queue.name", read_only=True)
     kind = serializers.ChoiceField(choices=JobKind.choices, read_only=True)
-    resumed = serializers.BooleanField(source="is_resumed", read_only=True, help_text="the Jobs list's badge (F7)")
+    resumed = serializers.BooleanField(source="is_resumed", read_only=True, help_text="the Jobs list's badge")
     status = serializers.ChoiceField(choices=JobStatus.choices, read_only=True)
     waiting_for_queue = serializers.BooleanField(
         read_only=True,
@@ -66,7 +65,7 @@ class JobOutputSerializer(serializers.Serializer):
     )
     created_by = serializers.CharField(source="created_by.username", read_only=True, help_text="username")
     max_retries = serializers.IntegerField(read_only=True)
-    nproc_per_node = serializers.IntegerField(read_only=True, help_text="processes under torchrun; 1: no torchrun (F36)")
+    nproc_per_node = serializers.IntegerField(read_only=True, help_text="processes under torchrun; 1: no torchrun")
     nnodes = serializers.IntegerField(read_only=True, help_text="nodes for a multi-node runner; the Celery worker runs 1")
     attempt = serializers.IntegerField(read_only=True, help_text="1-based")
     retry_of_id = serializers.IntegerField(read_only=True, allow_null=True)
@@ -108,7 +107,7 @@ class JobLaunchInputSerializer(serializers.Serializer):
     kind = serializers.ChoiceField(choices=RunKind.choices, required=False, default=RunKind.TRAINING, help_text="run kind")
     max_retries = serializers.IntegerField(
         min_value=0, max_value=10, required=False, default=0,
-        help_text="automatic fresh attempts after a failure; a retry starts the code again without any checkpoint (F11)",
+        help_text="automatic fresh attempts after a failure; a retry starts the code again without any checkpoint",
     )
     nproc_per_node = serializers.IntegerField(
         min_value=1, max_value=NPROC_PER_NODE_LIMIT, required=False, default=1, help_text=_NPROC_HELP,
@@ -205,7 +204,7 @@ class JobViewSet(GenericViewSet):
         Creates a pending Run and a queued Job in the Code's Project (member
         or admin) and sends it to the queue. ``max_retries`` automatic
         retries start the code again from scratch, never from a checkpoint.
-        ``nproc_per_node`` > 1 runs the code under torchrun (F36).
+        ``nproc_per_node`` > 1 runs the code under torchrun.
         """
         data = valid(JobLaunchInputSerializer, request)
         queue = selectors.queue_get(name=data.get("queue") or selectors.default_queue_name())
@@ -219,7 +218,7 @@ class JobViewSet(GenericViewSet):
 
     @extend_schema(tags=TAGS, parameters=[_JOB_ID], responses=JobDetailOutputSerializer)
     def retrieve(self, request, pk=None):
-        """One Job with ``error``, and ``resume_refusal`` (null when the user may resume it from latest, F6)."""
+        """One Job with ``error``, and ``resume_refusal`` (null when the user may resume it from latest)."""
         job = selectors.job_get_for_user(user=request.user, job_id=pk)
         return Response(JobDetailOutputSerializer(job, context={"request": request}).data)
 
@@ -229,7 +228,7 @@ class JobViewSet(GenericViewSet):
     )
     @action(detail=True, methods=["post"])
     def abort(self, request, pk=None):
-        """Abort: a queued Job ends ``aborted`` at once; a running one when its worker has stopped the code (F16).
+        """Abort: a queued Job ends ``aborted`` at once; a running one when its worker has stopped the code.
 
         Creator or project admin. Aborting an aborted Job → 200; another ended Job → 409.
         """
@@ -242,7 +241,7 @@ class JobViewSet(GenericViewSet):
     )
     @action(detail=True, methods=["post"], url_path="resume-latest")
     def resume_latest(self, request, pk=None):
-        """Resume the failed/aborted Job's Run from its latest checkpoint as a new Run and Job (F8): 201 the new Job.
+        """Resume the failed/aborted Job's Run from its latest checkpoint as a new Run and Job: 201 the new Job.
 
         Latest = the Run's complete checkpoint with the highest step, else
         (a resumed Run that saved none) its own source checkpoint.
@@ -259,7 +258,7 @@ class JobViewSet(GenericViewSet):
     )
     @action(detail=True, methods=["get"])
     def logs(self, request, pk=None):
-        """The code's output after ``after_seq``: poll with ``next_after_seq`` until ``finished`` (F16)."""
+        """The code's output after ``after_seq``: poll with ``next_after_seq`` until ``finished``."""
         job = selectors.job_get_for_user(user=request.user, job_id=pk)
         after = request_int(request.query_params.get("after_seq"), "after_seq", default=0)
         chunks = selectors.run_log_tail(
@@ -274,7 +273,7 @@ class JobViewSet(GenericViewSet):
 
 
 class CheckpointResumeApi(APIView):
-    """``checkpoints/{id}/resume/``: "Resume from this checkpoint" (F7)."""
+    """``checkpoints/{id}/resume/``: "Resume from this checkpoint"."""
 
     run_token_allowed = False  # a Job's own token never launches Jobs (mado.authentication.RunTokenScope)
 
@@ -312,7 +311,7 @@ class JobContinueInputSerializer(serializers.Serializer):
 
 
 class CheckpointContinueApi(APIView):
-    """``checkpoints/{id}/continue/``: "Continue training from these weights" (F22, F23)."""
+    """``checkpoints/{id}/continue/``: "Continue training from these weights"."""
 
     run_token_allowed = False  # a Job's own token never launches Jobs (mado.authentication.RunTokenScope)
 

@@ -1,4 +1,4 @@
-"""Forms of the Jobs pages: they parse and validate input; the services decide (STYLE: What a view may do).
+"""Forms of the Jobs pages: they parse and validate input; the services decide (docs/design/house.md#views).
 
 Field names follow the services' error fields (``parameters``, ``queue``,
 ``max_retries``, ``input_dataset_version_ids``, ``code_version``), so a
@@ -32,7 +32,7 @@ RESHARD_HELP = _(
 
 
 def nproc_per_node_field(**kwargs) -> forms.IntegerField:
-    """Processes per node of a distributed Job (F36)."""
+    """Processes per node of a distributed Job (docs/design/worker.md#distributed)."""
     return forms.IntegerField(label=_("Processes per node"), min_value=1, max_value=NPROC_PER_NODE_LIMIT, **kwargs)
 
 
@@ -137,8 +137,8 @@ class JobLaunchForm(ParametersMixin, forms.Form):
 
 
 class CheckpointResumeForm(forms.Form):
-    """"Resume in a new Run" (F7): a version of the source Job's Code (default: its newest) and a queue (default: the
-    source Job's).
+    """"Resume in a new Run" (docs/design/resume.md#from-a-checkpoint): a version of the source Job's Code (default: its
+    newest) and a queue (default: the source Job's).
 
     Without a source Job (the Run did not run as a Job) both lists are empty
     and the service refuses with the reason.
@@ -174,7 +174,8 @@ class CheckpointResumeForm(forms.Form):
 
 
 class CheckpointContinueForm(ParametersMixin, forms.Form):
-    """"Continue training from these weights" (SPEC F22): the data mix, Code version, parameters, queue, name.
+    """"Continue training from these weights" (docs/design/resume.md#continue): the data mix, Code version, parameters,
+    queue, name.
 
     ``composition`` (the dataset versions in force at the checkpoint's step)
     is preselected; any dataset version of the Project may be added. The Code

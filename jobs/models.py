@@ -1,4 +1,4 @@
-"""Queues, Jobs, Run logs and Run tokens (SPEC F6–F16; docs/jobs.md).
+"""Queues, Jobs, Run logs and Run tokens (docs/design/resume.md; docs/design/worker.md; docs/jobs.md).
 
 The database holds the invariants that must survive races: one Job per Run,
 at most one active resume per source Run (two clicks, two tabs or an API
@@ -71,11 +71,11 @@ class JobQuerySet(VisibleQuerySet):
 
 
 class Job(models.Model):
-    """A Run executed by a worker on a Queue (SPEC terms). One Job per Run; a retry is a new Run and Job.
+    """A Run executed by a worker on a Queue. One Job per Run; a retry is a new Run and Job.
 
     ``resumed_from`` is the source Run of a resume or continue (its Run's
     ``parent``); ``retry_of`` the failed Job an automatic retry replaces
-    (F11). ``attempt`` is 1-based. ``heartbeat_at`` is written by the worker
+    (docs/design/resume.md#retry). ``attempt`` is 1-based. ``heartbeat_at`` is written by the worker
     while the code runs; a running Job whose heartbeat is older than
     ``MADO_JOB_HEARTBEAT_TIMEOUT`` is failed by the reaper.
     """
@@ -86,13 +86,13 @@ class Job(models.Model):
     kind = models.CharField(max_length=10, choices=JobKind.choices, default=JobKind.NEW)
     status = models.CharField(max_length=10, choices=JobStatus.choices, default=JobStatus.QUEUED)
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="jobs")
-    max_retries = models.PositiveIntegerField(default=0, help_text="automatic fresh attempts after a failure (F11)")
+    max_retries = models.PositiveIntegerField(default=0, help_text="automatic fresh attempts after a failure")
     attempt = models.PositiveIntegerField(default=1, help_text="1 for the first attempt")
     nproc_per_node = models.PositiveIntegerField(
-        default=1, help_text="processes per node: above 1 the worker starts the code under torchrun (F36)"
+        default=1, help_text="processes per node: above 1 the worker starts the code under torchrun"
     )
     nnodes = models.PositiveIntegerField(
-        default=1, help_text="nodes for a multi-node runner; the Celery worker runs 1 (F36)"
+        default=1, help_text="nodes for a multi-node runner; the Celery worker runs 1"
     )
     retry_of = models.ForeignKey(
         "self", null=True, blank=True, on_delete=models.PROTECT, related_name="retries",
@@ -177,7 +177,7 @@ class Job(models.Model):
 
     @property
     def is_resumed(self) -> bool:
-        """True for a resume Job (the Jobs list's "resumed" badge, F7)."""
+        """True for a resume Job (the Jobs list's "resumed" badge, docs/design/resume.md#from-a-checkpoint)."""
         return self.kind == JobKind.RESUME
 
     @property
@@ -189,7 +189,8 @@ class Job(models.Model):
 
 
 class RunLogChunk(models.Model):
-    """A piece of the code's stdout+stderr, appended by the worker; ``seq`` counts 1, 2, … per Run (F16)."""
+    """A piece of the code's stdout+stderr, appended by the worker; ``seq`` counts 1, 2, … per Run
+    (docs/design/worker.md#subprocess)."""
 
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="log_chunks")
     seq = models.PositiveIntegerField()

@@ -1,6 +1,6 @@
 """What the jobs app does when a Run ends (``runs.hooks.run_ended``), how a Run token authenticates
 (``mado.authentication``) and whether a ``run_job`` message is still awaited (``mado.outbox``): registered here so
-the lower apps never import jobs (ARCHITECTURE rule 7)."""
+the lower apps never import jobs (docs/design/house.md#arrows)."""
 
 from django.utils import timezone
 
@@ -14,7 +14,7 @@ from runs import hooks
 
 
 def job_follows_ended_run(sender, *, run, **kwargs) -> None:
-    """``run`` ended: its Job, when no worker ever claimed it, ends with it (``job_end_with_run``, F16)."""
+    """``run`` ended: its Job, when no worker ever claimed it, ends with it (``job_end_with_run``, docs/design/worker.md#subprocess)."""
     job_end_with_run(run=run)
 
 

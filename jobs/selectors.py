@@ -1,8 +1,9 @@
-"""Reads of Jobs, Queues and Run logs for pages and the API (STYLE: Selectors; SPEC F6–F16).
+"""Reads of Jobs, Queues and Run logs for pages and the API (docs/design/house.md#where-logic-goes;
+docs/design/resume.md; docs/design/worker.md).
 
 Every lookup is scoped to the user's Projects: another Project's Job is
-indistinguishable from a missing one (``NotFound``, 404). F8's "latest
-checkpoint" rule lives in ``latest_resume_checkpoint`` only.
+indistinguishable from a missing one (``NotFound``, 404). The "latest
+checkpoint" rule (docs/design/resume.md#latest-checkpoint) lives in ``latest_resume_checkpoint`` only.
 """
 
 from django.conf import settings
@@ -26,7 +27,8 @@ def _int_or_none(value):
 
 
 def _with_relations(jobs: QuerySet[Job]) -> QuerySet[Job]:
-    """With the relations pages and API show, and ``dispatch_unsent`` (``Job.waiting_for_queue``, F16)."""
+    """With the relations pages and API show, and ``dispatch_unsent`` (``Job.waiting_for_queue``,
+    docs/design/worker.md#subprocess)."""
     unsent = Dispatch.objects.filter(task_id=OuterRef("celery_task_id"), sent_at__isnull=True, done_at__isnull=True)
     return jobs.select_related(
         "run__project", "run__created_by", "run__source_checkpoint", "code_version__code", "queue", "created_by"
@@ -44,7 +46,7 @@ def job_list(*, user, project: Project | None = None, status: str | None = None)
 
 
 def job_get_for_user(*, user, job_id) -> Job:
-    """The Job ``job_id`` in one of the user's Projects; else ``NotFound`` (404, ARCHITECTURE rule 1)."""
+    """The Job ``job_id`` in one of the user's Projects; else ``NotFound`` (404, docs/design/house.md#one-policy)."""
     job = _with_relations(Job.objects.visible_to(user)).filter(pk=_int_or_none(job_id)).first()
     if job is None:
         raise NotFound(f"job {job_id!r} not found", field="job")
@@ -71,7 +73,7 @@ def default_queue_name() -> str:
 
 def continue_queue_name(*, source_job: Job | None) -> str:
     """Where a Job continuing from a checkpoint goes when none is named: the source Run's Job's queue, else
-    ``default_queue_name()`` (SPEC F22; the web form and the API agree)."""
+    ``default_queue_name()`` (docs/design/resume.md#continue; the web form and the API agree)."""
     return source_job.queue.name if source_job else default_queue_name()
 
 
@@ -85,7 +87,7 @@ def queue_get(*, name: str) -> Queue:
 
 
 def latest_resume_checkpoint(*, run: Run) -> Checkpoint | None:
-    """The checkpoint "Resume from latest" uses for ``run`` (SPEC F8), or None.
+    """The checkpoint "Resume from latest" uses for ``run`` (docs/design/resume.md#latest-checkpoint), or None.
 
     The Run's ``complete`` checkpoint with the highest step; if it has none
     and is itself a resumed Run, its own source checkpoint (when still
@@ -102,7 +104,8 @@ def latest_resume_checkpoint(*, run: Run) -> Checkpoint | None:
 
 def resume_refusal(*, user=None, run: Run, need_checkpoint: bool = True) -> str | None:
     """``mado.policy.why_cannot_resume`` (or, with no ``user``, ``why_run_not_resumable``) for ``run`` with its Job
-    and F8's checkpoint read here; ``need_checkpoint`` False for a button that names its checkpoint (F6–F9)."""
+    and the latest-checkpoint rule's checkpoint read here; ``need_checkpoint`` False for a button that names its
+    checkpoint (docs/design/resume.md)."""
     job = job_for_run(run=run)
     has_checkpoint = latest_resume_checkpoint(run=run) is not None if need_checkpoint else None
     if user is None:
@@ -120,8 +123,8 @@ LOG_TAIL_CHUNKS = 300
 
 
 def run_log_tail_last(*, run: Run, max_chunks: int = LOG_TAIL_CHUNKS) -> tuple[list, int]:
-    """The last ``max_chunks`` chunks of the Run's log (what its Job's code printed, F16), oldest first, and how
-    many earlier chunks were left out. The Logs tab and the Job page show this tail."""
+    """The last ``max_chunks`` chunks of the Run's log (what its Job's code printed, docs/design/worker.md#subprocess),
+    oldest first, and how many earlier chunks were left out. The Logs tab and the Job page show this tail."""
     chunks = list(RunLogChunk.objects.filter(run=run).order_by("-seq")[:max_chunks])
     chunks.reverse()
     hidden = chunks[0].seq - 1 if chunks else 0
@@ -129,7 +132,8 @@ def run_log_tail_last(*, run: Run, max_chunks: int = LOG_TAIL_CHUNKS) -> tuple[l
 
 
 def active_resume_job_ids(*, run_ids) -> dict[int, int]:
-    """``{source run id: id of its queued or running resume Job}`` for ``run_ids`` (at most one each, F6).
+    """``{source run id: id of its queued or running resume Job}`` for ``run_ids`` (at most one each,
+    docs/design/resume.md#who-may-resume).
 
     The Jobs pages show "already queued or running" with a link in place of
     "Resume from latest checkpoint" for these Runs; the service refuses a

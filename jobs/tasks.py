@@ -1,11 +1,12 @@
-"""Periodic work of the jobs app (beat; STYLE: Celery tasks). The Job rows are the truth."""
+"""Periodic work of the jobs app (beat; docs/design/house.md#tasks). The Job rows are the truth."""
 
 from celery import shared_task
 
 
 @shared_task(name="jobs.tasks.reap_stale_jobs", ignore_result=True)
 def reap_stale_jobs() -> int:
-    """Fail running Jobs whose worker stopped sending heartbeats (``services.job_reap_stale``, SPEC F16).
+    """Fail running Jobs whose worker stopped sending heartbeats (``services.job_reap_stale``,
+    docs/design/worker.md#subprocess).
 
     Scheduled every 60 s by ``CELERY_BEAT_SCHEDULE`` (mado/settings.py);
     returns how many Jobs it ended. Safe to run twice at once: each Job is
@@ -18,7 +19,7 @@ def reap_stale_jobs() -> int:
 
 @shared_task(name="jobs.tasks.reap_crashed_runs", ignore_result=True)
 def reap_crashed_runs() -> int:
-    """Mark Runs whose SDK heartbeat stopped ``crashed`` (``preempted`` when preempting); SPEC F26.
+    """Mark Runs whose SDK heartbeat stopped ``crashed`` (``preempted`` when preempting); docs/design/runs.md#states.
 
     Scheduled every 60 s by ``CELERY_BEAT_SCHEDULE``; returns how many Runs it ended
     (``runs.liveness.runs_reap_crashed``).
@@ -30,7 +31,7 @@ def reap_crashed_runs() -> int:
 
 @shared_task(name="jobs.tasks.release_sweep_leases", ignore_result=True)
 def release_sweep_leases() -> int:
-    """Return sweep trials whose claim expired (``MMT_SWEEP_LEASE``) to the queue; SPEC F28.
+    """Return sweep trials whose claim expired (``MMT_SWEEP_LEASE``) to the queue; docs/design/sweeps.md#requeue.
 
     Scheduled every 60 s by ``CELERY_BEAT_SCHEDULE``; returns how many trials it released
     (``runs.sweeps.services.sweep_release_expired_leases``).
@@ -42,7 +43,8 @@ def release_sweep_leases() -> int:
 
 @shared_task(name="jobs.tasks.flush_dispatches", ignore_result=True)
 def flush_dispatches() -> int:
-    """Send the outbox's messages that the broker refused (it was down); returns how many it took (F16).
+    """Send the outbox's messages that the broker refused (it was down); returns how many it took
+    (docs/design/worker.md#subprocess).
 
     Scheduled every ``MADO_REAPER_INTERVAL`` s (``mado.outbox.dispatch_flush``).
     """
@@ -53,7 +55,8 @@ def flush_dispatches() -> int:
 
 @shared_task(name="jobs.tasks.reap_undelivered", ignore_result=True)
 def reap_undelivered() -> int:
-    """Re-send, then give up, messages that no worker took within ``MADO_DISPATCH_TIMEOUT`` s (F16).
+    """Re-send, then give up, messages that no worker took within ``MADO_DISPATCH_TIMEOUT`` s
+    (docs/design/worker.md#subprocess).
 
     A queued Job is sent once more, then failed "The Job never started…";
     a checkpoint verification likewise ends the checkpoint ``error``
@@ -66,7 +69,8 @@ def reap_undelivered() -> int:
 
 @shared_task(name="jobs.tasks.end_abandoned_checkpoints", ignore_result=True)
 def end_abandoned_checkpoints() -> int:
-    """End pending checkpoints nobody will finish (their Run ended, or their upload lease expired); F1, F16.
+    """End pending checkpoints nobody will finish (their Run ended, or their upload lease expired);
+    docs/design/checkpoints.md#a-checkpoint; docs/design/worker.md#subprocess.
 
     ``checkpoints.services.checkpoint_end_abandoned``: ``error`` with the
     reason, unfinished S3 multipart uploads aborted. Scheduled every

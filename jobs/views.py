@@ -1,7 +1,7 @@
 """Pages of Jobs: launch, the Jobs list, a Job, abort, resume from latest, resume from a checkpoint, continue
-from a checkpoint (F22), the log tail.
+from a checkpoint (docs/design/resume.md#continue), the log tail.
 
-SPEC F6–F11, F16. Each view fetches through a selector
+docs/design/resume.md; docs/design/worker.md#subprocess. Each view fetches through a selector
 (another Project's object is a 404), calls at most one service and renders
 or redirects. Who may do what, and why not, comes from ``mado.policy``; the
 services check again under row locks, so a page that went stale meanwhile
@@ -53,7 +53,8 @@ def _back(request, job):
 
 
 def _job_actions(user, job, active_resumes: dict[int, int]) -> dict:
-    """The Job's buttons or, in their place, the policy's sentence (F6): resume from latest, abort.
+    """The Job's buttons or, in their place, the policy's sentence (docs/design/resume.md#who-may-resume): resume from
+    latest, abort.
 
     ``active_resume_id``: the resume of this Job's Run already queued or running, if any.
     """
@@ -82,7 +83,8 @@ def _jobs_context(request, project) -> dict:
 @page
 @require_GET
 def project_jobs(request, slug):
-    """The Jobs list of a Project (F7, F8): status, kind badge, queue, creator, attempt, duration, buttons."""
+    """The Jobs list of a Project (docs/design/resume.md#from-a-checkpoint, #latest-checkpoint): status, kind badge,
+    queue, creator, attempt, duration, buttons."""
     project = run_selectors.project_get_for_user(user=request.user, slug=slug)
     return render(request, "jobs/job_list.html", _jobs_context(request, project))
 
@@ -124,7 +126,8 @@ def _job_page_context(request, job) -> dict:
 @page
 @require_GET
 def job_detail(request, pk):
-    """A Job: status, kind, queue, attempt, exit code, error, worker, times, lineage, log tail, buttons (F15, F16)."""
+    """A Job: status, kind, queue, attempt, exit code, error, worker, times, lineage, log tail, buttons
+    (docs/design/worker.md#refusal, #subprocess)."""
     job = selectors.job_get_for_user(user=request.user, job_id=pk)
     return render(request, "jobs/job_detail.html", _job_page_context(request, job))
 
@@ -157,9 +160,9 @@ def job_abort(request, pk):
 @page
 @require_http_methods(["GET", "POST"])
 def job_resume_latest(request, pk):
-    """"Resume from latest checkpoint" (F8). GET (the button): the confirmation page of the Run's latest complete
-    checkpoint, where the Code version and queue are chosen; POST: ``services.job_resume_from_latest`` → the new
-    Job's page."""
+    """"Resume from latest checkpoint" (docs/design/resume.md#latest-checkpoint). GET (the button): the confirmation
+    page of the Run's latest complete checkpoint, where the Code version and queue are chosen; POST:
+    ``services.job_resume_from_latest`` → the new Job's page."""
     job = selectors.job_get_for_user(user=request.user, job_id=pk)
     if request.method == "GET":
         latest = selectors.latest_resume_checkpoint(run=job.run)
@@ -181,8 +184,9 @@ def job_resume_latest(request, pk):
 @page
 @require_http_methods(["GET", "POST"])
 def checkpoint_resume(request, pk):
-    """GET: the confirmation "Training will resume as a new Run from the checkpoint at step N." (F7) with the
-    Code version and queue, or the reason the user cannot; POST: ``services.run_resume_from_checkpoint``.
+    """GET: the confirmation "Training will resume as a new Run from the checkpoint at step N."
+    (docs/design/resume.md#from-a-checkpoint) with the Code version and queue, or the reason the user cannot; POST:
+    ``services.run_resume_from_checkpoint``.
 
     A second POST while the first resume is active is refused by the service
     (one active resume per Run): the page says so and links the Job.
@@ -215,9 +219,10 @@ def checkpoint_resume(request, pk):
 @page
 @require_http_methods(["GET", "POST"])
 def checkpoint_continue(request, pk):
-    """"Continue training from these weights" (F22): GET the form (data mix preselected with the composition at
-    the checkpoint's step); POST shows the confirmation of what will run; POST with ``confirm`` launches
-    ``services.run_continue_from_checkpoint`` → the new Job's page. A refusal by the service is a form error."""
+    """"Continue training from these weights" (docs/design/resume.md#continue): GET the form (data mix preselected with
+    the composition at the checkpoint's step); POST shows the confirmation of what will run; POST with ``confirm``
+    launches ``services.run_continue_from_checkpoint`` → the new Job's page. A refusal by the service is a form
+    error."""
     checkpoint = checkpoint_get_for_user(user=request.user, checkpoint_id=pk)
     source_run = checkpoint.run
     if request.method == "POST" and not policy.can_write_runs(request.user, source_run.project):
@@ -250,7 +255,8 @@ def checkpoint_continue(request, pk):
 @page
 @require_GET
 def run_log(request, pk):
-    """The Run's log tail partial (Logs tab), polled while its Job is queued or running (F16)."""
+    """The Run's log tail partial (Logs tab), polled while its Job is queued or running
+    (docs/design/worker.md#subprocess)."""
     run = run_selectors.run_get_for_user(user=request.user, run_id=pk)
     chunks, hidden = selectors.run_log_tail_last(run=run)
     context = {"run": run, "job": selectors.job_for_run(run=run), "chunks": chunks, "hidden_chunks": hidden}
@@ -260,7 +266,7 @@ def run_log(request, pk):
 @page
 @require_GET
 def run_logs(request, pk):
-    """The Run page's Logs tab: the tail of what its Job's code printed (F16)."""
+    """The Run page's Logs tab: the tail of what its Job's code printed (docs/design/worker.md#subprocess)."""
     run, context = run_page_context(request, pk, "logs")
     chunks, hidden = selectors.run_log_tail_last(run=run)
     context.update(chunks=chunks, hidden_chunks=hidden)

@@ -1,4 +1,4 @@
-"""Shared Django admin pieces (SPEC F29)."""
+"""Shared Django admin pieces (docs/design/interfaces.md#surfaces)."""
 
 from django.contrib import admin
 

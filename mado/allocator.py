@@ -1,4 +1,4 @@
-"""glibc malloc settings for the processes that stream checkpoint bytes (SPEC F12).
+"""glibc malloc settings for the processes that stream checkpoint bytes (docs/design/worker.md#fetch).
 
 A checkpoint upload through the web process moves the tar in 1 MiB chunks
 through three threads (the request thread reads and stores a chunk, one

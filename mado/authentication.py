@@ -1,4 +1,5 @@
-"""One authentication for ``/api/v1/``, the MLflow tracking API and the MLflow artifact API (SPEC F30, F31).
+"""One authentication for ``/api/v1/``, the MLflow tracking API and the MLflow artifact API
+(docs/design/interfaces.md#mlflow; docs/design/runs.md#write-rule).
 
 Accepted everywhere alike:
 

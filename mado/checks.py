@@ -1,4 +1,4 @@
-"""Start-up checks of production settings (ARCHITECTURE rule 6; SPEC F16)."""
+"""Start-up checks of production settings (docs/design/house.md#settings; docs/design/worker.md#subprocess)."""
 
 from django.conf import settings
 from django.core.checks import Error, Tags, register

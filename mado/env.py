@@ -1,4 +1,4 @@
-"""Typed reading of environment variables for settings (ARCHITECTURE rule 6).
+"""Typed reading of environment variables for settings (docs/design/house.md#settings).
 
 Each helper fails loudly with the variable's name when a value cannot be
 parsed, and reads ``<NAME>_FILE`` (a path whose content is the value) when

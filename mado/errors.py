@@ -1,4 +1,4 @@
-"""The two error families of mado (STYLE: Errors) and their JSON shape in the API.
+"""The two error families of mado (docs/design/house.md#where-logic-goes) and their JSON shape in the API.
 
 ``UserError`` and its subclasses are the caller's problem (bad input, wrong
 state, forbidden): shown to the user, never retried. ``InternalError`` is ours:
@@ -47,19 +47,22 @@ class Conflict(UserError):
 
 
 class RunLive(Conflict):
-    """Same-run resume refused: another process holds the Run's lease (heartbeat fresh; SPEC F25)."""
+    """Same-run resume refused: another process holds the Run's lease (heartbeat fresh;
+    docs/design/runs.md#one-writer-process)."""
 
     code = "run_live"
 
 
 class LeaseLost(Conflict):
-    """A write carrying a stale fencing token: another process took the Run over (SPEC F25)."""
+    """A write carrying a stale fencing token: another process took the Run over
+    (docs/design/runs.md#one-writer-process)."""
 
     code = "lease_lost"
 
 
 class RunEnded(Conflict):
-    """A heartbeat for a Run that already ended (crashed included): only a resume revives it (SPEC F26)."""
+    """A heartbeat for a Run that already ended (crashed included): only a resume revives it
+    (docs/design/runs.md#states)."""
 
     code = "run_ended"
 

@@ -1,4 +1,4 @@
-"""The dispatch outbox: Celery messages that survive a broker outage (SPEC F16; docs/deploy.md).
+"""The dispatch outbox: Celery messages that survive a broker outage (docs/design/worker.md#subprocess; docs/deploy.md).
 
 A service that wants work done by a worker calls ``dispatch_create`` inside
 its transaction: the ``Dispatch`` row commits with the work (or not at all),
@@ -7,7 +7,7 @@ the row stays unsent and ``dispatch_flush`` (beat) sends it again until the
 broker takes it; nothing fails because the broker was down.
 
 Task names are data (``"worker.tasks.run_job"``), so a lower app can ask for
-work done by a higher one without importing it (ARCHITECTURE rule 7). The
+work done by a higher one without importing it (docs/design/house.md#arrows). The
 app that owns the work registers two hooks per task name in its ``apps.py``
 (``register``): ``waiting(args)`` says whether the work still waits for the
 message (a Job still ``queued``), ``give_up(args, reason)`` ends the work

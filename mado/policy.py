@@ -1,4 +1,4 @@
-"""The one permission policy of mado (ARCHITECTURE rule 1, STYLE: Permissions).
+"""The one permission policy of mado (docs/design/house.md#one-policy, #permissions).
 
 Roles rank viewer < member < admin within a Project:
 
@@ -7,13 +7,13 @@ Roles rank viewer < member < admin within a Project:
   write rule below gives them;
 - admin also manages members, deletes artifacts and writes to every Run.
 
-The write rule (SPEC F31): a Run is written — metrics, params, artifacts,
+The write rule (docs/design/runs.md#write-rule): a Run is written — metrics, params, artifacts,
 checkpoints, data stages, status, heartbeat, same-run resume by id — only by
 its creator, its Job's Run token (which acts as the Job's creator, who
 created the Run, and only on that Run), the user whose sweep agent holds the
 Run's trial, or a Project admin; other members and viewers read it
 (``why_cannot_write_run``). A Job's stop, rerun and resume follow the same
-people (``why_cannot_manage_job``, F6). This module imports no app: callers
+people (``why_cannot_manage_job``, docs/design/resume.md#who-may-resume). This module imports no app: callers
 pass what it needs (a Run, its Job) and the docs/api.md table mirrors it.
 
 Objects are looked up within the user's Projects, so another Project's object
@@ -62,7 +62,8 @@ _KNOWN_ROLES = "_policy_roles"  # on a Project instance: {user id: role} read wi
 def remember_role(user, project, role: str | None) -> None:
     """Keep ``user``'s ``role`` in ``project`` (None: not a member) on that Project instance, read in the same
     query as an object of it (``runs.selectors.run_get_for_user``), so ``role_in`` on it asks the database no
-    more: the checks of one request need no query of their own (the metrics POST is the hot path, SPEC F2)."""
+    more: the checks of one request need no query of their own (the metrics POST is the hot path,
+    docs/design/resume.md#steps-continue)."""
     project.__dict__.setdefault(_KNOWN_ROLES, {})[user.pk] = role
 
 
@@ -102,7 +103,8 @@ def can_write_runs(user, project) -> bool:
 
 
 def why_cannot_write_run(user, run) -> str | None:
-    """None when ``user`` may write to ``run`` (SPEC F31), else the sentence shown in place of the action.
+    """None when ``user`` may write to ``run`` (docs/design/runs.md#write-rule), else the sentence shown in place of the
+    action.
 
     ``run`` is a ``runs.Run`` with its ``project``. Writers: the Run's creator
     (so also its Job's Run token, which authenticates as the Job's creator),
@@ -128,7 +130,7 @@ def _writes_to(user, run) -> bool:
 def require_role(user, project, role: str) -> None:
     """Raise ``mado.errors.Forbidden`` (403) with ``why_not``'s sentence unless ``user``'s role in ``project``
     ranks at or above ``role`` (``MEMBER``: create Runs, Codes, Datasets, Sweeps and Jobs; ``ADMIN``: delete
-    stored bytes; SPEC F31)."""
+    stored bytes; docs/design/runs.md#write-rule)."""
     reason = why_not(user, project, role)
     if reason:
         raise Forbidden(reason)
@@ -136,14 +138,15 @@ def require_role(user, project, role: str) -> None:
 
 def require_run_writer(user, run) -> None:
     """Raise ``mado.errors.Forbidden`` (403) with ``why_cannot_write_run``'s sentence unless ``user`` may write to
-    ``run`` (SPEC F31); every service that writes to an existing Run calls it."""
+    ``run`` (docs/design/runs.md#write-rule); every service that writes to an existing Run calls it."""
     reason = why_cannot_write_run(user, run)
     if reason:
         raise Forbidden(reason)
 
 
 def why_cannot_write_logged_model(user, model) -> str | None:
-    """None when ``user`` may change MLflow logged model ``model`` (its files, tags, params, status; SPEC F30, F31).
+    """None when ``user`` may change MLflow logged model ``model`` (its files, tags, params, status;
+    docs/design/interfaces.md#mlflow; docs/design/runs.md#write-rule).
 
     ``model`` is a ``runs.LoggedModel`` with its ``project`` (and ``run``,
     the source Run or None). Writers: its creator, Project admins and the
@@ -166,7 +169,8 @@ def require_logged_model_writer(user, model) -> None:
 
 
 def why_cannot_resume_by_id(user, run) -> str | None:
-    """None when ``user`` may reopen ``run`` by its id (``POST runs/`` with ``resume``; SPEC F24, F31), else why not.
+    """None when ``user`` may reopen ``run`` by its id (``POST runs/`` with ``resume``;
+    docs/design/runs.md#resume-modes, #write-rule), else why not.
 
     Whoever may write to the Run (``why_cannot_write_run``) may. Any other
     member may only when the Run did not run as a Job (``Run.ran_as_job``, a
@@ -186,18 +190,18 @@ def can_manage_members(user, project) -> bool:
 
 
 def can_delete_artifacts(user, project) -> bool:
-    """Delete a stored artifact (SPEC F5: Project admin only)."""
+    """Delete a stored artifact (docs/design/checkpoints.md#deletion: Project admin only)."""
     return has_role(user, project, ADMIN)
 
 
-# --- Jobs: stop, rerun and resume (SPEC F6, F8, F9) ----------------------------------
+# --- Jobs: stop, rerun and resume (docs/design/resume.md#who-may-resume, #latest-checkpoint, #conditions) -------------
 
 RESUMABLE_KINDS = ("training", "fine_tuning")
 
 
 def why_cannot_manage_job(user, run) -> str | None:
-    """None when ``user`` may stop, rerun or resume ``run``'s Job (F6: the writers of ``why_cannot_write_run``),
-    else the sentence shown instead of the button."""
+    """None when ``user`` may stop, rerun or resume ``run``'s Job (docs/design/resume.md#who-may-resume: the writers of
+    ``why_cannot_write_run``), else the sentence shown instead of the button."""
     reason = why_not(user, run.project, MEMBER)
     if reason or _writes_to(user, run):
         return reason
@@ -205,9 +209,10 @@ def why_cannot_manage_job(user, run) -> str | None:
 
 
 def why_run_not_resumable(run, *, job, has_checkpoint: bool | None) -> str | None:
-    """None when ``run``'s state allows a resume, else why not (F6, F8, F9); who asks is not considered.
+    """None when ``run``'s state allows a resume, else why not
+    (docs/design/resume.md#who-may-resume, #latest-checkpoint, #conditions); who asks is not considered.
 
-    ``job`` is the Run's ``jobs.Job`` or None, ``has_checkpoint`` whether F8's
+    ``job`` is the Run's ``jobs.Job`` or None, ``has_checkpoint`` whether the latest-checkpoint
     rule finds a checkpoint to resume from (``jobs.selectors.latest_resume_checkpoint``),
     or None when not asked (the Checkpoint tab's button names its
     checkpoint); the caller reads both, so this module imports no app.
@@ -235,7 +240,8 @@ def why_run_not_resumable(run, *, job, has_checkpoint: bool | None) -> str | Non
 
 
 def why_cannot_resume(user, run, *, job, has_checkpoint: bool | None) -> str | None:
-    """None when ``user`` may resume ``run`` now, else the one sentence a page shows in place of the button (F6).
+    """None when ``user`` may resume ``run`` now, else the one sentence a page shows in place of the button
+    (docs/design/resume.md#who-may-resume).
 
     Reasons, first that applies: not a member, viewer role, not your run
     (creator or admin only), then ``why_run_not_resumable`` (``job`` and
@@ -244,7 +250,7 @@ def why_cannot_resume(user, run, *, job, has_checkpoint: bool | None) -> str | N
     return why_cannot_manage_job(user, run) or why_run_not_resumable(run, job=job, has_checkpoint=has_checkpoint)
 
 
-# --- Continue training from a checkpoint (SPEC F22, F23) ------------------------------
+# --- Continue training from a checkpoint (docs/design/resume.md#continue, #continue-lineage) --------------------------
 
 
 def why_cannot_continue(user, checkpoint) -> str | None:

@@ -1,4 +1,5 @@
-"""Who gets what, endpoint by endpoint: the answer every role gets on every URL pattern and method (SPEC F31).
+"""Who gets what, endpoint by endpoint: the answer every role gets on every URL pattern and method
+(docs/design/runs.md#write-rule).
 
 ``mado.policy`` is the rule; this table is its consequence on the wire, one
 row per URL pattern of ``mado.urls`` (the route as Django prints it), one

@@ -1,4 +1,4 @@
-"""mado settings: one module, driven by environment variables (ARCHITECTURE rule 6).
+"""mado settings: one module, driven by environment variables (docs/design/house.md#settings).
 
 The embedded default needs no external service: SQLite and stored files under
 ``MADO_DATA_DIR`` (default ``./var``) and a Celery transport on the local
@@ -186,18 +186,16 @@ CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", "filesystem://localhost//")
 if CELERY_BROKER_URL.startswith("filesystem"):
     for _folder in ("queue", "processed"):
         (_broker_dir / _folder).mkdir(parents=True, exist_ok=True)
-# Jobs run for hours (SPEC F16) but are fenced by their claim and heartbeat, so the broker only has to
-# get each message to some worker once (docs/deploy.md, "Messages and outages"):
-# - outbox: services write a Dispatch row in their transaction (mado/outbox.py); it is sent after
-#   commit and, while the broker is down, again by beat (``jobs.tasks.flush_dispatches``);
-# - prefetch 1 and late ack: a worker reserves only the task it runs; a task that never finished is
-#   delivered again (reject_on_worker_lost: also when its pool process was killed);
-# - the visibility timeout is sized to the heartbeat, not to the longest Job: Redis re-delivers an
-#   unacknowledged message after it, and a re-delivered run_job finds its Job claimed (job_claim's
-#   conditional UPDATE queued → running lets exactly one delivery run the code); a Job whose worker
-#   died is failed by the heartbeat reaper, never started again behind the user's back;
-# - a Job that no worker claimed MADO_DISPATCH_TIMEOUT s after its message went out is sent once more,
-#   then failed saying why (``jobs.tasks.reap_undelivered``).
+# Jobs run for hours (docs/design/worker.md#subprocess) but are fenced by their claim and heartbeat, so the broker only
+# has to get each message to some worker once (docs/deploy.md, "Messages and outages"): - outbox: services write a
+# Dispatch row in their transaction (mado/outbox.py); it is sent after commit and, while the broker is down, again by
+# beat (``jobs.tasks.flush_dispatches``); - prefetch 1 and late ack: a worker reserves only the task it runs; a task
+# that never finished is delivered again (reject_on_worker_lost: also when its pool process was killed); - the
+# visibility timeout is sized to the heartbeat, not to the longest Job: Redis re-delivers an unacknowledged message
+# after it, and a re-delivered run_job finds its Job claimed (job_claim's conditional UPDATE queued → running lets
+# exactly one delivery run the code); a Job whose worker died is failed by the heartbeat reaper, never started again
+# behind the user's back; - a Job that no worker claimed MADO_DISPATCH_TIMEOUT s after its message went out is sent once
+# more, then failed saying why (``jobs.tasks.reap_undelivered``).
 MADO_JOB_HEARTBEAT_TIMEOUT = env_int("MADO_JOB_HEARTBEAT_TIMEOUT", 120, minimum=10)
 MADO_BROKER_VISIBILITY_TIMEOUT = env_int("MADO_BROKER_VISIBILITY_TIMEOUT", 2 * MADO_JOB_HEARTBEAT_TIMEOUT, minimum=5)
 CELERY_BROKER_TRANSPORT_OPTIONS = (
@@ -272,13 +270,14 @@ try:
     MADO_TAR_LIMITS = TarLimits.from_env(os.environ)
 except ValueError as exc:
     raise ImproperlyConfigured(str(exc)) from None
-# Same-run resume and sweeps (SPEC F24–F28). A running Run whose SDK sent no heartbeat for
-# MMT_CRASH_TIMEOUT seconds becomes crashed (a preempting one preempted); the SDK beats every
-# MMT_HEARTBEAT_INTERVAL seconds (told to it when it starts the Run). An agent's claim on a sweep
-# trial returns to the queue when its program has not started the Run within MMT_SWEEP_LEASE seconds.
+# Same-run resume and sweeps (docs/design/runs.md#resume-modes, #one-writer-process, #states;
+# docs/design/sweeps.md#sweeps, #requeue). A running Run whose SDK sent no heartbeat for MMT_CRASH_TIMEOUT seconds
+# becomes crashed (a preempting one preempted); the SDK beats every MMT_HEARTBEAT_INTERVAL seconds (told to it when it
+# starts the Run). An agent's claim on a sweep trial returns to the queue when its program has not started the Run
+# within MMT_SWEEP_LEASE seconds.
 MMT_CRASH_TIMEOUT = env_int("MMT_CRASH_TIMEOUT", 300, minimum=1)
 # A running Run that never sent a heartbeat (the MLflow client, curl) becomes crashed after this many
-# seconds without any write (SPEC F37); a Project may set its own (Project.silent_run_timeout).
+# seconds without any write (docs/design/runs.md#liveness); a Project may set its own (Project.silent_run_timeout).
 MMT_SILENT_RUN_TIMEOUT = env_int("MMT_SILENT_RUN_TIMEOUT", 24 * 3600, minimum=1)
 MMT_HEARTBEAT_INTERVAL = env_int("MMT_HEARTBEAT_INTERVAL", 30, minimum=1)
 MMT_SWEEP_LEASE = env_int("MMT_SWEEP_LEASE", 3600, minimum=1)

@@ -6,7 +6,7 @@ from checkpoints import views as checkpoint_views
 from jobs import views as job_views
 from runs import urls as run_urls
 
-# The Run page's tabs that higher apps serve, under the runs: names the Run page links to (ARCHITECTURE rule 7).
+# The Run page's tabs that higher apps serve, under the runs: names the Run page links to (docs/design/house.md#arrows).
 RUN_PAGES = [
     *run_urls.urlpatterns,
     path("runs/<int:pk>/checkpoints/", checkpoint_views.run_checkpoints, name="run-checkpoints"),

@@ -1,4 +1,5 @@
-"""Authentication of MLflow tracking API requests: ``mado.authentication``'s, in MLflow's error shape (SPEC F30, F31).
+"""Authentication of MLflow tracking API requests: ``mado.authentication``'s, in MLflow's error shape
+(docs/design/interfaces.md#mlflow; docs/design/runs.md#write-rule).
 
 Bearer/Token (a user token or a Job's Run token) or Basic (password, or a
 token as the password), exactly as on ``/api/v1/`` and the artifact API; no

@@ -1,4 +1,5 @@
-"""MLflow's error shape, one definition for the tracking API, the artifact proxy and outages (SPEC F30).
+"""MLflow's error shape, one definition for the tracking API, the artifact proxy and outages
+(docs/design/interfaces.md#mlflow).
 
 Every MLflow error answers ``{"error_code": code, "message": message}`` with
 the HTTP status the stock client expects for the code (``HTTP_STATUS``);

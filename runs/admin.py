@@ -1,8 +1,8 @@
-"""Django admin for Projects, members, Code, Datasets, Runs and metric points (SPEC F29).
+"""Django admin for Projects, members, Code, Datasets, Runs and metric points (docs/design/interfaces.md#surfaces).
 
 The admin is the operators' view. State that services guard (a Run's status
 and lineage, logged metric points) is shown read-only here: changes go
-through the services, which keep the invariants (ARCHITECTURE rules 2 and 4).
+through the services, which keep the invariants (docs/design/house.md#immutable, #idempotent).
 """
 
 from django.contrib import admin
@@ -98,7 +98,8 @@ class DatasetVersionAdmin(admin.ModelAdmin):
 
 @admin.register(Run)
 class RunAdmin(admin.ModelAdmin):
-    """Status changes go through ``run_set_status`` (conditional UPDATE); lineage is immutable (F10)."""
+    """Status changes go through ``run_set_status`` (conditional UPDATE); lineage is immutable
+    (docs/design/resume.md#lineage)."""
 
     list_display = ["id", "external_id", "name", "project", "kind", "status", "created_by", "started_at", "ended_at"]
     list_display_links = ["id", "external_id"]
@@ -113,7 +114,8 @@ class RunAdmin(admin.ModelAdmin):
     ]
 
     def has_delete_permission(self, request, obj=None):
-        # Deleting a Run would drop its checkpoints and artifacts outside the F5 rules.
+        # Deleting a Run would drop its checkpoints and artifacts outside the deletion rules
+        # (docs/design/checkpoints.md#deletion).
         return False
 
 
@@ -178,7 +180,8 @@ class MetricBatchAdmin(admin.ModelAdmin):
 
 @admin.register(DataStage)
 class DataStageAdmin(ReadOnlyAdmin):
-    """Data stages are append-only (ARCHITECTURE rule 2): read-only, recorded through ``data_stage_record``."""
+    """Data stages are append-only (docs/design/house.md#immutable): read-only, recorded through
+    ``data_stage_record``."""
 
     list_display = ["run", "start_step", "checkpoint", "created_by", "created_at"]
     list_filter = ["run__project"]
@@ -189,7 +192,8 @@ class DataStageAdmin(ReadOnlyAdmin):
 
 @admin.register(ParameterChange)
 class ParameterChangeAdmin(ReadOnlyAdmin):
-    """Parameter changes made by resumes with ``allow_param_change`` (SPEC F24): an append-only record, read-only."""
+    """Parameter changes made by resumes with ``allow_param_change`` (docs/design/runs.md#resume-modes): an append-only
+    record, read-only."""
 
     list_display = ["run", "key", "old_value", "new_value", "lease_token", "changed_by", "changed_at"]
     list_filter = ["run__project"]
@@ -200,7 +204,7 @@ class ParameterChangeAdmin(ReadOnlyAdmin):
 
 @admin.register(RunTag)
 class RunTagAdmin(admin.ModelAdmin):
-    """Run tags set through the MLflow API (SPEC F30)."""
+    """Run tags set through the MLflow API (docs/design/interfaces.md#mlflow)."""
 
     list_display = ("run", "key", "value")
     search_fields = ("key", "value", "run__external_id")

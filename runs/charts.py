@@ -1,4 +1,5 @@
-"""Metric charts as data for the browser's uPlot charts (SPEC F2, F29, F34).
+"""Metric charts as data for the browser's uPlot charts (docs/design/resume.md#steps-continue;
+docs/design/interfaces.md#surfaces, #workspace).
 
 The server picks what to draw and reduces it; ``static/charts.js`` draws it
 with uPlot (hover values, drag-zoom, log scale, smoothing, step or wall-time
@@ -8,7 +9,8 @@ on the Compare page), each at most ``MAX_POINTS`` points reduced in the
 database by ``selectors.metric_chart_series`` (min and max per step bucket,
 so spikes survive). Non-finite values (NaN, ±Infinity) cannot be drawn: they
 are counted so the page can say how many are missing. ``Marker``s are data
-stages (F20) and resume points (F2), drawn as vertical lines.
+stages (docs/design/runs.md#data-stages) and resume points (docs/design/resume.md#steps-continue), drawn as vertical
+lines.
 """
 
 from dataclasses import dataclass, field
@@ -24,8 +26,8 @@ MAX_POINTS = 1000
 
 @dataclass(frozen=True)
 class Marker:
-    """A vertical line at ``step``: ``kind`` "data" (a data stage's start step, F20) or "resume" (where a child
-    Run took over, F2); ``label`` is its tooltip."""
+    """A vertical line at ``step``: ``kind`` "data" (a data stage's start step, docs/design/runs.md#data-stages) or
+    "resume" (where a child Run took over, docs/design/resume.md#steps-continue); ``label`` is its tooltip."""
 
     step: int
     label: str
@@ -85,7 +87,8 @@ def chart_data(charts: list[Chart]) -> dict:
 
 
 def data_stage_markers(*, run: Run) -> list[Marker]:
-    """A ``Marker`` per data stage of ``run`` at its start step, labelled with what it added and removed (F20)."""
+    """A ``Marker`` per data stage of ``run`` at its start step, labelled with what it added and removed
+    (docs/design/runs.md#data-stages)."""
     markers = []
     for item in selectors.data_stage_history(run=run):
         changes = [f"+{v.dataset.name}:{v.version}" for v in item["added"]]
@@ -114,7 +117,8 @@ SYSTEM_PREFIX = "system/"
 
 
 def is_system_key(key: str) -> bool:
-    """True for the SDK's system metrics (``system/…``, F35), shown on the System tab, not with training's."""
+    """True for the SDK's system metrics (``system/…``, docs/design/interfaces.md#system-metrics), shown on the System
+    tab, not with training's."""
     return key.startswith(SYSTEM_PREFIX)
 
 
@@ -145,7 +149,7 @@ def run_charts(*, run: Run, system: bool = False) -> list[Chart]:
     return runs_charts(runs=[run], markers=data_stage_markers(run=run), system=system)
 
 
-# --- "Show with ancestors" (SPEC F2): a resumed Run's curves joined with its parent chain's ------------------
+# --- "Show with ancestors" (docs/design/resume.md#steps-continue): a resumed Run's curves with its parents' -----------
 
 
 @dataclass(frozen=True)
@@ -171,8 +175,8 @@ def lineage_runs(*, user, run: Run) -> list[LineageRun]:
 
 def run_charts_with_ancestors(*, user, run: Run) -> tuple[list[Chart], list[LineageRun]]:
     """One ``Chart`` per metric key of ``run`` and its ancestors, each ancestor's points drawn up to (not
-    including) the step where its child resumed, then the child's (SPEC F2); plus the legend's Runs. Resume
-    points are markers next to the data stages each Run trained on."""
+    including) the step where its child resumed, then the child's (docs/design/resume.md#steps-continue); plus the
+    legend's Runs. Resume points are markers next to the data stages each Run trained on."""
     lineage = lineage_runs(user=user, run=run)
     markers = [
         marker for item in lineage for marker in data_stage_markers(run=item.run)

@@ -1,4 +1,5 @@
-"""A page of one key's points by (step, id), cut from the chunks it spans on PostgreSQL (SPEC F2).
+"""A page of one key's points by (step, id), cut from the chunks it spans on PostgreSQL
+(docs/design/resume.md#steps-continue).
 
 ``PAGE_CTE`` finds the key's chunks (``MetricChunk``) in index order
 ``(last_step, id)`` with the count of points before each, then unnests only

@@ -1,9 +1,9 @@
-"""The Compare page (SPEC F34): selected Runs of a Project side by side.
+"""The Compare page (docs/design/interfaces.md#workspace): selected Runs of a Project side by side.
 
 Every metric key any of them logged is one chart with one series per Run
 (colour = its position in the selection), the parameters in one table
 (by default only the keys whose values differ), and each Run's complete
-checkpoints and data stages (F20) in columns. The selection is in the URL
+checkpoints and data stages (docs/design/runs.md#data-stages) in columns. The selection is in the URL
 (``?run=ID&run=ID``, or ``?run=ID,ID``), so the page can be shared.
 """
 

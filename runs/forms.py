@@ -1,4 +1,4 @@
-"""Forms of the pages: they parse and validate input; services decide (STYLE: What a view may do)."""
+"""Forms of the pages: they parse and validate input; services decide (docs/design/house.md#views)."""
 
 from django import forms
 from django.utils.translation import gettext_lazy as _
@@ -43,7 +43,8 @@ class CheckpointChoiceField(forms.ModelChoiceField):
 
 
 class DataStageRecordForm(forms.Form):
-    """"Record data change" (SPEC F20): the step where the new data starts and the full set of versions from it.
+    """"Record data change" (docs/design/runs.md#data-stages): the step where the new data starts and the full set of
+    versions from it.
 
     ``versions`` is the Project's dataset versions to choose from,
     ``composition`` the set in force now (preselected), ``checkpoints`` the

@@ -1,4 +1,5 @@
-"""One page of a metric's history as JSON text, the hot read path (100,000 points in ≤ 0.3 s; SPEC F2).
+"""One page of a metric's history as JSON text, the hot read path (100,000 points in ≤ 0.3 s;
+docs/design/resume.md#steps-continue).
 
 The page is ``[{"step": int, "value": number | "NaN" | "Infinity" | "-Infinity",
 "timestamp": Unix seconds}, …]`` ordered by step, then insertion. On
@@ -69,11 +70,10 @@ def metric_history_downsampled_json(*, run: Run, key: str, max_points: int, shap
     come back whole; above, the step range is cut into at most
     ``max_points // 2`` buckets and each keeps its smallest and its largest
     value (``selectors.metric_chart_series``), so spikes survive. NaN and
-    ±Infinity are counted in ``non_finite``, never returned (SPEC F2, F34).
-    ``shape`` "columns" (the API's default) gives one object of three arrays of one length,
-    ``{"steps": [int], "values": [number], "timestamps": [Unix seconds]}``
-    (less than half the bytes: no field names per point); "points" the history
-    pages' array of ``{step, value, timestamp}`` objects.
+    ±Infinity are counted in ``non_finite``, never returned (docs/design/resume.md#steps-continue;
+    docs/design/interfaces.md#workspace). ``shape`` "columns" (the API's default) gives one object of three arrays of
+    one length, ``{"steps": [int], "values": [number], "timestamps": [Unix seconds]}`` (less than half the bytes: no
+    field names per point); "points" the history pages' array of ``{step, value, timestamp}`` objects.
     """
     rows, non_finite, total = selectors.metric_chart_series(
         run=run, key=key, max_points=max_points, with_timestamps=True)

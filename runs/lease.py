@@ -1,4 +1,5 @@
-"""The single-writer lease of a Run (SPEC F25): fencing tokens checked on every write of the SDK.
+"""The single-writer lease of a Run (docs/design/runs.md#one-writer-process): fencing tokens checked on every write of
+the SDK.
 
 Every start or resume of a Run through the SDK takes a new fencing token
 (``Run.lease_token`` + 1) and sends it back with each write in the

@@ -1,4 +1,5 @@
-"""Is a Run's process still alive? Heartbeats, the crash reaper and what follows a Run's end (SPEC F26, F28).
+"""Is a Run's process still alive? Heartbeats, the crash reaper and what follows a Run's end
+(docs/design/runs.md#states; docs/design/sweeps.md#requeue).
 
 The SDK sends ``POST runs/{id}/heartbeat/`` every ``MMT_HEARTBEAT_INTERVAL``
 seconds (``run_heartbeat``). Beat calls ``runs_reap_crashed`` every 60 s: a
@@ -7,10 +8,9 @@ preempting one ``preempted``. A Run whose writer never sends heartbeats (the
 MLflow client, a curl script) is judged by its last write of any kind
 (``run_touch``, ``Run.last_write_at``): silent for the Project's
 ``silent_run_timeout`` (default ``MMT_SILENT_RUN_TIMEOUT``, 24 h) it becomes
-``crashed`` too (SPEC F37). The reason is kept in ``Run.ended_reason``. Both write under the Run's row lock (or a
-conditional UPDATE on the status), so a heartbeat, a resume and the reaper
-never both win: a Run the reaper ended answers a late heartbeat with
-``RunEnded``, and only a resume (``POST runs/``) makes it run again.
+``crashed`` too (docs/design/runs.md#liveness). The reason is kept in ``Run.ended_reason``. Both write under the Run's
+row lock (or a conditional UPDATE on the status), so a heartbeat, a resume and the reaper never both win: a Run the
+reaper ended answers a late heartbeat with ``RunEnded``, and only a resume (``POST runs/``) makes it run again.
 """
 
 import logging
@@ -37,7 +37,8 @@ REAPED_STATUS = {RunStatus.RUNNING: RunStatus.CRASHED, RunStatus.PREEMPTING: Run
 
 
 def run_ended_effects(*, run: Run) -> None:
-    """What follows ``run`` reaching a final state, inside the transaction that ended it (SPEC F3, F28).
+    """What follows ``run`` reaching a final state, inside the transaction that ended it
+    (docs/design/checkpoints.md#mlflow-checkpoints; docs/design/sweeps.md#requeue).
 
     A sweep trial's Run tells its trial (a preempted one goes back to the
     queue), and the ``runs.hooks.run_ended`` receivers run (the checkpoints
@@ -55,14 +56,13 @@ def _ended_message(external_id: str, status: str) -> str:
 
 @transaction.atomic
 def run_heartbeat(*, actor, run: Run, fencing_token: int | None) -> Run:
-    """Record that ``run``'s process is alive: ``heartbeat_at`` = now (SPEC F26); the Run as stored.
+    """Record that ``run``'s process is alive: ``heartbeat_at`` = now (docs/design/runs.md#states); the Run as stored.
 
-    Only a writer of the Run (``policy.why_cannot_write_run``, F31; else ``Forbidden``). ``fencing_token``
-    (the ``Mado-Fencing-Token`` header, None: not fenced) is checked under
-    the Run's row lock: a stale one raises ``LeaseLost``. Only a running or
-    preempting Run beats (conditional UPDATE on those states); one in a
-    final state raises ``RunEnded`` — a crashed Run returns to running only
-    through a resume — and a pending one ``Conflict`` (start it first).
+    Only a writer of the Run (``policy.why_cannot_write_run``, docs/design/runs.md#write-rule; else ``Forbidden``).
+    ``fencing_token`` (the ``Mado-Fencing-Token`` header, None: not fenced) is checked under the Run's row lock: a stale
+    one raises ``LeaseLost``. Only a running or preempting Run beats (conditional UPDATE on those states); one in a
+    final state raises ``RunEnded`` — a crashed Run returns to running only through a resume — and a pending one
+    ``Conflict`` (start it first).
     """
     policy.require_run_writer(actor, run)
     lease_check(run_id=run.pk, token=fencing_token)
@@ -77,7 +77,8 @@ def run_heartbeat(*, actor, run: Run, fencing_token: int | None) -> Run:
 
 
 def runs_reap_crashed(now=None) -> int:
-    """End every live Run whose SDK heartbeat is older than ``MMT_CRASH_TIMEOUT`` s; how many it ended (SPEC F26).
+    """End every live Run whose SDK heartbeat is older than ``MMT_CRASH_TIMEOUT`` s; how many it ended
+    (docs/design/runs.md#states).
 
     ``now`` (an aware datetime, default the current time) is for tests.
     running → ``crashed``, preempting → ``preempted``, ``ended_at`` = now.
@@ -101,7 +102,8 @@ def runs_reap_crashed(now=None) -> int:
 
 
 def run_touch(*, run_id: int) -> None:
-    """Record a write to Run ``run_id`` by a writer that sends no heartbeats (``last_write_at`` = now; SPEC F37).
+    """Record a write to Run ``run_id`` by a writer that sends no heartbeats (``last_write_at`` = now;
+    docs/design/runs.md#liveness).
 
     A Run that beats is judged by its heartbeats, so its row is not written.
     """
@@ -118,10 +120,10 @@ def write_guard(*, run_id: int, fencing_token: int | None) -> Callable[[], None]
     the read travels with the writes sent after it, and the check, called
     after the block, raises: ``LeaseLost`` for a stale ``fencing_token``
     (None: not fenced; a fenced read locks the row ``FOR UPDATE``, so a
-    takeover waits for this write or sees it refused; SPEC F25), else
+    takeover waits for this write or sees it refused; docs/design/runs.md#one-writer-process), else
     ``RunEnded`` (409 ``run_ended``) when the Run was ended ``crashed`` (the
     reaper took its process for dead: what it still sends is not stored,
-    the SDK keeps it for a same-run resume; F37). A reap that commits first
+    the SDK keeps it for a same-run resume; docs/design/runs.md#liveness). A reap that commits first
     is seen, one that comes later waits. The raise rolls back the
     transaction, so nothing of a refused write is kept.
     """
@@ -147,7 +149,8 @@ def write_guard(*, run_id: int, fencing_token: int | None) -> Callable[[], None]
 
 
 def runs_reap_silent(*, now=None) -> int:
-    """End as ``crashed`` every running Run that never sent a heartbeat and had no write for its timeout (F37).
+    """End as ``crashed`` every running Run that never sent a heartbeat and had no write for its timeout
+    (docs/design/runs.md#liveness).
 
     The timeout is the Project's ``silent_run_timeout`` or
     ``MMT_SILENT_RUN_TIMEOUT`` seconds, counted from the last write

@@ -1,4 +1,4 @@
-"""A metrics batch read into columns and validated column by column (SPEC F2).
+"""A metrics batch read into columns and validated column by column (docs/design/resume.md#steps-continue).
 
 Two wire formats carry the same points:
 
@@ -42,7 +42,8 @@ class MetricColumns(NamedTuple):
 
 
 class SortedBatch(NamedTuple):
-    """A validated batch sorted by (key, step), points of one key and step in the order they came (SPEC F2).
+    """A validated batch sorted by (key, step), points of one key and step in the order they came
+    (docs/design/resume.md#steps-continue).
 
     Key ``keys[g]`` (distinct, sorted) holds sorted positions ``starts[g]``
     to ``starts[g] + counts[g] - 1``; ``steps`` (int64), ``values``

@@ -1,4 +1,5 @@
-"""Keeping ``MetricRollup`` current and reading charts from it: a key's extremes per fixed step bucket (SPEC F2, F34).
+"""Keeping ``MetricRollup`` current and reading charts from it: a key's extremes per fixed step bucket
+(docs/design/resume.md#steps-continue; docs/design/interfaces.md#workspace).
 
 A chart of a million-point key needs, per drawn step bucket, the points
 holding its smallest and largest value. Computed from the points, that reads
@@ -106,7 +107,8 @@ def rollup_rows(*, run_id: int, key: str, before_step: int | None = None) -> lis
     """The rollup rows of ``key`` in Run ``run_id`` by bucket, each ``(bucket, count, non_finite, min_step,
     min_value, min_timestamp, max_step, max_value, max_timestamp)``; with ``before_step``, of the points at
     steps below it only: the buckets wholly below it, then its own bucket's part folded from its points (at
-    most ``ROLLUP_STEPS`` steps of them; an ancestor's curve up to where its child resumed, SPEC F2)."""
+    most ``ROLLUP_STEPS`` steps of them; an ancestor's curve up to where its child resumed,
+    docs/design/resume.md#steps-continue)."""
     cut = _NO_CUT if before_step is None else before_step // ROLLUP_STEPS
     with connection.cursor() as cursor:
         cursor.execute(_ROWS, [run_id, key, cut])

@@ -1,4 +1,5 @@
-"""Keeping ``MetricSummary`` current: a batch's per-key figures folded in by one upsert (SPEC F2, F24).
+"""Keeping ``MetricSummary`` current: a batch's per-key figures folded in by one upsert
+(docs/design/resume.md#steps-continue; docs/design/runs.md#resume-modes).
 
 ``metrics_ingest`` calls ``summary_add`` in the transaction that stores the
 points, before it inserts them: the upsert locks each (run, key) summary row

@@ -1,4 +1,5 @@
-"""Metric ingestion: validate a batch by column, fold it into the summaries, insert it in one statement (SPEC F2).
+"""Metric ingestion: validate a batch by column, fold it into the summaries, insert it in one statement
+(docs/design/resume.md#steps-continue).
 
 A batch holds up to 10,000 points and one writer must sustain 150,000
 points/s on PostgreSQL, so nothing here loops over points in Python except
@@ -15,7 +16,7 @@ batch's claim, the summaries, the rollups and the chunks are sent together,
 and the answers are judged after. A refused or replayed batch rolls back what
 was sent with it. Each round trip is two wake-ups of a web thread and of a
 database backend: under load, that wait for a CPU, not the work, is most of a
-POST's time (SPEC F2).
+POST's time (docs/design/resume.md#steps-continue).
 """
 
 import time
@@ -69,7 +70,8 @@ def metrics_ingest(
     *, actor, run: Run, points: list[dict] | None = None, columns: dict | None = None,
     idempotency_key: str | None = None, timestamps_ms: bool = False, fencing_token: int | None = None,
 ) -> MetricsIngested:
-    """Store a batch of metric points for ``run`` and update its summaries; all or nothing (SPEC F2, F24, F25).
+    """Store a batch of metric points for ``run`` and update its summaries; all or nothing
+    (docs/design/resume.md#steps-continue; docs/design/runs.md#resume-modes, #one-writer-process).
 
     The batch is ``points`` (rows) or ``columns`` (columnar), one of the two:
 
@@ -92,11 +94,10 @@ def metrics_ingest(
     header; None: not fenced) is checked in the writing transaction. The
     Run's ``MetricSummary`` and ``MetricRollup`` rows change in the same transaction as its points.
 
-    Raises ``Forbidden`` unless the actor may write to the Run (``policy.why_cannot_write_run``, F31),
-    ``ValidationFailed`` naming the first bad field (``points[3].value`` or
-    ``values[3]``), ``LeaseLost`` for a stale ``fencing_token``, ``RunEnded``
-    (409 ``run_ended``) when the Run was ended ``crashed`` (F37); nothing of a
-    refused batch is stored.
+    Raises ``Forbidden`` unless the actor may write to the Run (``policy.why_cannot_write_run``,
+    docs/design/runs.md#write-rule), ``ValidationFailed`` naming the first bad field (``points[3].value`` or
+    ``values[3]``), ``LeaseLost`` for a stale ``fencing_token``, ``RunEnded`` (409 ``run_ended``) when the Run was ended
+    ``crashed`` (docs/design/runs.md#liveness); nothing of a refused batch is stored.
     """
     policy.require_run_writer(actor, run)
     now_ms = int(time.time() * 1000)

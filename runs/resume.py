@@ -1,4 +1,5 @@
-"""Starting a Run by its id: create, attach or resume under one writer lease (SPEC F24, F25).
+"""Starting a Run by its id: create, attach or resume under one writer lease
+(docs/design/runs.md#resume-modes, #one-writer-process).
 
 ``POST runs/`` with an ``external_id`` (the run id) and a ``resume`` mode is
 decided by the matrix below, keyed on ``(project, external_id)``. A Run
@@ -9,16 +10,17 @@ its creator instead (pending → running).
 ==========  =====================  ==========================  ==========================
 resume      exists                 pending (never started)     absent
 ==========  =====================  ==========================  ==========================
-must        resume (writers, F31)  404 (never started)         404 "not found in project"
-allow       resume (writers, F31)  attach (creator only)       create
+must        resume (writers)       404 (never started)         404 "not found in project"
+allow       resume (writers)       attach (creator only)       create
 never/None  409 "already exists"   attach (creator only)       create
 ==========  =====================  ==========================  ==========================
 
+"Writers" are the people the write rule names (docs/design/runs.md#write-rule).
 Every start takes the Run's write lease: ``lease_token`` + 1 is the fencing
 token the SDK sends with each write (``runs.lease``). A start that names its
 writer ``host`` (the SDK does) promises heartbeats: ``heartbeat_at`` is set
-now, so the Run is live (F25) and is reaped as crashed when the beats stop
-(F26). A start without ``host`` (curl, an older SDK) leaves ``heartbeat_at``
+now, so the Run is live (docs/design/runs.md#one-writer-process) and is reaped as crashed when the beats stop
+(docs/design/runs.md#states). A start without ``host`` (curl, an older SDK) leaves ``heartbeat_at``
 empty: such a Run is never reaped and never refused as live. Races: the Run row is
 locked (``SELECT … FOR UPDATE``) and every change is a conditional UPDATE on
 the lease token or status read under that lock; two creates of one id are
@@ -99,7 +101,8 @@ def run_start(
     pid: int | None = None,
     **create_fields,
 ) -> RunStarted:
-    """``POST runs/``: create, attach or resume Run ``external_id`` of ``project`` by the matrix above (SPEC F24, F25).
+    """``POST runs/``: create, attach or resume Run ``external_id`` of ``project`` by the matrix above
+    (docs/design/runs.md#resume-modes, #one-writer-process).
 
     ``resume``: ``"must"`` | ``"allow"`` | ``"never"`` | None (None: as
     never). ``host`` (≤ 255 characters) and ``pid`` name the writer process.
@@ -113,7 +116,7 @@ def run_start(
 
     Raises ``Forbidden`` unless member or admin, and on a resume unless
     ``policy.why_cannot_resume_by_id`` allows it (a writer of the Run; any
-    member when the Project opted in and the Run is not a Job's; F31);
+    member when the Project opted in and the Run is not a Job's; docs/design/runs.md#write-rule);
     ``ValidationFailed`` naming
     ``external_id`` (not ``[A-Za-z0-9_.-]{1,128}``; ``must`` without an id),
     ``resume``, ``host``, ``pid`` or a create field; ``NotFound`` (``must``,
@@ -253,9 +256,9 @@ def _merge_parameters(run: Run, parameters, allow_change: bool) -> tuple[dict, l
 def run_last_step(*, run_id: int) -> int | None:
     """The last step Run ``run_id`` reached: its highest metric step, or its highest checkpoint step - 1.
 
-    A checkpoint's step counts the steps completed (SPEC F1), so a Run
+    A checkpoint's step counts the steps completed (docs/design/checkpoints.md#a-checkpoint), so a Run
     resumed from checkpoint N continues at step N. None when the Run has no
-    metric point and no checkpoint beyond step 0 (SPEC F24). Reads one
+    metric point and no checkpoint beyond step 0 (docs/design/runs.md#resume-modes). Reads one
     summary row per metric key, never the points: O(1) in the Run's size.
     """
     metric = MetricSummary.objects.filter(run_id=run_id).aggregate(last=Max("last_step"))["last"]

@@ -1,4 +1,5 @@
-"""Reads used by pages and the API (STYLE: Selectors). Every lookup is scoped to the user's Projects."""
+"""Reads used by pages and the API (docs/design/house.md#where-logic-goes). Every lookup is scoped to the user's
+Projects."""
 
 import functools
 import hashlib
@@ -17,7 +18,7 @@ from runs.models import (
     Code, CodeVersion, Dataset, DatasetVersion, Membership, MetricPoint, MetricSummary, Project, Run, RunKind,
     RunStatus, SweepTrial,
 )
-from runs.stages import (  # noqa: F401 (F20)
+from runs.stages import (  # noqa: F401 (docs/design/runs.md#data-stages)
     data_composition_at, data_stage_histories, data_stage_history, why_cannot_record_stage,
 )
 
@@ -30,10 +31,11 @@ def project_list(*, user) -> QuerySet[Project]:
 
 
 def project_get_for_user(*, user, slug: str) -> Project:
-    """The Project with ``slug`` if the user is a member; else ``NotFound`` (404, ARCHITECTURE rule 1)."""
+    """The Project with ``slug`` if the user is a member; else ``NotFound`` (404, docs/design/house.md#one-policy)."""
     project = Project.objects.visible_to(user).filter(slug=slug).first()
     if project is None:
-        # The slug is not repeated: an answer that names nothing tells nobody what exists (F31).
+        # The slug is not repeated: an answer that names nothing tells nobody what exists
+        # (docs/design/runs.md#write-rule).
         raise NotFound("no project with this slug among your projects", field="project")
     return project
 
@@ -42,7 +44,8 @@ def run_list(
     *, user, project: Project | None = None, status: str | None = None, kind: str | None = None,
     external_id: str | None = None,
 ):
-    """Runs visible to the user, newest first, optionally filtered (``external_id``: the run id, F24).
+    """Runs visible to the user, newest first, optionally filtered (``external_id``: the run id,
+    docs/design/runs.md#resume-modes).
 
     Raises ``ValidationFailed`` (400) naming ``status`` or ``kind`` for an unknown value.
     """
@@ -73,7 +76,7 @@ def run_get_for_user(*, user, run_id, related: tuple[str, ...] = RUN_RELATED) ->
 
     ``related``: the relations read in the same query (default: what Run pages and answers show). The metrics
     POST, the hot path, asks for ``("project",)`` only and the metrics reads for none: each join costs ~0.5 ms
-    of database CPU (F2).
+    of database CPU (docs/design/resume.md#steps-continue).
     """
     try:
         run_id = int(run_id)
@@ -126,7 +129,8 @@ def code_version_list(*, code: Code) -> QuerySet[CodeVersion]:
 
 
 def metric_keys(*, run: Run) -> list[str]:
-    """The distinct metric keys logged in ``run``, sorted; read from its summaries (O(keys), SPEC F2)."""
+    """The distinct metric keys logged in ``run``, sorted; read from its summaries (O(keys),
+    docs/design/resume.md#steps-continue)."""
     return list(MetricSummary.objects.filter(run=run).order_by("key").values_list("key", flat=True))
 
 
@@ -138,7 +142,7 @@ def metric_history(
     ``offset`` skips that many points and ``limit`` caps the count (page
     ``p`` of size ``n`` is ``offset=(p - 1) * n, limit=n``). NaN comes back as
     ``math.nan``, ±Infinity as ``±math.inf``; ``timestamp_ms`` is Unix
-    milliseconds (SPEC F2 reads these).
+    milliseconds (the metric reads of docs/design/resume.md#steps-continue).
     """
     to_value = MetricPoint.from_db_value
     if connection.vendor == "postgresql" and limit is not None:  # slices of the chunks the page spans
@@ -163,7 +167,7 @@ def _int_or_none(value):
         return None
 
 
-# --- pages (F29) ----------------------------------------------------------------
+# --- pages (docs/design/interfaces.md#surfaces) ----------------------------------------------------------------
 
 
 def project_list_with_roles(*, user) -> QuerySet[Project]:
@@ -204,11 +208,11 @@ def metric_chart_series(
     ``before_step``) spanning at least a quarter as many ``ROLLUP_STEPS``-step
     rollup buckets as that is read from its rollups (``runs.metric_rollup``;
     buckets of whole rollup buckets from the key's first, so there may be
-    fewer): a million-point key costs some 4,000 rows, not a million (F34).
-    NaN (stored NULL) and ±Infinity are counted, never drawn (F2, F29).
-    With ``before_step``, only points at steps below it count (an ancestor's
-    curve up to where its child resumed). ``with_timestamps`` adds each point's
-    Unix milliseconds: ``(step, value, timestamp_ms)``.
+    fewer): a million-point key costs some 4,000 rows, not a million (docs/design/interfaces.md#workspace).
+    NaN (stored NULL) and ±Infinity are counted, never drawn (docs/design/resume.md#steps-continue;
+    docs/design/interfaces.md#surfaces). With ``before_step``, only points at steps below it count (an ancestor's curve
+    up to where its child resumed). ``with_timestamps`` adds each point's Unix milliseconds: ``(step, value,
+    timestamp_ms)``.
     """
     reduced = _rolled_up_series(run, key, max_points, before_step)
     if reduced is not None:
@@ -290,7 +294,8 @@ CHART_CACHE_S = 3600
 def metric_chart_series_remembered(*, run: Run, key: str, max_points: int, before_step: int | None = None):
     """``metric_chart_series(..., with_timestamps=True)``, kept in Django's cache while the key's summary (count,
     last step, last timestamp) is unchanged. Points are only ever added, so an unchanged summary means the same
-    points: a finished run's million-point key is reduced once, not on every view of its page (F34)."""
+    points: a finished run's million-point key is reduced once, not on every view of its page
+    (docs/design/interfaces.md#workspace)."""
     summary = MetricSummary.objects.filter(run=run, key=key).values_list("count", "last_step", "last_timestamp").first()
     digest = hashlib.sha256(repr((run.pk, run.created_at, key, max_points, before_step, summary)).encode()).hexdigest()
     found = cache.get(f"chart-series:{digest}")
@@ -306,7 +311,8 @@ def metric_chart_series_many(
 ) -> dict[tuple[int, str], tuple[list[tuple], int, int]]:
     """``metric_chart_series(..., with_timestamps=True)`` of every key (matching ``keys``) of every Run in
     ``runs``, keyed by ``(run id, key)``, in few queries: the summaries say which series fit in ``max_points``,
-    one query reads all of those whole, and only a larger series is reduced on its own (Run page, Compare, F34).
+    one query reads all of those whole, and only a larger series is reduced on its own (Run page, Compare,
+    docs/design/interfaces.md#workspace).
     """
     by_id = {run.pk: run for run in runs}
     series, wanted = {}, {}
@@ -333,7 +339,7 @@ def metric_chart_series_many(
     return {pair: tuple(entry) for pair, entry in series.items()}
 
 
-# --- Jobs pages: launch form choices, lineage, ancestors' curves (SPEC F2, F7) -------------------------------
+# --- Jobs pages: launch form, lineage, ancestors' curves (docs/design/resume.md#steps-continue, #from-a-checkpoint) ---
 
 
 def code_version_choices(*, project: Project) -> QuerySet[CodeVersion]:
@@ -354,7 +360,8 @@ def run_first_metric_step(*, run: Run) -> int | None:
 
 
 def run_ancestors(*, user, run: Run, max_depth: int = 50) -> list[tuple[Run, int | None]]:
-    """``run``'s parent chain, oldest first, each with the step its child resumed at (SPEC F2).
+    """``run``'s parent chain, oldest first, each with the step its child resumed at
+    (docs/design/resume.md#steps-continue).
 
     Each pair is ``(ancestor, until_step)``: the child of ``ancestor`` in the
     chain started from a checkpoint at ``until_step`` steps completed, so the
@@ -380,10 +387,12 @@ def run_ancestors(*, user, run: Run, max_depth: int = 50) -> list[tuple[Run, int
 
 
 def run_parameter_changes(*, run: Run) -> list:
-    """The parameter values resumes changed with ``allow_param_change`` (SPEC F24), oldest first, with ``changed_by``."""
+    """The parameter values resumes changed with ``allow_param_change`` (docs/design/runs.md#resume-modes), oldest
+    first, with ``changed_by``."""
     return list(run.parameter_changes.select_related("changed_by").order_by("changed_at", "id"))
 
 
 def run_sweep_trial(*, run: Run):
-    """The sweep trial ``run`` trains, with its Sweep (SPEC F28); None when the Run is not a trial."""
+    """The sweep trial ``run`` trains, with its Sweep (docs/design/sweeps.md#requeue); None when the Run is not a
+    trial."""
     return SweepTrial.objects.select_related("sweep").filter(run=run).first()

@@ -1,4 +1,4 @@
-"""State changes for Projects, members, Code, Datasets and Runs (STYLE: Services).
+"""State changes for Projects, members, Code, Datasets and Runs (docs/design/house.md#where-logic-goes).
 
 Every function takes keyword-only arguments, checks the actor through
 ``mado.policy`` and raises ``mado.errors`` user errors: ``ValidationFailed``
@@ -31,7 +31,7 @@ from runs.models import (
 from runs.lease import lease_check
 from runs.table import parse_columns
 from runs.liveness import run_ended_effects
-from runs.stages import data_stage_record  # noqa: F401 - a service of this app (SPEC F20, F21)
+from runs.stages import data_stage_record  # noqa: F401 - a service of this app
 
 
 def require(allowed: bool, reason: str) -> None:
@@ -46,7 +46,7 @@ def project_create(*, user, name: str, slug: str | None = None) -> Project:
 
     ``slug`` defaults to ``slugify(name)``. Raises ``ValidationFailed`` for an
     empty name or slug, ``Conflict`` "this slug is not available" when it is taken (database unique; the
-    answer names no Project, F31).
+    answer names no Project, docs/design/runs.md#write-rule).
     """
     name = (name or "").strip()
     if not name:
@@ -62,7 +62,8 @@ def project_create(*, user, name: str, slug: str | None = None) -> Project:
         with transaction.atomic():
             project = Project.objects.create(name=name, slug=slug)
     except IntegrityError:
-        # Names nothing: whoever cannot see the Project learns only that the slug cannot be used (F31).
+        # Names nothing: whoever cannot see the Project learns only that the slug cannot be used
+        # (docs/design/runs.md#write-rule).
         raise Conflict(_("this slug is not available: choose another"), field="slug") from None
     Membership.objects.create(user=user, project=project, role=Role.ADMIN)
     return project
@@ -82,7 +83,7 @@ def _guard_last_admin(project: Project, membership: Membership) -> None:
 
 @transaction.atomic
 def membership_add(*, actor, project: Project, username: str, role: str) -> Membership:
-    """Add ``username`` to ``project`` with ``role`` (admin only; F29 members page).
+    """Add ``username`` to ``project`` with ``role`` (admin only; the members page).
 
     Raises ``Forbidden`` for a non-admin actor, ``ValidationFailed`` for an
     unknown user or role, ``Conflict`` when already a member.
@@ -269,8 +270,8 @@ def run_attach(
     (``MMT_RUN_ID``; ``runs.resume.run_start`` decides): when the Run is
     pending and was created by ``actor``, one conditional UPDATE makes it
     ``running`` (``started_at``, ``heartbeat_at`` now) and takes its write
-    lease (``lease_token`` + 1, writer ``host`` / ``pid`` since now; SPEC
-    F25). What the code passes to ``start_run`` fills what the Job left
+    lease (``lease_token`` + 1, writer ``host`` / ``pid`` since now;
+    docs/design/runs.md#one-writer-process). What the code passes to ``start_run`` fills what the Job left
     open, never overwriting its initial configuration: ``name`` (≤ 200
     characters) when the Run has none, ``parameters`` keys the Run does not
     hold (the Job's values win). None otherwise (absent, another creator,
@@ -302,12 +303,13 @@ def run_attach(
     return run
 
 
-# Asked of a preempting Run, these end it preempted: it was told to stop (SPEC F26).
+# Asked of a preempting Run, these end it preempted: it was told to stop (docs/design/runs.md#states).
 PREEMPTED_OUTCOMES = frozenset({RunStatus.FAILED, RunStatus.CRASHED, RunStatus.PREEMPTED})
 
 
 def _status_after(run: Run, old: str, asked: str) -> str:
-    """The status ``asked`` leads to from ``old`` (SPEC F26); ``Conflict`` when the change is refused."""
+    """The status ``asked`` leads to from ``old`` (docs/design/runs.md#states); ``Conflict`` when the change is
+    refused."""
     if old in FINAL_STATES:
         if asked == old or (old == RunStatus.PREEMPTED and asked in PREEMPTED_OUTCOMES):
             return old
@@ -326,7 +328,7 @@ def _status_after(run: Run, old: str, asked: str) -> str:
 
 @transaction.atomic
 def run_set_status(*, actor, run: Run, status: str, fencing_token: int | None = None) -> Run:
-    """Move ``run`` to ``status`` (member or admin of its Project); the Run as stored (SPEC F26).
+    """Move ``run`` to ``status`` (member or admin of its Project); the Run as stored (docs/design/runs.md#states).
 
     Rules: running → preempting is allowed and preempting is sticky (→
     running or pending: ``Conflict``); from preempting, finished stays
@@ -375,8 +377,9 @@ def _reread_own_fields(run: Run) -> None:
 
 
 def run_table_columns_save(*, user, project: Project, column_ids: list[str]) -> list[str]:
-    """Remember ``user``'s runs-table columns in ``project`` (F34); an empty list forgets them (the defaults
-    come back). Any member may: it changes no Run. A double submit ends with one row, the last choice.
+    """Remember ``user``'s runs-table columns in ``project`` (docs/design/interfaces.md#workspace); an empty list
+    forgets them (the defaults come back). Any member may: it changes no Run. A double submit ends with one row, the
+    last choice.
 
     Returns the saved column ids. Raises ``ValidationFailed`` (field ``col``) as ``table.parse_columns``.
     """

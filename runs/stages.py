@@ -1,10 +1,11 @@
-"""Data stages: which dataset versions a Run trains on from which step (SPEC F20, F21).
+"""Data stages: which dataset versions a Run trains on from which step
+(docs/design/runs.md#data-stages, #data-stages-sdk).
 
 ``data_stage_record`` is the only writer (append-only); the selectors read
 the composition in force at a step and the history with its diffs.
 ``runs.services`` and ``runs.selectors`` re-export these names.
 
-Races (ARCHITECTURE rule 4): the Run row is locked before the existing
+Races (docs/design/house.md#idempotent): the Run row is locked before the existing
 stages are read, so two records of one Run serialize and the second sees the
 first's outcome; the unique ``(run, start_step)`` constraint holds even
 without that lock (SQLite), and its ``IntegrityError`` is answered like the
@@ -48,10 +49,11 @@ def _run_has_ended(run: Run) -> bool:
 
 
 def why_cannot_record_stage(*, user, run: Run) -> str | None:
-    """None when ``user`` may record a data stage on ``run`` now, else the sentence shown instead of the form (F20).
+    """None when ``user`` may record a data stage on ``run`` now, else the sentence shown instead of the form
+    (docs/design/runs.md#data-stages).
 
     Reasons, first that applies: not a writer of the Run
-    (``policy.why_cannot_write_run``, F31), the Run's Job has ended or the
+    (``policy.why_cannot_write_run``, docs/design/runs.md#write-rule), the Run's Job has ended or the
     Run is in a final state.
     """
     reason = policy.why_cannot_write_run(user, run)
@@ -105,13 +107,14 @@ def _checkpoint(run: Run, checkpoint_id, start_step: int):
 def data_stage_record(*, actor, run: Run, start_step: int, dataset_version_ids: list[int],
                       checkpoint_id: int | None = None, metadata: dict | None = None,
                       fencing_token: int | None = None) -> tuple[DataStage, bool]:
-    """Record that ``run`` trains on exactly ``dataset_version_ids`` from ``start_step`` on (SPEC F20, F21).
+    """Record that ``run`` trains on exactly ``dataset_version_ids`` from ``start_step`` on
+    (docs/design/runs.md#data-stages, #data-stages-sdk).
 
     Returns ``(stage, created)``. Identical content at a recorded step (same
     set, checkpoint and metadata) returns that stage with ``created`` False:
     a resend is safe. ``metadata`` is a JSON object (default ``{}``).
 
-    Raises ``Forbidden`` (not a writer of the Run, F31); ``ValidationFailed`` naming
+    Raises ``Forbidden`` (not a writer of the Run, docs/design/runs.md#write-rule); ``ValidationFailed`` naming
     the field: ``start_step`` not an integer >= 0 or not after the last
     stage's, an empty set or ids unknown / of another Project (listed),
     ``checkpoint_id`` not of this Run, deleted or after ``start_step``,
@@ -119,7 +122,7 @@ def data_stage_record(*, actor, run: Run, start_step: int, dataset_version_ids: 
     at ``start_step`` (``extra["recorded"]``), or the Run's Job has ended /
     the Run is final ("the Job has ended"); ``LeaseLost``: a stale
     ``fencing_token`` (the ``Mado-Fencing-Token`` header; None: not fenced;
-    SPEC F25). ``run.input_dataset_versions`` is never touched.
+    docs/design/runs.md#one-writer-process). ``run.input_dataset_versions`` is never touched.
     """
     reason = policy.why_cannot_write_run(actor, run)
     if reason:
@@ -163,12 +166,13 @@ def _versions(queryset):
 
 
 def data_composition_at(*, run: Run, step: int) -> list[DatasetVersion]:
-    """The dataset versions ``run`` trained on at ``step`` (SPEC F20, F22), by dataset name then version.
+    """The dataset versions ``run`` trained on at ``step`` (docs/design/runs.md#data-stages;
+    docs/design/resume.md#continue), by dataset name then version.
 
     The last stage whose ``start_step <= step``; before the first stage, the
     Run's initial ``input_dataset_versions``. A Run started from a checkpoint
     (resume, continue) took over its source's steps: below the checkpoint's
-    step it answers the source Run's composition (F22).
+    step it answers the source Run's composition (docs/design/resume.md#continue).
     """
     inherited = _inherited(run)
     if inherited is not None and step < inherited[1]:
@@ -185,7 +189,8 @@ def _inherited(run: Run) -> tuple[Run, int] | None:
 
 
 def data_stage_history(*, run: Run) -> list[dict]:
-    """The Run's stages in ``start_step`` order, each ``{"stage", "versions", "added", "removed"}`` (SPEC F20).
+    """The Run's stages in ``start_step`` order, each ``{"stage", "versions", "added", "removed"}``
+    (docs/design/runs.md#data-stages).
 
     ``versions`` is the stage's full set; ``added`` / ``removed`` compare it
     with the set in force before it (the previous stage's, else the source
@@ -221,6 +226,7 @@ def data_stage_history(*, run: Run) -> list[dict]:
 
 def data_stage_histories(*, runs: list[Run]) -> list[list[dict]]:
     """``data_stage_history`` of each of ``runs``, in order; one query finds the Runs that have stages, so a Run
-    without any costs nothing more (Compare of 20 Runs, SPEC F20, F34)."""
+    without any costs nothing more (Compare of 20 Runs, docs/design/runs.md#data-stages;
+    docs/design/interfaces.md#workspace)."""
     staged = set(DataStage.objects.filter(run__in=runs).order_by().values_list("run_id", flat=True).distinct())
     return [data_stage_history(run=run) if run.pk in staged else [] for run in runs]

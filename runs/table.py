@@ -1,4 +1,5 @@
-"""The project page's runs table (SPEC F34): chosen columns, sort, filters, the search language, CSV rows.
+"""The project page's runs table (docs/design/interfaces.md#workspace): chosen columns, sort, filters, the search
+language, CSV rows.
 
 Columns are ``param:<name>`` (a parameter's value) and
 ``metric:<key>:<stat>`` (``last``, ``min`` or ``max`` of a metric key; NaN
@@ -128,7 +129,7 @@ _SUMMARY_FIELD = {"last": "last_value", "min": "min_value", "max": "max_value"}
 def metric_stat(key: str, stat: str) -> Subquery:
     """The ``stat`` of metric ``key`` for the outer Run row, as a subquery (NULL when the Run lacks the key).
 
-    Read from the Run's per-key summary: one row, whatever the Run's size (SPEC F2)."""
+    Read from the Run's per-key summary: one row, whatever the Run's size (docs/design/resume.md#steps-continue)."""
     summary = MetricSummary.objects.filter(run=OuterRef("pk"), key=key)
     return Subquery(summary.values(_SUMMARY_FIELD[stat])[:1])
 

@@ -1,4 +1,5 @@
-"""One ``INSERT … ON CONFLICT`` of many rows, the way the metric summaries and rollups are folded in (SPEC F2, F34).
+"""One ``INSERT … ON CONFLICT`` of many rows, the way the metric summaries and rollups are folded in
+(docs/design/resume.md#steps-continue; docs/design/interfaces.md#workspace).
 
 On PostgreSQL the rows travel as one array per column, unnested by the
 database: a statement of a dozen parameters whatever the row count. As

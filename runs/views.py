@@ -1,5 +1,5 @@
-"""Pages of Projects, Runs and members (SPEC F29) and the Run's "Training data history" tab
-with "Record data change" (SPEC F20).
+"""Pages of Projects, Runs and members (docs/design/interfaces.md#surfaces) and the Run's "Training data history" tab
+with "Record data change" (docs/design/runs.md#data-stages).
 
 Each view authenticates, parses input with a form, fetches through a
 selector (another Project's object is a 404), calls at most one service and
@@ -25,8 +25,9 @@ from runs import charts, compare, selectors, services, table
 from runs.forms import DataStageRecordForm, MemberAddForm, MemberRoleForm, RunFilterForm, add_service_error
 
 RUNS_PER_PAGE = 25
-# (tab, URL name, template); "data-history" is F20, "logs" F16. The Checkpoint and Artifacts tabs are the
-# checkpoints app's pages (checkpoints/views.py), the Logs tab the jobs app's; mado/urls.py puts them in "runs:".
+# (tab, URL name, template); "data-history" is docs/design/runs.md#data-stages, "logs" docs/design/worker.md#subprocess.
+# The Checkpoint and Artifacts tabs are the checkpoints app's pages (checkpoints/views.py), the Logs tab the jobs app's;
+# mado/urls.py puts them in "runs:".
 RUN_TABS = [
     ("overview", "runs:run-detail", "runs/_tab_overview.html"),
     ("checkpoints", "runs:run-checkpoints", "checkpoints/_tab_checkpoints.html"),
@@ -81,7 +82,8 @@ def _run_table(request, project):
 @page
 @require_GET
 def project_detail(request, slug):
-    """The runs table (F34): chosen parameter and metric columns, sort, filters, search, pagination, selection."""
+    """The runs table (docs/design/interfaces.md#workspace): chosen parameter and metric columns, sort, filters, search,
+    pagination, selection."""
     project = selectors.project_get_for_user(user=request.user, slug=slug)
     form, rows, columns, choices, invalid = _run_table(request, project)
     query = request.GET.copy()
@@ -120,7 +122,8 @@ def project_columns(request, slug):
 @page
 @require_GET
 def project_runs_csv(request, slug):
-    """Every run of the table (same filters, search, sort and columns) as CSV, streamed (F34)."""
+    """Every run of the table (same filters, search, sort and columns) as CSV, streamed
+    (docs/design/interfaces.md#workspace)."""
     project = selectors.project_get_for_user(user=request.user, slug=slug)
     form, rows, columns, _choices, invalid = _run_table(request, project)
     if invalid:
@@ -133,7 +136,8 @@ def project_runs_csv(request, slug):
 @page
 @require_GET
 def project_compare(request, slug):
-    """Selected runs side by side (F34): overlaid charts, the parameter diff, checkpoints and data stages."""
+    """Selected runs side by side (docs/design/interfaces.md#workspace): overlaid charts, the parameter diff,
+    checkpoints and data stages."""
     project = selectors.project_get_for_user(user=request.user, slug=slug)
     try:
         comparison = compare.run_comparison(user=request.user, project=project, run_ids=request.GET.getlist("run"),
@@ -156,7 +160,8 @@ def run_page_context(request, pk, tab: str, **context):
 
 
 def _charts_context(request, run) -> dict:
-    """The charts of the Run alone, or with ``?ancestors=1`` joined with its parent chain's curves (F2)."""
+    """The charts of the Run alone, or with ``?ancestors=1`` joined with its parent chain's curves
+    (docs/design/resume.md#steps-continue)."""
     if request.GET.get("ancestors") == "1" and run.parent_id:
         chart_list, lineage = charts.run_charts_with_ancestors(user=request.user, run=run)
         return {"charts": chart_list, "chart_data": charts.chart_data(chart_list), "lineage": lineage,
@@ -193,8 +198,8 @@ def run_detail(request, pk):
 @page
 @require_GET
 def run_system(request, pk):
-    """The System tab (F35): charts of the ``system/…`` metrics the SDK sampled (CPU, memory, disk, network,
-    GPUs), refreshed like the Overview's while the Run is live."""
+    """The System tab (docs/design/interfaces.md#system-metrics): charts of the ``system/…`` metrics the SDK sampled
+    (CPU, memory, disk, network, GPUs), refreshed like the Overview's while the Run is live."""
     run, context = run_page_context(request, pk, "system")
     chart_list = charts.run_charts(run=run, system=True)
     context.update(charts=chart_list, chart_data=charts.chart_data(chart_list), system_tab=True)
@@ -214,7 +219,8 @@ LATEST_STEP = 2**62
 
 
 def _data_stage_form(request, run):
-    """The "Record data change" form, bound on POST, preloaded with the composition in force now (F20)."""
+    """The "Record data change" form, bound on POST, preloaded with the composition in force now
+    (docs/design/runs.md#data-stages)."""
     return DataStageRecordForm(
         request.POST if request.method == "POST" else None,
         versions=selectors.dataset_version_choices(project=run.project),
@@ -226,8 +232,9 @@ def _data_stage_form(request, run):
 @page
 @require_http_methods(["GET", "POST"])
 def run_data_history(request, pk):
-    """The "Training data history" tab (F20): the starting composition, one row per stage with what it added
-    and removed, and on a running Run the "Record data change" form (POST: ``services.data_stage_record``)."""
+    """The "Training data history" tab (docs/design/runs.md#data-stages): the starting composition, one row per stage
+    with what it added and removed, and on a running Run the "Record data change" form (POST:
+    ``services.data_stage_record``)."""
     run, context = run_page_context(request, pk, "data-history")
     refusal = policy.why_cannot_write_run(request.user, run)
     if request.method == "POST" and refusal:

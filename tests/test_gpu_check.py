@@ -1,5 +1,6 @@
 """``benchmarks/gpu_check.sh`` says plainly that there is no GPU to check (and runs nothing), and its rates
-script measures a sharded save, the worker's verified restore and the load back on CPU ranks (SPEC F36)."""
+script measures a sharded save, the worker's verified restore and the load back on CPU ranks
+(docs/design/worker.md#distributed)."""
 
 import os
 import subprocess

@@ -1,4 +1,4 @@
-"""The dependency arrows point one way: jobs → checkpoints → runs → mado, worker → any (ARCHITECTURE rule 7).
+"""The dependency arrows point one way: jobs → checkpoints → runs → mado, worker → any (docs/design/house.md#arrows).
 
 Every ``import`` statement of every module is read from the source (inside
 functions too), so an import dodged into a function body counts. ``mado``'s

@@ -1,4 +1,5 @@
-"""The endpoint × role matrix (SPEC F31): every URL pattern × method × role answers as ``mado.policy_table`` says.
+"""The endpoint × role matrix (docs/design/runs.md#write-rule): every URL pattern × method × role answers as
+``mado.policy_table`` says.
 
 The patterns come from the URL conf itself, so a new pattern without a row in
 the table fails ``test_every_url_pattern_has_a_row``. Each pattern is one test

@@ -10,7 +10,7 @@ class WorkerConfig(AppConfig):
     def ready(self):
         from worker.container import check_gpus_setting
 
-        try:  # a bad value fails loudly at startup (STYLE: Settings), not on the first Job
+        try:  # a bad value fails loudly at startup (docs/design/house.md#settings), not on the first Job
             check_gpus_setting(settings.MADO_WORKER_GPUS)
         except ValueError as exc:
             raise ImproperlyConfigured(str(exc)) from None

@@ -1,4 +1,5 @@
-"""The container runner: the ``docker run`` argv equivalent to the subprocess runner (SPEC F14, F16).
+"""The container runner: the ``docker run`` argv equivalent to the subprocess runner
+(docs/design/worker.md#extract, #subprocess).
 
 The code runs in the Queue's image with its source at ``/mmt/code`` (the
 working directory), the verified checkpoint mounted read-only at
@@ -80,7 +81,7 @@ def docker_run_argv(
     gpus: str = "",
     worker_env: Mapping[str, str] | None = None,
 ) -> list[str]:
-    """``docker run --rm …`` running ``argv`` in ``image`` (SPEC F14).
+    """``docker run --rm …`` running ``argv`` in ``image`` (docs/design/worker.md#extract).
 
     ``env_names``: the variables to pass into the container by name (their
     values must be in the ``docker`` client's environment: see

@@ -1,4 +1,5 @@
-"""A Job with several processes: its code under ``torchrun`` and each rank's exit (SPEC F36; docs/jobs.md).
+"""A Job with several processes: its code under ``torchrun`` and each rank's exit (docs/design/worker.md#distributed;
+docs/jobs.md).
 
 When ``job.nproc_per_node`` is above 1 the worker starts ``python -m
 torch.distributed.run --standalone --nproc-per-node N <entrypoint>`` with the
@@ -36,7 +37,7 @@ def torchrun_argv(entrypoint: list[str], nproc_per_node: int, *,
     ``-m``; ``python -m package`` becomes torchrun's ``-m package``.
     ``rendezvous``: torchrun's options that say where the processes meet
     (default one machine, ``--standalone``; the Kubernetes runner gives
-    ``--nnodes`` and the master's address, F36).
+    ``--nnodes`` and the master's address, docs/design/worker.md#distributed).
     """
     launcher = [*rendezvous, "--nproc-per-node", str(nproc_per_node)]
     program, rest = entrypoint[0], list(entrypoint[1:])

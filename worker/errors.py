@@ -1,8 +1,9 @@
-"""Errors of the worker (STYLE: Errors): why a Job cannot start, and transient infrastructure trouble.
+"""Errors of the worker (docs/design/house.md#where-logic-goes): why a Job cannot start, and transient infrastructure
+trouble.
 
 ``PrepareError`` and its subclasses end the Job before the code starts, with
-their message as the Job's error: the user's outcome, never retried (SPEC
-F15). ``StorageUnavailable`` is ours and transient: reads are retried with
+their message as the Job's error: the user's outcome, never retried
+(docs/design/worker.md#refusal). ``StorageUnavailable`` is ours and transient: reads are retried with
 backoff, and when they keep failing the Job fails saying so.
 """
 
@@ -14,7 +15,8 @@ class PrepareError(Exception):
 
 
 class CheckpointMismatch(PrepareError):
-    """A checkpoint's stored bytes differ from its record: ``Checkpoint <id> <what> mismatch: <detail>`` (SPEC F15).
+    """A checkpoint's stored bytes differ from its record: ``Checkpoint <id> <what> mismatch: <detail>``
+    (docs/design/worker.md#refusal).
 
     ``what`` is ``artifact`` (nothing usable stored), ``tar`` (not a valid
     tar), ``path`` (unsafe or duplicate member), ``manifest`` (extra or

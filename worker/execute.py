@@ -1,8 +1,8 @@
-"""Execute one claimed Job: prepare its working directory, run the code, report while it runs (SPEC F12–F16).
+"""Execute one claimed Job: prepare its working directory, run the code, report while it runs (docs/design/worker.md).
 
 ``execute(job)`` is what ``worker.tasks.run_job`` calls between ``job_claim``
 and ``job_finish``. In order, nothing started before the previous step
-succeeded (ARCHITECTURE rule 3):
+succeeded (docs/design/house.md#verify-first):
 
 1. a fresh ``<MADO_WORKER_WORKDIR>/job-<id>``;
 2. the Code version's archive: fetched (size + SHA-256), extracted safely into ``code/``;
@@ -14,7 +14,7 @@ succeeded (ARCHITECTURE rule 3):
 5. the code: a subprocess or ``docker run`` (the Queue's runner), its log appended to the Run,
    ``job_heartbeat`` every ``HEARTBEAT_S`` seconds (False → SIGTERM, SIGKILL after ``MADO_JOB_KILL_GRACE``);
    with ``nproc_per_node`` > 1 under torchrun, every rank reading the one restored checkpoint, each failed
-   rank's exit in the Job's error (``worker.distributed``, F36).
+   rank's exit in the Job's error (``worker.distributed``, docs/design/worker.md#distributed).
 
 Heartbeats are sent during the download and extraction too, so a long
 download is not taken for a lost worker, and an abort stops it. The working
@@ -103,7 +103,7 @@ def job_workdir(job_id: int) -> Path:
 
 def execute(job: Job) -> Outcome:
     """Run claimed ``job`` (status running; loaded by ``job_claim``) to its outcome; never raises for the code's
-    or the data's faults (SPEC F15, F16).
+    or the data's faults (docs/design/worker.md#refusal, #subprocess).
 
     A verification failure or an unusable Code archive → ``Outcome(None,
     "<message>")`` and the code never starts; an abort → ``aborted=True``.
@@ -146,7 +146,8 @@ def prepare(job: Job, workdir: Path, on_progress: Callable[[], None]) -> Prepare
     checkpoint = job.run.source_checkpoint
     if checkpoint is None:
         raise PrepareError(f"Job {job.pk} is a {job.kind} but its Run records no source checkpoint")
-    # A checkpoint stored as one artifact per file (MLflow, SPEC F3): the same checks, the same directory.
+    # A checkpoint stored as one artifact per file (MLflow, docs/design/checkpoints.md#mlflow-checkpoints): the same
+    # checks, the same directory.
     restore = restore_checkpoint_files if checkpoint.layout == CheckpointLayout.FILES else restore_checkpoint
     started = time.monotonic()
     restored = restore(checkpoint=checkpoint, workdir=workdir, on_progress=on_progress)
@@ -166,9 +167,8 @@ def code_variables(job: Job, prepared: Prepared, token: str) -> dict[str, str]:
 
     ``MMT_START_KIND`` is ``continue``, ``resume`` or ``new`` (a retry starts
     from scratch) and ``MMT_DATASET_VERSION_IDS`` the comma-separated dataset
-    versions in force at the step the code starts at (F20, F22): a continue
-    with another data mix gets the new set, so the code can reset its data
-    position.
+    versions in force at the step the code starts at (docs/design/runs.md#data-stages; docs/design/resume.md#continue):
+    a continue with another data mix gets the new set, so the code can reset its data position.
     """
     run = job.run
     start_step = prepared.step if prepared.checkpoint_dir is not None else 0

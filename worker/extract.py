@@ -1,4 +1,5 @@
-"""Safe extraction into a Job's working directory: the checkpoint and the Code archive (SPEC F13, F14).
+"""Safe extraction into a Job's working directory: the checkpoint and the Code archive
+(docs/design/worker.md#verify, #extract).
 
 Never ``tarfile``: tars are parsed by the one strict reader of the format
 (``mado_tracking.tarformat``, docs/checkpoint-format.md). Each regular file
@@ -9,7 +10,7 @@ the reader writes a checkpoint's files into while it verifies them, see
 ``worker.fetch``). Only when everything was written and verified is the
 temporary directory renamed to its final name (for the checkpoint: files
 0o444, directories 0o555). On any failure the temporary directory is
-removed: no partial directory is left behind (ARCHITECTURE rule 3).
+removed: no partial directory is left behind (docs/design/house.md#verify-first).
 """
 
 import json
@@ -36,7 +37,8 @@ __all__ = ["extract_code_archive", "refuse_existing", "remove_tree", "write_resu
 
 
 def write_resume_info(*, workdir: Path, checkpoint: Checkpoint, manifest: list[ManifestFile]) -> Path:
-    """Write ``<workdir>/resume-checkpoint.json`` (read-only) for ``MMT_RESUME_CHECKPOINT_FILE`` (SPEC F14, F17).
+    """Write ``<workdir>/resume-checkpoint.json`` (read-only) for ``MMT_RESUME_CHECKPOINT_FILE``
+    (docs/design/worker.md#extract; docs/design/resume.md#in-the-code).
 
     ``{"checkpointId", "sourceRunId", "step", "manifestSha256", "framework",
     "includesOptimizer"}``: ids are the database ids the API uses, ``step``

@@ -1,4 +1,4 @@
-"""Fetch stored artifacts into a Job's working directory, checking them while the bytes stream (SPEC F12–F15).
+"""Fetch stored artifacts into a Job's working directory, checking them while the bytes stream (docs/design/worker.md).
 
 A checkpoint tar is downloaded, verified and extracted in one pass
 (``restore_checkpoint``): the bytes are read from the artifact storage in
@@ -63,7 +63,8 @@ def restore_checkpoint(
     *, checkpoint: Checkpoint, workdir: Path, attempts: int = READ_ATTEMPTS, backoff_s: float = BACKOFF_S,
     on_progress: Callable[[], None] | None = None,
 ) -> RestoredCheckpoint:
-    """Download, verify and extract ``checkpoint``'s tar into ``<workdir>/checkpoint`` in one pass (SPEC F12–F15).
+    """Download, verify and extract ``checkpoint``'s tar into ``<workdir>/checkpoint`` in one pass
+    (docs/design/worker.md).
 
     The stored bytes stream (a broken read resumes with a ranged read from
     the first byte not yet verified) through ``CheckpointVerifier``: the

@@ -1,5 +1,5 @@
 """Restore a ``layout="files"`` checkpoint (one stored Artifact per file, e.g. from MLflow) into a Job's working
-directory (SPEC F3, F12–F15).
+directory (docs/design/checkpoints.md#mlflow-checkpoints; docs/design/worker.md).
 
 The same guarantees as a tar checkpoint, with the same code: each file is
 read with ``worker.fetch.stream_resuming`` (a broken read resumes with a
@@ -26,7 +26,7 @@ def restore_checkpoint_files(
     *, checkpoint: Checkpoint, workdir: Path, attempts: int = READ_ATTEMPTS, backoff_s: float = BACKOFF_S,
     on_progress: Callable[[], None] | None = None,
 ) -> RestoredCheckpoint:
-    """Fetch every file of ``checkpoint`` into ``<workdir>/checkpoint``, read-only, verified (SPEC F12–F15).
+    """Fetch every file of ``checkpoint`` into ``<workdir>/checkpoint``, read-only, verified (docs/design/worker.md).
 
     Raises ``CheckpointMismatch`` (``Checkpoint <id> <what> mismatch: …``;
     nothing left behind) when the checkpoint is not complete, records no

@@ -1,4 +1,5 @@
-"""Removing the work directories that a worker killed mid-Job left behind (SPEC F16; docs/deploy.md).
+"""Removing the work directories that a worker killed mid-Job left behind (docs/design/worker.md#subprocess;
+docs/deploy.md).
 
 A Job's directory (``<MADO_WORKER_WORKDIR>/job-<id>``) is removed by the
 worker when the Job ends; a worker that was killed never does. Every

@@ -1,4 +1,5 @@
-"""The Kubernetes runner: a multi-node Job as a JobSet manifest plus a Secret (SPEC F36, F12–F17).
+"""The Kubernetes runner: a multi-node Job as a JobSet manifest plus a Secret (docs/design/worker.md;
+docs/design/resume.md#in-the-code).
 
 Why a JobSet (``jobset.x-k8s.io/v1alpha2``) and not a PyTorchJob or a
 TrainJob: the Training Operator's ``PyTorchJob`` (``kubeflow.org/v1``) is
@@ -18,7 +19,7 @@ What the manifest holds (docs/deploy.md):
   ``jobs.services.run_token_issue``); the pods read it through
   ``secretKeyRef``, so the token never appears in the pod spec;
 - a JobSet ``<name>`` with one replicated Job ``node``: ``nnodes`` pods
-  (an Indexed Job, no automatic restart: F11), each running the entrypoint
+  (an Indexed Job, no automatic restart: docs/design/resume.md#retry), each running the entrypoint
   under torchrun as the worker does (``worker.distributed.torchrun_argv``:
   ``python -m torch.distributed.run --nnodes N --master-addr <node 0>
   --nproc-per-node P train.py …``) in the Job's image, with
@@ -32,7 +33,7 @@ What the manifest holds (docs/deploy.md):
   download + ``CheckpointVerifier`` + extraction, the reader the worker
   uses) into an ``emptyDir`` the training container mounts read-only: a
   tampered checkpoint fails the init container and the code never starts
-  (F15).
+  (docs/design/worker.md#refusal).
 
 ``submit`` creates both objects with the client; it needs a cluster and is
 not exercised by the tests.
@@ -174,7 +175,8 @@ def build_manifest(job: Job, options: ManifestOptions = ManifestOptions()) -> li
         "apiVersion": f"{JOBSET_GROUP}/{JOBSET_VERSION}", "kind": "JobSet",
         "metadata": {"name": name, "namespace": namespace, "labels": labels},
         "spec": {
-            "failurePolicy": {"maxRestarts": 0},  # F11: a failed attempt is resumed by hand, from a checkpoint
+            # docs/design/resume.md#retry: a failed attempt is resumed by hand, from a checkpoint
+            "failurePolicy": {"maxRestarts": 0},
             "network": {"enableDNSHostnames": True, "publishNotReadyAddresses": True},
             "replicatedJobs": [{"name": REPLICATED_JOB, "replicas": 1, "template": template}],
         },

@@ -1,4 +1,4 @@
-"""Run a Job's code as a subprocess (SPEC F16; STYLE: Celery tasks, the runner).
+"""Run a Job's code as a subprocess (docs/design/worker.md#subprocess; docs/design/house.md#tasks).
 
 An argv list (never a shell) in its own process group and session, with an
 environment built from an allowlist: nothing of the worker's own
@@ -164,7 +164,8 @@ def run_process(
     log_max_bytes: int = 10 * 1024 * 1024,
     on_kill: Callable[[], None] | None = None,
 ) -> RunOutcome:
-    """Run ``argv`` in ``cwd`` with exactly ``env``; stream its output; return ``RunOutcome`` (SPEC F16).
+    """Run ``argv`` in ``cwd`` with exactly ``env``; stream its output; return ``RunOutcome``
+    (docs/design/worker.md#subprocess).
 
     ``argv``: list of strings (``argv[0]`` is looked up on ``env["PATH"]``).
     ``on_output(text)`` gets stdout+stderr, merged, in whole lines when it

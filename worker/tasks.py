@@ -1,4 +1,4 @@
-"""Celery tasks of the worker (STYLE: Celery tasks). Take ids, never model instances; the row is the truth."""
+"""Celery tasks of the worker (docs/design/house.md#tasks). Take ids, never model instances; the row is the truth."""
 
 import logging
 import socket
@@ -19,7 +19,8 @@ logger = logging.getLogger(__name__)
 
 @app.task(bind=True, name="worker.tasks.checkpoint_verify", acks_late=True, max_retries=VERIFY_MAX_RETRIES)
 def checkpoint_verify(self, checkpoint_id: int) -> str:
-    """Verify a checkpoint tar uploaded straight to S3, then mark it complete or record why not (SPEC F12, F13).
+    """Verify a checkpoint tar uploaded straight to S3, then mark it complete or record why not
+    (docs/design/worker.md#fetch, #verify).
 
     Dispatched through the outbox by ``checkpoints.services.checkpoint_complete``. Idempotent: a
     checkpoint that is gone, no longer pending or re-uploaded meanwhile is skipped.
@@ -41,7 +42,7 @@ def checkpoint_verify(self, checkpoint_id: int) -> str:
 @app.task(bind=True, name="worker.tasks.run_job", acks_late=True, reject_on_worker_lost=True,
           max_retries=RUN_JOB_MAX_RETRIES)
 def run_job(self, job_id: int) -> str:
-    """Run Job ``job_id`` on this worker: claim → ``worker.execute.execute`` → ``job_finish`` (SPEC F12–F16).
+    """Run Job ``job_id`` on this worker: claim → ``worker.execute.execute`` → ``job_finish`` (docs/design/worker.md).
 
     Sent on commit by ``jobs.services`` to the Job's queue. Returns the Job's
     final status, or ``"skipped"`` when the Job is gone, final, or claimed by

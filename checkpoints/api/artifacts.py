@@ -1,4 +1,5 @@
-"""API views for a Run's artifacts: streamed PUT, ranged GET, DELETE, list (docs/api.md; SPEC F1, F5, F12).
+"""API views for a Run's artifacts: streamed PUT, ranged GET, DELETE, list (docs/api.md;
+docs/design/checkpoints.md#a-checkpoint, #deletion; docs/design/worker.md#fetch).
 
 Bodies never pass through memory whole: PUT reads the WSGI input in 1 MiB
 chunks (never ``request.body``) and GET answers a ``StreamingHttpResponse``
@@ -103,7 +104,7 @@ def upload_source(request) -> tuple[object, int | None]:
 
 
 def ranged_download(request, artifact) -> StreamingHttpResponse | Response:
-    """Stream ``artifact``'s bytes honouring ``Range`` / ``If-Range`` (RFC 9110; SPEC F12).
+    """Stream ``artifact``'s bytes honouring ``Range`` / ``If-Range`` (RFC 9110).
 
     200 with everything, 206 with ``Content-Range`` for one satisfiable range,
     416 with ``Content-Range: bytes */size`` otherwise. ``ETag`` and
@@ -180,7 +181,7 @@ class ArtifactDetailApi(APIView):
         409 when different bytes are (the stored file is untouched); 400 for
         an unsafe ``path`` (absolute, ``..``, backslash, NUL, > 1024 chars),
         an ``X-Mado-Sha256`` mismatch or a body shorter than Content-Length
-        (nothing kept). SPEC F1, F5.
+        (nothing kept).
         """
         run = run_get_for_user(user=request.user, run_id=run_id)
         source, length = upload_source(request)
@@ -208,7 +209,7 @@ class ArtifactDetailApi(APIView):
         """Stream the file's bytes (any member); ``ETag`` and ``X-Mado-Sha256`` carry its SHA-256.
 
         ``Range: bytes=a-b | a- | -n`` answers 206 with ``Content-Range``
-        (resumable download, SPEC F12); a range past the end → 416 with
+        (resumable download); a range past the end → 416 with
         ``Content-Range: bytes */size``. An ``If-Range`` that is not the ETag
         answers the whole file.
         """
@@ -222,7 +223,7 @@ class ArtifactDetailApi(APIView):
                    409: OpenApiResponse(description="a checkpoint's tar: delete the checkpoint instead")},
     )
     def delete(self, request, run_id, path):
-        """Delete the file: Project admin only (403 otherwise, SPEC F5); its bytes go once the delete commits."""
+        """Delete the file: Project admin only (403 otherwise); its bytes go once the delete commits."""
         artifact = selectors.artifact_get_for_user(user=request.user, run_id=run_id, path=path)
         services.artifact_delete(actor=request.user, artifact=artifact)
         return Response(status=status.HTTP_204_NO_CONTENT)

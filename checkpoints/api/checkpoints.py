@@ -1,8 +1,9 @@
 """API views for Checkpoints: register, upload, complete, list, read, download, delete (docs/api.md "Checkpoints").
 
-Thin views (STYLE): authenticate, validate the input shape, fetch through a
+Thin views (docs/design/house.md#views): authenticate, validate the input shape, fetch through a
 selector, call one service, serialize. A Checkpoint in another Project
-answers 404; a viewer's write 403; a member's delete 403 (SPEC F1, F4, F5, F12).
+answers 404; a viewer's write 403; a member's delete 403
+(docs/design/checkpoints.md#a-checkpoint, #keep-count, #deletion; docs/design/worker.md#fetch).
 """
 
 from drf_spectacular.types import OpenApiTypes
@@ -57,7 +58,7 @@ class CheckpointOutputSerializer(serializers.Serializer):
     step = serializers.IntegerField(read_only=True, help_text="steps completed when it was saved")
     framework = serializers.CharField(read_only=True)
     world_size = serializers.IntegerField(
-        read_only=True, allow_null=True, help_text="processes that wrote a torch-dcp checkpoint; null otherwise (F36)"
+        read_only=True, allow_null=True, help_text="processes that wrote a torch-dcp checkpoint; null otherwise"
     )
     includes_optimizer = serializers.BooleanField(read_only=True)
     file_count = serializers.IntegerField(read_only=True)
@@ -91,7 +92,7 @@ class CheckpointRegisterInputSerializer(serializers.Serializer):
     includes_optimizer = serializers.BooleanField(required=False, default=False)
     world_size = serializers.IntegerField(
         min_value=1, required=False, allow_null=True, default=None,
-        help_text="framework torch-dcp only, and required there: the processes that wrote the shards (F36)",
+        help_text="framework torch-dcp only, and required there: the processes that wrote the shards",
     )
 
 
@@ -141,7 +142,7 @@ class CheckpointListApi(GenericAPIView):
         responses=CheckpointOutputSerializer(many=True),
     )
     def get(self, request, run_id):
-        """Complete checkpoints, newest step first, each with ``within_keep_count`` (SPEC F4; paginated).
+        """Complete checkpoints, newest step first, each with ``within_keep_count`` (paginated).
 
         ``?all=1`` adds pending and deleted ones. Older checkpoints beyond the
         keep count are listed too (flagged ``false``): they stay usable.
@@ -167,12 +168,12 @@ class CheckpointListApi(GenericAPIView):
         },
     )
     def post(self, request, run_id):
-        """Register a pending checkpoint at ``step`` (member or admin; SPEC F1).
+        """Register a pending checkpoint at ``step`` (member or admin).
 
         201 new; 200 the same checkpoint again for the same ``Idempotency-Key``;
         409 ``step N is already saved in this run`` otherwise, except a pending
         one of a writer that was taken over (older fencing token): it is
-        discarded and the step registered anew (SPEC F25).
+        discarded and the step registered anew.
         """
         run = run_get_for_user(user=request.user, run_id=run_id)
         data = valid(CheckpointRegisterInputSerializer, request)
@@ -186,7 +187,7 @@ class CheckpointListApi(GenericAPIView):
 
 
 class CheckpointDetailApi(APIView):
-    """``checkpoints/{id}/``: one checkpoint with its manifest; delete (SPEC F5)."""
+    """``checkpoints/{id}/``: one checkpoint with its manifest; delete."""
 
     @extend_schema(tags=["checkpoints"], parameters=[_CHECKPOINT_ID], responses=CheckpointDetailOutputSerializer)
     def get(self, request, checkpoint_id):
@@ -202,7 +203,7 @@ class CheckpointDetailApi(APIView):
         },
     )
     def delete(self, request, checkpoint_id):
-        """Delete (Project admin only): the row stays ``deleted``, its stored tar goes (SPEC F5).
+        """Delete (Project admin only): the row stays ``deleted``, its stored tar goes.
 
         409 with the reason when the checkpoint is one of the Run's newest
         ``MMT_CHECKPOINT_KEEP_COUNT`` complete ones or any Run's source checkpoint.
@@ -230,7 +231,7 @@ class CheckpointTarApi(APIView):
         },
     )
     def put(self, request, checkpoint_id):
-        """Stream the raw tar (send ``Content-Length``); it is parsed and hashed as it arrives (SPEC F1, F13).
+        """Stream the raw tar (send ``Content-Length``); it is parsed and hashed as it arrives.
 
         A retry replaces a previous pending upload; a failed one keeps nothing.
         """
@@ -256,7 +257,7 @@ class CheckpointTarApi(APIView):
         },
     )
     def get(self, request, checkpoint_id):
-        """The tar of a complete checkpoint, streamed; ``Range`` resumes a broken download (206; SPEC F12)."""
+        """The tar of a complete checkpoint, streamed; ``Range`` resumes a broken download (206)."""
         checkpoint = selectors.checkpoint_get_for_user(user=request.user, checkpoint_id=checkpoint_id)
         if checkpoint.state != CheckpointState.COMPLETE or checkpoint.artifact is None:
             raise Conflict(f"checkpoint {checkpoint.pk} is {checkpoint.state}: it has no tar to download", field="checkpoint")

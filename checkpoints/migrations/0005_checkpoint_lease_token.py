@@ -13,6 +13,6 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='checkpoint',
             name='lease_token',
-            field=models.BigIntegerField(default=0, help_text="the Run's fencing token when registered: a pending checkpoint of an older writer can be taken over (F25)"),
+            field=models.BigIntegerField(default=0, help_text="the Run's fencing token when registered: a pending checkpoint of an older writer can be taken over"),
         ),
     ]

@@ -13,6 +13,6 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='checkpoint',
             name='world_size',
-            field=models.PositiveIntegerField(blank=True, help_text="processes that wrote a sharded torch-dcp checkpoint: every rank's shard must be in it (F36)", null=True),
+            field=models.PositiveIntegerField(blank=True, help_text="processes that wrote a sharded torch-dcp checkpoint: every rank's shard must be in it", null=True),
         ),
     ]

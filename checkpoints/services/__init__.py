@@ -1,10 +1,12 @@
-"""State changes of the checkpoints app (STYLE: Services): artifacts, checkpoints and their uploads.
+"""State changes of the checkpoints app (docs/design/house.md#where-logic-goes): artifacts, checkpoints and their
+uploads.
 
-``artifacts``: streamed artifact store / delete and Code archives (SPEC F1, F5);
-``checkpoints``: register, delete, lock for use (SPEC F1, F5);
-``uploads``: tar upload through the web process and completion (SPEC F1, F13);
-``direct``: presigned multipart upload to S3 and its verification (SPEC F12, F13);
-``janitor``: ending abandoned pending checkpoints ``error`` (SPEC F1, F16).
+``artifacts``: streamed artifact store / delete and Code archives (docs/design/checkpoints.md#a-checkpoint, #deletion);
+``checkpoints``: register, delete, lock for use (docs/design/checkpoints.md#a-checkpoint, #deletion);
+``uploads``: tar upload through the web process and completion (docs/design/checkpoints.md#a-checkpoint;
+docs/design/worker.md#verify); ``direct``: presigned multipart upload to S3 and its verification
+(docs/design/worker.md#fetch, #verify); ``janitor``: ending abandoned pending checkpoints ``error``
+(docs/design/checkpoints.md#a-checkpoint; docs/design/worker.md#subprocess).
 """
 
 from checkpoints.services.artifacts import (

@@ -14,7 +14,7 @@ def mismatch(checkpoint_id: int, exc: ManifestMismatch) -> str:
 
 
 def require_writer(actor, checkpoint: Checkpoint) -> None:
-    """``Forbidden`` unless ``actor`` may write to the checkpoint's Run (SPEC F31)."""
+    """``Forbidden`` unless ``actor`` may write to the checkpoint's Run (docs/design/runs.md#write-rule)."""
     policy.require_run_writer(actor, checkpoint.run)
 
 
@@ -26,7 +26,8 @@ def require_pending(checkpoint: Checkpoint) -> None:
 
 
 def lock(checkpoint_id: int) -> Checkpoint:
-    """The checkpoint's row, locked; ``NotFound`` when it is gone (a newer writer discarded it, SPEC F25)."""
+    """The checkpoint's row, locked; ``NotFound`` when it is gone (a newer writer discarded it,
+    docs/design/runs.md#one-writer-process)."""
     row = Checkpoint.objects.select_for_update().select_related("run").filter(pk=checkpoint_id).first()
     if row is None:
         raise NotFound(f"checkpoint {checkpoint_id} not found: it was discarded", field="checkpoint")

@@ -1,9 +1,10 @@
-"""State changes for Artifacts: streamed store, delete, Code archives (SPEC F1, F5).
+"""State changes for Artifacts: streamed store, delete, Code archives
+(docs/design/checkpoints.md#a-checkpoint, #deletion).
 
 A blob is written under a fresh storage key first, then the Artifact row is
 created in one transaction; the database's ``(run, path)`` unique constraint,
 not a check-then-insert, decides between "new", "same content again" and
-"conflict" (ARCHITECTURE rule 4). Whatever is refused leaves the stored
+"conflict" (docs/design/house.md#idempotent). Whatever is refused leaves the stored
 artifact and its bytes untouched and keeps no new bytes (rule 5).
 """
 
@@ -100,7 +101,7 @@ def artifact_store(
     When the path is already taken the body is only hashed, never stored.
     ``fencing_token`` (the ``Mado-Fencing-Token`` header; None: not fenced)
     is checked before the body is read and again in the transaction that
-    records it: ``LeaseLost``, nothing kept (SPEC F25).
+    records it: ``LeaseLost``, nothing kept (docs/design/runs.md#one-writer-process).
     """
     policy.require_run_writer(actor, run)
     path = validate_artifact_path(path)
@@ -125,7 +126,8 @@ def artifact_store(
 
 
 def artifact_replace(*, actor, run: Run, path: str, source, expected_size: int | None = None) -> Artifact:
-    """Store ``source`` at ``run``'s artifact ``path``, replacing other bytes stored there (MLflow's rule, F30).
+    """Store ``source`` at ``run``'s artifact ``path``, replacing other bytes stored there (MLflow's rule,
+    docs/design/interfaces.md#mlflow).
 
     Checks as ``artifact_store`` (writer, safe path, ``expected_size``). A
     free path is stored as ``artifact_store`` does; the same bytes again are
@@ -155,7 +157,7 @@ def replace_content(current: Artifact, blob: storage.StoredBlob) -> str:
     """Point the locked row ``current`` at ``blob`` unless it holds the same bytes; the storage key now unused.
 
     Other bytes: the old digest, size and the time join ``current.history``
-    (MLflow's overwrite, F30). The caller deletes the returned key's bytes
+    (MLflow's overwrite, docs/design/interfaces.md#mlflow). The caller deletes the returned key's bytes
     once its transaction has committed.
     """
     if (current.sha256, current.size) == (blob.sha256, blob.size):
@@ -177,7 +179,7 @@ def artifact_insert(
     When the path is taken (a concurrent upload won it, or a retry): the same
     bytes return the stored row (``created`` False), other bytes raise
     ``Conflict``; the caller drops ``blob`` in both cases. A stale
-    ``fencing_token`` raises ``LeaseLost`` (SPEC F25; None: not fenced).
+    ``fencing_token`` raises ``LeaseLost`` (docs/design/runs.md#one-writer-process; None: not fenced).
     """
     try:
         with transaction.atomic():
@@ -194,7 +196,7 @@ def artifact_insert(
 
 
 def artifact_delete(*, actor, artifact: Artifact) -> None:
-    """Delete ``artifact``: the row in a transaction, its bytes once that commits (SPEC F5).
+    """Delete ``artifact``: the row in a transaction, its bytes once that commits (docs/design/checkpoints.md#deletion).
 
     Project admin only (``policy.can_delete_artifacts``, else ``Forbidden``).
     A checkpoint's tar or a Code version's archive is refused with

@@ -1,8 +1,8 @@
-"""Checkpoint registration, deletion and locking for use (SPEC F1, F5).
+"""Checkpoint registration, deletion and locking for use (docs/design/checkpoints.md#a-checkpoint, #deletion).
 
 Registration is idempotent by ``Idempotency-Key`` and refused by the
 database's ``(run, step)`` and ``(run, idempotency_key)`` unique constraints,
-never by a check-then-insert (ARCHITECTURE rule 4). Deletion and any use of a
+never by a check-then-insert (docs/design/house.md#idempotent). Deletion and any use of a
 checkpoint as a Run's source serialise on the checkpoint's row lock, so a
 deleted checkpoint never becomes a source and a source is never deleted.
 """
@@ -65,9 +65,10 @@ def checkpoint_register(
     idempotency_key: str | None = None,
     fencing_token: int | None = None,
 ) -> tuple[Checkpoint, bool]:
-    """Register a pending checkpoint of ``run`` at ``step`` (steps completed); ``(checkpoint, created)`` (SPEC F1, F25).
+    """Register a pending checkpoint of ``run`` at ``step`` (steps completed); ``(checkpoint, created)``
+    (docs/design/checkpoints.md#a-checkpoint; docs/design/runs.md#one-writer-process).
 
-    Only a writer of the Run (``policy.why_cannot_write_run``, F31; else
+    Only a writer of the Run (``policy.why_cannot_write_run``, docs/design/runs.md#write-rule; else
     ``Forbidden``); a Run in a final state takes no new checkpoint
     (``RunEnded``, 409; a retry of a registration that succeeded before the
     end returns its checkpoint). ``step`` is an
@@ -90,7 +91,7 @@ def checkpoint_register(
 
     ``world_size`` (int >= 1) is required with ``framework="torch-dcp"``
     and refused with any other (``ValidationFailed`` naming it): such a
-    checkpoint completes only with every rank's shard (F36,
+    checkpoint completes only with every rank's shard (docs/design/worker.md#distributed,
     ``checkpoints.services.shards``).
     """
     policy.require_run_writer(actor, run)
@@ -141,14 +142,15 @@ def _replace_ended_in_error(*, run_id: int, step: int, key: str | None) -> None:
 
 def _refuse_ended(run: Run) -> None:
     """``RunEnded`` (409) when ``run`` is in a final state, read under its row lock: an ended Run takes no new
-    checkpoint through any API until a resume reopens it (F31)."""
+    checkpoint through any API until a resume reopens it (docs/design/runs.md#write-rule)."""
     status = Run.objects.select_for_update().filter(pk=run.pk).values_list("status", flat=True).first()
     if status in FINAL_STATES:
         raise RunEnded(f"run {run.external_id} has ended ({status}): resume it before saving checkpoints", field="run")
 
 
 def _take_over_pending(*, run_id: int, step: int, token: int) -> None:
-    """Discard the pending tar checkpoint at ``step`` left by an older writer than ``token`` (row locked; F25).
+    """Discard the pending tar checkpoint at ``step`` left by an older writer than ``token`` (row locked;
+    docs/design/runs.md#one-writer-process).
 
     Its stored bytes go once this commits. A checkpoint a data stage names
     is kept (the registration then answers "step N is already saved").
@@ -171,7 +173,8 @@ def _take_over_pending(*, run_id: int, step: int, token: int) -> None:
 
 @transaction.atomic
 def checkpoint_delete(*, actor, checkpoint: Checkpoint) -> Checkpoint:
-    """Delete ``checkpoint``: its row stays with state ``deleted``, its stored bytes go once this commits (SPEC F5).
+    """Delete ``checkpoint``: its row stays with state ``deleted``, its stored bytes go once this commits
+    (docs/design/checkpoints.md#deletion).
 
     Project admin only (``policy.can_delete_artifacts``, else ``Forbidden``).
     Refused with ``Conflict`` and the reason (``selectors.checkpoint_delete_refusal``)
@@ -215,7 +218,8 @@ def checkpoint_delete(*, actor, checkpoint: Checkpoint) -> Checkpoint:
 
 
 def checkpoint_lock_for_use(*, checkpoint_id: int) -> Checkpoint:
-    """Lock checkpoint ``checkpoint_id``'s row and return it if it is complete; else ``Conflict`` (SPEC F5, F7, F22).
+    """Lock checkpoint ``checkpoint_id``'s row and return it if it is complete; else ``Conflict``
+    (docs/design/checkpoints.md#deletion; docs/design/resume.md#from-a-checkpoint, #continue).
 
     Call inside the transaction that creates a Run whose ``source_checkpoint``
     is this checkpoint, before creating it: ``checkpoint_delete`` takes the

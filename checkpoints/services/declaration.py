@@ -1,4 +1,5 @@
-"""The client's declaration of a checkpoint upload, checked and compared with what the tar held (SPEC F1, F13).
+"""The client's declaration of a checkpoint upload, checked and compared with what the tar held
+(docs/design/checkpoints.md#a-checkpoint; docs/design/worker.md#verify).
 
 A declaration is ``{tar_size, tar_sha256, manifest}`` with ``manifest`` the
 list of every file, or ``{tar_size, tar_sha256, manifest_sha256}`` with the
@@ -93,7 +94,7 @@ def check_members(
 ) -> list[ManifestFile]:
     """The checkpoint's manifest once the tar's files (``found``, path → file) matched the declaration.
 
-    ``world_size``: the checkpoint's (a sharded ``torch-dcp`` one, F36):
+    ``world_size``: the checkpoint's (a sharded ``torch-dcp`` one, docs/design/worker.md#distributed):
     every rank's shard must be among the files. Raises ``ManifestMismatch``
     (``manifest``, ``size`` or ``sha256``) naming the difference.
     """

@@ -1,4 +1,5 @@
-"""Direct checkpoint upload to S3 and its verification task's service (SPEC F1, F12, F13).
+"""Direct checkpoint upload to S3 and its verification task's service (docs/design/checkpoints.md#a-checkpoint;
+docs/design/worker.md#fetch, #verify).
 
 ``checkpoint_upload_parts`` starts a presigned multipart upload; the client
 PUTs the parts straight to the bucket and calls ``checkpoint_complete`` with
@@ -39,7 +40,8 @@ def _part_size(tar_size: int) -> int:
 
 @transaction.atomic
 def checkpoint_upload_parts(*, actor, checkpoint: Checkpoint, tar_size: int, fencing_token: int | None = None) -> dict:
-    """Start a presigned multipart upload of ``checkpoint``'s tar straight to S3 (SPEC F1).
+    """Start a presigned multipart upload of ``checkpoint``'s tar straight to S3
+    (docs/design/checkpoints.md#a-checkpoint).
 
     Member or admin; the checkpoint must be pending; the artifact storage
     must be S3 (``MADO_STORAGE=s3``, else ``Conflict``: PUT the tar instead).
@@ -50,7 +52,7 @@ def checkpoint_upload_parts(*, actor, checkpoint: Checkpoint, tar_size: int, fen
     a presigned ``DELETE`` URL with which a client that gives up aborts it.
     A new call replaces (and aborts) an earlier unfinished upload. A stale
     ``fencing_token`` (the ``Mado-Fencing-Token`` header; None: not fenced)
-    raises ``LeaseLost`` and starts nothing (SPEC F25).
+    raises ``LeaseLost`` and starts nothing (docs/design/runs.md#one-writer-process).
     """
     require_writer(actor, checkpoint)
     lease_check(run_id=checkpoint.run_id, token=fencing_token)
@@ -157,7 +159,8 @@ def _blob_exists(key: str) -> bool:
 
 
 def checkpoint_verify_upload(*, checkpoint_id: int) -> str:
-    """Verify a direct-to-S3 upload against its declaration, then complete it or record why not (SPEC F12, F13).
+    """Verify a direct-to-S3 upload against its declaration, then complete it or record why not
+    (docs/design/worker.md#fetch, #verify).
 
     Called by ``worker.tasks.checkpoint_verify``. Streams the stored object
     in 1 MiB chunks (a broken read resumes with a ranged GET) through

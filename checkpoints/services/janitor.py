@@ -1,4 +1,5 @@
-"""Ending checkpoints nobody will finish (SPEC F1, F16): the janitor and the verification's outbox hooks.
+"""Ending checkpoints nobody will finish (docs/design/checkpoints.md#a-checkpoint; docs/design/worker.md#subprocess):
+the janitor and the verification's outbox hooks.
 
 A pending checkpoint is abandoned when its upload lease expired
 (``MADO_CHECKPOINT_UPLOAD_LEASE`` s after it was registered) or when its Run

@@ -1,11 +1,11 @@
-"""Sharded checkpoints written by ``torch.distributed.checkpoint`` from every rank (SPEC F36).
+"""Sharded checkpoints written by ``torch.distributed.checkpoint`` from every rank (docs/design/worker.md#distributed).
 
 A ``torch-dcp`` checkpoint registered with ``world_size`` N completes only
 when its manifest holds DCP's ``.metadata`` and at least one shard file
 ``__<rank>_<n>.distcp`` of each rank 0..N-1, and no shard of a rank >= N: a
 save that one rank did not finish, or a directory mixing two saves, is never
 ``complete``. The bytes of each shard are checked like every other file
-(manifest sizes and SHA-256, F1, F13).
+(manifest sizes and SHA-256, docs/design/checkpoints.md#a-checkpoint; docs/design/worker.md#verify).
 """
 
 import re

@@ -1,4 +1,5 @@
-"""Checkpoint tar upload through the web process and completion (SPEC F1, F12, F13, F15).
+"""Checkpoint tar upload through the web process and completion (docs/design/checkpoints.md#a-checkpoint;
+docs/design/worker.md#fetch, #verify, #refusal).
 
 Two ways in, one check:
 
@@ -15,7 +16,7 @@ Two ways in, one check:
 A checkpoint becomes ``complete`` only by one conditional UPDATE
 (pending → complete) after its tar matched; any mismatch raises or records
 ``Checkpoint <id> <what> mismatch: …``, keeps no bytes of the failed attempt
-and changes nothing else in the Run (ARCHITECTURE rule 5). Streaming happens
+and changes nothing else in the Run (docs/design/house.md#bad-input). Streaming happens
 outside any transaction (a multi-GB upload must not hold a database lock);
 the bookkeeping that follows is short, transactional and row-locked.
 """
@@ -96,10 +97,10 @@ def checkpoint_upload(
 ) -> dict:
     """Stream ``source`` (the request body, anything with ``read(n)``) as ``checkpoint``'s tar; return what arrived.
 
-    A writer of the Run (F31; else ``Forbidden``, before any byte is read). The
+    A writer of the Run (docs/design/runs.md#write-rule; else ``Forbidden``, before any byte is read). The
     checkpoint must be pending (complete or deleted → ``Conflict``). The body
     is read in 1 MiB chunks into a fresh key under the Run's storage prefix
-    while ``CheckpointVerifier`` parses and hashes it (SPEC F13: regular files
+    while ``CheckpointVerifier`` parses and hashes it (docs/design/worker.md#verify: regular files
     only, no link, ``..``, absolute path or duplicate). ``expected_size``
     (Content-Length, bytes) catches a cut-off body. On any mismatch or cut:
     the partial blob is removed, ``error`` is recorded, the checkpoint stays
@@ -111,7 +112,7 @@ def checkpoint_upload(
     is ``{"received_bytes": int, "sha256": hex}``. ``fencing_token`` (the
     ``Mado-Fencing-Token`` header; None: not fenced) is checked before any
     byte is read and again when the upload is recorded (``LeaseLost``, the
-    bytes discarded; SPEC F25).
+    bytes discarded; docs/design/runs.md#one-writer-process).
     """
     require_writer(actor, checkpoint)
     require_pending(checkpoint)
@@ -195,7 +196,8 @@ def checkpoint_complete(
     parts: list[dict] | None = None,
     fencing_token: int | None = None,
 ) -> Checkpoint:
-    """Complete ``checkpoint`` against the client's declaration (SPEC F1, F13); returns the row.
+    """Complete ``checkpoint`` against the client's declaration (docs/design/checkpoints.md#a-checkpoint;
+    docs/design/worker.md#verify); returns the row.
 
     ``tar_size`` in bytes, ``tar_sha256`` hex or None (not declared: the
     SHA-256 the server computed is recorded; the strict format check and the
@@ -204,7 +206,7 @@ def checkpoint_complete(
     checkpoint, ``manifest_sha256``: the SHA-256 of that manifest's canonical
     JSON (``mado_tracking.tarverify.manifest_digest``), so no request body
     grows with the file count; the manifest is then the files the server
-    found in the tar. A writer of the Run (F31). After an upload
+    found in the tar. A writer of the Run (docs/design/runs.md#write-rule). After an upload
     through the web process the declaration must equal ``received``
     exactly: then ManifestEntry rows, ``file_count``, ``total_bytes`` and the
     tar fields are written, the tar becomes the Run's artifact
@@ -218,7 +220,7 @@ def checkpoint_complete(
     (idempotent); another one → ``Conflict``, as do a deleted checkpoint and
     one with no uploaded tar. A stale ``fencing_token`` (the
     ``Mado-Fencing-Token`` header; None: not fenced) raises ``LeaseLost``
-    and changes nothing (SPEC F25).
+    and changes nothing (docs/design/runs.md#one-writer-process).
     """
     require_writer(actor, checkpoint)
     declared = clean_declaration(tar_size=tar_size, tar_sha256=tar_sha256, manifest=manifest,

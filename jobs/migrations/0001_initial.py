@@ -38,7 +38,7 @@ class Migration(migrations.Migration):
                 ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
                 ('kind', models.CharField(choices=[('new', 'new'), ('resume', 'resumed'), ('continue', 'continued'), ('retry', 'retry')], default='new', max_length=10)),
                 ('status', models.CharField(choices=[('queued', 'queued'), ('running', 'running'), ('succeeded', 'succeeded'), ('failed', 'failed'), ('aborted', 'aborted')], default='queued', max_length=10)),
-                ('max_retries', models.PositiveIntegerField(default=0, help_text='automatic fresh attempts after a failure (F11)')),
+                ('max_retries', models.PositiveIntegerField(default=0, help_text='automatic fresh attempts after a failure')),
                 ('attempt', models.PositiveIntegerField(default=1, help_text='1 for the first attempt')),
                 ('exit_code', models.IntegerField(blank=True, null=True)),
                 ('error', models.TextField(blank=True)),

@@ -16,12 +16,12 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='job',
             name='nnodes',
-            field=models.PositiveIntegerField(default=1, help_text='nodes for a multi-node runner; the Celery worker runs 1 (F36)'),
+            field=models.PositiveIntegerField(default=1, help_text='nodes for a multi-node runner; the Celery worker runs 1'),
         ),
         migrations.AddField(
             model_name='job',
             name='nproc_per_node',
-            field=models.PositiveIntegerField(default=1, help_text='processes per node: above 1 the worker starts the code under torchrun (F36)'),
+            field=models.PositiveIntegerField(default=1, help_text='processes per node: above 1 the worker starts the code under torchrun'),
         ),
         migrations.AddConstraint(
             model_name='job',

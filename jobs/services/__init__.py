@@ -1,11 +1,11 @@
-"""State changes of Jobs (STYLE: Services; docs/jobs.md is the contract with ``worker/``).
+"""State changes of Jobs (docs/design/house.md#where-logic-goes; docs/jobs.md is the contract with ``worker/``).
 
-``launch``: ``job_launch`` and the automatic ``job_retry_from_scratch`` (F11);
-``resume``: ``run_resume_from_checkpoint`` and ``job_resume_from_latest`` (F6–F10);
-``continue_``: ``run_continue_from_checkpoint`` (F22, F23);
+``launch``: ``job_launch`` and the automatic ``job_retry_from_scratch`` (docs/design/resume.md#retry);
+``resume``: ``run_resume_from_checkpoint`` and ``job_resume_from_latest`` (docs/design/resume.md);
+``continue_``: ``run_continue_from_checkpoint`` (docs/design/resume.md#continue, #continue-lineage);
 ``lifecycle``: what the worker and beat call while a Job runs — ``job_claim``,
 ``job_heartbeat``, ``job_append_log``, ``job_finish``, ``job_abort``,
-``job_reap_stale``, ``run_token_issue`` (F16).
+``job_reap_stale``, ``run_token_issue`` (docs/design/worker.md#subprocess).
 
 Every function takes keyword-only arguments and raises ``mado.errors`` user
 errors: ``ValidationFailed`` (400, naming the field), ``Forbidden`` (403),

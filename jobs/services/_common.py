@@ -22,7 +22,7 @@ logger = logging.getLogger("jobs")
 
 RUN_JOB_TASK = "worker.tasks.run_job"
 
-# Job outcome → Run status (F16: the exit code decides both, consistently).
+# Job outcome → Run status (docs/design/worker.md#subprocess: the exit code decides both, consistently).
 RUN_STATUS_FOR_JOB = {
     JobStatus.SUCCEEDED: RunStatus.FINISHED,
     JobStatus.FAILED: RunStatus.FAILED,
@@ -33,7 +33,8 @@ NPROC_PER_NODE_LIMIT = 256
 
 
 def clean_nproc_per_node(value, default: int = 1) -> int:
-    """Processes per node of a distributed Job (F36): None → ``default``; else an int from 1 to 256.
+    """Processes per node of a distributed Job (docs/design/worker.md#distributed): None → ``default``; else an int from
+    1 to 256.
 
     Raises ``ValidationFailed`` naming ``nproc_per_node`` otherwise.
     """
@@ -63,11 +64,12 @@ def new_job_run(
     *, source: Run, created_by, name: str, code_version: CodeVersion, parent: Run | None = None, source_checkpoint=None,
     parameters: dict | None = None, dataset_versions: list | None = None,
 ) -> Run:
-    """A pending Run with ``source``'s project, kind, parameters and input dataset versions (copied, F10, F11).
+    """A pending Run with ``source``'s project, kind, parameters and input dataset versions (copied,
+    docs/design/resume.md#lineage, #retry).
 
-    A continue (F22, F23) passes its own ``parameters`` and ``dataset_versions``
-    (already validated) instead of the copies. ``source`` itself is only read
-    (ARCHITECTURE rule 2).
+    A continue (docs/design/resume.md#continue, #continue-lineage) passes its own ``parameters`` and
+    ``dataset_versions`` (already validated) instead of the copies. ``source`` itself is only read
+    (docs/design/house.md#immutable).
     """
     run = Run.objects.create(
         project_id=source.project_id, name=name[:200], kind=source.kind, status=RunStatus.PENDING,
@@ -92,7 +94,7 @@ def create_job(
     Job's ``celery_task_id`` is the one the message carries (``nproc_per_node``
     already checked by ``clean_nproc_per_node``), and a broker
     that is down leaves the Job ``queued`` "waiting for the queue" until beat
-    sends it (never ``failed`` because of the broker, F16).
+    sends it (never ``failed`` because of the broker, docs/design/worker.md#subprocess).
     """
     job = Job.objects.create(
         run=run, code_version=code_version, queue=queue, kind=kind, status=JobStatus.QUEUED, created_by=created_by,
@@ -135,14 +137,16 @@ def revoke_on_commit(task_id: str) -> None:
 
 
 def end_run(*, run_id: int, job_status: str, now=None) -> None:
-    """Give the Job's Run the status matching ``job_status`` (F16), inside the caller's transaction.
+    """Give the Job's Run the status matching ``job_status`` (docs/design/worker.md#subprocess), inside the caller's
+    transaction.
 
     A Run not yet ended also gets ``ended_at``. A Run the SDK already ended
     otherwise takes the Job's outcome (the exit code decides), except that a
-    failed Run that was preempting or preempted stays ``preempted`` (F26).
+    failed Run that was preempting or preempted stays ``preempted`` (docs/design/runs.md#states).
     The Run's row is locked first (a concurrent ``run_set_status`` waits); when
     its status changed here, ``runs.liveness.run_ended_effects`` follows
-    (MLflow checkpoint files become usable, F3; its sweep trial is told, F28).
+    (MLflow checkpoint files become usable, docs/design/checkpoints.md#mlflow-checkpoints; its sweep trial is told,
+    docs/design/sweeps.md#requeue).
     """
     before = Run.objects.select_for_update().filter(pk=run_id).values_list("status", flat=True).first()
     record_job_ended(run_id=run_id)
@@ -184,7 +188,7 @@ def once_per_request(*, actor, request_key: str | None, create) -> Job:
     A repeated submission returns the Job of the first one. Two concurrent
     ones race on the database constraint ``job_unique_creator_request_key``:
     the loser's transaction (its Run included) rolls back and it returns the
-    winner's Job (ARCHITECTURE rule 4). Without a key, ``create()`` runs as is.
+    winner's Job (docs/design/house.md#idempotent). Without a key, ``create()`` runs as is.
     """
     request_key = clean_request_key(request_key)
     if request_key is None:

@@ -1,11 +1,11 @@
-"""Continue training from a checkpoint with a changed data mix (SPEC F22, F23).
+"""Continue training from a checkpoint with a changed data mix (docs/design/resume.md#continue, #continue-lineage).
 
 (``continue`` is a Python keyword, hence the module's trailing underscore.)
 
 The protocol is resume's (``resume.py``) without its source-state rules:
 check who asks (``mado.policy.why_cannot_continue``), lock the checkpoint
 with ``checkpoint_lock_for_use`` (so it cannot be deleted before this
-commits, F5), then create the Run (``new_job_run``: parent + source
+commits, docs/design/checkpoints.md#deletion), then create the Run (``new_job_run``: parent + source
 checkpoint, kind inherited) and its Job (``create_job``, sent to the queue on
 commit). The worker treats ``continue`` like ``resume``: it fetches, verifies
 and extracts the source checkpoint and sets ``MMT_RESUME_*``. The source Run
@@ -39,7 +39,8 @@ def _check_code_version(source_run, code_version: CodeVersion) -> CodeVersion:
 
 
 def _record_data_change(*, actor, run, source_run, checkpoint: Checkpoint, versions) -> None:
-    """A data stage at the checkpoint's step when the new set differs from the source's there (F20, F22).
+    """A data stage at the checkpoint's step when the new set differs from the source's there
+    (docs/design/runs.md#data-stages; docs/design/resume.md#continue).
 
     Below that step the new Run answers the source's composition
     (``data_composition_at``), so the data-history tab shows what was added
@@ -47,7 +48,7 @@ def _record_data_change(*, actor, run, source_run, checkpoint: Checkpoint, versi
     """
     before = {v.pk for v in data_composition_at(run=source_run, step=checkpoint.step)}
     after = [v.pk for v in versions]
-    if set(after) == before or not after:  # a stage names a non-empty set (F21)
+    if set(after) == before or not after:  # a stage names a non-empty set (docs/design/runs.md#data-stages-sdk)
         return
     data_stage_record(actor=actor, run=run, start_step=checkpoint.step, dataset_version_ids=after, metadata={
         "continued_from_checkpoint_id": checkpoint.pk,
@@ -68,7 +69,8 @@ def run_continue_from_checkpoint(
     request_key: str | None = None,
     nproc_per_node: int | None = None,
 ) -> Job:
-    """Continue training from ``checkpoint``'s weights as a new Run and Job (kind ``continue``; SPEC F22, F23).
+    """Continue training from ``checkpoint``'s weights as a new Run and Job (kind ``continue``;
+    docs/design/resume.md#continue, #continue-lineage).
 
     Member or admin of the checkpoint's Project; the source Run (the
     checkpoint's) may be in any state, with or without a Job. The new Run
@@ -86,7 +88,7 @@ def run_continue_from_checkpoint(
     the API's ``Idempotency-Key``): the same key again by the same user
     returns the first Job (a double-clicked "Launch Job", rule 4).
     ``nproc_per_node`` (1..256; None: the source Run's Job's, else 1) may
-    differ from the source's: a sharded checkpoint is resharded on load (F36).
+    differ from the source's: a sharded checkpoint is resharded on load (docs/design/worker.md#distributed).
 
     Raises ``Forbidden`` (viewer; not a member), ``NotFound`` (code version
     of another Project), ``Conflict`` (the checkpoint is not ``complete``:
@@ -118,7 +120,8 @@ def run_continue_from_checkpoint(
             source_checkpoint=locked, parameters=parameters, dataset_versions=versions,
         )
         _record_data_change(actor=actor, run=run, source_run=source_run, checkpoint=locked, versions=versions)
-        # No automatic retries: a retry starts from scratch (F11), which would drop the weights continued from.
+        # No automatic retries: a retry starts from scratch (docs/design/resume.md#retry), which would drop the weights
+        # continued from.
         return create_job(
             run=run, code_version=code_version, queue=queue, kind=JobKind.CONTINUE, created_by=actor,
             max_retries=0, resumed_from=source_run, request_key=key, nproc_per_node=nproc_per_node,

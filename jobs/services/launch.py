@@ -1,4 +1,5 @@
-"""Launching a Job and its automatic retries from scratch (SPEC F11, F16)."""
+"""Launching a Job and its automatic retries from scratch (docs/design/resume.md#retry;
+docs/design/worker.md#subprocess)."""
 
 from django.db import IntegrityError, transaction
 from django.utils.translation import gettext as _
@@ -39,13 +40,13 @@ def job_launch(
     ids of the Project's dataset versions (else ``ValidationFailed`` naming
     ``parameters`` / ``input_dataset_version_ids``); ``kind_of_run`` a Run
     kind; ``max_retries`` 0..10 automatic fresh attempts after a failure,
-    never from a checkpoint (F11); a disabled ``queue`` → ``ValidationFailed``
+    never from a checkpoint (docs/design/resume.md#retry); a disabled ``queue`` → ``ValidationFailed``
     naming ``queue``. ``worker.tasks.run_job(job.id)`` is sent to the queue
     named ``queue.name`` once the transaction commits. ``request_key`` (the
     form's token or the API's ``Idempotency-Key``): the same key again by the
     same user returns the first Job instead of launching a second (rule 4).
     ``nproc_per_node`` (1..256, None: 1): above 1 the worker starts the code
-    under torchrun with that many processes (F36; else ``ValidationFailed``).
+    under torchrun with that many processes (docs/design/worker.md#distributed; else ``ValidationFailed``).
     """
     project = code_version.code.project
     policy.require_role(actor, project, policy.MEMBER)
@@ -68,7 +69,8 @@ def job_launch(
 
 @transaction.atomic
 def job_retry_from_scratch(*, job: Job) -> Job:
-    """The next attempt of a failed ``job``: a new Run and Job (kind ``retry``) that start the code from scratch (F11).
+    """The next attempt of a failed ``job``: a new Run and Job (kind ``retry``) that start the code from scratch
+    (docs/design/resume.md#retry).
 
     Automatic (``job_finish`` calls it while attempts are left): the new Run
     copies the failed Run's kind, parameters and input dataset versions,

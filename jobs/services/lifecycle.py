@@ -1,4 +1,5 @@
-"""What happens to a Job while it runs: claim, heartbeat, log, finish, abort, reap, token (SPEC F16).
+"""What happens to a Job while it runs: claim, heartbeat, log, finish, abort, reap, token
+(docs/design/worker.md#subprocess).
 
 The worker (``worker/tasks.py``) calls ``job_claim`` → ``run_token_issue`` →
 ``job_heartbeat`` / ``job_append_log`` while the code runs → ``job_finish``;
@@ -38,7 +39,8 @@ def _job_or_404(job_id: int, *, lock: bool = False) -> Job:
 
 
 def job_claim(*, job_id: int, worker_host: str) -> Job | None:
-    """Move Job ``job_id`` from queued to running for ``worker_host``; the Job, or None when it must not run (F16).
+    """Move Job ``job_id`` from queued to running for ``worker_host``; the Job, or None when it must not run
+    (docs/design/worker.md#subprocess).
 
     One conditional UPDATE (queued → running, setting ``started_at``,
     ``heartbeat_at`` and ``worker_host``): None when another worker won, the
@@ -59,7 +61,8 @@ def job_claim(*, job_id: int, worker_host: str) -> Job | None:
 
 
 def job_heartbeat(*, job_id: int) -> bool:
-    """Record that the worker still runs Job ``job_id``; False means "stop the code now" (F16).
+    """Record that the worker still runs Job ``job_id``; False means "stop the code now"
+    (docs/design/worker.md#subprocess).
 
     False when an abort was requested, or when the Job is no longer running
     (gone, ended, or failed by the reaper after a missed heartbeat). The
@@ -81,7 +84,8 @@ def _fit(text: str, room: int) -> str:
 
 @transaction.atomic
 def job_append_log(*, job_id: int, text: str) -> RunLogChunk | None:
-    """Append ``text`` (the code's stdout+stderr, any size) to the log of Job ``job_id``'s Run as the next chunk (F16).
+    """Append ``text`` (the code's stdout+stderr, any size) to the log of Job ``job_id``'s Run as the next chunk
+    (docs/design/worker.md#subprocess).
 
     Chunks are numbered 1, 2, … per Run (``seq``; unique). The log is capped
     at ``MADO_JOB_LOG_MAX_BYTES`` UTF-8 bytes: the chunk that crosses the cap
@@ -168,16 +172,17 @@ def _retry_quietly(job: Job) -> None:
 
 
 def job_finish(*, job_id: int, exit_code: int | None, error: str = "", aborted: bool = False) -> Job:
-    """End Job ``job_id`` with the code's outcome and give its Run the matching status (F15, F16).
+    """End Job ``job_id`` with the code's outcome and give its Run the matching status
+    (docs/design/worker.md#refusal, #subprocess).
 
     ``succeeded`` (exit code 0, no ``error``) → Run ``finished``; ``aborted``
     (``aborted=True``, or an abort was requested and the exit code is not 0)
     → Run ``aborted``; otherwise ``failed`` → Run ``failed`` (``error``
     defaults to "The code exited with code N."; pass the verification
-    message of F15 when the code never started, ``exit_code`` None). The
+    refusal message (docs/design/worker.md#refusal) when the code never started, ``exit_code`` None). The
     Run's ``ended_at`` is set, its tokens revoked. A failed Job with attempts
     left (``attempt <= max_retries``) gets its retry from scratch in the same
-    transaction (``job_retry_from_scratch``, F11). Idempotent: a Job already
+    transaction (``job_retry_from_scratch``, docs/design/resume.md#retry). Idempotent: a Job already
     final (e.g. failed by the reaper) is returned unchanged. ``NotFound`` for
     an unknown Job.
     """
@@ -186,7 +191,8 @@ def job_finish(*, job_id: int, exit_code: int | None, error: str = "", aborted: 
 
 @transaction.atomic
 def job_abort(*, actor, job: Job) -> Job:
-    """Abort ``job`` (F16): the Run's creator or a Project admin (else ``Forbidden``), like resume.
+    """Abort ``job`` (docs/design/worker.md#subprocess): the Run's creator or a Project admin (else ``Forbidden``), like
+    resume.
 
     Records ``abort_requested_at`` and revokes the Celery task on commit. A
     queued Job ends ``aborted`` at once (its Run too; a worker that receives
@@ -224,7 +230,8 @@ _JOB_STATUS_OF_ENDED_RUN = {RunStatus.FINISHED: JobStatus.SUCCEEDED, RunStatus.A
 
 
 def job_end_with_run(*, run: Run) -> Job | None:
-    """End ``run``'s Job when it is still ``queued`` although ``run`` has ended; the Job, or None (F16).
+    """End ``run``'s Job when it is still ``queued`` although ``run`` has ended; the Job, or None
+    (docs/design/worker.md#subprocess).
 
     A Job that no Celery worker claimed but whose Run ended ran outside a
     worker: in a Kubernetes JobSet (``manage.py job_manifest``, docs/deploy.md)
@@ -233,7 +240,7 @@ def job_end_with_run(*, run: Run) -> Job | None:
     code's ``run.finish()`` or failure, the crash reaper after the pods fell
     silent) the Job follows: ``succeeded`` for a ``finished`` Run, ``aborted``
     for an aborted one, else ``failed`` naming the Run's status (no automatic
-    retry: a failed attempt is resumed by hand, F11). The Run's tokens stop
+    retry: a failed attempt is resumed by hand, docs/design/resume.md#retry). The Run's tokens stop
     working ``ENDED_RUN_TOKEN_GRACE_S`` seconds later (the other nodes' last
     writes) and the Job's Celery message is revoked. Called from the
     ``runs.hooks.run_ended`` receiver inside the transaction that ended the
@@ -257,7 +264,8 @@ def job_end_with_run(*, run: Run) -> Job | None:
 
 
 def job_reap_stale(*, now=None) -> int:
-    """Fail every running Job whose heartbeat is older than ``MADO_JOB_HEARTBEAT_TIMEOUT`` s; how many (F16).
+    """Fail every running Job whose heartbeat is older than ``MADO_JOB_HEARTBEAT_TIMEOUT`` s; how many
+    (docs/design/worker.md#subprocess).
 
     The worker vanished (host lost, SIGKILL, OOM): such a Job ends
     ``failed`` with "Worker lost: …" (``aborted`` when an abort was pending)
@@ -288,7 +296,8 @@ def job_reap_stale(*, now=None) -> int:
 
 def job_waits_for_message(args: list) -> bool:
     """True while the Job ``args[0]`` of a ``run_job`` message is still ``queued`` and its Run ``pending`` (the
-    outbox's hook, F16): once code running elsewhere (a Kubernetes JobSet) attached the Run, nothing waits."""
+    outbox's hook, docs/design/worker.md#subprocess): once code running elsewhere (a Kubernetes JobSet) attached the
+    Run, nothing waits."""
     return Job.objects.filter(pk=args[0], status=JobStatus.QUEUED, run__status=RunStatus.PENDING).exists()
 
 
@@ -296,8 +305,8 @@ def job_fail_undelivered(args: list, reason: str) -> None:
     """Fail the still-queued Job ``args[0]``: no worker took its message (the outbox gave up; ``reason`` says why).
 
     Ends it through ``job_finish`` (its Run ``failed``, a retry from scratch
-    when attempts are left, F11). A Job claimed or ended meanwhile, or whose Run code running elsewhere
-    attached, is left as is.
+    when attempts are left, docs/design/resume.md#retry). A Job claimed or ended meanwhile, or whose Run code running
+    elsewhere attached, is left as is.
     """
     with transaction.atomic():
         _lock_run_of(args[0])

@@ -1,12 +1,12 @@
-"""Resuming a stopped Job as a new Run (SPEC F6–F10).
+"""Resuming a stopped Job as a new Run (docs/design/resume.md).
 
 One protocol for both buttons: check who asks (creator or Project admin,
 ``mado.policy``), lock the source Run's Job row (two clicks serialize on it),
-check the source's state and F9's conditions, lock the checkpoint with
-``checkpoint_lock_for_use`` (so it cannot be deleted before this commits, F5),
+check the source's state and the conditions (docs/design/resume.md#conditions), lock the checkpoint with
+``checkpoint_lock_for_use`` (so it cannot be deleted before this commits, docs/design/checkpoints.md#deletion),
 then create the Run (parent + source checkpoint, copied inputs) and its Job.
 The database's conditional unique constraint allows one active resume per
-source Run whatever happens above it. The source Run is only read (F10).
+source Run whatever happens above it. The source Run is only read (docs/design/resume.md#lineage).
 """
 
 import re
@@ -49,7 +49,8 @@ def _code_id_of(run: Run) -> int | None:
 
 
 def _check_conditions(*, source_run: Run, source_job: Job, checkpoint: Checkpoint, code_version: CodeVersion | None):
-    """F9: same Project (else NotFound), same kind, same Code (any version). Returns the code version to run."""
+    """docs/design/resume.md#conditions: same Project (else NotFound), same kind, same Code (any version). Returns the
+    code version to run."""
     checkpoint_run = checkpoint.run
     if checkpoint_run.project_id != source_run.project_id:
         raise NotFound(f"checkpoint {checkpoint.pk} not found", field="checkpoint")
@@ -128,7 +129,8 @@ def run_resume_from_checkpoint(
     source_run: Run | None = None,
     nproc_per_node: int | None = None,
 ) -> Job:
-    """Resume a failed or aborted Job's Run from ``checkpoint`` as a new Run and Job (kind ``resume``; SPEC F6, F7, F9, F10).
+    """Resume a failed or aborted Job's Run from ``checkpoint`` as a new Run and Job (kind ``resume``;
+    docs/design/resume.md).
 
     ``source_run`` is the Run to resume, by default the checkpoint's Run; it
     may be another Run of the same Project (e.g. a resumed Run resuming from
@@ -136,7 +138,7 @@ def run_resume_from_checkpoint(
     (default: the source Job's) must be a version of the same Code;
     ``queue`` (default: the source Job's) must be enabled.
     ``nproc_per_node`` (default: the source Job's; 1..256) may differ from
-    the source's: a sharded checkpoint is resharded on load (F36).
+    the source's: a sharded checkpoint is resharded on load (docs/design/worker.md#distributed).
 
     The new Run records ``parent`` = the source Run and ``source_checkpoint``,
     inherits its kind, copies its parameters and input dataset versions, and
@@ -164,7 +166,8 @@ def job_resume_from_latest(
     *, actor, job: Job, code_version: CodeVersion | None = None, queue: Queue | None = None,
     nproc_per_node: int | None = None,
 ) -> Job:
-    """Resume ``job``'s failed or aborted Run from its latest checkpoint (SPEC F8): the Jobs list's button.
+    """Resume ``job``'s failed or aborted Run from its latest checkpoint (docs/design/resume.md#latest-checkpoint): the
+    Jobs list's button.
 
     Latest = the Run's complete checkpoint with the highest step; if it has
     none and is itself a resumed Run, its own source checkpoint

@@ -1,4 +1,5 @@
-"""The DRF base of the MLflow artifact endpoints, answering in MLflow's error shape (``mlflow_api.errors``; SPEC F30).
+"""The DRF base of the MLflow artifact endpoints, answering in MLflow's error shape (``mlflow_api.errors``;
+docs/design/interfaces.md#mlflow).
 
 Authentication is ``mado.authentication``'s, as on ``/api/v1/`` and the
 MLflow tracking API: ``Bearer <MLFLOW_TRACKING_TOKEN>`` (a user token or a

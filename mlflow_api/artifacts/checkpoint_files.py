@@ -1,4 +1,5 @@
-"""Artifacts uploaded by the MLflow client, and the checkpoints they form (SPEC F3, F5, F30).
+"""Artifacts uploaded by the MLflow client, and the checkpoints they form
+(docs/design/checkpoints.md#mlflow-checkpoints, #deletion; docs/design/interfaces.md#mlflow).
 
 A file PUT under ``checkpoints/step-<int>/`` of a ``training`` or
 ``fine_tuning`` Run is stored like any artifact (streamed, SHA-256 and size
@@ -40,7 +41,7 @@ _CHECKPOINT_FILE = re.compile(r"^checkpoints/step-(0|[1-9][0-9]{0,17})/(.+)$")
 def checkpoint_file_of(*, run: Run, path: str) -> tuple[int, str] | None:
     """``(step, path inside the checkpoint)`` when artifact ``path`` of ``run`` belongs to a checkpoint, else None.
 
-    Only ``training`` and ``fine_tuning`` Runs form checkpoints (SPEC F3);
+    Only ``training`` and ``fine_tuning`` Runs form checkpoints (docs/design/checkpoints.md#mlflow-checkpoints);
     ``path`` is a safe artifact path (``validate_artifact_path``).
     """
     if run.kind not in CHECKPOINT_KINDS:
@@ -218,7 +219,8 @@ def _refusal_check(run: Run, step: int) -> Checkpoint | None:
 
 @transaction.atomic
 def checkpoint_add_file(*, actor, run: Run, step: int, path: str, artifact: Artifact) -> Checkpoint:
-    """Add stored ``artifact`` as file ``path`` of ``run``'s pending ``layout="files"`` checkpoint at ``step`` (SPEC F3).
+    """Add stored ``artifact`` as file ``path`` of ``run``'s pending ``layout="files"`` checkpoint at ``step``
+    (docs/design/checkpoints.md#mlflow-checkpoints).
 
     Starts the checkpoint with its first file; starting it completes every
     pending files checkpoint of the Run at a lower step. The Run's row is
@@ -261,7 +263,8 @@ def _complete(checkpoint: Checkpoint) -> bool:
 
 @transaction.atomic
 def checkpoint_files_complete_for_run(*, run_id: int) -> int:
-    """Complete every pending ``layout="files"`` checkpoint of Run ``run_id``; the number completed (SPEC F3).
+    """Complete every pending ``layout="files"`` checkpoint of Run ``run_id``; the number completed
+    (docs/design/checkpoints.md#mlflow-checkpoints).
 
     Call when the Run has reached a final state (``run_set_status``).
     Idempotent; takes the Run's row lock like ``checkpoint_add_file``, so a
@@ -274,7 +277,8 @@ def checkpoint_files_complete_for_run(*, run_id: int) -> int:
 
 @transaction.atomic
 def mlflow_artifact_delete(*, actor, run: Run, path: str) -> int:
-    """Delete ``run``'s artifact ``path``, or every artifact below directory ``path``; the number deleted (SPEC F5).
+    """Delete ``run``'s artifact ``path``, or every artifact below directory ``path``; the number deleted
+    (docs/design/checkpoints.md#deletion).
 
     Project admin only (``Forbidden``). ``NotFound`` when nothing is there.
     All or nothing: a checkpoint's file (or tar) among them raises

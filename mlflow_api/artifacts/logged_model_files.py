@@ -1,4 +1,5 @@
-"""Files of MLflow 3 logged models, stored like a Run's artifacts (SPEC F5, F30).
+"""Files of MLflow 3 logged models, stored like a Run's artifacts (docs/design/checkpoints.md#deletion;
+docs/design/interfaces.md#mlflow).
 
 A logged model's files are Artifacts with ``logged_model`` set and ``run``
 NULL, so they never mix with the source Run's own files or checkpoints. They
@@ -57,7 +58,8 @@ def _record(model: LoggedModel, path: str, blob: storage.StoredBlob) -> tuple[Ar
 
 
 def logged_model_files_delete(*, actor, model: LoggedModel, path: str) -> int:
-    """Delete file ``path`` of ``model``, or every file below directory ``path``; the number deleted (SPEC F5).
+    """Delete file ``path`` of ``model``, or every file below directory ``path``; the number deleted
+    (docs/design/checkpoints.md#deletion).
 
     Project admin only (``Forbidden``); ``NotFound`` when nothing is there.
     """

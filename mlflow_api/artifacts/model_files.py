@@ -1,4 +1,5 @@
-"""``api/2.0/mlflow/logged-models/<model_id>/artifacts/directories``: the files of an MLflow 3 logged model (SPEC F30).
+"""``api/2.0/mlflow/logged-models/<model_id>/artifacts/directories``: the files of an MLflow 3 logged model
+(docs/design/interfaces.md#mlflow).
 
 An endpoint of the MLflow tracking API (``mlflow_api.tracking.views.endpoint``: auth and
 error shape) that reads Artifacts; ``mlflow_api.urls`` routes it

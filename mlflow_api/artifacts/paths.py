@@ -1,4 +1,4 @@
-"""Path checks and reads for the MLflow artifact proxy ("Bad input"; SPEC F30).
+"""Path checks and reads for the MLflow artifact proxy ("Bad input"; docs/design/interfaces.md#mlflow).
 
 Every path the client sends (``artifacts/<path>``, ``?path=``, ``mpu/*/<path>``)
 is ``<experiment_id>/<run_id>/artifacts[/<path inside the run>]``:

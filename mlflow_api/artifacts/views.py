@@ -1,9 +1,10 @@
-"""The MLflow artifact proxy ``/api/2.0/mlflow-artifacts/`` (SPEC F3, F5, F30).
+"""The MLflow artifact proxy ``/api/2.0/mlflow-artifacts/`` (docs/design/checkpoints.md#mlflow-checkpoints, #deletion;
+docs/design/interfaces.md#mlflow).
 
 ``PUT artifacts/<path>`` streams the raw body into the artifact storage
 (never ``request.body``, no size cap: ``checkpoints.storage`` reads 1 MiB at
 a time); ``GET`` streams it back with Range; ``GET artifacts?path=`` lists a
-directory; ``DELETE`` is for Project admins (SPEC F5). Multipart upload
+directory; ``DELETE`` is for Project admins (docs/design/checkpoints.md#deletion). Multipart upload
 (``mpu/create|complete|abort``) goes straight to S3 with presigned part URLs
 when the artifact storage is S3; otherwise it answers 501 with the message
 the MLflow client recognises, so it falls back to a single streamed PUT. Paths are
@@ -69,7 +70,8 @@ class MlflowArtifactApi(MlflowApiView):
     content_negotiation_class = LenientNegotiation
 
     def put(self, request, artifact_path):
-        """Store the raw body, streamed (member or admin); a ``checkpoints/step-N/`` file joins checkpoint N (F3).
+        """Store the raw body, streamed (member or admin); a ``checkpoints/step-N/`` file joins checkpoint N
+        (docs/design/checkpoints.md#mlflow-checkpoints).
 
         200 ``{}``; the same bytes again is a no-op; different bytes replace
         the file, as on MLflow (its old digest stays in the artifact's
@@ -89,7 +91,8 @@ class MlflowArtifactApi(MlflowApiView):
         return ranged_download(request, paths.artifact_for_target(files=paths.files_of(owner), target=target))
 
     def delete(self, request, artifact_path):
-        """Delete the file, or every file below the directory: Project admin only, F5's rules (409 for a checkpoint's file)."""
+        """Delete the file, or every file below the directory: Project admin only, under the checkpoint deletion rules
+        (409 for a checkpoint's file)."""
         target, owner = _resolve(request, artifact_path)
         if target.model_id:
             logged_model_files_delete(actor=request.user, model=owner, path=target.path)

@@ -1,4 +1,5 @@
-"""MLflow ``log-inputs`` (``mlflow.log_input``) mapped onto DatasetVersions and data stages (SPEC F20, F30).
+"""MLflow ``log-inputs`` (``mlflow.log_input``) mapped onto DatasetVersions and data stages
+(docs/design/runs.md#data-stages; docs/design/interfaces.md#mlflow).
 
 An MLflow dataset ``{name, digest, source_type, source, schema, profile}``
 becomes the Dataset ``name`` of the Run's Project and its DatasetVersion
@@ -75,8 +76,8 @@ def _version(run: Run, entry: dict) -> DatasetVersion:
 def run_log_inputs(*, actor, run: Run, datasets) -> list[DatasetVersion]:
     """Record MLflow dataset inputs of ``run`` (see the module docstring); the versions logged.
 
-    Writers of the Run only (``Forbidden``, SPEC F31); INVALID_PARAMETER_VALUE naming the bad field; INVALID_STATE when
-    the Run has ended and the datasets would need a new stage.
+    Writers of the Run only (``Forbidden``, docs/design/runs.md#write-rule); INVALID_PARAMETER_VALUE naming the bad
+    field; INVALID_STATE when the Run has ended and the datasets would need a new stage.
     """
     policy.require_run_writer(actor, run)
     versions = [_version(run, entry) for entry in _parse(datasets)]

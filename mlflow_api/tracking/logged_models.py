@@ -1,4 +1,5 @@
-"""MLflow 3 logged models: ``logged-models`` create, get, finalize, tags, params, delete, search (SPEC F30).
+"""MLflow 3 logged models: ``logged-models`` create, get, finalize, tags, params, delete, search
+(docs/design/interfaces.md#mlflow).
 
 A logged model (``runs.models.LoggedModel``) belongs to an experiment
 (Project), links to the Run that logged it (``source_run_id``) and the step it

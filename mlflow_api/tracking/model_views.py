@@ -1,4 +1,5 @@
-"""MLflow 3 logged-model endpoints ``api/2.0/mlflow/logged-models…`` and ``runs/outputs`` / ``runs/log-model`` (SPEC F30).
+"""MLflow 3 logged-model endpoints ``api/2.0/mlflow/logged-models…`` and ``runs/outputs`` / ``runs/log-model``
+(docs/design/interfaces.md#mlflow).
 
 Same decorator, authentication and error shape as ``mlflow_api.tracking.views``
 (the listing of a model's files, ``logged-models/<id>/artifacts/directories``,

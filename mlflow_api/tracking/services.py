@@ -1,4 +1,4 @@
-"""State changes through the MLflow API (SPEC F30).
+"""State changes through the MLflow API (docs/design/interfaces.md#mlflow).
 
 Every function checks the actor through ``mado.policy`` (member writes) and
 raises ``MlflowError`` or a ``mado.errors`` user error (translated by the view).
@@ -100,7 +100,7 @@ def experiment_create(*, actor, name: str, artifact_location: str = "") -> Proje
     RESOURCE_ALREADY_EXISTS (400) when the user already sees a Project of that
     name; INVALID_PARAMETER_VALUE (400) naming nothing when its slug is taken
     by a Project the user cannot see (so ``mlflow.set_experiment`` fails
-    with that sentence instead of silently returning None; F31).
+    with that sentence instead of silently returning None; docs/design/runs.md#write-rule).
     """
     if artifact_location:
         raise _bad("artifact_location is chosen by mado and must be empty")
@@ -207,7 +207,8 @@ def run_update(*, actor, run: Run, status: str | None = None, run_name: str | No
 
 
 def run_reopen(*, actor, run: Run) -> Run:
-    """Reopen an ended Run, as an MLflow server does for ``start_run(run_id=R)`` / ``MLFLOW_RUN_ID`` (F30).
+    """Reopen an ended Run, as an MLflow server does for ``start_run(run_id=R)`` / ``MLFLOW_RUN_ID``
+    (docs/design/interfaces.md#mlflow).
 
     Whoever may write the Run (``Forbidden`` otherwise). A finished, failed,
     aborted, crashed or preempted Run becomes running again: ``ended_at``
@@ -229,7 +230,8 @@ def run_reopen(*, actor, run: Run) -> Run:
 
 
 def run_delete(*, actor, run: Run, deleted: bool) -> Run:
-    """Soft-delete (``deleted``) or restore ``run``, as MLflow's ``delete_run`` / ``restore_run`` (F30).
+    """Soft-delete (``deleted``) or restore ``run``, as MLflow's ``delete_run`` / ``restore_run``
+    (docs/design/interfaces.md#mlflow).
 
     Whoever may write the Run (``Forbidden``). Nothing is removed: the Run,
     its metrics, files and checkpoints stay (Jobs and derived Runs refer to
@@ -308,14 +310,14 @@ def log_batch(*, actor, run: Run, metrics=None, params=None, tags=None) -> int:
     """MLflow ``log-batch`` (and the single log-metric / log-param / set-tag): all or nothing.
 
     Returns the count of metric points stored (duplicates of stored points
-    are skipped, see the module docstring). Forbidden (403) unless the actor may write to the Run (F31);
-    400 INVALID_PARAMETER_VALUE naming the first bad field.
+    are skipped, see the module docstring). Forbidden (403) unless the actor may write to the Run
+    (docs/design/runs.md#write-rule); 400 INVALID_PARAMETER_VALUE naming the first bad field.
     """
     policy.require_run_writer(actor, run)
     param_pairs = key_values(params, "params", MAX_PARAMS, PARAM_VALUE_MAX)
     tag_pairs = key_values(tags, "tags", MAX_TAGS, TAG_VALUE_MAX)
     points = _points(metrics)
-    run_touch(run_id=run.pk)  # the silence clock of a writer without heartbeats (F37)
+    run_touch(run_id=run.pk)  # the silence clock of a writer without heartbeats (docs/design/runs.md#liveness)
     with transaction.atomic():
         _params_log(run, param_pairs)
         _tags_set(run, tag_pairs)

@@ -1,6 +1,6 @@
-"""``runs/{id}/heartbeat/``: the SDK's sign of life for a running Run (SPEC F26; docs/api.md).
+"""``runs/{id}/heartbeat/``: the SDK's sign of life for a running Run (docs/design/runs.md#states; docs/api.md).
 
-Thin (STYLE): the Run is fetched through ``run_get_for_user`` (another
+Thin (docs/design/house.md#views): the Run is fetched through ``run_get_for_user`` (another
 Project's Run → 404); the one service ``runs.liveness.run_heartbeat`` checks
 the role (viewer → 403), the fencing token (stale → 409 ``lease_lost``) and
 the state (ended → 409 ``run_ended``, pending → 409 ``conflict``).

@@ -1,4 +1,4 @@
-"""API views for Projects, members, Datasets and Codes (docs/api.md; SPEC F29).
+"""API views for Projects, members, Datasets and Codes (docs/api.md; docs/design/interfaces.md#surfaces).
 
 Each view parses input, fetches through a selector (another Project's object
 → 404), calls one service (which checks ``mado.policy``: viewer → 403) and

@@ -1,4 +1,5 @@
-"""API views for Runs and their metrics (docs/api.md; SPEC F2, F24, F26).
+"""API views for Runs and their metrics (docs/api.md; docs/design/resume.md#steps-continue;
+docs/design/runs.md#resume-modes, #states).
 
 The metrics endpoints are the hot path: the batch is parsed with ``orjson``
 and checked by ``runs.metrics`` column by column, and history pages are built
@@ -62,7 +63,7 @@ class RunViewSet(GenericViewSet):
             OpenApiParameter("project", str, description="project slug (404 unless a member)"),
             OpenApiParameter("status", str, description="one of pending, running, finished, failed, aborted, crashed, preempting, preempted"),
             OpenApiParameter("kind", str, description="training, fine_tuning, evaluation or other"),
-            OpenApiParameter("external_id", str, description="the run id (unique per project; SDK resume, F24)"),
+            OpenApiParameter("external_id", str, description="the run id (unique per project; SDK resume)"),
         ],
         responses=RunOutputSerializer(many=True),
     )
@@ -92,7 +93,7 @@ class RunViewSet(GenericViewSet):
                                                     "heartbeats), or a changed parameters.<key>")},
     )
     def create(self, request):
-        """Start a Run in ``project`` (slug) by the resume matrix (member or admin; SPEC F24, F25).
+        """Start a Run in ``project`` (slug) by the resume matrix (member or admin).
 
         Without ``external_id``: a new Run (201). With it, by ``resume``:
         ``must`` resumes that started Run (else 404), ``allow`` resumes it or
@@ -125,7 +126,7 @@ class RunViewSet(GenericViewSet):
                    409: OpenApiResponse(description="refused transition (ended, preempting) or lease_lost")},
     )
     def partial_update(self, request, pk=None):
-        """Set ``{status}`` (SPEC F26): running → preempting; preempting is sticky and ends finished or preempted.
+        """Set ``{status}``: running → preempting; preempting is sticky and ends finished or preempted.
 
         A final state is kept: the same one again is a no-op, running → 409
         ("only a resume restarts it"), another → 409. Fenced by ``Mado-Fencing-Token`` (stale → 409 lease_lost).
@@ -181,8 +182,8 @@ class RunMetricsApi(APIView):
         ``step``: integer ≥ 0; ``timestamp``: Unix seconds (default: now).
         The first bad point → 400 naming ``points[i].field`` (``values[i]`` etc. in the columnar form), nothing
         stored. An ``Idempotency-Key`` header makes a repeated batch a no-op: 200 ``{"stored": 0, …}``.
-        A stale ``Mado-Fencing-Token`` → 409 ``lease_lost``, nothing stored (SPEC F2, F25); a Run
-        ended ``crashed`` → 409 ``run_ended``, nothing stored (only a resume revives it; SPEC F37).
+        A stale ``Mado-Fencing-Token`` → 409 ``lease_lost``, nothing stored; a Run
+        ended ``crashed`` → 409 ``run_ended``, nothing stored (only a resume revives it).
         """
         run = selectors.run_get_for_user(user=request.user, run_id=run_id, related=("project",))
         body = _read_json_body(request)
@@ -224,10 +225,10 @@ class RunMetricsApi(APIView):
         bucket's smallest and largest value), ``non_finite`` counts the NaN and
         ±Infinity left out; ``count`` is still every point of the key. Its
         ``results`` is one object of three arrays of one length, ``{"steps",
-        "values", "timestamps"}`` (SPEC F34: a chart's 2,000 points stay under
+        "values", "timestamps"}`` (a chart's 2,000 points stay under
         100 KB), or with ``shape=points`` the pages' list of objects; another
         ``shape``, or ``shape=columns`` without ``max_points`` → 400 naming
-        ``shape``. Reads stop after ``MADO_READ_STATEMENT_TIMEOUT_MS`` on PostgreSQL (SPEC F2).
+        ``shape``. Reads stop after ``MADO_READ_STATEMENT_TIMEOUT_MS`` on PostgreSQL.
         """
         run = selectors.run_get_for_user(user=request.user, run_id=run_id, related=())  # reads need the Run alone
         key = request.query_params.get("key")

@@ -132,7 +132,7 @@ class RunInputSerializer(serializers.Serializer):
     external_id = serializers.CharField(
         max_length=128, required=False, allow_blank=True, allow_null=True, default=None,
         validators=[RegexValidator(RUN_ID_PATTERN, RUN_ID_ERROR)], error_messages={"max_length": RUN_ID_ERROR},
-        help_text="run id, unique per project: 1 to 128 characters from [A-Za-z0-9_.-] (SPEC F24)",
+        help_text="run id, unique per project: 1 to 128 characters from [A-Za-z0-9_.-]",
     )
     resume = serializers.ChoiceField(
         choices=RESUME_MODES, required=False, allow_null=True, default=None,
@@ -148,7 +148,7 @@ class RunInputSerializer(serializers.Serializer):
 
 FENCING_PARAMETER = OpenApiParameter(
     FENCING_HEADER, OpenApiTypes.INT, OpenApiParameter.HEADER,
-    description="the run's fencing_token from POST runs/ (SPEC F25): a stale one answers 409 lease_lost, nothing stored",
+    description="the run's fencing_token from POST runs/: a stale one answers 409 lease_lost, nothing stored",
 )
 
 
@@ -184,7 +184,7 @@ class RunOutputSerializer(serializers.Serializer):
     ended_at = serializers.DateTimeField(read_only=True, allow_null=True)
     ended_reason = serializers.CharField(read_only=True, help_text="why the server ended the Run (crashed: the silence)")
     last_write_at = serializers.DateTimeField(
-        read_only=True, allow_null=True, help_text="last write of a Run that sends no heartbeats (SPEC F37)")
+        read_only=True, allow_null=True, help_text="last write of a Run that sends no heartbeats")
     url = serializers.SerializerMethodField(help_text="absolute URL of the Run page")
     fencing_token = serializers.IntegerField(
         source="lease_token", read_only=True, help_text="send it as the Mado-Fencing-Token header with every write"
@@ -199,7 +199,7 @@ class RunOutputSerializer(serializers.Serializer):
     writer_since = serializers.DateTimeField(read_only=True, allow_null=True)
     heartbeat_interval = serializers.SerializerMethodField(help_text="seconds between the SDK's heartbeats")
     crash_timeout = serializers.SerializerMethodField(
-        help_text="seconds without a heartbeat after which a running Run is marked crashed (SPEC F26)")
+        help_text="seconds without a heartbeat after which a running Run is marked crashed")
 
     def get_input_dataset_version_ids(self, run) -> list[int]:
         return sorted(version.pk for version in run.input_dataset_versions.all())

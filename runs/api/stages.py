@@ -1,6 +1,7 @@
-"""``runs/{id}/data-stages/``: record a data stage, read the history or the composition at a step (SPEC F20, F21).
+"""``runs/{id}/data-stages/``: record a data stage, read the history or the composition at a step
+(docs/design/runs.md#data-stages, #data-stages-sdk).
 
-Thin (STYLE): the Run is fetched through ``run_get_for_user`` (another
+Thin (docs/design/house.md#views): the Run is fetched through ``run_get_for_user`` (another
 Project's Run → 404), the one service ``data_stage_record`` checks the role
 (viewer → 403) and every rule (400 naming the field, 409 with the reason).
 Stages are append-only: there is no PUT, PATCH or DELETE.

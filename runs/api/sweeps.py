@@ -1,6 +1,7 @@
-"""``sweeps/``: create and read Sweeps, claim a trial, report a trial's exit (docs/api.md "Sweeps"; SPEC F27, F28).
+"""``sweeps/``: create and read Sweeps, claim a trial, report a trial's exit (docs/api.md "Sweeps";
+docs/design/sweeps.md#sweeps, #requeue).
 
-Thin (STYLE): the Sweep is fetched through ``sweep_get_for_user`` (another
+Thin (docs/design/house.md#views): the Sweep is fetched through ``sweep_get_for_user`` (another
 Project's Sweep → 404) and one service decides (viewer → 403, bad config →
 400 naming the field). A Run token (a Job's code) may not use these
 endpoints: they create Runs.
@@ -208,7 +209,7 @@ class SweepViewSet(GenericViewSet):
     @action(detail=True, methods=["post"], url_path=r"trials/(?P<number>[0-9]+)/retry")
     def retry(self, request, pk=None, number=None):
         """Retry a failed (crashed, aborted) trial: a fresh Run with its parameters, queued for the next agent's
-        claim; the failed Run stays as history (SPEC F28). Member or admin; 409 naming the trial's state when it
+        claim; the failed Run stays as history. Member or admin; 409 naming the trial's state when it
         is not failed, e.g. a second click after the first retry."""
         sweep = selectors.sweep_get_for_user(user=request.user, sweep_id=pk)
         trial = selectors.sweep_trial_get(sweep=sweep, number=number)

@@ -16,7 +16,7 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='project',
             name='members_may_resume',
-            field=models.BooleanField(default=False, help_text='any member may reopen a Run of this project by its id (POST runs/ with resume), not only its writers; never a Run that ran as a Job (SPEC F24, F31)'),
+            field=models.BooleanField(default=False, help_text='any member may reopen a Run of this project by its id (POST runs/ with resume), not only its writers; never a Run that ran as a Job'),
         ),
         migrations.AddField(
             model_name='sweeptrial',

@@ -1,4 +1,5 @@
-"""The per-run, per-key, per-256-step-bucket metric rollup, filled from the points already stored (charts, F34)."""
+"""The per-run, per-key, per-256-step-bucket metric rollup, filled from the points already stored (charts,
+docs/design/interfaces.md#workspace)."""
 
 import math
 

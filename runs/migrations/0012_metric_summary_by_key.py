@@ -1,4 +1,4 @@
-"""An index of the metric summaries by key: the runs table sorted by a metric (SPEC F34)."""
+"""An index of the metric summaries by key: the runs table sorted by a metric (docs/design/interfaces.md#workspace)."""
 
 from django.db import migrations, models
 

@@ -1,4 +1,5 @@
-"""PostgreSQL: the points table loses its primary-key index; its history index serves every read (SPEC F2).
+"""PostgreSQL: the points table loses its primary-key index; its history index serves every read
+(docs/design/resume.md#steps-continue).
 
 Every query names a Run and nearly all a key too, so the ``(run, key, step,
 id)`` index answers them; nothing looks a point up by ``id`` alone. The

@@ -1,4 +1,5 @@
-"""Metric points move into chunks, one row of three arrays per key and batch; ``runs_metricpoint`` becomes a view (F2).
+"""Metric points move into chunks, one row of three arrays per key and batch; ``runs_metricpoint`` becomes a view
+(docs/design/resume.md#steps-continue).
 
 The points table cost PostgreSQL one heap row and one B-tree entry per
 point: with twenty writers, most of the database's CPU and the metrics POST

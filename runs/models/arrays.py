@@ -1,4 +1,5 @@
-"""A column holding a list of numbers: a native array on PostgreSQL, JSON text elsewhere (SPEC F2).
+"""A column holding a list of numbers: a native array on PostgreSQL, JSON text elsewhere
+(docs/design/resume.md#steps-continue).
 
 The metric points of a chunk (``MetricChunk``) are three such columns. On
 PostgreSQL they are ``bigint[]`` / ``double precision[]``, written as binary

@@ -1,4 +1,5 @@
-"""Projects, members, Code, Datasets, Runs and idempotent metric batches (SPEC F2, F24–F26, F29)."""
+"""Projects, members, Code, Datasets, Runs and idempotent metric batches (docs/design/resume.md#steps-continue;
+docs/design/runs.md#resume-modes, #one-writer-process, #states; docs/design/interfaces.md#surfaces)."""
 
 import secrets
 
@@ -10,7 +11,7 @@ from mado import policy
 
 
 class VisibleQuerySet(models.QuerySet):
-    """Restrict rows to the user's Projects (ARCHITECTURE rule 1).
+    """Restrict rows to the user's Projects (docs/design/house.md#one-policy).
 
     Subclasses set ``project_path``: the lookup from the model to its Project.
     The join to the user's membership adds no row (one membership per user
@@ -43,7 +44,7 @@ class Project(models.Model):
     members_may_resume = models.BooleanField(
         default=False,
         help_text="any member may reopen a Run of this project by its id (POST runs/ with resume), not only its "
-        "writers; never a Run that ran as a Job (SPEC F24, F31)",
+        "writers; never a Run that ran as a Job",
     )
     created_at = models.DateTimeField(auto_now_add=True)
     tags = models.JSONField(default=dict, blank=True, help_text="experiment tags set through the MLflow API")
@@ -204,7 +205,7 @@ def new_external_id() -> str:
 
 
 class Run(models.Model):
-    """One execution of training code (SPEC terms). Inputs are its initial configuration, never overwritten."""
+    """One execution of training code. Inputs are its initial configuration, never overwritten."""
 
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="runs")
     external_id = models.CharField(
@@ -225,8 +226,8 @@ class Run(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
     ended_at = models.DateTimeField(null=True, blank=True)
-    # Same-run resume (SPEC F24, F25): the process writing to this Run holds a lease. Every start or
-    # resume takes a new fencing token; a write that carries an older one is refused, so a stale
+    # Same-run resume (docs/design/runs.md#resume-modes, #one-writer-process): the process writing to this Run holds a
+    # lease. Every start or resume takes a new fencing token; a write that carries an older one is refused, so a stale
     # process cannot write after another took over.
     lease_token = models.BigIntegerField(default=0, help_text="fencing token of the current writer (0: never started by the SDK)")
     writer_host = models.CharField(max_length=255, blank=True, help_text="host name of the current writer")
@@ -235,7 +236,8 @@ class Run(models.Model):
     resume_count = models.PositiveIntegerField(default=0, help_text="how many times the Run was resumed under its id")
     step_floor = models.BigIntegerField(default=0, help_text="points at a lower step are dropped (set by a resume)")
     dropped_points = models.BigIntegerField(default=0, help_text="points dropped because their step was below step_floor")
-    # Liveness of writers that send no heartbeats (SPEC F37): the time of the Run's last write of any kind.
+    # Liveness of writers that send no heartbeats (docs/design/runs.md#liveness): the time of the Run's last write of
+    # any kind.
     last_write_at = models.DateTimeField(null=True, blank=True, help_text="last write of any kind (metrics, params, files)")
     ended_reason = models.CharField(max_length=500, blank=True, help_text="why the server ended the Run (e.g. crashed)")
     deleted_at = models.DateTimeField(null=True, blank=True, help_text="soft-deleted (MLflow delete_run); restorable")
@@ -297,7 +299,8 @@ class DataStageQuerySet(VisibleQuerySet):
 
 
 class DataStage(models.Model):
-    """From ``start_step`` on, the Run trained on exactly ``dataset_versions`` (SPEC F20, F21).
+    """From ``start_step`` on, the Run trained on exactly ``dataset_versions``
+    (docs/design/runs.md#data-stages, #data-stages-sdk).
 
     Append-only: ``runs.stages.data_stage_record`` is the only writer and
     there is no update or delete path (API, pages, admin). One stage per
@@ -335,7 +338,7 @@ class RunTagQuerySet(VisibleQuerySet):
 
 
 class RunTag(models.Model):
-    """A free-form ``key → value`` label of a Run, set through the MLflow API (SPEC F30).
+    """A free-form ``key → value`` label of a Run, set through the MLflow API (docs/design/interfaces.md#mlflow).
 
     One value per ``(run, key)``, held by the database: setting a tag again
     replaces its value (MLflow's ``set_tag``).
@@ -360,7 +363,8 @@ class ParameterChangeQuerySet(VisibleQuerySet):
 
 
 class ParameterChange(models.Model):
-    """A parameter whose value a resume changed with ``allow_param_change`` (SPEC F24; append-only).
+    """A parameter whose value a resume changed with ``allow_param_change`` (docs/design/runs.md#resume-modes;
+    append-only).
 
     The Run's ``parameters`` hold the current values; these rows keep what
     they were before, so the Run page can show every change.

@@ -1,4 +1,5 @@
-"""MLflow 3 logged models (SPEC F30): a model a Run (or a script without one) logged, with its files.
+"""MLflow 3 logged models (docs/design/interfaces.md#mlflow): a model a Run (or a script without one) logged, with its
+files.
 
 The files are Artifacts (``checkpoints.models.Artifact.logged_model``), stored
 and streamed like a Run's; a logged model links to the Run that produced it

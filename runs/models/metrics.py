@@ -1,4 +1,5 @@
-"""Metric points: stored in chunks, read through a view, summed up per key and per step bucket (SPEC F2, F24, F34)."""
+"""Metric points: stored in chunks, read through a view, summed up per key and per step bucket
+(docs/design/resume.md#steps-continue; docs/design/runs.md#resume-modes; docs/design/interfaces.md#workspace)."""
 
 import math
 
@@ -14,7 +15,8 @@ CHUNK_ID_STRIDE = 2**20
 
 
 class MetricChunk(models.Model):
-    """Up to a batch's points of one ``key`` of a Run, as three arrays of one length: how points are stored (SPEC F2).
+    """Up to a batch's points of one ``key`` of a Run, as three arrays of one length: how points are stored
+    (docs/design/resume.md#steps-continue).
 
     ``metrics_ingest`` writes one chunk per key of a batch (on SQLite, per
     ``SQLITE_CHUNK_POINTS`` points of it), its arrays sent as binary
@@ -78,7 +80,8 @@ class MetricPointQuerySet(VisibleQuerySet):
 
 
 class MetricPoint(models.Model):
-    """One logged value, read-only: a row of the ``runs_metricpoint`` view over ``MetricChunk`` (SPEC F2).
+    """One logged value, read-only: a row of the ``runs_metricpoint`` view over ``MetricChunk``
+    (docs/design/resume.md#steps-continue).
 
     ``value`` NULL is NaN; ±Infinity is stored as is. ``timestamp`` is
     wall-clock milliseconds since the epoch (MLflow's unit). ``id`` orders
@@ -156,7 +159,8 @@ class MetricSummary(models.Model):
 
 class MetricRollup(models.Model):
     """A run's points of one ``key`` at steps ``bucket * ROLLUP_STEPS`` to ``(bucket + 1) * ROLLUP_STEPS - 1``, folded
-    by ``metrics_ingest`` in the writing transaction (``runs.metric_rollup``; SPEC F2, F34).
+    by ``metrics_ingest`` in the writing transaction (``runs.metric_rollup``; docs/design/resume.md#steps-continue;
+    docs/design/interfaces.md#workspace).
 
     It always equals a recomputation over those points: ``count`` of them,
     ``non_finite`` of which are NaN or ±Infinity; ``min_*`` / ``max_*`` the

@@ -1,4 +1,4 @@
-"""Sweeps and their trials (SPEC F27, F28).
+"""Sweeps and their trials (docs/design/sweeps.md#sweeps, #requeue).
 
 A trial is one parameter set of a Sweep, run as one Run under one run id for
 its whole life: a preempted trial goes back to the queue and the next agent
@@ -77,11 +77,11 @@ class SweepTrial(models.Model):
 
     ``number`` is 1-based per Sweep (for grid: the grid point's index + 1).
     ``agent`` names who holds the lease (``host:pid``) and ``claimed_by`` the
-    user whose agent it is (a writer of the Run while the claim holds, SPEC
-    F31), ``lease_expires_at`` when a claimed trial whose program has not
+    user whose agent it is (a writer of the Run while the claim holds,
+    docs/design/runs.md#write-rule), ``lease_expires_at`` when a claimed trial whose program has not
     started returns to the queue (``MMT_SWEEP_LEASE``). ``requeue_count``
     counts preemptions, ``retry_count`` retries of a failed trial (each a
-    fresh Run; the earlier ones stay in ``earlier_runs`` as history, F28).
+    fresh Run; the earlier ones stay in ``earlier_runs`` as history, docs/design/sweeps.md#requeue).
     """
 
     sweep = models.ForeignKey(Sweep, on_delete=models.CASCADE, related_name="trials")

@@ -1,4 +1,5 @@
-"""What a user chose for their workspace pages (SPEC F34): the runs table's columns per Project."""
+"""What a user chose for their workspace pages (docs/design/interfaces.md#workspace): the runs table's columns per
+Project."""
 
 from django.conf import settings
 from django.db import models

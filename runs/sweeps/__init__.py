@@ -1,1 +1,1 @@
-"""Sweeps (SPEC F27, F28): configuration, parameter suggestions, claims and trial lifecycle."""
+"""Sweeps (docs/design/sweeps.md#sweeps, #requeue): configuration, parameter suggestions, claims and trial lifecycle."""

@@ -1,4 +1,5 @@
-"""Django admin for Sweeps and their trials (SPEC F27, F28, F29), registered by ``runs.admin``.
+"""Django admin for Sweeps and their trials (docs/design/sweeps.md#sweeps, #requeue;
+docs/design/interfaces.md#surfaces), registered by ``runs.admin``.
 
 Read-only: a Sweep is created through ``sweep_create`` (which checks the
 configuration) and a trial changes state only through claims, reports and

@@ -1,4 +1,5 @@
-"""A sweep configuration (YAML or JSON text, or an already parsed object) checked and normalised (SPEC F27).
+"""A sweep configuration (YAML or JSON text, or an already parsed object) checked and normalised
+(docs/design/sweeps.md#sweeps).
 
 The format follows W&B's::
 
@@ -199,7 +200,7 @@ def _metric(raw) -> tuple[str, str]:
 
 
 def sweep_config_parse(*, config) -> SweepConfig:
-    """Check and normalise a sweep configuration (SPEC F27).
+    """Check and normalise a sweep configuration (docs/design/sweeps.md#sweeps).
 
     ``config``: YAML or JSON text (``str``) or a parsed ``dict``. Returns a
     ``SweepConfig``. Raises ``ValidationFailed`` naming the field: ``config``

@@ -1,4 +1,5 @@
-"""The "New sweep" form: the configuration as YAML (or JSON) text; ``services.sweep_create`` checks it (F27)."""
+"""The "New sweep" form: the configuration as YAML (or JSON) text; ``services.sweep_create`` checks it
+(docs/design/sweeps.md#sweeps)."""
 
 from django import forms
 from django.utils.translation import gettext_lazy as _

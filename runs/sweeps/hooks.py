@@ -1,4 +1,5 @@
-"""What the Run lifecycle tells a Run's sweep trial (SPEC F28). Called by runs services, in their transaction.
+"""What the Run lifecycle tells a Run's sweep trial (docs/design/sweeps.md#requeue). Called by runs services, in their
+transaction.
 
 Both are one conditional UPDATE on the trial row of the Run (none when the
 Run is not a trial), so calling one twice for the same change is harmless.

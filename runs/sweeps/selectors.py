@@ -1,4 +1,4 @@
-"""Reads of Sweeps and their trials for pages, API and the claim service (SPEC F27, F28).
+"""Reads of Sweeps and their trials for pages, API and the claim service (docs/design/sweeps.md#sweeps, #requeue).
 
 A trial's metric is the last value (highest step, then latest stored) of the
 sweep's ``metric_name`` logged by the trial's Run, read for all trials in

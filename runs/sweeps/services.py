@@ -1,4 +1,5 @@
-"""State changes of Sweeps and their trials (SPEC F27, F28): create, claim, report, lease expiry.
+"""State changes of Sweeps and their trials (docs/design/sweeps.md#sweeps, #requeue): create, claim, report, lease
+expiry.
 
 A claim hands an agent one trial. Queued trials (requeued after a
 preemption, or whose claim expired) go first, oldest first, each taken with
@@ -33,7 +34,8 @@ CLAIM_ATTEMPTS = 5
 
 @transaction.atomic
 def sweep_create(*, actor, project: Project, config) -> Sweep:
-    """Create a Sweep in ``project`` from ``config`` (YAML/JSON text or a dict; ``runs.sweeps.config``). F27.
+    """Create a Sweep in ``project`` from ``config`` (YAML/JSON text or a dict; ``runs.sweeps.config``).
+    docs/design/sweeps.md#sweeps.
 
     Member or admin (``Forbidden`` otherwise). Raises ``ValidationFailed``
     naming the configuration field (``method``, ``metric.name``,
@@ -100,7 +102,8 @@ def _claim_new(*, actor, sweep: Sweep, agent: str, now: datetime, until: datetim
 
 
 def sweep_claim(*, actor, sweep: Sweep, agent: str = "", now: datetime | None = None) -> SweepClaim:
-    """Hand the next trial of ``sweep`` to the agent ``agent`` (``host:pid``) of ``actor`` (SPEC F27, F28).
+    """Hand the next trial of ``sweep`` to the agent ``agent`` (``host:pid``) of ``actor``
+    (docs/design/sweeps.md#sweeps, #requeue).
 
     Order: queued trials first (requeued after preemption, or leased with
     ``lease_expires_at`` < ``now``), lowest number first; else a new
@@ -143,7 +146,8 @@ def _took_over_elsewhere(run: Run, trial: SweepTrial) -> bool:
 def sweep_trial_report(
     *, actor, trial: SweepTrial, exit_code: int, preempted: bool = False, agent: str = ""
 ) -> SweepTrial:
-    """Record how the program of ``trial`` exited (the agent's report; SPEC F27, F28); the trial as stored.
+    """Record how the program of ``trial`` exited (the agent's report; docs/design/sweeps.md#sweeps, #requeue); the
+    trial as stored.
 
     If the trial's Run has not ended, it is ended through
     ``runs.services.run_set_status``: preempted when ``preempted`` or the
@@ -181,7 +185,7 @@ RETRYABLE = frozenset({RunStatus.FAILED, RunStatus.CRASHED, RunStatus.ABORTED})
 @transaction.atomic
 def sweep_trial_retry(*, actor, trial: SweepTrial) -> SweepTrial:
     """Give the failed ``trial`` a fresh attempt: a new ``pending`` Run with the same parameters, queued for the
-    next agent's claim (SPEC F28). Returns the trial as stored, with its new Run.
+    next agent's claim (docs/design/sweeps.md#requeue). Returns the trial as stored, with its new Run.
 
     Who may: whoever may run the sweep's agent (member or admin; ``Forbidden``
     otherwise). Only a trial that is done with its Run failed, crashed or
@@ -224,7 +228,8 @@ def _retry_refusal(trial: SweepTrial) -> str:
 
 
 def sweep_release_expired_leases(*, now: datetime | None = None) -> int:
-    """Return trials whose claim expired (leased, ``lease_expires_at`` < ``now``) to the queue (SPEC F28).
+    """Return trials whose claim expired (leased, ``lease_expires_at`` < ``now``) to the queue
+    (docs/design/sweeps.md#requeue).
 
     The agent that claimed them died or its program never started the Run
     within ``MMT_SWEEP_LEASE``. One conditional UPDATE; returns how many

@@ -1,4 +1,5 @@
-"""The parameter set of a sweep's next trial (SPEC F27): a grid point, or an Optuna sampler's suggestion.
+"""The parameter set of a sweep's next trial (docs/design/sweeps.md#sweeps): a grid point, or an Optuna sampler's
+suggestion.
 
 Grid: the points in a fixed order (``itertools.product`` over the sorted
 parameter names, each parameter's values in the configured order); trial

@@ -1,4 +1,5 @@
-"""Pages of Sweeps: a Project's sweeps, the "New sweep" form and a Sweep with its trials (SPEC F27, F28).
+"""Pages of Sweeps: a Project's sweeps, the "New sweep" form and a Sweep with its trials
+(docs/design/sweeps.md#sweeps, #requeue).
 
 Each view fetches through a selector (another Project's Sweep is a 404),
 calls at most one service and renders. Who may create, and why not, comes

@@ -41,14 +41,14 @@ LABELS = {
         "failed": pgettext_lazy("job status", "failed"),
         "aborted": pgettext_lazy("job status", "aborted"),
     },
-    # The Jobs list's badges (F7): a resume Job is "resumed".
+    # The Jobs list's badges (docs/design/resume.md#from-a-checkpoint): a resume Job is "resumed".
     "job_kind": {
         "new": pgettext_lazy("job kind", "new"),
         "resume": pgettext_lazy("job kind", "resumed"),
         "continue": pgettext_lazy("job kind", "continued"),
         "retry": pgettext_lazy("job kind", "retry"),
     },
-    # Sweeps (F27, F28): a trial's state and a sweep's search method.
+    # Sweeps (docs/design/sweeps.md#sweeps, #requeue): a trial's state and a sweep's search method.
     "trial_state": {
         "queued": pgettext_lazy("trial state", "queued"),
         "leased": pgettext_lazy("trial state", "claimed"),

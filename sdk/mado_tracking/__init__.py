@@ -1,4 +1,6 @@
-"""mado_tracking: the Python SDK of mado (SPEC F1, F2, F17, F18, F24–F27, F29), a pure HTTP client of ``/api/v1/``.
+"""mado_tracking: the Python SDK of mado (docs/design/checkpoints.md#a-checkpoint;
+docs/design/resume.md#steps-continue, #in-the-code; docs/design/runs.md; docs/design/sweeps.md#sweeps;
+docs/design/interfaces.md#surfaces), a pure HTTP client of ``/api/v1/``.
 
     import mado_tracking
 

@@ -1,5 +1,6 @@
 """What online and offline Runs share: run kinds, the run id, parameter checks, the step counter, ``with`` and
-the exit hook (SPEC F2, F27, F29)."""
+the exit hook (docs/design/resume.md#steps-continue; docs/design/sweeps.md#sweeps;
+docs/design/interfaces.md#surfaces)."""
 
 import atexit
 import json
@@ -30,7 +31,7 @@ _original_exit = None
 
 
 def new_external_id() -> str:
-    # Chosen here, not by the server, so a retried create cannot make a second Run (ARCHITECTURE rule 4).
+    # Chosen here, not by the server, so a retried create cannot make a second Run (docs/design/house.md#idempotent).
     return "".join(secrets.choice(_ALPHABET) for _ in range(8))
 
 
@@ -74,7 +75,8 @@ def _record_exit_codes() -> None:
 
 
 def rank_keys(metrics: Mapping, rank: int) -> dict:
-    """``metrics`` with each key under ``rank<k>/`` (``log_metrics(..., all_ranks=True)``, SPEC F36)."""
+    """``metrics`` with each key under ``rank<k>/`` (``log_metrics(..., all_ranks=True)``,
+    docs/design/worker.md#distributed)."""
     if not isinstance(metrics, Mapping):
         raise TypeError(f"metrics must be a mapping of key to number, got {type(metrics).__name__}")
     return {f"rank{rank}/{key}": value for key, value in metrics.items()}
@@ -99,7 +101,9 @@ class RunBase:
     offline = False
     step = 0
     preempting = False
-    rank = 0  # under torchrun: this process's rank and the number of ranks (mado_tracking.distributed, F36)
+    # under torchrun: this process's rank and the number of ranks
+    # (mado_tracking.distributed, docs/design/worker.md#distributed)
+    rank = 0
     world_size = 1
 
     def _update(self, data: dict) -> None:
@@ -127,7 +131,8 @@ class RunBase:
         return points
 
     def _ending_status(self, clean: bool) -> str:
-        # SPEC F27: after mark_preempting, only a clean exit finishes; anything else is a preemption.
+        # docs/design/sweeps.md#sweeps: after mark_preempting, only a clean exit finishes; anything else is a
+        # preemption.
         if clean:
             return "finished"
         return "preempted" if self.preempting else "failed"
@@ -161,16 +166,18 @@ class RunBase:
         raise NotImplementedError
 
     def resume_checkpoint(self) -> ResumeCheckpoint | None:
-        """The checkpoint this run resumes from, or None (SPEC F17); see ``mado_tracking.resume_checkpoint``.
+        """The checkpoint this run resumes from, or None (docs/design/resume.md#in-the-code); see
+        ``mado_tracking.resume_checkpoint``.
 
         Load the weights from ``.path`` and continue the loop with
-        ``range(checkpoint.step, total)``: metric steps go on from there (F2).
+        ``range(checkpoint.step, total)``: metric steps go on from there (docs/design/resume.md#steps-continue).
         Raises ``ResumeError`` when the ``MMT_RESUME_*`` variables disagree.
         """
         return resume_checkpoint()
 
     def log_checkpoint_distributed(self, state_dict: dict, step: int, *, includes_optimizer: bool = False):
-        """Every rank: save ``state_dict`` with ``torch.distributed.checkpoint`` as ONE Checkpoint (SPEC F36).
+        """Every rank: save ``state_dict`` with ``torch.distributed.checkpoint`` as ONE Checkpoint
+        (docs/design/worker.md#distributed).
 
         See ``mado_tracking.dcp.log_distributed`` for the steps, the result and the errors.
         """
@@ -182,8 +189,9 @@ class RunBase:
         raise MadoError(f"run {self.id}: sharded checkpoints are uploaded by rank 0 of an online run")
 
     def _finish_at_exit(self) -> None:
-        # A program that called sys.exit: its code decides, as leaving ``with`` by it would (SPEC F27, F29).
-        # Otherwise an uncaught exception fails the run, and a preempting run left open ends preempted.
+        # A program that called sys.exit: its code decides, as leaving ``with`` by it would
+        # (docs/design/sweeps.md#sweeps; docs/design/interfaces.md#surfaces). Otherwise an uncaught exception fails the
+        # run, and a preempting run left open ends preempted.
         if _exit_status is not _NO_EXIT_CALL:
             clean = _exit_status in (0, None)
         else:

@@ -1,4 +1,5 @@
-"""Saving a checkpoint directory on the server: register, stream the tar, complete (SPEC F1; docs/api.md).
+"""Saving a checkpoint directory on the server: register, stream the tar, complete
+(docs/design/checkpoints.md#a-checkpoint; docs/api.md).
 
 ``upload_checkpoint`` makes the three calls of the contract. The tar is
 never held in memory: ``CheckpointTar`` yields it in 1 MiB chunks, hashing
@@ -84,7 +85,8 @@ def upload_checkpoint(client: ApiClient, *, run_id: int, directory, step: int, i
                       tar: CheckpointTar | None = None, attempts: int | None = None,
                       verify_timeout: float = VERIFY_TIMEOUT_S, progress: bool = True,
                       world_size: int | None = None) -> SavedCheckpoint:
-    """Save ``directory`` as Run ``run_id``'s checkpoint at ``step``; return it once ``complete`` (SPEC F1).
+    """Save ``directory`` as Run ``run_id``'s checkpoint at ``step``; return it once ``complete``
+    (docs/design/checkpoints.md#a-checkpoint).
 
     ``tar`` is the ``CheckpointTar`` of ``directory`` when the caller already
     built it (its scan made the refusals); otherwise it is built here, so a
@@ -94,7 +96,7 @@ def upload_checkpoint(client: ApiClient, *, run_id: int, directory, step: int, i
     one that is already complete is returned without uploading again.
     ``progress``: show a progress bar in bytes (on a terminal only).
     ``world_size``: the processes that wrote a sharded ``torch-dcp``
-    checkpoint (F36); the server completes it only with every rank's shard.
+    checkpoint (docs/design/worker.md#distributed); the server completes it only with every rank's shard.
 
     Raises:
         CheckpointError: the step is already saved in the Run (409), the
@@ -105,7 +107,7 @@ def upload_checkpoint(client: ApiClient, *, run_id: int, directory, step: int, i
             ``MMT_RETRY_TIMEOUT`` seconds (or ``attempts`` tries, when given;
             a direct upload is then aborted), or refused for another reason (507: the server's storage is full (403, 404, or
             409 ``lease_lost`` / ``run_ended``: the Run was taken over by
-            another process or ended on the server, SPEC F25).
+            another process or ended on the server, docs/design/runs.md#one-writer-process).
     """
     tar = tar if tar is not None else CheckpointTar(directory)
     resource = _register(client, run_id=run_id, directory=directory, step=step, idempotency_key=idempotency_key,
@@ -123,7 +125,7 @@ def upload_checkpoint(client: ApiClient, *, run_id: int, directory, step: int, i
 def _register(client: ApiClient, *, run_id, directory, step, idempotency_key, includes_optimizer, framework,
               world_size) -> dict:
     body = {"step": step, "framework": framework or "", "includes_optimizer": bool(includes_optimizer)}
-    if world_size is not None:  # a sharded torch-dcp checkpoint (F36)
+    if world_size is not None:  # a sharded torch-dcp checkpoint (docs/design/worker.md#distributed)
         body["world_size"] = world_size
     try:
         return client.request("POST", f"runs/{run_id}/checkpoints/", body=body,

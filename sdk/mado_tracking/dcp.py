@@ -1,4 +1,5 @@
-"""Sharded checkpoints: ``torch.distributed.checkpoint`` (DCP) from every rank, stored as ONE Checkpoint (SPEC F36).
+"""Sharded checkpoints: ``torch.distributed.checkpoint`` (DCP) from every rank, stored as ONE Checkpoint
+(docs/design/worker.md#distributed).
 
     state = {"model": model_state, "optim": optim_state}     # e.g. torch.distributed.checkpoint.state_dict
     checkpoint = run.resume_checkpoint()                       # the same directory on every rank
@@ -81,7 +82,8 @@ def staging_directory(run_label: str, step: int) -> Path:
 
 
 def log_distributed(run, state_dict: dict, *, step: int, includes_optimizer: bool = False) -> SavedCheckpoint:
-    """Every rank: save this rank's shards of ``state_dict`` at ``step`` as part of one Checkpoint (SPEC F36).
+    """Every rank: save this rank's shards of ``state_dict`` at ``step`` as part of one Checkpoint
+    (docs/design/worker.md#distributed).
 
     In order: rank 0 empties the step's staging directory (no stale shard of
     an earlier world size can slip in), barrier, ``save_distributed``,

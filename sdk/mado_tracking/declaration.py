@@ -1,4 +1,5 @@
-"""The body of ``POST checkpoints/{id}/complete/`` for a tar the SDK sent (SPEC F1; docs/api.md "Checkpoints").
+"""The body of ``POST checkpoints/{id}/complete/`` for a tar the SDK sent (docs/design/checkpoints.md#a-checkpoint;
+docs/api.md "Checkpoints").
 
 Up to ``INLINE_FILES`` files the manifest travels whole (``manifest``);
 beyond that only its digest does (``manifest_sha256``, the SHA-256 of its
@@ -19,7 +20,7 @@ def checkpoint_declaration(*, tar_size: int, manifest: list[dict], tar_sha256: s
 
     ``tar_size`` in bytes, ``manifest`` ``[{path, size, sha256}]`` (every file), ``tar_sha256`` hex or None: the
     server computes the tar's SHA-256 itself and checks every header and file, so the SDK does not hash the
-    whole tar (SPEC F1, F13).
+    whole tar (docs/design/checkpoints.md#a-checkpoint; docs/design/worker.md#verify).
     """
     declared = {"tar_size": tar_size} if tar_sha256 is None else {"tar_size": tar_size, "tar_sha256": tar_sha256}
     if len(manifest) <= INLINE_FILES:

@@ -1,4 +1,4 @@
-"""One Run for every rank of a ``torchrun`` program (SPEC F36).
+"""One Run for every rank of a ``torchrun`` program (docs/design/worker.md#distributed).
 
 Under ``torchrun`` (``RANK``, ``LOCAL_RANK`` and ``WORLD_SIZE`` set, world
 size above 1) ``start_run`` on every rank joins ONE Run: rank 0 starts or
@@ -14,7 +14,7 @@ no status of its own. Metrics come from rank 0 unless
 ``rank<k>/`` keys (rank 0's too). When one rank crashes torchrun stops the
 others; the Run then ends ``failed`` through its Job (the worker reports
 torchrun's exit) or, outside a Job, ``crashed`` once its heartbeats stop
-(F37). Sharded checkpoints: ``mado_tracking.dcp``.
+(docs/design/runs.md#liveness). Sharded checkpoints: ``mado_tracking.dcp``.
 """
 
 import itertools
@@ -131,7 +131,8 @@ def join_run(ranks: Ranks, start: Callable[[], RunBase], config: Callable[[], co
 
 
 class RankRun(RunBase):
-    """The Run as rank k > 0 of a torchrun program sees it (rank 0 holds the ``Run``; SPEC F36).
+    """The Run as rank k > 0 of a torchrun program sees it (rank 0 holds the ``Run``;
+    docs/design/worker.md#distributed).
 
     Same attributes as ``Run`` (``id``, ``external_id``, ``url``, ``project``,
     ``name``, ``kind``, ``parameters``, ``step``, ``resumed``, ``rank``,
@@ -177,7 +178,8 @@ class RankRun(RunBase):
             self._sender.add(points)
 
     def log_checkpoint(self, *args, **kwargs):
-        """Refused: rank 0 saves plain checkpoints; every rank calls ``log_checkpoint_distributed`` (F36)."""
+        """Refused: rank 0 saves plain checkpoints; every rank calls ``log_checkpoint_distributed``
+        (docs/design/worker.md#distributed)."""
         raise MadoError(f"rank {self.rank}: only rank 0 saves a checkpoint with log_checkpoint; for a sharded "
                         "checkpoint every rank calls run.log_checkpoint_distributed(state_dict, step=...)")
 

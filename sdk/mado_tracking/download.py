@@ -1,4 +1,5 @@
-"""Downloading a checkpoint's tar (SPEC F12): streamed to a file, SHA-256 checked, a broken download resumed.
+"""Downloading a checkpoint's tar (docs/design/worker.md#fetch): streamed to a file, SHA-256 checked, a broken download
+resumed.
 
 ``GET checkpoints/{id}/tar`` is read in 1 MiB chunks (``stream_tar``, also
 what ``mado agent``'s one-pass restore reads) straight to
@@ -89,7 +90,8 @@ def complete_checkpoint(client: ApiClient, checkpoint_id: int) -> dict:
 
 def stream_tar(client: ApiClient, checkpoint_id: int, *, size: int, sha256: str, attempts: int = ATTEMPTS,
                parallel: int | None = None):
-    """Yield the ``size`` bytes of the checkpoint's tar in order, in chunks of up to 1 MiB (SPEC F12).
+    """Yield the ``size`` bytes of the checkpoint's tar in order, in chunks of up to 1 MiB
+    (docs/design/worker.md#fetch).
 
     A tar larger than one part (``PART_BYTES``, 16 MiB) is fetched as ranged
     GETs of one part each, ``parallel`` at a time (default

@@ -37,7 +37,8 @@ class ApiError(MadoError):
 
 
 class CheckpointError(MadoError, ValueError):
-    """A checkpoint cannot be saved: the message names the path or step and the reason (SPEC F1).
+    """A checkpoint cannot be saved: the message names the path or step and the reason
+    (docs/design/checkpoints.md#a-checkpoint).
 
     Raised before any byte is uploaded for a symbolic link, an empty
     directory, a non-regular file, a negative step or a step already saved in
@@ -51,4 +52,5 @@ class CheckpointError(MadoError, ValueError):
 
 
 class ResumeError(MadoError):
-    """The ``MMT_RESUME_*`` variables (SPEC F14, F17) are incomplete or disagree; the message names them."""
+    """The ``MMT_RESUME_*`` variables (docs/design/worker.md#extract; docs/design/resume.md#in-the-code) are incomplete
+    or disagree; the message names them."""

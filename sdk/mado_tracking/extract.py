@@ -1,4 +1,5 @@
-"""A checkpoint restored for a resumed sweep trial: downloaded, verified and extracted in one pass (SPEC F12–F14, F28).
+"""A checkpoint restored for a resumed sweep trial: downloaded, verified and extracted in one pass
+(docs/design/worker.md#fetch, #verify, #extract; docs/design/sweeps.md#requeue).
 
 ``restore_checkpoint(client, id, directory)`` is what ``mado agent`` does
 before it starts a requeued trial: the tar streams from ``GET
@@ -32,7 +33,8 @@ RESUME_FILE = "resume-checkpoint.json"
 
 
 def restore_checkpoint(client: ApiClient, checkpoint_id: int, directory: Path) -> dict[str, str]:
-    """Download, verify and extract complete checkpoint ``checkpoint_id`` into ``directory``; return the F14 variables.
+    """Download, verify and extract complete checkpoint ``checkpoint_id`` into ``directory``; return the
+    ``MMT_RESUME_*`` variables.
 
     ``directory`` (an existing, empty directory) receives ``checkpoint/``
     (read-only) and ``resume-checkpoint.json``. Returns
@@ -42,7 +44,7 @@ def restore_checkpoint(client: ApiClient, checkpoint_id: int, directory: Path) -
     Raises:
         CheckpointError: the checkpoint is not complete, or its tar breaks
             the format or differs from its SHA-256, size or manifest
-            (``Checkpoint <id> <what> mismatch: …``, SPEC F15); nothing is
+            (``Checkpoint <id> <what> mismatch: …``, docs/design/worker.md#refusal); nothing is
             left in ``directory``.
         ApiError: the server refused (404 for a checkpoint the token cannot
             see) or stayed unreachable through the retries.

@@ -1,10 +1,11 @@
-"""The temporary directory extraction writes into, renamed into place only when everything verified (SPEC F14).
+"""The temporary directory extraction writes into, renamed into place only when everything verified
+(docs/design/worker.md#extract).
 
 Shared by the worker (checkpoints, Code archives) and ``mado agent``'s
 restore: each file is created with ``O_CREAT | O_EXCL | O_NOFOLLOW``, relative
 to its directory's descriptor, inside a fresh temporary directory, so nothing
 is written outside it or through a link; on any failure the directory is
-removed, so no partial directory is left behind (ARCHITECTURE rule 3).
+removed, so no partial directory is left behind (docs/design/house.md#verify-first).
 ``ExtractionDir`` is also a ``tarformat.TarReader`` sink.
 """
 

@@ -1,4 +1,4 @@
-"""Heartbeats of a Run on their own daemon thread (SPEC F26, F37).
+"""Heartbeats of a Run on their own daemon thread (docs/design/runs.md#states, #liveness).
 
 The metric sender may spend minutes retrying one batch while the metrics
 endpoint answers 503 (``MMT_RETRY_TIMEOUT``); the heartbeat must still get

@@ -1,4 +1,5 @@
-"""The write lease of a Run in this process (SPEC F25, F26): fencing token, heartbeats, losing the Run.
+"""The write lease of a Run in this process (docs/design/runs.md#one-writer-process, #states): fencing token,
+heartbeats, losing the Run.
 
 ``start_run``'s answer carries a ``fencing_token``: every write for the Run
 sends it in the ``Mado-Fencing-Token`` header, so the server refuses a process

@@ -1,4 +1,5 @@
-"""Metric buffering (SPEC F2): the caller appends to a queue, a daemon thread posts batches.
+"""Metric buffering (docs/design/resume.md#steps-continue): the caller appends to a queue, a daemon thread posts
+batches.
 
 The training loop's side is ``metric_points`` (each point checked and kept as
 a ``(key, value, step, timestamp)`` tuple of Python str, float, int and float,

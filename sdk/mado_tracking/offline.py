@@ -1,4 +1,5 @@
-"""Offline runs (SPEC F18): the same calls as an online Run, recorded in a local directory, no server.
+"""Offline runs (docs/design/runs.md#offline): the same calls as an online Run, recorded in a local directory, no
+server.
 
 Layout of an offline run's directory (``mado sync DIR`` uploads it later)::
 
@@ -68,7 +69,8 @@ def write_json_atomically(path: Path, data: dict) -> None:
 
 def start_offline_run(*, project: str | None, name: str | None, kind: str, parameters: dict,
                       output: str | os.PathLike | None, external_id: str | None = None) -> "OfflineRun":
-    """Start (or, when resuming, continue) the offline run in ``output`` (SPEC F18); see the module docstring.
+    """Start (or, when resuming, continue) the offline run in ``output`` (docs/design/runs.md#offline); see the module
+    docstring.
 
     ``output`` defaults to ``MMT_OFFLINE_DIR``, else ``./mado-offline/<run id>``;
     ``external_id`` (the run id) defaults to a fresh random one.
@@ -104,8 +106,8 @@ def start_offline_run(*, project: str | None, name: str | None, kind: str, param
 
 
 class OfflineRun(RunBase):
-    """An offline Run (SPEC F18): ``log_metrics``, ``log_checkpoint``, ``resume_checkpoint``, ``finish``,
-    ``with``, as ``Run``, written to ``directory``.
+    """An offline Run (docs/design/runs.md#offline): ``log_metrics``, ``log_checkpoint``, ``resume_checkpoint``,
+    ``finish``, ``with``, as ``Run``, written to ``directory``.
 
     Attributes: ``id`` (None: no server id), ``external_id`` (the run id,
     kept by ``mado sync``), ``directory`` (Path), ``url`` (``file://`` URL of
@@ -138,7 +140,7 @@ class OfflineRun(RunBase):
 
     def log_training_data_stage(self, start_step: int, input_dataset_version_ids, checkpoint_id=None,
                                 metadata=None) -> dict:
-        """Not available offline (SPEC F21): data stages are recorded on the server only.
+        """Not available offline (docs/design/runs.md#data-stages-sdk): data stages are recorded on the server only.
 
         Raises:
             MadoError: always, saying so.
@@ -157,8 +159,8 @@ class OfflineRun(RunBase):
             raise MadoError(f"offline run {self.external_id} is finished; {what} must come before finish()")
 
     def log_metrics(self, metrics, step: int | None = None, *, all_ranks: bool = False) -> None:
-        """Append the points to ``metrics.jsonl`` and flush (SPEC F2, F18); ``step``, ``all_ranks`` and
-        validation as ``Run.log_metrics``."""
+        """Append the points to ``metrics.jsonl`` and flush (docs/design/resume.md#steps-continue;
+        docs/design/runs.md#offline); ``step``, ``all_ranks`` and validation as ``Run.log_metrics``."""
         self._require_open("log_metrics")
         points = self._encode(metrics, step, all_ranks)
         if points:
@@ -167,7 +169,8 @@ class OfflineRun(RunBase):
 
     def log_checkpoint(self, directory: str | os.PathLike, step: int, includes_optimizer: bool = False,
                        framework: str | None = None, *, wait: bool = True) -> SavedCheckpoint | Future:
-        """Copy ``directory`` to ``checkpoints/step-<step>/`` (SPEC F1, F18); the refusals of ``Run.log_checkpoint``.
+        """Copy ``directory`` to ``checkpoints/step-<step>/`` (docs/design/checkpoints.md#a-checkpoint;
+        docs/design/runs.md#offline); the refusals of ``Run.log_checkpoint``.
 
         Returns a ``SavedCheckpoint`` with ``id`` None, ``sha256`` of the tar
         ``mado sync`` will upload, and ``location`` the copied directory;
@@ -215,8 +218,8 @@ class OfflineRun(RunBase):
         return done
 
     def mark_preempting(self) -> None:
-        """Record ``preempting`` in ``run.json`` (SPEC F27), as ``Run.mark_preempting``: sticky, idempotent,
-        safe in a signal handler; the run then ends ``preempted`` unless the program exits cleanly."""
+        """Record ``preempting`` in ``run.json`` (docs/design/sweeps.md#sweeps), as ``Run.mark_preempting``: sticky,
+        idempotent, safe in a signal handler; the run then ends ``preempted`` unless the program exits cleanly."""
         if self.preempting or self._finishing:
             return
         self.preempting = True

@@ -1,4 +1,5 @@
-"""The checkpoint a resumed run starts from (SPEC F14, F17), read from the ``MMT_RESUME_*`` variables.
+"""The checkpoint a resumed run starts from (docs/design/worker.md#extract; docs/design/resume.md#in-the-code), read
+from the ``MMT_RESUME_*`` variables.
 
 The worker extracts the checkpoint read-only and starts the training code with
 ``MMT_RESUME_CHECKPOINT_DIR`` (the extracted directory), ``MMT_RESUME_STEP``
@@ -35,7 +36,7 @@ class ResumeCheckpoint:
 
 
 def resume_checkpoint() -> ResumeCheckpoint | None:
-    """The checkpoint this process resumes from, or None when it is not resuming (SPEC F17).
+    """The checkpoint this process resumes from, or None when it is not resuming (docs/design/resume.md#in-the-code).
 
     None when none of ``MMT_RESUME_CHECKPOINT_DIR``, ``MMT_RESUME_STEP`` and
     ``MMT_RESUME_CHECKPOINT_FILE`` is set (empty counts as unset). Usable

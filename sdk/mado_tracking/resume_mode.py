@@ -1,4 +1,5 @@
-"""Which Run ``start_run`` writes to (SPEC F24): the run id, the resume mode, ``resume="auto"`` and the start request.
+"""Which Run ``start_run`` writes to (docs/design/runs.md#resume-modes): the run id, the resume mode, ``resume="auto"``
+and the start request.
 
 Modes (``resume=`` or ``MMT_RESUME``), keyed on (project, run id) on the server:
 

@@ -1,4 +1,6 @@
-"""``start_run`` and the ``Run`` handle: one Run of training code on the mado server (SPEC F2, F24–F27, F29).
+"""``start_run`` and the ``Run`` handle: one Run of training code on the mado server
+(docs/design/resume.md#steps-continue; docs/design/runs.md#resume-modes, #one-writer-process, #states;
+docs/design/sweeps.md#sweeps; docs/design/interfaces.md#surfaces).
 
 A Run is created (or resumed under its id, ``mado_tracking.resume_mode``) on
 the server when ``start_run`` returns. Leaving a ``with`` block finishes it
@@ -72,7 +74,7 @@ def start_run(project: str | None = None, name: str | None = None, kind: str = "
               flush_timeout: float = DEFAULT_FLUSH_TIMEOUT_S, offline: bool | None = None,
               output: str | os.PathLike | None = None):
     """Create or resume a Run on the mado server (or offline, in a local directory); return its handle
-    (SPEC F2, F18, F24).
+    (docs/design/resume.md#steps-continue; docs/design/runs.md#offline, #resume-modes).
 
     Use it as a context manager (``with start_run(...) as run:``) or call
     ``run.finish()`` yourself.
@@ -107,7 +109,7 @@ def start_run(project: str | None = None, name: str | None = None, kind: str = "
     it (docs/jobs.md). Every online start records the run in
     ``<cwd>/.mado/resume.json`` for ``resume="auto"``. Under torchrun every
     rank joins one Run: rank 0 starts it and shares it through the process
-    group, initialised before this call (``mado_tracking.distributed``, F36).
+    group, initialised before this call (``mado_tracking.distributed``, docs/design/worker.md#distributed).
 
     Returns:
         ``Run`` online, ``OfflineRun`` offline (same methods).
@@ -187,7 +189,7 @@ class Run(RunBase):
     ``kind``, ``parameters`` (dict), ``status`` (last status known here),
     ``step`` (the step the next ``log_metrics`` without ``step=`` uses: 0 for
     a new run, the last step + 1 after a resume), ``resumed`` (bool),
-    ``rank`` and ``world_size`` (0 and 1 but under torchrun, F36),
+    ``rank`` and ``world_size`` (0 and 1 but under torchrun, docs/design/worker.md#distributed),
     ``resume_count``, ``fencing_token`` (int or None), ``preempting`` (bool),
     ``lost`` (another process took the Run over, or it ended on the server).
     """
@@ -219,7 +221,8 @@ class Run(RunBase):
         self._finish_lock = threading.Lock()
         keep_dir = run_staging_dir(api_url=config.api_url, project=self.project, external_id=self.external_id)
         self._sender = MetricSender(config, self.id, lease=self._lease, keep_dir=keep_dir)
-        self._sender.add(unsent.take(keep_dir))  # points a crashed earlier start of this run kept (F37)
+        # points a crashed earlier start of this run kept (docs/design/runs.md#liveness)
+        self._sender.add(unsent.take(keep_dir))
         self._heartbeat = Heartbeat(config, self.id, lease=self._lease)
         self._checkpoints = CheckpointSaver(client=client, run=data, sender=self._sender, lease=self._lease,
                                             flush_timeout=flush_timeout)
@@ -237,11 +240,13 @@ class Run(RunBase):
         return f"<Run {self.id} {self.external_id} {self.name!r} {self.status}>"
 
     def shared_data(self) -> dict:
-        """What the server answered when this Run started, for the other ranks' ``RankRun`` (F36)."""
+        """What the server answered when this Run started, for the other ranks' ``RankRun``
+        (docs/design/worker.md#distributed)."""
         return dict(self._data)
 
     def log_metrics(self, metrics: Mapping[str, float], step: int | None = None, *, all_ranks: bool = False) -> None:
-        """Queue metric values measured at ``step``; sent in the background (SPEC F2, F24).
+        """Queue metric values measured at ``step``; sent in the background (docs/design/resume.md#steps-continue;
+        docs/design/runs.md#resume-modes).
 
         Returns at once: no network I/O and no lock held while sending happens
         (a daemon thread posts batches about every second). The values are
@@ -257,7 +262,7 @@ class Run(RunBase):
                 used. After a resume the server drops points below the
                 resumed run's first step (one warning per key).
             all_ranks: under torchrun, store this rank's values under
-                ``rank<k>/`` keys; every rank calls it (F36). Without it
+                ``rank<k>/`` keys; every rank calls it (docs/design/worker.md#distributed). Without it
                 only rank 0's values are stored.
 
         Raises:
@@ -280,14 +285,15 @@ class Run(RunBase):
         self._sender.add(points)
 
     def _log_system(self, values: dict) -> None:
-        """Queue a system metrics sample (``system/…`` keys, F35) at the step training logged last, leaving
-        ``self.step`` as it is."""
+        """Queue a system metrics sample (``system/…`` keys, docs/design/interfaces.md#system-metrics) at the step
+        training logged last, leaving ``self.step`` as it is."""
         if not self._finishing and not self._lease.lost:
             self._sender.add(metric_points(values, max(self.step - 1, 0), time.time()))
 
     def log_checkpoint(self, directory: str | os.PathLike, step: int, includes_optimizer: bool = False,
                        framework: str | None = None, *, wait: bool = True) -> SavedCheckpoint | Future:
-        """Save ``directory`` as this Run's checkpoint at ``step`` (SPEC F1, F33).
+        """Save ``directory`` as this Run's checkpoint at ``step``
+        (docs/design/checkpoints.md#a-checkpoint, #save-and-restore).
 
         The directory goes up as one tar (the Run's artifact
         ``checkpoints/step-<step>.tar``), streamed while each file's SHA-256
@@ -338,7 +344,8 @@ class Run(RunBase):
 
     def log_training_data_stage(self, start_step: int, input_dataset_version_ids: Sequence[int],
                                 checkpoint_id: int | None = None, metadata: Mapping | None = None) -> dict:
-        """Record that from ``start_step`` on this Run trains on exactly ``input_dataset_version_ids`` (SPEC F21).
+        """Record that from ``start_step`` on this Run trains on exactly ``input_dataset_version_ids``
+        (docs/design/runs.md#data-stages-sdk).
 
         Switch your data loader first, then record: recording changes no
         loader. Stages are immutable. Sending the same content again returns
@@ -384,7 +391,8 @@ class Run(RunBase):
                             f"one, or ended on the server); {what} sent nothing")
 
     def mark_preempting(self) -> None:
-        """Tell the server this run is being preempted (SPEC F27); safe to call from a signal handler.
+        """Tell the server this run is being preempted (docs/design/sweeps.md#sweeps); safe to call from a signal
+        handler.
 
         Sticky: from now on leaving the run any other way than a clean exit
         (``with`` left normally or by ``sys.exit(0)``) ends it ``preempted``,
@@ -401,7 +409,7 @@ class Run(RunBase):
 
     def finish(self, status: str = "finished", *, timeout: float | None = None) -> None:
         """Wait for the background checkpoint uploads, send the buffered metrics, then set the Run's final status
-        on the server (SPEC F29, F33).
+        on the server (docs/design/interfaces.md#surfaces; docs/design/checkpoints.md#save-and-restore).
 
         Calling it again does nothing. Checkpoints saved with ``wait=False``
         are waited for first (a progress bar on a terminal; Ctrl-C stops

@@ -1,4 +1,5 @@
-"""The checkpoint saves of one online Run: at once (``wait=True``) or in the background (SPEC F1, F33).
+"""The checkpoint saves of one online Run: at once (``wait=True``) or in the background
+(docs/design/checkpoints.md#a-checkpoint, #save-and-restore).
 
 ``CheckpointSaver.save`` makes every refusal a caller can see without the
 server synchronously: a bad or duplicate step, a symbolic link, an empty

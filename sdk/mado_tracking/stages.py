@@ -1,4 +1,4 @@
-"""The body of ``Run.log_training_data_stage`` (SPEC F21), checked before any request."""
+"""The body of ``Run.log_training_data_stage`` (docs/design/runs.md#data-stages-sdk), checked before any request."""
 
 from collections.abc import Mapping, Sequence
 

@@ -1,4 +1,4 @@
-"""Staging directories of background checkpoint saves (SPEC F1, F33).
+"""Staging directories of background checkpoint saves (docs/design/checkpoints.md#a-checkpoint, #save-and-restore).
 
 ``run.log_checkpoint(dir, step, wait=False)`` snapshots ``dir`` into
 ``<cache>/staging/<server>/<project>/<run id>/step-<N>/`` and returns; a

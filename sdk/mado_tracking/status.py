@@ -1,4 +1,5 @@
-"""Status changes a process makes to its own Run (SPEC F27, F29): the final status, and ``preempting``."""
+"""Status changes a process makes to its own Run (docs/design/sweeps.md#sweeps; docs/design/interfaces.md#surfaces): the
+final status, and ``preempting``."""
 
 import logging
 

@@ -1,4 +1,5 @@
-"""``mado sync DIR``: upload an offline run to a server (SPEC F18) without losing or duplicating a point.
+"""``mado sync DIR``: upload an offline run to a server (docs/design/runs.md#offline) without losing or duplicating a
+point.
 
 Safe to run twice, or again after a sync that was killed half-way:
 
@@ -54,7 +55,8 @@ class SyncReport:
 
 def sync_offline_run(directory, config: Config, *, project: str | None = None,
                      batch_max: int = BATCH_MAX) -> SyncReport:
-    """Upload the offline run in ``directory`` to the server of ``config`` (SPEC F18); see the module docstring.
+    """Upload the offline run in ``directory`` to the server of ``config`` (docs/design/runs.md#offline); see the module
+    docstring.
 
     The project is ``project`` (``--project``), else the one recorded
     offline, else ``config.project`` (``MMT_PROJECT``); one is required.

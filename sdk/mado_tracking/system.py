@@ -1,4 +1,4 @@
-"""System metrics sampled on their own thread while a Run is open (SPEC F35).
+"""System metrics sampled on their own thread while a Run is open (docs/design/interfaces.md#system-metrics).
 
 Every ``MMT_SYSTEM_METRICS_INTERVAL`` seconds (default 15; 0 turns it off)
 the monitor logs, under ``system/`` keys: ``cpu_percent``, ``memory_percent``,

@@ -1,4 +1,5 @@
-"""The one reader of checkpoint tars: strict, streaming, bounded (SPEC F1, F13, F15, F32; docs/checkpoint-format.md).
+"""The one reader of checkpoint tars: strict, streaming, bounded (docs/design/checkpoints.md#a-checkpoint, #tar-format;
+docs/design/worker.md#verify, #refusal; docs/checkpoint-format.md).
 
 The server's upload check, the worker's restore and the SDK's restore all
 parse tars here, so they cannot disagree. ``TarReader`` is fed the bytes in
@@ -39,7 +40,7 @@ class ManifestMismatch(Exception):
     ``what`` is ``tar`` (the structure), ``path`` (a name), ``manifest``
     (an extra or missing file), ``size`` or ``sha256``; ``detail`` says
     exactly what differed. Callers show ``Checkpoint <id> <what> mismatch:
-    <detail>`` (SPEC F15).
+    <detail>`` (docs/design/worker.md#refusal).
     """
 
     def __init__(self, what: str, detail: str):
@@ -106,7 +107,7 @@ def check_path(path: str | bytes, limits: Limits = Limits(), *, label: str = "")
     ``limits.component_bytes`` per component, no control character, no
     backslash, not absolute, no empty, ``.`` or ``..`` component, and no
     component Windows cannot create (``windows_refusal``), since a checkpoint
-    must restore on Windows agents too (SPEC F13).
+    must restore on Windows agents too (docs/design/worker.md#verify).
     ``label`` prefixes the error (``member 3``).
     """
     where = f"{label} " if label else ""

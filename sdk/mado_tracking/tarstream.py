@@ -1,4 +1,5 @@
-"""A checkpoint directory as a tar stream, hashed in the same pass that sends it (SPEC F1, F33).
+"""A checkpoint directory as a tar stream, hashed in the same pass that sends it
+(docs/design/checkpoints.md#a-checkpoint, #save-and-restore).
 
 ``CheckpointTar(directory)`` walks the directory once and refuses, before any
 byte is sent, a symbolic link, an empty directory, or anything that is not a
@@ -55,7 +56,7 @@ def scan(directory: str | os.PathLike) -> list[tuple[str, Path, int]]:
     Raises ``CheckpointError`` for a missing directory, a symbolic link
     anywhere, an empty directory (the root or below), a non-regular file or
     a path the checkpoint format refuses (``tarformat.check_path`` under the
-    ``MADO_TAR_MAX_*`` limits: too long, a Windows device name, …; SPEC F13),
+    ``MADO_TAR_MAX_*`` limits: too long, a Windows device name, …; docs/design/worker.md#verify),
     so the server's refusal shows before any byte is sent.
     """
     root = Path(directory)

@@ -1,4 +1,5 @@
-"""A checkpoint tar checked against its manifest and declaration in the pass that reads it (SPEC F1, F13, F15).
+"""A checkpoint tar checked against its manifest and declaration in the pass that reads it
+(docs/design/checkpoints.md#a-checkpoint; docs/design/worker.md#verify, #refusal).
 
 ``CheckpointVerifier`` runs the bytes through ``tarformat.TarReader`` (the
 one format check), hashes every file and the whole tar, and compares them

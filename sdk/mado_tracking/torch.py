@@ -1,4 +1,5 @@
-"""Save and restore everything a PyTorch training loop needs to continue bit for bit (SPEC F17, F19).
+"""Save and restore everything a PyTorch training loop needs to continue bit for bit (docs/design/resume.md#in-the-code;
+docs/design/interfaces.md#example-program).
 
     from mado_tracking.torch import load_checkpoint, save_checkpoint
 
@@ -31,7 +32,7 @@ directory rather than mixing files of two saves; a snapshot taken earlier
 keeps its own hard links and is not affected.
 
 Sharded checkpoints of a torchrun program (``torch.distributed.checkpoint``,
-SPEC F36): ``save_distributed`` / ``load_distributed`` and
+docs/design/worker.md#distributed): ``save_distributed`` / ``load_distributed`` and
 ``run.log_checkpoint_distributed``, from ``mado_tracking.dcp``.
 """
 

@@ -1,4 +1,5 @@
-"""Metric points kept for a same-run resume after the server ended the Run ``crashed`` (SPEC F26, F37).
+"""Metric points kept for a same-run resume after the server ended the Run ``crashed``
+(docs/design/runs.md#states, #liveness).
 
 The server refuses points for a crashed Run (409 ``run_ended``) instead of
 storing them into it. The process lost the Run but its points are real: they

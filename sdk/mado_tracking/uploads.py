@@ -1,4 +1,5 @@
-"""Background checkpoint uploads of one Run: a bounded queue and one thread (SPEC F33).
+"""Background checkpoint uploads of one Run: a bounded queue and one thread
+(docs/design/checkpoints.md#save-and-restore).
 
 ``BackgroundUploads.submit`` hands a staged snapshot to the upload thread
 and returns a ``concurrent.futures.Future`` of its ``SavedCheckpoint``. At

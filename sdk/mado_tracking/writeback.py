@@ -1,4 +1,5 @@
-"""Writing a big file without piling it up in the page cache (Linux ``sync_file_range``; SPEC F1, F33).
+"""Writing a big file without piling it up in the page cache (Linux ``sync_file_range``;
+docs/design/checkpoints.md#a-checkpoint, #save-and-restore).
 
 A checkpoint of many gigabytes written at memory speed leaves as many
 gigabytes of dirty pages, which the kernel then writes back in one burst,

@@ -1,4 +1,5 @@
-"""API: runs/{id}/artifacts/ streamed PUT, ranged GET, DELETE, list (docs/api.md; SPEC F5, F12)."""
+"""API: runs/{id}/artifacts/ streamed PUT, ranged GET, DELETE, list (docs/api.md; docs/design/checkpoints.md#deletion;
+docs/design/worker.md#fetch)."""
 
 import hashlib
 import os

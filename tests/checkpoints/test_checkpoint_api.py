@@ -1,4 +1,5 @@
-"""API: register → upload → complete, idempotent retries, every "Bad input" refusal (SPEC F1, F13, F15)."""
+"""API: register → upload → complete, idempotent retries, every "Bad input" refusal
+(docs/design/checkpoints.md#a-checkpoint; docs/design/worker.md#verify, #refusal)."""
 
 import io
 import os
@@ -297,7 +298,7 @@ def test_upload_parts_needs_the_s3_storage(client, pending):
     assert client.get(f"/api/v1/checkpoints/{pending['id']}/").json()["direct_upload"] is False
 
 
-# --- download with Range (SPEC F12) ------------------------------------------------------------
+# --- download with Range (docs/design/worker.md#fetch) ------------------------------------------------------------
 
 
 def test_two_ranged_gets_concatenate_to_the_tar(api, viewer, run, client):

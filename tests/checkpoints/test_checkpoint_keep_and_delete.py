@@ -1,4 +1,5 @@
-"""Keep-count listing and its toggle (SPEC F4), deletion rules (SPEC F5) and the permission matrix of every endpoint."""
+"""Keep-count listing and its toggle (docs/design/checkpoints.md#keep-count), deletion rules
+(docs/design/checkpoints.md#deletion) and the permission matrix of every endpoint."""
 
 import io
 import os
@@ -40,7 +41,7 @@ def seven(run, creator, keep3, django_capture_on_commit_callbacks):
     return rows
 
 
-# --- keep-count listing (F4) -----------------------------------------------------------------
+# --- keep-count listing (docs/design/checkpoints.md#keep-count) -------------------------------------------------------
 
 
 def test_the_list_shows_the_newest_k_and_counts_the_older_ones(run, seven):
@@ -93,7 +94,7 @@ def test_keep_counts_are_per_run(project, creator, run, seven, keep3, django_cap
     assert selectors.checkpoint_get_for_user(user=creator, checkpoint_id=seven[10].pk).within_keep_count is False
 
 
-# --- deletion (F5) --------------------------------------------------------------------------------
+# --- deletion (docs/design/checkpoints.md#deletion) -------------------------------------------------------------------
 
 
 def test_an_admin_deletes_an_older_checkpoint_keeping_the_row(api, admin, run, seven, settings, django_capture_on_commit_callbacks):

@@ -1,5 +1,6 @@
 """``complete`` with ``manifest_sha256``: a checkpoint of any file count is declared in a small body, and its
-manifest is what the server's pass over the tar found (SPEC F1, F13)."""
+manifest is what the server's pass over the tar found (docs/design/checkpoints.md#a-checkpoint;
+docs/design/worker.md#verify)."""
 
 import io
 import json

@@ -1,4 +1,5 @@
-"""The file-system artifact storage writes every blob to disk before the save returns (SPEC F1, F33)."""
+"""The file-system artifact storage writes every blob to disk before the save returns
+(docs/design/checkpoints.md#a-checkpoint, #save-and-restore)."""
 
 import errno
 import os

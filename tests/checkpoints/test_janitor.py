@@ -1,4 +1,5 @@
-"""The checkpoint janitor (SPEC F1, F16): no checkpoint stays pending after its Run ended or its upload lease expired."""
+"""The checkpoint janitor (docs/design/checkpoints.md#a-checkpoint; docs/design/worker.md#subprocess): no checkpoint
+stays pending after its Run ended or its upload lease expired."""
 
 import io
 from datetime import timedelta

@@ -1,4 +1,5 @@
-"""Artifact storage and services: streaming, races, cleanup (SPEC F5, F12)."""
+"""Artifact storage and services: streaming, races, cleanup (docs/design/checkpoints.md#deletion;
+docs/design/worker.md#fetch)."""
 
 import hashlib
 import io

@@ -1,4 +1,5 @@
-"""Sharded torch-dcp checkpoints through the API (SPEC F36, F1, F13): complete only with every rank's shard.
+"""Sharded torch-dcp checkpoints through the API (docs/design/worker.md#distributed, #verify;
+docs/design/checkpoints.md#a-checkpoint): complete only with every rank's shard.
 
 A shard missing from the tar, one of a rank beyond the world size, or one whose bytes differ from the
 declaration is refused at ``complete``: the checkpoint stays pending, never usable.

@@ -1,8 +1,9 @@
 """One verdict everywhere: every crafted tar of ``tar_corpus`` is fed to the server API (upload + complete), the
 server's direct-to-S3 verification, the worker's restore and the SDK's restore, which must all accept it or all
 refuse it, as docs/checkpoint-format.md
-says, within 5 s and a memory cap, never with a 500 (SPEC F1, F13, F15, F32). Hypothesis mutates header bytes of
-a good tar for more cases than anyone would write by hand."""
+says, within 5 s and a memory cap, never with a 500 (docs/design/checkpoints.md#a-checkpoint, #tar-format;
+docs/design/worker.md#verify, #refusal). Hypothesis mutates header bytes of a good tar for more cases than anyone would
+write by hand."""
 
 import itertools
 import tracemalloc

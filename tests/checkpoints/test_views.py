@@ -1,4 +1,5 @@
-"""Checkpoint and artifact pages: the Checkpoint tab (F4), the manifest page, deletion (F5), the Artifacts tab (F29)."""
+"""Checkpoint and artifact pages: the Checkpoint tab (docs/design/checkpoints.md#keep-count), the manifest page,
+deletion (docs/design/checkpoints.md#deletion), the Artifacts tab (docs/design/interfaces.md#surfaces)."""
 
 import re
 import hashlib
@@ -50,7 +51,7 @@ def tab(run, **query):
     return url + ("?" + "&".join(f"{k}={v}" for k, v in query.items()) if query else "")
 
 
-# --- the Checkpoint tab (F4) ------------------------------------------------------------------
+# --- the Checkpoint tab (docs/design/checkpoints.md#keep-count) -------------------------------------------------------
 
 
 def test_the_tab_lists_the_newest_k_complete_checkpoints_with_their_facts(login, viewer, run, seven):
@@ -198,7 +199,7 @@ def test_anonymous_is_sent_to_the_login_page(client, run, seven):
     assert response.status_code == 302 and Checkpoint.objects.get(pk=seven[10].pk).state == CheckpointState.COMPLETE
 
 
-# --- deletion (F5) ------------------------------------------------------------------------------
+# --- deletion (docs/design/checkpoints.md#deletion) -------------------------------------------------------------------
 
 
 def test_an_admin_deletes_an_old_checkpoint_through_the_confirmation(

@@ -1,4 +1,5 @@
-"""``/api/v1/docs/`` renders Swagger UI with the network cut off: every file comes from this server (F29)."""
+"""``/api/v1/docs/`` renders Swagger UI with the network cut off: every file comes from this server
+(docs/design/interfaces.md#surfaces)."""
 
 from urllib.parse import urlsplit
 

@@ -1,5 +1,5 @@
-"""Charts in a real browser where Runs have no point at some x (SPEC F34): smoothing draws every Run's curve, and
-a Run without metrics draws no chart and raises no script error."""
+"""Charts in a real browser where Runs have no point at some x (docs/design/interfaces.md#workspace): smoothing draws
+every Run's curve, and a Run without metrics draws no chart and raises no script error."""
 
 import pytest
 from playwright.sync_api import expect

@@ -1,4 +1,5 @@
-"""The Checkpoint tab in a real browser: the newest 5 of 7, the toggle, an admin deletes an old one (F4, F5, F29)."""
+"""The Checkpoint tab in a real browser: the newest 5 of 7, the toggle, an admin deletes an old one
+(docs/design/checkpoints.md#keep-count, #deletion; docs/design/interfaces.md#surfaces)."""
 
 import io
 import os

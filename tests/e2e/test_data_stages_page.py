@@ -1,4 +1,5 @@
-"""Data stages and "Continue training from these weights" in a real browser (SPEC F20, F22, F23).
+"""Data stages and "Continue training from these weights" in a real browser (docs/design/runs.md#data-stages;
+docs/design/resume.md#continue, #continue-lineage).
 
 carol records a data change on her running Job's Run through the "Training
 data history" tab and sees its row; after the Job finished she continues
@@ -55,7 +56,7 @@ def test_record_a_data_change_then_continue_from_a_checkpoint_with_more_data(bro
     run = job.run
     digits, synthetic, noisy = versions["digits"], versions["synthetic"], versions["noisy"]
 
-    # F20: "Record data change" on the running Run.
+    # docs/design/runs.md#data-stages: "Record data change" on the running Run.
     log_in(page, "carol", f"/runs/{run.pk}/")
     page.get_by_role("link", name="Training data history").click()
     expect(page.locator(".initial-composition")).to_contain_text("digits:v1")
@@ -91,7 +92,7 @@ def test_record_a_data_change_then_continue_from_a_checkpoint_with_more_data(bro
     expect(marker).to_have_text("Data change at step 15: +synthetic:s1")
     expect(page.locator(".tab-panel")).not_to_contain_text("Record data change")
 
-    # F22: "Continue training from these weights" on the finished Run's step-20 checkpoint.
+    # docs/design/resume.md#continue: "Continue training from these weights" on the finished Run's step-20 checkpoint.
     page.get_by_role("link", name="Checkpoints", exact=True).click()
     page.locator('table.checkpoints tr[data-step="20"]').get_by_role(
         "link", name="Continue training from these weights").click()

@@ -1,4 +1,5 @@
-"""Resuming a failed Job from a chosen checkpoint in a real browser (SPEC F6, F7).
+"""Resuming a failed Job from a chosen checkpoint in a real browser
+(docs/design/resume.md#who-may-resume, #from-a-checkpoint).
 
 The creator opens the failed Job's Run → Checkpoint tab → "Resume from this
 checkpoint" → the confirmation → "Resume in a new Run", and lands on the new
@@ -101,7 +102,8 @@ def test_the_creator_resumes_from_a_checkpoint_and_another_member_sees_why_not(b
     expect(page.locator("pre.log")).to_contain_text("SimulatedFailure: --fail-at-step 27")
     screenshot(page, "job-failed")
 
-    # F2: the resumed Run's curve joins its parent's (steps 0..19 from the parent, 20.. from the new Run).
+    # docs/design/resume.md#steps-continue: the resumed Run's curve joins its parent's (steps 0..19 from the parent,
+    # 20.. from the new Run).
     metrics_ingest(actor=new.created_by, run=new.run, points=[
         {"key": "train.loss", "value": 2.3 * 0.93**step, "step": step} for step in range(20, 40)
     ])

@@ -1,4 +1,5 @@
-"""The Run page in a real browser: log in, see one uPlot chart per metric key, switch to Japanese (F2, F29)."""
+"""The Run page in a real browser: log in, see one uPlot chart per metric key, switch to Japanese
+(docs/design/resume.md#steps-continue; docs/design/interfaces.md#surfaces)."""
 
 import os
 import re

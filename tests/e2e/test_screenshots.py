@@ -1,5 +1,6 @@
-"""Screenshots of the workspace for the notes (SPEC F34, F35): the runs table, Compare and the System tab of a
-seeded project at 1400×900, written to var/screenshots/{runs-table,compare,system-tab}.png.
+"""Screenshots of the workspace for the notes (docs/design/interfaces.md#workspace, #system-metrics): the runs table,
+Compare and the System tab of a seeded project at 1400×900, written to
+var/screenshots/{runs-table,compare,system-tab}.png.
 
 Each page must fit the window (no horizontal scroll) and show its charts drawn, so a layout that breaks fails
 here rather than in a picture nobody opens.

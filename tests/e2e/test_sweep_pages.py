@@ -1,4 +1,5 @@
-"""Sweep pages and a resumed Run's facts in a real browser (SPEC F24–F28).
+"""Sweep pages and a resumed Run's facts in a real browser
+(docs/design/runs.md#resume-modes, #one-writer-process, #states; docs/design/sweeps.md#sweeps, #requeue).
 
 A member opens the project's Sweeps from the project page, pastes a YAML
 grid (lr × hidden, 4 trials) into "New sweep" and lands on the Sweep page; a

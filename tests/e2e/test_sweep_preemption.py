@@ -1,5 +1,6 @@
-"""End to end (SPEC F24–F28): a grid sweep of 4 trials run by `mado agent` processes against
-a real deployment (gunicorn on a fresh SQLite file, tests/deployment.py), one trial preempted mid-way.
+"""End to end (docs/design/runs.md#resume-modes, #one-writer-process, #states; docs/design/sweeps.md#sweeps, #requeue):
+a grid sweep of 4 trials run by `mado agent` processes against a real deployment (gunicorn on a fresh SQLite file,
+tests/deployment.py), one trial preempted mid-way.
 
 Two agents (`--forward-signals`) run ``examples/sweep_training.py``. Once a trial of the first agent has
 saved its first checkpoint (step 10), the first agent gets SIGTERM: it passes it on, the program marks its

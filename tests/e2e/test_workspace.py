@@ -1,5 +1,6 @@
-"""The workspace in a real browser (SPEC F34, F35): sort the runs table by a metric, select three runs, Compare,
-hover a chart and read the three values in its legend, zoom and reset, log scale, smoothing; the System tab."""
+"""The workspace in a real browser (docs/design/interfaces.md#workspace, #system-metrics): sort the runs table by a
+metric, select three runs, Compare, hover a chart and read the three values in its legend, zoom and reset, log scale,
+smoothing; the System tab."""
 
 from datetime import timedelta
 

@@ -1,4 +1,5 @@
-"""Races on a real PostgreSQL: delete vs. a Run taking the checkpoint as its source (SPEC F5), duplicate registration.
+"""Races on a real PostgreSQL: delete vs. a Run taking the checkpoint as its source
+(docs/design/checkpoints.md#deletion), duplicate registration.
 
 The "resume-source" transaction below is the protocol every resume / continue
 service follows: lock the checkpoint row, refuse unless it is complete,

@@ -1,4 +1,5 @@
-"""Two data stages recorded at once at one step on a real PostgreSQL (ARCHITECTURE rule 4, SPEC F21).
+"""Two data stages recorded at once at one step on a real PostgreSQL (docs/design/house.md#idempotent,
+docs/design/runs.md#data-stages-sdk).
 
 Different sets: one wins, the other gets a 409 showing the winner's set. Identical content: both get the
 same record. Either way one row exists.

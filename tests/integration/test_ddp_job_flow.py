@@ -1,5 +1,5 @@
-"""Distributed Jobs end to end on CPU (gloo) (SPEC F36, F6–F17): gunicorn, a real Celery worker on Redis,
-PostgreSQL, and ``examples/ddp_training.py`` started by the worker under torchrun.
+"""Distributed Jobs end to end on CPU (gloo) (docs/design/worker.md; docs/design/resume.md): gunicorn, a real Celery
+worker on Redis, PostgreSQL, and ``examples/ddp_training.py`` started by the worker under torchrun.
 
 A Job with ``nproc_per_node=2`` fails at step 27 after two sharded checkpoints (steps 10 and 20, each one
 Checkpoint with a shard per rank and ``world_size`` 2). Resumed from the latest with 2 processes it ends with
@@ -86,7 +86,8 @@ def test_a_two_process_job_fails_resumes_on_two_then_one_process_from_sharded_ch
                 run = client.request("GET", f"runs/{job['run_id']}/")
                 assert (run["status"], run["parent_id"], run["source_checkpoint_id"]) == (
                     "finished", source_run, checkpoints[0]["id"])
-                assert metric_steps(client, job["run_id"]) == list(range(20, STEPS))  # continues at 20 (F2)
+                # continues at 20 (docs/design/resume.md#steps-continue)
+                assert metric_steps(client, job["run_id"]) == list(range(20, STEPS))
                 saved = client.request("GET", f"runs/{job['run_id']}/checkpoints/")["results"]
                 assert [(c["step"], c["world_size"]) for c in saved] == [(STEPS, int(nproc))]
             assert len({client.request("GET", f"jobs/{i}/")["run_id"] for i in resumed_ids}) == 2  # a Run each

@@ -1,5 +1,6 @@
-"""The storm (SPEC F16; marked ``slow``, run by ``make test-integration``): 20 Jobs, 20 SIGKILLs of worker main
-or pool processes at random, some of them in the delivery→claim window, on the fault site of test_faults.py.
+"""The storm (docs/design/worker.md#subprocess; marked ``slow``, run by ``make test-integration``): 20 Jobs, 20 SIGKILLs
+of worker main or pool processes at random, some of them in the delivery→claim window, on the fault site of
+test_faults.py.
 
 Each Job's Run also starts a multipart checkpoint upload while it runs (what the SDK does when it saves),
 so a killed Job leaves a pending checkpoint and an open upload for the janitor. The storm prints its

@@ -1,4 +1,5 @@
-"""Fault injection on a deployment laid out as docs/deploy.md says (SPEC F16; tests/integration/fault_site.py).
+"""Fault injection on a deployment laid out as docs/deploy.md says (docs/design/worker.md#subprocess;
+tests/integration/fault_site.py).
 
 Real PostgreSQL, Redis behind a TCP proxy that is cut, moto's S3, real Celery workers (prefork), a
 maintenance worker and beat, all with short intervals (reaper every 2 s). Each test replays a fault and

@@ -1,4 +1,5 @@
-"""Races on a real PostgreSQL around Jobs (ARCHITECTURE rule 4, SPEC F5, F6, F16).
+"""Races on a real PostgreSQL around Jobs (docs/design/house.md#idempotent, docs/design/checkpoints.md#deletion;
+docs/design/resume.md#who-may-resume; docs/design/worker.md#subprocess).
 
 Two resumes of one failed Run at once create exactly one Job; a resume and
 the deletion of its checkpoint never both win; a worker's claim and an

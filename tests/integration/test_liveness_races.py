@@ -1,4 +1,5 @@
-"""The crash reaper racing a heartbeat or a resume on a real PostgreSQL (SPEC F25, F26).
+"""The crash reaper racing a heartbeat or a resume on a real PostgreSQL
+(docs/design/runs.md#one-writer-process, #states).
 
 Exactly one side wins each time: either the heartbeat (or resume) lands
 first and the reaper spares the Run, or the reaper ends it first and the

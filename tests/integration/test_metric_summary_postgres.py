@@ -1,6 +1,6 @@
 """The metric summary on PostgreSQL equals a full recomputation after any randomised program of writes (rows and
 columns, binary COPY), retried batches, resumes that drop steps below the floor, and deleted Runs; two copies of one
-batch sent at once store it once (SPEC F2, F24)."""
+batch sent at once store it once (docs/design/resume.md#steps-continue; docs/design/runs.md#resume-modes)."""
 
 import itertools
 

@@ -26,7 +26,7 @@ BASE = "/api/2.0/mlflow-artifacts"
 
 @pytest.fixture
 def training_run(project, member):
-    """A Run of ``member``, who writes to it in these tests (F31: its creator)."""
+    """A Run of ``member``, who writes to it in these tests (docs/design/runs.md#write-rule: its creator)."""
     return RunFactory(project=project, created_by=member, name="train", kind=RunKind.TRAINING)
 
 

@@ -1,4 +1,5 @@
-"""Two processes starting one run id at once on a real PostgreSQL (ARCHITECTURE rule 4, SPEC F24, F25).
+"""Two processes starting one run id at once on a real PostgreSQL (docs/design/house.md#idempotent,
+docs/design/runs.md#resume-modes, #one-writer-process).
 
 Whatever the Run's state (absent, pending, stopped), exactly one start wins
 and gets a fencing token; the other is refused (409) and the Run holds the
@@ -40,7 +41,8 @@ def one_winner(outcomes) -> Run:
 
 @pytest.mark.parametrize("attempt", range(3))
 def test_two_starts_of_an_absent_id_create_one_run(postgres, project, creator, attempt):
-    # Two processes of one user (whoever creates the Run is its writer, F31; the other start then resumes it).
+    # Two processes of one user (whoever creates the Run is its writer, docs/design/runs.md#write-rule; the other start
+    # then resumes it).
     outcomes = together(start(creator, project, "a"), start(creator, project, "b"))
     run = one_winner(outcomes)
     assert Run.objects.filter(external_id="exp-42").count() == 1

@@ -1,7 +1,8 @@
 """Artifact upload, ranged download and delete against a real S3-compatible server (moto's, in-process).
 
 The same API flows as ``tests/checkpoints/test_api_artifacts.py`` with
-``storages["artifacts"]`` = django-storages ``S3Storage`` (SPEC F5, F12).
+``storages["artifacts"]`` = django-storages ``S3Storage`` (docs/design/checkpoints.md#deletion;
+docs/design/worker.md#fetch).
 """
 
 import hashlib

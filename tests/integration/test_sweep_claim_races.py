@@ -1,4 +1,5 @@
-"""Concurrent sweep claims on a real PostgreSQL (SPEC F27, F28; ARCHITECTURE rule 4).
+"""Concurrent sweep claims on a real PostgreSQL (docs/design/sweeps.md#sweeps, #requeue;
+docs/design/house.md#idempotent).
 
 Agents claiming at once never get one trial twice: new parameter sets are
 numbered under the Sweep's row lock, queued trials are taken with

@@ -1,4 +1,5 @@
-"""``run_continue_from_checkpoint`` and ``POST checkpoints/{id}/continue/`` (SPEC F22, F23)."""
+"""``run_continue_from_checkpoint`` and ``POST checkpoints/{id}/continue/``
+(docs/design/resume.md#continue, #continue-lineage)."""
 
 import pytest
 

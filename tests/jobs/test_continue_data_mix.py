@@ -1,8 +1,8 @@
-"""Continue with another data mix, end to end (SPEC F20, F22, F23): ``examples/training.py`` runs as the Job's
-code (the worker task in process, as in ``test_continue_flow.py``), trains 20 steps on dataset version A and
-saves checkpoints 10 and 20; a continue from step 20 with [A, B] records a data stage at step 20, answers
-``at_step`` 19 with [A] and 20 with [A, B], and the code gets ``MMT_START_KIND=continue`` and the new ids, so it
-resets its data position and says so in its log."""
+"""Continue with another data mix, end to end (docs/design/runs.md#data-stages;
+docs/design/resume.md#continue, #continue-lineage): ``examples/training.py`` runs as the Job's code (the worker task in
+process, as in ``test_continue_flow.py``), trains 20 steps on dataset version A and saves checkpoints 10 and 20; a
+continue from step 20 with [A, B] records a data stage at step 20, answers ``at_step`` 19 with [A] and 20 with [A, B],
+and the code gets ``MMT_START_KIND=continue`` and the new ids, so it resets its data position and says so in its log."""
 
 import io
 import sys

@@ -1,7 +1,8 @@
-"""End to end in process (SPEC F20–F23): a Job's code records a data stage at step 15
-through the SDK and finishes; "continue" from its step-20 checkpoint adds a dataset version; the
-continue form's preselection is the composition at step 20; the continued Job runs (the worker task
-in process, as in tests/worker/test_tasks.py) and succeeds, starting at step 20 from those weights."""
+"""End to end in process (docs/design/runs.md#data-stages, #data-stages-sdk;
+docs/design/resume.md#continue, #continue-lineage): a Job's code records a data stage at step 15 through the SDK and
+finishes; "continue" from its step-20 checkpoint adds a dataset version; the continue form's preselection is the
+composition at step 20; the continued Job runs (the worker task in process, as in tests/worker/test_tasks.py) and
+succeeds, starting at step 20 from those weights."""
 
 import io
 import json

@@ -1,6 +1,6 @@
 """The Checkpoint tab's "Continue training from these weights": form, confirmation, launch.
 
-SPEC F22, F23. Celery is never reached (``celery_calls`` in conftest). The
+docs/design/resume.md#continue, #continue-lineage. Celery is never reached (``celery_calls`` in conftest). The
 source is a finished training Job whose Run recorded a data stage at step 15
 (digits:v1 → synthetic:s1 added); its checkpoints sit at steps 10 and 20.
 """

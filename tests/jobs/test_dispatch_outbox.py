@@ -1,4 +1,5 @@
-"""Dispatch through the outbox (SPEC F16): a broker outage leaves Jobs queued and waiting, never failed or lost."""
+"""Dispatch through the outbox (docs/design/worker.md#subprocess): a broker outage leaves Jobs queued and waiting, never
+failed or lost."""
 
 from datetime import timedelta
 
@@ -97,7 +98,7 @@ def test_an_unclaimed_job_is_sent_once_more_then_failed_with_the_reason(
     assert job.status == JobStatus.FAILED and job.run.status == RunStatus.FAILED
     assert job.error.startswith("The Job never started. No worker took it from queue 'cpu' within 600 s, sent 2 times")
     retry = Job.objects.get(retry_of=job)
-    assert retry.status == JobStatus.QUEUED, "the failure counts as an attempt (F11): the retry is dispatched"
+    assert retry.status == JobStatus.QUEUED, "the failure counts as an attempt: the retry is dispatched"
     assert celery_calls.sent[-1]["args"] == [retry.pk]
     assert dispatch_reap_overdue(now=later + timedelta(seconds=1300)) == 1, "only the retry's message is overdue"
 

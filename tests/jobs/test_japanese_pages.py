@@ -1,5 +1,5 @@
-"""The Japanese pages say nothing in English (SPEC F29): every page of a Project with a failed Job, its Run,
-checkpoints, a sweep with a failed trial, and the messages services raise into pages, read with the UI in
+"""The Japanese pages say nothing in English (docs/design/interfaces.md#surfaces): every page of a Project with a failed
+Job, its Run, checkpoints, a sweep with a failed trial, and the messages services raise into pages, read with the UI in
 Japanese. Names the user typed, code, ids, units and product names may stay as they are."""
 
 import re

@@ -1,5 +1,6 @@
-"""End to end with real processes (SPEC F6–F19): a web server (gunicorn), a real Celery
-worker on the embedded filesystem broker, and ``examples/training.py`` run by the worker as a Job.
+"""End to end with real processes (docs/design/resume.md; docs/design/worker.md; docs/design/runs.md#offline;
+docs/design/interfaces.md#example-program): a web server (gunicorn), a real Celery worker on the embedded filesystem
+broker, and ``examples/training.py`` run by the worker as a Job.
 
 ``mado code push`` registers ``examples/`` twice (a version that fails at step 27 and one that does not),
 ``mado job launch`` starts the first: it saves checkpoints 10 and 20 and fails at 27; ``mado job resume
@@ -82,9 +83,11 @@ def run_the_flow(site: Deployment, directory: Path) -> None:
         run = client.request("GET", f"runs/{second['run_id']}/")
         assert (run["status"], run["parent_id"], run["source_checkpoint_id"]) == ("finished", source_run,
                                                                                  checkpoints[0]["id"])
-        assert metric_steps(client, second["run_id"]) == list(range(20, 40))  # continues at 20, never 0 (F2)
+        # continues at 20, never 0 (docs/design/resume.md#steps-continue)
+        assert metric_steps(client, second["run_id"]) == list(range(20, 40))
         assert metric_steps(client, source_run) == list(range(27))
-        assert client.request("GET", f"runs/{source_run}/")["status"] == "failed"  # the source is not changed (F10)
+        # the source is not changed (docs/design/resume.md#lineage)
+        assert client.request("GET", f"runs/{source_run}/")["status"] == "failed"
         assert [c["step"] for c in client.request("GET", f"runs/{source_run}/checkpoints/")["results"]] == [20, 10]
 
     assert reference.wait(timeout=300) == 0, reference.stdout.read().decode()

@@ -1,5 +1,5 @@
-"""A Job that no Celery worker claims ends with its Run (SPEC F16): a Kubernetes JobSet runs the code with the
-Run's token (``manage.py job_manifest``, docs/deploy.md) and nothing else watches the pods."""
+"""A Job that no Celery worker claims ends with its Run (docs/design/worker.md#subprocess): a Kubernetes JobSet runs the
+code with the Run's token (``manage.py job_manifest``, docs/deploy.md) and nothing else watches the pods."""
 
 from datetime import timedelta
 
@@ -52,7 +52,8 @@ def test_the_job_fails_naming_the_status_when_the_code_fails_its_run(pod, queued
     assert pod.patch(f"/api/v1/runs/{queued.run_id}/", {"status": "failed"}, format="json").status_code == 200
     job = Job.objects.get(pk=queued.pk)
     assert job.status == JobStatus.FAILED and job.error.startswith("Its Run ended failed without a worker")
-    assert Job.objects.filter(run_id=queued.run_id).count() == 1  # no automatic retry from scratch (F11)
+    # no automatic retry from scratch (docs/design/resume.md#retry)
+    assert Job.objects.filter(run_id=queued.run_id).count() == 1
 
 
 def test_the_job_fails_when_the_pods_fall_silent_and_the_reaper_ends_the_run_crashed(pod, queued, settings):

@@ -1,4 +1,5 @@
-"""A Job's Run that was preempting ends preempted when the Job fails, and its sweep trial is told (SPEC F26, F28)."""
+"""A Job's Run that was preempting ends preempted when the Job fails, and its sweep trial is told
+(docs/design/runs.md#states; docs/design/sweeps.md#requeue)."""
 
 import pytest
 

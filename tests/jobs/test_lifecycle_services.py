@@ -1,4 +1,5 @@
-"""Launch, dispatch, claim, heartbeat, logs, finish, retry, abort, reaper and tokens (SPEC F11, F16)."""
+"""Launch, dispatch, claim, heartbeat, logs, finish, retry, abort, reaper and tokens (docs/design/resume.md#retry;
+docs/design/worker.md#subprocess)."""
 
 from datetime import timedelta
 
@@ -162,7 +163,7 @@ def test_a_failed_job_with_retries_left_starts_again_from_scratch(creator, code_
     second = Job.objects.get(retry_of=first)
     assert (second.kind, second.attempt, second.max_retries, second.status) == (JobKind.RETRY, 2, 2, JobStatus.QUEUED)
     assert second.run != first.run and second.run.status == RunStatus.PENDING
-    assert second.run.parent is None and second.run.source_checkpoint is None, "never from a checkpoint (F11)"
+    assert second.run.parent is None and second.run.source_checkpoint is None, "never from a checkpoint"
     assert second.resumed_from is None
     assert second.run.parameters == first.run.parameters and second.code_version == first.code_version
     assert [call["args"] for call in celery_calls.sent] == [[second.pk]]

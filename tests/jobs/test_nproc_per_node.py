@@ -1,5 +1,6 @@
-"""Processes per node of a Job (SPEC F36): launch, resume and continue take it (API and pages), a retry keeps
-it, a resume defaults to the source's and its form offers the checkpoint's world size, saying DCP reshards."""
+"""Processes per node of a Job (docs/design/worker.md#distributed): launch, resume and continue take it (API and pages),
+a retry keeps it, a resume defaults to the source's and its form offers the checkpoint's world size, saying DCP
+reshards."""
 
 import pytest
 from django.urls import reverse

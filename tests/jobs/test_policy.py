@@ -1,5 +1,5 @@
-"""The sentence shown in place of the resume button (SPEC F6, F8; mado.policy.why_cannot_resume via
-jobs.selectors.resume_refusal)."""
+"""The sentence shown in place of the resume button (docs/design/resume.md#who-may-resume, #latest-checkpoint;
+mado.policy.why_cannot_resume via jobs.selectors.resume_refusal)."""
 
 import pytest
 

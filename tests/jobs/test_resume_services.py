@@ -1,4 +1,5 @@
-"""Resume a stopped Job as a new Run: conditions, refusals, F8's latest rule, lineage (SPEC F6–F10)."""
+"""Resume a stopped Job as a new Run: conditions, refusals, the latest-checkpoint rule, lineage
+(docs/design/resume.md)."""
 
 import pytest
 from django.db import IntegrityError
@@ -56,7 +57,7 @@ def test_it_refuses_resume_by_an_outsider(failed_job, outsider):
         services.run_resume_from_checkpoint(actor=outsider, checkpoint=ckpt)
 
 
-# --- the source Run's state (F6) ----------------------------------------------------
+# --- the source Run's state (docs/design/resume.md#who-may-resume) ----------------------------------------------------
 
 
 def test_it_refuses_resume_of_a_running_job(creator, code_version, cpu):
@@ -105,7 +106,7 @@ def test_it_refuses_resume_of_a_run_that_is_not_training_or_fine_tuning(creator,
         services.run_resume_from_checkpoint(actor=creator, checkpoint=checkpoint(job.run, 10))
 
 
-# --- F9 conditions ----------------------------------------------------------------------
+# --- conditions (docs/design/resume.md#conditions) --------------------------------------------------------------------
 
 
 def test_a_checkpoint_of_another_project_is_not_found(failed_job, creator, other_project):
@@ -177,7 +178,7 @@ def test_a_disabled_queue_is_refused(failed_job, creator, gpu):
     assert caught.value.field == "queue"
 
 
-# --- F10 lineage, F8 latest ------------------------------------------------------------
+# --- lineage, latest (docs/design/resume.md#lineage, #latest-checkpoint) ----------------------------------------------
 
 
 def test_the_new_run_records_lineage_and_copies_inputs_and_the_source_is_unchanged(failed_job, creator, dataset_versions):

@@ -1,5 +1,6 @@
 """Resume pages: "Resume from this checkpoint" and its confirmation, the Run page's logs, lineage and
-ancestors chart, Japanese (SPEC F2, F7, F10). Celery is never reached (``celery_calls``).
+ancestors chart, Japanese (docs/design/resume.md#steps-continue, #from-a-checkpoint, #lineage). Celery is never reached
+(``celery_calls``).
 """
 
 import re
@@ -23,7 +24,7 @@ def jobs_url(slug="vision"):
     return reverse("jobs:project-jobs", args=[slug])
 
 
-# --- "Resume from this checkpoint" (F7) --------------------------------------------------------------------
+# --- "Resume from this checkpoint" (docs/design/resume.md#from-a-checkpoint) ------------------------------------------
 
 
 def tab(run):
@@ -141,7 +142,7 @@ def test_a_code_version_of_another_code_is_a_form_error(login, creator, failed_j
     assert response.status_code == 400 and "Code version: Select a valid choice." in body(response)
 
 
-# --- the Run page: logs, lineage, warning, ancestors' curves (F2, F16) ----------------------------------------------
+# --- the Run page: logs, lineage, warning, ancestors' curves (docs/design/resume.md#steps-continue) -------------------
 
 
 def test_the_logs_tab_shows_the_log_and_polls_while_the_job_runs(login, viewer, creator, code_version, cpu):

@@ -1,6 +1,6 @@
 """Jobs pages: Launch Job, Jobs list, a Job, abort, resume from latest / a checkpoint, logs, lineage.
 
-SPEC F2, F6–F11, F15, F16. Celery is never reached (``celery_calls`` in
+docs/design/resume.md; docs/design/worker.md#refusal, #subprocess. Celery is never reached (``celery_calls`` in
 conftest records ``send_task``); checkpoints are rows made by ``checkpoint()``.
 """
 
@@ -77,7 +77,7 @@ def test_the_project_page_links_the_jobs_list(login, viewer, project):
     assert f'href="{jobs_url()}"' in body(login(viewer).get(reverse("runs:project-detail", args=["vision"])))
 
 
-# --- Launch Job (F11) -----------------------------------------------------------------------------
+# --- Launch Job (docs/design/resume.md#retry) -------------------------------------------------------------------------
 
 
 def launch_data(code_version, queue, **fields):
@@ -163,7 +163,7 @@ def test_a_viewer_sees_why_instead_of_the_form_and_cannot_post(login, viewer, co
     assert response.status_code == 403 and not Job.objects.exists()
 
 
-# --- the Jobs list (F7, F8) ---------------------------------------------------------------------------
+# --- the Jobs list (docs/design/resume.md#from-a-checkpoint, #latest-checkpoint) --------------------------------------
 
 
 def test_the_list_shows_status_kind_queue_creator_attempt_and_links(login, viewer, failed_job):
@@ -256,7 +256,7 @@ def test_an_empty_project_says_how_to_start(login, creator, project):
     assert "No Jobs in this project yet" in body(login(creator).get(jobs_url()))
 
 
-# --- resume from latest (F8) and abort ----------------------------------------------------------------
+# --- resume from latest (docs/design/resume.md#latest-checkpoint) and abort -------------------------------------------
 
 
 def test_resume_from_latest_creates_one_job_even_when_posted_twice(login, creator, failed_job):
@@ -338,7 +338,7 @@ def test_an_unsafe_next_is_ignored(login, creator, code_version, cpu):
     assert response["Location"] == reverse("jobs:job-detail", args=[job.pk])
 
 
-# --- the Job page (F15, F16) ---------------------------------------------------------------------------
+# --- the Job page (docs/design/worker.md#refusal, #subprocess) --------------------------------------------------------
 
 
 def test_the_job_page_shows_the_error_facts_and_log(login, viewer, creator, code_version, cpu):

@@ -1,6 +1,6 @@
-"""One write rule for Runs (SPEC F31): the ways another member used to write to a Job's Run are refused and change
-nothing; same-run resume by id follows the rule (with the Project opt-in); an ended Run takes no new checkpoint on
-any API; the holder of a sweep trial writes to its Run."""
+"""One write rule for Runs (docs/design/runs.md#write-rule): the ways another member used to write to a Job's Run are
+refused and change nothing; same-run resume by id follows the rule (with the Project opt-in); an ended Run takes no new
+checkpoint on any API; the holder of a sweep trial writes to its Run."""
 
 import pytest
 

@@ -1,4 +1,5 @@
-"""The web process keeps a checkpoint upload's freed chunks instead of faulting fresh pages per chunk (SPEC F12)."""
+"""The web process keeps a checkpoint upload's freed chunks instead of faulting fresh pages per chunk
+(docs/design/worker.md#fetch)."""
 
 import os
 import platform

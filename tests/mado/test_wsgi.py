@@ -1,4 +1,5 @@
-"""What ``mado.wsgi`` (imported by gunicorn in each web worker) leaves behind before the first request (SPEC F2)."""
+"""What ``mado.wsgi`` (imported by gunicorn in each web worker) leaves behind before the first request
+(docs/design/resume.md#steps-continue)."""
 
 import json
 import subprocess

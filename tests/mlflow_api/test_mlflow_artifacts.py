@@ -1,5 +1,6 @@
 """MLflow artifact proxy ``/api/2.0/mlflow-artifacts/``: streamed PUT, ranged GET, listing, DELETE, auth, multipart
-fallback, and the "Bad input" corpus over every endpoint that takes a path (SPEC F5, F30)."""
+fallback, and the "Bad input" corpus over every endpoint that takes a path (docs/design/checkpoints.md#deletion;
+docs/design/interfaces.md#mlflow)."""
 
 import base64
 import hashlib

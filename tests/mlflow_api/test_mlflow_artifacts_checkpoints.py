@@ -1,5 +1,5 @@
 """Checkpoint detection from MLflow uploads under ``checkpoints/step-<int>/`` and its completion triggers
-(SPEC F3, F5)."""
+(docs/design/checkpoints.md#mlflow-checkpoints, #deletion)."""
 
 import hashlib
 

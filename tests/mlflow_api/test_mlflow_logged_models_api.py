@@ -1,5 +1,6 @@
 """MLflow 3 logged models on the wire (``/api/2.0/mlflow/logged-models…``, ``runs/outputs``, ``runs/log-model``) and
-their files through the artifact proxy: MLflow's answers and error codes, hostile input, who may do what (SPEC F30, F31)."""
+their files through the artifact proxy: MLflow's answers and error codes, hostile input, who may do what
+(docs/design/interfaces.md#mlflow; docs/design/runs.md#write-rule)."""
 
 import json
 
@@ -237,7 +238,8 @@ def test_files_put_get_list_overwrite_and_delete(model, creator, admin, viewer):
     stored = Artifact.objects.get(logged_model__model_id=model["info"]["model_id"], path="data/model.pth")
     assert stored.size == 2 and len(stored.history) == 1 and stored.run is None
     assert client_of(viewer).put(files_url(model, "x"), b"no", content_type="application/octet-stream").status_code == 403
-    assert client.delete(files_url(model, "data")).status_code == 403  # deleting files: Project admins (F5)
+    # deleting files: Project admins (docs/design/checkpoints.md#deletion)
+    assert client.delete(files_url(model, "data")).status_code == 403
     assert client_of(admin).delete(files_url(model, "data")).status_code == 200
     assert list(Artifact.objects.filter(logged_model__isnull=False).values_list("path", flat=True)) == ["MLmodel"]
 

@@ -1,4 +1,5 @@
-"""MLflow endpoints added for parity (SPEC F30, F37): who may call them, hostile input, the silence clock."""
+"""MLflow endpoints added for parity (docs/design/interfaces.md#mlflow; docs/design/runs.md#liveness): who may call
+them, hostile input, the silence clock."""
 
 import pytest
 from rest_framework.authtoken.models import Token

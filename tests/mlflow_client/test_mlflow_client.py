@@ -1,4 +1,4 @@
-"""The stock MLflow 3 client (mlflow-skinny) against a live mado server (SPEC F30)."""
+"""The stock MLflow 3 client (mlflow-skinny) against a live mado server (docs/design/interfaces.md#mlflow)."""
 
 import hashlib
 import math
@@ -100,7 +100,7 @@ def test_artifacts_round_trip_byte_exact_and_become_a_checkpoint(monkeypatch, tm
         assert {m["path"]: m["sha256"] for m in manifest} == {p: hashlib.sha256(d).hexdigest() for p, d in files.items()}
 
 
-# --- One authentication on both MLflow APIs (SPEC F31): a Job's Run token, Basic with an API token -------------
+# --- One authentication on both MLflow APIs (docs/design/runs.md#write-rule): Run token, Basic with API token ---------
 
 
 def _log_everything(tmp_path, run) -> None:

@@ -1,4 +1,5 @@
-"""A script using the stock MLflow client, killed without a word, ends ``crashed`` after the silent timeout (F37)."""
+"""A script using the stock MLflow client, killed without a word, ends ``crashed`` after the silent timeout
+(docs/design/runs.md#liveness)."""
 
 import os
 import signal

@@ -1,4 +1,4 @@
-"""MLflow 3 logged models through the stock client against mado (SPEC F30).
+"""MLflow 3 logged models through the stock client against mado (docs/design/interfaces.md#mlflow).
 
 ``mlflow.pytorch.log_model`` / ``load_model`` round-trip by ``models:/<model_id>``
 and ``runs:/<run_id>/<name>``, and the client's logged-model calls answer as

@@ -1,4 +1,4 @@
-"""MLflow scripts that work on an MLflow server work unchanged on mado (SPEC F30).
+"""MLflow scripts that work on an MLflow server work unchanged on mado (docs/design/interfaces.md#mlflow).
 
 Each test runs what a user's script does with the stock client (mlflow-skinny)
 and asserts the answer an MLflow 3 tracking server gives for it.

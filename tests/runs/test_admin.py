@@ -1,4 +1,5 @@
-"""Django admin: every model is registered and its changelist and change page load (F29)."""
+"""Django admin: every model is registered and its changelist and change page load
+(docs/design/interfaces.md#surfaces)."""
 
 import re
 

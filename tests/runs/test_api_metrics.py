@@ -1,4 +1,4 @@
-"""API: runs/{id}/metrics/ batch ingestion and paginated history (docs/api.md; SPEC F2)."""
+"""API: runs/{id}/metrics/ batch ingestion and paginated history (docs/api.md; docs/design/resume.md#steps-continue)."""
 
 import json
 import math
@@ -11,7 +11,7 @@ from runs.metrics import metrics_ingest
 from runs.models import MetricPoint
 
 READ = [("admin", 200), ("member", 200), ("creator", 200), ("viewer", 200), ("outsider", 404), ("anonymous", 401)]
-# Writing to a Run: its creator or a Project admin; another member reads only (SPEC F31).
+# Writing to a Run: its creator or a Project admin; another member reads only (docs/design/runs.md#write-rule).
 WRITE = [("admin", 201), ("member", 403), ("creator", 201), ("viewer", 403), ("outsider", 404), ("anonymous", 401)]
 
 
@@ -175,10 +175,10 @@ def test_a_refused_batch_does_not_burn_its_idempotency_key(client_as, run):
 
 
 def test_a_metrics_post_reads_its_run_and_the_writers_role_in_one_query(client_as, run):
-    # The hot path of 20 writers (SPEC F2): no DISTINCT over the Run's columns (a user has one membership per
-    # Project), the role joined to the Run's lookup instead of a query of its own, and the write itself sent as
-    # one group of statements (the Run's row, the claim, the summary, the rollups; the chunks go through their
-    # own cursor).
+    # The hot path of 20 writers (docs/design/resume.md#steps-continue): no DISTINCT over the Run's columns (a user has
+    # one membership per Project), the role joined to the Run's lookup instead of a query of its own, and the write
+    # itself sent as one group of statements (the Run's row, the claim, the summary, the rollups; the chunks go through
+    # their own cursor).
     client = client_as("creator")
     body = json.dumps({"keys": ["loss", "acc"], "steps": [1, 1], "values": [0.5, 0.25]})
     with CaptureQueriesContext(connection) as queries:

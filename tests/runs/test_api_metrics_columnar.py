@@ -1,5 +1,5 @@
 """API: the columnar metrics batch ``{"keys", "steps", "values", "timestamps"}`` (what the SDK sends) and the
-``max_points`` history read downsampled in SQL (docs/api.md; SPEC F2)."""
+``max_points`` history read downsampled in SQL (docs/api.md; docs/design/resume.md#steps-continue)."""
 
 import json
 

@@ -1,4 +1,4 @@
-"""API: runs/ and runs/{id}/ (docs/api.md; SPEC F26)."""
+"""API: runs/ and runs/{id}/ (docs/api.md; docs/design/runs.md#states)."""
 
 import pytest
 

@@ -1,6 +1,6 @@
 """The Run page's "Training data history" tab and "Record data change" form; data stage chart markers.
 
-SPEC F20. Stages are recorded with ``runs.services.data_stage_record``.
+docs/design/runs.md#data-stages. Stages are recorded with ``runs.services.data_stage_record``.
 """
 
 import re

@@ -1,4 +1,4 @@
-"""``data_stage_record`` and the composition selectors (SPEC F20, F21)."""
+"""``data_stage_record`` and the composition selectors (docs/design/runs.md#data-stages, #data-stages-sdk)."""
 
 import pytest
 

@@ -1,4 +1,5 @@
-"""``runs/{id}/data-stages/`` (SPEC F20, F21): permission matrix, idempotency, conflicts, ``?at_step``."""
+"""``runs/{id}/data-stages/`` (docs/design/runs.md#data-stages, #data-stages-sdk): permission matrix, idempotency,
+conflicts, ``?at_step``."""
 
 import pytest
 

@@ -1,4 +1,4 @@
-"""Fencing tokens: after a takeover the old process cannot write anything (SPEC F25).
+"""Fencing tokens: after a takeover the old process cannot write anything (docs/design/runs.md#one-writer-process).
 
 A Run resumed by a second process has a new fencing token; every write of
 the first, which still sends the old one in ``Mado-Fencing-Token``, answers

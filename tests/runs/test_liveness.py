@@ -1,4 +1,4 @@
-"""Heartbeats and the crash reaper (SPEC F26): time is injected, never slept."""
+"""Heartbeats and the crash reaper (docs/design/runs.md#states): time is injected, never slept."""
 
 from datetime import timedelta
 

@@ -1,5 +1,5 @@
-"""Points stored as chunks and read through the ``runs_metricpoint`` view (SPEC F2), on SQLite here and on
-PostgreSQL in ``make test-integration`` (with tests/integration/test_postgres_metrics.py)."""
+"""Points stored as chunks and read through the ``runs_metricpoint`` view (docs/design/resume.md#steps-continue), on
+SQLite here and on PostgreSQL in ``make test-integration`` (with tests/integration/test_postgres_metrics.py)."""
 
 import json
 import math

@@ -1,6 +1,7 @@
 """The per-bucket metric rollup: filled by the upgrade like the write path fills it, and what a chart of a large key
-is read from, giving what the points would give (SPEC F2, F34). The write path's rollups are checked against a
-recomputation after random programs in test_metric_summary.py (``play``)."""
+is read from, giving what the points would give (docs/design/resume.md#steps-continue;
+docs/design/interfaces.md#workspace). The write path's rollups are checked against a recomputation after random programs
+in test_metric_summary.py (``play``)."""
 
 import math
 import random

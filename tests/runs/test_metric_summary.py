@@ -1,5 +1,6 @@
 """The per-run, per-key metric summary: kept by the write path, equal to a recomputation, read by "keys", "count",
-the last step of a resume and the sweep's trial metric (SPEC F2, F24)."""
+the last step of a resume and the sweep's trial metric (docs/design/resume.md#steps-continue;
+docs/design/runs.md#resume-modes)."""
 
 import itertools
 import math

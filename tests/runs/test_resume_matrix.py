@@ -1,4 +1,5 @@
-"""POST runs/ by run id: the resume matrix, step continuation, parameter merge, single writer (SPEC F24, F25)."""
+"""POST runs/ by run id: the resume matrix, step continuation, parameter merge, single writer
+(docs/design/runs.md#resume-modes, #one-writer-process)."""
 
 from datetime import timedelta
 

@@ -1,4 +1,5 @@
-"""A Run's lookup brings the reader's role along, so the policy's checks on it ask the database nothing more (F31)."""
+"""A Run's lookup brings the reader's role along, so the policy's checks on it ask the database nothing more
+(docs/design/runs.md#write-rule)."""
 
 from mado import policy
 from runs import selectors

@@ -1,4 +1,4 @@
-"""Run status changes through ``PATCH runs/{id}/`` (SPEC F26): preempting is sticky, fencing."""
+"""Run status changes through ``PATCH runs/{id}/`` (docs/design/runs.md#states): preempting is sticky, fencing."""
 
 import pytest
 from django.db import connection
@@ -99,8 +99,8 @@ def test_a_status_change_of_a_run_that_never_beat_keeps_it_unreapable(client_as,
 
 
 def test_finishing_answers_the_run_as_stored_without_reading_its_project_or_creator_again(sdk, run):
-    # Twenty jobs finishing in the same second land on the web pool together (SPEC F26): the answer reuses the
-    # Project and creator read with the Run.
+    # Twenty jobs finishing in the same second land on the web pool together (docs/design/runs.md#states): the answer
+    # reuses the Project and creator read with the Run.
     with CaptureQueriesContext(connection) as queries:
         response = sdk("finished")
     assert response.status_code == 200

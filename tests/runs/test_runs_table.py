@@ -1,4 +1,5 @@
-"""The runs table (project page) and the Compare page: columns, sort, search, CSV, selection (SPEC F34)."""
+"""The runs table (project page) and the Compare page: columns, sort, search, CSV, selection
+(docs/design/interfaces.md#workspace)."""
 
 import csv
 import io

@@ -1,4 +1,5 @@
-"""Liveness of writers that send no heartbeats, and points for a crashed Run (SPEC F37): time is injected."""
+"""Liveness of writers that send no heartbeats, and points for a crashed Run (docs/design/runs.md#liveness): time is
+injected."""
 
 import json
 from datetime import timedelta

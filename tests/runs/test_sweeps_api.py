@@ -1,4 +1,5 @@
-"""``/api/v1/sweeps/``: create, read, claim and report, with the roles' answers (SPEC F27, F28; docs/api.md)."""
+"""``/api/v1/sweeps/``: create, read, claim and report, with the roles' answers (docs/design/sweeps.md#sweeps, #requeue;
+docs/api.md)."""
 
 import pytest
 

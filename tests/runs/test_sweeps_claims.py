@@ -1,4 +1,4 @@
-"""Claims, reports, lease expiry and the Run hooks of sweep trials (SPEC F27, F28).
+"""Claims, reports, lease expiry and the Run hooks of sweep trials (docs/design/sweeps.md#sweeps, #requeue).
 
 Time is injected (``now``), never slept.
 """

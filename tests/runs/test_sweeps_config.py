@@ -1,4 +1,5 @@
-"""Sweep configurations (SPEC F27): YAML/JSON parsing, normalisation, and 400s that name the field."""
+"""Sweep configurations (docs/design/sweeps.md#sweeps): YAML/JSON parsing, normalisation, and 400s that name the
+field."""
 
 import pytest
 

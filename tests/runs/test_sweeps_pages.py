@@ -1,4 +1,5 @@
-"""Sweep pages (SPEC F27, F28, F29): list, "New sweep" form, Sweep page with trials, best trial and scatter plots."""
+"""Sweep pages (docs/design/sweeps.md#sweeps, #requeue; docs/design/interfaces.md#surfaces): list, "New sweep" form,
+Sweep page with trials, best trial and scatter plots."""
 
 import json
 import re

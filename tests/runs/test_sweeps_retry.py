@@ -1,4 +1,5 @@
-"""Retrying a failed sweep trial (SPEC F28): ``POST sweeps/{id}/trials/{n}/retry/`` and the service behind it.
+"""Retrying a failed sweep trial (docs/design/sweeps.md#requeue): ``POST sweeps/{id}/trials/{n}/retry/`` and the service
+behind it.
 
 A failed trial gets a fresh Run with its parameters, queued for the next agent; the failed Run stays unchanged
 as history; a second retry (a double click, a CLI rerun) is refused with what the trial is now.

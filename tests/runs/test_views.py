@@ -1,4 +1,5 @@
-"""Pages: project list, project Runs table, Run page, charts partial, members page, language (F2, F29)."""
+"""Pages: project list, project Runs table, Run page, charts partial, members page, language
+(docs/design/resume.md#steps-continue; docs/design/interfaces.md#surfaces)."""
 
 from datetime import timedelta
 

@@ -1,6 +1,6 @@
 """``mado agent`` refuses to start when the sweep program's Python cannot import the SDK, before claiming a trial
-(SPEC F27): started from a shell without the project's .venv, ``python`` is the system one and every trial would
-fail at its first import."""
+(docs/design/sweeps.md#sweeps): started from a shell without the project's .venv, ``python`` is the system one and every
+trial would fail at its first import."""
 
 import os
 import stat

@@ -1,4 +1,5 @@
-"""The SDK declares a large checkpoint by its manifest's digest, so ``complete`` stays small (SPEC F1)."""
+"""The SDK declares a large checkpoint by its manifest's digest, so ``complete`` stays small
+(docs/design/checkpoints.md#a-checkpoint)."""
 
 import pytest
 

@@ -1,5 +1,6 @@
 """``log_checkpoint`` with S3 storage (``direct_upload``): presigned parts straight to the bucket, one part held
-at a time, then the verification task (SPEC F1; docs/api.md "Checkpoints"). S3 is moto's server, in-process."""
+at a time, then the verification task (docs/design/checkpoints.md#a-checkpoint; docs/api.md "Checkpoints"). S3 is moto's
+server, in-process."""
 
 import hashlib
 import os

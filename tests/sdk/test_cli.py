@@ -1,4 +1,4 @@
-"""The ``mado`` command line against a live server (SPEC F29)."""
+"""The ``mado`` command line against a live server (docs/design/interfaces.md#surfaces)."""
 
 import pytest
 from click.testing import CliRunner

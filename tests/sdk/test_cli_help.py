@@ -1,4 +1,5 @@
-"""Every ``mado`` command's help reads as help: no SPEC ids, issue numbers or module names (STYLE: words)."""
+"""Every ``mado`` command's help reads as help: no ids of outside documents, issue numbers or module names
+(docs/design/house.md#comments)."""
 
 import re
 

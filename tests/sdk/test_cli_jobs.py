@@ -1,6 +1,6 @@
 """``mado code push`` and ``mado job launch | list | show | abort | resume | continue | logs`` against a live
-server (SPEC F6–F11, F16, F22). Celery's ``send_task`` is recorded, not sent: no worker runs here
-(tests/jobs/test_job_flow.py drives the same commands with a real worker)."""
+server (docs/design/resume.md; docs/design/worker.md#subprocess). Celery's ``send_task`` is recorded, not sent: no
+worker runs here (tests/jobs/test_job_flow.py drives the same commands with a real worker)."""
 
 import hashlib
 import io
@@ -231,7 +231,8 @@ def test_job_list_and_show(mado, creator, member, project, code_version, cpu):
     assert shown.exit_code == 0, shown.output
     assert f"job {failed.pk} failed on cpu: run {failed.run_id}" in shown.output
     assert "error: The code exited with code 1." in shown.output
-    assert "resume: This is not your run" in shown.output  # the reason shown in place of the button (F6)
+    # the reason shown in place of the button (docs/design/resume.md#who-may-resume)
+    assert "resume: This is not your run" in shown.output
     resumed_line = mado("job", "show", resumed.pk, user=creator).output.splitlines()[0]
     assert resumed_line.endswith(f", resume of run {failed.run_id} from checkpoint "
                                  f"{resumed.run.source_checkpoint_id} (step 20)")
@@ -286,7 +287,7 @@ def test_job_resume_latest_then_from_a_chosen_checkpoint(mado, creator, project,
     again = Job.objects.select_related("run").get(pk=int(chosen.output))
     assert (again.run.source_checkpoint_id, again.code_version_id) == (checkpoints[10].pk, code_version.pk)
     failed.run.refresh_from_db()
-    assert failed.run.status == "failed"  # the source Run is never changed (F10)
+    assert failed.run.status == "failed"  # the source Run is never changed (docs/design/resume.md#lineage)
 
 
 def test_job_resume_refusals(mado, creator, member, project, code_version, cpu):

@@ -1,5 +1,5 @@
 """``mado sweep create | show`` against the live server and ``mado agent`` against a scripted sweep API
-(SPEC F27, F28). The agent runs as a real process, so signals reach it as they would on a
+(docs/design/sweeps.md#sweeps, #requeue). The agent runs as a real process, so signals reach it as they would on a
 preemptible machine; its trials run a tiny program that records its arguments, environment and signals.
 tests/e2e/test_sweep_preemption.py runs agents, the example and a real server together."""
 

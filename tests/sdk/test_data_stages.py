@@ -1,4 +1,5 @@
-"""``run.log_training_data_stage`` (SPEC F21): online against the live server, retried safely; offline refused."""
+"""``run.log_training_data_stage`` (docs/design/runs.md#data-stages-sdk): online against the live server, retried
+safely; offline refused."""
 
 import pytest
 import requests

@@ -1,4 +1,5 @@
-"""Every rank of a torchrun program joins one Run; sharded checkpoints from every rank (SPEC F36).
+"""Every rank of a torchrun program joins one Run; sharded checkpoints from every rank
+(docs/design/worker.md#distributed).
 
 Real torchrun processes (gloo on CPU) against a live server: one Run, rank 0's metrics plus each rank's
 ``rank<k>/`` series, one Checkpoint with a shard per rank and ``world_size`` 2, loaded back resharded by one

@@ -1,4 +1,5 @@
-"""``examples/training.py`` trains for real and logs every step through the SDK (SPEC F19, F2)."""
+"""``examples/training.py`` trains for real and logs every step through the SDK
+(docs/design/interfaces.md#example-program; docs/design/resume.md#steps-continue)."""
 
 import os
 import subprocess

@@ -1,5 +1,7 @@
 """``examples/training.py`` fails part-way and, resumed from a checkpoint, ends with exactly the weights of an
-uninterrupted run (SPEC F19, F1, F2, F17, F18): offline, and online against a live server."""
+uninterrupted run (docs/design/interfaces.md#example-program; docs/design/checkpoints.md#a-checkpoint;
+docs/design/resume.md#steps-continue, #in-the-code; docs/design/runs.md#offline): offline, and online against a live
+server."""
 
 import hashlib
 import json

@@ -1,6 +1,6 @@
 """``mado_tracking.extract.extract_checkpoint_stream``: a checkpoint tar's bytes are verified and written by us,
-file by file, in one pass, and must match its manifest exactly; a refusal leaves nothing behind (SPEC F13, F14;
-what ``mado agent`` does for a resumed trial)."""
+file by file, in one pass, and must match its manifest exactly; a refusal leaves nothing behind
+(docs/design/worker.md#verify, #extract; what ``mado agent`` does for a resumed trial)."""
 
 import hashlib
 import io

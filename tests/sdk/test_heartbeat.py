@@ -1,4 +1,5 @@
-"""Heartbeats, the single-writer lease and losing a Run, from the SDK against the real API (SPEC F25, F26)."""
+"""Heartbeats, the single-writer lease and losing a Run, from the SDK against the real API
+(docs/design/runs.md#one-writer-process, #states)."""
 
 import logging
 import os

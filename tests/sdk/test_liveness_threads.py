@@ -1,4 +1,5 @@
-"""Heartbeats never wait behind a retrying metric batch; points for a crashed Run wait for its resume (SPEC F37).
+"""Heartbeats never wait behind a retrying metric batch; points for a crashed Run wait for its resume
+(docs/design/runs.md#liveness).
 
 Against the real API (live server); the reaper is called by the test, time is never asserted.
 """

@@ -1,4 +1,4 @@
-"""``run.log_checkpoint`` against the real API on a live server (SPEC F1).
+"""``run.log_checkpoint`` against the real API on a live server (docs/design/checkpoints.md#a-checkpoint).
 
 Happy path, every refusal before any upload, the duplicate step, retries of a
 broken upload (a connection cut half-way through the body, a 503), and the

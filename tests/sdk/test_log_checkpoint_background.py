@@ -1,4 +1,5 @@
-"""``run.log_checkpoint(..., wait=False)`` against the real API on a live server (SPEC F1, F33).
+"""``run.log_checkpoint(..., wait=False)`` against the real API on a live server
+(docs/design/checkpoints.md#a-checkpoint, #save-and-restore).
 
 The save returns once the files are snapshotted, uploads on a background
 thread, ``finish()`` waits; refusals stay synchronous; a full queue blocks

@@ -204,7 +204,8 @@ def test_flush_waits_until_the_queued_points_are_stored():
 
 
 def test_a_steady_loop_posts_about_once_per_interval_not_back_to_back(monkeypatch):
-    """With many writers, a request always in flight per writer would be the server's queue (SPEC F2)."""
+    """With many writers, a request always in flight per writer would be the server's queue
+    (docs/design/resume.md#steps-continue)."""
     monkeypatch.setattr(metrics, "FLUSH_INTERVAL_S", 0.5)
     with StubApi(metrics_delay_s=0.2) as stub:
         with _start(stub) as run:

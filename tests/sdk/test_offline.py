@@ -1,4 +1,4 @@
-"""Offline runs (SPEC F18): the directory layout, no server needed, the same refusals."""
+"""Offline runs (docs/design/runs.md#offline): the directory layout, no server needed, the same refusals."""
 
 import json
 import math

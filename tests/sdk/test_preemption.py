@@ -1,4 +1,5 @@
-"""run.mark_preempting() and how a preempting run ends (SPEC F27), online in subprocesses and offline."""
+"""run.mark_preempting() and how a preempting run ends (docs/design/sweeps.md#sweeps), online in subprocesses and
+offline."""
 
 import json
 import os

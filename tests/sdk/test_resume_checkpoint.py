@@ -1,4 +1,5 @@
-"""``resume_checkpoint`` reads the ``MMT_RESUME_*`` variables of a resumed run (SPEC F14, F17)."""
+"""``resume_checkpoint`` reads the ``MMT_RESUME_*`` variables of a resumed run (docs/design/worker.md#extract;
+docs/design/resume.md#in-the-code)."""
 
 import json
 from pathlib import Path

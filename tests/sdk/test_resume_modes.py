@@ -1,4 +1,5 @@
-"""start_run(id=..., resume=...) against the real API (SPEC F24): the matrix, ``auto``, steps and parameters."""
+"""start_run(id=..., resume=...) against the real API (docs/design/runs.md#resume-modes): the matrix, ``auto``, steps
+and parameters."""
 
 import json
 import logging

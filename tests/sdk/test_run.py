@@ -1,4 +1,5 @@
-"""start_run / Run against the real API on a live server (SPEC F2, F29)."""
+"""start_run / Run against the real API on a live server (docs/design/resume.md#steps-continue;
+docs/design/interfaces.md#surfaces)."""
 
 import math
 import os

@@ -1,5 +1,6 @@
-"""Snapshots of background checkpoint saves (SPEC F33): read-only files are hard-linked, others copied; a
-``mado_tracking.torch`` save never changes a snapshot still waiting; a rewrite in place is caught, not uploaded."""
+"""Snapshots of background checkpoint saves (docs/design/checkpoints.md#save-and-restore): read-only files are
+hard-linked, others copied; a ``mado_tracking.torch`` save never changes a snapshot still waiting; a rewrite in place is
+caught, not uploaded."""
 
 import os
 

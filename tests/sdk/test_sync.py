@@ -1,4 +1,4 @@
-"""``mado sync DIR`` uploads an offline run (SPEC F18) without losing or duplicating a point:
+"""``mado sync DIR`` uploads an offline run (docs/design/runs.md#offline) without losing or duplicating a point:
 twice in a row, after a sync killed half-way, and again after the offline run grew."""
 
 import json

@@ -1,6 +1,6 @@
 """System metrics from the SDK against the real API: CPU, memory, disk, network and each GPU under ``system/``
-keys, on their own thread, every ``MMT_SYSTEM_METRICS_INTERVAL`` seconds (SPEC F35). NVML is a fake module
-(no GPU here); psutil is the real one."""
+keys, on their own thread, every ``MMT_SYSTEM_METRICS_INTERVAL`` seconds (docs/design/interfaces.md#system-metrics).
+NVML is a fake module (no GPU here); psutil is the real one."""
 
 import sys
 import time

@@ -1,4 +1,5 @@
-"""``mado_tracking.torch``: a saved training state restores model, optimizer, scheduler and every RNG (SPEC F19)."""
+"""``mado_tracking.torch``: a saved training state restores model, optimizer, scheduler and every RNG
+(docs/design/interfaces.md#example-program)."""
 
 import os
 import random

@@ -1,4 +1,5 @@
-"""Big snapshot copies and stored blobs do not pile up in the page cache (mado_tracking.writeback; SPEC F1, F33)."""
+"""Big snapshot copies and stored blobs do not pile up in the page cache (mado_tracking.writeback;
+docs/design/checkpoints.md#a-checkpoint, #save-and-restore)."""
 
 import errno
 import os

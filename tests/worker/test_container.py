@@ -1,5 +1,6 @@
-"""The container runner builds the ``docker run`` equivalent of the subprocess runner (SPEC F14, F16).
-No Docker engine is needed: only the argv and environment it builds are checked."""
+"""The container runner builds the ``docker run`` equivalent of the subprocess runner
+(docs/design/worker.md#extract, #subprocess). No Docker engine is needed: only the argv and environment it builds are
+checked."""
 
 from pathlib import Path
 

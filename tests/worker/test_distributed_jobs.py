@@ -1,5 +1,5 @@
-"""Jobs with several processes (SPEC F36): the worker starts torchrun, verifies a sharded checkpoint once before
-any rank starts, stops every rank on abort and names each rank's exit in the Job's error."""
+"""Jobs with several processes (docs/design/worker.md#distributed): the worker starts torchrun, verifies a sharded
+checkpoint once before any rank starts, stops every rank on abort and names each rank's exit in the Job's error."""
 
 import json
 import sys

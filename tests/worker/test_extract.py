@@ -1,6 +1,7 @@
 """A checkpoint is downloaded, verified and extracted in one pass: each regular file written by us (hashed as it
 is written) into a fresh temporary directory, renamed into place read-only, never outside it, nothing partial
-left behind (SPEC F13, F14; ARCHITECTURE rule 3). Code archives follow the same format rules."""
+left behind (docs/design/worker.md#verify, #extract; docs/design/house.md#verify-first). Code archives follow the same
+format rules."""
 
 import json
 import os

@@ -1,5 +1,6 @@
 """Restoring a checkpoint checks it while the bytes stream into the files (one pass, the tar never stored),
-resumes a broken read with a ranged read, and names any difference from the manifest (SPEC F12, F13, F15)."""
+resumes a broken read with a ranged read, and names any difference from the manifest
+(docs/design/worker.md#fetch, #verify, #refusal)."""
 
 import os
 import tarfile

@@ -1,5 +1,6 @@
 """Resuming a Job from a checkpoint stored file by file (MLflow ``log_artifacts(..., "checkpoints/step-N")``), in
-process: each file fetched, verified against the manifest, written read-only (SPEC F3, F12–F15)."""
+process: each file fetched, verified against the manifest, written read-only
+(docs/design/checkpoints.md#mlflow-checkpoints; docs/design/worker.md)."""
 
 import io
 import json

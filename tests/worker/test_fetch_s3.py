@@ -1,5 +1,5 @@
 """Fetching from S3 (django-storages' S3Storage, moto in process): ranged GETs, and a broken body resumed
-with a ``Range`` from the byte reached (SPEC F12)."""
+with a ``Range`` from the byte reached (docs/design/worker.md#fetch)."""
 
 import os
 

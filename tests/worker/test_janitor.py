@@ -1,4 +1,5 @@
-"""Work directories a killed worker left behind are removed when a worker starts (SPEC F16; worker/janitor.py)."""
+"""Work directories a killed worker left behind are removed when a worker starts (docs/design/worker.md#subprocess;
+worker/janitor.py)."""
 
 from jobs.services import job_claim, job_finish
 from worker.execute import job_workdir

@@ -1,5 +1,6 @@
 """The Kubernetes runner's manifest: a Secret and a JobSet the official client's models accept, the Run's token
-only in the Secret, the code's variables as the worker sets them, names Kubernetes takes (SPEC F36, F14)."""
+only in the Secret, the code's variables as the worker sets them, names Kubernetes takes
+(docs/design/worker.md#distributed, #extract)."""
 
 import re
 
@@ -53,7 +54,7 @@ def test_the_manifest_is_a_secret_and_a_jobset_whose_pods_the_client_models_acce
     spec = replicated["template"]["spec"]
     assert (spec["parallelism"], spec["completions"], spec["completionMode"]) == (3, 3, "Indexed")
     assert spec["backoffLimit"] == 0
-    assert jobset["spec"]["failurePolicy"] == {"maxRestarts": 0}, "a failed attempt is resumed by hand (F11)"
+    assert jobset["spec"]["failurePolicy"] == {"maxRestarts": 0}, "a failed attempt is resumed by hand"
     pod = pod_of(jobset)
     (node,) = pod["containers"]
     assert pod["restartPolicy"] == "Never" and node["image"] == OPTIONS.image

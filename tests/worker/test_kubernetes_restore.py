@@ -1,5 +1,6 @@
 """The Kubernetes init container's command, run here against a live server: a good checkpoint is verified and
-extracted read-only, a tampered one is refused with a non-zero exit naming it and nothing is left (SPEC F12–F15)."""
+extracted read-only, a tampered one is refused with a non-zero exit naming it and nothing is left
+(docs/design/worker.md)."""
 
 import os
 import stat

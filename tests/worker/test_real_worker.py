@@ -1,7 +1,7 @@
 """A real Celery worker process (``celery -A mado worker -Q cpu --pool solo``, embedded filesystem broker,
 file SQLite) runs resumed Jobs end to end, refuses a tampered checkpoint before the code starts, skips
 messages of Jobs that are no longer queued, and, when SIGKILLed mid-Job, takes the code down with it and
-leaves the Job to the reaper (SPEC F12–F16).
+leaves the Job to the reaper (docs/design/worker.md).
 
 Everything runs out of this process: ``manage.py migrate`` and ``tests.worker.real_worker_setup`` seed
 the database of a fresh ``MADO_DATA_DIR``; the test reads the Job rows straight from that SQLite file.

@@ -1,5 +1,5 @@
 """The runner starts the code as an argv in its own process group with an allowlisted environment,
-streams and caps its log, and stops it with SIGTERM then SIGKILL (SPEC F16)."""
+streams and caps its log, and stops it with SIGTERM then SIGKILL (docs/design/worker.md#subprocess)."""
 
 import json
 import os

@@ -1,5 +1,5 @@
 """``run_job`` runs a tiny real training program (a Code version archive) as the Job's code, in process:
-claim → fetch code → (resume: fetch, verify, extract the checkpoint) → run → finish (SPEC F12–F16)."""
+claim → fetch code → (resume: fetch, verify, extract the checkpoint) → run → finish (docs/design/worker.md)."""
 
 import json
 import os
@@ -69,7 +69,7 @@ def test_a_failed_job_with_retries_left_is_retried_from_scratch(launch, control)
     run_job(job.pk)
     retry = Job.objects.get(retry_of=job)
     assert retry.kind == JobKind.RETRY and retry.status == JobStatus.QUEUED
-    assert retry.run.source_checkpoint_id is None  # F11: never from a checkpoint
+    assert retry.run.source_checkpoint_id is None  # docs/design/resume.md#retry: never from a checkpoint
 
 
 def test_a_job_that_is_not_queued_is_never_run_twice(launch, control):
@@ -154,11 +154,12 @@ def test_an_unreadable_storage_fails_the_job_instead_of_leaving_it_running(launc
     assert "Worker error" in job.error and "storage unreachable" in job.error and not marker.exists()
 
 
-# --- resume (SPEC F12–F15) --------------------------------------------------------------------
+# --- resume (docs/design/worker.md) --------------------------------------------------------------------
 
 
 def snapshot(source_run):
-    """The source Run, its checkpoints and their manifests as stored rows (F10: never modified)."""
+    """The source Run, its checkpoints and their manifests as stored rows (docs/design/resume.md#lineage: never
+    modified)."""
     return (
         Run.objects.filter(pk=source_run.pk).values().get(),
         list(Checkpoint.objects.filter(run=source_run).order_by("pk").values()),

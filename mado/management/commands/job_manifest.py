@@ -1,4 +1,5 @@
-"""``python manage.py job_manifest JOB``: print a Job as Kubernetes YAML, or create it (SPEC F36; docs/deploy.md).
+"""``python manage.py job_manifest JOB``: print a Job as Kubernetes YAML, or create it
+(docs/design/worker.md#distributed; docs/deploy.md).
 
 Prints two documents, the Secret holding the Run's token and the JobSet
 (``worker.kubernetes``), for ``kubectl apply -f -``; ``--submit`` creates

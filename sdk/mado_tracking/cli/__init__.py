@@ -1,12 +1,11 @@
-"""The ``mado`` command line (SPEC F18, F29).
+"""The ``mado`` command line (docs/design/runs.md#offline; docs/design/interfaces.md#surfaces).
 
 ``mado --version``, ``mado runs list``, ``mado sync DIR``,
 ``mado code push DIR``, ``mado job launch | list | show | abort | resume | logs``,
-``mado sweep create | show | retry`` and ``mado agent SWEEP_ID`` (F27, F28), ``mado checkpoint restore ID --into DIR``
-(F12–F15: a Kubernetes init container's restore).
-Configuration as in the SDK: ``--api-url`` / ``--api-token`` (on ``mado`` or
-on the command), else ``MMT_API_URL`` / ``MMT_API_TOKEN``; ``--project``
-defaults to ``MMT_PROJECT``. Exit statuses: ``mado_tracking.cli._common``.
+``mado sweep create | show | retry`` and ``mado agent SWEEP_ID`` (docs/design/sweeps.md#sweeps, #requeue), ``mado
+checkpoint restore ID --into DIR`` (docs/design/worker.md: a Kubernetes init container's restore). Configuration as in
+the SDK: ``--api-url`` / ``--api-token`` (on ``mado`` or on the command), else ``MMT_API_URL`` / ``MMT_API_TOKEN``;
+``--project`` defaults to ``MMT_PROJECT``. Exit statuses: ``mado_tracking.cli._common``.
 """
 
 import click

@@ -1,4 +1,5 @@
-"""``mado agent SWEEP_ID``: run a sweep's trials one after another on this machine (SPEC F27, F28).
+"""``mado agent SWEEP_ID``: run a sweep's trials one after another on this machine
+(docs/design/sweeps.md#sweeps, #requeue).
 
 The loop: ``POST sweeps/{id}/claim/ {"agent": "<host>:<pid>"}`` hands out the
 next trial (a requeued, preempted one first, then a new parameter set); the
@@ -7,7 +8,7 @@ the environment ``MMT_RUN_ID`` (the trial's run id), ``MMT_RESUME=allow``,
 ``MMT_SWEEP_ID``, ``MMT_PROJECT``, ``MMT_API_URL``, ``MMT_API_TOKEN``, so the
 program's ``start_run()`` starts or resumes the trial's own Run. A trial that
 comes back with a checkpoint has it downloaded, verified and extracted first
-(``mado_tracking.extract``): ``run.resume_checkpoint()`` returns it (F14).
+(``mado_tracking.extract``): ``run.resume_checkpoint()`` returns it (docs/design/worker.md#extract).
 When the program exits the agent reports ``{exit_code, preempted, agent}``
 (``POST sweeps/{id}/trials/{n}/report/``; ``exit_code`` as ``Popen`` gives
 it: -n when signal n killed the program). No trial to hand out: the agent
@@ -69,7 +70,8 @@ def parameter_argv(parameters: dict) -> list[str]:
 
 def trial_environment(config: Config, *, sweep_id: int, project: str, external_id: str,
                       resume: dict[str, str]) -> dict[str, str]:
-    """The program's environment: ours, plus the trial's run id and server; ``resume`` = the F14 variables or {}.
+    """The program's environment: ours, plus the trial's run id and server; ``resume`` = the ``MMT_RESUME_*`` variables
+    or {}.
 
     ``MMT_MODE`` and any inherited ``MMT_RESUME_*`` are dropped: a trial is an
     online run and resumes only from its own checkpoint.
@@ -260,7 +262,7 @@ def agent(ctx: click.Context, sweep_id: int, count: int | None, forward_signals:
     import the mado SDK (else it stops: activate the project's .venv).
 
     \f
-    SPEC F27, F28 (click shows nothing from the line above on).
+    docs/design/sweeps.md#sweeps, #requeue (click shows nothing from the line above on).
     """
     config = resolve_config(ctx, api_url, api_token)
     with api_client(ctx, config.api_url, config.api_token, f"agent on sweep {sweep_id}") as client:

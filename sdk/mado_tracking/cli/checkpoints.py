@@ -1,4 +1,5 @@
-"""``mado checkpoint list RUN`` and ``mado checkpoint restore ID --into DIR`` (SPEC F1, F12–F15).
+"""``mado checkpoint list RUN`` and ``mado checkpoint restore ID --into DIR`` (docs/design/checkpoints.md#a-checkpoint;
+docs/design/worker.md).
 
 ``list`` prints a Run's checkpoints with the ids that ``restore``, ``mado job
 resume --checkpoint`` and ``mado job continue`` take. ``restore`` is what a

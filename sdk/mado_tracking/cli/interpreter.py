@@ -1,4 +1,4 @@
-"""Before ``mado agent`` claims a trial: can the sweep's program import the SDK? (SPEC F27.)
+"""Before ``mado agent`` claims a trial: can the sweep's program import the SDK? (docs/design/sweeps.md#sweeps.)
 
 A sweep's program is usually ``python train.py``; ``python`` is whatever the
 agent's ``PATH`` finds first. Started from a shell where the project's

@@ -1,4 +1,5 @@
-"""``mado job launch | list | show | abort | resume | continue | logs`` (SPEC F6–F11, F16, F22; docs/api.md "Jobs").
+"""``mado job launch | list | show | abort | resume | continue | logs`` (docs/design/resume.md;
+docs/design/worker.md#subprocess; docs/api.md "Jobs").
 
 Every command is one or a few calls of ``/api/v1/``; the server checks who
 may do what and answers a refusal with ``{"error", "detail", "field"}``,
@@ -133,7 +134,7 @@ def job_launch(ctx: click.Context, project: str | None, code_version: str, param
     """Launch a Job: a new Run of the code version, sent to a worker of the queue.
 
     \f
-    SPEC F12, F36 (click shows nothing from the line above on).
+    docs/design/worker.md#fetch, #distributed (click shows nothing from the line above on).
     """
     parameters = parse_parameters(params)
     with api_client(ctx, api_url, api_token, "cannot launch the job") as client:
@@ -227,7 +228,7 @@ def job_resume(ctx: click.Context, job_id: int, latest: bool, checkpoint_id: int
     source; the code gets the checkpoint through ``run.resume_checkpoint()``.
 
     \f
-    SPEC F6–F10, F36 (click shows nothing from the line above on).
+    docs/design/resume.md; docs/design/worker.md#distributed (click shows nothing from the line above on).
     """
     if latest == (checkpoint_id is not None):
         raise click.UsageError("give either --latest or --checkpoint ID")
@@ -277,7 +278,8 @@ def job_continue(ctx: click.Context, checkpoint_id: int, dataset_versions: tuple
     stage at that step records what was added and removed.
 
     \f
-    SPEC F20, F22, F23, F36 (click shows nothing from the line above on).
+    docs/design/runs.md#data-stages; docs/design/resume.md#continue, #continue-lineage;
+    docs/design/worker.md#distributed (click shows nothing from the line above on).
     """
     changed = parse_parameters(params)
     with api_client(ctx, api_url, api_token, f"cannot continue from checkpoint {checkpoint_id}") as client:

@@ -1,4 +1,4 @@
-"""``mado runs list`` and ``mado sync DIR`` (SPEC F18, F29)."""
+"""``mado runs list`` and ``mado sync DIR`` (docs/design/runs.md#offline; docs/design/interfaces.md#surfaces)."""
 
 import click
 

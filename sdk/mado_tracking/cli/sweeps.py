@@ -1,4 +1,5 @@
-"""``mado sweep create CONFIG``, ``mado sweep show SWEEP_ID`` and ``mado sweep retry SWEEP_ID TRIAL`` (SPEC F27, F28).
+"""``mado sweep create CONFIG``, ``mado sweep show SWEEP_ID`` and ``mado sweep retry SWEEP_ID TRIAL``
+(docs/design/sweeps.md#sweeps, #requeue).
 
 A sweep config is a YAML or JSON file in the W&B style::
 
@@ -117,8 +118,8 @@ def sweep_retry(ctx: click.Context, sweep_id: int, number: int, api_url: str | N
     the next `mado agent`; the failed run stays as history.
 
     \f
-    SPEC F28 (click shows nothing from the line above on). One attempt: a repeated retry is refused (409)
-    with what the trial is now, so a double call never queues two runs.
+    docs/design/sweeps.md#requeue (click shows nothing from the line above on). One attempt: a repeated retry is refused
+    (409) with what the trial is now, so a double call never queues two runs.
     """
     with api_client(ctx, api_url, api_token, f"cannot retry trial {number} of sweep {sweep_id}") as client:
         trial = client.request("POST", f"sweeps/{sweep_id}/trials/{number}/retry/", body={}, attempts=1)
