@@ -189,13 +189,13 @@ if CELERY_BROKER_URL.startswith("filesystem"):
 # Jobs run for hours (docs/design/worker.md#subprocess) but are fenced by their claim and heartbeat, so the broker only
 # has to get each message to some worker once (docs/deploy.md, "Messages and outages"): - outbox: services write a
 # Dispatch row in their transaction (mado/outbox.py); it is sent after commit and, while the broker is down, again by
-# beat (``jobs.tasks.flush_dispatches``); - prefetch 1 and late ack: a worker reserves only the task it runs; a task
+# beat (``mado.tasks.flush_dispatches``); - prefetch 1 and late ack: a worker reserves only the task it runs; a task
 # that never finished is delivered again (reject_on_worker_lost: also when its pool process was killed); - the
 # visibility timeout is sized to the heartbeat, not to the longest Job: Redis re-delivers an unacknowledged message
 # after it, and a re-delivered run_job finds its Job claimed (job_claim's conditional UPDATE queued → running lets
 # exactly one delivery run the code); a Job whose worker died is failed by the heartbeat reaper, never started again
 # behind the user's back; - a Job that no worker claimed MADO_DISPATCH_TIMEOUT s after its message went out is sent once
-# more, then failed saying why (``jobs.tasks.reap_undelivered``).
+# more, then failed saying why (``mado.tasks.reap_undelivered``).
 MADO_JOB_HEARTBEAT_TIMEOUT = env_int("MADO_JOB_HEARTBEAT_TIMEOUT", 120, minimum=10)
 MADO_BROKER_VISIBILITY_TIMEOUT = env_int("MADO_BROKER_VISIBILITY_TIMEOUT", 2 * MADO_JOB_HEARTBEAT_TIMEOUT, minimum=5)
 CELERY_BROKER_TRANSPORT_OPTIONS = (
@@ -235,11 +235,11 @@ MADO_REAPER_INTERVAL = env_int("MADO_REAPER_INTERVAL", 60, minimum=1)
 MADO_DISPATCH_TIMEOUT = env_int("MADO_DISPATCH_TIMEOUT", 24 * 3600, minimum=1)
 _PERIODIC = {
     "reap-stale-jobs": "jobs.tasks.reap_stale_jobs",
-    "reap-crashed-runs": "jobs.tasks.reap_crashed_runs",
+    "reap-crashed-runs": "runs.tasks.reap_crashed_runs",
     "release-sweep-leases": "jobs.tasks.release_sweep_leases",
-    "flush-dispatches": "jobs.tasks.flush_dispatches",
-    "reap-undelivered": "jobs.tasks.reap_undelivered",
-    "end-abandoned-checkpoints": "jobs.tasks.end_abandoned_checkpoints",
+    "flush-dispatches": "mado.tasks.flush_dispatches",
+    "reap-undelivered": "mado.tasks.reap_undelivered",
+    "end-abandoned-checkpoints": "checkpoints.tasks.end_abandoned_checkpoints",
 }
 CELERY_BEAT_SCHEDULE = {
     # A run that no worker picked up before the next one is due is superseded by it.

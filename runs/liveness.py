@@ -89,7 +89,7 @@ def runs_reap_crashed(now=None) -> int:
     ended under its row lock after re-reading it, so a heartbeat or resume
     that commits first spares it, and one that comes after finds it ended.
     Each ended Run gets ``run_ended_effects`` (its sweep trial is told).
-    Called by beat every 60 s (``jobs.tasks.reap_crashed_runs``).
+    Called by beat every 60 s (``runs.tasks.reap_crashed_runs``).
     """
     now = now or timezone.now()
     cutoff = now - timedelta(seconds=settings.MMT_CRASH_TIMEOUT)

@@ -21,7 +21,7 @@ from rest_framework.test import APIClient
 
 from jobs.models import JobStatus, Queue
 from jobs.services.lifecycle import job_claim, run_token_issue
-from mado.policy_table import ROLES, ROWS
+from tests.policy_table import ROLES, ROWS
 from mlflow_api.tracking.logged_models import logged_model_create
 from runs.models import RunStatus
 from runs.resume import run_start

@@ -46,7 +46,7 @@ def checkpoint_end_abandoned(*, now=None) -> int:
 
     One awaiting its verification is left to the verification's own
     deadline (the outbox re-sends it, then gives up) unless its lease expired.
-    Scheduled by beat every ``MADO_REAPER_INTERVAL`` s (``jobs.tasks.end_abandoned_checkpoints``).
+    Scheduled by beat every ``MADO_REAPER_INTERVAL`` s (``checkpoints.tasks.end_abandoned_checkpoints``).
     """
     now = now or timezone.now()
     lease = settings.MADO_CHECKPOINT_UPLOAD_LEASE

@@ -10,7 +10,7 @@ from django.utils import timezone
 from checkpoints import services
 from checkpoints.models import Checkpoint, CheckpointState
 from checkpoints.services.direct import VERIFY_TASK
-from jobs.tasks import end_abandoned_checkpoints
+from checkpoints.tasks import end_abandoned_checkpoints
 from mado import outbox
 from mado.outbox import dispatch_reap_overdue
 from runs.models import Run, RunStatus

@@ -9,7 +9,7 @@ from django.utils import timezone
 
 from jobs import services
 from jobs.models import Job, JobStatus
-from jobs.tasks import flush_dispatches, reap_undelivered
+from mado.tasks import flush_dispatches, reap_undelivered
 from mado.models import Dispatch
 from mado.outbox import dispatch_reap_overdue
 from runs.models import RunStatus

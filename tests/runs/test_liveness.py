@@ -7,7 +7,7 @@ from django.utils import timezone
 
 from jobs.services._common import record_job_alive, record_job_ended
 from jobs.models import Job, JobStatus, Queue
-from jobs.tasks import reap_crashed_runs
+from runs.tasks import reap_crashed_runs
 from runs.liveness import runs_reap_crashed
 from runs.models import Run, RunStatus
 from tests.factories import CodeVersionFactory, RunFactory
@@ -202,4 +202,4 @@ def test_the_beat_task_reaps_crashed_runs(live_run, settings):
 
 def test_the_beat_schedule_runs_the_reaper(settings):
     tasks = {entry["task"] for entry in settings.CELERY_BEAT_SCHEDULE.values()}
-    assert "jobs.tasks.reap_crashed_runs" in tasks
+    assert "runs.tasks.reap_crashed_runs" in tasks

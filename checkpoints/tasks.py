@@ -1,0 +1,17 @@
+"""Periodic work of the checkpoints app (beat; docs/design/house.md#tasks): the janitor of abandoned checkpoints."""
+
+from celery import shared_task
+
+
+@shared_task(name="checkpoints.tasks.end_abandoned_checkpoints", ignore_result=True)
+def end_abandoned_checkpoints() -> int:
+    """End pending checkpoints nobody will finish (their Run ended, or their upload lease expired);
+    docs/design/checkpoints.md#a-checkpoint; docs/design/worker.md#subprocess.
+
+    ``checkpoints.services.checkpoint_end_abandoned``: ``error`` with the
+    reason, unfinished S3 multipart uploads aborted. Scheduled every
+    ``MADO_REAPER_INTERVAL`` s; returns how many it ended.
+    """
+    from checkpoints.services import checkpoint_end_abandoned
+
+    return checkpoint_end_abandoned()
