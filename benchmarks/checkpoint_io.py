@@ -240,7 +240,7 @@ def main() -> None:
         port = free_port()
         url = f"http://127.0.0.1:{port}"
         server = subprocess.Popen(
-            [sys.executable, "-m", "gunicorn", "mado.wsgi:application", "--bind", f"127.0.0.1:{port}",
+            [sys.executable, "-m", "gunicorn", "config.wsgi:application", "--bind", f"127.0.0.1:{port}",
              "--workers", str(args.workers), "--timeout", "600", "--log-level", "warning"],
             env=env, cwd=ROOT,
         )

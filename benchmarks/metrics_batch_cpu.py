@@ -5,7 +5,7 @@ Wall clock on a shared machine measures the neighbours; CPU time does not
 columnar batches of ``--size`` points (two keys, as the SDK's benchmark
 writer logs) through the whole Django stack (middleware, token
 authentication, the view, ``metrics_ingest``), exactly as gunicorn hands a
-request to ``mado.wsgi.application``, and prints per batch:
+request to ``config.wsgi.application``, and prints per batch:
 
 - the SDK's side (``metric_points`` per ``log_metrics`` call of two keys + the columnar body);
 - the web process's CPU (``time.process_time``) for the whole request;
@@ -55,7 +55,7 @@ def main() -> None:
 
     recreate_postgres_database(args.database_url)
     os.environ.update(MADO_DATABASE_URL=args.database_url, MADO_DATA_DIR=tempfile.mkdtemp(prefix="mado-cpu-"),
-                      MADO_SECRET_KEY=secrets.token_urlsafe(50), DJANGO_SETTINGS_MODULE="mado.settings",
+                      MADO_SECRET_KEY=secrets.token_urlsafe(50), DJANGO_SETTINGS_MODULE="config.settings",
                       MADO_ALLOWED_HOSTS="testserver")
     import django
 

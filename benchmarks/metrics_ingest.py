@@ -143,7 +143,7 @@ def serve(env: dict, workers: int, threads: int, nice: int = 0) -> tuple[str, su
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     server = subprocess.Popen(
-        [*(["nice", "-n", str(nice)] if nice else []), sys.executable, "-m", "gunicorn", "mado.wsgi:application", "--bind", f"127.0.0.1:{port}",
+        [*(["nice", "-n", str(nice)] if nice else []), sys.executable, "-m", "gunicorn", "config.wsgi:application", "--bind", f"127.0.0.1:{port}",
          "--workers", str(workers), "--threads", str(threads), "--worker-class", "gthread", "--log-level", "warning"],
         env=env, cwd=ROOT,
     )

@@ -215,7 +215,7 @@ def bench_mado(args, folder: Path, tmp: Path) -> dict:
     token = prepare(env)
     port = free_port()
     server = subprocess.Popen(
-        [sys.executable, "-m", "gunicorn", "mado.wsgi:application", "--bind", f"127.0.0.1:{port}",
+        [sys.executable, "-m", "gunicorn", "config.wsgi:application", "--bind", f"127.0.0.1:{port}",
          "--workers", str(args.workers), "--log-level", "warning"],
         env=env, cwd=ROOT, start_new_session=True,
     )

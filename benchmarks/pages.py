@@ -164,7 +164,7 @@ def main() -> None:
     if not args.reuse:
         recreate_postgres_database(args.database_url)
     os.environ["MADO_DATABASE_URL"] = args.database_url
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "mado.settings")
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
     sys.path.insert(0, str(ROOT))
     import django
 

@@ -85,7 +85,7 @@ def setup_django(data_dir: Path, broker: str) -> None:
     for name in [n for n in os.environ if n.startswith(("MADO_", "CELERY_", "MMT_"))]:
         del os.environ[name]
     os.environ.update({"MADO_DATA_DIR": str(data_dir), "CELERY_BROKER_URL": broker,
-                       "DJANGO_SETTINGS_MODULE": "mado.settings", "MADO_WORKER_GPUS": "none"})
+                       "DJANGO_SETTINGS_MODULE": "config.settings", "MADO_WORKER_GPUS": "none"})
     sys.path.insert(0, str(ROOT))
     import django
 
@@ -121,7 +121,7 @@ def make_fixture(stamps: Path):
 
 
 def start_worker(queue: str, log: Path) -> subprocess.Popen:
-    argv = [sys.executable, "-m", "celery", "-A", "mado", "worker", "-Q", queue, "--pool", "solo", "--concurrency", "1",
+    argv = [sys.executable, "-m", "celery", "-A", "config", "worker", "-Q", queue, "--pool", "solo", "--concurrency", "1",
             "--hostname", "bench@%h", "--without-gossip", "--without-mingle", "--loglevel", "INFO"]
     with open(log, "wb") as out:
         return subprocess.Popen(argv, cwd=ROOT, env=dict(os.environ), stdout=out, stderr=subprocess.STDOUT,

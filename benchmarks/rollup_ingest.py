@@ -35,7 +35,7 @@ def main() -> None:
     args = parser.parse_args()
     recreate_postgres_database(args.database_url)
     os.environ["MADO_DATABASE_URL"] = args.database_url
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "mado.settings")
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
     sys.path.insert(0, str(ROOT))
     import django
 

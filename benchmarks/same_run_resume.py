@@ -58,7 +58,7 @@ def main() -> None:
     if args.database_url:
         recreate_postgres_database(args.database_url)
         os.environ["MADO_DATABASE_URL"] = args.database_url
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "mado.settings")
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
     import django
 
     django.setup()

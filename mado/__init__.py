@@ -1,3 +1,5 @@
-from .celery import app as celery_app
+"""mado's ground: the permission policy, authentication, errors, API and settings helpers, the outbox.
 
-__all__ = ["celery_app"]
+It imports no app; the roof (settings, URL confs, the Celery app, management commands) is ``config``
+(docs/design/house.md#layout).
+"""

@@ -14,7 +14,7 @@ MISSING_SECRET_KEY = (
 def require_secret_key() -> None:
     """Raise ``ImproperlyConfigured`` naming ``MADO_SECRET_KEY`` when production (``MADO_DEBUG`` off) has none.
 
-    Called where the web server starts (``mado/wsgi.py``): without its own
+    Called where the web server starts (``config/wsgi.py``): without its own
     key the server would sign sessions and CSRF tokens with the public
     development key in the repository.
     """

@@ -1,4 +1,4 @@
-"""Every route of the MLflow protocol, included once by ``mado.urls``.
+"""Every route of the MLflow protocol, included once by ``config.urls``.
 
 The tracking API answers under ``api/2.0/mlflow/`` and the artifact proxy
 under ``api/2.0/mlflow-artifacts/``; both answer the same under ``mlflow/``

@@ -1,7 +1,7 @@
 """Page URLs of Projects, Runs and members (names ``runs:<entity>-<page>``).
 
 The Run page's tabs served by higher apps (Checkpoint, Artifacts, Logs) join
-these in ``mado.urls`` (the roof), so runs imports neither checkpoints nor jobs.
+these in ``config.urls`` (the roof), so runs imports neither checkpoints nor jobs.
 """
 
 from django.urls import path

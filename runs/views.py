@@ -27,7 +27,7 @@ from runs.forms import DataStageRecordForm, MemberAddForm, MemberRoleForm, RunFi
 RUNS_PER_PAGE = 25
 # (tab, URL name, template); "data-history" is docs/design/runs.md#data-stages, "logs" docs/design/worker.md#subprocess.
 # The Checkpoint and Artifacts tabs are the checkpoints app's pages (checkpoints/views.py), the Logs tab the jobs app's;
-# mado/urls.py puts them in "runs:".
+# config/urls.py puts them in "runs:".
 RUN_TABS = [
     ("overview", "runs:run-detail", "runs/_tab_overview.html"),
     ("checkpoints", "runs:run-checkpoints", "checkpoints/_tab_checkpoints.html"),

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from mado.management.commands.demo import start_process, stop_processes, wait_for_web, web_argv, worker_argv
+from config.management.commands.demo import start_process, stop_processes, wait_for_web, web_argv, worker_argv
 from mado_tracking.cli import main
 from mado_tracking.client import ApiClient
 from mado_tracking.config import Config
@@ -45,7 +45,7 @@ def free_port() -> int:
 def deployment_env(data_dir: Path, **variables: str) -> dict[str, str]:
     """Our environment without ``MADO_*``/``CELERY_*``/``MMT_*`` settings, on ``data_dir``, plus ``variables``."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MADO_", "CELERY_", "DJANGO_", "MMT_"))}
-    env.update({"MADO_DATA_DIR": str(data_dir), "DJANGO_SETTINGS_MODULE": "mado.settings", "MADO_WORKER_GPUS": "none",
+    env.update({"MADO_DATA_DIR": str(data_dir), "DJANGO_SETTINGS_MODULE": "config.settings", "MADO_WORKER_GPUS": "none",
                 "MADO_JOB_KILL_GRACE": "5", "MADO_SECRET_KEY": "job-flow-test-secret-value",
                 "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", os.defpath)])})
     env.update(variables)

@@ -2,7 +2,7 @@
 (docs/design/runs.md#write-rule).
 
 ``mado.policy`` is the rule; this table is its consequence on the wire, one
-row per URL pattern of ``mado.urls`` (the route as Django prints it), one
+row per URL pattern of ``config.urls`` (the route as Django prints it), one
 entry per HTTP method, one HTTP status per role. ``tests/test_policy_table.py``
 sends each request as each role against one small world (a running Job's
 Run created by ``creator``, with a checkpoint, an artifact and the Job's Run

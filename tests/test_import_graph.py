@@ -1,11 +1,13 @@
-"""The dependency arrows point one way: jobs → checkpoints → runs → mado, worker → any (docs/design/house.md#arrows).
+"""The dependency arrows point one way (docs/design/house.md#arrows): mlflow_api → jobs → checkpoints → sweeps →
+runs → mado, worker → any app, and ``config`` (settings, URL confs, the Celery app, management commands), the roof,
+above them all.
 
 Every ``import`` statement of every module is read from the source (inside
-functions too), so an import dodged into a function body counts. ``mado``'s
-URL confs, Celery app and management commands are the roof and may import
-every app; the rest of ``mado`` (policy, authentication, errors, settings
-helpers) is the ground and imports none. A lower app that must reach a
-higher one sends a signal the higher app connects in its ``apps.py``.
+functions too), so an import dodged into a function body counts. ``mado``
+(policy, authentication, errors, API and settings helpers, the outbox) is
+the ground and imports no app. A lower app that must start work in a higher
+one sends an event (``runs.hooks``) the higher app connects in its ``apps.py``;
+what it must know is written onto its rows by the app that knows.
 """
 
 import ast
@@ -17,8 +19,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-LEVEL = {"mado": 0, "runs": 1, "sweeps": 2, "checkpoints": 3, "jobs": 4, "mlflow_api": 5, "worker": 6}
-ROOF = {"mado/urls.py", "mado/api_urls.py", "mado/celery.py"}
+LEVEL = {"mado": 0, "runs": 1, "sweeps": 2, "checkpoints": 3, "jobs": 4, "mlflow_api": 5, "worker": 6, "config": 7}
 
 
 def imported_modules(source: str) -> list[tuple[int, str]]:
@@ -33,11 +34,12 @@ def imported_modules(source: str) -> list[tuple[int, str]]:
 
 
 def upward_imports(app: str) -> list[str]:
-    """``path:line imports module`` for each import in ``app`` of an app above it (migrations and the roof aside)."""
+    """``path:line imports module`` for each import in ``app`` of an app above it (migrations aside: a model's
+    foreign key may name a higher app's model, as ``Run.source_checkpoint`` does)."""
     wrong = []
     for path in sorted((ROOT / app).rglob("*.py")):
         relative = path.relative_to(ROOT).as_posix()
-        if "/migrations/" in relative or relative in ROOF or relative.startswith("mado/management/"):
+        if "/migrations/" in relative:
             continue
         for line, module in imported_modules(path.read_text()):
             target = module.split(".")[0]
@@ -46,7 +48,7 @@ def upward_imports(app: str) -> list[str]:
     return wrong
 
 
-@pytest.mark.parametrize("app", ["mado", "runs", "checkpoints", "jobs", "mlflow_api"])
+@pytest.mark.parametrize("app", ["mado", "runs", "checkpoints", "jobs", "mlflow_api", "worker"])
 def test_no_app_imports_one_above_it(app):
     assert upward_imports(app) == []
 
@@ -64,7 +66,7 @@ def test_policy_and_authentication_load_no_app(module):
         f"import sys, {module}; apps = ('runs', 'checkpoints', 'jobs', 'worker');"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in apps))"
     )
-    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "mado.settings"}
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "config.settings"}
     result = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"

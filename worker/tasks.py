@@ -4,10 +4,10 @@ import logging
 import socket
 import time
 
+from celery import shared_task
 from celery.signals import worker_ready
 from django.db import DatabaseError, close_old_connections
 
-from mado.celery import app
 from mado.errors import InternalError
 
 VERIFY_MAX_RETRIES = 5
@@ -17,7 +17,7 @@ FINISH_ATTEMPTS = 5
 logger = logging.getLogger(__name__)
 
 
-@app.task(bind=True, name="worker.tasks.checkpoint_verify", acks_late=True, max_retries=VERIFY_MAX_RETRIES)
+@shared_task(bind=True, name="worker.tasks.checkpoint_verify", acks_late=True, max_retries=VERIFY_MAX_RETRIES)
 def checkpoint_verify(self, checkpoint_id: int) -> str:
     """Verify a checkpoint tar uploaded straight to S3, then mark it complete or record why not
     (docs/design/worker.md#fetch, #verify).
@@ -39,7 +39,7 @@ def checkpoint_verify(self, checkpoint_id: int) -> str:
         raise self.retry(exc=exc, countdown=min(10 * 2**self.request.retries, 300)) from exc
 
 
-@app.task(bind=True, name="worker.tasks.run_job", acks_late=True, reject_on_worker_lost=True,
+@shared_task(bind=True, name="worker.tasks.run_job", acks_late=True, reject_on_worker_lost=True,
           max_retries=RUN_JOB_MAX_RETRIES)
 def run_job(self, job_id: int) -> str:
     """Run Job ``job_id`` on this worker: claim → ``worker.execute.execute`` → ``job_finish`` (docs/design/worker.md).

@@ -99,13 +99,13 @@ class Site:
     processes: dict = field(default_factory=dict)
 
     def start_worker(self, name: str, *, queues: list[str] | None = None, concurrency: int = 1) -> subprocess.Popen:
-        argv = [sys.executable, "-m", "celery", "-A", "mado", "worker", "--queues", ",".join(queues or [self.queue]),
+        argv = [sys.executable, "-m", "celery", "-A", "config", "worker", "--queues", ",".join(queues or [self.queue]),
                 "--concurrency", str(concurrency), "--hostname", f"{name}@%h", "--loglevel", "INFO",
                 "--without-gossip", "--without-mingle"]
         return self._start(name, argv)
 
     def start_beat(self) -> subprocess.Popen:
-        argv = [sys.executable, "-m", "celery", "-A", "mado", "beat", "--loglevel", "INFO",
+        argv = [sys.executable, "-m", "celery", "-A", "config", "beat", "--loglevel", "INFO",
                 "--schedule", str(self.directory / "beat-schedule")]
         return self._start("beat", argv)
 

@@ -224,7 +224,7 @@ def test_case_3_a_broker_outage_leaves_jobs_queued_and_loses_nothing(
 def test_case_6_without_a_secret_key_the_server_refuses_to_start(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MADO_", "DJANGO_"))}
     env.update(MADO_DEBUG="0", MADO_DATA_DIR=str(tmp_path))
-    started = subprocess.run([sys.executable, "-c", "import mado.wsgi"], cwd=ROOT, env=env, capture_output=True,
+    started = subprocess.run([sys.executable, "-c", "import config.wsgi"], cwd=ROOT, env=env, capture_output=True,
                              text=True, timeout=120)
     assert started.returncode != 0
     assert "MADO_SECRET_KEY is not set: set MADO_SECRET_KEY (or MADO_SECRET_KEY_FILE" in started.stderr
@@ -232,5 +232,5 @@ def test_case_6_without_a_secret_key_the_server_refuses_to_start(tmp_path):
                            capture_output=True, text=True, timeout=120)
     assert check.returncode != 0 and "mado.E001" in check.stderr
     env["MADO_SECRET_KEY"] = "a-production-key-" + "x9" * 30
-    assert subprocess.run([sys.executable, "-c", "import mado.wsgi"], cwd=ROOT, env=env, capture_output=True,
+    assert subprocess.run([sys.executable, "-c", "import config.wsgi"], cwd=ROOT, env=env, capture_output=True,
                           timeout=120).returncode == 0

@@ -20,7 +20,7 @@ if sys.argv[1] == "tuned":
     from mado.allocator import tune_allocator
     print("applied" if tune_allocator() else "unchanged")
 if sys.argv[1] == "wsgi":
-    import mado.wsgi  # what gunicorn imports in each worker
+    import config.wsgi  # what gunicorn imports in each worker
 from gunicorn.http.body import Body, LengthReader
 from gunicorn.http.unreader import SocketUnreader
 from mado_tracking.tarstream import CheckpointTar
@@ -89,6 +89,6 @@ def test_operator_malloc_settings_win():
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="mallopt is glibc's; other C libraries are left alone")
 def test_wsgi_application_tunes_the_web_process(tmp_path):
     _, untuned = upload_faults("plain")
-    _, served = upload_faults("wsgi", DJANGO_SETTINGS_MODULE="mado.settings", MADO_SECRET_KEY="x" * 60,
+    _, served = upload_faults("wsgi", DJANGO_SETTINGS_MODULE="config.settings", MADO_SECRET_KEY="x" * 60,
                               MADO_DATA_DIR=str(tmp_path))
     assert served * 3 < untuned, (served, untuned)

@@ -1,4 +1,4 @@
-"""What ``mado.wsgi`` (imported by gunicorn in each web worker) leaves behind before the first request
+"""What ``config.wsgi`` (imported by gunicorn in each web worker) leaves behind before the first request
 (docs/design/resume.md#steps-continue)."""
 
 import json
@@ -10,7 +10,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 PROBE = """
 import gc, json, sys
-import mado.wsgi
+import config.wsgi
 gc.collect()
 print(json.dumps({"frozen": gc.get_freeze_count(), "tracked": len(gc.get_objects()),
                   "views_loaded": "runs.api.runs" in sys.modules}))
@@ -18,7 +18,7 @@ print(json.dumps({"frozen": gc.get_freeze_count(), "tracked": len(gc.get_objects
 
 
 def test_the_loaded_code_is_frozen_out_of_the_collectors_full_collections():
-    env = {"DJANGO_SETTINGS_MODULE": "mado.settings", "MADO_SECRET_KEY": "x" * 60, "PATH": "/usr/bin:/bin"}
+    env = {"DJANGO_SETTINGS_MODULE": "config.settings", "MADO_SECRET_KEY": "x" * 60, "PATH": "/usr/bin:/bin"}
     out = subprocess.run([sys.executable, "-c", PROBE], cwd=ROOT, env=env, capture_output=True, text=True,
                          check=True).stdout
     probe = json.loads(out.splitlines()[-1])

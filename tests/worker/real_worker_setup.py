@@ -18,7 +18,7 @@ from pathlib import Path
 def main(directory: Path) -> dict:
     import django
 
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "mado.settings")
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
     django.setup()
     from checkpoints.services import code_version_create_with_archive
     from jobs.models import Queue

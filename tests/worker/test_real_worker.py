@@ -1,4 +1,4 @@
-"""A real Celery worker process (``celery -A mado worker -Q cpu --pool solo``, embedded filesystem broker,
+"""A real Celery worker process (``celery -A config worker -Q cpu --pool solo``, embedded filesystem broker,
 file SQLite) runs resumed Jobs end to end, refuses a tampered checkpoint before the code starts, skips
 messages of Jobs that are no longer queued, and, when SIGKILLed mid-Job, takes the code down with it and
 leaves the Job to the reaper (docs/design/worker.md).
@@ -59,7 +59,7 @@ def deployment(tmp_path):
     """A migrated, seeded ``MADO_DATA_DIR`` and the environment of processes that use it."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MADO_", "CELERY_", "DJANGO_", "MMT_"))}
     env.update({
-        "MADO_DATA_DIR": str(tmp_path / "data"), "DJANGO_SETTINGS_MODULE": "mado.settings",
+        "MADO_DATA_DIR": str(tmp_path / "data"), "DJANGO_SETTINGS_MODULE": "config.settings",
         "MADO_WORKER_GPUS": "none", "MADO_JOB_KILL_GRACE": "2", "MADO_PUBLIC_URL": "http://mado.test:8000",
         "MADO_SECRET_KEY": "worker-only-secret-value", "MADO_LOG_LEVEL": "INFO",
     })
@@ -79,7 +79,7 @@ def test_a_real_worker_runs_resumes_refuses_tampering_and_dies_cleanly(deploymen
     log = tmp_path / "worker.log"
     with open(log, "wb") as output:
         worker = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "mado", "worker", "-Q", "cpu", "--pool", "solo",
+            [sys.executable, "-m", "celery", "-A", "config", "worker", "-Q", "cpu", "--pool", "solo",
              "--concurrency", "1", "--hostname", "wtest@%h", "--without-gossip", "--without-mingle",
              "--without-heartbeat", "--loglevel", "INFO"],
             cwd=ROOT, env=env, stdout=output, stderr=subprocess.STDOUT, start_new_session=True,

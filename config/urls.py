@@ -20,7 +20,7 @@ handler404 = "mado.outages.not_found"
 
 urlpatterns = [
     path("admin/", admin.site.urls),
-    path("api/v1/", include("mado.api_urls")),
+    path("api/v1/", include("config.api_urls")),
     path("", include("mlflow_api.urls")),  # the MLflow protocol: api/2.0/mlflow*/, also under mlflow/
     path("accounts/login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),

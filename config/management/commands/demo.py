@@ -73,13 +73,13 @@ def start_process(argv: list[str], *, env: dict[str, str], stdout=None) -> subpr
 
 
 def web_argv(host: str, port: int) -> list[str]:
-    return [sys.executable, "-m", "gunicorn", "mado.wsgi:application", "--bind", f"{host}:{port}", "--workers", "2",
+    return [sys.executable, "-m", "gunicorn", "config.wsgi:application", "--bind", f"{host}:{port}", "--workers", "2",
             "--threads", "4", "--log-level", "warning"]
 
 
 def worker_argv(queues: list[str], hostname: str = "demo@%h", loglevel: str = "WARNING") -> list[str]:
     """One worker process running one Job at a time (prefork is not needed: the Job's code is a subprocess)."""
-    return [sys.executable, "-m", "celery", "-A", "mado", "worker", "--queues", ",".join(dict.fromkeys(queues)),
+    return [sys.executable, "-m", "celery", "-A", "config", "worker", "--queues", ",".join(dict.fromkeys(queues)),
             "--concurrency", "1", "--pool", "solo", "--hostname", hostname, "--without-gossip", "--without-mingle",
             "--loglevel", loglevel]
 

@@ -44,6 +44,7 @@ INSTALLED_APPS = [
     "jobs",
     "mlflow_api",
     "worker",
+    "config",  # the roof: its management commands
 ]
 
 MIDDLEWARE = [
@@ -61,8 +62,8 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
 
-ROOT_URLCONF = "mado.urls"
-WSGI_APPLICATION = "mado.wsgi.application"
+ROOT_URLCONF = "config.urls"
+WSGI_APPLICATION = "config.wsgi.application"
 
 TEMPLATES = [
     {

@@ -1,10 +1,10 @@
-"""The Celery app (``celery -A mado worker -Q <queue>``); configured from Django settings."""
+"""The Celery app (``celery -A config worker -Q <queue>``); configured from Django settings."""
 
 import os
 
 from celery import Celery
 
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "mado.settings")
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
 app = Celery("mado")
 app.config_from_object("django.conf:settings", namespace="CELERY")
