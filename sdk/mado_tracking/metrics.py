@@ -1,12 +1,12 @@
 """Metric buffering (SPEC F2): the caller appends to a queue, a daemon thread posts batches.
 
-The training loop's side is ``metric_points`` (each point checked and kept as
-a ``(key, value, step, timestamp)`` tuple of Python str, float, int and float,
-about a microsecond) and ``MetricSender.add`` (one ``deque.extend``, atomic
+The training loop's side is ``metric_points`` (``mado_tracking.points``: each
+point checked and kept as a ``(key, value, step, timestamp)`` tuple of Python
+str, float, int and float) and ``MetricSender.add`` (one ``deque.extend``, atomic
 under the GIL, no lock of ours): no network and no JSON. The sender thread
-turns a batch into its body with one ``orjson.dumps`` of four columns (about
-3 ms of GIL for 10,000 points, less than the caller-side text encoding it
-replaced spent per batch). The sender thread wakes every ``interval`` seconds, or as soon as
+turns a batch into its body with one ``orjson.dumps`` of four columns, the
+only encoding of a point (its cost: docs/deploy.md, "Measured"). The sender
+thread wakes every ``interval`` seconds, or as soon as
 a full batch is queued, and posts batches of at most ``batch_max`` points to
 ``POST runs/{id}/metrics/`` in the columnar form (``{"keys", "steps",
 "values", "timestamps"}``: no key name repeated per point, and checked by the

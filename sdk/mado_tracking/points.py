@@ -25,7 +25,7 @@ Point = tuple[str, float, int, float]  # key, value, step, timestamp (Unix secon
 
 
 def check_metric_step(step) -> int:
-    """``step`` as an int in [0, 2**63) (the server's BIGINT); ``ValueError`` otherwise (numpy integers are accepted)."""
+    """``step`` as an int in [0, 2**63) (the server's BIGINT); ``ValueError`` otherwise (numpy integers accepted)."""
     if type(step) is not int:
         if isinstance(step, bool) or not isinstance(step, numbers.Integral):
             raise ValueError(f"step must be an int >= 0, got {step!r}")
@@ -43,7 +43,7 @@ def metric_points(metrics, step, now: float) -> list[Point]:
     mapping; nothing is returned then.
     """
     step = check_metric_step(step)
-    if type(metrics) is not dict and not isinstance(metrics, Mapping):  # the ABC check alone is ~0.3 us a call
+    if type(metrics) is not dict and not isinstance(metrics, Mapping):  # a plain dict skips the slower ABC check
         raise TypeError(f"metrics must be a dict of {{key: number}}, got {type(metrics).__name__}")
     points = []
     for key, value in metrics.items():
