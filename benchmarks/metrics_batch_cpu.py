@@ -66,7 +66,8 @@ def main() -> None:
     from django.test import Client
     from rest_framework.authtoken.models import Token
 
-    from mado_tracking.metrics import batch_body, metric_points
+    from mado_tracking.metrics import batch_body
+    from mado_tracking.points import metric_points
     from runs.models import Run
     from runs.services import project_create
 

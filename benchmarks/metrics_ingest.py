@@ -200,11 +200,12 @@ def writer(url: str, ingest_url: str, token: str, points: int, rate: float, name
     timings, POST latencies, the Run id. A paced writer starts ``offset`` seconds after the others are told to.
     It exits once ``done`` is set (every writer has reported): twenty exits (interpreter teardown, the SDK's
     exit handlers, closed connections) in the last second shared the cores with the last writers' POSTs and
-    raised the POST p99 from about 190 ms to 230-375 ms (docs/design/resume.md#steps-continue); jobs on other machines
-    take no server core. Its metrics POSTs go to ``ingest_url`` and every other request (the Run's start, heartbeats,
-    its finish) to ``url``, as docs/deploy.md's proxy routes them: twenty finishes and last heartbeats landing in the
-    ingest pool within the run's last second (~40 ms of CPU each) would queue the last batches behind requests that pool
-    never serves."""
+    raised the POST p99 (docs/design/resume.md#steps-continue; docs/deploy.md, "Measured: the ingest benchmark's writers"); jobs on other
+    machines take no server core.
+    Its metrics POSTs go to ``ingest_url`` and every other request (the Run's start, heartbeats, its finish) to
+    ``url``, as docs/deploy.md's proxy routes them: twenty finishes and last heartbeats landing in the ingest
+    pool within the run's last second would queue the last batches behind requests that
+    pool never serves."""
     import mado_tracking
     from mado_tracking.client import ApiClient
 

@@ -1,8 +1,8 @@
 """PostgreSQL's CPU per metrics batch for two layouts of the stored points: prints figures, asserts nothing.
 
 The 20-writer POST p99 target (<= 150 ms on 2 cores, docs/design/resume.md#steps-continue) is held
-back by the database's share of a batch: about 60 % of its CPU is the
-backend storing one heap row and one B-tree entry per point. This measures
+back by the database's share of a batch, much of it the backend storing
+one heap row and one B-tree entry per point. This measures
 that cost against the candidate layout, on a fresh database, with the
 batches the SDK sends (``--size`` points, two keys logged at every step,
 ``--runs`` Runs taking turns):

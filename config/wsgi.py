@@ -13,10 +13,10 @@ from mado.checks import require_secret_key  # noqa: E402 - needs the settings lo
 
 require_secret_key()
 tune_allocator()  # checkpoint uploads stream 1 MiB chunks through three threads (docs/design/worker.md#fetch)
-# The code and data loaded so far (about 140,000 objects that live as long as the process) leave the
-# collector's view: each full collection walked them all, 56-68 ms of CPU on the benchmark machine and up to
-# 257 ms of a metrics POST's time under load; after the freeze, under 22 ms (docs/design/resume.md#steps-continue). The
-# URL patterns come first, so the view modules they import are frozen too.
+# The code and data loaded so far (objects that live as long as the process) leave the collector's view, so a
+# full collection, run in whichever request thread triggers it, walks only what requests left behind
+# (docs/design/resume.md#steps-continue; figures in docs/deploy.md, "Web process garbage collector"). The URL
+# patterns come first, so the view modules they import are frozen too.
 get_resolver().url_patterns
 gc.collect()
 gc.freeze()

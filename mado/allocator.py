@@ -6,11 +6,9 @@ thread checks the tar and each file's SHA-256, one hashes the whole tar), and
 each chunk is freed as soon as the last of them is done with it. With glibc's
 defaults a thread's arena hands the freed top of its heap back to the kernel
 as soon as it exceeds 128 KiB, so the next chunk faults freshly zeroed pages
-back in. Measured on that path (gunicorn's body reader over a socket, the
-verifier's threads): 280,000–356,000 page faults per GiB with the defaults,
-19,000–25,000 with the settings below; saves of 1 GiB ran at 36–41 % of one
-SHA-256 pass with the defaults and 40–45 % with them, in one session on two
-cores (``benchmarks/checkpoint_io.py`` and a save-only probe).
+back in. On that path (gunicorn's body reader over a socket, the verifier's
+threads) the settings below fault far fewer pages per GiB and saves run
+faster (docs/deploy.md, "Web process memory allocator" and "Measured").
 
 ``tune_allocator()`` keeps up to ``TRIM_THRESHOLD_BYTES`` of freed memory
 per arena and serves blocks up to ``MMAP_THRESHOLD_BYTES`` from the arenas

@@ -75,7 +75,7 @@ def run_get_for_user(*, user, run_id, related: tuple[str, ...] = RUN_RELATED) ->
     """The Run with primary key ``run_id`` in one of the user's Projects; else ``NotFound`` (404).
 
     ``related``: the relations read in the same query (default: what Run pages and answers show). The metrics
-    POST, the hot path, asks for ``("project",)`` only and the metrics reads for none: each join costs ~0.5 ms
+    POST, the hot path, asks for ``("project",)`` only and the metrics reads for none: each join costs a slice
     of database CPU (docs/design/resume.md#steps-continue).
     """
     try:

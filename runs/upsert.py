@@ -4,8 +4,8 @@
 On PostgreSQL the rows travel as one array per column, unnested by the
 database: a statement of a dozen parameters whatever the row count. As
 ``VALUES`` with a placeholder per field, psycopg formatted and quoted every
-field of a 10,000-point batch's upserts on the client (about 4 ms of the
-web process's CPU per batch). SQLite has no arrays and keeps ``VALUES``, in
+field of a 10,000-point batch's upserts on the client, in the web process,
+on every batch (docs/deploy.md, "Measured"). SQLite has no arrays and keeps ``VALUES``, in
 statements of at most ``_SQLITE_ROWS`` rows (its parameter limit).
 """
 

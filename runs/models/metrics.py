@@ -21,8 +21,8 @@ class MetricChunk(models.Model):
     ``metrics_ingest`` writes one chunk per key of a batch (on SQLite, per
     ``SQLITE_CHUNK_POINTS`` points of it), its arrays sent as binary
     parameters on PostgreSQL: one row and one index entry per chunk instead
-    of per point (the database's CPU per 10,000-point batch fell from 42.8
-    to 5.2 ms, ``benchmarks/metrics_batch_cpu.py``). ``steps[i]``,
+    of per point, which took most of the database's CPU per batch
+    (docs/deploy.md, "Measured"). ``steps[i]``,
     ``values[i]`` (NaN as NaN) and ``timestamps[i]`` (Unix milliseconds) are
     point ``i``; the points are sorted by step, ties in the order they were
     sent. ``first_step`` / ``last_step`` are the lowest and highest step and

@@ -51,7 +51,7 @@ def optuna_suggestion(*, sweep: Sweep, number: int, finished: list[tuple[dict, f
     finished trial whose parameters no longer fit the space (or whose metric
     is not finite) is left out of the study.
     """
-    # Imported here: optuna takes about half a second to import, and only claims of new trials need it.
+    # Imported here: optuna is slow to import, and only claims of new trials need it.
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)

@@ -12,7 +12,7 @@ import time
 from collections.abc import Mapping
 
 from mado_tracking.errors import CheckpointError, MadoError
-from mado_tracking.metrics import Point, check_metric_step, metric_points
+from mado_tracking.points import Point, check_metric_step, metric_points
 from mado_tracking.resume import ResumeCheckpoint, resume_checkpoint
 
 logger = logging.getLogger("mado_tracking")

@@ -29,8 +29,8 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 
 from mado_tracking.checkpoints import SavedCheckpoint, check_step
-from mado_tracking.distributed import broadcast, process_group_ranks
 from mado_tracking.errors import CheckpointError, ResumeError
+from mado_tracking.ranks import broadcast, process_group_ranks
 from mado_tracking.resume import resume_checkpoint
 
 ENV_DCP_DIR = "MMT_DCP_DIR"

@@ -141,7 +141,7 @@ def download_parallel(url: str = "") -> int:
     (``localhost``, ``127.0.0.0/8``, ``::1``): parallel connections help a
     download that one TCP stream over a network holds back, while over
     loopback one stream already runs at memory speed and each extra GET only
-    costs the server a request's CPU (about 10 ms each).
+    costs the server a request's CPU (docs/deploy.md, "Measured").
     """
     raw = os.environ.get(ENV_PARALLEL, "").strip()
     if not raw:

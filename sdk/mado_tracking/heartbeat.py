@@ -7,11 +7,9 @@ own thread and their own HTTP session: one ``POST runs/{id}/heartbeat/`` every
 ``lease.heartbeat_interval`` seconds at most, single attempt (the next beat is
 the retry, ``Lease.heartbeat``). Each wait is 80-100 % of the interval
 (``client.jittered``), never longer, so the server's crash timeout keeps its
-margin. Without it, twenty Runs started in the same second beat within the
-same 0.4 s every interval for as long as they run; twenty beats at once
-(about 7 ms of server CPU each) held up the metrics POSTs in flight, and
-those were the slowest POSTs of ``benchmarks/metrics_ingest.py`` (up to
-162 ms, against about 60 ms at p99). A 409 ``lease_lost`` / ``run_ended``
+margin, and Runs started in the same second do not beat in step for as long
+as they run: beats arriving together hold up the metrics POSTs in flight
+(docs/deploy.md, "Measured: the ingest benchmark's writers"). A 409 ``lease_lost`` / ``run_ended``
 answer marks the lease lost and the thread ends; the metric sender sees
 ``lease.lost``.
 """

@@ -32,7 +32,7 @@ from pathlib import Path
 from mado_tracking._base import RunBase, check_finish_status, new_external_id
 from mado_tracking.checkpoints import SavedCheckpoint, check_step
 from mado_tracking.errors import CheckpointError, MadoError
-from mado_tracking.metrics import point_json
+from mado_tracking.points import point_json
 from mado_tracking.resume import resume_checkpoint
 from mado_tracking.tarstream import CheckpointTar, scan
 

@@ -43,7 +43,8 @@ from mado_tracking.errors import ApiError, CheckpointError, MadoError
 from mado_tracking.lease import DEFAULT_HEARTBEAT_INTERVAL_S, Lease, heartbeat_interval_from_environment
 from mado_tracking import distributed, system, unsent
 from mado_tracking.heartbeat import Heartbeat
-from mado_tracking.metrics import MetricSender, metric_points
+from mado_tracking.metrics import MetricSender
+from mado_tracking.points import metric_points
 from mado_tracking.staging import run_staging_dir
 from mado_tracking.resume_mode import (
     auto_conflict,

@@ -15,9 +15,9 @@ and so is a file a hard link cannot reach (another file system). A copy is
 first tried as a copy-on-write clone (``FICLONE``: instant on XFS, Btrfs,
 bcachefs, ZFS 2.2), then made kernel-side (ext4) by ``copy_file_range`` in
 8 MiB windows, each written back and dropped from the page cache before the
-next (``mado_tracking.writeback``: on the benchmark's machine a 1 GiB
-copy took 2.1–3.0 s of the training loop's time with ``shutil.copyfile``,
-nearly all of it the kernel finding fresh pages, and 0.45–0.56 s so; the
+next (``mado_tracking.writeback``: the copy, which the training loop waits
+for, reuses the same pages instead of making the kernel find fresh ones, as
+``shutil.copyfile`` does; docs/deploy.md, "Measured"; the
 upload then reads the copy back from disk), else by
 ``shutil.copyfile`` (macOS, Windows). A hard link of a file that is rewritten in place
 anyway (as root, read-only bits do not stop that) is caught before the

@@ -25,8 +25,7 @@ written under a temporary name, made read-only and renamed into place, so
 A save first removes ``mado-checkpoint.json`` (written again last) and each
 previous file right before writing its successor: the pages the old file
 held are free again for the new one, instead of the kernel finding a fresh
-gigabyte for every gigabyte written (that made a 1 GiB save 2-4 times slower
-than a plain ``torch.save`` over a removed file). A save that is interrupted
+gigabyte for every gigabyte written (docs/deploy.md, "Measured"). A save that is interrupted
 leaves no ``mado-checkpoint.json``, so ``load_checkpoint`` refuses the
 directory rather than mixing files of two saves; a snapshot taken earlier
 keeps its own hard links and is not affected.
@@ -62,7 +61,7 @@ __all__ = ["load_checkpoint", "load_distributed", "load_extra", "save_checkpoint
 
 def __getattr__(name: str):
     """``save_distributed`` / ``load_distributed`` come from ``mado_tracking.dcp`` on first use: importing
-    ``torch.distributed.checkpoint`` costs most of a second that a one-process program need not pay."""
+    ``torch.distributed.checkpoint`` is slow, and a one-process program need not pay for it."""
     if name in ("load_distributed", "save_distributed"):
         from mado_tracking import dcp
 

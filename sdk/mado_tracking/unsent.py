@@ -19,22 +19,22 @@ import math
 import os
 from pathlib import Path
 
-from mado_tracking import metrics  # metrics imports this module too: names are looked up when called
+from mado_tracking.points import Point, metric_points, wire_value
 
 logger = logging.getLogger("mado_tracking")
 
 FILE_NAME = "unsent-metrics.jsonl"
 
 
-def keep(directory: Path, points: list[metrics.Point], *, run_label: str) -> None:
-    """Append ``points`` (``metrics.metric_points`` tuples) to the run's file; a write failure is logged, not raised."""
+def keep(directory: Path, points: list[Point], *, run_label: str) -> None:
+    """Append ``points`` (``metric_points`` tuples) to the run's file; a write failure is logged, not raised."""
     if not points:
         return
     path = directory / FILE_NAME
     try:
         directory.mkdir(parents=True, exist_ok=True)
         with open(path, "a", encoding="utf-8") as spool:
-            spool.write("".join(json.dumps([key, metrics.wire_value(value), step, stamp]) + "\n"
+            spool.write("".join(json.dumps([key, wire_value(value), step, stamp]) + "\n"
                                 for key, value, step, stamp in points))
             spool.flush()
             os.fsync(spool.fileno())
@@ -46,7 +46,7 @@ def keep(directory: Path, points: list[metrics.Point], *, run_label: str) -> Non
                    "resume='allow') sends them", len(points), run_label, path)
 
 
-def take(directory: Path) -> list[metrics.Point]:
+def take(directory: Path) -> list[Point]:
     """The points kept for this run (oldest first), removing the file; [] when there is none."""
     path = directory / FILE_NAME
     try:
@@ -69,7 +69,7 @@ def take(directory: Path) -> list[metrics.Point]:
     return points
 
 
-def _point(fields) -> metrics.Point | None:
+def _point(fields) -> Point | None:
     """A kept line's point, checked as ``log_metrics`` checks one; None for a line that is not a valid point.
 
     Lines written by earlier SDKs hold the four fields' JSON texts
@@ -85,7 +85,7 @@ def _point(fields) -> metrics.Point | None:
             value = _NON_FINITE[value]
         if isinstance(stamp, bool) or not isinstance(stamp, (int, float)) or not 0 <= stamp < _STAMP_MAX:
             return None
-        point = metrics.metric_points({key: value}, step, float(stamp))[0]
+        point = metric_points({key: value}, step, float(stamp))[0]
     except (ValueError, TypeError, KeyError, OverflowError):
         return None
     return point

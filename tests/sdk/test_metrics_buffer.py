@@ -12,7 +12,7 @@ import pytest
 
 import mado_tracking
 from mado_tracking import client as client_module
-from mado_tracking import metrics
+from mado_tracking import metrics, points
 from tests.sdk.stub_api import StubApi
 
 
@@ -114,7 +114,7 @@ def test_a_backlog_goes_out_two_batches_at_a_time_each_point_once():
     [(1.5, 1.5), (math.nan, "NaN"), (math.inf, "Infinity"), (-math.inf, "-Infinity"), (0.0, 0.0)],
 )
 def test_non_finite_values_travel_as_strings(value, wire):
-    point = json.loads(metrics.point_json(("a \"quoted\" ключ", value, 3, 1700000000.25)))
+    point = json.loads(points.point_json(("a \"quoted\" ключ", value, 3, 1700000000.25)))
     assert point == {"key": 'a "quoted" ключ', "value": wire, "step": 3, "timestamp": 1700000000.25}
     body = json.loads(metrics.batch_body([("ok", 2.0, 3, 1.0), ("a \"quoted\" ключ", value, 4, 1700000000.25)]))
     assert body == {"keys": ["ok", 'a "quoted" ключ'], "steps": [3, 4], "values": [2.0, wire],
