@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 # pip prints a warning per package for the machine's unused local index folders; hide only those.
 QUIET_PIP := 2>&1 | grep -v "is ignored: it is neither a file nor a directory" || true
 
-.PHONY: install install-dev demo test test-integration benchmark clean
+.PHONY: install install-dev demo test test-integration lint benchmark clean
 
 install: $(VENV)/.installed
 
@@ -24,6 +24,7 @@ install-dev: $(VENV)/.installed-dev
 $(VENV)/.installed-dev: $(VENV)/.installed
 	$(PIP) install --quiet -e '.[dev]' $(QUIET_PIP)
 	$(PY) -c "import pytest_django, pytest_timeout, playwright, moto"
+	$(VENV)/bin/ruff --version
 	touch $@
 
 # `make demo PORT=8001` serves on another port (default 8000).
@@ -39,6 +40,11 @@ test-integration: install-dev
 	MADO_DATABASE_URL=$${MADO_TEST_DATABASE_URL:-postgresql://postgres@127.0.0.1:5432/postgres} \
 	MADO_TEST_REDIS_URL=$${MADO_TEST_REDIS_URL:-redis://127.0.0.1:6379/15} \
 	$(VENV)/bin/pytest -o addopts="-ra" tests/integration tests/runs tests/checkpoints tests/mlflow_api tests/sdk
+
+# The house style held by a tool (docs/design/house.md#comments): lint with import order, then the formatter's check.
+lint: install-dev
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 
 benchmark: install-dev
 	$(PY) benchmarks/metrics_ingest.py
