@@ -28,18 +28,6 @@ def reap_crashed_runs() -> int:
     return runs_reap_crashed()
 
 
-@shared_task(name="jobs.tasks.release_sweep_leases", ignore_result=True)
-def release_sweep_leases() -> int:
-    """Return sweep trials whose claim expired (``MMT_SWEEP_LEASE``) to the queue; SPEC F28.
-
-    Scheduled every 60 s by ``CELERY_BEAT_SCHEDULE``; returns how many trials it released
-    (``runs.sweeps.services.sweep_release_expired_leases``).
-    """
-    from runs.sweeps.services import sweep_release_expired_leases
-
-    return sweep_release_expired_leases()
-
-
 @shared_task(name="jobs.tasks.flush_dispatches", ignore_result=True)
 def flush_dispatches() -> int:
     """Send the outbox's messages that the broker refused (it was down); returns how many it took (F16).

@@ -8,4 +8,4 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "mado.settings")
 
 app = Celery("mado")
 app.config_from_object("django.conf:settings", namespace="CELERY")
-app.autodiscover_tasks(["worker", "jobs", "runs"])
+app.autodiscover_tasks(["worker", "jobs", "sweeps", "runs"])

@@ -1,12 +1,15 @@
 """Where higher apps (checkpoints, jobs) take part in a Run's life without runs importing them (ARCHITECTURE rule 7).
 
-The arrows point one way: jobs → checkpoints → runs → mado. When something in
+The arrows point one way: jobs → checkpoints → sweeps → runs → mado. When something in
 runs must reach a higher app — a Run ended, so its MLflow checkpoint files
 complete; a Job's state decides the Run's liveness; the Run page shows its
 Job — runs sends one of the signals below and the higher app answers from a
 receiver it connects in its ``AppConfig.ready()``. With no receiver connected
 each signal has a safe answer (nothing happens, nobody vouches, nothing ended).
 
+- ``run_started(run)``: ``run`` was started by its program: a ``pending``
+  Run attached, or a Run resumed (not a Run created running); sent inside
+  the transaction that started it (the sweeps app: its trial becomes running).
 - ``run_ended(run)``: ``run`` reached a final state; sent inside the
   transaction that ended it, once per change of status.
 - ``run_kept_alive(run_id, now)``: a receiver returns True to spare a silent
@@ -21,6 +24,7 @@ each signal has a safe answer (nothing happens, nobody vouches, nothing ended).
 
 from django.dispatch import Signal
 
+run_started = Signal()
 run_ended = Signal()
 run_kept_alive = Signal()
 run_ran_as_job = Signal()

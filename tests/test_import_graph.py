@@ -1,4 +1,4 @@
-"""The dependency arrows point one way: jobs → checkpoints → runs → mado, worker → any (ARCHITECTURE rule 7).
+"""The dependency arrows point one way: jobs → checkpoints → sweeps → runs → mado, worker → any (ARCHITECTURE rule 7).
 
 Every ``import`` statement of every module is read from the source (inside
 functions too), so an import dodged into a function body counts. ``mado``'s
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-LEVEL = {"mado": 0, "runs": 1, "checkpoints": 2, "jobs": 3, "worker": 4}
+LEVEL = {"mado": 0, "runs": 1, "sweeps": 2, "checkpoints": 3, "jobs": 4, "mlflow_api": 5, "worker": 6}
 ROOF = {"mado/urls.py", "mado/api_urls.py", "mado/celery.py"}
 
 
@@ -46,7 +46,7 @@ def upward_imports(app: str) -> list[str]:
     return wrong
 
 
-@pytest.mark.parametrize("app", ["mado", "runs", "checkpoints", "jobs"])
+@pytest.mark.parametrize("app", ["mado", "runs", "sweeps", "checkpoints", "jobs"])
 def test_no_app_imports_one_above_it(app):
     assert upward_imports(app) == []
 
@@ -58,10 +58,10 @@ def test_the_check_sees_an_import_hidden_in_a_function():
 
 @pytest.mark.parametrize("module", ["mado.policy", "mado.authentication"])
 def test_policy_and_authentication_load_no_app(module):
-    """``python -c "import mado.policy"`` (settings named, no app loaded) pulls in no module of runs, checkpoints,
-    jobs or worker."""
+    """``python -c "import mado.policy"`` (settings named, no app loaded) pulls in no module of runs, sweeps,
+    checkpoints, jobs or worker."""
     probe = (
-        f"import sys, {module}; apps = ('runs', 'checkpoints', 'jobs', 'worker');"
+        f"import sys, {module}; apps = ('runs', 'sweeps', 'checkpoints', 'jobs', 'worker');"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in apps))"
     )
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "mado.settings"}
