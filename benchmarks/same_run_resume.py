@@ -70,7 +70,7 @@ def main() -> None:
     from runs.models import RunStatus
     from runs.resume import run_start
     from runs.services import project_create, run_set_status
-    from runs.sweeps.services import sweep_claim, sweep_create
+    from sweeps.services import sweep_claim, sweep_create
 
     call_command("migrate", verbosity=0)
     print(f"backend: {'PostgreSQL' if connection.vendor == 'postgresql' else 'SQLite'}; load: {load()}")

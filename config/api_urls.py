@@ -27,7 +27,7 @@ from runs.api.projects import (
 from runs.api.liveness import RunHeartbeatApi
 from runs.api.runs import RunMetricsApi, RunViewSet
 from runs.api.stages import RunDataStagesApi
-from runs.api.sweeps import SweepViewSet
+from sweeps.api import SweepViewSet
 
 app_name = "api"
 

@@ -40,6 +40,7 @@ INSTALLED_APPS = [
     "drf_spectacular_sidecar",
     "mado",
     "runs",
+    "sweeps",
     "checkpoints",
     "jobs",
     "mlflow_api",
@@ -176,7 +177,7 @@ SPECTACULAR_SETTINGS = {
         "RunStatusEnum": "runs.models.RunStatus",
         "JobKindEnum": "jobs.models.JobKind",
         "JobStatusEnum": "jobs.models.JobStatus",
-        "SweepTrialStateEnum": "runs.models.TrialState",
+        "SweepTrialStateEnum": "sweeps.models.TrialState",
         "CheckpointStateEnum": "checkpoints.models.CheckpointState",
     },
 }
@@ -237,7 +238,7 @@ MADO_DISPATCH_TIMEOUT = env_int("MADO_DISPATCH_TIMEOUT", 24 * 3600, minimum=1)
 _PERIODIC = {
     "reap-stale-jobs": "jobs.tasks.reap_stale_jobs",
     "reap-crashed-runs": "runs.tasks.reap_crashed_runs",
-    "release-sweep-leases": "jobs.tasks.release_sweep_leases",
+    "release-sweep-leases": "sweeps.tasks.release_sweep_leases",
     "flush-dispatches": "mado.tasks.flush_dispatches",
     "reap-undelivered": "mado.tasks.reap_undelivered",
     "end-abandoned-checkpoints": "checkpoints.tasks.end_abandoned_checkpoints",

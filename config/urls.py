@@ -5,10 +5,13 @@ from django.urls import include, path
 from checkpoints import views as checkpoint_views
 from jobs import views as job_views
 from runs import urls as run_urls
+from sweeps import urls as sweep_urls
 
-# The Run page's tabs that higher apps serve, under the runs: names the Run page links to (docs/design/house.md#arrows).
+# The Run page's tabs that higher apps serve, under the runs: names the Run page links to
+# (docs/design/house.md#arrows), and the Sweep pages, under the runs: names the Project page links to.
 RUN_PAGES = [
     *run_urls.urlpatterns,
+    *sweep_urls.urlpatterns,
     path("runs/<int:pk>/checkpoints/", checkpoint_views.run_checkpoints, name="run-checkpoints"),
     path("runs/<int:pk>/artifacts/", checkpoint_views.run_artifacts, name="run-artifacts"),
     path("runs/<int:pk>/logs/", job_views.run_logs, name="run-logs"),

@@ -17,13 +17,3 @@ def reap_stale_jobs() -> int:
     return job_reap_stale()
 
 
-@shared_task(name="jobs.tasks.release_sweep_leases", ignore_result=True)
-def release_sweep_leases() -> int:
-    """Return sweep trials whose claim expired (``MMT_SWEEP_LEASE``) to the queue; docs/design/sweeps.md#requeue.
-
-    Scheduled every 60 s by ``CELERY_BEAT_SCHEDULE``; returns how many trials it released
-    (``runs.sweeps.services.sweep_release_expired_leases``).
-    """
-    from runs.sweeps.services import sweep_release_expired_leases
-
-    return sweep_release_expired_leases()

@@ -9,7 +9,6 @@ from django.contrib import admin
 
 from mado.admin import ReadOnlyAdmin
 
-import runs.sweeps.admin  # noqa: F401 - registers Sweep and SweepTrial
 from runs.models import LoggedModel, RunTableColumns, RunTag  # noqa: I001
 from runs.models import (
     Code,

@@ -27,7 +27,6 @@ from mado.errors import Conflict, RunEnded
 from runs import hooks
 from runs.lease import lease_check, refuse_stale_token
 from runs.models import FINAL_STATES, Project, Run, RunStatus
-from runs.sweeps.hooks import sweep_trial_run_ended
 
 logger = logging.getLogger("runs")
 
@@ -40,12 +39,11 @@ def run_ended_effects(*, run: Run) -> None:
     """What follows ``run`` reaching a final state, inside the transaction that ended it
     (docs/design/checkpoints.md#mlflow-checkpoints; docs/design/sweeps.md#requeue).
 
-    A sweep trial's Run tells its trial (a preempted one goes back to the
-    queue), and the ``runs.hooks.run_ended`` receivers run (the checkpoints
-    app completes files logged under ``checkpoints/step-N/`` through the
-    MLflow API). Callers call it once per change of status.
+    The ``runs.hooks.run_ended`` receivers run: the sweeps app tells the
+    Run's sweep trial (a preempted one goes back to the queue), the
+    checkpoints app completes files logged under ``checkpoints/step-N/``
+    through the MLflow API. Callers call it once per change of status.
     """
-    sweep_trial_run_ended(run=run)
     hooks.run_ended.send(sender=None, run=run)
 
 

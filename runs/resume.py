@@ -40,9 +40,8 @@ from django.utils import timezone
 
 from mado import policy
 from mado.errors import Conflict, Forbidden, NotFound, RunLive, ValidationFailed
-from runs import services
+from runs import hooks, services
 from runs.models import MetricSummary, ParameterChange, Project, Run, RunStatus
-from runs.sweeps.hooks import sweep_trial_run_started
 
 MUST, ALLOW, NEVER = "must", "allow", "never"
 RESUME_MODES = (MUST, ALLOW, NEVER)
@@ -111,8 +110,8 @@ def run_start(
     a resume only ``parameters`` is used (merged, see ``_merge_parameters``).
     Every start takes a new fencing token (``run.lease_token``) and sets the
     writer; ``heartbeat_at`` is set now only when ``host`` is given (the
-    client heartbeats; see the module docstring); attach and resume tell the Run's sweep
-    trial (``sweep_trial_run_started``).
+    client heartbeats; see the module docstring); attach and resume send ``runs.hooks.run_started``
+    (the sweeps app: the Run's trial becomes running).
 
     Raises ``Forbidden`` unless member or admin, and on a resume unless
     ``policy.why_cannot_resume_by_id`` allows it (a writer of the Run; any
@@ -206,7 +205,7 @@ def _attach(actor, run: Run, resume, host, pid, create_fields) -> RunStarted:
                                    name=create_fields.get("name") or "", parameters=create_fields.get("parameters"))
     if attached is None:  # the row lock makes this unreachable on PostgreSQL; say so rather than guess
         raise Conflict(f"run {run.external_id} was started by another process meanwhile", field="external_id")
-    sweep_trial_run_started(run=attached)
+    hooks.run_started.send(sender=None, run=attached)
     return RunStarted(attached, created=False, resumed=False, last_step=None)
 
 
@@ -287,5 +286,5 @@ def _resume(actor, run: Run, parameters, allow_change: bool, host, pid) -> RunSt
         for key, old, new in changes
     )
     run.refresh_from_db()
-    sweep_trial_run_started(run=run)
+    hooks.run_started.send(sender=None, run=run)
     return RunStarted(run, created=False, resumed=True, last_step=last_step)

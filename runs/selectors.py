@@ -16,7 +16,7 @@ from runs.chunk_pages import chunk_page_rows
 from runs.metric_rollup import ROLLUP_STEPS, rollup_extremes, rollup_rows
 from runs.models import (
     Code, CodeVersion, Dataset, DatasetVersion, Membership, MetricPoint, MetricSummary, Project, Run, RunKind,
-    RunStatus, SweepTrial,
+    RunStatus,
 )
 from runs.stages import (  # noqa: F401 (docs/design/runs.md#data-stages)
     data_composition_at, data_stage_histories, data_stage_history, why_cannot_record_stage,
@@ -393,6 +393,9 @@ def run_parameter_changes(*, run: Run) -> list:
 
 
 def run_sweep_trial(*, run: Run):
-    """The sweep trial ``run`` trains, with its Sweep (docs/design/sweeps.md#requeue); None when the Run is not a
-    trial."""
-    return SweepTrial.objects.select_related("sweep").filter(run=run).first()
+    """The sweep trial ``run`` trains (docs/design/sweeps.md#requeue); None when the Run is not a trial.
+
+    Read through the reverse one-to-one ``sweep_trial`` that the sweeps app's model adds to Run, so runs imports
+    no sweeps module (docs/design/house.md#arrows); without the sweeps app there is no such attribute, also None.
+    """
+    return getattr(run, "sweep_trial", None)

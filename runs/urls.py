@@ -1,13 +1,13 @@
 """Page URLs of Projects, Runs and members (names ``runs:<entity>-<page>``).
 
-The Run page's tabs served by higher apps (Checkpoint, Artifacts, Logs) join
-these in ``config.urls`` (the roof), so runs imports neither checkpoints nor jobs.
+The Run page's tabs served by higher apps (Checkpoint, Artifacts, Logs) and the
+Sweep pages join these in ``config.urls`` (the roof), so runs imports neither
+sweeps, checkpoints nor jobs.
 """
 
 from django.urls import path
 
 from runs import views
-from runs.sweeps import views as sweep_views
 
 app_name = "runs"
 
@@ -20,9 +20,6 @@ urlpatterns = [
     path("projects/<slug:slug>/members/", views.project_members, name="project-members"),
     path("projects/<slug:slug>/members/<str:username>/role/", views.member_role, name="member-role"),
     path("projects/<slug:slug>/members/<str:username>/remove/", views.member_remove, name="member-remove"),
-    path("projects/<slug:slug>/sweeps/", sweep_views.sweep_list, name="sweep-list"),
-    path("projects/<slug:slug>/sweeps/new/", sweep_views.sweep_create, name="sweep-create"),
-    path("sweeps/<int:pk>/", sweep_views.sweep_detail, name="sweep-detail"),
     path("runs/<int:pk>/", views.run_detail, name="run-detail"),
     path("runs/<int:pk>/charts/", views.run_charts, name="run-charts"),
     path("runs/<int:pk>/system/", views.run_system, name="run-system"),

@@ -1,6 +1,6 @@
 /* The Sweep page's scatter plots drawn by uPlot (SPEC F27): the sweep's metric against each searched parameter.
  *
- * The server sends each plot's axis and dots (runs/sweeps/charts.py, json_script "scatter-data"). Three series
+ * The server sends each plot's axis and dots (sweeps/charts.py, json_script "scatter-data"). Three series
  * of dots without lines: finished trials, the best trial (ringed) and trials whose run has not finished (hollow:
  * their value is partial). Hovering shows the nearest trial under the plot; drag to zoom, double click resets.
  * A parameter with listed non-numeric values gets one slot per value, labelled.

@@ -135,16 +135,21 @@ def login(client):
 
 
 @pytest.fixture
-def ended(monkeypatch):
-    """``[(run id, status)]`` of every Run whose end reached the sweep hook (``sweep_trial_run_ended``), in order.
+def ended():
+    """``[(run id, status)]`` of every Run whose end was told to ``runs.hooks.run_ended`` receivers, in order.
 
     Every caller goes through ``runs.liveness.run_ended_effects``: status changes, the reaper and a Job's end.
     """
-    from runs import liveness
+    from runs import hooks
 
     calls = []
-    monkeypatch.setattr(liveness, "sweep_trial_run_ended", lambda *, run: calls.append((run.pk, run.status)))
-    return calls
+
+    def record(sender, *, run, **kwargs):
+        calls.append((run.pk, run.status))
+
+    hooks.run_ended.connect(record, dispatch_uid="tests.ended")
+    yield calls
+    hooks.run_ended.disconnect(dispatch_uid="tests.ended")
 
 
 @pytest.fixture(scope="session")

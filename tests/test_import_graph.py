@@ -48,7 +48,7 @@ def upward_imports(app: str) -> list[str]:
     return wrong
 
 
-@pytest.mark.parametrize("app", ["mado", "runs", "checkpoints", "jobs", "mlflow_api", "worker"])
+@pytest.mark.parametrize("app", ["mado", "runs", "sweeps", "checkpoints", "jobs", "mlflow_api", "worker"])
 def test_no_app_imports_one_above_it(app):
     assert upward_imports(app) == []
 
@@ -60,10 +60,10 @@ def test_the_check_sees_an_import_hidden_in_a_function():
 
 @pytest.mark.parametrize("module", ["mado.policy", "mado.authentication"])
 def test_policy_and_authentication_load_no_app(module):
-    """``python -c "import mado.policy"`` (settings named, no app loaded) pulls in no module of runs, checkpoints,
-    jobs or worker."""
+    """``python -c "import mado.policy"`` (settings named, no app loaded) pulls in no module of runs, sweeps,
+    checkpoints, jobs or worker."""
     probe = (
-        f"import sys, {module}; apps = ('runs', 'checkpoints', 'jobs', 'worker');"
+        f"import sys, {module}; apps = ('runs', 'sweeps', 'checkpoints', 'jobs', 'worker');"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in apps))"
     )
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "config.settings"}

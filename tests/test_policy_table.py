@@ -26,10 +26,10 @@ from mlflow_api.tracking.logged_models import logged_model_create
 from runs.models import RunStatus
 from runs.resume import run_start
 from runs.services import dataset_create, dataset_version_create
+from sweeps.services import sweep_claim
 from tests.factories import CodeVersionFactory, UserFactory
 from tests.jobs.conftest import checkpoint, launch
-from runs.sweeps.services import sweep_claim
-from tests.runs.sweep_helpers import make_sweep
+from tests.sweeps.sweep_helpers import make_sweep
 
 ADMIN_SITE = "admin/"
 ARTIFACT = b"hello"  # notes.txt of the Run; a writer's PUT sends the same bytes (a no-op, 200)

@@ -1,4 +1,4 @@
-"""The runs app's models: Projects, Runs and their records (``core``), Sweeps and trials (``sweeps``)."""
+"""The runs app's models: Projects, Runs and their records (``core``). Sweeps and trials are the sweeps app's."""
 
 from runs.models.core import (
     FINAL_STATES,
@@ -34,15 +34,14 @@ from runs.models.metrics import (
     MetricSummary,
     MetricSummaryQuerySet,
 )
-from runs.models.sweeps import MetricGoal, Sweep, SweepMethod, SweepTrial, TrialState
 from runs.models.workspace import RunTableColumns
 
 __all__ = [
     "CHUNK_ID_STRIDE", "FINAL_STATES", "Code", "CodeVersion", "CodeVersionQuerySet", "DataStage",
     "DataStageQuerySet", "Dataset", "DatasetVersion", "DatasetVersionQuerySet", "LoggedModel", "LoggedModelStatus",
-    "MetricBatch", "MetricChunk", "MetricGoal",
+    "MetricBatch", "MetricChunk",
     "MetricPoint", "MetricPointQuerySet", "MetricRollup", "MetricSummary", "MetricSummaryQuerySet",
     "Membership", "ParameterChange", "Project", "ProjectQuerySet", "Role", "Run", "RunKind", "RunStatus", "RunTag",
-    "RunTagQuerySet", "Sweep", "SweepMethod", "SweepTrial", "TrialState", "VisibleQuerySet", "new_external_id",
+    "RunTagQuerySet", "VisibleQuerySet", "new_external_id",
     "RunTableColumns",
 ]

@@ -19,9 +19,10 @@ from playwright.sync_api import expect
 
 from runs import services as run_services
 from runs.metrics import metrics_ingest
-from runs.models import Role, RunStatus, Sweep, SweepTrial
+from runs.models import Role, RunStatus
 from runs.resume import run_start
-from runs.sweeps.services import sweep_claim
+from sweeps.models import Sweep, SweepTrial
+from sweeps.services import sweep_claim
 from tests.e2e.helpers import log_in, screenshot
 from tests.factories import MembershipFactory, ProjectFactory, UserFactory
 

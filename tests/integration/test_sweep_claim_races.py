@@ -11,8 +11,9 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from runs.models import Run, RunStatus, SweepTrial, TrialState
-from runs.sweeps.services import sweep_claim, sweep_create
+from runs.models import Run, RunStatus
+from sweeps.models import SweepTrial, TrialState
+from sweeps.services import sweep_claim, sweep_create
 from tests.integration.concurrency import together
 
 pytestmark = pytest.mark.django_db(transaction=True)

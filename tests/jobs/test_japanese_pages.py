@@ -11,9 +11,9 @@ from django.urls import reverse
 
 from runs.models import RunStatus
 from runs.services import run_set_status
-from runs.sweeps.services import sweep_claim
+from sweeps.services import sweep_claim
 from tests.jobs.conftest import checkpoint
-from tests.runs.sweep_helpers import make_sweep, start_program
+from tests.sweeps.sweep_helpers import make_sweep, start_program
 
 pytestmark = pytest.mark.django_db
 

@@ -7,9 +7,9 @@ import pytest
 from checkpoints.models import Checkpoint
 from jobs.models import Job, JobStatus
 from runs.models import Run, RunStatus
-from runs.sweeps.services import sweep_claim
+from sweeps.services import sweep_claim
 from tests.jobs.conftest import checkpoint, launch, run_to_end
-from tests.runs.sweep_helpers import make_sweep, start_program
+from tests.sweeps.sweep_helpers import make_sweep, start_program
 
 
 def snapshot(run: Run) -> tuple:

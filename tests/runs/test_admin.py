@@ -12,8 +12,8 @@ from checkpoints.models import Artifact, Checkpoint, CheckpointState, ManifestEn
 from runs.metrics import metrics_ingest
 from mlflow_api.tracking.logged_models import logged_model_create
 from runs.models import DataStage, Project, Run
-from runs.sweeps.services import sweep_claim, sweep_create
 from runs.services import run_table_columns_save
+from sweeps.services import sweep_claim, sweep_create
 from tests.factories import CodeVersionFactory, DatasetVersionFactory, UserFactory
 
 # Every table; not views (MetricPoint unnests the registered MetricChunk's rows).

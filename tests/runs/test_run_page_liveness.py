@@ -7,7 +7,8 @@ from django.conf import settings
 from django.urls import reverse
 from django.utils import timezone
 
-from runs.models import ParameterChange, Run, Sweep, SweepTrial
+from runs.models import ParameterChange, Run
+from sweeps.models import Sweep, SweepTrial
 
 
 @pytest.fixture

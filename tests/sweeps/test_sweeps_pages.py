@@ -7,10 +7,11 @@ import re
 import pytest
 from django.urls import reverse
 
-from runs.models import RunStatus, Sweep, SweepTrial
+from runs.models import RunStatus
 from runs.services import run_set_status
-from runs.sweeps.services import sweep_claim, sweep_trial_retry
-from tests.runs.sweep_helpers import RANDOM, log_metric, make_sweep, start_program
+from sweeps.models import Sweep, SweepTrial
+from sweeps.services import sweep_claim, sweep_trial_retry
+from tests.sweeps.sweep_helpers import RANDOM, log_metric, make_sweep, start_program
 
 pytestmark = pytest.mark.django_db
 

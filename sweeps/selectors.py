@@ -10,7 +10,8 @@ import math
 from django.db.models import Count, OuterRef, Q, QuerySet, Subquery
 
 from mado.errors import NotFound
-from runs.models import MetricGoal, MetricSummary, Project, RunStatus, Sweep, SweepTrial, TrialState
+from runs.models import MetricSummary, Project, RunStatus
+from sweeps.models import MetricGoal, Sweep, SweepTrial, TrialState
 
 
 def _with_counts(sweeps: QuerySet[Sweep]) -> QuerySet[Sweep]:

@@ -11,7 +11,7 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
-from runs.models.core import Project, Run, VisibleQuerySet
+from runs.models import Project, Run, VisibleQuerySet
 
 
 class SweepMethod(models.TextChoices):
@@ -51,6 +51,7 @@ class Sweep(models.Model):
     objects = VisibleQuerySet.as_manager()
 
     class Meta:
+        db_table = "runs_sweep"  # the table the model had while it lived in the runs app (sweeps/0001)
         ordering = ["-created_at", "-id"]
         constraints = [
             models.CheckConstraint(condition=Q(method__in=SweepMethod.values), name="sweep_method_valid"),
@@ -91,7 +92,9 @@ class SweepTrial(models.Model):
     state = models.CharField(max_length=10, choices=TrialState.choices, default=TrialState.LEASED)
     requeue_count = models.PositiveIntegerField(default=0)
     retry_count = models.PositiveIntegerField(default=0)
-    earlier_runs = models.ManyToManyField(Run, blank=True, related_name="retried_sweep_trials")
+    earlier_runs = models.ManyToManyField(
+        Run, blank=True, related_name="retried_sweep_trials", db_table="runs_sweeptrial_earlier_runs"
+    )
     agent = models.CharField(max_length=200, blank=True)
     claimed_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
@@ -103,6 +106,7 @@ class SweepTrial(models.Model):
     objects = SweepTrialQuerySet.as_manager()
 
     class Meta:
+        db_table = "runs_sweeptrial"
         ordering = ["sweep", "number"]
         constraints = [
             models.UniqueConstraint(fields=["sweep", "number"], name="sweeptrial_unique_sweep_number"),

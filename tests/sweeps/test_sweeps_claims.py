@@ -10,12 +10,13 @@ from django.utils import timezone
 
 from checkpoints.models import Checkpoint, CheckpointState
 from mado.errors import Forbidden
-from runs.models import Run, RunStatus, SweepTrial, TrialState
+from runs.models import Run, RunStatus
 from runs.services import run_set_status
-from runs.sweeps.hooks import sweep_trial_run_ended, sweep_trial_run_started
-from runs.sweeps.services import sweep_claim, sweep_release_expired_leases, sweep_trial_report
-from runs.sweeps.suggest import suggest_parameters
-from tests.runs.sweep_helpers import RANDOM, log_metric, make_sweep, start_program
+from sweeps.hooks import sweep_trial_run_ended, sweep_trial_run_started
+from sweeps.models import SweepTrial, TrialState
+from sweeps.services import sweep_claim, sweep_release_expired_leases, sweep_trial_report
+from sweeps.suggest import suggest_parameters
+from tests.sweeps.sweep_helpers import RANDOM, log_metric, make_sweep, start_program
 
 pytestmark = pytest.mark.django_db
 
@@ -89,7 +90,7 @@ def test_bayes_learns_from_finished_trials_with_their_last_metric(project, membe
         run = start_program(actor=member, trial=trial)
         log_metric(actor=member, run=run, key="acc", values=[0.1, 0.2 * number])
         run_set_status(actor=member, run=run, status=RunStatus.FINISHED)
-    from runs.sweeps.selectors import sweep_finished_results
+    from sweeps.selectors import sweep_finished_results
 
     results = sweep_finished_results(sweep=sweep)
     assert sorted(value for _params, value in results) == pytest.approx([0.2, 0.4, 0.6])

@@ -4,8 +4,8 @@ field."""
 import pytest
 
 from mado.errors import ValidationFailed
-from runs.sweeps.config import grid_size, sweep_config_parse
-from tests.runs.sweep_helpers import GRID, RANDOM
+from sweeps.config import grid_size, sweep_config_parse
+from tests.sweeps.sweep_helpers import GRID, RANDOM
 
 YAML = """
 name: digits-lr

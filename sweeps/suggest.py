@@ -14,7 +14,7 @@ the same suggestion again, and successive trials differ.
 import itertools
 import math
 
-from runs.models import MetricGoal, Sweep, SweepMethod
+from sweeps.models import MetricGoal, Sweep, SweepMethod
 
 # A seed per (sweep, trial): the sweep id in the high bits, the trial number in the low ones.
 _SEED_STRIDE = 1_000_003

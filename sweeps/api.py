@@ -18,8 +18,9 @@ from rest_framework.viewsets import GenericViewSet
 
 from runs import selectors as run_selectors
 from mado.api import valid
-from runs.models import MetricGoal, RunStatus, SweepMethod, TrialState
-from runs.sweeps import selectors, services
+from runs.models import RunStatus
+from sweeps import selectors, services
+from sweeps.models import MetricGoal, SweepMethod, TrialState
 
 TAGS = ["sweeps"]
 _SWEEP_ID = OpenApiParameter("id", int, OpenApiParameter.PATH, description="sweep id")
@@ -98,7 +99,7 @@ class SweepCheckpointRefSerializer(serializers.Serializer):
 
 
 class SweepClaimedTrialOutputSerializer(serializers.Serializer):
-    """The trial of a ``runs.sweeps.services.SweepClaim`` with its Run's newest complete checkpoint."""
+    """The trial of a ``sweeps.services.SweepClaim`` with its Run's newest complete checkpoint."""
 
     number = serializers.IntegerField(source="trial.number")
     parameters = serializers.JSONField(source="trial.parameters")

@@ -28,7 +28,7 @@ import yaml
 from django.utils.translation import gettext as _
 
 from mado.errors import ValidationFailed
-from runs.models import MetricGoal, SweepMethod
+from sweeps.models import MetricGoal, SweepMethod
 
 DISTRIBUTIONS = ("uniform", "int_uniform", "log_uniform_values")
 # Keys of W&B configs that mado accepts but does not use (the project comes from the request).

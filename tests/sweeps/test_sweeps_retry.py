@@ -7,10 +7,11 @@ as history; a second retry (a double click, a CLI rerun) is refused with what th
 
 import pytest
 
-from runs.models import Run, RunStatus, SweepTrial, TrialState
+from runs.models import Run, RunStatus
 from runs.services import run_set_status
-from runs.sweeps.services import sweep_claim, sweep_trial_report, sweep_trial_retry
-from tests.runs.sweep_helpers import log_metric, make_sweep, start_program
+from sweeps.models import SweepTrial, TrialState
+from sweeps.services import sweep_claim, sweep_trial_report, sweep_trial_retry
+from tests.sweeps.sweep_helpers import log_metric, make_sweep, start_program
 
 pytestmark = pytest.mark.django_db
 

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 from django.utils.translation import gettext as _
 
-from runs.models import Sweep, SweepTrial
-from runs.sweeps.selectors import has_final_metric
+from sweeps.models import Sweep, SweepTrial
+from sweeps.selectors import has_final_metric
 
 KINDS = ("final", "best", "partial")
 

@@ -9,7 +9,7 @@ trial under the Sweep's row lock while trials < ``run_cap``; the database
 holds ``(sweep, number)`` unique. The trial's Run is created ``pending`` in
 the same transaction; the program attaches to it (or resumes it) with
 ``MMT_RUN_ID`` + ``MMT_RESUME=allow``, which tells the trial through
-``runs.sweeps.hooks``.
+``sweeps.hooks``.
 """
 
 from dataclasses import dataclass
@@ -23,10 +23,11 @@ from django.utils import timezone
 from mado import policy
 from mado.errors import Conflict
 from runs import services as run_services
-from runs.models import Project, Run, RunStatus, Sweep, SweepTrial, TrialState
-from runs.sweeps import selectors
-from runs.sweeps.config import sweep_config_parse
-from runs.sweeps.suggest import suggest_parameters
+from runs.models import Project, Run, RunStatus
+from sweeps import selectors
+from sweeps.config import sweep_config_parse
+from sweeps.models import Sweep, SweepTrial, TrialState
+from sweeps.suggest import suggest_parameters
 
 # Attempts at taking a queued trial: on SQLite the row lock is a no-op and the conditional UPDATE may lose.
 CLAIM_ATTEMPTS = 5
@@ -34,7 +35,7 @@ CLAIM_ATTEMPTS = 5
 
 @transaction.atomic
 def sweep_create(*, actor, project: Project, config) -> Sweep:
-    """Create a Sweep in ``project`` from ``config`` (YAML/JSON text or a dict; ``runs.sweeps.config``).
+    """Create a Sweep in ``project`` from ``config`` (YAML/JSON text or a dict; ``sweeps.config``).
     docs/design/sweeps.md#sweeps.
 
     Member or admin (``Forbidden`` otherwise). Raises ``ValidationFailed``

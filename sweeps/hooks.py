@@ -1,5 +1,5 @@
-"""What the Run lifecycle tells a Run's sweep trial (docs/design/sweeps.md#requeue). Called by runs services, in their
-transaction.
+"""What the Run lifecycle tells a Run's sweep trial (docs/design/sweeps.md#requeue). Called by the receivers of ``runs.hooks.run_started``
+and ``runs.hooks.run_ended`` (``sweeps.receivers``), inside the runs service's transaction.
 
 Both are one conditional UPDATE on the trial row of the Run (none when the
 Run is not a trial), so calling one twice for the same change is harmless.
@@ -7,7 +7,8 @@ Run is not a trial), so calling one twice for the same change is harmless.
 
 from django.db.models import F
 
-from runs.models import Run, RunStatus, SweepTrial, TrialState
+from runs.models import Run, RunStatus
+from sweeps.models import SweepTrial, TrialState
 
 
 def sweep_trial_run_started(*, run) -> None:

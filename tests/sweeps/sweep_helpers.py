@@ -2,7 +2,7 @@
 
 from runs.metrics import metrics_ingest
 from runs.resume import run_start
-from runs.sweeps.services import sweep_create
+from sweeps.services import sweep_create
 
 GRID = {
     "name": "digits",

@@ -4,9 +4,10 @@ docs/api.md)."""
 import pytest
 
 from checkpoints.models import Checkpoint, CheckpointState
-from runs.models import RunStatus, SweepTrial, TrialState
+from runs.models import RunStatus
 from runs.services import run_set_status
-from tests.runs.sweep_helpers import GRID, log_metric, make_sweep, start_program
+from sweeps.models import SweepTrial, TrialState
+from tests.sweeps.sweep_helpers import GRID, log_metric, make_sweep, start_program
 
 pytestmark = pytest.mark.django_db
 

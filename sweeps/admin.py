@@ -3,14 +3,14 @@ docs/design/interfaces.md#surfaces), registered by ``runs.admin``.
 
 Read-only: a Sweep is created through ``sweep_create`` (which checks the
 configuration) and a trial changes state only through claims, reports and
-the Run lifecycle (``runs.sweeps.services``, ``runs.sweeps.hooks``).
+the Run lifecycle (``sweeps.services``, ``sweeps.hooks``).
 """
 
 from django.contrib import admin
 
 from mado.admin import ReadOnlyAdmin
 
-from runs.models import Sweep, SweepTrial
+from sweeps.models import Sweep, SweepTrial
 
 
 @admin.register(Sweep)

@@ -15,9 +15,9 @@ from django.views.decorators.http import require_GET, require_http_methods
 from mado import policy
 from mado.errors import ValidationFailed
 from runs import selectors as run_selectors
-from runs.sweeps import charts, selectors, services
-from runs.sweeps.forms import SweepCreateForm
 from runs.views import page
+from sweeps import charts, selectors, services
+from sweeps.forms import SweepCreateForm
 
 
 @page
@@ -30,7 +30,7 @@ def sweep_list(request, slug):
         "sweeps": selectors.sweep_list(user=request.user, project=project),
         "create_refusal": policy.why_not(request.user, project, policy.MEMBER),
     }
-    return render(request, "runs/sweeps/sweep_list.html", context)
+    return render(request, "sweeps/sweep_list.html", context)
 
 
 @page
@@ -56,7 +56,7 @@ def sweep_create(request, slug):
                 "id": sweep.pk})
             return redirect("runs:sweep-detail", pk=sweep.pk)
     context = {"project": project, "form": form, "refusal": refusal}
-    return render(request, "runs/sweeps/sweep_create.html", context, status=status)
+    return render(request, "sweeps/sweep_create.html", context, status=status)
 
 
 @page
@@ -79,4 +79,4 @@ def sweep_detail(request, pk):
         "scatter_data": charts.scatter_data(sweep=sweep, scatters=scatters),
         "retryable": sorted(services.RETRYABLE),
     }
-    return render(request, "runs/sweeps/sweep_detail.html", context)
+    return render(request, "sweeps/sweep_detail.html", context)
