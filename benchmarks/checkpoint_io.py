@@ -201,7 +201,8 @@ class CpuMeter:
                 server = [(now - then) / gib for now, then in zip(cpu_seconds(meter._server), self.server)]
                 meter.lines.append(
                     f"CPU of {name}: SDK {sum(sdk):.2f} s/GiB (system {sdk[1]:.2f}), server {sum(server):.2f} s/GiB "
-                    f"(system {server[1]:.2f}), together {sum(sdk) + sum(server):.2f} s/GiB")
+                    f"(system {server[1]:.2f}), together {sum(sdk) + sum(server):.2f} s/GiB"
+                )
 
         return _Phase()
 
@@ -225,8 +226,12 @@ def main() -> None:
     parser.add_argument("--files", type=int, default=8, help="number of files (default 8)")
     parser.add_argument("--workers", type=int, default=2, help="gunicorn workers (default 2)")
     parser.add_argument("--workdir", default=None, help="where the files and the server's data go (default: $TMPDIR)")
-    parser.add_argument("--save-repeats", type=int, default=5,
-                        help="saves of the checkpoint, each at its own step (default 5); the figure is their median")
+    parser.add_argument(
+        "--save-repeats",
+        type=int,
+        default=5,
+        help="saves of the checkpoint, each at its own step (default 5); the figure is their median",
+    )
     parser.add_argument("--stall-repeats", type=int, default=5, help="repeats of the stall figures (default 5)")
     args = parser.parse_args()
     if args.save_repeats < 1:
@@ -240,9 +245,22 @@ def main() -> None:
         port = free_port()
         url = f"http://127.0.0.1:{port}"
         server = subprocess.Popen(
-            [sys.executable, "-m", "gunicorn", "config.wsgi:application", "--bind", f"127.0.0.1:{port}",
-             "--workers", str(args.workers), "--timeout", "600", "--log-level", "warning"],
-            env=env, cwd=ROOT,
+            [
+                sys.executable,
+                "-m",
+                "gunicorn",
+                "config.wsgi:application",
+                "--bind",
+                f"127.0.0.1:{port}",
+                "--workers",
+                str(args.workers),
+                "--timeout",
+                "600",
+                "--log-level",
+                "warning",
+            ],
+            env=env,
+            cwd=ROOT,
         )
         try:
             wait_for_server(url)
@@ -293,23 +311,35 @@ def run_benchmark(url: str, token: str, work: Path, args, server_pid: int) -> No
     server_peak = peak_rss_mib(server_pids(server_pid))
 
     rate = lambda seconds: total / seconds / 1e6  # noqa: E731
-    print(f"checkpoint: {args.files} files, {total / MIB:,.0f} MiB ({total / 1e6:,.0f} MB); tar {saved.tar_size:,} bytes")
+    print(
+        f"checkpoint: {args.files} files, {total / MIB:,.0f} MiB ({total / 1e6:,.0f} MB); tar {saved.tar_size:,} bytes"
+    )
     print(f"work directory: {work}")
     print(f"hashlib SHA-256 single pass (1 MiB reads): {rate(hash_s):,.0f} MB/s ({hash_s:.2f} s)")
     print(f"plain copy of the files there (1 MiB reads + writes): {rate(copy_s):,.0f} MB/s ({copy_s:.2f} s)")
-    print(f"durable write of the same bytes (the server's storage: on disk and fsynced before it returns; nothing "
-          f"hashed or sent): {rate(durable_s):,.0f} MB/s ({durable_s:.2f} s) = {hash_s / durable_s:.0%} of the "
-          f"single-pass rate: no save can be faster here")
-    print(f"SDK side alone (tar stream + each file's SHA-256, nothing sent): {rate(client_s):,.0f} MB/s "
-          f"({client_s:.2f} s) = {hash_s / client_s:.0%} of the single-pass rate")
-    print(f"save (log_checkpoint: tar + file SHA-256 + upload + server check with file and tar SHA-256 + complete), "
-          f"median of {len(saves)}: {rate(save_s):,.0f} MB/s ({save_s:.2f} s) = {hash_s / save_s:.0%} of the "
-          f"single-pass rate (all {', '.join(f'{hash_s / s:.0%}' for s in saves)})")
-    print(f"download (download_checkpoint: stream to file + SHA-256 check): {rate(download_s):,.0f} MB/s "
-          f"({download_s:.2f} s)")
+    print(
+        f"durable write of the same bytes (the server's storage: on disk and fsynced before it returns; nothing "
+        f"hashed or sent): {rate(durable_s):,.0f} MB/s ({durable_s:.2f} s) = {hash_s / durable_s:.0%} of the "
+        f"single-pass rate: no save can be faster here"
+    )
+    print(
+        f"SDK side alone (tar stream + each file's SHA-256, nothing sent): {rate(client_s):,.0f} MB/s "
+        f"({client_s:.2f} s) = {hash_s / client_s:.0%} of the single-pass rate"
+    )
+    print(
+        f"save (log_checkpoint: tar + file SHA-256 + upload + server check with file and tar SHA-256 + complete), "
+        f"median of {len(saves)}: {rate(save_s):,.0f} MB/s ({save_s:.2f} s) = {hash_s / save_s:.0%} of the "
+        f"single-pass rate (all {', '.join(f'{hash_s / s:.0%}' for s in saves)})"
+    )
+    print(
+        f"download (download_checkpoint: stream to file + SHA-256 check): {rate(download_s):,.0f} MB/s "
+        f"({download_s:.2f} s)"
+    )
     where = "around the call, VmHWM reset before" if reset else "lifetime VmHWM: clear_refs unavailable"
-    print(f"SDK peak RSS ({where}): save {save_peak:.0f} MiB (before {before_save:.0f} MiB), "
-          f"download {download_peak:.0f} MiB; after writing the files {generated_peak:.0f} MiB")
+    print(
+        f"SDK peak RSS ({where}): save {save_peak:.0f} MiB (before {before_save:.0f} MiB), "
+        f"download {download_peak:.0f} MiB; after writing the files {generated_peak:.0f} MiB"
+    )
     print(f"server peak RSS (largest gunicorn process, VmHWM): {server_peak:.0f} MiB")
     (work / "downloaded.tar").unlink()
     with cpu("restore (mado agent)"):
@@ -336,10 +366,12 @@ def measure_restore(url: str, token: str, work: Path, checkpoint_id: int, total:
     peak = own_peak_rss_mib()
     client.close()
     written = sum(p.stat().st_size for p in (target / "checkpoint").rglob("*") if p.is_file())
-    print(f"restore (download + verify + extract in one pass, the tar never stored): "
-          f"{total / restore_s / 1e6:,.0f} MB/s ({restore_s:.2f} s) = {hash_s / restore_s:.0%} of the single-pass "
-          f"rate; {written:,} bytes of files written; SDK peak RSS {peak:.0f} MiB (before {before:.0f} MiB"
-          f"{'' if reset else ', lifetime VmHWM'})")
+    print(
+        f"restore (download + verify + extract in one pass, the tar never stored): "
+        f"{total / restore_s / 1e6:,.0f} MB/s ({restore_s:.2f} s) = {hash_s / restore_s:.0%} of the single-pass "
+        f"rate; {written:,} bytes of files written; SDK peak RSS {peak:.0f} MiB (before {before:.0f} MiB"
+        f"{'' if reset else ', lifetime VmHWM'})"
+    )
 
 
 def big_model(size_mib: int):
@@ -363,8 +395,10 @@ def measure_stall(url: str, token: str, work: Path, args) -> None:
     from mado_tracking.torch import save_checkpoint
 
     model = big_model(args.size_mib)
-    writers = {"save_checkpoint": lambda path, step: save_checkpoint(path, model=model, step=step),
-               "torch.save": lambda path, step: torch.save(model.state_dict(), _fresh(path) / "model.pt")}
+    writers = {
+        "save_checkpoint": lambda path, step: save_checkpoint(path, model=model, step=step),
+        "torch.save": lambda path, step: torch.save(model.state_dict(), _fresh(path) / "model.pt"),
+    }
     times = {name: [] for name in ("plain", *writers, *(f"{name} call" for name in writers), "upload")}
     run = mado_tracking.start_run(project="bench", name="checkpoint-stall", api_url=url, api_token=token)
     step = 0
@@ -387,24 +421,30 @@ def measure_stall(url: str, token: str, work: Path, args) -> None:
         times["plain"].append(time.perf_counter() - started)
     run.finish()
     listed = {name: ", ".join(f"{value:.2f}" for value in values) for name, values in times.items()}
-    print(f"plain torch.save of the {args.size_mib} MiB state dict to local disk: median "
-          f"{statistics.median(times['plain']):.2f} s (all {listed['plain']})")
+    print(
+        f"plain torch.save of the {args.size_mib} MiB state dict to local disk: median "
+        f"{statistics.median(times['plain']):.2f} s (all {listed['plain']})"
+    )
     for name in writers:
         # Each repeat times the three saves back to back: their ratio is steadier than ratios of medians
         # on a machine that others load; the best of each is the least disturbed figure.
         ratios = [mine / plain for mine, plain in zip(times[name], times["plain"])]
-        print(f"stall of {name} + log_checkpoint(wait=False): median {statistics.median(times[name]):.2f} s "
-              f"(all {listed[name]}); best {min(times[name]):.2f} s = {min(times[name]) / min(times['plain']):.2f}x "
-              f"the best plain torch.save; median ratio to the plain torch.save of the same repeat "
-              f"{statistics.median(ratios):.2f}x (all {', '.join(f'{ratio:.2f}' for ratio in ratios)}); "
-              f"of which log_checkpoint(wait=False) itself: {listed[f'{name} call']} s")
+        print(
+            f"stall of {name} + log_checkpoint(wait=False): median {statistics.median(times[name]):.2f} s "
+            f"(all {listed[name]}); best {min(times[name]):.2f} s = {min(times[name]) / min(times['plain']):.2f}x "
+            f"the best plain torch.save; median ratio to the plain torch.save of the same repeat "
+            f"{statistics.median(ratios):.2f}x (all {', '.join(f'{ratio:.2f}' for ratio in ratios)}); "
+            f"of which log_checkpoint(wait=False) itself: {listed[f'{name} call']} s"
+        )
     print(f"the background uploads then ran {listed['upload']} s after the call returned")
+
 
 def _fresh(directory: Path) -> Path:
     directory.mkdir(exist_ok=True)
     for path in directory.iterdir():
         path.unlink()
     return directory
+
 
 if __name__ == "__main__":
     main()

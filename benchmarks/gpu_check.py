@@ -37,8 +37,21 @@ STEPS, EVERY = 40, 10
 def torchrun(nproc: int, script: Path, *args: str, env: dict) -> float:
     """Run ``script`` under ``torchrun --standalone --nproc-per-node nproc``; seconds it took (raises on failure)."""
     started = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc),
-                    str(script), *args], env=env, cwd=ROOT, check=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node",
+            str(nproc),
+            str(script),
+            *args,
+        ],
+        env=env,
+        cwd=ROOT,
+        check=True,
+    )
     return time.perf_counter() - started
 
 
@@ -49,8 +62,11 @@ def complete_checkpoints(url: str, token: str) -> list[str]:
     runs = requests.get(f"{url}/api/v1/runs/", params={"project": "bench"}, headers=headers, timeout=30).json()
     for run in runs["results"]:
         page = requests.get(f"{url}/api/v1/runs/{run['id']}/checkpoints/", headers=headers, timeout=30).json()
-        found += [f"step {c['step']} (world size {c.get('world_size', '?')}, {c.get('tar_size')} bytes)"
-                  for c in page["results"] if c.get("state") == "complete"]
+        found += [
+            f"step {c['step']} (world size {c.get('world_size', '?')}, {c.get('tar_size')} bytes)"
+            for c in page["results"]
+            if c.get("state") == "complete"
+        ]
     return found
 
 
@@ -70,15 +86,32 @@ def main() -> None:
         try:
             code_env = {**env, "MMT_API_URL": url, "MMT_API_TOKEN": token, "MMT_PROJECT": "bench"}
             print(f"== examples/ddp_training.py, {args.nproc_per_node} processes, {STEPS} steps", flush=True)
-            seconds = torchrun(args.nproc_per_node, ROOT / "examples" / "ddp_training.py", "--steps", str(STEPS),
-                               "--checkpoint-every", str(EVERY), "--output", str(work / "weights.json"), env=code_env)
+            seconds = torchrun(
+                args.nproc_per_node,
+                ROOT / "examples" / "ddp_training.py",
+                "--steps",
+                str(STEPS),
+                "--checkpoint-every",
+                str(EVERY),
+                "--output",
+                str(work / "weights.json"),
+                env=code_env,
+            )
             listed = complete_checkpoints(url, token)
             print(f"ddp_training: finished in {seconds:.1f} s; complete checkpoints: {', '.join(listed) or 'none'}")
             if not listed:
                 raise SystemExit("gpu_check: the example logged no complete checkpoint")
             print(f"== checkpoint save and restore rates, {args.size_mib} MiB per rank", flush=True)
-            torchrun(args.nproc_per_node, ROOT / "benchmarks" / "gpu_checkpoint_rates.py", "--size-mib",
-                     str(args.size_mib), "--workdir", str(work), *(["--cpu"] if args.cpu else []), env=code_env)
+            torchrun(
+                args.nproc_per_node,
+                ROOT / "benchmarks" / "gpu_checkpoint_rates.py",
+                "--size-mib",
+                str(args.size_mib),
+                "--workdir",
+                str(work),
+                *(["--cpu"] if args.cpu else []),
+                env=code_env,
+            )
         finally:
             server.terminate()
             server.wait(timeout=30)

@@ -28,7 +28,6 @@ Prints MB/s (10^6 bytes per second of the total checkpoint size) for each.
 """
 
 import argparse
-import hashlib
 import os
 import sys
 import tempfile
@@ -38,6 +37,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
+
 from mado_tracking.extractdir import remove_tree
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -128,8 +128,10 @@ def main() -> None:
         work.mkdir(parents=True)
     torch.manual_seed(rank)
     # Keys differ per rank, so every rank writes its own shard (DCP saves a replicated key once).
-    state = {f"rank{rank}.{name}": tensor.detach().to(device)
-             for name, tensor in big_model(args.size_mib).state_dict().items()}
+    state = {
+        f"rank{rank}.{name}": tensor.detach().to(device)
+        for name, tensor in big_model(args.size_mib).state_dict().items()
+    }
     total = sum(t.numel() * t.element_size() for t in state.values()) * world
     try:
         figures = {"save": timed(lambda: dcp.save(state, checkpoint_id=str(work / "saved")))}
@@ -137,7 +139,8 @@ def main() -> None:
             figures["hash"] = _seconds(lambda: sha256_single_pass(work / "saved"))
             stored = store_as_tar(work / "saved", work / "checkpoint.tar")
             figures["restore"] = _seconds(
-                lambda: restore_like_the_worker(work / "checkpoint.tar", stored, work / "restored"))
+                lambda: restore_like_the_worker(work / "checkpoint.tar", stored, work / "restored")
+            )
         figures["load"], identical = load_back(state, work / "restored", device)
         if os.environ.get("MMT_API_URL"):
             figures.update(through_mado(state, work, rank))

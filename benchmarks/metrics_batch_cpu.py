@@ -54,9 +54,13 @@ def main() -> None:
     args = parser.parse_args()
 
     recreate_postgres_database(args.database_url)
-    os.environ.update(MADO_DATABASE_URL=args.database_url, MADO_DATA_DIR=tempfile.mkdtemp(prefix="mado-cpu-"),
-                      MADO_SECRET_KEY=secrets.token_urlsafe(50), DJANGO_SETTINGS_MODULE="config.settings",
-                      MADO_ALLOWED_HOSTS="testserver")
+    os.environ.update(
+        MADO_DATABASE_URL=args.database_url,
+        MADO_DATA_DIR=tempfile.mkdtemp(prefix="mado-cpu-"),
+        MADO_SECRET_KEY=secrets.token_urlsafe(50),
+        DJANGO_SETTINGS_MODULE="config.settings",
+        MADO_ALLOWED_HOSTS="testserver",
+    )
     import django
 
     django.setup()
@@ -81,8 +85,11 @@ def main() -> None:
 
     def body(batch: int) -> bytes:
         now, base = time.time(), batch * args.size // 2
-        points = [point for step in range(base, base + args.size // 2)
-                  for point in metric_points({"a": 1.0 / (step + 1), "b": float(step)}, step, now)]
+        points = [
+            point
+            for step in range(base, base + args.size // 2)
+            for point in metric_points({"a": 1.0 / (step + 1), "b": float(step)}, step, now)
+        ]
         return batch_body(points)
 
     started = time.process_time()
@@ -109,9 +116,11 @@ def main() -> None:
         profiler.disable()
     web, db = time.process_time() - web, backend_cpu_s(backend) - db
     print(f"load after: {load()}")
-    print(f"per {args.size:,}-point batch ({args.batches} batches, PostgreSQL): SDK side {encode_ms:.1f} ms CPU; "
-          f"web request {web / args.batches * 1e3:.1f} ms CPU{' (profiled)' if profiler else ''}; "
-          f"PostgreSQL backend {db / args.batches * 1e3:.1f} ms CPU")
+    print(
+        f"per {args.size:,}-point batch ({args.batches} batches, PostgreSQL): SDK side {encode_ms:.1f} ms CPU; "
+        f"web request {web / args.batches * 1e3:.1f} ms CPU{' (profiled)' if profiler else ''}; "
+        f"PostgreSQL backend {db / args.batches * 1e3:.1f} ms CPU"
+    )
     if profiler:
         pstats.Stats(profiler).sort_stats("tottime").print_stats(25)
 

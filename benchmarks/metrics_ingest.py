@@ -71,7 +71,9 @@ def prepare(env: dict) -> str:
         "u=get_user_model().objects.create_user('bench');project_create(user=u, name='Bench', slug='bench');"
         "print(Token.objects.create(user=u).key)"
     )
-    out = subprocess.run([*manage, "shell", "-c", script], env=env, check=True, cwd=ROOT, capture_output=True, text=True)
+    out = subprocess.run(
+        [*manage, "shell", "-c", script], env=env, check=True, cwd=ROOT, capture_output=True, text=True
+    )
     return out.stdout.strip().splitlines()[-1]
 
 
@@ -98,18 +100,31 @@ def main() -> None:
     parser.add_argument("--database-url", help="PostgreSQL URL (the database is dropped and recreated); default SQLite")
     parser.add_argument("--points", type=int, default=200_000, help="points per writer")
     parser.add_argument("--writers", type=int, default=1, help="processes logging at once, one Run each")
-    parser.add_argument("--rate", type=float, default=0,
-                        help="points/s each writer offers (0: as fast as it can); a training job logs at a pace, and "
-                             "writers that never pause keep a POST in flight each, so POST latency = writers / POSTs/s")
+    parser.add_argument(
+        "--rate",
+        type=float,
+        default=0,
+        help="points/s each writer offers (0: as fast as it can); a training job logs at a pace, and "
+        "writers that never pause keep a POST in flight each, so POST latency = writers / POSTs/s",
+    )
     parser.add_argument("--workers", type=int, default=2, help="gunicorn worker processes")
     parser.add_argument("--threads", type=int, default=4, help="threads per gunicorn worker (gthread)")
-    parser.add_argument("--ingest-workers", type=int, default=0,
-                        help="a separate ingest pool of this many workers takes the writers' requests, as the proxy "
-                             "of docs/deploy.md routes metrics POSTs (0: one pool serves everything)")
-    parser.add_argument("--ingest-threads", type=int, default=None,
-                        help="threads per worker of the ingest pool (default: --threads)")
-    parser.add_argument("--ingest-nice", type=int, default=0,
-                        help="run the ingest pool under nice -n N, as docs/deploy.md does, so reads win the CPU")
+    parser.add_argument(
+        "--ingest-workers",
+        type=int,
+        default=0,
+        help="a separate ingest pool of this many workers takes the writers' requests, as the proxy "
+        "of docs/deploy.md routes metrics POSTs (0: one pool serves everything)",
+    )
+    parser.add_argument(
+        "--ingest-threads", type=int, default=None, help="threads per worker of the ingest pool (default: --threads)"
+    )
+    parser.add_argument(
+        "--ingest-nice",
+        type=int,
+        default=0,
+        help="run the ingest pool under nice -n N, as docs/deploy.md does, so reads win the CPU",
+    )
     args = parser.parse_args()
 
     data_dir = tempfile.mkdtemp(prefix="mado-bench-")
@@ -122,8 +137,11 @@ def main() -> None:
     ingest = None
     try:
         ingest_threads = args.ingest_threads or args.threads
-        ingest_url, ingest = (serve(env, args.ingest_workers, ingest_threads, nice=args.ingest_nice)
-                              if args.ingest_workers else (url, None))
+        ingest_url, ingest = (
+            serve(env, args.ingest_workers, ingest_threads, nice=args.ingest_nice)
+            if args.ingest_workers
+            else (url, None)
+        )
         pools = f"gthread {args.workers} workers x {args.threads} threads"
         if ingest:
             pools += f" + ingest pool {args.ingest_workers} x {ingest_threads} (nice {args.ingest_nice})"
@@ -143,9 +161,25 @@ def serve(env: dict, workers: int, threads: int, nice: int = 0) -> tuple[str, su
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     server = subprocess.Popen(
-        [*(["nice", "-n", str(nice)] if nice else []), sys.executable, "-m", "gunicorn", "config.wsgi:application", "--bind", f"127.0.0.1:{port}",
-         "--workers", str(workers), "--threads", str(threads), "--worker-class", "gthread", "--log-level", "warning"],
-        env=env, cwd=ROOT,
+        [
+            *(["nice", "-n", str(nice)] if nice else []),
+            sys.executable,
+            "-m",
+            "gunicorn",
+            "config.wsgi:application",
+            "--bind",
+            f"127.0.0.1:{port}",
+            "--workers",
+            str(workers),
+            "--threads",
+            str(threads),
+            "--worker-class",
+            "gthread",
+            "--log-level",
+            "warning",
+        ],
+        env=env,
+        cwd=ROOT,
     )
     wait_for_server(url)
     return url, server
@@ -168,7 +202,9 @@ def load() -> str:
     started = time.perf_counter()
     hashlib.sha256(data).digest()
     rate = 64 / (time.perf_counter() - started)
-    return " ".join(f"{figure:.2f}" for figure in os.getloadavg()) + f" ({os.cpu_count()} CPUs); sha256 {rate:.0f} MiB/s"
+    return (
+        " ".join(f"{figure:.2f}" for figure in os.getloadavg()) + f" ({os.cpu_count()} CPUs); sha256 {rate:.0f} MiB/s"
+    )
 
 
 def cpu_ticks() -> list[int]:
@@ -182,20 +218,34 @@ def cpu_share(before: list[int], after: list[int]) -> str:
     user, nice, system, idle, iowait, irq, softirq, steal = (b - a for a, b in zip(before, after))
     total = max(user + nice + system + idle + iowait + irq + softirq + steal, 1)
     busy = user + nice + system + irq + softirq
-    return f"busy {100 * busy / total:.0f} % (nice'd {100 * nice / total:.0f} %), idle {100 * (idle + iowait) / total:.0f} %, " \
-           f"steal {100 * steal / total:.0f} % of {os.cpu_count()} CPUs"
+    return (
+        f"busy {100 * busy / total:.0f} % (nice'd {100 * nice / total:.0f} %), idle {100 * (idle + iowait) / total:.0f} %, "
+        f"steal {100 * steal / total:.0f} % of {os.cpu_count()} CPUs"
+    )
 
 
 def quantiles(samples: list[float]) -> str:
     ordered = sorted(samples)
     if not ordered:
         return "none"
-    return (f"p50 {ordered[len(ordered) // 2] * 1e3:.1f} ms, p99 {ordered[int(len(ordered) * 0.99)] * 1e3:.1f} ms, "
-            f"max {ordered[-1] * 1e3:.1f} ms ({len(ordered)} requests)")
+    return (
+        f"p50 {ordered[len(ordered) // 2] * 1e3:.1f} ms, p99 {ordered[int(len(ordered) * 0.99)] * 1e3:.1f} ms, "
+        f"max {ordered[-1] * 1e3:.1f} ms ({len(ordered)} requests)"
+    )
 
 
-def writer(url: str, ingest_url: str, token: str, points: int, rate: float, name: str, offset: float,
-           start: multiprocessing.Event, out, done: multiprocessing.Event) -> None:
+def writer(
+    url: str,
+    ingest_url: str,
+    token: str,
+    points: int,
+    rate: float,
+    name: str,
+    offset: float,
+    start: multiprocessing.Event,
+    out,
+    done: multiprocessing.Event,
+) -> None:
     """One training process: log ``points`` points through the SDK at ``rate`` points/s (0: no pause); report
     timings, POST latencies, the Run id. A paced writer starts ``offset`` seconds after the others are told to.
     It exits once ``done`` is set (every writer has reported): twenty exits (interpreter teardown, the SDK's
@@ -242,8 +292,15 @@ def writer(url: str, ingest_url: str, token: str, points: int, rate: float, name
             if ahead > 0:
                 time.sleep(ahead)
     run.finish()
-    out.put({"run": run.id, "started": started, "flushed": time.perf_counter(), "posts": posts,
-             "calls": latencies[:: max(len(latencies) // 10_000, 1)]})
+    out.put(
+        {
+            "run": run.id,
+            "started": started,
+            "flushed": time.perf_counter(),
+            "posts": posts,
+            "calls": latencies[:: max(len(latencies) // 10_000, 1)],
+        }
+    )
     done.wait()
 
 
@@ -267,9 +324,12 @@ def run_benchmark(url: str, ingest_url: str, token: str, points: int, writers: i
     watched.finish()
     context = multiprocessing.get_context("spawn")
     start, out, done = context.Event(), context.Queue(), context.Event()
-    procs = [context.Process(target=writer, args=(url, ingest_url, token, points, rate, f"w{n}", n / writers, start, out,
-                                                      done))
-             for n in range(writers)]
+    procs = [
+        context.Process(
+            target=writer, args=(url, ingest_url, token, points, rate, f"w{n}", n / writers, start, out, done)
+        )
+        for n in range(writers)
+    ]
     for proc in procs:
         proc.start()
     time.sleep(3 + writers * 0.3)  # every writer has created its Run
@@ -291,22 +351,28 @@ def run_benchmark(url: str, ingest_url: str, token: str, points: int, writers: i
     print(f"load after: {load()}")
     print(f"machine CPU while the writers logged: {machine}")
     offered = f"{rate * writers:,.0f} points/s offered" if rate else "writers never pause"
-    print(f"ingestion ({offered}): {writers} writer(s) x {points // 2 * 2:,} points = {total:,} points "
-          f"in {ended - began:.2f} s: {total / (ended - began):,.0f} points/s")
+    print(
+        f"ingestion ({offered}): {writers} writer(s) x {points // 2 * 2:,} points = {total:,} points "
+        f"in {ended - began:.2f} s: {total / (ended - began):,.0f} points/s"
+    )
     posts = [p for r in results for p in r["posts"]]
-    print(f"metrics POST (the SDK's batches, {total / max(len(posts), 1):,.0f} points each on average): "
-          f"{quantiles(posts)}")
+    print(
+        f"metrics POST (the SDK's batches, {total / max(len(posts), 1):,.0f} points each on average): "
+        f"{quantiles(posts)}"
+    )
     print(f"concurrent API read (keys + 1,000-point page): {quantiles(reads)}")
-    print(f"log_metrics call: p50 {calls[len(calls) // 2] * 1e6:.1f} us, "
-          f"p99 {calls[int(len(calls) * 0.99)] * 1e6:.1f} us")
+    print(
+        f"log_metrics call: p50 {calls[len(calls) // 2] * 1e6:.1f} us, p99 {calls[int(len(calls) * 0.99)] * 1e6:.1f} us"
+    )
 
     session = requests.Session()
     session.headers["Authorization"] = f"Bearer {token}"
     full = []
     for _ in range(3):
         t0 = time.perf_counter()
-        response = session.get(f"{url}/api/v1/runs/{results[0]['run']}/metrics/",
-                               params={"key": "a", "page_size": points // 2})
+        response = session.get(
+            f"{url}/api/v1/runs/{results[0]['run']}/metrics/", params={"key": "a", "page_size": points // 2}
+        )
         full.append(time.perf_counter() - t0)
         assert response.status_code == 200 and len(response.json()["results"]) == points // 2
     print(f"history read of {points // 2:,} points: median {statistics.median(full):.3f} s, best {min(full):.3f} s")

@@ -54,6 +54,7 @@ def free_port() -> int:
 
 # --- server memory sampling -------------------------------------------------
 
+
 def tree_pids(root: int) -> list[int]:
     out = subprocess.run(["ps", "-eo", "pid=,ppid="], capture_output=True, text=True).stdout
     children: dict[int, list[int]] = {}
@@ -115,6 +116,7 @@ class RssSampler(threading.Thread):
 
 # --- client (runs in its own subprocess) ------------------------------------
 
+
 def client_main(points: int, folder: str) -> None:
     import mlflow
     from mlflow import MlflowClient
@@ -133,8 +135,11 @@ def client_main(points: int, folder: str) -> None:
     step = 0
     while sent < points:
         ts = int(time.time() * 1000)
-        batch = [Metric(k, 1.0 / (step + s + 1) + j, ts, step + s)
-                 for s in range(steps_per_batch) for j, k in enumerate(keys)][: points - sent]
+        batch = [
+            Metric(k, 1.0 / (step + s + 1) + j, ts, step + s)
+            for s in range(steps_per_batch)
+            for j, k in enumerate(keys)
+        ][: points - sent]
         client.log_batch(run_id, metrics=batch)
         sent += len(batch)
         step += steps_per_batch
@@ -152,7 +157,10 @@ def client_main(points: int, folder: str) -> None:
 def run_client(env: dict, points: int, folder: Path, sampler: RssSampler) -> dict:
     proc = subprocess.Popen(
         [sys.executable, __file__, "--client", "--points", str(points), "--folder", str(folder)],
-        env=env, cwd=ROOT, stdout=subprocess.PIPE, text=True,
+        env=env,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
     )
     result = None
     for line in proc.stdout:
@@ -160,7 +168,7 @@ def run_client(env: dict, points: int, folder: Path, sampler: RssSampler) -> dic
             phase = line.split()[1]
             sampler.set_phase(None if phase == "none" else phase)
         elif line.startswith("RESULT "):
-            result = json.loads(line[len("RESULT "):])
+            result = json.loads(line[len("RESULT ") :])
         else:
             print("  client:", line.rstrip())
     proc.wait()
@@ -204,6 +212,7 @@ def stop(proc: subprocess.Popen) -> None:
 
 # --- servers ------------------------------------------------------------------
 
+
 def bench_mado(args, folder: Path, tmp: Path) -> dict:
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from metrics_ingest import prepare
@@ -215,14 +224,27 @@ def bench_mado(args, folder: Path, tmp: Path) -> dict:
     token = prepare(env)
     port = free_port()
     server = subprocess.Popen(
-        [sys.executable, "-m", "gunicorn", "config.wsgi:application", "--bind", f"127.0.0.1:{port}",
-         "--workers", str(args.workers), "--log-level", "warning"],
-        env=env, cwd=ROOT, start_new_session=True,
+        [
+            sys.executable,
+            "-m",
+            "gunicorn",
+            "config.wsgi:application",
+            "--bind",
+            f"127.0.0.1:{port}",
+            "--workers",
+            str(args.workers),
+            "--log-level",
+            "warning",
+        ],
+        env=env,
+        cwd=ROOT,
+        start_new_session=True,
     )
     try:
         wait_http(f"http://127.0.0.1:{port}/accounts/login/", server, 60)
-        return measure(server, clean_env(MLFLOW_TRACKING_URI=f"http://127.0.0.1:{port}",
-                                         MLFLOW_TRACKING_TOKEN=token), args, folder)
+        return measure(
+            server, clean_env(MLFLOW_TRACKING_URI=f"http://127.0.0.1:{port}", MLFLOW_TRACKING_TOKEN=token), args, folder
+        )
     finally:
         stop(server)
 
@@ -230,8 +252,11 @@ def bench_mado(args, folder: Path, tmp: Path) -> dict:
 def ensure_mlflow_venv() -> Path:
     mlflow_bin = MLFLOW_VENV / "bin" / "mlflow"
     python = MLFLOW_VENV / "bin" / "python"
-    if not (python.exists() and subprocess.run([str(python), "-c", "import mlflow.server, flask, alembic"],
-                                               capture_output=True).returncode == 0):
+    if not (
+        python.exists()
+        and subprocess.run([str(python), "-c", "import mlflow.server, flask, alembic"], capture_output=True).returncode
+        == 0
+    ):
         print(f"creating {MLFLOW_VENV} with mlflow>=3,<4 (once) ...", flush=True)
         subprocess.run([sys.executable, "-m", "venv", str(MLFLOW_VENV)], check=True)
         subprocess.run([str(MLFLOW_VENV / "bin" / "pip"), "install", "-q", "mlflow>=3,<4"], check=True)
@@ -240,16 +265,34 @@ def ensure_mlflow_venv() -> Path:
 
 def bench_mlflow(args, folder: Path, tmp: Path) -> dict:
     mlflow_bin = ensure_mlflow_venv()
-    version = subprocess.run([str(MLFLOW_VENV / "bin" / "python"), "-c", "import mlflow; print(mlflow.__version__)"],
-                             capture_output=True, text=True).stdout.strip()
+    version = subprocess.run(
+        [str(MLFLOW_VENV / "bin" / "python"), "-c", "import mlflow; print(mlflow.__version__)"],
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
     print(f"mlflow server version: {version}")
     port = free_port()
     server = subprocess.Popen(
-        [str(mlflow_bin), "server", "--backend-store-uri", f"sqlite:///{tmp}/mlflow.db",
-         "--artifacts-destination", str(tmp / "artifacts"), "--serve-artifacts",
-         "--host", "127.0.0.1", "--port", str(port), "--workers", str(args.workers)],
-        env=clean_env(), cwd=tmp, start_new_session=True,
-        stdout=subprocess.DEVNULL, stderr=open(tmp / "mlflow-server.log", "w"),
+        [
+            str(mlflow_bin),
+            "server",
+            "--backend-store-uri",
+            f"sqlite:///{tmp}/mlflow.db",
+            "--artifacts-destination",
+            str(tmp / "artifacts"),
+            "--serve-artifacts",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--workers",
+            str(args.workers),
+        ],
+        env=clean_env(),
+        cwd=tmp,
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=open(tmp / "mlflow-server.log", "w"),
     )
     try:
         wait_http(f"http://127.0.0.1:{port}/health", server, 180)
@@ -291,10 +334,11 @@ def report(name: str, r: dict, total_bytes: int) -> dict:
     pps = r["points"] / r["metrics_s"]
     mbs = total_bytes / 1e6 / r["artifacts_s"]
     print(f"{name}:")
-    print(f"  log_batch:     {r['points']:,} points in {r['metrics_s']:.2f} s = {pps:,.0f} points/s; " +
-          rss("metrics"))
-    print(f"  log_artifacts: {total_bytes / 2**20:,.0f} MiB in {r['artifacts_s']:.2f} s = {mbs:,.1f} MB/s; " +
-          rss("artifacts"))
+    print(f"  log_batch:     {r['points']:,} points in {r['metrics_s']:.2f} s = {pps:,.0f} points/s; " + rss("metrics"))
+    print(
+        f"  log_artifacts: {total_bytes / 2**20:,.0f} MiB in {r['artifacts_s']:.2f} s = {mbs:,.1f} MB/s; "
+        + rss("artifacts")
+    )
     return {"pps": pps, "mbs": mbs, "rss": r["rss_peak"]["artifacts"][0], "rss_largest": r["rss_peak"]["artifacts"][1]}
 
 
@@ -316,8 +360,11 @@ def main() -> None:
         folder = tmp / "upload"
         total_bytes = make_folder(folder, args.size_mib)
         import mlflow
-        print(f"client: mlflow-skinny {mlflow.__version__}; {args.points:,} points, "
-              f"{N_FILES} files totalling {total_bytes / 2**20:,.0f} MiB; {args.workers} server workers")
+
+        print(
+            f"client: mlflow-skinny {mlflow.__version__}; {args.points:,} points, "
+            f"{N_FILES} files totalling {total_bytes / 2**20:,.0f} MiB; {args.workers} server workers"
+        )
         mado = real = None
         if args.only != "mlflow":
             mado = bench_mado(args, folder, tmp)
@@ -332,9 +379,11 @@ def main() -> None:
         if not (mado and real):
             return
         print("ratios mado/mlflow:")
-        print(f"  points/s {m['pps'] / f['pps']:.2f}x, artifact MB/s {m['mbs'] / f['mbs']:.2f}x, "
-              f"peak RSS during upload {m['rss'] / f['rss']:.2f}x (tree sum), "
-              f"{m['rss_largest'] / f['rss_largest']:.2f}x (largest process)")
+        print(
+            f"  points/s {m['pps'] / f['pps']:.2f}x, artifact MB/s {m['mbs'] / f['mbs']:.2f}x, "
+            f"peak RSS during upload {m['rss'] / f['rss']:.2f}x (tree sum), "
+            f"{m['rss_largest'] / f['rss_largest']:.2f}x (largest process)"
+        )
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

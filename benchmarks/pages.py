@@ -26,9 +26,16 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-TARGETS_MS = {"runs table, first page": 300, "runs table sorted by a metric": 300, "compare 20 runs": 500,
-              "run page (1M-point key)": 300, "run page, first view": 300, "charts partial (1M-point key)": 300,
-              "history max_points=2000": 100, "history max_points=2000 shape=points": 100}
+TARGETS_MS = {
+    "runs table, first page": 300,
+    "runs table sorted by a metric": 300,
+    "compare 20 runs": 500,
+    "run page (1M-point key)": 300,
+    "run page, first view": 300,
+    "charts partial (1M-point key)": 300,
+    "history max_points=2000": 100,
+    "history max_points=2000 shape=points": 100,
+}
 
 
 def recreate_postgres_database(url: str) -> None:
@@ -59,7 +66,8 @@ def build(args) -> tuple:
     columns = '(run_id, key, first_step, last_step, count, steps, "values", timestamps)'
     arrays = "min(s), max(s), count(*), array_agg(s ORDER BY s), array_agg(v ORDER BY s), array_agg(t ORDER BY s)"
     with connection.cursor() as cursor:
-        cursor.execute(f"""
+        cursor.execute(
+            f"""
             INSERT INTO {runs} (project_id, external_id, name, kind, status, created_by_id, parameters, created_at,
                                 started_at, lease_token, writer_host, resume_count, step_floor, dropped_points,
                                 ended_reason)
@@ -68,9 +76,12 @@ def build(args) -> tuple:
                                           'optimizer', CASE WHEN i %% 2 = 0 THEN 'adam' ELSE 'sgd' END, 'seed', 1),
                    now() - (i || ' seconds')::interval, now() - (i || ' seconds')::interval, 0, '', 0, 0, 0, ''
             FROM generate_series(1, %s) AS i
-        """, [project.pk, user.pk, args.runs])
+        """,
+            [project.pk, user.pk, args.runs],
+        )
         # As metrics_ingest stores them: one chunk per key of a 10,000-point batch, sorted by step.
-        cursor.execute(f"""
+        cursor.execute(
+            f"""
             INSERT INTO {chunks} {columns}
             SELECT id, key, {arrays} FROM (
                 SELECT r.id, 'metric_' || k AS key, s, random() + 1.0 / (s + 1) AS v,
@@ -78,28 +89,38 @@ def build(args) -> tuple:
                 FROM {runs} r, generate_series(0, %s - 1) AS k, generate_series(0, %s - 1) AS s
                 WHERE r.project_id = %s) AS points
             GROUP BY id, key, s / 10000 ORDER BY id, key, s / 10000
-        """, [args.keys, args.points_per_key, project.pk])
-        cursor.execute(f"""
+        """,
+            [args.keys, args.points_per_key, project.pk],
+        )
+        cursor.execute(
+            f"""
             INSERT INTO {runs} (project_id, external_id, name, kind, status, created_by_id, parameters, created_at,
                                 started_at, lease_token, writer_host, resume_count, step_floor, dropped_points,
                                 ended_reason)
             VALUES (%s, 'big', 'big-run', 'training', 'running', %s, '{{"lr": 0.001}}', now(), now(), 0, '', 0, 0, 0, '')
             RETURNING id
-        """, [project.pk, user.pk])
+        """,
+            [project.pk, user.pk],
+        )
         big = cursor.fetchone()[0]
-        cursor.execute(f"""
+        cursor.execute(
+            f"""
             INSERT INTO {chunks} {columns}
             SELECT %s, 'train.loss', {arrays} FROM (
                 SELECT s, 2.0 / (1 + s / 1000.0) + (CASE WHEN s = 777777 THEN 50 ELSE 0 END) AS v,
                        (extract(epoch from now()) * 1000)::bigint + s AS t
                 FROM generate_series(0, %s - 1) AS s) AS points
             GROUP BY s / 10000 ORDER BY s / 10000
-        """, [big, args.big])
+        """,
+            [big, args.big],
+        )
         cursor.execute(f"ANALYZE {runs}; ANALYZE {chunks}")
     summaries = _fill_summaries()
     rows = MetricChunk.objects.aggregate(points=Sum("count"))["points"]
-    print(f"data: {args.runs} runs x {args.keys} keys x {args.points_per_key} points + 1 run x {args.big} points "
-          f"= {rows:,} points; built in {time.perf_counter() - started:.1f} s{summaries}")
+    print(
+        f"data: {args.runs} runs x {args.keys} keys x {args.points_per_key} points + 1 run x {args.big} points "
+        f"= {rows:,} points; built in {time.perf_counter() - started:.1f} s{summaries}"
+    )
     return user, project, Run.objects.get(pk=big)
 
 
@@ -158,8 +179,11 @@ def main() -> None:
     parser.add_argument("--points-per-key", type=int, default=5)
     parser.add_argument("--big", type=int, default=1_000_000)
     parser.add_argument("--repeat", type=int, default=5)
-    parser.add_argument("--reuse", action="store_true",
-                        help="time the data an earlier run built in this database instead of building it anew")
+    parser.add_argument(
+        "--reuse",
+        action="store_true",
+        help="time the data an earlier run built in this database instead of building it anew",
+    )
     args = parser.parse_args()
     if not args.reuse:
         recreate_postgres_database(args.database_url)
@@ -187,8 +211,13 @@ def main() -> None:
         user, project, big = build(args)
     client = Client()
     client.force_login(user)
-    twenty = "&".join(f"run={pk}" for pk in Run.objects.filter(project=project).exclude(pk=big.pk)
-                      .order_by("-id").values_list("pk", flat=True)[:20])
+    twenty = "&".join(
+        f"run={pk}"
+        for pk in Run.objects.filter(project=project)
+        .exclude(pk=big.pk)
+        .order_by("-id")
+        .values_list("pk", flat=True)[:20]
+    )
     urls = {
         "runs table, first page": f"/projects/{project.slug}/",
         "runs table sorted by a metric": f"/projects/{project.slug}/?sort=-metric:metric_7:last",
@@ -199,8 +228,10 @@ def main() -> None:
         "history max_points=2000": f"/api/v1/runs/{big.pk}/metrics/?key=train.loss&max_points=2000",
         "history max_points=2000 shape=points": f"/api/v1/runs/{big.pk}/metrics/?key=train.loss&max_points=2000&shape=points",
     }
-    print(f"reference: SHA-256 of 64 MiB in {reference_ms():.0f} ms; load average {os.getloadavg()[0]:.2f} "
-          f"on {os.cpu_count()} CPUs (a shared machine)")
+    print(
+        f"reference: SHA-256 of 64 MiB in {reference_ms():.0f} ms; load average {os.getloadavg()[0]:.2f} "
+        f"on {os.cpu_count()} CPUs (a shared machine)"
+    )
     for name, url in urls.items():
         ms, size, status = timed(client, url, args.repeat, cold=name.endswith("first view"))
         print(f"{name:32s} {ms:8.1f} ms  (target {TARGETS_MS[name]} ms)  {size / 1024:8.1f} KiB  HTTP {status}")

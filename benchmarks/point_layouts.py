@@ -65,7 +65,13 @@ def batches(runs: int, count: int, size: int):
         for run_id in range(1, runs + 1):
             first = number * size // 2
             steps = [first + i // 2 for i in range(size)]
-            yield run_id, ["a", "b"] * (size // 2), steps, [random.random() for _ in range(size)], [1_764_600_000_000] * size
+            yield (
+                run_id,
+                ["a", "b"] * (size // 2),
+                steps,
+                [random.random() for _ in range(size)],
+                [1_764_600_000_000] * size,
+            )
 
 
 def store_points(conn, run_id, keys, steps, values, stamps) -> None:
@@ -76,14 +82,16 @@ def store_points(conn, run_id, keys, steps, values, stamps) -> None:
 
 
 def store_arrays(conn, run_id, keys, steps, values, stamps) -> None:
-    with conn.cursor().copy('COPY arrays (run_id, key, first_step, steps, "values", timestamps) '
-                            "FROM STDIN (FORMAT BINARY)") as copy:
+    with conn.cursor().copy(
+        'COPY arrays (run_id, key, first_step, steps, "values", timestamps) FROM STDIN (FORMAT BINARY)'
+    ) as copy:
         copy.set_types(("int8", "varchar", "int8", "int8[]", "float8[]", "int8[]"))
         for key in sorted(set(keys)):  # a few keys per batch: one C-level pass over the columns each
             mine = [k == key for k in keys]
             key_steps = list(compress(steps, mine))
-            copy.write_row((run_id, key, min(key_steps), key_steps, list(compress(values, mine)),
-                            list(compress(stamps, mine))))
+            copy.write_row(
+                (run_id, key, min(key_steps), key_steps, list(compress(values, mine)), list(compress(stamps, mine)))
+            )
 
 
 def measure(conn, pid: int, name: str, store, args) -> None:
@@ -96,9 +104,11 @@ def measure(conn, pid: int, name: str, store, args) -> None:
     server, client = backend_cpu(pid) - server, time.process_time() - client
     size = conn.execute(f"SELECT pg_total_relation_size('{name}')").fetchone()[0]
     total = len(rows) * args.size
-    print(f"{name:6s}: PostgreSQL {server / len(rows) * 1e3:5.1f} ms CPU per {args.size:,}-point batch, "
-          f"client {client / len(rows) * 1e3:5.1f} ms; {size / total:5.1f} bytes per point on disk "
-          f"({len(rows)} batches, {total:,} points)")
+    print(
+        f"{name:6s}: PostgreSQL {server / len(rows) * 1e3:5.1f} ms CPU per {args.size:,}-point batch, "
+        f"client {client / len(rows) * 1e3:5.1f} ms; {size / total:5.1f} bytes per point on disk "
+        f"({len(rows)} batches, {total:,} points)"
+    )
 
 
 def main() -> None:

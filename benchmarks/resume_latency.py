@@ -60,10 +60,18 @@ CHECKPOINT_LINE = re.compile(r"downloaded, verified and extracted in ([0-9.]+) s
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--size-mib", type=int, nargs="+", default=[1, 1024],
-                        help="checkpoint sizes in MiB, one measurement each (default: 1 1024)")
-    parser.add_argument("--broker", default="redis://127.0.0.1:6379/14",
-                        help="Celery broker; falls back to the filesystem broker when Redis does not answer")
+    parser.add_argument(
+        "--size-mib",
+        type=int,
+        nargs="+",
+        default=[1, 1024],
+        help="checkpoint sizes in MiB, one measurement each (default: 1 1024)",
+    )
+    parser.add_argument(
+        "--broker",
+        default="redis://127.0.0.1:6379/14",
+        help="Celery broker; falls back to the filesystem broker when Redis does not answer",
+    )
     parser.add_argument("--workdir", default=None, help="where the data directory goes (default: a temp dir)")
     parser.add_argument("--keep", action="store_true", help="keep the data directory")
     return parser.parse_args()
@@ -84,8 +92,14 @@ def choose_broker(url: str) -> str:
 def setup_django(data_dir: Path, broker: str) -> None:
     for name in [n for n in os.environ if n.startswith(("MADO_", "CELERY_", "MMT_"))]:
         del os.environ[name]
-    os.environ.update({"MADO_DATA_DIR": str(data_dir), "CELERY_BROKER_URL": broker,
-                       "DJANGO_SETTINGS_MODULE": "config.settings", "MADO_WORKER_GPUS": "none"})
+    os.environ.update(
+        {
+            "MADO_DATA_DIR": str(data_dir),
+            "CELERY_BROKER_URL": broker,
+            "DJANGO_SETTINGS_MODULE": "config.settings",
+            "MADO_WORKER_GPUS": "none",
+        }
+    )
     sys.path.insert(0, str(ROOT))
     import django
 
@@ -115,17 +129,37 @@ def make_fixture(stamps: Path):
         tar.addfile(info, io.BytesIO(FIRST_LINE.encode()))
     archive.seek(0)
     entrypoint = [sys.executable, "first_line.py", str(stamps)]
-    version = code_version_create_with_archive(actor=user, code=code, entrypoint=entrypoint, archive=archive,
-                                               archive_name="code.tar.gz")
+    version = code_version_create_with_archive(
+        actor=user, code=code, entrypoint=entrypoint, archive=archive, archive_name="code.tar.gz"
+    )
     return user, queue, version
 
 
 def start_worker(queue: str, log: Path) -> subprocess.Popen:
-    argv = [sys.executable, "-m", "celery", "-A", "config", "worker", "-Q", queue, "--pool", "solo", "--concurrency", "1",
-            "--hostname", "bench@%h", "--without-gossip", "--without-mingle", "--loglevel", "INFO"]
+    argv = [
+        sys.executable,
+        "-m",
+        "celery",
+        "-A",
+        "config",
+        "worker",
+        "-Q",
+        queue,
+        "--pool",
+        "solo",
+        "--concurrency",
+        "1",
+        "--hostname",
+        "bench@%h",
+        "--without-gossip",
+        "--without-mingle",
+        "--loglevel",
+        "INFO",
+    ]
     with open(log, "wb") as out:
-        return subprocess.Popen(argv, cwd=ROOT, env=dict(os.environ), stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+        return subprocess.Popen(
+            argv, cwd=ROOT, env=dict(os.environ), stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
 
 
 def wait_for(path: Path, worker: subprocess.Popen, log: Path, timeout: float = 600.0) -> float:
@@ -168,8 +202,10 @@ def write_checkpoint_tar(directory: Path, size_mib: int) -> tuple[Path, list[dic
         tar.add(model, arcname="model.bin")
         tar.add(directory / "meta.json", arcname="meta.json")
     shutil.rmtree(directory)
-    manifest = [{"path": "meta.json", "size": len(meta), "sha256": hashlib.sha256(meta).hexdigest()},
-                {"path": "model.bin", "size": size_mib * MIB, "sha256": digest.hexdigest()}]
+    manifest = [
+        {"path": "meta.json", "size": len(meta), "sha256": hashlib.sha256(meta).hexdigest()},
+        {"path": "model.bin", "size": size_mib * MIB, "sha256": digest.hexdigest()},
+    ]
     return tar_path, manifest
 
 
@@ -188,11 +224,13 @@ def failed_job_with_checkpoint(user, queue, version, tar_path: Path, tar_sha256:
     from jobs.services import job_claim, job_finish, job_launch
 
     with transaction.atomic():  # its message leaves after the claim: the worker skips it
-        job = job_launch(actor=user, code_version=version, queue=queue, parameters={}, dataset_version_ids=[],
-                         name="source")
+        job = job_launch(
+            actor=user, code_version=version, queue=queue, parameters={}, dataset_version_ids=[], name="source"
+        )
         job_claim(job_id=job.pk, worker_host="bench-setup")
-        checkpoint, _ = checkpoint_register(actor=user, run=job.run, step=20, framework="bench",
-                                            idempotency_key=uuid.uuid4().hex)
+        checkpoint, _ = checkpoint_register(
+            actor=user, run=job.run, step=20, framework="bench", idempotency_key=uuid.uuid4().hex
+        )
         size = tar_path.stat().st_size
         with open(tar_path, "rb") as body:
             checkpoint_upload(actor=user, checkpoint=checkpoint, source=body, expected_size=size)
@@ -241,8 +279,9 @@ def measure(user, queue, version, stamps: Path, worker, log: Path, size_mib: int
     job = wait_final(job.pk)
     io_after = process_io(worker.pid)
     worker_peak = peak_rss_mib(worker.pid)
-    chunk = next(c for c in RunLogChunk.objects.filter(run_id=job.run_id).order_by("seq")
-                 if CHECKPOINT_LINE.search(c.text))
+    chunk = next(
+        c for c in RunLogChunk.objects.filter(run_id=job.run_id).order_by("seq") if CHECKPOINT_LINE.search(c.text)
+    )
     found = CHECKPOINT_LINE.search(chunk.text)
     moved, written = float(found.group(1)), int(found.group(2))
     prepared = chunk.created_at.timestamp()
@@ -255,10 +294,20 @@ def measure(user, queue, version, stamps: Path, worker, log: Path, size_mib: int
     }
     total = first_line - requested
     io = {name: io_after[name] - io_before[name] for name in ("wchar", "write_bytes") if name in io_after}
-    return {"size_mib": size_mib, "tar_bytes": tar_size, "status": job.status, "phases": phases, "total": total,
-            "service": service_s, "written": written, "io": io, "worker_peak_mib": worker_peak,
-            "overhead": total - moved, "rate": tar_size / moved / 1e6 if moved else float("inf"),
-            "sha_rate": tar_size / sha_seconds / 1e6}
+    return {
+        "size_mib": size_mib,
+        "tar_bytes": tar_size,
+        "status": job.status,
+        "phases": phases,
+        "total": total,
+        "service": service_s,
+        "written": written,
+        "io": io,
+        "worker_peak_mib": worker_peak,
+        "overhead": total - moved,
+        "rate": tar_size / moved / 1e6 if moved else float("inf"),
+        "sha_rate": tar_size / sha_seconds / 1e6,
+    }
 
 
 def report(result: dict) -> None:
@@ -268,11 +317,15 @@ def report(result: dict) -> None:
     print(f"      request → first line of the code: {result['total']:.3f} s   [{phases}] s")
     print(f"      (the resume service call itself, inside dispatch: {result['service']:.3f} s)")
     print(f"      overhead beyond moving the bytes: {result['overhead']:.3f} s")
-    print(f"      download+verify+extract (one pass): {result['rate']:.0f} MB/s; hashlib SHA-256 single pass: "
-          f"{result['sha_rate']:.0f} MB/s; ratio {ratio:.0%}")
+    print(
+        f"      download+verify+extract (one pass): {result['rate']:.0f} MB/s; hashlib SHA-256 single pass: "
+        f"{result['sha_rate']:.0f} MB/s; ratio {ratio:.0%}"
+    )
     io = ", ".join(f"{name} +{value:,}" for name, value in result["io"].items()) or "not exposed"
-    print(f"      bytes written by the worker: {result['written']:,} file bytes ({result['written'] / result['tar_bytes']:.2f}"
-          f" x the tar); worker process /proc io across the resume: {io}")
+    print(
+        f"      bytes written by the worker: {result['written']:,} file bytes ({result['written'] / result['tar_bytes']:.2f}"
+        f" x the tar); worker process /proc io across the resume: {io}"
+    )
     print(f"      worker peak RSS (VmHWM since it started): {result['worker_peak_mib']:.0f} MiB")
 
 
@@ -291,8 +344,9 @@ def main() -> None:
         worker = start_worker(queue.name, log)
         from jobs.services import job_launch
 
-        warm = job_launch(actor=user, code_version=version, queue=queue, parameters={}, dataset_version_ids=[],
-                          name="warm-up")
+        warm = job_launch(
+            actor=user, code_version=version, queue=queue, parameters={}, dataset_version_ids=[], name="warm-up"
+        )
         wait_for(stamps / warm.run.external_id, worker, log, timeout=120)
         wait_final(warm.pk)
         print(f"broker {broker.split('://')[0]}, SQLite and file storage under {workdir}, worker queue {queue.name}")

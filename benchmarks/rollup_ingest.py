@@ -55,8 +55,11 @@ def main() -> None:
 
     def batch(number: int) -> dict:
         steps = range(number * args.steps, (number + 1) * args.steps)
-        return {"keys": [k for _s in steps for k in keys], "steps": [s for s in steps for _k in keys],
-                "values": [(s % 97) / 7 for s in steps for _k in keys]}
+        return {
+            "keys": [k for _s in steps for k in keys],
+            "steps": [s for s in steps for _k in keys],
+            "values": [(s % 97) / 7 for s in steps for _k in keys],
+        }
 
     batches = [batch(n) for n in range(args.batches + 1)]
     metrics_ingest(actor=user, run=run, columns=batches[0])  # warm-up: connection, statement caches
@@ -66,8 +69,10 @@ def main() -> None:
         metrics_ingest(actor=user, run=run, columns=body)
     profile.disable()
     stats = pstats.Stats(profile).stats
-    print(f"reference: SHA-256 of 64 MiB in {reference_ms():.0f} ms; load average {os.getloadavg()[0]:.2f} "
-          f"on {os.cpu_count()} CPUs (a shared machine)")
+    print(
+        f"reference: SHA-256 of 64 MiB in {reference_ms():.0f} ms; load average {os.getloadavg()[0]:.2f} "
+        f"on {os.cpu_count()} CPUs (a shared machine)"
+    )
     print(f"{args.batches} batches of {args.keys} keys x {args.steps} steps = {args.keys * args.steps:,} points each")
     for (filename, _line, function), (_cc, _nc, _tt, cumulative, _callers) in sorted(stats.items()):
         if function in PARTS and filename.startswith(str(ROOT / "runs")):

@@ -9,9 +9,8 @@ delete.
 
 from django.contrib import admin
 
-from mado.admin import ReadOnlyAdmin
-
 from checkpoints.models import Artifact, Checkpoint, ManifestEntry
+from mado.admin import ReadOnlyAdmin
 
 
 @admin.register(Artifact)
@@ -38,7 +37,15 @@ class ManifestEntryInline(admin.TabularInline):
 @admin.register(Checkpoint)
 class CheckpointAdmin(ReadOnlyAdmin):
     list_display = [
-        "id", "run", "step", "state", "file_count", "total_bytes", "includes_optimizer", "framework", "created_at",
+        "id",
+        "run",
+        "step",
+        "state",
+        "file_count",
+        "total_bytes",
+        "includes_optimizer",
+        "framework",
+        "created_at",
     ]
     list_filter = ["state", "includes_optimizer", "framework", "run__project"]
     search_fields = ["run__external_id", "run__name", "tar_sha256"]

@@ -17,6 +17,7 @@ import os
 
 from django.core.files.storage import FileSystemStorage
 from django.utils._os import safe_makedirs
+
 from mado_tracking.writeback import Writeback
 
 
@@ -75,7 +76,7 @@ def _write_flushing(handle, chunks) -> None:
         view = memoryview(chunk.encode() if isinstance(chunk, str) else chunk).cast("B")
         written += view.nbytes
         while view:
-            view = view[handle.write(view):]
+            view = view[handle.write(view) :]
         writeback.advance(written)
     os.fsync(fd)
     writeback.drop_rest()  # the last windows, clean now

@@ -19,7 +19,11 @@ class Artifact(models.Model):
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="artifacts")
     run = models.ForeignKey(Run, null=True, blank=True, on_delete=models.CASCADE, related_name="artifacts")
     logged_model = models.ForeignKey(
-        LoggedModel, null=True, blank=True, on_delete=models.CASCADE, related_name="artifacts",
+        LoggedModel,
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="artifacts",
         help_text="set (with run NULL) for a file of an MLflow logged model",
     )
     path = models.CharField(max_length=1024)
@@ -28,7 +32,8 @@ class Artifact(models.Model):
     storage_key = models.CharField(max_length=1024, unique=True)
     created_at = models.DateTimeField(auto_now_add=True)
     history = models.JSONField(
-        default=list, blank=True,
+        default=list,
+        blank=True,
         help_text="earlier contents replaced through the MLflow API: [{sha256, size, replaced_at}], oldest first",
     )
 
@@ -41,7 +46,8 @@ class Artifact(models.Model):
                 fields=["run", "path"], condition=Q(run__isnull=False), name="artifact_unique_run_path"
             ),
             models.UniqueConstraint(
-                fields=["logged_model", "path"], condition=Q(logged_model__isnull=False),
+                fields=["logged_model", "path"],
+                condition=Q(logged_model__isnull=False),
                 name="artifact_unique_logged_model_path",
             ),
             models.CheckConstraint(condition=Q(size__gte=0), name="artifact_size_non_negative"),
@@ -102,7 +108,8 @@ class Checkpoint(models.Model):
     step = models.BigIntegerField()
     framework = models.CharField(max_length=50, blank=True)
     world_size = models.PositiveIntegerField(
-        null=True, blank=True,
+        null=True,
+        blank=True,
         help_text="processes that wrote a sharded torch-dcp checkpoint: every rank's shard must be in it",
     )
     includes_optimizer = models.BooleanField(default=False)
@@ -113,7 +120,9 @@ class Checkpoint(models.Model):
     tar_size = models.BigIntegerField(null=True, blank=True, help_text="bytes")
     state = models.CharField(max_length=10, choices=CheckpointState.choices, default=CheckpointState.PENDING)
     layout = models.CharField(
-        max_length=5, choices=CheckpointLayout.choices, default=CheckpointLayout.TAR,
+        max_length=5,
+        choices=CheckpointLayout.choices,
+        default=CheckpointLayout.TAR,
         help_text="tar: one tar artifact; files: one artifact per manifest entry (MLflow log_artifacts)",
     )
     idempotency_key = models.CharField(
@@ -126,7 +135,8 @@ class Checkpoint(models.Model):
     declared = models.JSONField(null=True, blank=True, help_text="declaration awaiting the S3 verification task")
     error = models.TextField(blank=True, help_text="why the last upload or verification failed")
     lease_token = models.BigIntegerField(
-        default=0, help_text="the Run's fencing token when registered: a pending checkpoint of an older writer can be taken over"
+        default=0,
+        help_text="the Run's fencing token when registered: a pending checkpoint of an older writer can be taken over",
     )
     created_at = models.DateTimeField(auto_now_add=True)
     completed_at = models.DateTimeField(null=True, blank=True)
@@ -179,7 +189,11 @@ class ManifestEntry(models.Model):
     sha256 = models.CharField(max_length=64)
     size = models.BigIntegerField(help_text="bytes")
     artifact = models.ForeignKey(
-        Artifact, null=True, blank=True, on_delete=models.PROTECT, related_name="+",
+        Artifact,
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="+",
         help_text="layout files only: the Run artifact holding this file's bytes (protected from a plain delete)",
     )
 

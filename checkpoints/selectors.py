@@ -207,4 +207,6 @@ def checkpoint_delete_blockers(*, user, run: Run, checkpoints) -> dict[int, str 
         reason = policy.why_not(user, run.project, policy.ADMIN)
         return {checkpoint.pk: reason for checkpoint in checkpoints}
     kept = checkpoint_kept_ids(run_id=run.pk)
-    return {checkpoint.pk: checkpoint_delete_refusal(checkpoint=checkpoint, kept_ids=kept) for checkpoint in checkpoints}
+    return {
+        checkpoint.pk: checkpoint_delete_refusal(checkpoint=checkpoint, kept_ids=kept) for checkpoint in checkpoints
+    }

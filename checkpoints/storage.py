@@ -226,7 +226,7 @@ def _s3_range(storage, key: str, start: int, length: int, chunk_size: int) -> It
                 while True:
                     view = memoryview(data)
                     for index in range(0, len(view), chunk_size):
-                        yield bytes(view[index:index + chunk_size])
+                        yield bytes(view[index : index + chunk_size])
                     if not pending:
                         return
                     data = pending.popleft().result()
@@ -327,8 +327,10 @@ def s3_presign_abort(*, key: str, upload_id: str, expires_s: int) -> str:
     """
     client, bucket, name = _s3_target(key)
     return client.generate_presigned_url(
-        "abort_multipart_upload", Params={"Bucket": bucket, "Key": name, "UploadId": upload_id},
-        ExpiresIn=expires_s, HttpMethod="DELETE",
+        "abort_multipart_upload",
+        Params={"Bucket": bucket, "Key": name, "UploadId": upload_id},
+        ExpiresIn=expires_s,
+        HttpMethod="DELETE",
     )
 
 
@@ -336,7 +338,9 @@ def s3_multipart_complete(*, key: str, upload_id: str, parts: list[dict]) -> Non
     """Complete the upload from ``parts`` (``[{"part_number": int, "etag": str}]`` ascending)."""
     client, bucket, name = _s3_target(key)
     client.complete_multipart_upload(
-        Bucket=bucket, Key=name, UploadId=upload_id,
+        Bucket=bucket,
+        Key=name,
+        UploadId=upload_id,
         MultipartUpload={"Parts": [{"PartNumber": p["part_number"], "ETag": p["etag"]} for p in parts]},
     )
 

@@ -36,21 +36,24 @@ def run_checkpoints(request, pk):
     once in the tab's head)."""
     older = request.GET.get("older") == "1"
     run, context = run_page_context(request, pk, "checkpoints")
-    checkpoints, hidden = selectors.checkpoint_list_for_run(run=run, include_older=older, include_unusable=older,
-                                                            include_failed=True)
+    checkpoints, hidden = selectors.checkpoint_list_for_run(
+        run=run, include_older=older, include_unusable=older, include_failed=True
+    )
     checkpoints = list(checkpoints)
     blockers = selectors.checkpoint_delete_blockers(user=request.user, run=run, checkpoints=checkpoints)
     # "Continue training from these weights" (docs/design/resume.md#continue) on each complete checkpoint, or the
     # sentence in its place.
     continue_refusals = {
         checkpoint.pk: policy.why_cannot_continue(request.user, checkpoint)
-        for checkpoint in checkpoints if checkpoint.state == CheckpointState.COMPLETE
+        for checkpoint in checkpoints
+        if checkpoint.state == CheckpointState.COMPLETE
     }
     # A refusal every row would share (the user's role) is said once above the table, not on each row.
     context.update(
         rows=[(ckpt, blockers[ckpt.pk], continue_refusals.get(ckpt.pk)) for ckpt in checkpoints],
         continue_refusal=policy.why_not(request.user, run.project, policy.MEMBER),
-        delete_refusal=None if policy.can_delete_artifacts(request.user, run.project)
+        delete_refusal=None
+        if policy.can_delete_artifacts(request.user, run.project)
         else policy.why_not(request.user, run.project, policy.ADMIN),
         older=older,
         hidden_older=hidden,

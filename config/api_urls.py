@@ -16,6 +16,7 @@ from checkpoints.api import (
 )
 from checkpoints.api.codes import CodeVersionListApi
 from jobs.api import CheckpointContinueApi, CheckpointResumeApi, JobViewSet, QueueListApi
+from runs.api.liveness import RunHeartbeatApi
 from runs.api.projects import (
     CodeListApi,
     DatasetListApi,
@@ -24,7 +25,6 @@ from runs.api.projects import (
     MemberListApi,
     ProjectViewSet,
 )
-from runs.api.liveness import RunHeartbeatApi
 from runs.api.runs import RunMetricsApi, RunViewSet
 from runs.api.stages import RunDataStagesApi
 from sweeps.api import SweepViewSet
@@ -74,7 +74,11 @@ urlpatterns = [
     path("runs/<int:run_id>/checkpoints/", CheckpointListApi.as_view(), name="checkpoint-list"),
     path("checkpoints/<int:checkpoint_id>/", CheckpointDetailApi.as_view(), name="checkpoint-detail"),
     path("checkpoints/<int:checkpoint_id>/tar", CheckpointTarApi.as_view(), name="checkpoint-tar"),
-    path("checkpoints/<int:checkpoint_id>/upload-parts/", CheckpointUploadPartsApi.as_view(), name="checkpoint-upload-parts"),
+    path(
+        "checkpoints/<int:checkpoint_id>/upload-parts/",
+        CheckpointUploadPartsApi.as_view(),
+        name="checkpoint-upload-parts",
+    ),
     path("checkpoints/<int:checkpoint_id>/complete/", CheckpointCompleteApi.as_view(), name="checkpoint-complete"),
     path("checkpoints/<int:checkpoint_id>/resume/", CheckpointResumeApi.as_view(), name="checkpoint-resume"),
     path("checkpoints/<int:checkpoint_id>/continue/", CheckpointContinueApi.as_view(), name="checkpoint-continue"),

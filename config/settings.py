@@ -12,9 +12,9 @@ from pathlib import Path
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
-from mado_tracking.tarformat import Limits as TarLimits
 
 from mado.env import env_bool, env_choice, env_int, env_list, env_str
+from mado_tracking.tarformat import Limits as TarLimits
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 DATA_DIR = Path(env_str("MADO_DATA_DIR", str(BASE_DIR / "var"))).resolve()
@@ -214,8 +214,13 @@ CELERY_BROKER_TRANSPORT_OPTIONS = (
     if CELERY_BROKER_URL.startswith("filesystem")
     # A dead broker answers within seconds, so a send after commit never holds a request or a Job; every
     # worker looks for messages past the visibility timeout every 10 s (kombu's default: every 100 s).
-    else {"visibility_timeout": MADO_BROKER_VISIBILITY_TIMEOUT, "socket_connect_timeout": 5, "socket_timeout": 10,
-          "unacked_restore_interval": 10, "unacked_restore_throttle": 1}
+    else {
+        "visibility_timeout": MADO_BROKER_VISIBILITY_TIMEOUT,
+        "socket_connect_timeout": 5,
+        "socket_timeout": 10,
+        "unacked_restore_interval": 10,
+        "unacked_restore_throttle": 1,
+    }
 )
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_ACKS_LATE = True
@@ -245,8 +250,11 @@ _PERIODIC = {
 }
 CELERY_BEAT_SCHEDULE = {
     # A run that no worker picked up before the next one is due is superseded by it.
-    name: {"task": task, "schedule": float(MADO_REAPER_INTERVAL),
-           "options": {"queue": MADO_MAINTENANCE_QUEUE, "expires": max(MADO_REAPER_INTERVAL - 1, 1)}}
+    name: {
+        "task": task,
+        "schedule": float(MADO_REAPER_INTERVAL),
+        "options": {"queue": MADO_MAINTENANCE_QUEUE, "expires": max(MADO_REAPER_INTERVAL - 1, 1)},
+    }
     for name, task in _PERIODIC.items()
 }
 

@@ -28,10 +28,10 @@ import torch
 import torch.distributed as dist
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 from torch.nn.parallel import DistributedDataParallel
+from training import SimulatedFailure, build_model, load_data, make_optimizer, seed_everything, write_weights
 
 import mado_tracking
 from mado_tracking.torch import load_distributed
-from training import SimulatedFailure, build_model, load_data, make_optimizer, seed_everything, write_weights
 
 STEP_SEED = 1_000_003  # batch generator of step s: seed * STEP_SEED + s
 
@@ -40,15 +40,29 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=200, help="total optimisation steps (default 200)")
     parser.add_argument("--lr", type=float, default=0.05, help="SGD learning rate (default 0.05)")
-    parser.add_argument("--batch-size", type=int, default=64,
-                        help="examples per step over all ranks (default 64; a multiple of the world size)")
+    parser.add_argument(
+        "--batch-size",
+        type=int,
+        default=64,
+        help="examples per step over all ranks (default 64; a multiple of the world size)",
+    )
     parser.add_argument("--seed", type=int, default=0, help="seed of the weights and the batches (default 0)")
     parser.add_argument("--project", default=None, help="mado project slug (default: $MMT_PROJECT)")
     parser.add_argument("--name", default=None, help="name of the Run (default: none)")
-    parser.add_argument("--checkpoint-every", type=int, default=0, metavar="K",
-                        help="save a sharded checkpoint every K steps (default 0: never)")
-    parser.add_argument("--fail-at-step", type=int, default=None, metavar="S",
-                        help="stop every rank with an error when step S is reached (to try resuming)")
+    parser.add_argument(
+        "--checkpoint-every",
+        type=int,
+        default=0,
+        metavar="K",
+        help="save a sharded checkpoint every K steps (default 0: never)",
+    )
+    parser.add_argument(
+        "--fail-at-step",
+        type=int,
+        default=None,
+        metavar="S",
+        help="stop every rank with an error when step S is reached (to try resuming)",
+    )
     parser.add_argument("--output", default=None, metavar="PATH", help="rank 0 writes the final weights as JSON")
     args = parser.parse_args(argv)
     if args.steps < 0 or args.checkpoint_every < 0 or args.batch_size < 1:
@@ -82,8 +96,9 @@ def checkpoint_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -
     return {"model": model_state, "optim": optimizer_state}
 
 
-def train(run, model, optimizer, data, *, rank: int, world_size: int, device, start_step: int,
-          args: argparse.Namespace) -> float:
+def train(
+    run, model, optimizer, data, *, rank: int, world_size: int, device, start_step: int, args: argparse.Namespace
+) -> float:
     """Steps ``start_step .. steps-1``; returns the last loss of this rank."""
     x, y = data
     loss_value = float("nan")
@@ -115,12 +130,19 @@ def main(argv: list[str] | None = None) -> int:
     plain = build_model().to(device)
     model = DistributedDataParallel(plain) if world_size > 1 else plain
     optimizer = make_optimizer(model, args.lr)
-    parameters = {"steps": args.steps, "lr": args.lr, "batch_size": args.batch_size, "seed": args.seed,
-                  "dataset": "sklearn.digits", "world_size": world_size}
+    parameters = {
+        "steps": args.steps,
+        "lr": args.lr,
+        "batch_size": args.batch_size,
+        "seed": args.seed,
+        "dataset": "sklearn.digits",
+        "world_size": world_size,
+    }
     started = time.monotonic()
     try:
-        with mado_tracking.start_run(project=args.project, name=args.name, parameters=parameters,
-                                     allow_param_change=True) as run:
+        with mado_tracking.start_run(
+            project=args.project, name=args.name, parameters=parameters, allow_param_change=True
+        ) as run:
             if rank == 0:
                 print(f"run {run.id} ({run.external_id}) on {world_size} process(es): {run.url}", flush=True)
             start_step = 0
@@ -130,10 +152,21 @@ def main(argv: list[str] | None = None) -> int:
                 start_step = load_distributed(state, checkpoint.path)  # resharded to this world size
                 set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
                 if rank == 0:
-                    print(f"resuming from checkpoint {checkpoint.id} at step {start_step} "
-                          f"on {world_size} process(es)", flush=True)
-            loss = train(run, model, optimizer, data, rank=rank, world_size=world_size, device=device,
-                         start_step=start_step, args=args)
+                    print(
+                        f"resuming from checkpoint {checkpoint.id} at step {start_step} on {world_size} process(es)",
+                        flush=True,
+                    )
+            loss = train(
+                run,
+                model,
+                optimizer,
+                data,
+                rank=rank,
+                world_size=world_size,
+                device=device,
+                start_step=start_step,
+                args=args,
+            )
     except SimulatedFailure as failure:
         print(f"rank {rank} failed: {failure}", file=sys.stderr, flush=True)
         return 1
@@ -143,8 +176,11 @@ def main(argv: list[str] | None = None) -> int:
     if rank == 0:
         if args.output:
             write_weights(args.output, plain)
-        print(f"steps {start_step}..{args.steps} on {world_size} process(es) in {time.monotonic() - started:.1f} s: "
-              f"train.loss {loss:.4f}", flush=True)
+        print(
+            f"steps {start_step}..{args.steps} on {world_size} process(es) in {time.monotonic() - started:.1f} s: "
+            f"train.loss {loss:.4f}",
+            flush=True,
+        )
     return 0
 
 

@@ -44,12 +44,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--lr", type=float, default=0.05, help="SGD learning rate (default 0.05)")
     parser.add_argument("--hidden", type=int, default=64, help="units of the hidden layer (default 64)")
     parser.add_argument("--steps", type=int, default=60, help="total optimisation steps (default 60)")
-    parser.add_argument("--checkpoint-every", type=int, default=10, metavar="K",
-                        help="save a checkpoint every K steps (default 10; 0: only when preempted)")
+    parser.add_argument(
+        "--checkpoint-every",
+        type=int,
+        default=10,
+        metavar="K",
+        help="save a checkpoint every K steps (default 10; 0: only when preempted)",
+    )
     parser.add_argument("--batch-size", type=int, default=64, help="examples per step (default 64)")
     parser.add_argument("--seed", type=int, default=0, help="seed of every random number generator (default 0)")
-    parser.add_argument("--step-seconds", type=float, default=0.0, metavar="S",
-                        help="pause S seconds after each step, standing in for a bigger model (default 0)")
+    parser.add_argument(
+        "--step-seconds",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="pause S seconds after each step, standing in for a bigger model (default 0)",
+    )
     args = parser.parse_args(argv)
     for name in ("steps", "checkpoint_every", "step_seconds"):
         if getattr(args, name) < 0:
@@ -126,16 +136,25 @@ def train(run, args: argparse.Namespace, preemption: Preemption) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    parameters = {"lr": args.lr, "hidden": args.hidden, "steps": args.steps, "batch_size": args.batch_size,
-                  "seed": args.seed, "optimizer": "sgd", "dataset": "sklearn.digits"}
+    parameters = {
+        "lr": args.lr,
+        "hidden": args.hidden,
+        "steps": args.steps,
+        "batch_size": args.batch_size,
+        "seed": args.seed,
+        "optimizer": "sgd",
+        "dataset": "sklearn.digits",
+    }
     with mado_tracking.start_run(kind="training", parameters=parameters) as run:  # id, resume: MMT_RUN_ID, MMT_RESUME
         preemption = Preemption(run)
         preemption.install()
         print(f"run {run.external_id} (lr={args.lr}, hidden={args.hidden}): {run.url}", flush=True)
         done = train(run, args, preemption)
         if done < args.steps:
-            print(f"preempted ({signal.Signals(preemption.signal).name}) after step {done}: checkpoint saved, "
-                  "exiting 1", flush=True)
+            print(
+                f"preempted ({signal.Signals(preemption.signal).name}) after step {done}: checkpoint saved, exiting 1",
+                flush=True,
+            )
             sys.exit(1)  # non-zero after mark_preempting: the Run ends preempted and the trial is requeued
     print(f"finished {args.steps} steps", flush=True)
     return 0

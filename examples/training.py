@@ -74,20 +74,45 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0, help="seed of every random number generator (default 0)")
     parser.add_argument("--project", default=None, help="mado project slug (default: $MMT_PROJECT)")
     parser.add_argument("--name", default=None, help="name of the Run (default: none)")
-    parser.add_argument("--checkpoint-every", type=int, default=0, metavar="K",
-                        help="save a checkpoint every K steps (default 0: never)")
-    parser.add_argument("--fail-at-step", type=int, default=None, metavar="S",
-                        help="stop with an error when step S is reached (to try resuming)")
-    parser.add_argument("--output", default=None, metavar="PATH",
-                        help="write the final weights as JSON to PATH; offline, its directory holds the run")
-    parser.add_argument("--offline", action="store_true",
-                        help="no server: record into the directory of --output (else $MMT_OFFLINE_DIR); "
-                             "upload later with `mado sync DIR`")
-    parser.add_argument("--add-dataset-at-step", type=int, default=None, metavar="S",
-                        help="from step S, also train on a noisy copy of the digits and record the data stage")
-    parser.add_argument("--dataset-version-ids", default=None, metavar="A,B",
-                        help="the full set of dataset version ids from step S on (default: "
-                             f"${ENV_DATASET_VERSION_IDS})")
+    parser.add_argument(
+        "--checkpoint-every",
+        type=int,
+        default=0,
+        metavar="K",
+        help="save a checkpoint every K steps (default 0: never)",
+    )
+    parser.add_argument(
+        "--fail-at-step",
+        type=int,
+        default=None,
+        metavar="S",
+        help="stop with an error when step S is reached (to try resuming)",
+    )
+    parser.add_argument(
+        "--output",
+        default=None,
+        metavar="PATH",
+        help="write the final weights as JSON to PATH; offline, its directory holds the run",
+    )
+    parser.add_argument(
+        "--offline",
+        action="store_true",
+        help="no server: record into the directory of --output (else $MMT_OFFLINE_DIR); "
+        "upload later with `mado sync DIR`",
+    )
+    parser.add_argument(
+        "--add-dataset-at-step",
+        type=int,
+        default=None,
+        metavar="S",
+        help="from step S, also train on a noisy copy of the digits and record the data stage",
+    )
+    parser.add_argument(
+        "--dataset-version-ids",
+        default=None,
+        metavar="A,B",
+        help=f"the full set of dataset version ids from step S on (default: ${ENV_DATASET_VERSION_IDS})",
+    )
     args = parser.parse_args(argv)
     if args.steps < 0:
         parser.error("--steps must be >= 0")
@@ -104,8 +129,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         except ValueError:
             parser.error(f"--dataset-version-ids must be comma-separated integers, got {raw!r}")
         if not args.stage_ids and not args.offline:
-            parser.error(f"--add-dataset-at-step needs --dataset-version-ids A,B (or ${ENV_DATASET_VERSION_IDS}) "
-                         "to record the stage")
+            parser.error(
+                f"--add-dataset-at-step needs --dataset-version-ids A,B (or ${ENV_DATASET_VERSION_IDS}) "
+                "to record the stage"
+            )
     return args
 
 
@@ -156,8 +183,9 @@ def make_optimizer(model: nn.Module, lr: float) -> torch.optim.Optimizer:
     return torch.optim.SGD(model.parameters(), lr=lr, momentum=MOMENTUM)
 
 
-def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor,
-               y: torch.Tensor) -> tuple[float, float]:
+def train_step(
+    model: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor
+) -> tuple[float, float]:
     """One SGD step on the minibatch; returns its (loss, accuracy) before the update."""
     model.train()
     logits = model(x)
@@ -169,10 +197,21 @@ def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tens
     return loss.item(), accuracy.item()
 
 
-def train(run, model: nn.Module, optimizer: torch.optim.Optimizer, data: tuple[torch.Tensor, torch.Tensor],
-          generator: torch.Generator, *, start_step: int, steps: int, batch_size: int, checkpoint_every: int = 0,
-          fail_at_step: int | None = None, add_dataset_at_step: int | None = None,
-          stage_ids: list[int] | None = None) -> dict:
+def train(
+    run,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    data: tuple[torch.Tensor, torch.Tensor],
+    generator: torch.Generator,
+    *,
+    start_step: int,
+    steps: int,
+    batch_size: int,
+    checkpoint_every: int = 0,
+    fail_at_step: int | None = None,
+    add_dataset_at_step: int | None = None,
+    stage_ids: list[int] | None = None,
+) -> dict:
     """Run steps ``start_step .. steps-1``, logging ``train.loss`` and ``train.accuracy`` at each step index.
 
     Every ``checkpoint_every`` steps the state is saved with ``step`` = steps
@@ -198,10 +237,18 @@ def train(run, model: nn.Module, optimizer: torch.optim.Optimizer, data: tuple[t
             loss, accuracy = train_step(model, optimizer, x[index], y[index])
             run.log_metrics({"train.loss": loss, "train.accuracy": accuracy}, step=step)
             if checkpoint_every and (step + 1) % checkpoint_every == 0:
-                save_checkpoint(scratch, model=model, optimizer=optimizer, step=step + 1,
-                                generators={"batches": generator})
-                Path(scratch, DATA_FILE).write_text(json.dumps({"dataset_version_ids": trained_on(
-                    stage_ids if add_dataset_at_step is not None and step >= add_dataset_at_step else None)}))
+                save_checkpoint(
+                    scratch, model=model, optimizer=optimizer, step=step + 1, generators={"batches": generator}
+                )
+                Path(scratch, DATA_FILE).write_text(
+                    json.dumps(
+                        {
+                            "dataset_version_ids": trained_on(
+                                stage_ids if add_dataset_at_step is not None and step >= add_dataset_at_step else None
+                            )
+                        }
+                    )
+                )
                 saved = run.log_checkpoint(scratch, step=step + 1, includes_optimizer=True, framework="torch")
                 last_checkpoint_id = getattr(saved, "id", None)
     return {"train.loss": loss, "train.accuracy": accuracy}
@@ -230,19 +277,25 @@ def reset_on_changed_mix(checkpoint_dir, generator: torch.Generator, *, seed: in
     if now == before:
         return False
     generator.manual_seed(seed + start_step)
-    print(f"data mix changed from dataset versions {before} to {now} at step {start_step}: "
-          "data position reset (batches drawn afresh from the new mix)", flush=True)
+    print(
+        f"data mix changed from dataset versions {before} to {now} at step {start_step}: "
+        "data position reset (batches drawn afresh from the new mix)",
+        flush=True,
+    )
     return True
 
 
 def record_stage(run, step: int, ids: list[int], checkpoint_id) -> None:
     """Record the data stage that starts at ``step`` (online only: an offline run says so and goes on)."""
     if getattr(run, "offline", False):
-        print(f"offline: training on the added dataset from step {step}; data stage not recorded (online only)",
-              flush=True)
+        print(
+            f"offline: training on the added dataset from step {step}; data stage not recorded (online only)",
+            flush=True,
+        )
         return
-    stage = run.log_training_data_stage(step, ids, checkpoint_id=checkpoint_id,
-                                        metadata={"note": "added a noisy copy of the digits"})
+    stage = run.log_training_data_stage(
+        step, ids, checkpoint_id=checkpoint_id, metadata={"note": "added a noisy copy of the digits"}
+    )
     print(f"data stage {stage['id']} from step {step}: dataset versions {stage['dataset_version_ids']}", flush=True)
 
 
@@ -263,13 +316,27 @@ def main(argv: list[str] | None = None) -> int:
     data = load_data()
     model = build_model()
     optimizer = make_optimizer(model, args.lr)
-    parameters = {"steps": args.steps, "lr": args.lr, "batch_size": args.batch_size, "seed": args.seed,
-                  "hidden": HIDDEN, "momentum": MOMENTUM, "optimizer": "sgd", "dataset": "sklearn.digits"}
+    parameters = {
+        "steps": args.steps,
+        "lr": args.lr,
+        "batch_size": args.batch_size,
+        "seed": args.seed,
+        "hidden": HIDDEN,
+        "momentum": MOMENTUM,
+        "optimizer": "sgd",
+        "dataset": "sklearn.digits",
+    }
     offline_dir = Path(args.output).parent if args.offline and args.output else None
     started = time.monotonic()
     try:
-        with mado_tracking.start_run(project=args.project, name=args.name, kind="training", parameters=parameters,
-                                     offline=True if args.offline else None, output=offline_dir) as run:
+        with mado_tracking.start_run(
+            project=args.project,
+            name=args.name,
+            kind="training",
+            parameters=parameters,
+            offline=True if args.offline else None,
+            output=offline_dir,
+        ) as run:
             label = "offline run" if run.id is None else f"run {run.id}"
             print(f"{label} ({run.external_id}): {run.url}", flush=True)
             start_step = 0
@@ -280,19 +347,35 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"resuming from checkpoint {checkpoint.id} at step {start_step}", flush=True)
                 reset_on_changed_mix(checkpoint.path, generator, seed=args.seed, start_step=start_step)
             if start_step >= args.steps:
-                print(f"nothing to train: the checkpoint is at step {start_step} and the run has {args.steps} steps; "
-                      f"continue it with a code version whose --steps is higher", flush=True)
-            final = train(run, model, optimizer, data, generator, start_step=start_step, steps=args.steps,
-                          batch_size=args.batch_size, checkpoint_every=args.checkpoint_every,
-                          fail_at_step=args.fail_at_step, add_dataset_at_step=args.add_dataset_at_step,
-                          stage_ids=getattr(args, "stage_ids", None))
+                print(
+                    f"nothing to train: the checkpoint is at step {start_step} and the run has {args.steps} steps; "
+                    f"continue it with a code version whose --steps is higher",
+                    flush=True,
+                )
+            final = train(
+                run,
+                model,
+                optimizer,
+                data,
+                generator,
+                start_step=start_step,
+                steps=args.steps,
+                batch_size=args.batch_size,
+                checkpoint_every=args.checkpoint_every,
+                fail_at_step=args.fail_at_step,
+                add_dataset_at_step=args.add_dataset_at_step,
+                stage_ids=getattr(args, "stage_ids", None),
+            )
     except SimulatedFailure as failure:
         print(f"failed: {failure}", file=sys.stderr, flush=True)
         return 1
     if args.output:
         write_weights(args.output, model)
-    print(f"steps {start_step}..{args.steps} in {time.monotonic() - started:.1f} s: "
-          f"train.loss {final['train.loss']:.4f}, train.accuracy {final['train.accuracy']:.3f}", flush=True)
+    print(
+        f"steps {start_step}..{args.steps} in {time.monotonic() - started:.1f} s: "
+        f"train.loss {final['train.loss']:.4f}, train.accuracy {final['train.accuracy']:.3f}",
+        flush=True,
+    )
     return 0
 
 

@@ -9,9 +9,8 @@ change or delete; a token's key is shown shortened.
 
 from django.contrib import admin
 
-from mado.admin import ReadOnlyAdmin
-
 from jobs.models import Job, Queue, RunLogChunk, RunToken
+from mado.admin import ReadOnlyAdmin
 
 
 @admin.register(Queue)
@@ -25,8 +24,20 @@ class QueueAdmin(admin.ModelAdmin):
 @admin.register(Job)
 class JobAdmin(ReadOnlyAdmin):
     list_display = [
-        "id", "run", "project", "kind", "status", "queue", "created_by", "attempt", "max_retries",
-        "exit_code", "worker_host", "heartbeat_at", "created_at", "ended_at",
+        "id",
+        "run",
+        "project",
+        "kind",
+        "status",
+        "queue",
+        "created_by",
+        "attempt",
+        "max_retries",
+        "exit_code",
+        "worker_host",
+        "heartbeat_at",
+        "created_at",
+        "ended_at",
     ]
     list_filter = ["status", "kind", "queue", "run__project"]
     search_fields = ["run__external_id", "run__name", "celery_task_id", "worker_host", "error", "created_by__username"]

@@ -19,18 +19,20 @@ from checkpoints.selectors import checkpoint_get_for_user
 from jobs import selectors, services
 from jobs.models import JobKind, JobStatus, Runner
 from jobs.services._common import NPROC_PER_NODE_LIMIT
-from mado.errors import NotFound, ValidationFailed
 from mado.api import request_int, valid
+from mado.errors import NotFound, ValidationFailed
 from runs.api.serializers import run_page_url
 from runs.models import CodeVersion, RunKind
 from runs.selectors import project_get_for_user
 
 TAGS = ["jobs"]
-_NPROC_HELP = (f"processes per node (1..{NPROC_PER_NODE_LIMIT}): above 1 the worker starts the code under torchrun.")
+_NPROC_HELP = f"processes per node (1..{NPROC_PER_NODE_LIMIT}): above 1 the worker starts the code under torchrun."
 _JOB_ID = OpenApiParameter("id", int, OpenApiParameter.PATH, description="job id")
 _CHECKPOINT_ID = OpenApiParameter("checkpoint_id", int, OpenApiParameter.PATH, description="checkpoint id")
 _IDEMPOTENCY_KEY = OpenApiParameter(
-    "Idempotency-Key", str, OpenApiParameter.HEADER,
+    "Idempotency-Key",
+    str,
+    OpenApiParameter.HEADER,
     description="the same key again (same user) returns the first Job instead of creating a second",
 )
 
@@ -61,12 +63,14 @@ class JobOutputSerializer(serializers.Serializer):
     waiting_for_queue = serializers.BooleanField(
         read_only=True,
         help_text="queued, but the message broker has not taken the Job yet (it is unreachable); "
-                  "the server sends it as soon as the broker is back",
+        "the server sends it as soon as the broker is back",
     )
     created_by = serializers.CharField(source="created_by.username", read_only=True, help_text="username")
     max_retries = serializers.IntegerField(read_only=True)
     nproc_per_node = serializers.IntegerField(read_only=True, help_text="processes under torchrun; 1: no torchrun")
-    nnodes = serializers.IntegerField(read_only=True, help_text="nodes for a multi-node runner; the Celery worker runs 1")
+    nnodes = serializers.IntegerField(
+        read_only=True, help_text="nodes for a multi-node runner; the Celery worker runs 1"
+    )
     attempt = serializers.IntegerField(read_only=True, help_text="1-based")
     retry_of_id = serializers.IntegerField(read_only=True, allow_null=True)
     resumed_from_run_id = serializers.IntegerField(source="resumed_from_id", read_only=True, allow_null=True)
@@ -104,22 +108,39 @@ class JobLaunchInputSerializer(serializers.Serializer):
     parameters = serializers.JSONField(required=False, default=dict, help_text="a JSON object")
     input_dataset_version_ids = serializers.ListField(child=serializers.IntegerField(), required=False, default=list)
     name = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
-    kind = serializers.ChoiceField(choices=RunKind.choices, required=False, default=RunKind.TRAINING, help_text="run kind")
+    kind = serializers.ChoiceField(
+        choices=RunKind.choices, required=False, default=RunKind.TRAINING, help_text="run kind"
+    )
     max_retries = serializers.IntegerField(
-        min_value=0, max_value=10, required=False, default=0,
+        min_value=0,
+        max_value=10,
+        required=False,
+        default=0,
         help_text="automatic fresh attempts after a failure; a retry starts the code again without any checkpoint",
     )
     nproc_per_node = serializers.IntegerField(
-        min_value=1, max_value=NPROC_PER_NODE_LIMIT, required=False, default=1, help_text=_NPROC_HELP,
+        min_value=1,
+        max_value=NPROC_PER_NODE_LIMIT,
+        required=False,
+        default=1,
+        help_text=_NPROC_HELP,
     )
 
 
 class JobResumeInputSerializer(serializers.Serializer):
-    code_version_id = serializers.IntegerField(required=False, allow_null=True, default=None,
-                                               help_text="a version of the same Code (default: the source Job's)")
+    code_version_id = serializers.IntegerField(
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="a version of the same Code (default: the source Job's)",
+    )
     queue = serializers.SlugField(required=False, allow_null=True, default=None, help_text="default: the source Job's")
     nproc_per_node = serializers.IntegerField(
-        min_value=1, max_value=NPROC_PER_NODE_LIMIT, required=False, allow_null=True, default=None,
+        min_value=1,
+        max_value=NPROC_PER_NODE_LIMIT,
+        required=False,
+        allow_null=True,
+        default=None,
         help_text=f"{_NPROC_HELP} Default: the source Job's; another count loads a sharded checkpoint resharded.",
     )
 
@@ -150,8 +171,11 @@ def _code_version(user, code_version_id) -> CodeVersion | None:
 def _resume_options(request) -> dict:
     data = valid(JobResumeInputSerializer, request)
     queue = selectors.queue_get(name=data["queue"]) if data["queue"] else None
-    return {"code_version": _code_version(request.user, data["code_version_id"]), "queue": queue,
-            "nproc_per_node": data["nproc_per_node"]}
+    return {
+        "code_version": _code_version(request.user, data["code_version_id"]),
+        "queue": queue,
+        "nproc_per_node": data["nproc_per_node"],
+    }
 
 
 def _job_response(request, job, code=status.HTTP_200_OK) -> Response:
@@ -163,8 +187,10 @@ _BAD_RESUME_OPTION = OpenApiResponse(description="code version of another Code, 
 _COMMAND_ERRORS = {
     403: OpenApiResponse(description="viewer, or a member who did not create the Run (creator or project admin only)"),
     404: OpenApiResponse(description="not in the user's projects"),
-    409: OpenApiResponse(description="the reason: still running, finished (use continue), no checkpoint, "
-                                     "checkpoint not complete, kind or Code mismatch, already being resumed"),
+    409: OpenApiResponse(
+        description="the reason: still running, finished (use continue), no checkpoint, "
+        "checkpoint not complete, kind or Code mismatch, already being resumed"
+    ),
 }
 
 
@@ -187,15 +213,22 @@ class JobViewSet(GenericViewSet):
         project = project_get_for_user(user=request.user, slug=slug) if slug else None
         job_status = request.query_params.get("status") or None
         if job_status and job_status not in JobStatus.values:
-            raise ValidationFailed(f"unknown status {job_status!r}; one of {', '.join(JobStatus.values)}", field="status")
+            raise ValidationFailed(
+                f"unknown status {job_status!r}; one of {', '.join(JobStatus.values)}", field="status"
+            )
         page = self.paginate_queryset(selectors.job_list(user=request.user, project=project, status=job_status))
         return self.get_paginated_response(JobOutputSerializer(page, many=True, context={"request": request}).data)
 
     @extend_schema(
-        tags=TAGS, request=JobLaunchInputSerializer, parameters=[_IDEMPOTENCY_KEY],
-        responses={201: JobDetailOutputSerializer, 400: OpenApiResponse(description="bad field (named)"),
-                   403: OpenApiResponse(description="viewer"),
-                   404: OpenApiResponse(description="code version not visible")},
+        tags=TAGS,
+        request=JobLaunchInputSerializer,
+        parameters=[_IDEMPOTENCY_KEY],
+        responses={
+            201: JobDetailOutputSerializer,
+            400: OpenApiResponse(description="bad field (named)"),
+            403: OpenApiResponse(description="viewer"),
+            404: OpenApiResponse(description="code version not visible"),
+        },
     )
     def create(self, request):
         """Launch ``{code_version_id, queue?, parameters?, input_dataset_version_ids?, name?, kind?, max_retries?,
@@ -209,9 +242,15 @@ class JobViewSet(GenericViewSet):
         data = valid(JobLaunchInputSerializer, request)
         queue = selectors.queue_get(name=data.get("queue") or selectors.default_queue_name())
         job = services.job_launch(
-            actor=request.user, code_version=_code_version(request.user, data["code_version_id"]), queue=queue,
-            parameters=data["parameters"], dataset_version_ids=data["input_dataset_version_ids"], name=data["name"],
-            kind_of_run=data["kind"], max_retries=data["max_retries"], nproc_per_node=data["nproc_per_node"],
+            actor=request.user,
+            code_version=_code_version(request.user, data["code_version_id"]),
+            queue=queue,
+            parameters=data["parameters"],
+            dataset_version_ids=data["input_dataset_version_ids"],
+            name=data["name"],
+            kind_of_run=data["kind"],
+            max_retries=data["max_retries"],
+            nproc_per_node=data["nproc_per_node"],
             request_key=request.headers.get("Idempotency-Key"),
         )
         return _job_response(request, job, status.HTTP_201_CREATED)
@@ -223,7 +262,9 @@ class JobViewSet(GenericViewSet):
         return Response(JobDetailOutputSerializer(job, context={"request": request}).data)
 
     @extend_schema(
-        tags=TAGS, parameters=[_JOB_ID], request=None,
+        tags=TAGS,
+        parameters=[_JOB_ID],
+        request=None,
         responses={200: JobDetailOutputSerializer, **_COMMAND_ERRORS},
     )
     @action(detail=True, methods=["post"])
@@ -236,7 +277,9 @@ class JobViewSet(GenericViewSet):
         return _job_response(request, services.job_abort(actor=request.user, job=job))
 
     @extend_schema(
-        tags=TAGS, parameters=[_JOB_ID], request=JobResumeInputSerializer,
+        tags=TAGS,
+        parameters=[_JOB_ID],
+        request=JobResumeInputSerializer,
         responses={201: JobDetailOutputSerializer, 400: _BAD_RESUME_OPTION, **_COMMAND_ERRORS},
     )
     @action(detail=True, methods=["post"], url_path="resume-latest")
@@ -252,8 +295,11 @@ class JobViewSet(GenericViewSet):
 
     @extend_schema(
         tags=TAGS,
-        parameters=[_JOB_ID, OpenApiParameter("after_seq", int, description="return chunks after this seq (default 0)"),
-                    OpenApiParameter("limit", int, description="at most this many chunks (default and max 1000)")],
+        parameters=[
+            _JOB_ID,
+            OpenApiParameter("after_seq", int, description="return chunks after this seq (default 0)"),
+            OpenApiParameter("limit", int, description="at most this many chunks (default and max 1000)"),
+        ],
         responses=JobLogOutputSerializer,
     )
     @action(detail=True, methods=["get"])
@@ -262,12 +308,17 @@ class JobViewSet(GenericViewSet):
         job = selectors.job_get_for_user(user=request.user, job_id=pk)
         after = request_int(request.query_params.get("after_seq"), "after_seq", default=0)
         chunks = selectors.run_log_tail(
-            run=job.run, after_seq=after, limit=request_int(request.query_params.get("limit"), "limit", default=selectors.LOG_PAGE_MAX)
+            run=job.run,
+            after_seq=after,
+            limit=request_int(request.query_params.get("limit"), "limit", default=selectors.LOG_PAGE_MAX),
         )
         next_after = chunks[-1].seq if chunks else after
         body = {
-            "results": chunks, "next_after_seq": next_after, "job_status": job.status,
-            "finished": job.is_final and not chunks, "truncated": job.log_truncated,
+            "results": chunks,
+            "next_after_seq": next_after,
+            "job_status": job.status,
+            "finished": job.is_final and not chunks,
+            "truncated": job.log_truncated,
         }
         return Response(JobLogOutputSerializer(body).data)
 
@@ -278,7 +329,9 @@ class CheckpointResumeApi(APIView):
     run_token_allowed = False  # a Job's own token never launches Jobs (mado.authentication.RunTokenScope)
 
     @extend_schema(
-        tags=TAGS, parameters=[_CHECKPOINT_ID], request=JobResumeInputSerializer,
+        tags=TAGS,
+        parameters=[_CHECKPOINT_ID],
+        request=JobResumeInputSerializer,
         responses={201: JobDetailOutputSerializer, 400: _BAD_RESUME_OPTION, **_COMMAND_ERRORS},
     )
     def post(self, request, checkpoint_id):
@@ -295,17 +348,27 @@ class CheckpointResumeApi(APIView):
 
 class JobContinueInputSerializer(serializers.Serializer):
     code_version_id = serializers.IntegerField(help_text="a version of the source Run's Code (any, if it has none)")
-    queue = serializers.SlugField(required=False, allow_null=True, default=None,
-                                  help_text="queue name (default: the source Run's Job's, else the server's default)")
-    parameters = serializers.JSONField(required=False, allow_null=True, default=None,
-                                       help_text="a JSON object (default: the source Run's parameters)")
+    queue = serializers.SlugField(
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="queue name (default: the source Run's Job's, else the server's default)",
+    )
+    parameters = serializers.JSONField(
+        required=False, allow_null=True, default=None, help_text="a JSON object (default: the source Run's parameters)"
+    )
     input_dataset_version_ids = serializers.ListField(
-        child=serializers.IntegerField(), allow_empty=True,
+        child=serializers.IntegerField(),
+        allow_empty=True,
         help_text="the new Run's dataset versions, e.g. the composition at the checkpoint's step plus new ones",
     )
     name = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
     nproc_per_node = serializers.IntegerField(
-        min_value=1, max_value=NPROC_PER_NODE_LIMIT, required=False, allow_null=True, default=None,
+        min_value=1,
+        max_value=NPROC_PER_NODE_LIMIT,
+        required=False,
+        allow_null=True,
+        default=None,
         help_text=f"{_NPROC_HELP} Default: the source Run's Job's, else 1.",
     )
 
@@ -316,13 +379,19 @@ class CheckpointContinueApi(APIView):
     run_token_allowed = False  # a Job's own token never launches Jobs (mado.authentication.RunTokenScope)
 
     @extend_schema(
-        tags=TAGS, parameters=[_CHECKPOINT_ID, _IDEMPOTENCY_KEY], request=JobContinueInputSerializer,
-        responses={201: JobDetailOutputSerializer,
-                   400: OpenApiResponse(description="bad field (named): dataset version ids (listed), code version "
-                                                    "of another Code, parameters, unknown or disabled queue"),
-                   403: OpenApiResponse(description="viewer"),
-                   404: OpenApiResponse(description="checkpoint or code version not in the user's projects"),
-                   409: OpenApiResponse(description="the checkpoint is not complete (pending or deleted)")},
+        tags=TAGS,
+        parameters=[_CHECKPOINT_ID, _IDEMPOTENCY_KEY],
+        request=JobContinueInputSerializer,
+        responses={
+            201: JobDetailOutputSerializer,
+            400: OpenApiResponse(
+                description="bad field (named): dataset version ids (listed), code version "
+                "of another Code, parameters, unknown or disabled queue"
+            ),
+            403: OpenApiResponse(description="viewer"),
+            404: OpenApiResponse(description="checkpoint or code version not in the user's projects"),
+            409: OpenApiResponse(description="the checkpoint is not complete (pending or deleted)"),
+        },
     )
     def post(self, request, checkpoint_id):
         """Start a new Run and Job (kind ``continue``) from the checkpoint's weights with the chosen data: 201 the Job.
@@ -334,11 +403,18 @@ class CheckpointContinueApi(APIView):
         checkpoint = checkpoint_get_for_user(user=request.user, checkpoint_id=checkpoint_id)
         data = valid(JobContinueInputSerializer, request)
         job = services.run_continue_from_checkpoint(
-            actor=request.user, checkpoint=checkpoint, code_version=_code_version(request.user, data["code_version_id"]),
-            queue=selectors.queue_get(name=data["queue"] or selectors.continue_queue_name(
-                source_job=selectors.job_for_run(run=checkpoint.run))),
-            parameters=data["parameters"], dataset_version_ids=data["input_dataset_version_ids"], name=data["name"],
-            request_key=request.headers.get("Idempotency-Key"), nproc_per_node=data["nproc_per_node"],
+            actor=request.user,
+            checkpoint=checkpoint,
+            code_version=_code_version(request.user, data["code_version_id"]),
+            queue=selectors.queue_get(
+                name=data["queue"]
+                or selectors.continue_queue_name(source_job=selectors.job_for_run(run=checkpoint.run))
+            ),
+            parameters=data["parameters"],
+            dataset_version_ids=data["input_dataset_version_ids"],
+            name=data["name"],
+            request_key=request.headers.get("Idempotency-Key"),
+            nproc_per_node=data["nproc_per_node"],
         )
         return _job_response(request, job, status.HTTP_201_CREATED)
 

@@ -62,7 +62,9 @@ class QueueChoiceField(forms.ModelChoiceField):
 
 def parameters_field() -> forms.CharField:
     return forms.CharField(
-        label=_("Parameters"), required=False, initial="{}",
+        label=_("Parameters"),
+        required=False,
+        initial="{}",
         widget=forms.Textarea(attrs={"rows": 6, "spellcheck": "false", "class": "code"}),
         help_text=_('A JSON object, for example {"lr": 0.01, "steps": 200}.'),
     )
@@ -70,7 +72,10 @@ def parameters_field() -> forms.CharField:
 
 def dataset_versions_field(**kwargs) -> DatasetVersionChoiceField:
     return DatasetVersionChoiceField(
-        label=_("Dataset versions"), queryset=None, required=False, widget=forms.SelectMultiple(attrs={"size": 6}),
+        label=_("Dataset versions"),
+        queryset=None,
+        required=False,
+        widget=forms.SelectMultiple(attrs={"size": 6}),
         **kwargs,
     )
 
@@ -94,7 +99,8 @@ class ParametersMixin:
         except json.JSONDecodeError as exc:
             raise forms.ValidationError(
                 _("Not valid JSON: %(error)s (line %(line)s, column %(column)s)."),
-                params={"error": exc.msg, "line": exc.lineno, "column": exc.colno}, code="json",
+                params={"error": exc.msg, "line": exc.lineno, "column": exc.colno},
+                code="json",
             ) from None
         if not isinstance(value, dict):
             raise forms.ValidationError(_('Parameters must be a JSON object such as {"lr": 0.01}.'), code="object")
@@ -129,15 +135,20 @@ class JobLaunchForm(ParametersMixin, forms.Form):
         """The keyword arguments of ``jobs.services.job_launch`` (without ``actor``)."""
         data = self.cleaned_data
         return {
-            "code_version": data["code_version"], "queue": data["queue"], "parameters": data["parameters"],
+            "code_version": data["code_version"],
+            "queue": data["queue"],
+            "parameters": data["parameters"],
             "dataset_version_ids": [version.pk for version in data["input_dataset_version_ids"]],
-            "name": data["name"], "kind_of_run": data["kind"], "max_retries": data["max_retries"],
-            "request_key": data["request_key"], "nproc_per_node": data["nproc_per_node"],
+            "name": data["name"],
+            "kind_of_run": data["kind"],
+            "max_retries": data["max_retries"],
+            "request_key": data["request_key"],
+            "nproc_per_node": data["nproc_per_node"],
         }
 
 
 class CheckpointResumeForm(forms.Form):
-    """"Resume in a new Run" (docs/design/resume.md#from-a-checkpoint): a version of the source Job's Code (default: its
+    """ "Resume in a new Run" (docs/design/resume.md#from-a-checkpoint): a version of the source Job's Code (default: its
     newest) and a queue (default: the source Job's).
 
     Without a source Job (the Run did not run as a Job) both lists are empty
@@ -145,7 +156,10 @@ class CheckpointResumeForm(forms.Form):
     """
 
     code_version = CodeVersionChoiceField(
-        label=_("Code version"), queryset=None, empty_label=None, required=False,
+        label=_("Code version"),
+        queryset=None,
+        empty_label=None,
+        required=False,
         help_text=_("A version of the same Code; by default its newest (the stopped Job may have failed on its own)."),
     )
     queue = queue_field(required=False, help_text=_("By default the queue of the stopped Job."))
@@ -169,12 +183,15 @@ class CheckpointResumeForm(forms.Form):
         """``code_version``, ``queue`` and ``nproc_per_node`` for ``run_resume_from_checkpoint`` (None: the source
         Job's)."""
         data = self.cleaned_data
-        return {"code_version": data.get("code_version"), "queue": data.get("queue"),
-                "nproc_per_node": data.get("nproc_per_node")}
+        return {
+            "code_version": data.get("code_version"),
+            "queue": data.get("queue"),
+            "nproc_per_node": data.get("nproc_per_node"),
+        }
 
 
 class CheckpointContinueForm(ParametersMixin, forms.Form):
-    """"Continue training from these weights" (docs/design/resume.md#continue): the data mix, Code version, parameters,
+    """ "Continue training from these weights" (docs/design/resume.md#continue): the data mix, Code version, parameters,
     queue, name.
 
     ``composition`` (the dataset versions in force at the checkpoint's step)
@@ -218,7 +235,11 @@ class CheckpointContinueForm(ParametersMixin, forms.Form):
         """The keyword arguments of ``jobs.services.run_continue_from_checkpoint`` (without actor, checkpoint)."""
         data = self.cleaned_data
         return {
-            "code_version": data["code_version"], "queue": data["queue"], "parameters": data["parameters"],
+            "code_version": data["code_version"],
+            "queue": data["queue"],
+            "parameters": data["parameters"],
             "dataset_version_ids": [version.pk for version in data["input_dataset_version_ids"]],
-            "name": data["name"], "request_key": data["request_key"], "nproc_per_node": data.get("nproc_per_node"),
+            "name": data["name"],
+            "request_key": data["request_key"],
+            "nproc_per_node": data.get("nproc_per_node"),
         }

@@ -91,22 +91,30 @@ class Job(models.Model):
     nproc_per_node = models.PositiveIntegerField(
         default=1, help_text="processes per node: above 1 the worker starts the code under torchrun"
     )
-    nnodes = models.PositiveIntegerField(
-        default=1, help_text="nodes for a multi-node runner; the Celery worker runs 1"
-    )
+    nnodes = models.PositiveIntegerField(default=1, help_text="nodes for a multi-node runner; the Celery worker runs 1")
     retry_of = models.ForeignKey(
-        "self", null=True, blank=True, on_delete=models.PROTECT, related_name="retries",
+        "self",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="retries",
         help_text="the failed Job this automatic retry replaces",
     )
     resumed_from = models.ForeignKey(
-        Run, null=True, blank=True, on_delete=models.PROTECT, related_name="resumed_jobs",
+        Run,
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="resumed_jobs",
         help_text="the source Run of a resume or continue",
     )
     exit_code = models.IntegerField(null=True, blank=True)
     error = models.TextField(blank=True)
     celery_task_id = models.CharField(max_length=255, blank=True)
     request_key = models.CharField(
-        max_length=100, null=True, blank=True,
+        max_length=100,
+        null=True,
+        blank=True,
         help_text="the submitting form's or API client's Idempotency-Key: a repeated submission returns this Job",
     )
     worker_host = models.CharField(max_length=255, blank=True)
@@ -145,7 +153,8 @@ class Job(models.Model):
             ),
             # A double-clicked Launch / Continue button or an API retry with the same key: one Job (rule 4).
             models.UniqueConstraint(
-                fields=["created_by", "request_key"], condition=Q(request_key__isnull=False),
+                fields=["created_by", "request_key"],
+                condition=Q(request_key__isnull=False),
                 name="job_unique_creator_request_key",
             ),
             # Two clicks, two tabs or an API retry: at most one active resume per source Run (rule 4).

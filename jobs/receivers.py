@@ -3,7 +3,6 @@
 the lower apps never import jobs (docs/design/house.md#arrows)."""
 
 from django.utils import timezone
-
 from rest_framework.exceptions import AuthenticationFailed
 
 from jobs.models import RunToken

@@ -15,5 +15,3 @@ def reap_stale_jobs() -> int:
     from jobs.services import job_reap_stale
 
     return job_reap_stale()
-
-

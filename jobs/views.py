@@ -39,8 +39,10 @@ def _refusal_message(error):
     if not job_id:
         return error.detail
     return format_html(
-        '{} <a href="{}">{}</a>', _("A resume of this run is already queued or running:"),
-        reverse("jobs:job-detail", args=[job_id]), _("Job %(id)s") % {"id": job_id},
+        '{} <a href="{}">{}</a>',
+        _("A resume of this run is already queued or running:"),
+        reverse("jobs:job-detail", args=[job_id]),
+        _("Job %(id)s") % {"id": job_id},
     )
 
 
@@ -160,7 +162,7 @@ def job_abort(request, pk):
 @page
 @require_http_methods(["GET", "POST"])
 def job_resume_latest(request, pk):
-    """"Resume from latest checkpoint" (docs/design/resume.md#latest-checkpoint). GET (the button): the confirmation
+    """ "Resume from latest checkpoint" (docs/design/resume.md#latest-checkpoint). GET (the button): the confirmation
     page of the Run's latest complete checkpoint, where the Code version and queue are chosen; POST:
     ``services.job_resume_from_latest`` → the new Job's page."""
     job = selectors.job_get_for_user(user=request.user, job_id=pk)
@@ -176,8 +178,9 @@ def job_resume_latest(request, pk):
         messages.error(request, _refusal_message(exc))
         return _back(request, job)
     step = new.run.source_checkpoint.step
-    messages.success(request, _("Job %(id)s resumes the run from the checkpoint at step %(step)s.") % {
-        "id": new.pk, "step": step})
+    messages.success(
+        request, _("Job %(id)s resumes the run from the checkpoint at step %(step)s.") % {"id": new.pk, "step": step}
+    )
     return redirect("jobs:job-detail", pk=new.pk)
 
 
@@ -193,8 +196,9 @@ def checkpoint_resume(request, pk):
     """
     checkpoint = checkpoint_get_for_user(user=request.user, checkpoint_id=pk)
     source_job = selectors.job_for_run(run=checkpoint.run)
-    form = CheckpointResumeForm(request.POST if request.method == "POST" else None, source_job=source_job,
-                                checkpoint=checkpoint)
+    form = CheckpointResumeForm(
+        request.POST if request.method == "POST" else None, source_job=source_job, checkpoint=checkpoint
+    )
     status = 400 if form.is_bound else 200
     if form.is_bound and form.is_valid():
         try:
@@ -205,21 +209,29 @@ def checkpoint_resume(request, pk):
             form.add_error(exc.field if exc.field in form.fields else None, _refusal_message(exc))
             status = exc.status
         else:
-            messages.success(request, _("Job %(id)s resumes the run from the checkpoint at step %(step)s.") % {
-                "id": job.pk, "step": checkpoint.step})
+            messages.success(
+                request,
+                _("Job %(id)s resumes the run from the checkpoint at step %(step)s.")
+                % {"id": job.pk, "step": checkpoint.step},
+            )
             return redirect("jobs:job-detail", pk=job.pk)
     refusal = selectors.resume_refusal(user=request.user, run=checkpoint.run, need_checkpoint=False)
     if not refusal and checkpoint.state != CheckpointState.COMPLETE:
         refusal = _("This checkpoint is not complete: it cannot be used to resume.")
-    context = {"checkpoint": checkpoint, "run": checkpoint.run, "source_job": source_job, "form": form,
-               "refusal": refusal}
+    context = {
+        "checkpoint": checkpoint,
+        "run": checkpoint.run,
+        "source_job": source_job,
+        "form": form,
+        "refusal": refusal,
+    }
     return render(request, "jobs/checkpoint_resume.html", context, status=status)
 
 
 @page
 @require_http_methods(["GET", "POST"])
 def checkpoint_continue(request, pk):
-    """"Continue training from these weights" (docs/design/resume.md#continue): GET the form (data mix preselected with
+    """ "Continue training from these weights" (docs/design/resume.md#continue): GET the form (data mix preselected with
     the composition at the checkpoint's step); POST shows the confirmation of what will run; POST with ``confirm``
     launches ``services.run_continue_from_checkpoint`` → the new Job's page. A refusal by the service is a form
     error."""
@@ -229,8 +241,11 @@ def checkpoint_continue(request, pk):
         raise PermissionDenied(policy.why_not(request.user, source_run.project, policy.MEMBER))
     source_job = selectors.job_for_run(run=source_run)
     form = CheckpointContinueForm(
-        request.POST if request.method == "POST" else None, source_run=source_run, source_job=source_job,
-        composition=run_selectors.data_composition_at(run=source_run, step=checkpoint.step), checkpoint=checkpoint,
+        request.POST if request.method == "POST" else None,
+        source_run=source_run,
+        source_job=source_job,
+        composition=run_selectors.data_composition_at(run=source_run, step=checkpoint.step),
+        checkpoint=checkpoint,
     )
     confirming, status = False, 400 if form.is_bound else 200
     if form.is_bound and form.is_valid():
@@ -244,11 +259,20 @@ def checkpoint_continue(request, pk):
                 add_service_error(form, exc)
                 confirming, status = False, exc.status
             else:
-                messages.success(request, _("Job %(id)s continues training from the checkpoint at step %(step)s.") % {
-                    "id": job.pk, "step": checkpoint.step})
+                messages.success(
+                    request,
+                    _("Job %(id)s continues training from the checkpoint at step %(step)s.")
+                    % {"id": job.pk, "step": checkpoint.step},
+                )
                 return redirect("jobs:job-detail", pk=job.pk)
-    context = {"checkpoint": checkpoint, "run": source_run, "source_job": source_job, "form": form,
-               "confirming": confirming, "refusal": policy.why_cannot_continue(request.user, checkpoint)}
+    context = {
+        "checkpoint": checkpoint,
+        "run": source_run,
+        "source_job": source_job,
+        "form": form,
+        "confirming": confirming,
+        "refusal": policy.why_cannot_continue(request.user, checkpoint),
+    }
     return render(request, "jobs/checkpoint_continue.html", context, status=status)
 
 

@@ -41,7 +41,8 @@ def tune_allocator() -> bool:
     raises: a process that cannot be tuned runs as before, only slower.
     """
     if any(name in os.environ for name in _OPERATOR_SETTINGS) or "glibc.malloc." in os.environ.get(
-            "GLIBC_TUNABLES", ""):
+        "GLIBC_TUNABLES", ""
+    ):
         logger.info("malloc settings come from the environment; the checkpoint streaming settings are not applied")
         return False
     try:

@@ -6,7 +6,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 MISSING_SECRET_KEY = (
     "MADO_SECRET_KEY is not set: set MADO_SECRET_KEY (or MADO_SECRET_KEY_FILE, a file holding it) to a long "
-    "random value, e.g. the output of: python -c \"import secrets; print(secrets.token_urlsafe(50))\". "
+    'random value, e.g. the output of: python -c "import secrets; print(secrets.token_urlsafe(50))". '
     "Only a development server (MADO_DEBUG=1) runs without one."
 )
 

@@ -18,8 +18,9 @@ def read_statement_timeout():
     with transaction.atomic():
         if connection.vendor == "postgresql":
             with connection.cursor() as cursor:
-                cursor.execute("SELECT set_config('statement_timeout', %s, true)",
-                               [str(settings.MADO_READ_STATEMENT_TIMEOUT_MS)])
+                cursor.execute(
+                    "SELECT set_config('statement_timeout', %s, true)", [str(settings.MADO_READ_STATEMENT_TIMEOUT_MS)]
+                )
         yield
 
 

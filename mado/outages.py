@@ -69,8 +69,13 @@ class Outage:
     mlflow_code: str
 
 
-NO_SPACE = Outage("storage", 507, "insufficient_storage",
-                  "no space left on the artifact storage; free space or ask an administrator", "RESOURCE_EXHAUSTED")
+NO_SPACE = Outage(
+    "storage",
+    507,
+    "insufficient_storage",
+    "no space left on the artifact storage; free space or ask an administrator",
+    "RESOURCE_EXHAUSTED",
+)
 DATABASE_ERRORS = (DjangoOperationalError, DjangoInterfaceError, psycopg.OperationalError, psycopg.InterfaceError)
 BROKER_ERRORS = (kombu.exceptions.OperationalError, redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
 
@@ -182,8 +187,9 @@ class OutageMiddleware:
         outage = outage_of(exception)
         if outage is None:
             return None
-        logger.warning("%s %s: %s (%s: %s)", request.method, request.path, outage.detail,
-                       type(exception).__name__, exception)
+        logger.warning(
+            "%s %s: %s (%s: %s)", request.method, request.path, outage.detail, type(exception).__name__, exception
+        )
         return outage_response(request, outage)
 
 
@@ -193,12 +199,14 @@ def server_error(request) -> HttpResponse:
     outage = outage_of(exception) if exception is not None else None
     if outage is not None:
         return outage_response(request, outage)
-    return (_api_error(request.path_info, 500, "internal", "INTERNAL_ERROR", "server error; it has been logged")
-            or HttpResponse(loader.render_to_string("500.html"), status=500))
+    return _api_error(
+        request.path_info, 500, "internal", "INTERNAL_ERROR", "server error; it has been logged"
+    ) or HttpResponse(loader.render_to_string("500.html"), status=500)
 
 
 def not_found(request, exception) -> HttpResponse:
     """``handler404``: JSON on API paths (an unknown endpoint included), Django's 404 page elsewhere."""
     detail = f"no API endpoint at {request.path_info}"
-    return (_api_error(request.path_info, 404, "not_found", "ENDPOINT_NOT_FOUND", detail)
-            or defaults.page_not_found(request, exception))
+    return _api_error(request.path_info, 404, "not_found", "ENDPOINT_NOT_FOUND", detail) or defaults.page_not_found(
+        request, exception
+    )

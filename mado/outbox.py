@@ -16,9 +16,9 @@ when no worker took it (``dispatch_reap_overdue``: re-sent once, then given up).
 
 import importlib
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Callable
 
 from celery import current_app
 from django.conf import settings

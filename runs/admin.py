@@ -8,14 +8,13 @@ through the services, which keep the invariants (docs/design/house.md#immutable,
 from django.contrib import admin
 
 from mado.admin import ReadOnlyAdmin
-
-from runs.models import LoggedModel, RunTableColumns, RunTag  # noqa: I001
-from runs.models import (
+from runs.models import (  # noqa: I001
     Code,
     CodeVersion,
     Dataset,
     DatasetVersion,
     DataStage,
+    LoggedModel,
     Membership,
     MetricBatch,
     MetricChunk,
@@ -24,6 +23,8 @@ from runs.models import (
     ParameterChange,
     Project,
     Run,
+    RunTableColumns,
+    RunTag,
 )
 
 
@@ -108,8 +109,19 @@ class RunAdmin(admin.ModelAdmin):
     list_select_related = ["project", "created_by"]
     date_hierarchy = "created_at"
     readonly_fields = [
-        "project", "external_id", "kind", "status", "created_by", "code_version", "parent", "source_checkpoint",
-        "input_dataset_versions", "heartbeat_at", "created_at", "started_at", "ended_at",
+        "project",
+        "external_id",
+        "kind",
+        "status",
+        "created_by",
+        "code_version",
+        "parent",
+        "source_checkpoint",
+        "input_dataset_versions",
+        "heartbeat_at",
+        "created_at",
+        "started_at",
+        "ended_at",
     ]
 
     def has_delete_permission(self, request, obj=None):
@@ -145,8 +157,18 @@ class MetricSummaryAdmin(ReadOnlyAdmin):
     search_fields = ["key", "run__external_id"]
     raw_id_fields = ["run"]
     list_select_related = ["run"]
-    readonly_fields = ["run", "key", "count", "first_step", "last_step", "last_value", "min_value", "max_value",
-                       "first_timestamp", "last_timestamp"]
+    readonly_fields = [
+        "run",
+        "key",
+        "count",
+        "first_step",
+        "last_step",
+        "last_value",
+        "min_value",
+        "max_value",
+        "first_timestamp",
+        "last_timestamp",
+    ]
 
 
 @admin.register(MetricRollup)
@@ -157,8 +179,19 @@ class MetricRollupAdmin(ReadOnlyAdmin):
     search_fields = ["key", "run__external_id"]
     raw_id_fields = ["run"]
     list_select_related = ["run"]
-    readonly_fields = ["run", "key", "bucket", "count", "non_finite", "min_step", "min_value", "min_timestamp",
-                       "max_step", "max_value", "max_timestamp"]
+    readonly_fields = [
+        "run",
+        "key",
+        "bucket",
+        "count",
+        "non_finite",
+        "min_step",
+        "min_value",
+        "min_timestamp",
+        "max_step",
+        "max_value",
+        "max_timestamp",
+    ]
 
 
 @admin.register(MetricBatch)

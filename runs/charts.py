@@ -70,20 +70,27 @@ class Chart:
 def chart_data(charts: list[Chart]) -> dict:
     """The JSON-ready payload that ``static/charts.js`` draws: per key its series as column arrays
     (``x`` steps, ``t`` Unix seconds, ``y`` values) and its markers."""
-    return {"charts": [
-        {
-            "key": chart.key,
-            "series": [
-                {
-                    "run": s.run_id, "label": s.label, "color": s.color, "dashed": s.dashed,
-                    "x": [p[0] for p in s.points], "t": [p[2] / 1000 for p in s.points], "y": [p[1] for p in s.points],
-                }
-                for s in chart.series
-            ],
-            "markers": [{"step": m.step, "label": m.label, "kind": m.kind} for m in chart.markers],
-        }
-        for chart in charts
-    ]}
+    return {
+        "charts": [
+            {
+                "key": chart.key,
+                "series": [
+                    {
+                        "run": s.run_id,
+                        "label": s.label,
+                        "color": s.color,
+                        "dashed": s.dashed,
+                        "x": [p[0] for p in s.points],
+                        "t": [p[2] / 1000 for p in s.points],
+                        "y": [p[1] for p in s.points],
+                    }
+                    for s in chart.series
+                ],
+                "markers": [{"step": m.step, "label": m.label, "kind": m.kind} for m in chart.markers],
+            }
+            for chart in charts
+        ]
+    }
 
 
 def data_stage_markers(*, run: Run) -> list[Marker]:
@@ -129,8 +136,9 @@ def runs_charts(
     (colour = the Run's position in ``runs``), each at most ``max_points`` points (Run page, Compare page).
     ``system``: only the system metrics' keys, else only the others."""
     system_keys = Q(key__startswith=SYSTEM_PREFIX)
-    found = selectors.metric_chart_series_many(runs=runs, max_points=max_points,
-                                               keys=system_keys if system else ~system_keys)
+    found = selectors.metric_chart_series_many(
+        runs=runs, max_points=max_points, keys=system_keys if system else ~system_keys
+    )
     charts = []
     for key in sorted({key for _run_id, key in found}):
         series, skipped, total = [], 0, 0
@@ -167,8 +175,9 @@ def lineage_runs(*, user, run: Run) -> list[LineageRun]:
     """``run``'s ancestors (oldest first) and ``run`` itself, each with its colour and cut step."""
     chain = selectors.run_ancestors(user=user, run=run) + [(run, None)]
     return [
-        LineageRun(run=item, color=0 if item.pk == run.pk else index + 1, until_step=until,
-                   is_current=item.pk == run.pk)
+        LineageRun(
+            run=item, color=0 if item.pk == run.pk else index + 1, until_step=until, is_current=item.pk == run.pk
+        )
         for index, (item, until) in enumerate(chain)
     ]
 
@@ -179,13 +188,15 @@ def run_charts_with_ancestors(*, user, run: Run) -> tuple[list[Chart], list[Line
     legend's Runs. Resume points are markers next to the data stages each Run trained on."""
     lineage = lineage_runs(user=user, run=run)
     markers = [
-        marker for item in lineage for marker in data_stage_markers(run=item.run)
+        marker
+        for item in lineage
+        for marker in data_stage_markers(run=item.run)
         if item.until_step is None or marker.step < item.until_step
     ]
     markers += [
-        Marker(step=item.until_step, kind="resume",
-               label=_("Resumed at step %(step)s") % {"step": item.until_step})
-        for item in lineage if item.until_step is not None
+        Marker(step=item.until_step, kind="resume", label=_("Resumed at step %(step)s") % {"step": item.until_step})
+        for item in lineage
+        if item.until_step is not None
     ]
     keys = sorted({key for item in lineage for key in selectors.metric_keys(run=item.run) if not is_system_key(key)})
     per_segment = max(MAX_POINTS // len(lineage), 2)
@@ -193,8 +204,14 @@ def run_charts_with_ancestors(*, user, run: Run) -> tuple[list[Chart], list[Line
     for key in keys:
         series, skipped, total = [], 0, 0
         for item in lineage:
-            one, bad, count = _series(item.run, key, color=item.color, max_points=per_segment,
-                                      before_step=item.until_step, dashed=not item.is_current)
+            one, bad, count = _series(
+                item.run,
+                key,
+                color=item.color,
+                max_points=per_segment,
+                before_step=item.until_step,
+                dashed=not item.is_current,
+            )
             series.append(one)
             skipped, total = skipped + bad, total + count
         charts.append(Chart(key=key, series=series, skipped=skipped, total=total, markers=_within(markers, series)))

@@ -57,7 +57,10 @@ def parse_run_ids(values: list[str]) -> list[int]:
             if int(part) not in ids:
                 ids.append(int(part))
     if len(ids) > MAX_RUNS:
-        raise ValidationFailed(_("compare at most %(max)s runs at once (%(count)s selected)") % {"max": MAX_RUNS, "count": len(ids)}, field="run")
+        raise ValidationFailed(
+            _("compare at most %(max)s runs at once (%(count)s selected)") % {"max": MAX_RUNS, "count": len(ids)},
+            field="run",
+        )
     return ids
 
 
@@ -81,18 +84,28 @@ def run_comparison(*, user, project: Project, run_ids: list[str], all_parameters
     ids = parse_run_ids(run_ids)
     # The reverse relation of the checkpoints app's model: read here without importing that app.
     checkpoints = Run._meta.get_field("checkpoints").related_model.objects.filter(state="complete").order_by("step")
-    found = {run.pk: run for run in Run.objects.visible_to(user).filter(project=project, pk__in=ids)
-             .select_related("created_by").prefetch_related(Prefetch("checkpoints", queryset=checkpoints,
-                                                                     to_attr="complete_checkpoints"))}
+    found = {
+        run.pk: run
+        for run in Run.objects.visible_to(user)
+        .filter(project=project, pk__in=ids)
+        .select_related("created_by")
+        .prefetch_related(Prefetch("checkpoints", queryset=checkpoints, to_attr="complete_checkpoints"))
+    }
     missing = [i for i in ids if i not in found]
     if missing:
-        raise NotFound(_("run %(id)s not found in project '%(project)s'") % {"id": missing[0], "project": project.slug}, field="run")
+        raise NotFound(
+            _("run %(id)s not found in project '%(project)s'") % {"id": missing[0], "project": project.slug},
+            field="run",
+        )
     runs = [found[i] for i in ids]
     chart_list = charts.runs_charts(runs=runs, max_points=max(charts.MAX_POINTS // max(len(runs), 1), 100))
     rows = parameter_rows(runs)
     shown = rows if all_parameters else [row for row in rows if row.differs]
     return Comparison(
-        runs=runs, charts=chart_list, chart_data=charts.chart_data(chart_list), parameters=shown,
+        runs=runs,
+        charts=chart_list,
+        chart_data=charts.chart_data(chart_list),
+        parameters=shown,
         same_parameters=sum(1 for row in rows if not row.differs),
         checkpoints=[run.complete_checkpoints for run in runs],
         stages=selectors.data_stage_histories(runs=runs),

@@ -43,7 +43,7 @@ class CheckpointChoiceField(forms.ModelChoiceField):
 
 
 class DataStageRecordForm(forms.Form):
-    """"Record data change" (docs/design/runs.md#data-stages): the step where the new data starts and the full set of
+    """ "Record data change" (docs/design/runs.md#data-stages): the step where the new data starts and the full set of
     versions from it.
 
     ``versions`` is the Project's dataset versions to choose from,
@@ -52,20 +52,28 @@ class DataStageRecordForm(forms.Form):
     steps, conflicts, the Run's state); its error fields map onto these fields.
     """
 
-    SERVICE_FIELDS = {"dataset_version_ids": "input_dataset_version_ids", "checkpoint_id": "checkpoint",
-                      "metadata": "note"}
+    SERVICE_FIELDS = {
+        "dataset_version_ids": "input_dataset_version_ids",
+        "checkpoint_id": "checkpoint",
+        "metadata": "note",
+    }
 
     start_step = forms.IntegerField(
-        label=_("Start step"), min_value=0,
+        label=_("Start step"),
+        min_value=0,
         help_text=_("The first step trained on the new data mix. Switch the data loader first, then record it."),
     )
     input_dataset_version_ids = DatasetVersionChoiceField(
-        label=_("Dataset versions from this step"), queryset=None,
+        label=_("Dataset versions from this step"),
+        queryset=None,
         widget=forms.SelectMultiple(attrs={"size": 6}),
         help_text=_("The full set in force from the start step: keep the versions that stay, add the new ones."),
     )
     checkpoint = CheckpointChoiceField(
-        label=_("Checkpoint"), queryset=None, required=False, empty_label=_("none"),
+        label=_("Checkpoint"),
+        queryset=None,
+        required=False,
+        empty_label=_("none"),
         help_text=_("Optional: the checkpoint of this run the new data mix starts from."),
     )
     note = forms.CharField(label=_("Note"), max_length=500, required=False)

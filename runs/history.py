@@ -63,7 +63,9 @@ def metric_history_json(*, run: Run, key: str, offset: int, limit: int) -> str:
 SHAPES = ("points", "columns")
 
 
-def metric_history_downsampled_json(*, run: Run, key: str, max_points: int, shape: str = "columns") -> tuple[str, int, int]:
+def metric_history_downsampled_json(
+    *, run: Run, key: str, max_points: int, shape: str = "columns"
+) -> tuple[str, int, int]:
     """At most ``max_points`` (>= 2) points of ``key`` as JSON text, reduced in SQL; with the counts.
 
     Returns ``(text, non_finite, total)``. Up to ``max_points`` finite points
@@ -76,7 +78,8 @@ def metric_history_downsampled_json(*, run: Run, key: str, max_points: int, shap
     field names per point); "points" the history pages' array of ``{step, value, timestamp}`` objects.
     """
     rows, non_finite, total = selectors.metric_chart_series(
-        run=run, key=key, max_points=max_points, with_timestamps=True)
+        run=run, key=key, max_points=max_points, with_timestamps=True
+    )
     if shape == "columns":
         return _columns_json(rows), non_finite, total
     return _rows_json(rows), non_finite, total
@@ -85,15 +88,22 @@ def metric_history_downsampled_json(*, run: Run, key: str, max_points: int, shap
 def _columns_json(rows) -> str:
     """Finite ``(step, value, timestamp_ms)`` rows as ``{"steps", "values", "timestamps"}`` JSON text."""
     steps, values, stamps = zip(*rows) if rows else ((), (), ())
-    return json.dumps({"steps": steps, "values": values, "timestamps": [ts / 1000 for ts in stamps]},
-                      separators=(",", ":"))
+    return json.dumps(
+        {"steps": steps, "values": values, "timestamps": [ts / 1000 for ts in stamps]}, separators=(",", ":")
+    )
 
 
 def _rows_json(rows) -> str:
     """``(step, value, timestamp_ms)`` rows as the JSON array text of the history API (``repr``: exact floats)."""
     isfinite = math.isfinite
-    return "[" + ",".join([
-        f'{{"step":{step},"value":'
-        f'{repr(value) if isfinite(value) else _NON_FINITE.get(value, _NAN)},"timestamp":{ts / 1000!r}}}'
-        for step, value, ts in rows
-    ]) + "]"
+    return (
+        "["
+        + ",".join(
+            [
+                f'{{"step":{step},"value":'
+                f'{repr(value) if isfinite(value) else _NON_FINITE.get(value, _NAN)},"timestamp":{ts / 1000!r}}}'
+                for step, value, ts in rows
+            ]
+        )
+        + "]"
+    )

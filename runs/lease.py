@@ -39,7 +39,9 @@ def lease_check(*, run_id: int, token: int | None) -> None:
         return
     if not transaction.get_connection().in_atomic_block:
         raise RuntimeError("lease_check must run inside the writing transaction")
-    current = Run.objects.select_for_update().filter(pk=run_id).values("lease_token", "writer_host", "writer_pid").first()
+    current = (
+        Run.objects.select_for_update().filter(pk=run_id).values("lease_token", "writer_host", "writer_pid").first()
+    )
     refuse_stale_token(run_id=run_id, token=token, current=current)
 
 

@@ -71,7 +71,9 @@ def run_heartbeat(*, actor, run: Run, fencing_token: int | None) -> Run:
         return run
     if run.status in FINAL_STATES:
         raise RunEnded(_ended_message(run.external_id, run.status), field="status")
-    raise Conflict(f"run {run.external_id} is {run.status}: start it (start_run) before it sends heartbeats", field="status")
+    raise Conflict(
+        f"run {run.external_id} is {run.status}: start it (start_run) before it sends heartbeats", field="status"
+    )
 
 
 def runs_reap_crashed(now=None) -> int:
@@ -108,7 +110,9 @@ def run_touch(*, run_id: int) -> None:
     Run.objects.filter(pk=run_id, heartbeat_at__isnull=True).update(last_write_at=timezone.now())
 
 
-_WRITER_ROW = f"SELECT lease_token, writer_host, writer_pid, status, external_id FROM {Run._meta.db_table} WHERE id = %s"
+_WRITER_ROW = (
+    f"SELECT lease_token, writer_host, writer_pid, status, external_id FROM {Run._meta.db_table} WHERE id = %s"
+)
 
 
 def write_guard(*, run_id: int, fencing_token: int | None) -> Callable[[], None]:
@@ -156,15 +160,24 @@ def runs_reap_silent(*, now=None) -> int:
     spared. ``ended_reason`` names the silence. Returns how many Runs it ended.
     """
     now = now or timezone.now()
-    shortest = min([settings.MMT_SILENT_RUN_TIMEOUT, *Project.objects.filter(
-        silent_run_timeout__isnull=False).values_list("silent_run_timeout", flat=True)])
-    candidates = Run.objects.filter(status=RunStatus.RUNNING, heartbeat_at__isnull=True).annotate(
-        last=Coalesce("last_write_at", "started_at", "created_at")
-    ).filter(last__lt=now - timedelta(seconds=shortest)).values_list("pk", "last", "project__silent_run_timeout")
+    shortest = min(
+        [
+            settings.MMT_SILENT_RUN_TIMEOUT,
+            *Project.objects.filter(silent_run_timeout__isnull=False).values_list("silent_run_timeout", flat=True),
+        ]
+    )
+    candidates = (
+        Run.objects.filter(status=RunStatus.RUNNING, heartbeat_at__isnull=True)
+        .annotate(last=Coalesce("last_write_at", "started_at", "created_at"))
+        .filter(last__lt=now - timedelta(seconds=shortest))
+        .values_list("pk", "last", "project__silent_run_timeout")
+    )
     reaped = 0
     for run_id, last, timeout in candidates:
         timeout = timeout or settings.MMT_SILENT_RUN_TIMEOUT
-        if last < now - timedelta(seconds=timeout) and _reap_silent_one(run_id=run_id, last=last, timeout=timeout, now=now):
+        if last < now - timedelta(seconds=timeout) and _reap_silent_one(
+            run_id=run_id, last=last, timeout=timeout, now=now
+        ):
             reaped += 1
     return reaped
 
@@ -179,8 +192,10 @@ def _reap_silent_one(*, run_id: int, last, timeout: int, now) -> bool:
     run = Run.objects.select_for_update().filter(pk=run_id, status=RunStatus.RUNNING, heartbeat_at__isnull=True).first()
     if run is None or (run.last_write_at or run.started_at or run.created_at) != last or _kept_alive(run, now):
         return False
-    reason = (f"no heartbeat and no write since {last.isoformat(timespec='seconds')}: "
-              f"silent for more than {timeout} s, the process is taken for dead")
+    reason = (
+        f"no heartbeat and no write since {last.isoformat(timespec='seconds')}: "
+        f"silent for more than {timeout} s, the process is taken for dead"
+    )
     Run.objects.filter(pk=run_id).update(status=RunStatus.CRASHED, ended_at=now, ended_reason=reason)
     logger.warning("run %s (%s) marked crashed: %s", run_id, run.external_id, reason)
     run.refresh_from_db()
@@ -201,7 +216,11 @@ def _reap_one(*, run_id: int, cutoff, now) -> bool:
         return False
     logger.warning(
         "run %s (%s) marked %s: no heartbeat since %s (MMT_CRASH_TIMEOUT=%s s)",
-        run_id, run.external_id, status, run.heartbeat_at.isoformat(timespec="seconds"), settings.MMT_CRASH_TIMEOUT,
+        run_id,
+        run.external_id,
+        status,
+        run.heartbeat_at.isoformat(timespec="seconds"),
+        settings.MMT_CRASH_TIMEOUT,
     )
     run.refresh_from_db()
     run_ended_effects(run=run)

@@ -22,8 +22,14 @@ from django.conf import settings
 from mado.errors import ValidationFailed
 from runs.models import MetricChunk
 
-_NON_FINITE = {"NaN": None, "nan": None, "Infinity": math.inf, "inf": math.inf,
-               "-Infinity": -math.inf, "-inf": -math.inf}
+_NON_FINITE = {
+    "NaN": None,
+    "nan": None,
+    "Infinity": math.inf,
+    "inf": math.inf,
+    "-Infinity": -math.inf,
+    "-inf": -math.inf,
+}
 _INT64_MAX = 2**63 - 1  # steps and millisecond timestamps are BIGINT columns
 _TS_MAX = 9.2e15  # Unix seconds whose milliseconds still fit a BIGINT
 _KEY_MAX = MetricChunk._meta.get_field("key").max_length
@@ -71,7 +77,10 @@ def sort_by_key(columns: MetricColumns) -> SortedBatch:
     groups = groups[order]
     starts = np.flatnonzero(np.r_[True, groups[1:] != groups[:-1]])
     return SortedBatch(
-        keys, starts, np.diff(np.r_[starts, size]), steps[order],
+        keys,
+        starts,
+        np.diff(np.r_[starts, size]),
+        steps[order],
         np.asarray(columns.values, dtype=np.float64)[order],  # None (NaN) becomes nan
         np.asarray(columns.timestamps, dtype=np.int64)[order],
     )
@@ -95,8 +104,13 @@ def columns_from_rows(points, *, now_ms: int, timestamps_ms: bool = False) -> Me
         if type(point) is not dict:
             raise ValidationFailed("each point must be an object", field=f"points[{index}]")
     return _validated(
-        [p.get("key") for p in points], [p.get("step") for p in points], [p.get("value", _MISSING) for p in points],
-        [p.get("timestamp") for p in points], lambda column, i: f"points[{i}].{column}", now_ms, timestamps_ms,
+        [p.get("key") for p in points],
+        [p.get("step") for p in points],
+        [p.get("value", _MISSING) for p in points],
+        [p.get("timestamp") for p in points],
+        lambda column, i: f"points[{i}].{column}",
+        now_ms,
+        timestamps_ms,
     )
 
 
@@ -104,8 +118,9 @@ def columns_from_columnar(body: dict, *, now_ms: int) -> MetricColumns:
     """Validate the columnar format ``{"keys", "steps", "values", "timestamps"?}``; errors name ``values[i]`` etc."""
     unknown = sorted(set(body) - set(_COLUMNS))
     if unknown:
-        raise ValidationFailed(f"unknown field {unknown[0]!r}; a columnar batch has {', '.join(_COLUMNS)}",
-                               field=unknown[0])
+        raise ValidationFailed(
+            f"unknown field {unknown[0]!r}; a columnar batch has {', '.join(_COLUMNS)}", field=unknown[0]
+        )
     keys = body.get("keys")
     _check_length(keys, "keys", "keys must be a list of metric names, one per point")
     for column in ("steps", "values", "timestamps"):
@@ -115,8 +130,9 @@ def columns_from_columnar(body: dict, *, now_ms: int) -> MetricColumns:
         if not isinstance(items, list) or len(items) != len(keys):
             raise ValidationFailed(f"{column} must be a list as long as keys ({len(keys)})", field=column)
     timestamps = body.get("timestamps") or [None] * len(keys)
-    return _validated(keys, body["steps"], body["values"], timestamps, lambda column, i: f"{column}s[{i}]", now_ms,
-                      False)
+    return _validated(
+        keys, body["steps"], body["values"], timestamps, lambda column, i: f"{column}s[{i}]", now_ms, False
+    )
 
 
 def _check_length(items, field: str, shape: str) -> None:
@@ -130,8 +146,12 @@ def _check_length(items, field: str, shape: str) -> None:
 
 
 def _validated(keys, steps, values, timestamps, name, now_ms: int, timestamps_ms: bool) -> MetricColumns:
-    return MetricColumns(_keys(keys, name), _steps(steps, name), _values(values, name),
-                         _timestamps(timestamps, name, now_ms, timestamps_ms))
+    return MetricColumns(
+        _keys(keys, name),
+        _steps(steps, name),
+        _values(values, name),
+        _timestamps(timestamps, name, now_ms, timestamps_ms),
+    )
 
 
 def _first_bad(items, is_bad) -> int:
@@ -145,8 +165,10 @@ def _bad_key(key) -> bool:
 def _keys(keys: list, name) -> list:
     if set(map(type, keys)) == {str} and not any(map(_bad_key, set(keys))):
         return keys
-    raise ValidationFailed(f"key must be a non-empty string of at most {_KEY_MAX} characters without NUL",
-                           field=name("key", _first_bad(keys, _bad_key)))
+    raise ValidationFailed(
+        f"key must be a non-empty string of at most {_KEY_MAX} characters without NUL",
+        field=name("key", _first_bad(keys, _bad_key)),
+    )
 
 
 def _bad_step(step) -> bool:
@@ -161,8 +183,9 @@ def _steps(steps: list, name) -> np.ndarray:
             column = None
         if column is not None and column.min() >= 0:
             return column
-    raise ValidationFailed("step must be an integer from 0 to 2**63 - 1",
-                           field=name("step", _first_bad(steps, _bad_step)))
+    raise ValidationFailed(
+        "step must be an integer from 0 to 2**63 - 1", field=name("step", _first_bad(steps, _bad_step))
+    )
 
 
 def _value_or_error(raw):
@@ -218,9 +241,14 @@ def _timestamps(timestamps: list, name, now_ms: int, in_ms: bool) -> np.ndarray:
             return np.array([now_ms if t is None else t for t in timestamps], dtype=np.int64)
         unit, is_bad = "integer milliseconds", _bad_ms
     else:
-        if kinds <= {int, float, type(None)} and min(present) >= 0 and max(present) < _TS_MAX \
-                and all(t == t for t in present):
+        if (
+            kinds <= {int, float, type(None)}
+            and min(present) >= 0
+            and max(present) < _TS_MAX
+            and all(t == t for t in present)
+        ):
             return np.array([now_ms if t is None else int(t * 1000) for t in timestamps], dtype=np.int64)
         unit, is_bad = "seconds (a number >= 0)", _bad_seconds
-    raise ValidationFailed(f"timestamp must be Unix time in {unit}",
-                           field=name("timestamp", _first_bad(timestamps, is_bad)))
+    raise ValidationFailed(
+        f"timestamp must be Unix time in {unit}", field=name("timestamp", _first_bad(timestamps, is_bad))
+    )

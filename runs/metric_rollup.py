@@ -27,23 +27,52 @@ from runs.upsert import upsert
 
 ROLLUP_STEPS = 256  # changing it needs a migration that rebuilds every rollup
 _TABLE = MetricRollup._meta.db_table
-_FIELDS = ("run_id", "key", "bucket", "count", "non_finite", "min_step", "min_value", "min_timestamp",
-           "max_step", "max_value", "max_timestamp")
-_PG_TYPES = ("bigint", "varchar", "bigint", "bigint", "bigint", "bigint", "float8", "bigint", "bigint", "float8",
-             "bigint")
+_FIELDS = (
+    "run_id",
+    "key",
+    "bucket",
+    "count",
+    "non_finite",
+    "min_step",
+    "min_value",
+    "min_timestamp",
+    "max_step",
+    "max_value",
+    "max_timestamp",
+)
+_PG_TYPES = (
+    "bigint",
+    "varchar",
+    "bigint",
+    "bigint",
+    "bigint",
+    "bigint",
+    "float8",
+    "bigint",
+    "bigint",
+    "float8",
+    "bigint",
+)
 
 
 def _on_conflict() -> str:
     t = _TABLE
     # The stored extreme wins a tie of value and step: it was stored first. A side with no finite value has NULLs,
     # and a comparison with NULL is never true.
-    lower = (f"({t}.min_value IS NULL OR excluded.min_value < {t}.min_value OR "
-             f"(excluded.min_value = {t}.min_value AND excluded.min_step < {t}.min_step))")
-    higher = (f"({t}.max_value IS NULL OR excluded.max_value > {t}.max_value OR "
-              f"(excluded.max_value = {t}.max_value AND excluded.max_step < {t}.max_step))")
+    lower = (
+        f"({t}.min_value IS NULL OR excluded.min_value < {t}.min_value OR "
+        f"(excluded.min_value = {t}.min_value AND excluded.min_step < {t}.min_step))"
+    )
+    higher = (
+        f"({t}.max_value IS NULL OR excluded.max_value > {t}.max_value OR "
+        f"(excluded.max_value = {t}.max_value AND excluded.max_step < {t}.max_step))"
+    )
     updates = [f"count = {t}.count + excluded.count", f"non_finite = {t}.non_finite + excluded.non_finite"]
-    updates += [f"{side}_{part} = CASE WHEN {test} THEN excluded.{side}_{part} ELSE {t}.{side}_{part} END"
-                for side, test in (("min", lower), ("max", higher)) for part in ("step", "value", "timestamp")]
+    updates += [
+        f"{side}_{part} = CASE WHEN {test} THEN excluded.{side}_{part} ELSE {t}.{side}_{part} END"
+        for side, test in (("min", lower), ("max", higher))
+        for part in ("step", "value", "timestamp")
+    ]
     return f"ON CONFLICT (run_id, key, bucket) DO UPDATE SET {', '.join(updates)}"
 
 
@@ -75,8 +104,15 @@ def batch_rollups(run_id: int, batch: SortedBatch) -> list[tuple]:
         return int(steps[index]), float(values[index]), int(stamps[index])
 
     return [
-        (run_id, batch.keys[groups[start]], int(buckets[start]), int(counts[group]), int(non_finite[group]),
-         *extreme(lowest, group), *extreme(highest, group))
+        (
+            run_id,
+            batch.keys[groups[start]],
+            int(buckets[start]),
+            int(counts[group]),
+            int(non_finite[group]),
+            *extreme(lowest, group),
+            *extreme(highest, group),
+        )
         for group, start in enumerate(starts)
     ]
 
@@ -92,8 +128,9 @@ def _first_per_group(points, owners, steps, ranks) -> dict[int, int]:
 def rollup_add(*, run_id: int, batch: SortedBatch) -> None:
     """Fold a batch about to be stored for Run ``run_id`` into its rollups; call inside the storing transaction,
     after ``summary_add``."""
-    upsert(table=_TABLE, fields=_FIELDS, pg_types=_PG_TYPES, rows=batch_rollups(run_id, batch),
-           on_conflict=_on_conflict())
+    upsert(
+        table=_TABLE, fields=_FIELDS, pg_types=_PG_TYPES, rows=batch_rollups(run_id, batch), on_conflict=_on_conflict()
+    )
 
 
 _ROWS = f"""
@@ -114,8 +151,12 @@ def rollup_rows(*, run_id: int, key: str, before_step: int | None = None) -> lis
         cursor.execute(_ROWS, [run_id, key, cut])
         rows = cursor.fetchall()
     if before_step is not None and before_step % ROLLUP_STEPS:
-        points = list(MetricPoint.objects.filter(run_id=run_id, key=key).at_steps(
-            cut * ROLLUP_STEPS, before_step - 1).order_by("id").values_list("step", "value", "timestamp"))
+        points = list(
+            MetricPoint.objects.filter(run_id=run_id, key=key)
+            .at_steps(cut * ROLLUP_STEPS, before_step - 1)
+            .order_by("id")
+            .values_list("step", "value", "timestamp")
+        )
         if points:
             steps, values, stamps = (list(column) for column in zip(*points))
             batch = sort_by_key(MetricColumns([key] * len(steps), steps, values, stamps))

@@ -16,8 +16,18 @@ from runs.models import MetricSummary
 from runs.upsert import upsert
 
 _TABLE = MetricSummary._meta.db_table
-_FIELDS = ("run_id", "key", "count", "first_step", "last_step", "last_value", "min_value", "max_value",
-           "first_timestamp", "last_timestamp")
+_FIELDS = (
+    "run_id",
+    "key",
+    "count",
+    "first_step",
+    "last_step",
+    "last_value",
+    "min_value",
+    "max_value",
+    "first_timestamp",
+    "last_timestamp",
+)
 _PG_TYPES = ("bigint", "varchar", "bigint", "bigint", "bigint", "float8", "float8", "float8", "bigint", "bigint")
 
 
@@ -49,8 +59,18 @@ def batch_summaries(run_id: int, batch: SortedBatch) -> list[tuple]:
     lows, highs = np.fmin.reduceat(values, starts), np.fmax.reduceat(values, starts)  # fmin/fmax skip nan
     first_ts, last_ts = np.minimum.reduceat(stamps, starts), np.maximum.reduceat(stamps, starts)
     return [
-        (run_id, key, int(counts[g]), int(steps[starts[g]]), int(steps[ends[g]]), _or_none(values[ends[g]]),
-         _or_none(lows[g]), _or_none(highs[g]), int(first_ts[g]), int(last_ts[g]))
+        (
+            run_id,
+            key,
+            int(counts[g]),
+            int(steps[starts[g]]),
+            int(steps[ends[g]]),
+            _or_none(values[ends[g]]),
+            _or_none(lows[g]),
+            _or_none(highs[g]),
+            int(first_ts[g]),
+            int(last_ts[g]),
+        )
         for g, key in enumerate(batch.keys)
     ]
 
@@ -61,5 +81,10 @@ def _or_none(value) -> float | None:
 
 def summary_add(*, run_id: int, batch: SortedBatch) -> None:
     """Fold a batch about to be stored for Run ``run_id`` into its summaries; call inside the storing transaction."""
-    upsert(table=_TABLE, fields=_FIELDS, pg_types=_PG_TYPES, rows=batch_summaries(run_id, batch),
-           on_conflict=_on_conflict())
+    upsert(
+        table=_TABLE,
+        fields=_FIELDS,
+        pg_types=_PG_TYPES,
+        rows=batch_summaries(run_id, batch),
+        on_conflict=_on_conflict(),
+    )

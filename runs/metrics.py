@@ -41,8 +41,10 @@ from runs.models.arrays import json_numbers, pg_array, register_pg_arrays
 
 _TABLE = MetricChunk._meta.db_table
 _BATCHES = MetricBatch._meta.db_table
-_INSERT = f'INSERT INTO {_TABLE} (run_id, key, first_step, last_step, count, steps, "values", timestamps) ' \
+_INSERT = (
+    f'INSERT INTO {_TABLE} (run_id, key, first_step, last_step, count, steps, "values", timestamps) '
     "VALUES (%s, %s, %s, %s, %s, %s, %s, %s)"
+)
 SQLITE_CHUNK_POINTS = 500  # the SQLite view's json_extract walks a chunk's array from its start: cost ~ size squared
 
 
@@ -61,14 +63,21 @@ def _drop_below_floor(columns: MetricColumns, floor: int) -> tuple[MetricColumns
         return columns, 0, []
     keep = columns.steps >= floor
     dropped_keys = sorted(set(compress(columns.keys, (~keep).tolist())))
-    kept = MetricColumns(list(compress(columns.keys, keep.tolist())), columns.steps[keep], columns.values[keep],
-                         columns.timestamps[keep])
+    kept = MetricColumns(
+        list(compress(columns.keys, keep.tolist())), columns.steps[keep], columns.values[keep], columns.timestamps[keep]
+    )
     return kept, len(keep) - len(kept.keys), dropped_keys
 
 
 def metrics_ingest(
-    *, actor, run: Run, points: list[dict] | None = None, columns: dict | None = None,
-    idempotency_key: str | None = None, timestamps_ms: bool = False, fencing_token: int | None = None,
+    *,
+    actor,
+    run: Run,
+    points: list[dict] | None = None,
+    columns: dict | None = None,
+    idempotency_key: str | None = None,
+    timestamps_ms: bool = False,
+    fencing_token: int | None = None,
 ) -> MetricsIngested:
     """Store a batch of metric points for ``run`` and update its summaries; all or nothing
     (docs/design/resume.md#steps-continue; docs/design/runs.md#resume-modes, #one-writer-process).
@@ -166,16 +175,37 @@ def _insert(run_id: int, batch: SortedBatch) -> None:
         # A server-side binding cursor: the arrays travel as binary parameters, not as text in the statement.
         with psycopg.Cursor(connection.connection) as cursor:
             register_pg_arrays(cursor)
-            cursor.executemany(_INSERT, [
-                (run_id, key, int(steps[start]), int(steps[stop - 1]), stop - start, pg_array("int8", steps[start:stop]),
-                 pg_array("float8", values[start:stop]), pg_array("int8", stamps[start:stop]))
-                for key, start, stop in _chunks(batch, CHUNK_ID_STRIDE - 1)
-            ])
+            cursor.executemany(
+                _INSERT,
+                [
+                    (
+                        run_id,
+                        key,
+                        int(steps[start]),
+                        int(steps[stop - 1]),
+                        stop - start,
+                        pg_array("int8", steps[start:stop]),
+                        pg_array("float8", values[start:stop]),
+                        pg_array("int8", stamps[start:stop]),
+                    )
+                    for key, start, stop in _chunks(batch, CHUNK_ID_STRIDE - 1)
+                ],
+            )
         return
     with connection.cursor() as cursor:
-        cursor.executemany(_INSERT, [
-            (run_id, key, int(steps[start]), int(steps[stop - 1]), stop - start,
-             json_numbers(steps[start:stop].tolist()), json_numbers(values[start:stop].tolist()),
-             json_numbers(stamps[start:stop].tolist()))
-            for key, start, stop in _chunks(batch, SQLITE_CHUNK_POINTS)
-        ])
+        cursor.executemany(
+            _INSERT,
+            [
+                (
+                    run_id,
+                    key,
+                    int(steps[start]),
+                    int(steps[stop - 1]),
+                    stop - start,
+                    json_numbers(steps[start:stop].tolist()),
+                    json_numbers(values[start:stop].tolist()),
+                    json_numbers(stamps[start:stop].tolist()),
+                )
+                for key, start, stop in _chunks(batch, SQLITE_CHUNK_POINTS)
+            ],
+        )

@@ -153,8 +153,10 @@ def run_start(
 @transaction.atomic
 def _start(actor, project, external_id, resume, allow_param_change, host, pid, create_fields) -> RunStarted:
     run = (
-        Run.objects.select_for_update().select_related("project", "created_by")
-        .filter(project=project, external_id=external_id).first()
+        Run.objects.select_for_update()
+        .select_related("project", "created_by")
+        .filter(project=project, external_id=external_id)
+        .first()
     )
     if run is None:
         if resume == MUST:
@@ -183,7 +185,10 @@ def _create(actor, project, external_id, host, pid, create_fields) -> RunStarted
         raise
     now = timezone.now()
     Run.objects.filter(pk=run.pk).update(
-        lease_token=F("lease_token") + 1, writer_host=host, writer_pid=pid, writer_since=now,
+        lease_token=F("lease_token") + 1,
+        writer_host=host,
+        writer_pid=pid,
+        writer_since=now,
         heartbeat_at=now if host else None,
     )
     run.refresh_from_db()
@@ -194,15 +199,24 @@ def _attach(actor, run: Run, resume, host, pid, create_fields) -> RunStarted:
     if resume == MUST:
         raise NotFound(
             f"run {run.external_id} not found in project {run.project.slug}: it was created but never started "
-            "(start it with resume='allow')", field="external_id",
+            "(start it with resume='allow')",
+            field="external_id",
         )
     if run.created_by_id != actor.pk:
         raise Conflict(
             f"run {run.external_id} in project {run.project.slug} was created by {run.created_by.username} "
-            "and waits for its creator to start it", field="external_id",
+            "and waits for its creator to start it",
+            field="external_id",
         )
-    attached = services.run_attach(actor=actor, project=run.project, external_id=run.external_id, host=host, pid=pid,
-                                   name=create_fields.get("name") or "", parameters=create_fields.get("parameters"))
+    attached = services.run_attach(
+        actor=actor,
+        project=run.project,
+        external_id=run.external_id,
+        host=host,
+        pid=pid,
+        name=create_fields.get("name") or "",
+        parameters=create_fields.get("parameters"),
+    )
     if attached is None:  # the row lock makes this unreachable on PostgreSQL; say so rather than guess
         raise Conflict(f"run {run.external_id} was started by another process meanwhile", field="external_id")
     hooks.run_started.send(sender=None, run=attached)
@@ -275,14 +289,24 @@ def _resume(actor, run: Run, parameters, allow_change: bool, host, pid) -> RunSt
     floor = run.step_floor if last_step is None else max(run.step_floor, last_step + 1)
     extra = {"started_at": now} if run.started_at is None else {}
     updated = Run.objects.filter(pk=run.pk, lease_token=run.lease_token, status=run.status).update(
-        status=RunStatus.RUNNING, ended_at=None, lease_token=run.lease_token + 1, writer_host=host, writer_pid=pid,
-        writer_since=now, heartbeat_at=now if host else None, resume_count=F("resume_count") + 1, step_floor=floor,
-        parameters=merged, **extra,
+        status=RunStatus.RUNNING,
+        ended_at=None,
+        lease_token=run.lease_token + 1,
+        writer_host=host,
+        writer_pid=pid,
+        writer_since=now,
+        heartbeat_at=now if host else None,
+        resume_count=F("resume_count") + 1,
+        step_floor=floor,
+        parameters=merged,
+        **extra,
     )
     if not updated:  # another start won between our read and this UPDATE (no row lock on SQLite)
         raise RunLive(f"run {run.external_id} was started by another process just now", field="external_id")
     ParameterChange.objects.bulk_create(
-        ParameterChange(run=run, key=key, old_value=old, new_value=new, lease_token=run.lease_token + 1, changed_by=actor)
+        ParameterChange(
+            run=run, key=key, old_value=old, new_value=new, lease_token=run.lease_token + 1, changed_by=actor
+        )
         for key, old, new in changes
     )
     run.refresh_from_db()

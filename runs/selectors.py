@@ -15,11 +15,23 @@ from mado.errors import NotFound, ValidationFailed
 from runs.chunk_pages import chunk_page_rows
 from runs.metric_rollup import ROLLUP_STEPS, rollup_extremes, rollup_rows
 from runs.models import (
-    Code, CodeVersion, Dataset, DatasetVersion, Membership, MetricPoint, MetricSummary, Project, Run, RunKind,
+    Code,
+    CodeVersion,
+    Dataset,
+    DatasetVersion,
+    Membership,
+    MetricPoint,
+    MetricSummary,
+    Project,
+    Run,
+    RunKind,
     RunStatus,
 )
 from runs.stages import (  # noqa: F401 (docs/design/runs.md#data-stages)
-    data_composition_at, data_stage_histories, data_stage_history, why_cannot_record_stage,
+    data_composition_at,
+    data_stage_histories,
+    data_stage_history,
+    why_cannot_record_stage,
 )
 
 _INT64_MAX = 2**63 - 1  # steps are BIGINT
@@ -41,7 +53,11 @@ def project_get_for_user(*, user, slug: str) -> Project:
 
 
 def run_list(
-    *, user, project: Project | None = None, status: str | None = None, kind: str | None = None,
+    *,
+    user,
+    project: Project | None = None,
+    status: str | None = None,
+    kind: str | None = None,
     external_id: str | None = None,
 ):
     """Runs visible to the user, newest first, optionally filtered (``external_id``: the run id,
@@ -83,8 +99,13 @@ def run_get_for_user(*, user, run_id, related: tuple[str, ...] = RUN_RELATED) ->
     except (TypeError, ValueError):
         raise NotFound(f"run {run_id!r} not found", field="run") from None
     # The membership row that makes the Run visible is joined anyway: its role comes along for the policy.
-    run = (Run.objects.visible_to(user).select_related(*related).annotate(viewer_role=F("project__memberships__role"))
-           .filter(pk=run_id).first())
+    run = (
+        Run.objects.visible_to(user)
+        .select_related(*related)
+        .annotate(viewer_role=F("project__memberships__role"))
+        .filter(pk=run_id)
+        .first()
+    )
     if run is None:
         raise NotFound(f"run {run_id} not found", field="run")
     if "project" in related:
@@ -134,9 +155,7 @@ def metric_keys(*, run: Run) -> list[str]:
     return list(MetricSummary.objects.filter(run=run).order_by("key").values_list("key", flat=True))
 
 
-def metric_history(
-    *, run: Run, key: str, offset: int = 0, limit: int | None = None
-) -> list[tuple[int, float, int]]:
+def metric_history(*, run: Run, key: str, offset: int = 0, limit: int | None = None) -> list[tuple[int, float, int]]:
     """``(step, value, timestamp_ms)`` of ``key`` in ``run`` ordered by step (then insertion).
 
     ``offset`` skips that many points and ``limit`` caps the count (page
@@ -174,9 +193,7 @@ def project_list_with_roles(*, user) -> QuerySet[Project]:
     """The user's Projects by name, each annotated with ``role`` (the user's role in it) and ``run_count``."""
     role = Membership.objects.filter(project=OuterRef("pk"), user=user).values("role")[:1]
     return (
-        project_list(user=user)
-        .annotate(role=Subquery(role), run_count=Count("runs", distinct=True))
-        .order_by("name")
+        project_list(user=user).annotate(role=Subquery(role), run_count=Count("runs", distinct=True)).order_by("name")
     )
 
 
@@ -223,9 +240,7 @@ def metric_chart_series(
     if before_step is not None:
         points = points.at_steps(high=before_step - 1)
     non_finite = Q(value__isnull=True) | Q(value__in=[math.inf, -math.inf])
-    stats = points.aggregate(
-        total=Count("id"), bad=Count("id", filter=non_finite), low=Min("step"), high=Max("step")
-    )
+    stats = points.aggregate(total=Count("id"), bad=Count("id", filter=non_finite), low=Min("step"), high=Max("step"))
     finite = points.exclude(non_finite)
     if stats["total"] - stats["bad"] <= max_points:
         rows = finite.order_by("step", "id").values_list(*fields)
@@ -300,8 +315,9 @@ def metric_chart_series_remembered(*, run: Run, key: str, max_points: int, befor
     digest = hashlib.sha256(repr((run.pk, run.created_at, key, max_points, before_step, summary)).encode()).hexdigest()
     found = cache.get(f"chart-series:{digest}")
     if found is None:
-        found = metric_chart_series(run=run, key=key, max_points=max_points, before_step=before_step,
-                                    with_timestamps=True)
+        found = metric_chart_series(
+            run=run, key=key, max_points=max_points, before_step=before_step, with_timestamps=True
+        )
         cache.set(f"chart-series:{digest}", found, CHART_CACHE_S)
     return found
 
@@ -316,8 +332,9 @@ def metric_chart_series_many(
     """
     by_id = {run.pk: run for run in runs}
     series, wanted = {}, {}
-    for run_id, key, count in MetricSummary.objects.filter(run__in=runs).filter(keys).values_list(
-            "run_id", "key", "count"):
+    for run_id, key, count in (
+        MetricSummary.objects.filter(run__in=runs).filter(keys).values_list("run_id", "key", "count")
+    ):
         if count <= max_points:
             series[(run_id, key)] = [[], 0, count]
             wanted.setdefault(run_id, []).append(key)
@@ -330,7 +347,8 @@ def metric_chart_series_many(
         small = MetricPoint.objects.filter(functools.reduce(operator.or_, pairs))
     isfinite = math.isfinite
     for run_id, key, step, value, timestamp in small.order_by("run_id", "key", "step", "id").values_list(
-            "run_id", "key", "step", "value", "timestamp"):
+        "run_id", "key", "step", "value", "timestamp"
+    ):
         entry = series.setdefault((run_id, key), [[], 0, 0])  # points and summary are written together
         if value is None or not isfinite(value):
             entry[1] += 1
@@ -349,8 +367,10 @@ def code_version_choices(*, project: Project) -> QuerySet[CodeVersion]:
 
 def dataset_version_choices(*, project: Project) -> QuerySet[DatasetVersion]:
     """Every dataset version of ``project`` (the Launch Job form's multi-select), by dataset name then version."""
-    return DatasetVersion.objects.filter(dataset__project=project).select_related("dataset").order_by(
-        "dataset__name", "version"
+    return (
+        DatasetVersion.objects.filter(dataset__project=project)
+        .select_related("dataset")
+        .order_by("dataset__name", "version")
     )
 
 

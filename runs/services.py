@@ -14,6 +14,8 @@ from django.utils.translation import gettext as _
 
 from mado import policy
 from mado.errors import Conflict, Forbidden, NotFound, ValidationFailed
+from runs.lease import lease_check
+from runs.liveness import run_ended_effects
 from runs.models import (
     FINAL_STATES,
     Code,
@@ -28,10 +30,8 @@ from runs.models import (
     RunStatus,
     RunTableColumns,
 )
-from runs.lease import lease_check
-from runs.table import parse_columns
-from runs.liveness import run_ended_effects
 from runs.stages import data_stage_record  # noqa: F401 - a service of this app
+from runs.table import parse_columns
 
 
 def require(allowed: bool, reason: str) -> None:
@@ -97,15 +97,19 @@ def membership_add(*, actor, project: Project, username: str, role: str) -> Memb
         with transaction.atomic():
             return Membership.objects.create(user=user, project=project, role=role)
     except IntegrityError:
-        raise Conflict(_("%(username)s is already a member of %(project)s") % {"username": username, "project": project.slug}, field="username") from None
+        raise Conflict(
+            _("%(username)s is already a member of %(project)s") % {"username": username, "project": project.slug},
+            field="username",
+        ) from None
 
 
 def _membership(project: Project, username: str) -> Membership:
-    membership = (
-        project.memberships.select_for_update().select_related("user").filter(user__username=username).first()
-    )
+    membership = project.memberships.select_for_update().select_related("user").filter(user__username=username).first()
     if membership is None:
-        raise NotFound(_("'%(username)s' is not a member of %(project)s") % {"username": username, "project": project.slug}, field="username")
+        raise NotFound(
+            _("'%(username)s' is not a member of %(project)s") % {"username": username, "project": project.slug},
+            field="username",
+        )
     return membership
 
 
@@ -242,14 +246,22 @@ def run_create(
         parameters = {}
     if not isinstance(parameters, dict):
         raise ValidationFailed("parameters must be a JSON object", field="parameters")
-    versions = _project_objects(DatasetVersion, project, input_dataset_version_ids, "input_dataset_version_ids", "dataset__project")
+    versions = _project_objects(
+        DatasetVersion, project, input_dataset_version_ids, "input_dataset_version_ids", "dataset__project"
+    )
     code_version = None
     if code_version_id is not None:
         code_version = _project_objects(CodeVersion, project, [code_version_id], "code_version_id", "code__project")[0]
     parent = _project_objects(Run, project, [parent_id], "parent_id", "project")[0] if parent_id is not None else None
     values = dict(
-        project=project, name=(name or "").strip()[:200], kind=kind, status=status, created_by=actor,
-        parameters=parameters, code_version=code_version, parent=parent,
+        project=project,
+        name=(name or "").strip()[:200],
+        kind=kind,
+        status=status,
+        created_by=actor,
+        parameters=parameters,
+        code_version=code_version,
+        parent=parent,
         started_at=timezone.now() if status == RunStatus.RUNNING else None,
     )
     if external_id:
@@ -260,7 +272,13 @@ def run_create(
 
 
 def run_attach(
-    *, actor, project: Project, external_id: str, host: str = "", pid: int | None = None, name: str = "",
+    *,
+    actor,
+    project: Project,
+    external_id: str,
+    host: str = "",
+    pid: int | None = None,
+    name: str = "",
     parameters: dict | None = None,
 ) -> Run | None:
     """Start the pre-created Run ``external_id`` of ``project`` for its creator; the Run, or None.
@@ -290,8 +308,13 @@ def run_attach(
     attached = Run.objects.filter(
         project=project, external_id=str(external_id), status=RunStatus.PENDING, created_by=actor
     ).update(
-        status=RunStatus.RUNNING, started_at=now, heartbeat_at=now if host else None,
-        lease_token=F("lease_token") + 1, writer_host=host or "", writer_pid=pid, writer_since=now,
+        status=RunStatus.RUNNING,
+        started_at=now,
+        heartbeat_at=now if host else None,
+        lease_token=F("lease_token") + 1,
+        writer_host=host or "",
+        writer_pid=pid,
+        writer_since=now,
     )
     if not attached:
         return None
@@ -314,15 +337,20 @@ def _status_after(run: Run, old: str, asked: str) -> str:
         if asked == old or (old == RunStatus.PREEMPTED and asked in PREEMPTED_OUTCOMES):
             return old
         if asked == RunStatus.RUNNING:
-            raise Conflict(f"run {run.external_id} ended as {old}; only a resume restarts it "
-                           f"(start_run(id={run.external_id!r}, resume='allow'))", field="status")
+            raise Conflict(
+                f"run {run.external_id} ended as {old}; only a resume restarts it "
+                f"(start_run(id={run.external_id!r}, resume='allow'))",
+                field="status",
+            )
         raise Conflict(f"run {run.external_id} already ended as {old}; it cannot become {asked}", field="status")
     if old == RunStatus.PREEMPTING:
         if asked in PREEMPTED_OUTCOMES:
             return RunStatus.PREEMPTED
         if asked in (RunStatus.RUNNING, RunStatus.PENDING):
-            raise Conflict(f"run {run.external_id} is preempting: it can only end (finished or preempted), "
-                           f"not become {asked}", field="status")
+            raise Conflict(
+                f"run {run.external_id} is preempting: it can only end (finished or preempted), not become {asked}",
+                field="status",
+            )
     return asked
 
 
@@ -395,4 +423,3 @@ def run_table_columns_save(*, user, project: Project, column_ids: list[str]) -> 
         except IntegrityError:  # created by a concurrent submit meanwhile: this one is the last choice
             mine.update(columns=columns, updated_at=timezone.now())
     return columns
-

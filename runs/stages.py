@@ -24,8 +24,9 @@ from runs.models import DatasetVersion, DataStage, Project, Run
 IDS_FIELD = "input_dataset_version_ids"
 
 
-def dataset_versions_of_project(*, project: Project, ids, field: str = IDS_FIELD,
-                                allow_empty: bool = True) -> list[DatasetVersion]:
+def dataset_versions_of_project(
+    *, project: Project, ids, field: str = IDS_FIELD, allow_empty: bool = True
+) -> list[DatasetVersion]:
     """The dataset versions ``ids`` (a list of ints; duplicates kept once, order kept) of ``project``.
 
     Raises ``ValidationFailed`` naming ``field``: not a list of integers, an
@@ -66,21 +67,28 @@ def why_cannot_record_stage(*, user, run: Run) -> str | None:
 
 def _describe(stage: DataStage) -> dict:
     return {
-        "id": stage.pk, "start_step": stage.start_step,
+        "id": stage.pk,
+        "start_step": stage.start_step,
         "dataset_version_ids": sorted(stage.dataset_versions.values_list("pk", flat=True)),
-        "checkpoint_id": stage.checkpoint_id, "metadata": stage.metadata,
+        "checkpoint_id": stage.checkpoint_id,
+        "metadata": stage.metadata,
     }
 
 
 def _same_or_conflict(stage: DataStage, *, version_ids: set[int], checkpoint_id, metadata: dict) -> DataStage:
     recorded = _describe(stage)
-    if (set(recorded["dataset_version_ids"]) == version_ids and recorded["checkpoint_id"] == checkpoint_id
-            and recorded["metadata"] == metadata):
+    if (
+        set(recorded["dataset_version_ids"]) == version_ids
+        and recorded["checkpoint_id"] == checkpoint_id
+        and recorded["metadata"] == metadata
+    ):
         return stage
     raise Conflict(
         f"step {stage.start_step} already has a data stage (id {stage.pk}) with dataset versions "
         f"{recorded['dataset_version_ids']}, checkpoint {recorded['checkpoint_id']} and other metadata or set; "
-        "data stages are immutable", field="start_step", extra={"recorded": recorded},
+        "data stages are immutable",
+        field="start_step",
+        extra={"recorded": recorded},
     )
 
 
@@ -104,9 +112,16 @@ def _checkpoint(run: Run, checkpoint_id, start_step: int):
 
 
 @transaction.atomic
-def data_stage_record(*, actor, run: Run, start_step: int, dataset_version_ids: list[int],
-                      checkpoint_id: int | None = None, metadata: dict | None = None,
-                      fencing_token: int | None = None) -> tuple[DataStage, bool]:
+def data_stage_record(
+    *,
+    actor,
+    run: Run,
+    start_step: int,
+    dataset_version_ids: list[int],
+    checkpoint_id: int | None = None,
+    metadata: dict | None = None,
+    fencing_token: int | None = None,
+) -> tuple[DataStage, bool]:
     """Record that ``run`` trains on exactly ``dataset_version_ids`` from ``start_step`` on
     (docs/design/runs.md#data-stages, #data-stages-sdk).
 
@@ -139,14 +154,14 @@ def data_stage_record(*, actor, run: Run, start_step: int, dataset_version_ids: 
     run = Run.objects.select_for_update().select_related("project").get(pk=run.pk)
     existing = DataStage.objects.filter(run=run, start_step=start_step).first()
     if existing is not None:
-        return _same_or_conflict(existing, version_ids=version_ids, checkpoint_id=checkpoint_id, metadata=metadata), False
+        return _same_or_conflict(
+            existing, version_ids=version_ids, checkpoint_id=checkpoint_id, metadata=metadata
+        ), False
     if _run_has_ended(run):
         raise Conflict(f"the Job has ended: run {run.pk} is {run.status}; no data stage can be recorded", field="run")
     previous = DataStage.objects.filter(run=run).aggregate(last=Max("start_step"))["last"]
     if previous is not None and start_step <= previous:
-        raise ValidationFailed(
-            f"start_step must be greater than the previous stage's ({previous})", field="start_step"
-        )
+        raise ValidationFailed(f"start_step must be greater than the previous stage's ({previous})", field="start_step")
     try:
         with transaction.atomic():
             stage = DataStage.objects.create(
@@ -157,7 +172,9 @@ def data_stage_record(*, actor, run: Run, start_step: int, dataset_version_ids: 
         existing = DataStage.objects.filter(run=run, start_step=start_step).first()
         if existing is None:
             raise
-        return _same_or_conflict(existing, version_ids=version_ids, checkpoint_id=checkpoint_id, metadata=metadata), False
+        return _same_or_conflict(
+            existing, version_ids=version_ids, checkpoint_id=checkpoint_id, metadata=metadata
+        ), False
     return stage, True
 
 
@@ -215,11 +232,14 @@ def data_stage_history(*, run: Run) -> list[dict]:
     for stage in stages:
         versions = list(stage.dataset_versions.all())
         now_ids, before_ids = {v.pk for v in versions}, {v.pk for v in before}
-        history.append({
-            "stage": stage, "versions": versions,
-            "added": [v for v in versions if v.pk not in before_ids],
-            "removed": [v for v in before if v.pk not in now_ids],
-        })
+        history.append(
+            {
+                "stage": stage,
+                "versions": versions,
+                "added": [v for v in versions if v.pk not in before_ids],
+                "removed": [v for v in before if v.pk not in now_ids],
+            }
+        )
         before = versions
     return history
 

@@ -35,12 +35,23 @@ METRIC_STATS = ("last", "min", "max")
 DEFAULT_METRICS = 5
 DEFAULT_SAMPLE = 200  # the latest runs that pick the default columns
 MAX_COLUMNS = 40
-FIXED_SORTS = {"name": "name", "status": "status", "kind": "kind", "creator": "created_by__username",
-               "started": "started_at", "created": "created_at"}
+FIXED_SORTS = {
+    "name": "name",
+    "status": "status",
+    "kind": "kind",
+    "creator": "created_by__username",
+    "started": "started_at",
+    "created": "created_at",
+}
 _TERM = re.compile(r"^\s*([^\s<>=!~]+)\s*(>=|<=|!=|=|>|<|~)\s*(.*?)\s*$")
 _LOOKUPS = {"=": "exact", ">": "gt", ">=": "gte", "<": "lt", "<=": "lte", "~": "icontains"}
-_RUN_FIELDS = {"status": "status", "kind": "kind", "creator": "created_by__username", "name": "name",
-               "id": "external_id"}
+_RUN_FIELDS = {
+    "status": "status",
+    "kind": "kind",
+    "creator": "created_by__username",
+    "name": "name",
+    "id": "external_id",
+}
 
 
 @dataclass(frozen=True)
@@ -76,10 +87,16 @@ def parse_columns(values: list[str]) -> list[Column]:
         elif kind == "metric" and ":" in rest:
             key, _sep, stat = rest.rpartition(":")
             if stat not in METRIC_STATS or not key:
-                raise ValidationFailed(_("'%(value)s': the statistic must be one of %(choices)s") % {"value": value, "choices": ", ".join(METRIC_STATS)}, field="col")
+                raise ValidationFailed(
+                    _("'%(value)s': the statistic must be one of %(choices)s")
+                    % {"value": value, "choices": ", ".join(METRIC_STATS)},
+                    field="col",
+                )
             column = Column("metric", key, stat)
         else:
-            raise ValidationFailed(_("'%(value)s': write param:NAME or metric:KEY:last|min|max") % {"value": value}, field="col")
+            raise ValidationFailed(
+                _("'%(value)s': write param:NAME or metric:KEY:last|min|max") % {"value": value}, field="col"
+            )
         if column.id not in seen:
             seen.add(column.id)
             columns.append(Column(column.kind, column.name, column.stat, alias=f"col{len(columns)}"))
@@ -119,8 +136,11 @@ def column_choices(*, runs: QuerySet[Run]) -> Choices:
     for parameters in sampled:
         for name, value in (parameters or {}).items():
             values.setdefault(name, set()).add(repr(value))
-    return Choices(parameters=[(name, len(values[name]) > 1) for name in sorted(values)],
-                   metric_keys=metric_keys_by_share(sample.values("pk")), sampled=len(sampled))
+    return Choices(
+        parameters=[(name, len(values[name]) > 1) for name in sorted(values)],
+        metric_keys=metric_keys_by_share(sample.values("pk")),
+        sampled=len(sampled),
+    )
 
 
 _SUMMARY_FIELD = {"last": "last_value", "min": "min_value", "max": "max_value"}
@@ -140,9 +160,9 @@ def _parameter(name: str):
 
 def with_columns(runs: QuerySet[Run], columns: list[Column]) -> QuerySet[Run]:
     """``runs`` annotated with each column's value under its ``alias``."""
-    return runs.annotate(**{
-        c.alias: _parameter(c.name) if c.kind == "param" else metric_stat(c.name, c.stat) for c in columns
-    })
+    return runs.annotate(
+        **{c.alias: _parameter(c.name) if c.kind == "param" else metric_stat(c.name, c.stat) for c in columns}
+    )
 
 
 def _value(text: str):
@@ -165,7 +185,9 @@ def search_filter(text: str) -> Q:
         match = _TERM.match(term)
         if match is None:
             if not term.strip() or re.search(r"[<>=!~]", term):
-                raise ValidationFailed(_("'%(term)s': write FIELD OP VALUE, e.g. lr>0.01 or status=finished") % {"term": term}, field="q")
+                raise ValidationFailed(
+                    _("'%(term)s': write FIELD OP VALUE, e.g. lr>0.01 or status=finished") % {"term": term}, field="q"
+                )
             word = term.strip().strip("\"'")
             query &= Q(name__icontains=word) | Q(external_id__icontains=word) | Q(parameters_text__icontains=word)
             continue
@@ -182,11 +204,18 @@ def _term(field: str, op: str, raw: str) -> Q:
         key, _sep, value = raw.partition(":")
         tag = Q(tags__key=key.strip()) & (Q(tags__value=value.strip()) if value else Q())
         if op not in ("=", "!="):
-            raise ValidationFailed(_("tag%(op)s%(value)s: tags take = or != (tag=KEY or tag=KEY:VALUE)") % {"op": op, "value": raw}, field="q")
+            raise ValidationFailed(
+                _("tag%(op)s%(value)s: tags take = or != (tag=KEY or tag=KEY:VALUE)") % {"op": op, "value": raw},
+                field="q",
+            )
         return ~tag if op == "!=" else tag
     if field in _RUN_FIELDS:
         if op in (">", ">=", "<", "<="):
-            raise ValidationFailed(_("%(field)s%(op)s%(value)s: %(field)s is text; use =, != or ~") % {"field": field, "op": op, "value": raw}, field="q")
+            raise ValidationFailed(
+                _("%(field)s%(op)s%(value)s: %(field)s is text; use =, != or ~")
+                % {"field": field, "op": op, "value": raw},
+                field="q",
+            )
         q = Q(**{f"{_RUN_FIELDS[field]}__{'iexact' if lookup == 'exact' else lookup}": str(_value(raw))})
         return ~q if op == "!=" else q
     name = field.removeprefix("params.")
@@ -198,7 +227,12 @@ def _term(field: str, op: str, raw: str) -> Q:
 
 
 def runs_table(
-    *, runs: QuerySet[Run], columns: list[Column], sort: str = "", search: str = "", creator: str = "",
+    *,
+    runs: QuerySet[Run],
+    columns: list[Column],
+    sort: str = "",
+    search: str = "",
+    creator: str = "",
     tag: str = "",
 ) -> QuerySet[Run]:
     """``runs`` filtered by ``search``, ``creator`` (username) and ``tag`` (``KEY`` or ``KEY:VALUE``), annotated
@@ -225,8 +259,9 @@ def runs_table(
         # A join, not the column's subquery: ordering by a subquery runs it once per Run of the project (10,000
         # index lookups), while the join reads the key's summaries in one index range and hashes them.
         column = by_id[name]
-        runs = runs.annotate(sort_summary=FilteredRelation(
-            "metric_summaries", condition=Q(metric_summaries__key=column.name)))
+        runs = runs.annotate(
+            sort_summary=FilteredRelation("metric_summaries", condition=Q(metric_summaries__key=column.name))
+        )
         expression = F(f"sort_summary__{_SUMMARY_FIELD[column.stat]}")
     elif name in by_id:
         expression = F(by_id[name].alias)
@@ -253,8 +288,14 @@ def run_table_for_user(*, user, project, filters: dict, column_ids: list[str]) -
             columns = parse_columns([c.id for c in columns] + [sort])
         except ValidationFailed:
             pass
-    rows = runs_table(runs=runs, columns=columns, sort=filters.get("sort") or "", search=filters.get("q") or "",
-                      creator=filters.get("creator") or "", tag=filters.get("tag") or "")
+    rows = runs_table(
+        runs=runs,
+        columns=columns,
+        sort=filters.get("sort") or "",
+        search=filters.get("q") or "",
+        creator=filters.get("creator") or "",
+        tag=filters.get("tag") or "",
+    )
     return rows, columns, choices
 
 
@@ -273,8 +314,17 @@ def csv_lines(rows: QuerySet[Run], columns: list[Column]):
     yield line(["id", "name", "status", "kind", "creator", "started_at", *(c.label for c in columns)])
     for run in rows.select_related("created_by").iterator(chunk_size=500):
         started = run.started_at.isoformat() if run.started_at else ""
-        yield line([run.external_id, run.name, run.status, run.kind, run.created_by.get_username(), started,
-                    *(_csv_cell(getattr(run, c.alias)) for c in columns)])
+        yield line(
+            [
+                run.external_id,
+                run.name,
+                run.status,
+                run.kind,
+                run.created_by.get_username(),
+                started,
+                *(_csv_cell(getattr(run, c.alias)) for c in columns),
+            ]
+        )
 
 
 def _csv_cell(value) -> str:

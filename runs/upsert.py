@@ -28,11 +28,14 @@ def upsert(*, table: str, fields: Sequence[str], pg_types: Sequence[str], rows: 
     with connection.cursor() as cursor:
         if connection.vendor == "postgresql":
             arrays = ", ".join(f"%s::{kind}[]" for kind in pg_types)
-            cursor.execute(f"INSERT INTO {table} ({names}) SELECT * FROM unnest({arrays}) {on_conflict}",
-                           [list(column) for column in zip(*rows)])
+            cursor.execute(
+                f"INSERT INTO {table} ({names}) SELECT * FROM unnest({arrays}) {on_conflict}",
+                [list(column) for column in zip(*rows)],
+            )
             return
         for start in range(0, len(rows), _SQLITE_ROWS):
-            part = rows[start:start + _SQLITE_ROWS]
+            part = rows[start : start + _SQLITE_ROWS]
             values = ", ".join(["(" + ", ".join(["%s"] * len(fields)) + ")"] * len(part))
-            cursor.execute(f"INSERT INTO {table} ({names}) VALUES {values} {on_conflict}",
-                           [field for row in part for field in row])
+            cursor.execute(
+                f"INSERT INTO {table} ({names}) VALUES {values} {on_conflict}", [field for row in part for field in row]
+            )

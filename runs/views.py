@@ -38,8 +38,13 @@ RUN_TABS = [
 ]
 SERVICE_FORM_ERRORS = (ValidationFailed, Conflict)
 # The runs table's fixed columns: (sort name, header).
-FIXED_COLUMNS = [("name", _lazy("Name")), ("status", _lazy("Status")), ("kind", _lazy("Kind")),
-                 ("creator", _lazy("Created by")), ("started", _lazy("Started"))]
+FIXED_COLUMNS = [
+    ("name", _lazy("Name")),
+    ("status", _lazy("Status")),
+    ("kind", _lazy("Kind")),
+    ("creator", _lazy("Created by")),
+    ("started", _lazy("Started")),
+]
 
 
 def page(view):
@@ -72,7 +77,8 @@ def _run_table(request, project):
         return form, [], [], None, True
     try:
         rows, columns, choices = table.run_table_for_user(
-            user=request.user, project=project, filters=form.cleaned_data, column_ids=request.GET.getlist("col"))
+            user=request.user, project=project, filters=form.cleaned_data, column_ids=request.GET.getlist("col")
+        )
     except ValidationFailed as exc:
         add_service_error(form, exc)
         return form, [], [], None, True
@@ -89,10 +95,15 @@ def project_detail(request, slug):
     query = request.GET.copy()
     query.pop("page", None)
     context = {
-        "project": project, "form": form, "columns": columns, "choices": choices, "query": query.urlencode(),
+        "project": project,
+        "form": form,
+        "columns": columns,
+        "choices": choices,
+        "query": query.urlencode(),
         "page_obj": Paginator(rows, RUNS_PER_PAGE).get_page(request.GET.get("page")),
         "sort": form.cleaned_data.get("sort", "") if not invalid else "",
-        "fixed_columns": FIXED_COLUMNS, "metric_stats": table.METRIC_STATS,
+        "fixed_columns": FIXED_COLUMNS,
+        "metric_stats": table.METRIC_STATS,
         "column_ids": {column.id for column in columns},
         "kept_filters": [(k, v) for k, v in request.GET.items() if k in RunFilterForm.base_fields and v],
         "role": policy.role_in(request.user, project),
@@ -140,8 +151,12 @@ def project_compare(request, slug):
     checkpoints and data stages."""
     project = selectors.project_get_for_user(user=request.user, slug=slug)
     try:
-        comparison = compare.run_comparison(user=request.user, project=project, run_ids=request.GET.getlist("run"),
-                                            all_parameters=request.GET.get("all") == "1")
+        comparison = compare.run_comparison(
+            user=request.user,
+            project=project,
+            run_ids=request.GET.getlist("run"),
+            all_parameters=request.GET.get("all") == "1",
+        )
     except ValidationFailed as exc:
         return render(request, "runs/project_compare.html", {"project": project, "error": exc.detail}, status=400)
     context = {"project": project, "c": comparison, "charts": comparison.charts, "chart_data": comparison.chart_data}
@@ -164,12 +179,20 @@ def _charts_context(request, run) -> dict:
     (docs/design/resume.md#steps-continue)."""
     if request.GET.get("ancestors") == "1" and run.parent_id:
         chart_list, lineage = charts.run_charts_with_ancestors(user=request.user, run=run)
-        return {"charts": chart_list, "chart_data": charts.chart_data(chart_list), "lineage": lineage,
-                "with_ancestors": True}
+        return {
+            "charts": chart_list,
+            "chart_data": charts.chart_data(chart_list),
+            "lineage": lineage,
+            "with_ancestors": True,
+        }
     system = request.GET.get("system") == "1"
     chart_list = charts.run_charts(run=run, system=system)
-    return {"charts": chart_list, "chart_data": charts.chart_data(chart_list), "with_ancestors": False,
-            "system_tab": system}
+    return {
+        "charts": chart_list,
+        "chart_data": charts.chart_data(chart_list),
+        "with_ancestors": False,
+        "system_tab": system,
+    }
 
 
 def _ignored_checkpoint_step(run) -> int | None:
@@ -248,8 +271,11 @@ def run_data_history(request, pk):
             add_service_error(form, exc)
             status = exc.status
         else:
-            note = _("The data change at step %(step)s was recorded.") if created else _(
-                "This data change at step %(step)s was already recorded.")
+            note = (
+                _("The data change at step %(step)s was recorded.")
+                if created
+                else _("This data change at step %(step)s was already recorded.")
+            )
             messages.success(request, note % {"step": stage.start_step})
             return redirect("runs:run-data-history", pk=run.pk)
     context.update(

@@ -9,20 +9,38 @@ the Run lifecycle (``sweeps.services``, ``sweeps.hooks``).
 from django.contrib import admin
 
 from mado.admin import ReadOnlyAdmin
-
 from sweeps.models import Sweep, SweepTrial
 
 
 @admin.register(Sweep)
 class SweepAdmin(ReadOnlyAdmin):
-    list_display = ["id", "name", "project", "method", "metric_name", "metric_goal", "run_cap", "created_by", "created_at"]
+    list_display = [
+        "id",
+        "name",
+        "project",
+        "method",
+        "metric_name",
+        "metric_goal",
+        "run_cap",
+        "created_by",
+        "created_at",
+    ]
     list_display_links = ["id", "name"]
     list_filter = ["method", "project"]
     search_fields = ["name", "metric_name", "project__slug", "created_by__username"]
     list_select_related = ["project", "created_by"]
     readonly_fields = [
-        "project", "name", "method", "parameters", "metric_name", "metric_goal", "program", "run_cap", "config",
-        "created_by", "created_at",
+        "project",
+        "name",
+        "method",
+        "parameters",
+        "metric_name",
+        "metric_goal",
+        "program",
+        "run_cap",
+        "config",
+        "created_by",
+        "created_at",
     ]
 
 
@@ -33,6 +51,14 @@ class SweepTrialAdmin(ReadOnlyAdmin):
     search_fields = ["run__external_id", "agent", "sweep__name"]
     list_select_related = ["sweep", "run"]
     readonly_fields = [
-        "sweep", "number", "run", "parameters", "state", "requeue_count", "agent", "claimed_at", "lease_expires_at",
+        "sweep",
+        "number",
+        "run",
+        "parameters",
+        "state",
+        "requeue_count",
+        "agent",
+        "claimed_at",
+        "lease_expires_at",
         "created_at",
     ]

@@ -16,8 +16,8 @@ from rest_framework.decorators import action
 from rest_framework.response import Response
 from rest_framework.viewsets import GenericViewSet
 
-from runs import selectors as run_selectors
 from mado.api import valid
+from runs import selectors as run_selectors
 from runs.models import RunStatus
 from sweeps import selectors, services
 from sweeps.models import MetricGoal, SweepMethod, TrialState
@@ -126,7 +126,10 @@ class SweepReportInputSerializer(serializers.Serializer):
     exit_code = serializers.IntegerField(help_text="the program's exit status (negative: killed by that signal)")
     preempted = serializers.BooleanField(required=False, default=False, help_text="a SIGTERM/SIGUSR1 was forwarded")
     agent = serializers.CharField(
-        max_length=200, required=False, allow_blank=True, default="",
+        max_length=200,
+        required=False,
+        allow_blank=True,
+        default="",
         help_text="host:pid of the reporting agent; a report from an agent that no longer holds the trial changes nothing",
     )
 
@@ -139,7 +142,8 @@ class SweepViewSet(GenericViewSet):
     run_token_allowed = False
 
     @extend_schema(
-        tags=TAGS, responses=SweepOutputSerializer(many=True),
+        tags=TAGS,
+        responses=SweepOutputSerializer(many=True),
         parameters=[OpenApiParameter("project", str, description="project slug (404 unless a member)")],
     )
     def list(self, request):
@@ -150,9 +154,14 @@ class SweepViewSet(GenericViewSet):
         return self.get_paginated_response(SweepOutputSerializer(page, many=True, context={"request": request}).data)
 
     @extend_schema(
-        tags=TAGS, request=SweepInputSerializer,
-        responses={201: SweepOutputSerializer, 400: OpenApiResponse(description="bad config; names the field"),
-                   403: OpenApiResponse(description="viewer"), 404: OpenApiResponse(description="not a member")},
+        tags=TAGS,
+        request=SweepInputSerializer,
+        responses={
+            201: SweepOutputSerializer,
+            400: OpenApiResponse(description="bad config; names the field"),
+            403: OpenApiResponse(description="viewer"),
+            404: OpenApiResponse(description="not a member"),
+        },
     )
     def create(self, request):
         """Create a Sweep in ``project`` from ``config`` (member or admin); 201 with the Sweep."""
@@ -172,7 +181,9 @@ class SweepViewSet(GenericViewSet):
         return Response(SweepDetailOutputSerializer(sweep, context=context).data)
 
     @extend_schema(
-        tags=TAGS, parameters=[_SWEEP_ID], request=SweepClaimInputSerializer,
+        tags=TAGS,
+        parameters=[_SWEEP_ID],
+        request=SweepClaimInputSerializer,
         responses={200: SweepClaimOutputSerializer, 403: OpenApiResponse(description="viewer")},
     )
     @action(detail=True, methods=["post"])
@@ -183,12 +194,18 @@ class SweepViewSet(GenericViewSet):
         agent = valid(SweepClaimInputSerializer, request)["agent"]
         claim = services.sweep_claim(actor=request.user, sweep=sweep, agent=agent)
         trial = SweepClaimedTrialOutputSerializer(claim).data if claim.trial is not None else None
-        body = {"trial": trial, "program": sweep.program, "project": sweep.project.slug, "done": claim.done,
-                "reason": claim.reason}
+        body = {
+            "trial": trial,
+            "program": sweep.program,
+            "project": sweep.project.slug,
+            "done": claim.done,
+            "reason": claim.reason,
+        }
         return Response(body)
 
     @extend_schema(
-        tags=TAGS, request=SweepReportInputSerializer,
+        tags=TAGS,
+        request=SweepReportInputSerializer,
         parameters=[_SWEEP_ID, OpenApiParameter("number", int, OpenApiParameter.PATH, description="trial number")],
         responses={200: SweepTrialOutputSerializer, 403: OpenApiResponse(description="viewer")},
     )
@@ -197,15 +214,21 @@ class SweepViewSet(GenericViewSet):
         """The agent's report after the trial's program exited: ends the Run if it has not ended (idempotent)."""
         sweep = selectors.sweep_get_for_user(user=request.user, sweep_id=pk)
         trial = selectors.sweep_trial_get(sweep=sweep, number=number)
-        trial = services.sweep_trial_report(actor=request.user, trial=trial, **valid(SweepReportInputSerializer, request))
+        trial = services.sweep_trial_report(
+            actor=request.user, trial=trial, **valid(SweepReportInputSerializer, request)
+        )
         return Response(SweepTrialOutputSerializer(trial).data)
 
     @extend_schema(
-        tags=TAGS, request=None,
+        tags=TAGS,
+        request=None,
         parameters=[_SWEEP_ID, OpenApiParameter("number", int, OpenApiParameter.PATH, description="trial number")],
-        responses={200: SweepTrialOutputSerializer, 403: OpenApiResponse(description="viewer"),
-                   404: OpenApiResponse(description="no such sweep or trial"),
-                   409: OpenApiResponse(description="the trial is not failed (or was already retried)")},
+        responses={
+            200: SweepTrialOutputSerializer,
+            403: OpenApiResponse(description="viewer"),
+            404: OpenApiResponse(description="no such sweep or trial"),
+            409: OpenApiResponse(description="the trial is not failed (or was already retried)"),
+        },
     )
     @action(detail=True, methods=["post"], url_path=r"trials/(?P<number>[0-9]+)/retry")
     def retry(self, request, pk=None, number=None):

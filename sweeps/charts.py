@@ -61,7 +61,10 @@ def _point(trial: SweepTrial, parameter: str, metric_name: str, axis: dict, best
     value = trial.parameters.get(parameter)
     kind = _kind(trial, best)
     label = _("Trial %(number)s: %(parameter)s = %(value)s, %(metric)s %(score)s") % {
-        "number": trial.number, "parameter": parameter, "value": _label(value), "metric": metric_name,
+        "number": trial.number,
+        "parameter": parameter,
+        "value": _label(value),
+        "metric": metric_name,
         "score": _label(trial.metric),
     }
     if kind == "partial":

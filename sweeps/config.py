@@ -81,10 +81,18 @@ def _load(config) -> dict:
         except yaml.YAMLError as exc:
             _fail("config", _("config is not valid YAML or JSON: %(error)s"), error=exc)
     if not isinstance(config, dict):
-        _fail("config", _("config must be a mapping (YAML) or an object (JSON) with method, metric, parameters and program"))
+        _fail(
+            "config",
+            _("config must be a mapping (YAML) or an object (JSON) with method, metric, parameters and program"),
+        )
     unknown = sorted(str(key) for key in config if key not in KNOWN_KEYS)
     if unknown:
-        _fail(unknown[0], _("unknown key '%(key)s'; a sweep config has %(keys)s"), key=unknown[0], keys=', '.join(KNOWN_KEYS))
+        _fail(
+            unknown[0],
+            _("unknown key '%(key)s'; a sweep config has %(keys)s"),
+            key=unknown[0],
+            keys=", ".join(KNOWN_KEYS),
+        )
     try:
         json.dumps(config, allow_nan=False)
     except (TypeError, ValueError) as exc:
@@ -109,7 +117,7 @@ def _range(field: str, spec: dict) -> dict:
     both_int = isinstance(low, int) and isinstance(high, int)
     distribution = spec.get("distribution", "int_uniform" if both_int else "uniform")
     if distribution not in DISTRIBUTIONS:
-        _fail(f"{field}.distribution", _("distribution must be one of %(choices)s"), choices=', '.join(DISTRIBUTIONS))
+        _fail(f"{field}.distribution", _("distribution must be one of %(choices)s"), choices=", ".join(DISTRIBUTIONS))
     if distribution == "int_uniform" and not both_int:
         _fail(f"{field}.distribution", _("int_uniform needs integer min and max"))
     if distribution == "log_uniform_values" and low <= 0:
@@ -195,7 +203,7 @@ def _metric(raw) -> tuple[str, str]:
         _fail("metric.name", _("metric.name must be at most %(max)s characters"), max=METRIC_MAX)
     goal = raw.get("goal", MetricGoal.MINIMIZE)
     if goal not in MetricGoal.values:
-        _fail("metric.goal", _("metric.goal must be one of %(choices)s"), choices=', '.join(MetricGoal.values))
+        _fail("metric.goal", _("metric.goal must be one of %(choices)s"), choices=", ".join(MetricGoal.values))
     return name.strip(), goal
 
 
@@ -216,10 +224,21 @@ def sweep_config_parse(*, config) -> SweepConfig:
         _fail("name", _("name must be text of at most %(max)s characters"), max=NAME_MAX)
     method = raw.get("method")
     if method not in SweepMethod.values:
-        _fail("method", _("method must be one of %(choices)s (got '%(method)s')"), choices=', '.join(SweepMethod.values), method=method)
+        _fail(
+            "method",
+            _("method must be one of %(choices)s (got '%(method)s')"),
+            choices=", ".join(SweepMethod.values),
+            method=method,
+        )
     metric_name, metric_goal = _metric(raw.get("metric"))
     parameters = _parameters(raw.get("parameters"), method)
     return SweepConfig(
-        name=name.strip(), method=method, metric_name=metric_name, metric_goal=metric_goal, parameters=parameters,
-        program=_program(raw.get("program")), run_cap=_run_cap(raw.get("run_cap"), method, parameters), config=raw,
+        name=name.strip(),
+        method=method,
+        metric_name=metric_name,
+        metric_goal=metric_goal,
+        parameters=parameters,
+        program=_program(raw.get("program")),
+        run_cap=_run_cap(raw.get("run_cap"), method, parameters),
+        config=raw,
     )

@@ -22,7 +22,9 @@ class SweepCreateForm(forms.Form):
         label=_("Configuration (YAML or JSON)"),
         widget=forms.Textarea(attrs={"rows": 16, "spellcheck": "false", "class": "code"}),
         initial=EXAMPLE,
-        help_text=_("method: grid, random or bayes; metric: the logged metric to optimise and its goal; parameters: "
-                    "values, value, or min and max; program: the command an agent runs with --name=value per "
-                    "parameter; run_cap: the most trials."),
+        help_text=_(
+            "method: grid, random or bayes; metric: the logged metric to optimise and its goal; parameters: "
+            "values, value, or min and max; program: the command an agent runs with --name=value per "
+            "parameter; run_cap: the most trials."
+        ),
     )

@@ -39,7 +39,9 @@ def sweep_get_for_user(*, user, sweep_id) -> Sweep:
         sweep_id = int(sweep_id)
     except (TypeError, ValueError):
         raise NotFound(f"sweep {sweep_id!r} not found", field="sweep") from None
-    sweep = _with_counts(Sweep.objects.visible_to(user).select_related("project", "created_by").filter(pk=sweep_id)).first()
+    sweep = _with_counts(
+        Sweep.objects.visible_to(user).select_related("project", "created_by").filter(pk=sweep_id)
+    ).first()
     if sweep is None:
         raise NotFound(f"sweep {sweep_id} not found", field="sweep")
     return sweep
@@ -64,8 +66,11 @@ def sweep_trials(*, sweep: Sweep) -> list[SweepTrial]:
     one was NaN)."""
     last = MetricSummary.objects.filter(run_id=OuterRef("run_id"), key=sweep.metric_name).values("last_value")
     return list(
-        SweepTrial.objects.filter(sweep=sweep).select_related("run").prefetch_related("earlier_runs")
-        .annotate(metric=Subquery(last)).order_by("number")
+        SweepTrial.objects.filter(sweep=sweep)
+        .select_related("run")
+        .prefetch_related("earlier_runs")
+        .annotate(metric=Subquery(last))
+        .order_by("number")
     )
 
 

@@ -46,9 +46,16 @@ def sweep_create(*, actor, project: Project, config) -> Sweep:
     policy.require_role(actor, project, policy.MEMBER)
     parsed = sweep_config_parse(config=config)
     return Sweep.objects.create(
-        project=project, name=parsed.name, method=parsed.method, parameters=parsed.parameters,
-        metric_name=parsed.metric_name, metric_goal=parsed.metric_goal, program=parsed.program,
-        run_cap=parsed.run_cap, config=parsed.config, created_by=actor,
+        project=project,
+        name=parsed.name,
+        method=parsed.method,
+        parameters=parsed.parameters,
+        metric_name=parsed.metric_name,
+        metric_goal=parsed.metric_goal,
+        program=parsed.program,
+        run_cap=parsed.run_cap,
+        config=parsed.config,
+        created_by=actor,
     )
 
 
@@ -64,9 +71,11 @@ class SweepClaim:
 
 
 def _claim_queued(*, actor, sweep: Sweep, agent: str, now: datetime, until: datetime) -> SweepTrial | None:
-    waiting = SweepTrial.objects.filter(sweep=sweep).filter(
-        Q(state=TrialState.QUEUED) | Q(state=TrialState.LEASED, lease_expires_at__lt=now)
-    ).order_by("number")
+    waiting = (
+        SweepTrial.objects.filter(sweep=sweep)
+        .filter(Q(state=TrialState.QUEUED) | Q(state=TrialState.LEASED, lease_expires_at__lt=now))
+        .order_by("number")
+    )
     for _attempt in range(CLAIM_ATTEMPTS):
         with transaction.atomic():
             trial = waiting.select_for_update(skip_locked=True).first()
@@ -89,16 +98,28 @@ def _claim_new(*, actor, sweep: Sweep, agent: str, now: datetime, until: datetim
     number = (locked.trials.aggregate(last=Max("number"))["last"] or 0) + 1
     if locked.run_cap is not None and number > locked.run_cap:
         return None
-    parameters = suggest_parameters(sweep=locked, number=number, finished=selectors.sweep_finished_results(sweep=locked))
+    parameters = suggest_parameters(
+        sweep=locked, number=number, finished=selectors.sweep_finished_results(sweep=locked)
+    )
     if parameters is None:
         return None
     run = run_services.run_create(
-        actor=actor, project=sweep.project, name=f"{locked.name or f'sweep-{locked.pk}'}-{number}",
-        parameters=parameters, status=RunStatus.PENDING,
+        actor=actor,
+        project=sweep.project,
+        name=f"{locked.name or f'sweep-{locked.pk}'}-{number}",
+        parameters=parameters,
+        status=RunStatus.PENDING,
     )
     return SweepTrial.objects.create(
-        sweep=locked, number=number, run=run, parameters=parameters, state=TrialState.LEASED,
-        agent=agent, claimed_by=actor, claimed_at=now, lease_expires_at=until,
+        sweep=locked,
+        number=number,
+        run=run,
+        parameters=parameters,
+        state=TrialState.LEASED,
+        agent=agent,
+        claimed_by=actor,
+        claimed_at=now,
+        lease_expires_at=until,
     )
 
 
@@ -205,12 +226,20 @@ def sweep_trial_retry(*, actor, trial: SweepTrial) -> SweepTrial:
     old_run = trial.run
     attempt = trial.retry_count + 1
     run = run_services.run_create(
-        actor=actor, project=trial.sweep.project, parameters=trial.parameters, status=RunStatus.PENDING,
+        actor=actor,
+        project=trial.sweep.project,
+        parameters=trial.parameters,
+        status=RunStatus.PENDING,
         name=f"{trial.sweep.name or f'sweep-{trial.sweep_id}'}-{trial.number}-retry{attempt}",
     )
     taken = SweepTrial.objects.filter(pk=trial.pk, state=TrialState.DONE, run_id=old_run.pk).update(
-        run=run, state=TrialState.QUEUED, retry_count=F("retry_count") + 1, agent="", claimed_by=None,
-        claimed_at=None, lease_expires_at=None,
+        run=run,
+        state=TrialState.QUEUED,
+        retry_count=F("retry_count") + 1,
+        agent="",
+        claimed_by=None,
+        claimed_at=None,
+        lease_expires_at=None,
     )
     if not taken:
         raise Conflict(f"trial {trial.number} was retried by someone else a moment ago", field="trial")
@@ -221,11 +250,11 @@ def sweep_trial_retry(*, actor, trial: SweepTrial) -> SweepTrial:
 def _retry_refusal(trial: SweepTrial) -> str:
     if trial.state != TrialState.DONE:
         if trial.retry_count and trial.state == TrialState.QUEUED:
-            return (f"trial {trial.number} was already retried: its new run {trial.run.external_id} is waiting for "
-                    "an agent")
+            return (
+                f"trial {trial.number} was already retried: its new run {trial.run.external_id} is waiting for an agent"
+            )
         return f"trial {trial.number} is {trial.get_state_display()}: only a failed trial can be retried"
-    return (f"trial {trial.number} ended {trial.run.status}: only a failed, crashed or aborted trial can be "
-            "retried")
+    return f"trial {trial.number} ended {trial.run.status}: only a failed, crashed or aborted trial can be retried"
 
 
 def sweep_release_expired_leases(*, now: datetime | None = None) -> int:
@@ -241,4 +270,3 @@ def sweep_release_expired_leases(*, now: datetime | None = None) -> int:
     return SweepTrial.objects.filter(state=TrialState.LEASED, lease_expires_at__lt=now).update(
         state=TrialState.QUEUED, agent="", lease_expires_at=None
     )
-

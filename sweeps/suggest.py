@@ -23,7 +23,9 @@ _SEED_STRIDE = 1_000_003
 def grid_point(*, parameters: dict, index: int) -> dict | None:
     """The ``index``-th (0-based) point of the grid of normalised ``parameters``, or None past the end."""
     names = sorted(parameters)
-    axes = [parameters[name]["values"] if "values" in parameters[name] else [parameters[name]["value"]] for name in names]
+    axes = [
+        parameters[name]["values"] if "values" in parameters[name] else [parameters[name]["value"]] for name in names
+    ]
     point = next(itertools.islice(itertools.product(*axes), index, None), None)
     return None if point is None else dict(zip(names, point, strict=True))
 

@@ -52,8 +52,9 @@ def sweep_create(request, slug):
         except ValidationFailed as exc:
             form.add_error("config", f"{exc.field}: {exc.detail}" if exc.field else exc.detail)
         else:
-            messages.success(request, _("Sweep %(id)s was created: start agents with “mado agent %(id)s”.") % {
-                "id": sweep.pk})
+            messages.success(
+                request, _("Sweep %(id)s was created: start agents with “mado agent %(id)s”.") % {"id": sweep.pk}
+            )
             return redirect("runs:sweep-detail", pk=sweep.pk)
     context = {"project": project, "form": form, "refusal": refusal}
     return render(request, "sweeps/sweep_create.html", context, status=status)

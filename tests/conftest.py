@@ -9,10 +9,10 @@ import os
 
 import pytest
 from django.utils import translation
-from mado_tracking import writeback
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
+from mado_tracking import writeback
 from runs.models import Role
 from tests.factories import MembershipFactory, ProjectFactory, RunFactory, UserFactory
 
@@ -50,8 +50,10 @@ def dropped_windows(monkeypatch):
 @pytest.fixture(autouse=True)
 def _artifact_storage(settings, tmp_path):
     """Each test stores artifacts in its own directory (the embedded file-system storage, as configured)."""
-    location = {"BACKEND": "checkpoints.filesystem.DurableFileSystemStorage",
-                "OPTIONS": {"location": str(tmp_path / "artifacts")}}
+    location = {
+        "BACKEND": "checkpoints.filesystem.DurableFileSystemStorage",
+        "OPTIONS": {"location": str(tmp_path / "artifacts")},
+    }
     settings.STORAGES = {**settings.STORAGES, "default": location, "artifacts": location}
 
 

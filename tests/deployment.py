@@ -45,9 +45,16 @@ def free_port() -> int:
 def deployment_env(data_dir: Path, **variables: str) -> dict[str, str]:
     """Our environment without ``MADO_*``/``CELERY_*``/``MMT_*`` settings, on ``data_dir``, plus ``variables``."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MADO_", "CELERY_", "DJANGO_", "MMT_"))}
-    env.update({"MADO_DATA_DIR": str(data_dir), "DJANGO_SETTINGS_MODULE": "config.settings", "MADO_WORKER_GPUS": "none",
-                "MADO_JOB_KILL_GRACE": "5", "MADO_SECRET_KEY": "job-flow-test-secret-value",
-                "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", os.defpath)])})
+    env.update(
+        {
+            "MADO_DATA_DIR": str(data_dir),
+            "DJANGO_SETTINGS_MODULE": "config.settings",
+            "MADO_WORKER_GPUS": "none",
+            "MADO_JOB_KILL_GRACE": "5",
+            "MADO_SECRET_KEY": "job-flow-test-secret-value",
+            "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", os.defpath)]),
+        }
+    )
     env.update(variables)
     return env
 
@@ -70,8 +77,11 @@ class Deployment:
         return CliRunner().invoke(main, [str(arg) for arg in args], env=env, catch_exceptions=False)
 
     def logs(self) -> str:
-        return "\n".join(f"--- {path.name} ---\n{path.read_text(errors='replace')[-6000:]}"
-                         for path in (self.worker_log, self.web_log) if path.exists())
+        return "\n".join(
+            f"--- {path.name} ---\n{path.read_text(errors='replace')[-6000:]}"
+            for path in (self.worker_log, self.web_log)
+            if path.exists()
+        )
 
 
 @contextmanager
@@ -81,20 +91,34 @@ def deployment(directory: Path, **variables: str):
     port, queue = free_port(), f"flow-{uuid.uuid4().hex[:8]}"
     url = f"http://127.0.0.1:{port}"
     # The one worker also runs checkpoint verifications (direct S3 uploads), unless the test routes them elsewhere.
-    env = deployment_env(directory / "data", **{"MADO_PUBLIC_URL": url, "MADO_CHECKPOINT_VERIFY_QUEUE": queue,
-                                                **variables})
+    env = deployment_env(
+        directory / "data", **{"MADO_PUBLIC_URL": url, "MADO_CHECKPOINT_VERIFY_QUEUE": queue, **variables}
+    )
     manage = [sys.executable, "manage.py"]
     subprocess.run([*manage, "migrate", "--noinput"], cwd=ROOT, env=env, check=True, capture_output=True)
-    setup = subprocess.run([*manage, "shell", "-c", SETUP.format(queue=queue)], cwd=ROOT, env=env, check=True,
-                           capture_output=True, text=True)
-    found = Deployment(url=url, token=setup.stdout.strip().splitlines()[-1], queue=queue, data_dir=directory / "data",
-                       worker_log=directory / "worker.log", web_log=directory / "web.log")
+    setup = subprocess.run(
+        [*manage, "shell", "-c", SETUP.format(queue=queue)],
+        cwd=ROOT,
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    found = Deployment(
+        url=url,
+        token=setup.stdout.strip().splitlines()[-1],
+        queue=queue,
+        data_dir=directory / "data",
+        worker_log=directory / "worker.log",
+        web_log=directory / "web.log",
+    )
     children = []
     try:
         with open(found.web_log, "wb") as web_out, open(found.worker_log, "wb") as worker_out:
             children.append(start_process(web_argv("127.0.0.1", port), env=env, stdout=web_out))
-            children.append(start_process(worker_argv([queue], hostname="flow@%h", loglevel="INFO"), env=env,
-                                          stdout=worker_out))
+            children.append(
+                start_process(worker_argv([queue], hostname="flow@%h", loglevel="INFO"), env=env, stdout=worker_out)
+            )
         wait_for_web(url, children)
         yield found
     finally:

@@ -93,7 +93,9 @@ ROWS = {
     API + "runs/<int:run_id>/heartbeat/": {"POST": run_write(200)},
     API + "runs/<int:run_id>/artifacts/": {"GET": api_read()},
     API + "runs/<int:run_id>/artifacts/<path:path>": {
-        "GET": api_read(), "PUT": run_write(200), "DELETE": admin_only(204),
+        "GET": api_read(),
+        "PUT": run_write(200),
+        "DELETE": admin_only(204),
     },
     API + "runs/<int:run_id>/checkpoints/": {"GET": api_read(), "POST": run_write(201)},
     API + "runs/<int:run_id>/data-stages/": {"GET": api_read(), "POST": run_write(201)},
@@ -155,7 +157,9 @@ ROWS = {
     # --- MLflow artifact API ------------------------------------------------------------------------
     ART + "artifacts": {"GET": mlflow_read()},
     ART + "^artifacts/(?P<artifact_path>[\\s\\S]+)\\Z": {
-        "GET": mlflow_read(), "PUT": run_write(200), "DELETE": admin_only(200),
+        "GET": mlflow_read(),
+        "PUT": run_write(200),
+        "DELETE": admin_only(200),
     },
     ART + "^mpu/(?P<action>[a-z]+)/(?P<artifact_path>[\\s\\S]+)\\Z": {"POST": run_write(501)},
     # --- pages --------------------------------------------------------------------------------------

@@ -50,7 +50,10 @@ def repository_files(*suffixes: str) -> list[Path]:
     """Files git tracks or would track (untracked, not ignored) with one of ``suffixes``."""
     listed = subprocess.run(
         ["git", "ls-files", "--cached", "--others", "--exclude-standard"],
-        cwd=ROOT, capture_output=True, text=True, check=True,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout.splitlines()
     return [ROOT / name for name in sorted(set(listed)) if name.endswith(suffixes) and (ROOT / name).is_file()]
 
@@ -80,7 +83,8 @@ def test_the_api_schema_cites_no_outside_document_and_no_design_path():
 
     schema = SchemaGenerator().get_schema(request=None, public=True)
     offending = [
-        f"{place}: {text[:160]!r}" for place, text in schema_texts(schema)
+        f"{place}: {text[:160]!r}"
+        for place, text in schema_texts(schema)
         if OUTSIDE_IDS.search(text) or "docs/design" in text
     ]
     assert not offending, "API descriptions a user reads must say the rule in words:\n" + "\n".join(offending)

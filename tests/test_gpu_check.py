@@ -24,8 +24,13 @@ def fake_nvidia_smi(directory: Path, lines: list[str]) -> Path:
 
 
 def run_script(path: str, **env) -> subprocess.CompletedProcess:
-    return subprocess.run(["bash", str(SCRIPT)], env={"PATH": path, "HOME": "/nonexistent", **env},
-                          capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        ["bash", str(SCRIPT)],
+        env={"PATH": path, "HOME": "/nonexistent", **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def test_without_nvidia_smi_it_exits_with_a_clear_message(tmp_path):
@@ -65,9 +70,25 @@ def test_it_starts_one_process_per_visible_gpu(tmp_path, visible, expected):
 def test_the_rates_script_saves_restores_and_loads_a_sharded_checkpoint_on_cpu_ranks(tmp_path):
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
     done = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-         str(ROOT / "benchmarks" / "gpu_checkpoint_rates.py"), "--cpu", "--size-mib", "4", "--workdir", str(tmp_path)],
-        env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path,
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node",
+            "2",
+            str(ROOT / "benchmarks" / "gpu_checkpoint_rates.py"),
+            "--cpu",
+            "--size-mib",
+            "4",
+            "--workdir",
+            str(tmp_path),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
     )
     assert done.returncode == 0, done.stdout + done.stderr
     out = done.stdout
@@ -88,16 +109,34 @@ def test_the_driver_runs_the_ddp_example_and_prints_every_rate_on_cpu_ranks(tmp_
     """What ``gpu_check.sh`` starts on a GPU machine, on 2 CPU ranks: the example against a server, then the rates
     on local disk and through mado (about a minute)."""
     done = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "gpu_check.py"), "--nproc-per-node", "2", "--size-mib", "4",
-         "--cpu", "--workdir", str(tmp_path)],
-        env={**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}, capture_output=True, text=True,
-        timeout=600, cwd=tmp_path,
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "gpu_check.py"),
+            "--nproc-per-node",
+            "2",
+            "--size-mib",
+            "4",
+            "--cpu",
+            "--workdir",
+            str(tmp_path),
+        ],
+        env={**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"},
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     out = done.stdout
     assert "complete checkpoints: step 40 (world size 2, " in out
-    for label in ("checkpoint save (", "checkpoint restore (", "checkpoint load (", "mado save (", "mado restore (",
-                  "mado load ("):
+    for label in (
+        "checkpoint save (",
+        "checkpoint restore (",
+        "checkpoint load (",
+        "mado save (",
+        "mado restore (",
+        "mado load (",
+    ):
         assert label in out and "MB/s" in out.split(label, 1)[1].splitlines()[0], out
     assert "tensors loaded back identical to those saved: yes" in out
     assert list(tmp_path.iterdir()) == [], "the data directory and checkpoints are removed"

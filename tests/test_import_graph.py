@@ -67,7 +67,9 @@ def test_policy_and_authentication_load_no_app(module):
         "print(sorted(m for m in sys.modules if m.split('.')[0] in apps))"
     )
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "config.settings"}
-    result = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-c", probe], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
 
@@ -168,7 +170,10 @@ def test_the_sdk_graph_resolves_from_package_import_module():
     source = "from mado_tracking import config as c, __version__\nfrom . import metrics\ndef f():\n    import x\n"
     known = {"mado_tracking", "mado_tracking.config", "mado_tracking.metrics"}
     assert module_imports(source, "mado_tracking.unsent", False, known) == [
-        (1, "mado_tracking.config"), (1, "mado_tracking"), (2, "mado_tracking.metrics")]
+        (1, "mado_tracking.config"),
+        (1, "mado_tracking"),
+        (2, "mado_tracking.metrics"),
+    ]
 
 
 def test_the_cycle_check_names_each_cycle_and_its_lines():
@@ -194,7 +199,8 @@ def test_importing_the_sdk_loads_no_django_module():
         "    print(f'{name} is loaded')\n"
     )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "sdk"), os.environ.get("PYTHONPATH", "")])}
-    result = subprocess.run([sys.executable, "-c", probe], cwd=SDK.parent, env=env, capture_output=True, text=True,
-                            timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-c", probe], cwd=SDK.parent, env=env, capture_output=True, text=True, timeout=60
+    )
     assert result.returncode == 0, result.stderr
     assert not result.stdout.strip(), result.stdout

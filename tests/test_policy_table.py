@@ -21,7 +21,6 @@ from rest_framework.test import APIClient
 
 from jobs.models import JobStatus, Queue
 from jobs.services.lifecycle import job_claim, run_token_issue
-from tests.policy_table import ROLES, ROWS
 from mlflow_api.tracking.logged_models import logged_model_create
 from runs.models import RunStatus
 from runs.resume import run_start
@@ -29,6 +28,7 @@ from runs.services import dataset_create, dataset_version_create
 from sweeps.services import sweep_claim
 from tests.factories import CodeVersionFactory, UserFactory
 from tests.jobs.conftest import checkpoint, launch
+from tests.policy_table import ROLES, ROWS
 from tests.sweeps.sweep_helpers import make_sweep
 
 ADMIN_SITE = "admin/"
@@ -76,8 +76,9 @@ def test_every_method_of_a_drf_view_has_answers(route):
 
 
 def test_every_row_names_every_role():
-    assert [(route, method) for route, row in ROWS.items() for method, cell in row.items()
-            if tuple(cell) != ROLES] == []
+    assert [
+        (route, method) for route, row in ROWS.items() for method, cell in row.items() if tuple(cell) != ROLES
+    ] == []
 
 
 @pytest.fixture
@@ -99,19 +100,39 @@ def world(db, project, other_project, creator, admin, member, viewer, outsider):
     sweep_claim(actor=creator, sweep=sweep, agent="host:1")
     superuser = UserFactory(username="root", is_superuser=True, is_staff=True)
     UserFactory(username="newbie")
-    users = {"outsider": outsider, "viewer": viewer, "member": member, "creator": creator, "admin": admin,
-             "superuser": superuser}
+    users = {
+        "outsider": outsider,
+        "viewer": viewer,
+        "member": member,
+        "creator": creator,
+        "admin": admin,
+        "superuser": superuser,
+    }
     client = APIClient()
     client.force_authenticate(creator)
-    assert client.put(f"/api/v1/runs/{run.pk}/artifacts/notes.txt", ARTIFACT,
-                      content_type="application/octet-stream").status_code == 201
+    assert (
+        client.put(
+            f"/api/v1/runs/{run.pk}/artifacts/notes.txt", ARTIFACT, content_type="application/octet-stream"
+        ).status_code
+        == 201
+    )
     tokens = {"own_token": run_token_issue(job=job).key, "other_token": run_token_issue(job=other_job).key}
     logged_model = logged_model_create(actor=creator, project=project, name="net", source_run=run)
     return {
         "logged_model": logged_model,
-        "project": project, "run": run, "job": job, "checkpoint": ckpt, "sweep": sweep, "dataset": dataset,
-        "version": version, "code": code_version.code, "code_version": code_version, "queue": queue,
-        "users": users, "tokens": tokens, "member": member,
+        "project": project,
+        "run": run,
+        "job": job,
+        "checkpoint": ckpt,
+        "sweep": sweep,
+        "dataset": dataset,
+        "version": version,
+        "code": code_version.code,
+        "code_version": code_version,
+        "queue": queue,
+        "users": users,
+        "tokens": tokens,
+        "member": member,
     }
 
 
@@ -133,14 +154,27 @@ def concrete(route: str, world) -> str:
     """The route with its parameters filled in from the world (the Run's id for ``pk`` under runs/, …)."""
     run, project = world["run"], world["project"]
     head = re.sub(r"^(api/v1/|mlflow/)?\^?", "", route).split("/")[0]
-    pk = {"runs": run.pk, "jobs": world["job"].pk, "checkpoints": world["checkpoint"].pk,
-          "sweeps": world["sweep"].pk}.get(head, "")
+    pk = {
+        "runs": run.pk,
+        "jobs": world["job"].pk,
+        "checkpoints": world["checkpoint"].pk,
+        "sweeps": world["sweep"].pk,
+    }.get(head, "")
     values = {
-        "slug": project.slug, "username": world["member"].username, "dataset_id": world["dataset"].pk,
-        "code_id": world["code"].pk, "run_id": run.pk, "checkpoint_id": world["checkpoint"].pk, "pk": pk,
-        "path": "notes.txt", "number": 1, "action": "create", "rest": "2.0/mlflow/unknown",
+        "slug": project.slug,
+        "username": world["member"].username,
+        "dataset_id": world["dataset"].pk,
+        "code_id": world["code"].pk,
+        "run_id": run.pk,
+        "checkpoint_id": world["checkpoint"].pk,
+        "pk": pk,
+        "path": "notes.txt",
+        "number": 1,
+        "action": "create",
+        "rest": "2.0/mlflow/unknown",
         "artifact_path": f"{project.pk}/{run.external_id}/artifacts/notes.txt",
-        "model_id": world["logged_model"].model_id, "tag_key": "absent",
+        "model_id": world["logged_model"].model_id,
+        "tag_key": "absent",
     }
     url = re.sub(r"\(\?P<(\w+)>[^)]*\)", lambda m: str(values[m.group(1)]), route)
     url = re.sub(r"<(?:\w+:)?(\w+)>", lambda m: str(values[m.group(1)]), url)
@@ -166,13 +200,30 @@ def request_body(route: str, method: str, world):
         "upload-parts/": {"tar_size": 1},
         "complete/": {"tar_size": 10, "tar_sha256": "0" * 64, "manifest": []},
         "resume/": {"queue": "cpu", "nproc_per_node": 2},
-        "continue/": {"queue": "cpu", "name": "continued", "code_version_id": world["code_version"].pk,
-                      "input_dataset_version_ids": [world["version"].pk], "nproc_per_node": 2},
-        "^jobs/$": {"project": project.slug, "code_version_id": world["code_version"].pk, "queue": "cpu",
-                    "parameters": {}, "dataset_version_ids": [], "nproc_per_node": 2},
-        "^sweeps/$": {"project": project.slug, "config": {
-            "method": "grid", "metric": {"name": "loss", "goal": "minimize"},
-            "parameters": {"lr": {"values": [0.1]}}, "program": "python train.py"}},
+        "continue/": {
+            "queue": "cpu",
+            "name": "continued",
+            "code_version_id": world["code_version"].pk,
+            "input_dataset_version_ids": [world["version"].pk],
+            "nproc_per_node": 2,
+        },
+        "^jobs/$": {
+            "project": project.slug,
+            "code_version_id": world["code_version"].pk,
+            "queue": "cpu",
+            "parameters": {},
+            "dataset_version_ids": [],
+            "nproc_per_node": 2,
+        },
+        "^sweeps/$": {
+            "project": project.slug,
+            "config": {
+                "method": "grid",
+                "metric": {"name": "loss", "goal": "minimize"},
+                "parameters": {"lr": {"values": [0.1]}},
+                "program": "python train.py",
+            },
+        },
         "claim/": {"agent": "host:1"},
         "report/$": {"exit_code": 0},
         "experiments/get-by-name": {"experiment_name": project.name},
@@ -221,12 +272,27 @@ def page_form(route: str, world) -> dict:
         "members/": {"username": "newbie", "role": "viewer"},
         "role/": {"role": "viewer"},
         "data-history/": {"start_step": 5, "input_dataset_version_ids": [world["version"].pk]},
-        "sweeps/new/": {"config": "method: grid\nmetric: {name: loss, goal: minimize}\n"
-                                  "parameters: {lr: {values: [0.1]}}\nprogram: python train.py\n"},
-        "jobs/new/": {"name": "j", "queue": "cpu", "parameters": "{}", "code_version": world["code_version"].pk,
-                      "kind": "training", "max_retries": 0, "nproc_per_node": 2},
-        "continue/": {"confirm": "1", "queue": "cpu", "name": "continued", "parameters": "{}",
-                      "code_version": world["code_version"].pk, "nproc_per_node": 2},
+        "sweeps/new/": {
+            "config": "method: grid\nmetric: {name: loss, goal: minimize}\n"
+            "parameters: {lr: {values: [0.1]}}\nprogram: python train.py\n"
+        },
+        "jobs/new/": {
+            "name": "j",
+            "queue": "cpu",
+            "parameters": "{}",
+            "code_version": world["code_version"].pk,
+            "kind": "training",
+            "max_retries": 0,
+            "nproc_per_node": 2,
+        },
+        "continue/": {
+            "confirm": "1",
+            "queue": "cpu",
+            "name": "continued",
+            "parameters": "{}",
+            "code_version": world["code_version"].pk,
+            "nproc_per_node": 2,
+        },
         "resume/": {"confirm": "1", "queue": "cpu", "nproc_per_node": 2},
         "delete/": {"confirm": "1", "path": "notes.txt"},
     }
@@ -278,7 +344,10 @@ def test_each_role_gets_the_declared_answer(route, world):
                 body = b"".join(response.streaming_content) if response.streaming else response.content
                 leaks += [(method, name) for name in leaked_names(body, url, world)]
     wanted = {(method, role): status for method, row in ROWS[route].items() for role, status in row.items()}
-    wrong = {f"{method} {role}": f"{got[method, role]} (table: {wanted[method, role]})" for method, role in got
-             if got[method, role] != wanted[method, role]}
+    wrong = {
+        f"{method} {role}": f"{got[method, role]} (table: {wanted[method, role]})"
+        for method, role in got
+        if got[method, role] != wanted[method, role]
+    }
     assert wrong == {}
     assert leaks == [], "an outsider's answer names the Project or Run"

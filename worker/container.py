@@ -95,9 +95,18 @@ def docker_run_argv(
     if not isinstance(argv, list) or not argv or not all(isinstance(part, str) for part in argv):
         raise ValueError("argv must be a non-empty list of strings")
     command = [
-        "docker", "run", "--rm", "--init", "--name", container_name(job_id),
-        "--security-opt", "no-new-privileges", "--stop-signal", "SIGTERM",
-        "--workdir", CONTAINER_CODE_DIR,
+        "docker",
+        "run",
+        "--rm",
+        "--init",
+        "--name",
+        container_name(job_id),
+        "--security-opt",
+        "no-new-privileges",
+        "--stop-signal",
+        "SIGTERM",
+        "--workdir",
+        CONTAINER_CODE_DIR,
         *_mount(code_dir, CONTAINER_CODE_DIR, readonly=False),
     ]
     if checkpoint_dir is not None:

@@ -27,8 +27,9 @@ _REPORT = re.compile(
 _ROOT_CAUSE = "Root Cause (first observed failure):"
 
 
-def torchrun_argv(entrypoint: list[str], nproc_per_node: int, *,
-                  rendezvous: Sequence[str] = ("--standalone",)) -> list[str]:
+def torchrun_argv(
+    entrypoint: list[str], nproc_per_node: int, *, rendezvous: Sequence[str] = ("--standalone",)
+) -> list[str]:
     """``entrypoint`` (an argv list) under torchrun with ``nproc_per_node`` processes on this machine.
 
     ``["python", "-u", "train.py", "--lr", "1"]`` → ``["python", "-u", "-m",
@@ -74,8 +75,15 @@ class RankExits:
         root = self._tail.rfind(_ROOT_CAUSE)
         found = []
         for match in _REPORT.finditer(self._tail):
-            found.append(RankExit(int(match["rank"]), int(match["local"]), int(match["code"]),
-                                  (match["signal"] or "").strip("()"), root != -1 and match.start() > root))
+            found.append(
+                RankExit(
+                    int(match["rank"]),
+                    int(match["local"]),
+                    int(match["code"]),
+                    (match["signal"] or "").strip("()"),
+                    root != -1 and match.start() > root,
+                )
+            )
         return sorted(found, key=lambda exit_: (not exit_.first, exit_.rank))
 
     def summary(self, nproc_per_node: int, exit_code: int | None) -> str:
@@ -83,7 +91,8 @@ class RankExits:
         parts = []
         for item in self.exits():
             how = f"was stopped by {item.signal}" if item.signal else f"exited with code {item.exit_code}"
-            parts.append(f"rank {item.rank} (local rank {item.local_rank}) {how}"
-                         + (" (first failure)" if item.first else ""))
+            parts.append(
+                f"rank {item.rank} (local rank {item.local_rank}) {how}" + (" (first failure)" if item.first else "")
+            )
         detail = "; ".join(parts) if parts else "no rank report in the log"
         return f"torchrun ({nproc_per_node} processes) exited with code {exit_code}: {detail}."

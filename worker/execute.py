@@ -152,14 +152,18 @@ def prepare(job: Job, workdir: Path, on_progress: Callable[[], None]) -> Prepare
     started = time.monotonic()
     restored = restore(checkpoint=checkpoint, workdir=workdir, on_progress=on_progress)
     resume_file = write_resume_info(workdir=workdir, checkpoint=checkpoint, manifest=restored.manifest)
-    _log(job, (
-        f"checkpoint {checkpoint.pk} (step {checkpoint.step}): {len(restored.manifest)} files, {restored.size} bytes "
-        f"downloaded, verified and extracted in {time.monotonic() - started:.2f} s "
-        f"({restored.bytes_written} bytes written)"
-        + (f", once, read-only, for all {job.nproc_per_node} ranks" if job.nproc_per_node > 1 else "")
-    ))
-    return Prepared(code_dir=code_dir, checkpoint_dir=restored.checkpoint_dir, resume_file=resume_file,
-                    step=checkpoint.step)
+    _log(
+        job,
+        (
+            f"checkpoint {checkpoint.pk} (step {checkpoint.step}): {len(restored.manifest)} files, {restored.size} bytes "
+            f"downloaded, verified and extracted in {time.monotonic() - started:.2f} s "
+            f"({restored.bytes_written} bytes written)"
+            + (f", once, read-only, for all {job.nproc_per_node} ranks" if job.nproc_per_node > 1 else "")
+        ),
+    )
+    return Prepared(
+        code_dir=code_dir, checkpoint_dir=restored.checkpoint_dir, resume_file=resume_file, step=checkpoint.step
+    )
 
 
 def code_variables(job: Job, prepared: Prepared, token: str) -> dict[str, str]:
@@ -183,11 +187,13 @@ def code_variables(job: Job, prepared: Prepared, token: str) -> dict[str, str]:
         ),
     }
     if prepared.checkpoint_dir is not None:
-        variables.update({
-            "MMT_RESUME_CHECKPOINT_DIR": str(prepared.checkpoint_dir),
-            "MMT_RESUME_STEP": str(prepared.step),
-            "MMT_RESUME_CHECKPOINT_FILE": str(prepared.resume_file),
-        })
+        variables.update(
+            {
+                "MMT_RESUME_CHECKPOINT_DIR": str(prepared.checkpoint_dir),
+                "MMT_RESUME_STEP": str(prepared.step),
+                "MMT_RESUME_CHECKPOINT_FILE": str(prepared.resume_file),
+            }
+        )
     devices = container.cuda_visible_devices(settings.MADO_WORKER_GPUS, os.environ)
     if devices is not None:
         variables["CUDA_VISIBLE_DEVICES"] = devices
@@ -206,9 +212,15 @@ def command(
     inside = container.container_env(variables)
     env = child_env(inside, passthrough=container.DOCKER_CLIENT_VARIABLES)
     argv = container.docker_run_argv(
-        job_id=job.pk, image=job.queue.image, argv=entrypoint, env_names=[*inside, "PYTHONUNBUFFERED"],
-        code_dir=prepared.code_dir, checkpoint_dir=prepared.checkpoint_dir, resume_file=prepared.resume_file,
-        gpus=settings.MADO_WORKER_GPUS, worker_env=os.environ,
+        job_id=job.pk,
+        image=job.queue.image,
+        argv=entrypoint,
+        env_names=[*inside, "PYTHONUNBUFFERED"],
+        code_dir=prepared.code_dir,
+        checkpoint_dir=prepared.checkpoint_dir,
+        resume_file=prepared.resume_file,
+        gpus=settings.MADO_WORKER_GPUS,
+        worker_env=os.environ,
     )
 
     def remove_container() -> None:
@@ -233,9 +245,14 @@ def run_code(job: Job, prepared: Prepared, heartbeat: _Heartbeat) -> Outcome:
 
     try:
         result = run_process(
-            argv, cwd=prepared.code_dir, env=env, on_output=on_output,
-            should_stop=heartbeat, grace_s=settings.MADO_JOB_KILL_GRACE,
-            log_max_bytes=settings.MADO_JOB_LOG_MAX_BYTES, on_kill=on_kill,
+            argv,
+            cwd=prepared.code_dir,
+            env=env,
+            on_output=on_output,
+            should_stop=heartbeat,
+            grace_s=settings.MADO_JOB_KILL_GRACE,
+            log_max_bytes=settings.MADO_JOB_LOG_MAX_BYTES,
+            on_kill=on_kill,
         )
     except OSError as exc:  # the entrypoint's program does not exist or is not executable
         message = f"The code could not be started: {argv[0]!r}: {exc.strerror or exc}"

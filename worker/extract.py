@@ -20,11 +20,10 @@ import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
+from checkpoints.models import Checkpoint
 from mado_tracking.extractdir import _CREATE, ExtractionDir, Fail, refuse_existing, remove_tree
 from mado_tracking.tarformat import Limits, ManifestMismatch, Member, TarReader, check_path
 from mado_tracking.tarverify import ManifestFile, manifest_digest
-
-from checkpoints.models import Checkpoint
 from worker.errors import ArchiveRejected
 
 CHECKPOINT_DIR = "checkpoint"
@@ -104,8 +103,10 @@ def _open_tar_stream(path: Path, magic: bytes):
 def _extract_code_tar(path: Path, workdir: Path, target: Path, fail: Fail, magic: bytes) -> None:
     limits = Limits(members=CODE_MAX_MEMBERS, total_bytes=CODE_MAX_BYTES)
     try:
-        with _open_tar_stream(path, magic) as stream, \
-                ExtractionDir(workdir, ".code-", fail, mode_of=_code_mode) as staging:
+        with (
+            _open_tar_stream(path, magic) as stream,
+            ExtractionDir(workdir, ".code-", fail, mode_of=_code_mode) as staging,
+        ):
             reader = TarReader(staging, limits=limits, code_paths=True)
             while chunk := stream.read(CHUNK):
                 reader.feed(chunk)
@@ -141,8 +142,11 @@ def _extract_zip(path: Path, workdir: Path, target: Path, fail: Fail) -> None:
                         staging.make_dirs(rel, rel)
                         continue
                     with archive.open(info) as source:
-                        staging.write_file(rel, _read_limited(source, info.file_size, fail),
-                                           mode=_code_mode_bits(info.external_attr >> 16))
+                        staging.write_file(
+                            rel,
+                            _read_limited(source, info.file_size, fail),
+                            mode=_code_mode_bits(info.external_attr >> 16),
+                        )
                 staging.commit(target, dir_mode=0o755)
     except (zipfile.BadZipFile, NotImplementedError, EOFError, OSError) as exc:
         raise fail("archive", f"cannot be read: {exc}") from None
@@ -191,5 +195,3 @@ def _read_limited(source, size: int, fail: Fail) -> Iterator[bytes]:
             raise fail("archive", f"truncated: {size - remaining} of {size} bytes of a member")
         remaining -= len(data)
         yield data
-
-

@@ -22,11 +22,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from django.conf import settings
-from mado_tracking.extractdir import ExtractionDir, refuse_existing
-from mado_tracking.tarverify import CheckpointVerifier, ManifestFile, ManifestMismatch
 
 from checkpoints import storage
 from checkpoints.models import Artifact, Checkpoint, CheckpointState, ManifestEntry
+from mado_tracking.extractdir import ExtractionDir, refuse_existing
+from mado_tracking.tarverify import CheckpointVerifier, ManifestFile, ManifestMismatch
 from worker.errors import ArchiveRejected, CheckpointMismatch, StorageUnavailable
 from worker.extract import CHECKPOINT_DIR
 
@@ -55,12 +55,18 @@ class RestoredCheckpoint:
 
 def manifest_files(checkpoint: Checkpoint) -> list[ManifestFile]:
     """The checkpoint's manifest (``ManifestEntry`` rows) as ``ManifestFile`` values, by path."""
-    rows = ManifestEntry.objects.filter(checkpoint_id=checkpoint.pk).order_by("path").values_list("path", "size", "sha256")
+    rows = (
+        ManifestEntry.objects.filter(checkpoint_id=checkpoint.pk).order_by("path").values_list("path", "size", "sha256")
+    )
     return [ManifestFile(path, size, sha256) for path, size, sha256 in rows]
 
 
 def restore_checkpoint(
-    *, checkpoint: Checkpoint, workdir: Path, attempts: int = READ_ATTEMPTS, backoff_s: float = BACKOFF_S,
+    *,
+    checkpoint: Checkpoint,
+    workdir: Path,
+    attempts: int = READ_ATTEMPTS,
+    backoff_s: float = BACKOFF_S,
     on_progress: Callable[[], None] | None = None,
 ) -> RestoredCheckpoint:
     """Download, verify and extract ``checkpoint``'s tar into ``<workdir>/checkpoint`` in one pass
@@ -119,12 +125,18 @@ def restore_checkpoint(
         finally:
             verifier.close()
         staging.commit(target, dir_mode=0o555)
-    return RestoredCheckpoint(checkpoint_dir=target, manifest=manifest, size=verifier.size,
-                              bytes_written=staging.bytes_written)
+    return RestoredCheckpoint(
+        checkpoint_dir=target, manifest=manifest, size=verifier.size, bytes_written=staging.bytes_written
+    )
 
 
 def fetch_artifact(
-    *, artifact: Artifact, dest: Path, label: str, attempts: int = READ_ATTEMPTS, backoff_s: float = BACKOFF_S,
+    *,
+    artifact: Artifact,
+    dest: Path,
+    label: str,
+    attempts: int = READ_ATTEMPTS,
+    backoff_s: float = BACKOFF_S,
     on_progress: Callable[[], None] | None = None,
 ) -> None:
     """Download ``artifact`` to ``dest`` (a new file), checking its recorded size and SHA-256 on the way.
@@ -146,10 +158,13 @@ def fetch_artifact(
     refuse_existing(dest)
     try:
         size = _stored_size(artifact.storage_key, attempts=attempts, backoff_s=backoff_s)
-        _download(artifact.storage_key, size, dest, take, attempts=attempts, backoff_s=backoff_s,
-                  on_progress=on_progress)
+        _download(
+            artifact.storage_key, size, dest, take, attempts=attempts, backoff_s=backoff_s, on_progress=on_progress
+        )
         if count != artifact.size:
-            raise ArchiveRejected(f"{label} size mismatch: the stored object is {count} bytes, {artifact.size} recorded")
+            raise ArchiveRejected(
+                f"{label} size mismatch: the stored object is {count} bytes, {artifact.size} recorded"
+            )
         if digest.hexdigest() != artifact.sha256:
             raise ArchiveRejected(
                 f"{label} sha256 mismatch: the stored object's SHA-256 is {digest.hexdigest()}, {artifact.sha256} recorded"
@@ -168,7 +183,13 @@ def _stored_size(key: str, *, attempts: int, backoff_s: float) -> int:
 
 
 def _download(
-    key: str, size: int, dest: Path, on_chunk: Callable[[bytes], None], *, attempts: int, backoff_s: float,
+    key: str,
+    size: int,
+    dest: Path,
+    on_chunk: Callable[[bytes], None],
+    *,
+    attempts: int,
+    backoff_s: float,
     on_progress: Callable[[], None] | None = None,
 ) -> None:
     """Write the ``size`` bytes of stored object ``key`` to ``dest`` (created, never overwritten), handing each
@@ -209,7 +230,9 @@ def stream_resuming(
             failures += 1
             if failures >= attempts:
                 raise StorageUnavailable(f"reading {key} failed {failures} times at byte {offset}: {exc}") from exc
-            logger.warning("reading %s broke at byte %d of %d (%s); resuming with a ranged read", key, offset, size, exc)
+            logger.warning(
+                "reading %s broke at byte %d of %d (%s); resuming with a ranged read", key, offset, size, exc
+            )
             time.sleep(min(backoff_s * 2 ** (failures - 1), BACKOFF_MAX_S))
         finally:
             closer = getattr(chunks, "close", None)

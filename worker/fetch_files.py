@@ -13,17 +13,20 @@ directory renamed to ``<workdir>/checkpoint`` (files 0o444, directories 0o555).
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from checkpoints.models import Checkpoint, CheckpointState, ManifestEntry
 from mado_tracking.extractdir import ExtractionDir, refuse_existing
 from mado_tracking.tarverify import ManifestFile
-
-from checkpoints.models import Checkpoint, CheckpointState, ManifestEntry
 from worker.errors import CheckpointMismatch
 from worker.extract import CHECKPOINT_DIR, _check_path
 from worker.fetch import BACKOFF_S, READ_ATTEMPTS, RestoredCheckpoint, _Missing, _stored_size, stream_resuming
 
 
 def restore_checkpoint_files(
-    *, checkpoint: Checkpoint, workdir: Path, attempts: int = READ_ATTEMPTS, backoff_s: float = BACKOFF_S,
+    *,
+    checkpoint: Checkpoint,
+    workdir: Path,
+    attempts: int = READ_ATTEMPTS,
+    backoff_s: float = BACKOFF_S,
     on_progress: Callable[[], None] | None = None,
 ) -> RestoredCheckpoint:
     """Fetch every file of ``checkpoint`` into ``<workdir>/checkpoint``, read-only, verified (docs/design/worker.md).
@@ -58,8 +61,12 @@ def restore_checkpoint_files(
             except _Missing:
                 raise fail("artifact", f"object missing: {entry.path!r} is not in the storage") from None
         staging.commit(target, dir_mode=0o555)
-    return RestoredCheckpoint(checkpoint_dir=target, manifest=manifest, size=sum(f.size for f in manifest),
-                              bytes_written=staging.bytes_written)
+    return RestoredCheckpoint(
+        checkpoint_dir=target,
+        manifest=manifest,
+        size=sum(f.size for f in manifest),
+        bytes_written=staging.bytes_written,
+    )
 
 
 def _verified_chunks(

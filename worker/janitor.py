@@ -30,7 +30,9 @@ def remove_ended_workdirs(root: Path | None = None) -> int:
     """
     root = Path(root or settings.MADO_WORKER_WORKDIR)
     try:
-        found = {int(m.group(1)): path for path in root.iterdir() if (m := JOB_DIR.fullmatch(path.name)) and path.is_dir()}
+        found = {
+            int(m.group(1)): path for path in root.iterdir() if (m := JOB_DIR.fullmatch(path.name)) and path.is_dir()
+        }
     except FileNotFoundError:
         return 0
     if not found:

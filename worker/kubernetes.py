@@ -90,8 +90,10 @@ def dns1123_label(value: str, *, field: str, max_length: int = 63) -> str:
     """``value`` when it is a DNS-1123 label of at most ``max_length`` characters; else ``ValueError`` naming
     ``field`` and the rule (lower-case letters, digits and '-', starting and ending alphanumeric)."""
     if not isinstance(value, str) or not value or len(value) > max_length or not _LABEL.fullmatch(value):
-        raise ValueError(f"{field}: {value!r} is not a valid name: use at most {max_length} lower-case letters, "
-                         "digits and '-', starting and ending with a letter or digit")
+        raise ValueError(
+            f"{field}: {value!r} is not a valid name: use at most {max_length} lower-case letters, "
+            "digits and '-', starting and ending with a letter or digit"
+        )
     return value
 
 
@@ -134,21 +136,25 @@ def build_manifest(job: Job, options: ManifestOptions = ManifestOptions()) -> li
     ``ValueError`` naming the option for a bad name, namespace, count or a
     missing image; ``mado.errors.Conflict`` for a Job that already ended.
     """
-    name = dns1123_label(f"mado-job-{job.pk}" if options.name is None else options.name, field="name",
-                         max_length=NAME_MAX)
+    name = dns1123_label(
+        f"mado-job-{job.pk}" if options.name is None else options.name, field="name", max_length=NAME_MAX
+    )
     namespace = dns1123_label(options.namespace, field="namespace")
     nnodes = _positive(options.nnodes if options.nnodes is not None else job.nnodes, field="nnodes")
-    nproc = _positive(options.nproc_per_node if options.nproc_per_node is not None else job.nproc_per_node,
-                      field="nproc_per_node")
-    gpus = _positive(nproc if options.gpus_per_node is None else options.gpus_per_node, field="gpus_per_node",
-                     minimum=0)
+    nproc = _positive(
+        options.nproc_per_node if options.nproc_per_node is not None else job.nproc_per_node, field="nproc_per_node"
+    )
+    gpus = _positive(
+        nproc if options.gpus_per_node is None else options.gpus_per_node, field="gpus_per_node", minimum=0
+    )
     image = options.image if options.image is not None else job.queue.image
     if not image:
         raise ValueError(f"image: queue {job.queue.name!r} has no container image; give the image to run")
     image = _image(image, field="image")
     init_image = image if options.init_image is None else _image(options.init_image, field="init_image")
-    service_account = dns1123_subdomain(options.service_account, field="service_account") \
-        if options.service_account else None
+    service_account = (
+        dns1123_subdomain(options.service_account, field="service_account") if options.service_account else None
+    )
     checkpoint = _source_checkpoint(job)
     token = jobs_services.run_token_issue(job=job).key
     prepared = Prepared(
@@ -158,21 +164,43 @@ def build_manifest(job: Job, options: ManifestOptions = ManifestOptions()) -> li
         step=checkpoint.step if checkpoint else None,
     )
     variables = container.container_env(code_variables(job, prepared, token))
-    labels = {"app.kubernetes.io/managed-by": "mado", "mado/job-id": str(job.pk),
-              "mado/project": label_value(job.run.project.slug), "mado/queue": label_value(job.queue.name)}
+    labels = {
+        "app.kubernetes.io/managed-by": "mado",
+        "mado/job-id": str(job.pk),
+        "mado/project": label_value(job.run.project.slug),
+        "mado/queue": label_value(job.queue.name),
+    }
     secret = k8s.V1Secret(
-        api_version="v1", kind="Secret", type="Opaque", string_data={TOKEN_VARIABLE: token},
+        api_version="v1",
+        kind="Secret",
+        type="Opaque",
+        string_data={TOKEN_VARIABLE: token},
         metadata=k8s.V1ObjectMeta(name=f"{name}-token", namespace=namespace, labels=labels),
     )
-    pod = _pod_spec(job, name=name, image=image, variables=variables, nnodes=nnodes, nproc=nproc, gpus=gpus,
-                    checkpoint_id=checkpoint.pk if checkpoint else None,
-                    init_image=init_image, service_account=service_account)
-    template = k8s.V1JobTemplateSpec(spec=k8s.V1JobSpec(
-        parallelism=nnodes, completions=nnodes, completion_mode="Indexed", backoff_limit=0,
-        template=k8s.V1PodTemplateSpec(metadata=k8s.V1ObjectMeta(labels=labels), spec=pod),
-    ))
+    pod = _pod_spec(
+        job,
+        name=name,
+        image=image,
+        variables=variables,
+        nnodes=nnodes,
+        nproc=nproc,
+        gpus=gpus,
+        checkpoint_id=checkpoint.pk if checkpoint else None,
+        init_image=init_image,
+        service_account=service_account,
+    )
+    template = k8s.V1JobTemplateSpec(
+        spec=k8s.V1JobSpec(
+            parallelism=nnodes,
+            completions=nnodes,
+            completion_mode="Indexed",
+            backoff_limit=0,
+            template=k8s.V1PodTemplateSpec(metadata=k8s.V1ObjectMeta(labels=labels), spec=pod),
+        )
+    )
     jobset = {
-        "apiVersion": f"{JOBSET_GROUP}/{JOBSET_VERSION}", "kind": "JobSet",
+        "apiVersion": f"{JOBSET_GROUP}/{JOBSET_VERSION}",
+        "kind": "JobSet",
         "metadata": {"name": name, "namespace": namespace, "labels": labels},
         "spec": {
             # docs/design/resume.md#retry: a failed attempt is resumed by hand, from a checkpoint
@@ -193,14 +221,32 @@ def _source_checkpoint(job: Job):
     return checkpoint
 
 
-def _pod_spec(job: Job, *, name: str, image: str, variables: dict[str, str], nnodes: int, nproc: int, gpus: int,
-              checkpoint_id: int | None, init_image: str, service_account: str | None) -> k8s.V1PodSpec:
-    token = k8s.V1EnvVar(name=TOKEN_VARIABLE, value_from=k8s.V1EnvVarSource(
-        secret_key_ref=k8s.V1SecretKeySelector(name=f"{name}-token", key=TOKEN_VARIABLE)))
+def _pod_spec(
+    job: Job,
+    *,
+    name: str,
+    image: str,
+    variables: dict[str, str],
+    nnodes: int,
+    nproc: int,
+    gpus: int,
+    checkpoint_id: int | None,
+    init_image: str,
+    service_account: str | None,
+) -> k8s.V1PodSpec:
+    token = k8s.V1EnvVar(
+        name=TOKEN_VARIABLE,
+        value_from=k8s.V1EnvVarSource(secret_key_ref=k8s.V1SecretKeySelector(name=f"{name}-token", key=TOKEN_VARIABLE)),
+    )
     env = [k8s.V1EnvVar(name=key, value=value) for key, value in sorted(variables.items()) if key != TOKEN_VARIABLE]
-    env += [token, k8s.V1EnvVar(name="PYTHONUNBUFFERED", value="1"),
-            k8s.V1EnvVar(name="PET_NODE_RANK", value_from=k8s.V1EnvVarSource(
-                field_ref=k8s.V1ObjectFieldSelector(field_path=COMPLETION_INDEX)))]
+    env += [
+        token,
+        k8s.V1EnvVar(name="PYTHONUNBUFFERED", value="1"),
+        k8s.V1EnvVar(
+            name="PET_NODE_RANK",
+            value_from=k8s.V1EnvVarSource(field_ref=k8s.V1ObjectFieldSelector(field_path=COMPLETION_INDEX)),
+        ),
+    ]
     safe = k8s.V1SecurityContext(allow_privilege_escalation=False)
     mounts = [k8s.V1VolumeMount(name="dshm", mount_path="/dev/shm")]  # NCCL and DataLoader workers need room
     volumes = [k8s.V1Volume(name="dshm", empty_dir=k8s.V1EmptyDirVolumeSource(medium="Memory"))]
@@ -208,22 +254,38 @@ def _pod_spec(job: Job, *, name: str, image: str, variables: dict[str, str], nno
     if checkpoint_id is not None:
         volumes.append(k8s.V1Volume(name="mado-inputs", empty_dir=k8s.V1EmptyDirVolumeSource()))
         mounts.append(k8s.V1VolumeMount(name="mado-inputs", mount_path=INPUTS_DIR, read_only=True))
-        init_containers = [k8s.V1Container(
-            name="restore-checkpoint", image=init_image, security_context=safe,
-            command=["mado", "checkpoint", "restore", str(checkpoint_id), "--into", INPUTS_DIR, "--clean"],
-            env=[k8s.V1EnvVar(name="MMT_API_URL", value=variables["MMT_API_URL"]), token],
-            volume_mounts=[k8s.V1VolumeMount(name="mado-inputs", mount_path=INPUTS_DIR)],
-        )]
-    rendezvous = ["--standalone"] if nnodes == 1 else [
-        f"--nnodes={nnodes}", f"--master-addr={name}-{REPLICATED_JOB}-0-0.{name}", f"--master-port={MASTER_PORT}"]
+        init_containers = [
+            k8s.V1Container(
+                name="restore-checkpoint",
+                image=init_image,
+                security_context=safe,
+                command=["mado", "checkpoint", "restore", str(checkpoint_id), "--into", INPUTS_DIR, "--clean"],
+                env=[k8s.V1EnvVar(name="MMT_API_URL", value=variables["MMT_API_URL"]), token],
+                volume_mounts=[k8s.V1VolumeMount(name="mado-inputs", mount_path=INPUTS_DIR)],
+            )
+        ]
+    rendezvous = (
+        ["--standalone"]
+        if nnodes == 1
+        else [f"--nnodes={nnodes}", f"--master-addr={name}-{REPLICATED_JOB}-0-0.{name}", f"--master-port={MASTER_PORT}"]
+    )
     node = k8s.V1Container(
-        name=REPLICATED_JOB, image=image, security_context=safe, env=env, volume_mounts=mounts,
+        name=REPLICATED_JOB,
+        image=image,
+        security_context=safe,
+        env=env,
+        volume_mounts=mounts,
         command=distributed.torchrun_argv(list(job.code_version.entrypoint), nproc, rendezvous=rendezvous),
         ports=[k8s.V1ContainerPort(container_port=MASTER_PORT, name="rendezvous")] if nnodes > 1 else None,
         resources=k8s.V1ResourceRequirements(limits={"nvidia.com/gpu": str(gpus)}) if gpus else None,
     )
-    return k8s.V1PodSpec(restart_policy="Never", init_containers=init_containers, containers=[node],
-                         volumes=volumes, service_account_name=service_account)
+    return k8s.V1PodSpec(
+        restart_policy="Never",
+        init_containers=init_containers,
+        containers=[node],
+        volumes=volumes,
+        service_account_name=service_account,
+    )
 
 
 def _plain(obj) -> dict:

@@ -180,8 +180,15 @@ def run_process(
     if not isinstance(argv, (list, tuple)) or not argv or not all(isinstance(part, str) for part in argv):
         raise ValueError("argv must be a non-empty list of strings")
     process = subprocess.Popen(  # noqa: S603 - an argv list, no shell
-        list(argv), cwd=cwd, env=dict(env), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT, start_new_session=True, close_fds=True, preexec_fn=_parent_death_signal(),
+        list(argv),
+        cwd=cwd,
+        env=dict(env),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        close_fds=True,
+        preexec_fn=_parent_death_signal(),
     )
     pgid = process.pid  # start_new_session: the child leads its own session and process group
     sink = _LogSink(on_output, log_max_bytes)
@@ -241,7 +248,7 @@ def _supervise(process, pgid, sink: _LogSink, should_stop, grace_s: float, poll_
                         sink.feed(data)
             sink.tick()
         if not eof:
-            while (data := _read(fd)):
+            while data := _read(fd):
                 sink.feed(data)
         sink.flush(final=True)
     finally:

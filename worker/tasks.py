@@ -39,8 +39,9 @@ def checkpoint_verify(self, checkpoint_id: int) -> str:
         raise self.retry(exc=exc, countdown=min(10 * 2**self.request.retries, 300)) from exc
 
 
-@shared_task(bind=True, name="worker.tasks.run_job", acks_late=True, reject_on_worker_lost=True,
-          max_retries=RUN_JOB_MAX_RETRIES)
+@shared_task(
+    bind=True, name="worker.tasks.run_job", acks_late=True, reject_on_worker_lost=True, max_retries=RUN_JOB_MAX_RETRIES
+)
 def run_job(self, job_id: int) -> str:
     """Run Job ``job_id`` on this worker: claim → ``worker.execute.execute`` → ``job_finish`` (docs/design/worker.md).
 

@@ -164,11 +164,14 @@ class ArtifactDetailApi(APIView):
         request={"application/octet-stream": OpenApiTypes.BINARY},
         parameters=[
             OpenApiParameter("path", str, OpenApiParameter.PATH, description=_PATH_DOC),
-            OpenApiParameter("X-Mado-Sha256", str, OpenApiParameter.HEADER, description="expected SHA-256 (hex) of the body"),
+            OpenApiParameter(
+                "X-Mado-Sha256", str, OpenApiParameter.HEADER, description="expected SHA-256 (hex) of the body"
+            ),
             FENCING_PARAMETER,
         ],
         responses={
-            201: ArtifactOutputSerializer, 200: ArtifactOutputSerializer,
+            201: ArtifactOutputSerializer,
+            200: ArtifactOutputSerializer,
             400: OpenApiResponse(description="unsafe path, digest mismatch or cut upload"),
             403: OpenApiResponse(description="viewer"),
             409: OpenApiResponse(description="different content already stored at this path; lease_lost"),
@@ -186,11 +189,17 @@ class ArtifactDetailApi(APIView):
         run = run_get_for_user(user=request.user, run_id=run_id)
         source, length = upload_source(request)
         artifact, created = services.artifact_store(
-            actor=request.user, run=run, path=path, source=source,
-            expected_sha256=request.META.get("HTTP_X_MADO_SHA256"), expected_size=length,
+            actor=request.user,
+            run=run,
+            path=path,
+            source=source,
+            expected_sha256=request.META.get("HTTP_X_MADO_SHA256"),
+            expected_size=length,
             fencing_token=fencing_token(request),
         )
-        return Response(ArtifactOutputSerializer(artifact).data, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
+        return Response(
+            ArtifactOutputSerializer(artifact).data, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK
+        )
 
     @extend_schema(
         tags=["artifacts"],
@@ -219,8 +228,11 @@ class ArtifactDetailApi(APIView):
     @extend_schema(
         tags=["artifacts"],
         parameters=[OpenApiParameter("path", str, OpenApiParameter.PATH, description=_PATH_DOC)],
-        responses={204: None, 403: OpenApiResponse(description="not a project admin"),
-                   409: OpenApiResponse(description="a checkpoint's tar: delete the checkpoint instead")},
+        responses={
+            204: None,
+            403: OpenApiResponse(description="not a project admin"),
+            409: OpenApiResponse(description="a checkpoint's tar: delete the checkpoint instead"),
+        },
     )
     def delete(self, request, run_id, path):
         """Delete the file: Project admin only (403 otherwise); its bytes go once the delete commits."""

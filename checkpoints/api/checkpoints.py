@@ -16,8 +16,8 @@ from rest_framework.views import APIView
 from checkpoints import selectors, services, storage
 from checkpoints.api.artifacts import LenientNegotiation, OctetStreamParser, ranged_download, upload_source
 from checkpoints.models import CheckpointState
-from mado.errors import Conflict
 from mado.api import valid
+from mado.errors import Conflict
 from runs.api.serializers import FENCING_PARAMETER
 from runs.lease import fencing_token
 from runs.selectors import run_get_for_user
@@ -68,7 +68,9 @@ class CheckpointOutputSerializer(serializers.Serializer):
     artifact_path = serializers.CharField(read_only=True, help_text="checkpoints/step-<N>.tar")
     state = serializers.ChoiceField(choices=CheckpointState.choices, read_only=True)
     error = serializers.CharField(read_only=True, help_text="why the last upload or verification failed; empty if none")
-    created_by = serializers.CharField(source="created_by.username", read_only=True, allow_null=True, help_text="username")
+    created_by = serializers.CharField(
+        source="created_by.username", read_only=True, allow_null=True, help_text="username"
+    )
     created_at = serializers.DateTimeField(read_only=True)
     completed_at = serializers.DateTimeField(read_only=True, allow_null=True)
     within_keep_count = serializers.BooleanField(read_only=True, help_text="among the Run's newest K complete ones")
@@ -91,7 +93,10 @@ class CheckpointRegisterInputSerializer(serializers.Serializer):
     framework = serializers.CharField(max_length=50, required=False, allow_blank=True, default="")
     includes_optimizer = serializers.BooleanField(required=False, default=False)
     world_size = serializers.IntegerField(
-        min_value=1, required=False, allow_null=True, default=None,
+        min_value=1,
+        required=False,
+        allow_null=True,
+        default=None,
         help_text="framework torch-dcp only, and required there: the processes that wrote the shards",
     )
 
@@ -115,14 +120,17 @@ class CheckpointUploadPartsOutputSerializer(serializers.Serializer):
 class CheckpointCompleteInputSerializer(serializers.Serializer):
     tar_size = serializers.IntegerField(min_value=0, help_text="bytes")
     tar_sha256 = serializers.CharField(
-        max_length=64, required=False, allow_null=True,
+        max_length=64,
+        required=False,
+        allow_null=True,
         help_text="hex SHA-256 of the whole tar, checked when sent; optional: the server computes and records it",
     )
     manifest = ManifestListField(required=False, help_text="every file; or send manifest_sha256 instead")
     manifest_sha256 = serializers.CharField(
-        max_length=64, required=False,
+        max_length=64,
+        required=False,
         help_text="hex SHA-256 of the manifest's canonical JSON (sorted by path, keys sorted, no spaces): a large "
-                  "checkpoint's declaration without its file list",
+        "checkpoint's declaration without its file list",
     )
     upload_id = serializers.CharField(required=False, help_text="direct S3 upload only")
     parts = PartListField(required=False)
@@ -149,7 +157,9 @@ class CheckpointListApi(GenericAPIView):
         """
         run = run_get_for_user(user=request.user, run_id=run_id)
         include_unusable = request.query_params.get("all", "").lower() in ("1", "true", "yes")
-        checkpoints, _ = selectors.checkpoint_list_for_run(run=run, include_older=True, include_unusable=include_unusable)
+        checkpoints, _ = selectors.checkpoint_list_for_run(
+            run=run, include_older=True, include_unusable=include_unusable
+        )
         page = self.paginate_queryset(checkpoints)
         return self.get_paginated_response(CheckpointOutputSerializer(page, many=True).data)
 
@@ -157,13 +167,17 @@ class CheckpointListApi(GenericAPIView):
         tags=["checkpoints"],
         parameters=[
             _RUN_ID,
-            OpenApiParameter("Idempotency-Key", str, OpenApiParameter.HEADER, description="one per log_checkpoint call"),
+            OpenApiParameter(
+                "Idempotency-Key", str, OpenApiParameter.HEADER, description="one per log_checkpoint call"
+            ),
             FENCING_PARAMETER,
         ],
         request=CheckpointRegisterInputSerializer,
         responses={
-            201: CheckpointOutputSerializer, 200: CheckpointOutputSerializer,
-            400: OpenApiResponse(description="negative or missing step"), 403: OpenApiResponse(description="viewer"),
+            201: CheckpointOutputSerializer,
+            200: CheckpointOutputSerializer,
+            400: OpenApiResponse(description="negative or missing step"),
+            403: OpenApiResponse(description="viewer"),
             409: OpenApiResponse(description="step N is already saved in this run; lease_lost (stale fencing token)"),
         },
     )
@@ -178,8 +192,11 @@ class CheckpointListApi(GenericAPIView):
         run = run_get_for_user(user=request.user, run_id=run_id)
         data = valid(CheckpointRegisterInputSerializer, request)
         checkpoint, created = services.checkpoint_register(
-            actor=request.user, run=run, idempotency_key=request.headers.get("Idempotency-Key"),
-            fencing_token=fencing_token(request), **data
+            actor=request.user,
+            run=run,
+            idempotency_key=request.headers.get("Idempotency-Key"),
+            fencing_token=fencing_token(request),
+            **data,
         )
         return Response(
             _checkpoint_out(request, checkpoint.pk), status=status.HTTP_201_CREATED if created else status.HTTP_200_OK
@@ -198,7 +215,8 @@ class CheckpointDetailApi(APIView):
         tags=["checkpoints"],
         parameters=[_CHECKPOINT_ID],
         responses={
-            204: None, 403: OpenApiResponse(description="not a project admin"),
+            204: None,
+            403: OpenApiResponse(description="not a project admin"),
             409: OpenApiResponse(description="inside the keep count, or the source checkpoint of a Run"),
         },
     )
@@ -238,7 +256,10 @@ class CheckpointTarApi(APIView):
         checkpoint = selectors.checkpoint_get_for_user(user=request.user, checkpoint_id=checkpoint_id)
         source, length = upload_source(request)
         received = services.checkpoint_upload(
-            actor=request.user, checkpoint=checkpoint, source=source, expected_size=length,
+            actor=request.user,
+            checkpoint=checkpoint,
+            source=source,
+            expected_size=length,
             fencing_token=fencing_token(request),
         )
         return Response(CheckpointUploadOutputSerializer(received).data)
@@ -260,7 +281,9 @@ class CheckpointTarApi(APIView):
         """The tar of a complete checkpoint, streamed; ``Range`` resumes a broken download (206)."""
         checkpoint = selectors.checkpoint_get_for_user(user=request.user, checkpoint_id=checkpoint_id)
         if checkpoint.state != CheckpointState.COMPLETE or checkpoint.artifact is None:
-            raise Conflict(f"checkpoint {checkpoint.pk} is {checkpoint.state}: it has no tar to download", field="checkpoint")
+            raise Conflict(
+                f"checkpoint {checkpoint.pk} is {checkpoint.state}: it has no tar to download", field="checkpoint"
+            )
         return ranged_download(request, checkpoint.artifact)
 
 
@@ -297,7 +320,9 @@ class CheckpointCompleteApi(APIView):
             200: CheckpointOutputSerializer,
             202: OpenApiResponse(CheckpointOutputSerializer, description="direct S3 upload: verification queued"),
             400: OpenApiResponse(description="Checkpoint <id> <what> mismatch: … (stays pending)"),
-            409: OpenApiResponse(description="no uploaded tar, deleted, or complete with another declaration; lease_lost"),
+            409: OpenApiResponse(
+                description="no uploaded tar, deleted, or complete with another declaration; lease_lost"
+            ),
         },
     )
     def post(self, request, checkpoint_id):

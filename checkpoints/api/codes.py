@@ -6,8 +6,8 @@ from rest_framework.parsers import FormParser, JSONParser, MultiPartParser
 from rest_framework.response import Response
 
 from checkpoints.services import code_version_create_with_archive
-from runs import selectors
 from mado.api import PaginatedListApi, valid
+from runs import selectors
 from runs.api.serializers import CodeVersionInputSerializer, CodeVersionOutputSerializer
 
 
@@ -23,7 +23,8 @@ class CodeVersionListApi(PaginatedListApi):
         return self.paginated(selectors.code_version_list(code=code), CodeVersionOutputSerializer)
 
     @extend_schema(
-        tags=["codes"], request={"multipart/form-data": CodeVersionInputSerializer},
+        tags=["codes"],
+        request={"multipart/form-data": CodeVersionInputSerializer},
         responses={201: CodeVersionOutputSerializer, 400: OpenApiResponse(description="bad entrypoint")},
     )
     def post(self, request, code_id):
@@ -37,7 +38,10 @@ class CodeVersionListApi(PaginatedListApi):
         data = valid(CodeVersionInputSerializer, request)
         archive = data.get("archive")
         version = code_version_create_with_archive(
-            actor=request.user, code=code, entrypoint=data["entrypoint"],
-            archive=archive, archive_name=getattr(archive, "name", "") or "archive",
+            actor=request.user,
+            code=code,
+            entrypoint=data["entrypoint"],
+            archive=archive,
+            archive_name=getattr(archive, "name", "") or "archive",
         )
         return Response(CodeVersionOutputSerializer(version).data, status=status.HTTP_201_CREATED)

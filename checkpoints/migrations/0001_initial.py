@@ -4,55 +4,60 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
-    dependencies = [
-    ]
+    dependencies = []
 
     operations = [
         migrations.CreateModel(
-            name='Artifact',
+            name="Artifact",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('path', models.CharField(max_length=1024)),
-                ('size', models.BigIntegerField(help_text='bytes')),
-                ('sha256', models.CharField(max_length=64)),
-                ('storage_key', models.CharField(max_length=1024, unique=True)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("path", models.CharField(max_length=1024)),
+                ("size", models.BigIntegerField(help_text="bytes")),
+                ("sha256", models.CharField(max_length=64)),
+                ("storage_key", models.CharField(max_length=1024, unique=True)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
             ],
             options={
-                'ordering': ['path'],
+                "ordering": ["path"],
             },
         ),
         migrations.CreateModel(
-            name='Checkpoint',
+            name="Checkpoint",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('step', models.BigIntegerField()),
-                ('framework', models.CharField(blank=True, max_length=50)),
-                ('includes_optimizer', models.BooleanField(default=False)),
-                ('file_count', models.PositiveIntegerField(default=0)),
-                ('total_bytes', models.BigIntegerField(default=0, help_text="sum of the files' sizes, bytes")),
-                ('tar_sha256', models.CharField(blank=True, max_length=64)),
-                ('tar_size', models.BigIntegerField(blank=True, help_text='bytes', null=True)),
-                ('state', models.CharField(choices=[('pending', 'pending'), ('complete', 'complete'), ('deleted', 'deleted')], default='pending', max_length=10)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("step", models.BigIntegerField()),
+                ("framework", models.CharField(blank=True, max_length=50)),
+                ("includes_optimizer", models.BooleanField(default=False)),
+                ("file_count", models.PositiveIntegerField(default=0)),
+                ("total_bytes", models.BigIntegerField(default=0, help_text="sum of the files' sizes, bytes")),
+                ("tar_sha256", models.CharField(blank=True, max_length=64)),
+                ("tar_size", models.BigIntegerField(blank=True, help_text="bytes", null=True)),
+                (
+                    "state",
+                    models.CharField(
+                        choices=[("pending", "pending"), ("complete", "complete"), ("deleted", "deleted")],
+                        default="pending",
+                        max_length=10,
+                    ),
+                ),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
             ],
             options={
-                'ordering': ['run', '-step'],
+                "ordering": ["run", "-step"],
             },
         ),
         migrations.CreateModel(
-            name='ManifestEntry',
+            name="ManifestEntry",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('path', models.CharField(max_length=1024)),
-                ('sha256', models.CharField(max_length=64)),
-                ('size', models.BigIntegerField(help_text='bytes')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("path", models.CharField(max_length=1024)),
+                ("sha256", models.CharField(max_length=64)),
+                ("size", models.BigIntegerField(help_text="bytes")),
             ],
             options={
-                'ordering': ['path'],
+                "ordering": ["path"],
             },
         ),
     ]

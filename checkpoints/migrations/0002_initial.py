@@ -5,62 +5,85 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
-        ('checkpoints', '0001_initial'),
-        ('runs', '0001_initial'),
+        ("checkpoints", "0001_initial"),
+        ("runs", "0001_initial"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='artifact',
-            name='project',
-            field=models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='artifacts', to='runs.project'),
+            model_name="artifact",
+            name="project",
+            field=models.ForeignKey(
+                on_delete=django.db.models.deletion.CASCADE, related_name="artifacts", to="runs.project"
+            ),
         ),
         migrations.AddField(
-            model_name='artifact',
-            name='run',
-            field=models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.CASCADE, related_name='artifacts', to='runs.run'),
+            model_name="artifact",
+            name="run",
+            field=models.ForeignKey(
+                blank=True,
+                null=True,
+                on_delete=django.db.models.deletion.CASCADE,
+                related_name="artifacts",
+                to="runs.run",
+            ),
         ),
         migrations.AddField(
-            model_name='checkpoint',
-            name='artifact',
-            field=models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.PROTECT, related_name='+', to='checkpoints.artifact'),
+            model_name="checkpoint",
+            name="artifact",
+            field=models.ForeignKey(
+                blank=True,
+                null=True,
+                on_delete=django.db.models.deletion.PROTECT,
+                related_name="+",
+                to="checkpoints.artifact",
+            ),
         ),
         migrations.AddField(
-            model_name='checkpoint',
-            name='run',
-            field=models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='checkpoints', to='runs.run'),
+            model_name="checkpoint",
+            name="run",
+            field=models.ForeignKey(
+                on_delete=django.db.models.deletion.CASCADE, related_name="checkpoints", to="runs.run"
+            ),
         ),
         migrations.AddField(
-            model_name='manifestentry',
-            name='checkpoint',
-            field=models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='manifest', to='checkpoints.checkpoint'),
+            model_name="manifestentry",
+            name="checkpoint",
+            field=models.ForeignKey(
+                on_delete=django.db.models.deletion.CASCADE, related_name="manifest", to="checkpoints.checkpoint"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='artifact',
-            constraint=models.UniqueConstraint(condition=models.Q(('run__isnull', False)), fields=('run', 'path'), name='artifact_unique_run_path'),
+            model_name="artifact",
+            constraint=models.UniqueConstraint(
+                condition=models.Q(("run__isnull", False)), fields=("run", "path"), name="artifact_unique_run_path"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='artifact',
-            constraint=models.CheckConstraint(condition=models.Q(('size__gte', 0)), name='artifact_size_non_negative'),
+            model_name="artifact",
+            constraint=models.CheckConstraint(condition=models.Q(("size__gte", 0)), name="artifact_size_non_negative"),
         ),
         migrations.AddConstraint(
-            model_name='checkpoint',
-            constraint=models.UniqueConstraint(fields=('run', 'step'), name='checkpoint_unique_run_step'),
+            model_name="checkpoint",
+            constraint=models.UniqueConstraint(fields=("run", "step"), name="checkpoint_unique_run_step"),
         ),
         migrations.AddConstraint(
-            model_name='checkpoint',
-            constraint=models.CheckConstraint(condition=models.Q(('step__gte', 0)), name='checkpoint_step_non_negative'),
+            model_name="checkpoint",
+            constraint=models.CheckConstraint(
+                condition=models.Q(("step__gte", 0)), name="checkpoint_step_non_negative"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='checkpoint',
-            constraint=models.CheckConstraint(condition=models.Q(('state__in', ['pending', 'complete', 'deleted'])), name='checkpoint_state_valid'),
+            model_name="checkpoint",
+            constraint=models.CheckConstraint(
+                condition=models.Q(("state__in", ["pending", "complete", "deleted"])), name="checkpoint_state_valid"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='manifestentry',
-            constraint=models.UniqueConstraint(fields=('checkpoint', 'path'), name='manifest_unique_checkpoint_path'),
+            model_name="manifestentry",
+            constraint=models.UniqueConstraint(fields=("checkpoint", "path"), name="manifest_unique_checkpoint_path"),
         ),
     ]

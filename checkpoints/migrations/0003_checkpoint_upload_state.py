@@ -6,56 +6,78 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('checkpoints', '0002_initial'),
-        ('runs', '0001_initial'),
+        ("checkpoints", "0002_initial"),
+        ("runs", "0001_initial"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='checkpoint',
-            name='completed_at',
+            model_name="checkpoint",
+            name="completed_at",
             field=models.DateTimeField(blank=True, null=True),
         ),
         migrations.AddField(
-            model_name='checkpoint',
-            name='created_by',
-            field=models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL),
+            model_name="checkpoint",
+            name="created_by",
+            field=models.ForeignKey(
+                blank=True,
+                null=True,
+                on_delete=django.db.models.deletion.SET_NULL,
+                related_name="+",
+                to=settings.AUTH_USER_MODEL,
+            ),
         ),
         migrations.AddField(
-            model_name='checkpoint',
-            name='declared',
-            field=models.JSONField(blank=True, help_text='declaration awaiting the S3 verification task', null=True),
+            model_name="checkpoint",
+            name="declared",
+            field=models.JSONField(blank=True, help_text="declaration awaiting the S3 verification task", null=True),
         ),
         migrations.AddField(
-            model_name='checkpoint',
-            name='deleted_at',
+            model_name="checkpoint",
+            name="deleted_at",
             field=models.DateTimeField(blank=True, null=True),
         ),
         migrations.AddField(
-            model_name='checkpoint',
-            name='deleted_by',
-            field=models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL),
+            model_name="checkpoint",
+            name="deleted_by",
+            field=models.ForeignKey(
+                blank=True,
+                null=True,
+                on_delete=django.db.models.deletion.SET_NULL,
+                related_name="+",
+                to=settings.AUTH_USER_MODEL,
+            ),
         ),
         migrations.AddField(
-            model_name='checkpoint',
-            name='error',
-            field=models.TextField(blank=True, help_text='why the last upload or verification failed'),
+            model_name="checkpoint",
+            name="error",
+            field=models.TextField(blank=True, help_text="why the last upload or verification failed"),
         ),
         migrations.AddField(
-            model_name='checkpoint',
-            name='idempotency_key',
-            field=models.CharField(blank=True, help_text="the registering request's Idempotency-Key (unique per run)", max_length=200, null=True),
+            model_name="checkpoint",
+            name="idempotency_key",
+            field=models.CharField(
+                blank=True,
+                help_text="the registering request's Idempotency-Key (unique per run)",
+                max_length=200,
+                null=True,
+            ),
         ),
         migrations.AddField(
-            model_name='checkpoint',
-            name='received',
-            field=models.JSONField(blank=True, default=dict, help_text='what the server computed from the uploaded tar'),
+            model_name="checkpoint",
+            name="received",
+            field=models.JSONField(
+                blank=True, default=dict, help_text="what the server computed from the uploaded tar"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='checkpoint',
-            constraint=models.UniqueConstraint(condition=models.Q(('idempotency_key__isnull', False)), fields=('run', 'idempotency_key'), name='checkpoint_unique_run_idempotency_key'),
+            model_name="checkpoint",
+            constraint=models.UniqueConstraint(
+                condition=models.Q(("idempotency_key__isnull", False)),
+                fields=("run", "idempotency_key"),
+                name="checkpoint_unique_run_idempotency_key",
+            ),
         ),
     ]

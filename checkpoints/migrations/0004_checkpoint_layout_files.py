@@ -5,20 +5,31 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('checkpoints', '0003_checkpoint_upload_state'),
+        ("checkpoints", "0003_checkpoint_upload_state"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='checkpoint',
-            name='layout',
-            field=models.CharField(choices=[('tar', 'tar'), ('files', 'files')], default='tar', help_text='tar: one tar artifact; files: one artifact per manifest entry (MLflow log_artifacts)', max_length=5),
+            model_name="checkpoint",
+            name="layout",
+            field=models.CharField(
+                choices=[("tar", "tar"), ("files", "files")],
+                default="tar",
+                help_text="tar: one tar artifact; files: one artifact per manifest entry (MLflow log_artifacts)",
+                max_length=5,
+            ),
         ),
         migrations.AddField(
-            model_name='manifestentry',
-            name='artifact',
-            field=models.ForeignKey(blank=True, help_text="layout files only: the Run artifact holding this file's bytes (protected from a plain delete)", null=True, on_delete=django.db.models.deletion.PROTECT, related_name='+', to='checkpoints.artifact'),
+            model_name="manifestentry",
+            name="artifact",
+            field=models.ForeignKey(
+                blank=True,
+                help_text="layout files only: the Run artifact holding this file's bytes (protected from a plain delete)",
+                null=True,
+                on_delete=django.db.models.deletion.PROTECT,
+                related_name="+",
+                to="checkpoints.artifact",
+            ),
         ),
     ]

@@ -4,15 +4,17 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('checkpoints', '0004_checkpoint_layout_files'),
+        ("checkpoints", "0004_checkpoint_layout_files"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='checkpoint',
-            name='lease_token',
-            field=models.BigIntegerField(default=0, help_text="the Run's fencing token when registered: a pending checkpoint of an older writer can be taken over"),
+            model_name="checkpoint",
+            name="lease_token",
+            field=models.BigIntegerField(
+                default=0,
+                help_text="the Run's fencing token when registered: a pending checkpoint of an older writer can be taken over",
+            ),
         ),
     ]

@@ -5,25 +5,31 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('checkpoints', '0005_checkpoint_lease_token'),
-        ('runs', '0006_same_run_resume_and_sweeps'),
+        ("checkpoints", "0005_checkpoint_lease_token"),
+        ("runs", "0006_same_run_resume_and_sweeps"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.RemoveConstraint(
-            model_name='checkpoint',
-            name='checkpoint_state_valid',
+            model_name="checkpoint",
+            name="checkpoint_state_valid",
         ),
         migrations.AlterField(
-            model_name='checkpoint',
-            name='state',
-            field=models.CharField(choices=[('pending', 'pending'), ('complete', 'complete'), ('deleted', 'deleted'), ('error', 'error')], default='pending', max_length=10),
+            model_name="checkpoint",
+            name="state",
+            field=models.CharField(
+                choices=[("pending", "pending"), ("complete", "complete"), ("deleted", "deleted"), ("error", "error")],
+                default="pending",
+                max_length=10,
+            ),
         ),
         migrations.AddConstraint(
-            model_name='checkpoint',
-            constraint=models.CheckConstraint(condition=models.Q(('state__in', ['pending', 'complete', 'deleted', 'error'])), name='checkpoint_state_valid'),
+            model_name="checkpoint",
+            constraint=models.CheckConstraint(
+                condition=models.Q(("state__in", ["pending", "complete", "deleted", "error"])),
+                name="checkpoint_state_valid",
+            ),
         ),
     ]

@@ -4,15 +4,18 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('checkpoints', '0006_checkpoint_state_error'),
+        ("checkpoints", "0006_checkpoint_state_error"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='artifact',
-            name='history',
-            field=models.JSONField(blank=True, default=list, help_text='earlier contents replaced through the MLflow API: [{sha256, size, replaced_at}], oldest first'),
+            model_name="artifact",
+            name="history",
+            field=models.JSONField(
+                blank=True,
+                default=list,
+                help_text="earlier contents replaced through the MLflow API: [{sha256, size, replaced_at}], oldest first",
+            ),
         ),
     ]

@@ -5,23 +5,26 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('checkpoints', '0007_artifact_history'),
+        ("checkpoints", "0007_artifact_history"),
     ]
 
     operations = [
         migrations.RemoveConstraint(
-            model_name='manifestentry',
-            name='manifest_unique_checkpoint_path',
+            model_name="manifestentry",
+            name="manifest_unique_checkpoint_path",
         ),
         migrations.AlterField(
-            model_name='manifestentry',
-            name='path',
+            model_name="manifestentry",
+            name="path",
             field=models.TextField(),
         ),
         migrations.AddConstraint(
-            model_name='manifestentry',
-            constraint=models.UniqueConstraint(models.F('checkpoint'), django.db.models.functions.text.MD5('path'), name='manifest_unique_checkpoint_path_md5'),
+            model_name="manifestentry",
+            constraint=models.UniqueConstraint(
+                models.F("checkpoint"),
+                django.db.models.functions.text.MD5("path"),
+                name="manifest_unique_checkpoint_path_md5",
+            ),
         ),
     ]

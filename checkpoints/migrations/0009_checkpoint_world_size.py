@@ -4,15 +4,18 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('checkpoints', '0008_manifest_path_text'),
+        ("checkpoints", "0008_manifest_path_text"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='checkpoint',
-            name='world_size',
-            field=models.PositiveIntegerField(blank=True, help_text="processes that wrote a sharded torch-dcp checkpoint: every rank's shard must be in it", null=True),
+            model_name="checkpoint",
+            name="world_size",
+            field=models.PositiveIntegerField(
+                blank=True,
+                help_text="processes that wrote a sharded torch-dcp checkpoint: every rank's shard must be in it",
+                null=True,
+            ),
         ),
     ]

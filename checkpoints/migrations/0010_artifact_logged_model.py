@@ -5,20 +5,30 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('checkpoints', '0009_checkpoint_world_size'),
-        ('runs', '0014_logged_model'),
+        ("checkpoints", "0009_checkpoint_world_size"),
+        ("runs", "0014_logged_model"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='artifact',
-            name='logged_model',
-            field=models.ForeignKey(blank=True, help_text='set (with run NULL) for a file of an MLflow logged model', null=True, on_delete=django.db.models.deletion.CASCADE, related_name='artifacts', to='runs.loggedmodel'),
+            model_name="artifact",
+            name="logged_model",
+            field=models.ForeignKey(
+                blank=True,
+                help_text="set (with run NULL) for a file of an MLflow logged model",
+                null=True,
+                on_delete=django.db.models.deletion.CASCADE,
+                related_name="artifacts",
+                to="runs.loggedmodel",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='artifact',
-            constraint=models.UniqueConstraint(condition=models.Q(('logged_model__isnull', False)), fields=('logged_model', 'path'), name='artifact_unique_logged_model_path'),
+            model_name="artifact",
+            constraint=models.UniqueConstraint(
+                condition=models.Q(("logged_model__isnull", False)),
+                fields=("logged_model", "path"),
+                name="artifact_unique_logged_model_path",
+            ),
         ),
     ]

@@ -2,11 +2,11 @@
 
 from django.db import IntegrityError, transaction
 from django.utils import timezone
-from mado_tracking.tarverify import ManifestFile, ManifestMismatch
 
 from checkpoints.models import Artifact, Checkpoint, CheckpointState, ManifestEntry
-from mado.errors import Conflict, NotFound
 from mado import policy
+from mado.errors import Conflict, NotFound
+from mado_tracking.tarverify import ManifestFile, ManifestMismatch
 
 
 def mismatch(checkpoint_id: int, exc: ManifestMismatch) -> str:
@@ -39,8 +39,12 @@ def finalize(row: Checkpoint, received: dict, files: list[ManifestFile]) -> Chec
     try:
         with transaction.atomic():
             artifact = Artifact.objects.create(
-                project_id=row.run.project_id, run_id=row.run_id, path=row.artifact_path,
-                size=received["size"], sha256=received["sha256"], storage_key=received["storage_key"],
+                project_id=row.run.project_id,
+                run_id=row.run_id,
+                path=row.artifact_path,
+                size=received["size"],
+                sha256=received["sha256"],
+                storage_key=received["storage_key"],
             )
     except IntegrityError:
         raise Conflict(f"{row.artifact_path} is already another file of this run", field="checkpoint") from None
@@ -49,9 +53,15 @@ def finalize(row: Checkpoint, received: dict, files: list[ManifestFile]) -> Chec
         batch_size=1000,
     )
     updated = Checkpoint.objects.filter(pk=row.pk, state=CheckpointState.PENDING).update(
-        state=CheckpointState.COMPLETE, artifact=artifact, file_count=len(files),
-        total_bytes=sum(f.size for f in files), tar_size=received["size"], tar_sha256=received["sha256"],
-        received={"size": received["size"], "sha256": received["sha256"]}, declared=None, error="",
+        state=CheckpointState.COMPLETE,
+        artifact=artifact,
+        file_count=len(files),
+        total_bytes=sum(f.size for f in files),
+        tar_size=received["size"],
+        tar_sha256=received["sha256"],
+        received={"size": received["size"], "sha256": received["sha256"]},
+        declared=None,
+        error="",
         completed_at=timezone.now(),
     )
     if updated != 1:  # the row lock makes this unreachable; refuse rather than complete twice

@@ -71,8 +71,7 @@ def _same_or_conflict(existing: Artifact, blob: storage.StoredBlob) -> Artifact:
     if existing.sha256 == blob.sha256 and existing.size == blob.size:
         return existing
     raise Conflict(
-        f"{existing.path} already holds different content (sha256 {existing.sha256}); "
-        "an artifact is never overwritten",
+        f"{existing.path} already holds different content (sha256 {existing.sha256}); an artifact is never overwritten",
         field="path",
         extra={"sha256": existing.sha256},
     )
@@ -163,9 +162,14 @@ def replace_content(current: Artifact, blob: storage.StoredBlob) -> str:
     if (current.sha256, current.size) == (blob.sha256, blob.size):
         return blob.key
     unused = current.storage_key
-    current.history = [*current.history, {
-        "sha256": current.sha256, "size": current.size, "replaced_at": timezone.now().isoformat(),
-    }]
+    current.history = [
+        *current.history,
+        {
+            "sha256": current.sha256,
+            "size": current.size,
+            "replaced_at": timezone.now().isoformat(),
+        },
+    ]
     current.sha256, current.size, current.storage_key = blob.sha256, blob.size, blob.key
     current.save(update_fields=["sha256", "size", "storage_key", "history"])
     return unused
@@ -208,7 +212,9 @@ def artifact_delete(*, actor, artifact: Artifact) -> None:
     refusal = f"{artifact.path} is a checkpoint's or code version's file; delete the checkpoint instead"
     checkpoint = Checkpoint.objects.filter(artifact=artifact).only("pk").first()
     if checkpoint is not None:
-        raise Conflict(f"{artifact.path} is the tar of checkpoint {checkpoint.pk}; delete the checkpoint instead", field="path")
+        raise Conflict(
+            f"{artifact.path} is the tar of checkpoint {checkpoint.pk}; delete the checkpoint instead", field="path"
+        )
     key = artifact.storage_key
     try:
         with transaction.atomic():
@@ -259,7 +265,12 @@ def code_version_create_with_archive(
     try:
         with transaction.atomic():
             artifact = Artifact.objects.create(
-                project_id=code.project_id, run=None, path=path, size=blob.size, sha256=blob.sha256, storage_key=blob.key
+                project_id=code.project_id,
+                run=None,
+                path=path,
+                size=blob.size,
+                sha256=blob.sha256,
+                storage_key=blob.key,
             )
             return code_version_create(actor=actor, code=code, entrypoint=entrypoint, archive=artifact)
     except BaseException:

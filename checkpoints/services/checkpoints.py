@@ -36,7 +36,9 @@ def _clean_key(idempotency_key) -> str | None:
         return None
     key = str(idempotency_key).strip()
     if not key or len(key) > IDEMPOTENCY_KEY_MAX:
-        raise ValidationFailed(f"Idempotency-Key must be 1 to {IDEMPOTENCY_KEY_MAX} characters", field="Idempotency-Key")
+        raise ValidationFailed(
+            f"Idempotency-Key must be 1 to {IDEMPOTENCY_KEY_MAX} characters", field="Idempotency-Key"
+        )
     return key
 
 
@@ -113,9 +115,13 @@ def checkpoint_register(
     try:
         with transaction.atomic():
             checkpoint = Checkpoint.objects.create(
-                run=run, step=step, framework=framework, world_size=world_size,
+                run=run,
+                step=step,
+                framework=framework,
+                world_size=world_size,
                 includes_optimizer=bool(includes_optimizer),
-                idempotency_key=key, created_by=actor if actor.is_authenticated else None,
+                idempotency_key=key,
+                created_by=actor if actor.is_authenticated else None,
                 lease_token=run.lease_token if fencing_token is None else fencing_token,
             )
     except IntegrityError:
@@ -126,7 +132,9 @@ def checkpoint_register(
             raise _step_taken(step) from None
         raise
     if Artifact.objects.filter(run=run, path=checkpoint.artifact_path).exists():  # raising rolls the row back
-        raise Conflict(f"{checkpoint.artifact_path} is already a file of this run; the step cannot hold a checkpoint", field="step")
+        raise Conflict(
+            f"{checkpoint.artifact_path} is already a file of this run; the step cannot hold a checkpoint", field="step"
+        )
     return checkpoint, True
 
 
@@ -157,8 +165,9 @@ def _take_over_pending(*, run_id: int, step: int, token: int) -> None:
     """
     old = (
         Checkpoint.objects.select_for_update()
-        .filter(run_id=run_id, step=step, state=CheckpointState.PENDING, layout=CheckpointLayout.TAR,
-                lease_token__lt=token)
+        .filter(
+            run_id=run_id, step=step, state=CheckpointState.PENDING, layout=CheckpointLayout.TAR, lease_token__lt=token
+        )
         .first()
     )
     if old is None:
@@ -199,8 +208,12 @@ def checkpoint_delete(*, actor, checkpoint: Checkpoint) -> Checkpoint:
         raise Conflict(refusal, field="checkpoint")
     artifact = Artifact.objects.filter(pk=row.artifact_id).first() if row.artifact_id else None
     updated = Checkpoint.objects.filter(pk=row.pk, state=row.state).update(
-        state=CheckpointState.DELETED, artifact=None, received={}, declared=None,
-        deleted_at=timezone.now(), deleted_by=actor,
+        state=CheckpointState.DELETED,
+        artifact=None,
+        received={},
+        declared=None,
+        deleted_at=timezone.now(),
+        deleted_by=actor,
     )
     if updated != 1:  # cannot happen while we hold the row lock; say so rather than guess
         raise Conflict(f"checkpoint {row.pk} changed while it was being deleted; try again", field="checkpoint")
@@ -230,7 +243,9 @@ def checkpoint_lock_for_use(*, checkpoint_id: int) -> Checkpoint:
     if row is None:
         raise NotFound(f"checkpoint {checkpoint_id} not found", field="checkpoint")
     if row.state != CheckpointState.COMPLETE:
-        raise Conflict(f"the checkpoint at step {row.step} is {row.state}, not complete; it cannot be used", field="checkpoint")
+        raise Conflict(
+            f"the checkpoint at step {row.step} is {row.state}, not complete; it cannot be used", field="checkpoint"
+        )
     return row
 
 

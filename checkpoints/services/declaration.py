@@ -18,13 +18,13 @@ leaves it out, so it hashes each byte once.
 import re
 
 from django.conf import settings
-from mado_tracking.tarformat import Names, check_path
-from mado_tracking.tarverify import ManifestFile, ManifestMismatch, compare_members, manifest_digest
 
 from checkpoints.models import Checkpoint
 from checkpoints.services._common import mismatch
 from checkpoints.services.shards import check_shards
 from mado.errors import ValidationFailed
+from mado_tracking.tarformat import Names, check_path
+from mado_tracking.tarverify import ManifestFile, ManifestMismatch, compare_members, manifest_digest
 
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
@@ -47,8 +47,10 @@ def clean_declaration(*, tar_size, tar_sha256, manifest, manifest_sha256) -> dic
     """
     if isinstance(tar_size, bool) or not isinstance(tar_size, int) or tar_size < 0:
         raise ValidationFailed("tar_size must be a non-negative integer (bytes)", field="tar_size")
-    declared = {"tar_size": tar_size,
-                "tar_sha256": None if tar_sha256 is None else _hex_digest(tar_sha256, "tar_sha256")}
+    declared = {
+        "tar_size": tar_size,
+        "tar_sha256": None if tar_sha256 is None else _hex_digest(tar_sha256, "tar_sha256"),
+    }
     if (manifest is None) == (manifest_sha256 is None):
         raise ValidationFailed("send either manifest (every file) or manifest_sha256 (its digest)", field="manifest")
     if manifest_sha256 is not None:
@@ -104,8 +106,11 @@ def check_members(
     else:
         digest = manifest_digest(found.values())
         if digest != declared["manifest_sha256"]:
-            raise ManifestMismatch("manifest", f"the tar's {len(found)} files have manifest SHA-256 {digest}, "
-                                               f"{declared['manifest_sha256']} was declared")
+            raise ManifestMismatch(
+                "manifest",
+                f"the tar's {len(found)} files have manifest SHA-256 {digest}, "
+                f"{declared['manifest_sha256']} was declared",
+            )
         files = sorted(found.values(), key=lambda f: f.path)
     check_shards(files, world_size)
     return files

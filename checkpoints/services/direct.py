@@ -15,7 +15,6 @@ import uuid
 
 from django.conf import settings
 from django.db import transaction
-from mado_tracking.tarverify import CheckpointVerifier, ManifestMismatch
 
 from checkpoints import storage
 from checkpoints.models import Checkpoint, CheckpointState
@@ -24,6 +23,7 @@ from checkpoints.services.checkpoints import discard_upload
 from checkpoints.services.declaration import check_members, declared_files
 from mado import outbox
 from mado.errors import Conflict, InternalError, ValidationFailed
+from mado_tracking.tarverify import CheckpointVerifier, ManifestMismatch
 from runs.lease import lease_check
 
 VERIFY_TASK = "worker.tasks.checkpoint_verify"  # named, not imported: the worker app is above this one
@@ -67,11 +67,14 @@ def checkpoint_upload_parts(*, actor, checkpoint: Checkpoint, tar_size: int, fen
     upload_id = storage.s3_multipart_create(key=key)
     try:
         urls = storage.s3_presign_parts(
-            key=key, upload_id=upload_id, count=math.ceil(tar_size / part_size),
+            key=key,
+            upload_id=upload_id,
+            count=math.ceil(tar_size / part_size),
             expires_s=settings.MADO_CHECKPOINT_PRESIGN_EXPIRES,
         )
-        abort_url = storage.s3_presign_abort(key=key, upload_id=upload_id,
-                                             expires_s=settings.MADO_CHECKPOINT_PRESIGN_EXPIRES)
+        abort_url = storage.s3_presign_abort(
+            key=key, upload_id=upload_id, expires_s=settings.MADO_CHECKPOINT_PRESIGN_EXPIRES
+        )
         received = {"storage_key": key, "upload_id": upload_id, "part_size": part_size, "tar_size": tar_size}
         Checkpoint.objects.filter(pk=row.pk).update(received=received, declared=None, error="")
     except BaseException:
@@ -90,7 +93,9 @@ def clean_parts(parts, count: int) -> list[dict]:
         number = part.get("part_number") if isinstance(part, dict) else None
         etag = part.get("etag") if isinstance(part, dict) else None
         if isinstance(number, bool) or not isinstance(number, int) or not 1 <= number <= count:
-            raise ValidationFailed(f"part_number must be an integer from 1 to {count}", field=f"parts[{index}].part_number")
+            raise ValidationFailed(
+                f"part_number must be an integer from 1 to {count}", field=f"parts[{index}].part_number"
+            )
         if not isinstance(etag, str) or not etag.strip():
             raise ValidationFailed("etag must be the ETag the part's PUT answered", field=f"parts[{index}].etag")
         cleaned.append({"part_number": number, "etag": etag.strip()})
@@ -121,7 +126,8 @@ def complete_direct_upload(row: Checkpoint, declared: dict, upload_id, parts) ->
     if declared["tar_size"] != received["tar_size"]:
         raise ValidationFailed(
             f"Checkpoint {row.pk} size mismatch: the upload was started for {received['tar_size']} bytes, "
-            f"{declared['tar_size']} were declared", field="tar_size",
+            f"{declared['tar_size']} were declared",
+            field="tar_size",
         )
     parts = clean_parts(parts, math.ceil(received["tar_size"] / received["part_size"]))
     _s3_complete(row, received, parts)
@@ -175,8 +181,12 @@ def checkpoint_verify_upload(*, checkpoint_id: int) -> str:
     if row is None or row.state != CheckpointState.PENDING or not row.declared or not row.received.get("uploaded"):
         return "skipped"
     key, declared = row.received["storage_key"], row.declared
-    verifier = CheckpointVerifier(declared_files(declared), tar_size=declared["tar_size"],
-                                  tar_sha256=declared.get("tar_sha256"), limits=settings.MADO_TAR_LIMITS)
+    verifier = CheckpointVerifier(
+        declared_files(declared),
+        tar_size=declared["tar_size"],
+        tar_sha256=declared.get("tar_sha256"),
+        limits=settings.MADO_TAR_LIMITS,
+    )
     try:
         for chunk in storage.blob_iter_resuming(key=key, size=storage.blob_size(key)):
             verifier.feed(chunk)
@@ -199,7 +209,9 @@ def _verify_record(*, checkpoint_id: int, key: str, error: str, files, size: int
     if row is None or row.state != CheckpointState.PENDING or row.received.get("storage_key") != key:
         return "skipped"
     if error:
-        Checkpoint.objects.filter(pk=row.pk, state=CheckpointState.PENDING).update(received={}, declared=None, error=error)
+        Checkpoint.objects.filter(pk=row.pk, state=CheckpointState.PENDING).update(
+            received={}, declared=None, error=error
+        )
         discard_upload(row.received, on_commit=True)
         return "mismatch"
     finalize(row, {"storage_key": key, "size": size, "sha256": sha256}, files)

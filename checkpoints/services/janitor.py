@@ -53,11 +53,13 @@ def checkpoint_end_abandoned(*, now=None) -> int:
     lease_cutoff = now - timedelta(seconds=lease)
     expired = Q(created_at__lt=lease_cutoff)
     run_ended = Q(
-        run__status__in=RUN_FINAL_STATES, run__ended_at__lt=now - timedelta(seconds=settings.MADO_CHECKPOINT_ENDED_GRACE)
+        run__status__in=RUN_FINAL_STATES,
+        run__ended_at__lt=now - timedelta(seconds=settings.MADO_CHECKPOINT_ENDED_GRACE),
     ) & ~Q(received__has_key="uploaded")
     ended = 0
     for checkpoint_id, created_at in (
-        Checkpoint.objects.filter(state=CheckpointState.PENDING).filter(expired | run_ended)
+        Checkpoint.objects.filter(state=CheckpointState.PENDING)
+        .filter(expired | run_ended)
         .values_list("pk", "created_at")
     ):
         if created_at < lease_cutoff:

@@ -10,9 +10,8 @@ save that one rank did not finish, or a directory mixing two saves, is never
 
 import re
 
-from mado_tracking.tarverify import ManifestFile, ManifestMismatch
-
 from mado.errors import ValidationFailed
+from mado_tracking.tarverify import ManifestFile, ManifestMismatch
 
 DCP_FRAMEWORK = "torch-dcp"
 DCP_METADATA = ".metadata"
@@ -27,12 +26,16 @@ def clean_world_size(framework: str, world_size) -> int | None:
     """
     if framework != DCP_FRAMEWORK:
         if world_size is not None:
-            raise ValidationFailed(f"world_size is only for framework {DCP_FRAMEWORK!r} (sharded checkpoints)",
-                                   field="world_size")
+            raise ValidationFailed(
+                f"world_size is only for framework {DCP_FRAMEWORK!r} (sharded checkpoints)", field="world_size"
+            )
         return None
     if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
-        raise ValidationFailed(f"framework {DCP_FRAMEWORK!r} needs world_size, the number of processes that wrote "
-                               f"the shards (an int >= 1), got {world_size!r}", field="world_size")
+        raise ValidationFailed(
+            f"framework {DCP_FRAMEWORK!r} needs world_size, the number of processes that wrote "
+            f"the shards (an int >= 1), got {world_size!r}",
+            field="world_size",
+        )
     return world_size
 
 
@@ -45,14 +48,23 @@ def check_shards(files: list[ManifestFile], world_size: int | None) -> None:
         return
     paths = {file.path for file in files}
     if DCP_METADATA not in paths:
-        raise ManifestMismatch("manifest", f"the sharded checkpoint has no {DCP_METADATA} file (written last by "
-                                           "rank 0 of torch.distributed.checkpoint.save)")
+        raise ManifestMismatch(
+            "manifest",
+            f"the sharded checkpoint has no {DCP_METADATA} file (written last by "
+            "rank 0 of torch.distributed.checkpoint.save)",
+        )
     ranks = {int(match.group(1)) for match in map(_SHARD.match, paths) if match}
     missing = sorted(set(range(world_size)) - ranks)
     if missing:
-        raise ManifestMismatch("manifest", f"no shard of rank(s) {', '.join(map(str, missing[:10]))} of the "
-                                           f"world_size {world_size} that saved it (__<rank>_<n>.distcp)")
+        raise ManifestMismatch(
+            "manifest",
+            f"no shard of rank(s) {', '.join(map(str, missing[:10]))} of the "
+            f"world_size {world_size} that saved it (__<rank>_<n>.distcp)",
+        )
     extra = sorted(rank for rank in ranks if rank >= world_size)
     if extra:
-        raise ManifestMismatch("manifest", f"shards of rank(s) {', '.join(map(str, extra[:10]))}, beyond the "
-                                           f"world_size {world_size} that saved it: files of another save")
+        raise ManifestMismatch(
+            "manifest",
+            f"shards of rank(s) {', '.join(map(str, extra[:10]))}, beyond the "
+            f"world_size {world_size} that saved it: files of another save",
+        )

@@ -26,7 +26,6 @@ import threading
 
 from django.conf import settings
 from django.db import transaction
-from mado_tracking.tarverify import CheckpointVerifier, ManifestFile, ManifestMismatch
 
 from checkpoints import storage
 from checkpoints.models import Checkpoint, CheckpointState
@@ -36,6 +35,7 @@ from checkpoints.services.declaration import clean_declaration, compare_received
 from checkpoints.services.direct import complete_direct_upload
 from mado.errors import Conflict, ValidationFailed
 from mado.outages import is_no_space
+from mado_tracking.tarverify import CheckpointVerifier, ManifestFile, ManifestMismatch
 from runs.lease import lease_check
 
 # --- upload through the web process ----------------------------------------------------
@@ -162,8 +162,10 @@ def checkpoint_upload(
 def _record_no_space(checkpoint: Checkpoint, *, received: int, expected: int | None) -> None:
     """Record on the pending checkpoint that its tar did not fit; the OSError goes on to answer 507."""
     of = f" of {expected}" if expected is not None else ""
-    message = (f"Checkpoint {checkpoint.pk} not stored: the artifact storage ran out of space after "
-               f"{received}{of} bytes; free space, then save it again")
+    message = (
+        f"Checkpoint {checkpoint.pk} not stored: the artifact storage ran out of space after "
+        f"{received}{of} bytes; free space, then save it again"
+    )
     Checkpoint.objects.filter(pk=checkpoint.pk, state=CheckpointState.PENDING).update(error=message)
 
 
@@ -223,8 +225,9 @@ def checkpoint_complete(
     and changes nothing (docs/design/runs.md#one-writer-process).
     """
     require_writer(actor, checkpoint)
-    declared = clean_declaration(tar_size=tar_size, tar_sha256=tar_sha256, manifest=manifest,
-                                 manifest_sha256=manifest_sha256)
+    declared = clean_declaration(
+        tar_size=tar_size, tar_sha256=tar_sha256, manifest=manifest, manifest_sha256=manifest_sha256
+    )
     lease_check(run_id=checkpoint.run_id, token=fencing_token)
     row = lock(checkpoint.pk)
     if row.state == CheckpointState.COMPLETE:
@@ -235,7 +238,9 @@ def checkpoint_complete(
     if "members" not in row.received:
         if row.received.get("upload_id"):
             raise Conflict(f"checkpoint {row.pk} is being uploaded straight to S3: complete it with its upload_id")
-        raise Conflict(f"checkpoint {row.pk} has no uploaded tar: PUT checkpoints/{row.pk}/tar first", field="checkpoint")
+        raise Conflict(
+            f"checkpoint {row.pk} has no uploaded tar: PUT checkpoints/{row.pk}/tar first", field="checkpoint"
+        )
     return finalize(row, row.received, compare_received(row, declared))
 
 

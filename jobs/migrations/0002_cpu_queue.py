@@ -6,7 +6,11 @@ from django.db import migrations
 def create_cpu_queue(apps, schema_editor):
     Queue = apps.get_model("jobs", "Queue")
     Queue.objects.get_or_create(
-        name="cpu", defaults={"description": "Runs the code as a subprocess on any worker consuming 'cpu'.", "runner": "subprocess"}
+        name="cpu",
+        defaults={
+            "description": "Runs the code as a subprocess on any worker consuming 'cpu'.",
+            "runner": "subprocess",
+        },
     )
 
 
@@ -16,7 +20,6 @@ def remove_cpu_queue(apps, schema_editor):
 
 
 class Migration(migrations.Migration):
-
     dependencies = [("jobs", "0001_initial")]
 
     operations = [migrations.RunPython(create_cpu_queue, remove_cpu_queue)]

@@ -5,21 +5,29 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('jobs', '0002_cpu_queue'),
-        ('runs', '0004_data_stage'),
+        ("jobs", "0002_cpu_queue"),
+        ("runs", "0004_data_stage"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='job',
-            name='request_key',
-            field=models.CharField(blank=True, help_text="the submitting form's or API client's Idempotency-Key: a repeated submission returns this Job", max_length=100, null=True),
+            model_name="job",
+            name="request_key",
+            field=models.CharField(
+                blank=True,
+                help_text="the submitting form's or API client's Idempotency-Key: a repeated submission returns this Job",
+                max_length=100,
+                null=True,
+            ),
         ),
         migrations.AddConstraint(
-            model_name='job',
-            constraint=models.UniqueConstraint(condition=models.Q(('request_key__isnull', False)), fields=('created_by', 'request_key'), name='job_unique_creator_request_key'),
+            model_name="job",
+            constraint=models.UniqueConstraint(
+                condition=models.Q(("request_key__isnull", False)),
+                fields=("created_by", "request_key"),
+                name="job_unique_creator_request_key",
+            ),
         ),
     ]

@@ -5,30 +5,35 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('jobs', '0003_job_request_key'),
-        ('runs', '0010_run_liveness_mlflow_parity'),
+        ("jobs", "0003_job_request_key"),
+        ("runs", "0010_run_liveness_mlflow_parity"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='job',
-            name='nnodes',
-            field=models.PositiveIntegerField(default=1, help_text='nodes for a multi-node runner; the Celery worker runs 1'),
+            model_name="job",
+            name="nnodes",
+            field=models.PositiveIntegerField(
+                default=1, help_text="nodes for a multi-node runner; the Celery worker runs 1"
+            ),
         ),
         migrations.AddField(
-            model_name='job',
-            name='nproc_per_node',
-            field=models.PositiveIntegerField(default=1, help_text='processes per node: above 1 the worker starts the code under torchrun'),
+            model_name="job",
+            name="nproc_per_node",
+            field=models.PositiveIntegerField(
+                default=1, help_text="processes per node: above 1 the worker starts the code under torchrun"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='job',
-            constraint=models.CheckConstraint(condition=models.Q(('nproc_per_node__gte', 1)), name='job_nproc_per_node_positive'),
+            model_name="job",
+            constraint=models.CheckConstraint(
+                condition=models.Q(("nproc_per_node__gte", 1)), name="job_nproc_per_node_positive"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='job',
-            constraint=models.CheckConstraint(condition=models.Q(('nnodes__gte', 1)), name='job_nnodes_positive'),
+            model_name="job",
+            constraint=models.CheckConstraint(condition=models.Q(("nnodes__gte", 1)), name="job_nnodes_positive"),
         ),
     ]

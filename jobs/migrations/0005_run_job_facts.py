@@ -15,9 +15,11 @@ def write_facts(apps, schema_editor):
     Run.objects.filter(pk__in=Job.objects.values("run_id")).update(ran_as_job=True)
     Run.objects.filter(pk__in=Job.objects.filter(status__in=FINAL).values("run_id")).update(job_ended=True)
     running = Job.objects.filter(run_id=OuterRef("pk"), status="running", heartbeat_at__isnull=False)
-    for run_id, beat in Run.objects.annotate(beat=Subquery(running.values("heartbeat_at")[:1])).filter(
-        beat__isnull=False
-    ).values_list("pk", "beat"):
+    for run_id, beat in (
+        Run.objects.annotate(beat=Subquery(running.values("heartbeat_at")[:1]))
+        .filter(beat__isnull=False)
+        .values_list("pk", "beat")
+    ):
         alive_until = beat + timedelta(seconds=settings.MADO_JOB_HEARTBEAT_TIMEOUT)
         Run.objects.filter(pk=run_id).update(job_alive_until=alive_until)
 

@@ -14,9 +14,9 @@ from django.utils.translation import gettext as _
 from jobs.models import Job, JobStatus, Queue, RunToken
 from mado import outbox
 from mado.errors import ValidationFailed
+from runs.liveness import run_ended_effects
 from runs.models import FINAL_STATES as RUN_FINAL_STATES
 from runs.models import CodeVersion, Run, RunStatus
-from runs.liveness import run_ended_effects
 
 logger = logging.getLogger("jobs")
 
@@ -50,19 +50,30 @@ def clean_nproc_per_node(value, default: int = 1) -> int:
 
 def clean_max_retries(value) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_RETRIES_LIMIT:
-        raise ValidationFailed(_("max_retries must be an integer from 0 to %(max)s") % {"max": MAX_RETRIES_LIMIT}, field="max_retries")
+        raise ValidationFailed(
+            _("max_retries must be an integer from 0 to %(max)s") % {"max": MAX_RETRIES_LIMIT}, field="max_retries"
+        )
     return value
 
 
 def require_enabled(queue: Queue) -> Queue:
     if not queue.enabled:
-        raise ValidationFailed(_("queue '%(queue)s' is disabled and accepts no new Jobs") % {"queue": queue.name}, field="queue")
+        raise ValidationFailed(
+            _("queue '%(queue)s' is disabled and accepts no new Jobs") % {"queue": queue.name}, field="queue"
+        )
     return queue
 
 
 def new_job_run(
-    *, source: Run, created_by, name: str, code_version: CodeVersion, parent: Run | None = None, source_checkpoint=None,
-    parameters: dict | None = None, dataset_versions: list | None = None,
+    *,
+    source: Run,
+    created_by,
+    name: str,
+    code_version: CodeVersion,
+    parent: Run | None = None,
+    source_checkpoint=None,
+    parameters: dict | None = None,
+    dataset_versions: list | None = None,
 ) -> Run:
     """A pending Run with ``source``'s project, kind, parameters and input dataset versions (copied,
     docs/design/resume.md#lineage, #retry).
@@ -72,9 +83,15 @@ def new_job_run(
     (docs/design/house.md#immutable).
     """
     run = Run.objects.create(
-        project_id=source.project_id, name=name[:200], kind=source.kind, status=RunStatus.PENDING,
-        created_by=created_by, parameters=copy.deepcopy(source.parameters if parameters is None else parameters),
-        code_version=code_version, parent=parent, source_checkpoint=source_checkpoint,
+        project_id=source.project_id,
+        name=name[:200],
+        kind=source.kind,
+        status=RunStatus.PENDING,
+        created_by=created_by,
+        parameters=copy.deepcopy(source.parameters if parameters is None else parameters),
+        code_version=code_version,
+        parent=parent,
+        source_checkpoint=source_checkpoint,
     )
     if dataset_versions is None:
         dataset_versions = list(source.input_dataset_versions.values_list("pk", flat=True))
@@ -83,8 +100,17 @@ def new_job_run(
 
 
 def create_job(
-    *, run: Run, code_version: CodeVersion, queue: Queue, kind: str, created_by, max_retries: int,
-    attempt: int = 1, retry_of: Job | None = None, resumed_from: Run | None = None, request_key: str | None = None,
+    *,
+    run: Run,
+    code_version: CodeVersion,
+    queue: Queue,
+    kind: str,
+    created_by,
+    max_retries: int,
+    attempt: int = 1,
+    retry_of: Job | None = None,
+    resumed_from: Run | None = None,
+    request_key: str | None = None,
     nproc_per_node: int = 1,
 ) -> Job:
     """Insert the queued Job of ``run`` with a fresh Celery task id and its dispatch (sent to its queue on commit).
@@ -97,9 +123,19 @@ def create_job(
     sends it (never ``failed`` because of the broker, docs/design/worker.md#subprocess).
     """
     job = Job.objects.create(
-        run=run, code_version=code_version, queue=queue, kind=kind, status=JobStatus.QUEUED, created_by=created_by,
-        max_retries=max_retries, attempt=attempt, retry_of=retry_of, resumed_from=resumed_from,
-        celery_task_id=str(uuid.uuid4()), request_key=request_key, nproc_per_node=nproc_per_node,
+        run=run,
+        code_version=code_version,
+        queue=queue,
+        kind=kind,
+        status=JobStatus.QUEUED,
+        created_by=created_by,
+        max_retries=max_retries,
+        attempt=attempt,
+        retry_of=retry_of,
+        resumed_from=resumed_from,
+        celery_task_id=str(uuid.uuid4()),
+        request_key=request_key,
+        nproc_per_node=nproc_per_node,
     )
     outbox.dispatch_create(task=RUN_JOB_TASK, args=[job.pk], queue=queue.name, task_id=job.celery_task_id)
     Run.objects.filter(pk=run.pk).update(ran_as_job=True)  # a fact runs reads (docs/design/house.md#arrows)
@@ -170,7 +206,6 @@ def _set_final_status(*, run_id: int, target: str, now) -> None:
 def revoke_run_tokens(*, run_id: int, now=None) -> None:
     """Revoke the Run's API tokens: the Job's code no longer acts on the Run once the Job ended."""
     RunToken.objects.filter(run_id=run_id, revoked_at__isnull=True).update(revoked_at=now or timezone.now())
-
 
 
 def clean_request_key(request_key) -> str | None:

@@ -33,7 +33,8 @@ def _check_code_version(source_run, code_version: CodeVersion) -> CodeVersion:
     if source_version is not None and code_version.code_id != source_version.code_id:
         raise ValidationFailed(
             _("code_version_id must be a version of Code '%(code)s' (the Code run %(run)s ran)")
-            % {"code": source_version.code.name, "run": source_run.pk}, field="code_version_id",
+            % {"code": source_version.code.name, "run": source_run.pk},
+            field="code_version_id",
         )
     return code_version
 
@@ -50,10 +51,17 @@ def _record_data_change(*, actor, run, source_run, checkpoint: Checkpoint, versi
     after = [v.pk for v in versions]
     if set(after) == before or not after:  # a stage names a non-empty set (docs/design/runs.md#data-stages-sdk)
         return
-    data_stage_record(actor=actor, run=run, start_step=checkpoint.step, dataset_version_ids=after, metadata={
-        "continued_from_checkpoint_id": checkpoint.pk,
-        "added": sorted(set(after) - before), "removed": sorted(before - set(after)),
-    })
+    data_stage_record(
+        actor=actor,
+        run=run,
+        start_step=checkpoint.step,
+        dataset_version_ids=after,
+        metadata={
+            "continued_from_checkpoint_id": checkpoint.pk,
+            "added": sorted(set(after) - before),
+            "removed": sorted(before - set(after)),
+        },
+    )
 
 
 @transaction.atomic
@@ -116,15 +124,28 @@ def run_continue_from_checkpoint(
             f"{source_run.name or source_run.external_id} · continued from step {locked.step}"
         )
         run = new_job_run(
-            source=source_run, created_by=actor, name=run_name, code_version=code_version, parent=source_run,
-            source_checkpoint=locked, parameters=parameters, dataset_versions=versions,
+            source=source_run,
+            created_by=actor,
+            name=run_name,
+            code_version=code_version,
+            parent=source_run,
+            source_checkpoint=locked,
+            parameters=parameters,
+            dataset_versions=versions,
         )
         _record_data_change(actor=actor, run=run, source_run=source_run, checkpoint=locked, versions=versions)
         # No automatic retries: a retry starts from scratch (docs/design/resume.md#retry), which would drop the weights
         # continued from.
         return create_job(
-            run=run, code_version=code_version, queue=queue, kind=JobKind.CONTINUE, created_by=actor,
-            max_retries=0, resumed_from=source_run, request_key=key, nproc_per_node=nproc_per_node,
+            run=run,
+            code_version=code_version,
+            queue=queue,
+            kind=JobKind.CONTINUE,
+            created_by=actor,
+            max_retries=0,
+            resumed_from=source_run,
+            request_key=key,
+            nproc_per_node=nproc_per_node,
         )
 
     return once_per_request(actor=actor, request_key=request_key, create=create)

@@ -56,12 +56,24 @@ def job_launch(
 
     def create(key: str | None) -> Job:
         run = run_create(
-            actor=actor, project=project, name=name, kind=kind_of_run, parameters=parameters,
-            input_dataset_version_ids=dataset_version_ids, code_version_id=code_version.pk, status=RunStatus.PENDING,
+            actor=actor,
+            project=project,
+            name=name,
+            kind=kind_of_run,
+            parameters=parameters,
+            input_dataset_version_ids=dataset_version_ids,
+            code_version_id=code_version.pk,
+            status=RunStatus.PENDING,
         )
         return create_job(
-            run=run, code_version=code_version, queue=queue, kind=JobKind.NEW, created_by=actor,
-            max_retries=max_retries, request_key=key, nproc_per_node=nproc_per_node,
+            run=run,
+            code_version=code_version,
+            queue=queue,
+            kind=JobKind.NEW,
+            created_by=actor,
+            max_retries=max_retries,
+            request_key=key,
+            nproc_per_node=nproc_per_node,
         )
 
     return once_per_request(actor=actor, request_key=request_key, create=create)
@@ -87,19 +99,33 @@ def job_retry_from_scratch(*, job: Job) -> Job:
     if existing is not None:
         return existing
     if row.status != JobStatus.FAILED:
-        raise Conflict(_("job %(id)s is %(status)s: only a failed Job is retried") % {"id": row.pk, "status": row.status}, field="job")
+        raise Conflict(
+            _("job %(id)s is %(status)s: only a failed Job is retried") % {"id": row.pk, "status": row.status},
+            field="job",
+        )
     if row.attempt > row.max_retries:
-        raise Conflict(_("job %(id)s used its %(count)s automatic retries") % {"id": row.pk, "count": row.max_retries}, field="job")
+        raise Conflict(
+            _("job %(id)s used its %(count)s automatic retries") % {"id": row.pk, "count": row.max_retries}, field="job"
+        )
     if not row.queue.enabled:
-        raise Conflict(_("queue '%(queue)s' is disabled: job %(id)s is not retried") % {"queue": row.queue.name, "id": row.pk}, field="queue")
+        raise Conflict(
+            _("queue '%(queue)s' is disabled: job %(id)s is not retried") % {"queue": row.queue.name, "id": row.pk},
+            field="queue",
+        )
     source = row.run
     name = f"{source.name or source.external_id} · attempt {row.attempt + 1}"
     try:
         with transaction.atomic():
             run = new_job_run(source=source, created_by=row.created_by, name=name, code_version=row.code_version)
             return create_job(
-                run=run, code_version=row.code_version, queue=row.queue, kind=JobKind.RETRY,
-                created_by=row.created_by, max_retries=row.max_retries, attempt=row.attempt + 1, retry_of=row,
+                run=run,
+                code_version=row.code_version,
+                queue=row.queue,
+                kind=JobKind.RETRY,
+                created_by=row.created_by,
+                max_retries=row.max_retries,
+                attempt=row.attempt + 1,
+                retry_of=row,
                 nproc_per_node=row.nproc_per_node,
             )
     except IntegrityError:

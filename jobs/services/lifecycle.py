@@ -56,7 +56,12 @@ def job_claim(*, job_id: int, worker_host: str) -> Job | None:
         return None
     record_job_alive(run_id=Job.objects.values_list("run_id", flat=True).get(pk=job_id), now=now)
     return Job.objects.select_related(
-        "run__project", "run__source_checkpoint__run", "code_version__code", "code_version__archive", "queue", "created_by"
+        "run__project",
+        "run__source_checkpoint__run",
+        "code_version__code",
+        "code_version__archive",
+        "queue",
+        "created_by",
     ).get(pk=job_id)
 
 
@@ -210,7 +215,10 @@ def job_abort(*, actor, job: Job) -> Job:
     if row.status == JobStatus.ABORTED:
         return row
     if row.status in FINAL_STATES:
-        raise Conflict(_("job %(id)s already ended %(status)s; there is nothing to abort") % {"id": row.pk, "status": row.status}, field="job")
+        raise Conflict(
+            _("job %(id)s already ended %(status)s; there is nothing to abort") % {"id": row.pk, "status": row.status},
+            field="job",
+        )
     now = timezone.now()
     Job.objects.filter(pk=row.pk, abort_requested_at__isnull=True).update(abort_requested_at=now)
     if Job.objects.filter(pk=row.pk, status=JobStatus.QUEUED).update(
@@ -250,8 +258,11 @@ def job_end_with_run(*, run: Run) -> Job | None:
     if job is None:
         return None
     status = _JOB_STATUS_OF_ENDED_RUN.get(run.status, JobStatus.FAILED)
-    error = "" if status == JobStatus.SUCCEEDED else (
-        f"Its Run ended {run.status} without a worker (the code ran elsewhere, e.g. in a Kubernetes JobSet).")
+    error = (
+        ""
+        if status == JobStatus.SUCCEEDED
+        else (f"Its Run ended {run.status} without a worker (the code ran elsewhere, e.g. in a Kubernetes JobSet).")
+    )
     now = timezone.now()
     Job.objects.filter(pk=job.pk, status=JobStatus.QUEUED).update(
         status=status, error=error, started_at=run.started_at, ended_at=now
@@ -310,8 +321,11 @@ def job_fail_undelivered(args: list, reason: str) -> None:
     """
     with transaction.atomic():
         _lock_run_of(args[0])
-        if Job.objects.select_for_update().filter(pk=args[0], status=JobStatus.QUEUED,
-                                                  run__status=RunStatus.PENDING).exists():
+        if (
+            Job.objects.select_for_update()
+            .filter(pk=args[0], status=JobStatus.QUEUED, run__status=RunStatus.PENDING)
+            .exists()
+        ):
             _finish(job_id=args[0], exit_code=None, error=f"The Job never started. {reason}", aborted=False)
 
 

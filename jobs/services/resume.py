@@ -38,7 +38,8 @@ def _already_resuming(source_run: Run) -> Conflict | None:
         return None
     return Conflict(
         _("Run %(run)s is already being resumed by Job %(job)s.") % {"run": source_run, "job": active.pk},
-        field="run", extra={"job_id": active.pk},
+        field="run",
+        extra={"job_id": active.pk},
     )
 
 
@@ -57,7 +58,8 @@ def _check_conditions(*, source_run: Run, source_job: Job, checkpoint: Checkpoin
     if checkpoint_run.kind != source_run.kind:
         raise Conflict(
             f"run kind mismatch: the checkpoint comes from a {checkpoint_run.kind} run, run {source_run.pk} is "
-            f"{source_run.kind}", field="checkpoint",
+            f"{source_run.kind}",
+            field="checkpoint",
         )
     code = source_job.code_version.code
     if checkpoint_run.pk != source_run.pk and _code_id_of(checkpoint_run) != code.pk:
@@ -105,12 +107,22 @@ def _resume(*, actor, source_run: Run, checkpoint: Checkpoint, code_version, que
     try:
         with transaction.atomic():
             run = new_job_run(
-                source=source_run, created_by=actor, name=name, code_version=code_version,
-                parent=source_run, source_checkpoint=locked,
+                source=source_run,
+                created_by=actor,
+                name=name,
+                code_version=code_version,
+                parent=source_run,
+                source_checkpoint=locked,
             )
             return create_job(
-                run=run, code_version=code_version, queue=queue, kind=JobKind.RESUME, created_by=actor,
-                max_retries=source_job.max_retries, resumed_from=source_run, nproc_per_node=nproc_per_node,
+                run=run,
+                code_version=code_version,
+                queue=queue,
+                kind=JobKind.RESUME,
+                created_by=actor,
+                max_retries=source_job.max_retries,
+                resumed_from=source_run,
+                nproc_per_node=nproc_per_node,
             )
     except IntegrityError:
         conflict = _already_resuming(source_run)
@@ -156,14 +168,22 @@ def run_resume_from_checkpoint(
     """
     checkpoint = Checkpoint.objects.select_related("run").get(pk=checkpoint.pk)
     return _resume(
-        actor=actor, source_run=source_run or checkpoint.run, checkpoint=checkpoint,
-        code_version=code_version, queue=queue, nproc_per_node=nproc_per_node,
+        actor=actor,
+        source_run=source_run or checkpoint.run,
+        checkpoint=checkpoint,
+        code_version=code_version,
+        queue=queue,
+        nproc_per_node=nproc_per_node,
     )
 
 
 @transaction.atomic
 def job_resume_from_latest(
-    *, actor, job: Job, code_version: CodeVersion | None = None, queue: Queue | None = None,
+    *,
+    actor,
+    job: Job,
+    code_version: CodeVersion | None = None,
+    queue: Queue | None = None,
     nproc_per_node: int | None = None,
 ) -> Job:
     """Resume ``job``'s failed or aborted Run from its latest checkpoint (docs/design/resume.md#latest-checkpoint): the
@@ -182,5 +202,11 @@ def job_resume_from_latest(
         raise Conflict(reason, field="run")
     checkpoint = selectors.latest_resume_checkpoint(run=source_run)
     checkpoint = Checkpoint.objects.select_related("run").get(pk=checkpoint.pk)
-    return _resume(actor=actor, source_run=source_run, checkpoint=checkpoint, code_version=code_version, queue=queue,
-                   nproc_per_node=nproc_per_node)
+    return _resume(
+        actor=actor,
+        source_run=source_run,
+        checkpoint=checkpoint,
+        code_version=code_version,
+        queue=queue,
+        nproc_per_node=nproc_per_node,
+    )

@@ -4,30 +4,35 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
-    dependencies = [
-    ]
+    dependencies = []
 
     operations = [
         migrations.CreateModel(
-            name='Dispatch',
+            name="Dispatch",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('task', models.CharField(max_length=200)),
-                ('args', models.JSONField(blank=True, default=list)),
-                ('queue', models.CharField(max_length=200)),
-                ('task_id', models.CharField(max_length=255, unique=True)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('sent_at', models.DateTimeField(blank=True, null=True)),
-                ('sends', models.PositiveIntegerField(default=0)),
-                ('last_error', models.TextField(blank=True)),
-                ('done_at', models.DateTimeField(blank=True, null=True)),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("task", models.CharField(max_length=200)),
+                ("args", models.JSONField(blank=True, default=list)),
+                ("queue", models.CharField(max_length=200)),
+                ("task_id", models.CharField(max_length=255, unique=True)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                ("sent_at", models.DateTimeField(blank=True, null=True)),
+                ("sends", models.PositiveIntegerField(default=0)),
+                ("last_error", models.TextField(blank=True)),
+                ("done_at", models.DateTimeField(blank=True, null=True)),
             ],
             options={
-                'ordering': ['created_at', 'id'],
-                'indexes': [models.Index(condition=models.Q(('sent_at__isnull', True)), fields=['created_at'], name='dispatch_unsent_idx'), models.Index(condition=models.Q(('done_at__isnull', True)), fields=['sent_at'], name='dispatch_open_idx')],
+                "ordering": ["created_at", "id"],
+                "indexes": [
+                    models.Index(
+                        condition=models.Q(("sent_at__isnull", True)), fields=["created_at"], name="dispatch_unsent_idx"
+                    ),
+                    models.Index(
+                        condition=models.Q(("done_at__isnull", True)), fields=["sent_at"], name="dispatch_open_idx"
+                    ),
+                ],
             },
         ),
     ]

@@ -22,6 +22,7 @@ from rest_framework.views import APIView
 
 from mado.authentication import API_AUTHENTICATION
 from mado.errors import UserError
+from mado.outages import outage_of
 from mlflow_api.errors import (
     AUTHENTICATE,
     HTTP_STATUS,
@@ -36,7 +37,6 @@ from mlflow_api.errors import (
     error_body,
     from_user_error,
 )
-from mado.outages import outage_of
 
 logger = logging.getLogger(__name__)
 
@@ -88,4 +88,3 @@ class MlflowApiView(APIView):
 
     def get_exception_handler(self):
         return mlflow_exception_handler
-

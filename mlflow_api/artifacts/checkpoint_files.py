@@ -232,7 +232,9 @@ def checkpoint_add_file(*, actor, run: Run, step: int, path: str, artifact: Arti
     checkpoint = _refusal_check(locked_run, step)
     if checkpoint is None:
         checkpoint = Checkpoint.objects.create(
-            run_id=run.pk, step=step, layout=CheckpointLayout.FILES,
+            run_id=run.pk,
+            step=step,
+            layout=CheckpointLayout.FILES,
             created_by=actor if getattr(actor, "is_authenticated", False) else None,
         )
         for older in Checkpoint.objects.filter(
@@ -240,7 +242,9 @@ def checkpoint_add_file(*, actor, run: Run, step: int, path: str, artifact: Arti
         ):
             _complete(older)
     entry, created = ManifestEntry.objects.get_or_create(
-        checkpoint=checkpoint, path=path, defaults={"size": artifact.size, "sha256": artifact.sha256, "artifact": artifact}
+        checkpoint=checkpoint,
+        path=path,
+        defaults={"size": artifact.size, "sha256": artifact.sha256, "artifact": artifact},
     )
     if created:
         Checkpoint.objects.filter(pk=checkpoint.pk).update(
@@ -285,5 +289,6 @@ def mlflow_artifact_delete(*, actor, run: Run, path: str) -> int:
     ``Conflict`` and nothing is deleted; bytes go once the delete commits.
     """
     policy.require_role(actor, run.project, policy.ADMIN)
-    return artifacts_delete_below(actor=actor, files=Artifact.objects.filter(run=run), path=path,
-                                  owner=f"run {run.external_id}")
+    return artifacts_delete_below(
+        actor=actor, files=Artifact.objects.filter(run=run), path=path, owner=f"run {run.external_id}"
+    )

@@ -12,12 +12,19 @@ from django.db import IntegrityError, transaction
 
 from checkpoints import storage
 from checkpoints.models import Artifact
-from checkpoints.services.artifacts import artifacts_delete_below, check_received, replace_content, validate_artifact_path
+from checkpoints.services.artifacts import (
+    artifacts_delete_below,
+    check_received,
+    replace_content,
+    validate_artifact_path,
+)
 from mado import policy
 from runs.models import LoggedModel
 
 
-def logged_model_file_put(*, actor, model: LoggedModel, path: str, source, expected_size: int | None = None) -> Artifact:
+def logged_model_file_put(
+    *, actor, model: LoggedModel, path: str, source, expected_size: int | None = None
+) -> Artifact:
     """Stream ``source`` (anything with ``read(n)``) into file ``path`` of logged model ``model``.
 
     The model's writers (``policy.require_logged_model_writer``, else ``Forbidden``); ``path`` must be safe
@@ -49,8 +56,12 @@ def _record(model: LoggedModel, path: str, blob: storage.StoredBlob) -> tuple[Ar
                 if current is not None:
                     return current, replace_content(current, blob)
                 return Artifact.objects.create(
-                    project_id=model.project_id, logged_model=model, path=path, size=blob.size,
-                    sha256=blob.sha256, storage_key=blob.key,
+                    project_id=model.project_id,
+                    logged_model=model,
+                    path=path,
+                    size=blob.size,
+                    sha256=blob.sha256,
+                    storage_key=blob.key,
                 ), None
         except IntegrityError:
             continue
@@ -64,5 +75,6 @@ def logged_model_files_delete(*, actor, model: LoggedModel, path: str) -> int:
     Project admin only (``Forbidden``); ``NotFound`` when nothing is there.
     """
     policy.require_role(actor, model.project, policy.ADMIN)
-    return artifacts_delete_below(actor=actor, files=model.artifacts.all(), path=path,
-                                  owner=f"logged model {model.model_id}")
+    return artifacts_delete_below(
+        actor=actor, files=model.artifacts.all(), path=path, owner=f"logged model {model.model_id}"
+    )

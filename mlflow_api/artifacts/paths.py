@@ -66,7 +66,9 @@ def parse_target(raw, *, allow_root: bool) -> ArtifactTarget:
     parts = checked.split("/", 4)
     if len(parts) >= 3 and parts[1] == "models" and MODEL_ID.match(parts[2]):
         if len(parts) < 4 or parts[3] != "artifacts":
-            raise MlflowError(INVALID_PARAMETER_VALUE, "path must be <experiment_id>/models/<model_id>/artifacts/<path>")
+            raise MlflowError(
+                INVALID_PARAMETER_VALUE, "path must be <experiment_id>/models/<model_id>/artifacts/<path>"
+            )
         inner = parts[4] if len(parts) == 5 else ""
         target = ArtifactTarget(experiment_id=parts[0], run_id="", path=inner, model_id=parts[2])
     else:
@@ -84,8 +86,10 @@ def run_for_target(*, user, target: ArtifactTarget) -> Run:
     run = None
     if target.experiment_id.isdigit():
         run = (
-            Run.objects.visible_to(user).select_related("project")
-            .filter(project_id=int(target.experiment_id), external_id=target.run_id).first()
+            Run.objects.visible_to(user)
+            .select_related("project")
+            .filter(project_id=int(target.experiment_id), external_id=target.run_id)
+            .first()
         )
     if run is None:
         raise MlflowError(RESOURCE_DOES_NOT_EXIST, "no run at this experiment_id/run_id among your projects")
@@ -97,8 +101,10 @@ def logged_model_for_target(*, user, target: ArtifactTarget) -> LoggedModel:
     model = None
     if target.experiment_id.isdigit():
         model = (
-            LoggedModel.objects.visible_to(user).select_related("project", "run")
-            .filter(project_id=int(target.experiment_id), model_id=target.model_id, deleted_at__isnull=True).first()
+            LoggedModel.objects.visible_to(user)
+            .select_related("project", "run")
+            .filter(project_id=int(target.experiment_id), model_id=target.model_id, deleted_at__isnull=True)
+            .first()
         )
     if model is None:
         raise MlflowError(RESOURCE_DOES_NOT_EXIST, "no logged model at this experiment_id/model_id among your projects")
@@ -107,7 +113,11 @@ def logged_model_for_target(*, user, target: ArtifactTarget) -> LoggedModel:
 
 def files_of(owner: Run | LoggedModel):
     """The Artifact rows of a Run or of a logged model."""
-    return Artifact.objects.filter(logged_model=owner) if isinstance(owner, LoggedModel) else Artifact.objects.filter(run=owner)
+    return (
+        Artifact.objects.filter(logged_model=owner)
+        if isinstance(owner, LoggedModel)
+        else Artifact.objects.filter(run=owner)
+    )
 
 
 def artifact_for_target(*, files, target: ArtifactTarget) -> Artifact:
@@ -129,7 +139,7 @@ def list_directory(*, files, path: str) -> list[dict]:
     sizes, dirs = {}, set()
     rows = files.filter(path__startswith=prefix).values_list("path", "size")
     for full, size in rows.iterator(chunk_size=2000):
-        name, sep, _rest = full[len(prefix):].partition("/")
+        name, sep, _rest = full[len(prefix) :].partition("/")
         if sep:
             dirs.add(name)
         else:

@@ -16,10 +16,11 @@ the files of an MLflow 3 logged model (multipart: always the 501 fallback).
 from rest_framework import status
 from rest_framework.response import Response
 
-from checkpoints.api.artifacts import LenientNegotiation, OctetStreamParser, ranged_download, upload_source
-from mlflow_api.artifacts import paths
 from checkpoints import storage
-from mlflow_api.artifacts.logged_model_files import logged_model_file_put, logged_model_files_delete
+from checkpoints.api.artifacts import LenientNegotiation, OctetStreamParser, ranged_download, upload_source
+from mado import policy
+from mlflow_api.artifacts import paths
+from mlflow_api.artifacts.base import MlflowApiView, mlflow_error
 from mlflow_api.artifacts.checkpoint_files import (
     mlflow_artifact_delete,
     mlflow_artifact_put,
@@ -27,8 +28,7 @@ from mlflow_api.artifacts.checkpoint_files import (
     mlflow_multipart_complete,
     mlflow_multipart_create,
 )
-from mado import policy
-from mlflow_api.artifacts.base import MlflowApiView, mlflow_error
+from mlflow_api.artifacts.logged_model_files import logged_model_file_put, logged_model_files_delete
 from mlflow_api.auth import require_own_run
 from mlflow_api.errors import NOT_IMPLEMENTED
 
@@ -80,7 +80,9 @@ class MlflowArtifactApi(MlflowApiView):
         target, owner = _resolve(request, artifact_path)
         source, length = upload_source(request)
         if target.model_id:
-            logged_model_file_put(actor=request.user, model=owner, path=target.path, source=source, expected_size=length)
+            logged_model_file_put(
+                actor=request.user, model=owner, path=target.path, source=source, expected_size=length
+            )
         else:
             mlflow_artifact_put(actor=request.user, run=owner, path=target.path, source=source, expected_size=length)
         return Response({})
@@ -124,15 +126,26 @@ class MlflowMultipartApi(MlflowApiView):
         else:
             policy.require_run_writer(request.user, owner)
         if storage.s3_storage() is None or target.model_id:
-            return mlflow_error(NOT_IMPLEMENTED, f"{MULTIPART_UNSUPPORTED}: mado streams a single PUT of any size",
-                                status.HTTP_501_NOT_IMPLEMENTED)
+            return mlflow_error(
+                NOT_IMPLEMENTED,
+                f"{MULTIPART_UNSUPPORTED}: mado streams a single PUT of any size",
+                status.HTTP_501_NOT_IMPLEMENTED,
+            )
         data = request.data if isinstance(request.data, dict) else {}
         if action == "create":
-            return Response(mlflow_multipart_create(actor=request.user, run=owner, path=target.path,
-                                                    num_parts=data.get("num_parts")))
+            return Response(
+                mlflow_multipart_create(
+                    actor=request.user, run=owner, path=target.path, num_parts=data.get("num_parts")
+                )
+            )
         if action == "complete":
-            mlflow_multipart_complete(actor=request.user, run=owner, path=target.path,
-                                      upload_id=data.get("upload_id"), parts=data.get("parts"))
+            mlflow_multipart_complete(
+                actor=request.user,
+                run=owner,
+                path=target.path,
+                upload_id=data.get("upload_id"),
+                parts=data.get("parts"),
+            )
         else:
             mlflow_multipart_abort(actor=request.user, run=owner, path=target.path, upload_id=data.get("upload_id"))
         return Response({})

@@ -43,17 +43,19 @@ def _parse(datasets) -> list[dict]:
         where = f"datasets[{index}].dataset"
         tags = item.get("tags") or []
         context = next((t.get("value") for t in tags if isinstance(t, dict) and t.get("key") == CONTEXT_TAG), "")
-        parsed.append({
-            "name": _text(dataset.get("name"), f"{where}.name", 200),
-            "digest": _text(dataset.get("digest"), f"{where}.digest", 100),
-            "source": _text(dataset.get("source"), f"{where}.source", 2000, required=False),
-            "meta": {
-                "source_type": _text(dataset.get("source_type"), f"{where}.source_type", 100, required=False),
-                "schema": _text(dataset.get("schema"), f"{where}.schema", 100_000, required=False),
-                "profile": _text(dataset.get("profile"), f"{where}.profile", 100_000, required=False),
-                "context": context if isinstance(context, str) else "",
-            },
-        })
+        parsed.append(
+            {
+                "name": _text(dataset.get("name"), f"{where}.name", 200),
+                "digest": _text(dataset.get("digest"), f"{where}.digest", 100),
+                "source": _text(dataset.get("source"), f"{where}.source", 2000, required=False),
+                "meta": {
+                    "source_type": _text(dataset.get("source_type"), f"{where}.source_type", 100, required=False),
+                    "schema": _text(dataset.get("schema"), f"{where}.schema", 100_000, required=False),
+                    "profile": _text(dataset.get("profile"), f"{where}.profile", 100_000, required=False),
+                    "context": context if isinstance(context, str) else "",
+                },
+            }
+        )
     return parsed
 
 
@@ -63,9 +65,13 @@ def _version(run: Run, entry: dict) -> DatasetVersion:
             with transaction.atomic():
                 dataset, _ = Dataset.objects.get_or_create(project=run.project, name=entry["name"])
                 version, _ = DatasetVersion.objects.get_or_create(
-                    dataset=dataset, version=entry["digest"],
-                    defaults={"uri": entry["source"], "mlflow_dataset": entry["meta"],
-                              "description": "logged through the MLflow API"},
+                    dataset=dataset,
+                    version=entry["digest"],
+                    defaults={
+                        "uri": entry["source"],
+                        "mlflow_dataset": entry["meta"],
+                        "description": "logged through the MLflow API",
+                    },
                 )
                 return version
         except IntegrityError:
@@ -95,8 +101,13 @@ def run_log_inputs(*, actor, run: Run, datasets) -> list[DatasetVersion]:
     wanted = current | {v.pk for v in versions}
     if wanted != current:
         try:
-            data_stage_record(actor=actor, run=run, start_step=step, dataset_version_ids=sorted(wanted),
-                              metadata={"logged_through": "mlflow log_input"})
+            data_stage_record(
+                actor=actor,
+                run=run,
+                start_step=step,
+                dataset_version_ids=sorted(wanted),
+                metadata={"logged_through": "mlflow log_input"},
+            )
         except Conflict as exc:
             raise MlflowError(INVALID_STATE, str(exc.detail)) from None
     return versions

@@ -14,18 +14,22 @@ INVALID_PARAMETER_VALUE (400) naming the field.
 import json
 import secrets
 import uuid
-from datetime import datetime
-from datetime import timezone as dt_timezone
+from datetime import UTC, datetime
 
 from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
 from mado import policy
-from mlflow_api.tracking import search
 from mlflow_api.errors import INVALID_PARAMETER_VALUE, RESOURCE_DOES_NOT_EXIST, MlflowError
+from mlflow_api.tracking import search
 from mlflow_api.tracking.services import (
-    MAX_PARAMS, MAX_TAGS, PARAM_VALUE_MAX, TAG_VALUE_MAX, int64, key_values,
+    MAX_PARAMS,
+    MAX_TAGS,
+    PARAM_VALUE_MAX,
+    TAG_VALUE_MAX,
+    int64,
+    key_values,
 )
 from mlflow_api.tracking.translate import decode_page_token, encode_page_token, metric_json, ms
 from runs.models import LoggedModel, LoggedModelStatus, MetricPoint, Project, Run, RunTag
@@ -41,12 +45,24 @@ STATUS_NAMES = {
 STATUS_VALUES = {
     **{name: status for status, name in STATUS_NAMES.items()},
     **{name.removeprefix("LOGGED_MODEL_"): status for status, name in STATUS_NAMES.items()},
-    1: LoggedModelStatus.PENDING, 2: LoggedModelStatus.READY, 3: LoggedModelStatus.UPLOAD_FAILED,
+    1: LoggedModelStatus.PENDING,
+    2: LoggedModelStatus.READY,
+    3: LoggedModelStatus.UPLOAD_FAILED,
 }
-_ATTRIBUTES = {"name": "name", "model_id": "model_id", "model_type": "model_type", "source_run_id": "run__external_id",
-               "status": "status"}
-_TIMES = {"creation_time": "created_at", "creation_timestamp": "created_at", "creation_timestamp_ms": "created_at",
-          "last_updated_timestamp": "updated_at", "last_updated_timestamp_ms": "updated_at"}
+_ATTRIBUTES = {
+    "name": "name",
+    "model_id": "model_id",
+    "model_type": "model_type",
+    "source_run_id": "run__external_id",
+    "status": "status",
+}
+_TIMES = {
+    "creation_time": "created_at",
+    "creation_timestamp": "created_at",
+    "creation_timestamp_ms": "created_at",
+    "last_updated_timestamp": "updated_at",
+    "last_updated_timestamp_ms": "updated_at",
+}
 _ORDER_FIELDS = {**_TIMES, "name": "name", "model_id": "model_id", "model_type": "model_type", "status": "status"}
 SEARCH_DEFAULT, SEARCH_MAX = 100, 1000
 
@@ -71,8 +87,10 @@ def status_of(value) -> str:
 def check_name(name) -> str:
     """A logged model's name: MLflow's rule (non-empty, none of ``/ : . % " '``), at most 250 characters, no control characters."""
     if not isinstance(name, str) or not name or any(char in name for char in BAD_NAME_CHARS):
-        raise _bad(f"Invalid model name ({name!r}) provided. Model name must be a non-empty string and cannot "
-                   f"contain the following characters: {BAD_NAME_CHARS}")
+        raise _bad(
+            f"Invalid model name ({name!r}) provided. Model name must be a non-empty string and cannot "
+            f"contain the following characters: {BAD_NAME_CHARS}"
+        )
     if len(name) > NAME_MAX or any(ord(char) < 32 or ord(char) == 127 for char in name):
         raise _bad(f"name must be at most {NAME_MAX} characters without control characters")
     return name
@@ -82,8 +100,16 @@ def _pairs(items, name: str, limit: int, value_max: int) -> dict[str, str]:
     return dict(key_values(items, name, limit, value_max))
 
 
-def logged_model_create(*, actor, project: Project, name: str = "", model_type: str = "", source_run: Run | None = None,
-                        params=None, tags=None) -> LoggedModel:
+def logged_model_create(
+    *,
+    actor,
+    project: Project,
+    name: str = "",
+    model_type: str = "",
+    source_run: Run | None = None,
+    params=None,
+    tags=None,
+) -> LoggedModel:
     """A new PENDING logged model in ``project`` (``logged-models`` create).
 
     Members of the Project (``Forbidden``); ``source_run`` (None: logged
@@ -101,8 +127,13 @@ def logged_model_create(*, actor, project: Project, name: str = "", model_type: 
     if not isinstance(model_type, str) or len(model_type) > NAME_MAX:
         raise _bad(f"model_type must be a string of at most {NAME_MAX} characters")
     return LoggedModel.objects.create(
-        project=project, run=source_run, model_id=f"m-{uuid.uuid4().hex}", name=name, model_type=model_type,
-        params=_pairs(params, "params", MAX_PARAMS, PARAM_VALUE_MAX), tags=_pairs(tags, "tags", MAX_TAGS, TAG_VALUE_MAX),
+        project=project,
+        run=source_run,
+        model_id=f"m-{uuid.uuid4().hex}",
+        name=name,
+        model_type=model_type,
+        params=_pairs(params, "params", MAX_PARAMS, PARAM_VALUE_MAX),
+        tags=_pairs(tags, "tags", MAX_TAGS, TAG_VALUE_MAX),
         created_by=actor,
     )
 
@@ -149,7 +180,9 @@ def logged_model_delete_tag(*, actor, model: LoggedModel, key: str) -> None:
     policy.require_logged_model_writer(actor, model)
     model = _locked(model)
     if key not in model.tags:
-        raise MlflowError(RESOURCE_DOES_NOT_EXIST, f"No tag with key {key!r} found for model with ID {model.model_id!r}.")
+        raise MlflowError(
+            RESOURCE_DOES_NOT_EXIST, f"No tag with key {key!r} found for model with ID {model.model_id!r}."
+        )
     del model.tags[key]
     model.save(update_fields=["tags", "updated_at"])
 
@@ -162,8 +195,10 @@ def logged_model_log_params(*, actor, model: LoggedModel, params) -> None:
     model = _locked(model)
     for key, value in pairs.items():
         if model.params.get(key, value) != value:
-            raise _bad(f"Changing param values is not allowed. Param with key={key!r} was already logged with "
-                       f"value={model.params[key]!r} for model ID={model.model_id!r}.")
+            raise _bad(
+                f"Changing param values is not allowed. Param with key={key!r} was already logged with "
+                f"value={model.params[key]!r} for model ID={model.model_id!r}."
+            )
     model.params = {**model.params, **pairs}
     model.save(update_fields=["params", "updated_at"])
 
@@ -171,8 +206,9 @@ def logged_model_log_params(*, actor, model: LoggedModel, params) -> None:
 def logged_model_delete(*, actor, model: LoggedModel) -> None:
     """Soft-delete the model (MLflow's ``delete_logged_model``): gone from get and search, files kept; idempotent."""
     policy.require_logged_model_writer(actor, model)
-    LoggedModel.objects.filter(pk=model.pk, deleted_at__isnull=True).update(deleted_at=timezone.now(),
-                                                                           updated_at=timezone.now())
+    LoggedModel.objects.filter(pk=model.pk, deleted_at__isnull=True).update(
+        deleted_at=timezone.now(), updated_at=timezone.now()
+    )
 
 
 @transaction.atomic
@@ -205,11 +241,15 @@ def _metrics(models: list[LoggedModel]) -> dict[int, list[dict]]:
         return found
     where = Q()
     for model in linked:
-        where |= Q(run_id=model.run_id, step=model.step, chunk_first_step__lte=model.step,
-                   chunk_last_step__gte=model.step)
+        where |= Q(
+            run_id=model.run_id, step=model.step, chunk_first_step__lte=model.step, chunk_last_step__gte=model.step
+        )
     by_run_step: dict[tuple[int, int], list] = {}
-    for row in MetricPoint.objects.filter(where).order_by("key", "timestamp", "id").values_list(
-            "run_id", "step", "key", "value", "timestamp"):
+    for row in (
+        MetricPoint.objects.filter(where)
+        .order_by("key", "timestamp", "id")
+        .values_list("run_id", "step", "key", "value", "timestamp")
+    ):
         by_run_step.setdefault(row[:2], []).append(row[2:])
     for model in linked:
         for key, value, timestamp in by_run_step.get((model.run_id, model.step), []):
@@ -226,21 +266,30 @@ def artifact_uri(model: LoggedModel) -> str:
 def models_json(models: list[LoggedModel]) -> list[dict]:
     """MLflow ``LoggedModel`` objects (``info``, ``data``) for ``models`` (their Runs selected)."""
     metrics = _metrics(models)
-    return [{
-        "info": {
-            "model_id": m.model_id, "experiment_id": str(m.project_id), "name": m.name,
-            "creation_timestamp_ms": ms(m.created_at), "last_updated_timestamp_ms": ms(m.updated_at),
-            "artifact_uri": artifact_uri(m), "status": STATUS_NAMES[m.status], "creator_id": m.created_by_id,
-            "model_type": m.model_type, "status_message": m.status_message,
-            "tags": [{"key": k, "value": v} for k, v in sorted(m.tags.items())],
-            # MLflow leaves the field out when there is no source run (the client reads None)
-            **({"source_run_id": m.run.external_id} if m.run else {}),
-        },
-        "data": {
-            "params": [{"key": k, "value": v} for k, v in sorted(m.params.items())],
-            "metrics": metrics[m.pk],
-        },
-    } for m in models]
+    return [
+        {
+            "info": {
+                "model_id": m.model_id,
+                "experiment_id": str(m.project_id),
+                "name": m.name,
+                "creation_timestamp_ms": ms(m.created_at),
+                "last_updated_timestamp_ms": ms(m.updated_at),
+                "artifact_uri": artifact_uri(m),
+                "status": STATUS_NAMES[m.status],
+                "creator_id": m.created_by_id,
+                "model_type": m.model_type,
+                "status_message": m.status_message,
+                "tags": [{"key": k, "value": v} for k, v in sorted(m.tags.items())],
+                # MLflow leaves the field out when there is no source run (the client reads None)
+                **({"source_run_id": m.run.external_id} if m.run else {}),
+            },
+            "data": {
+                "params": [{"key": k, "value": v} for k, v in sorted(m.params.items())],
+                "metrics": metrics[m.pk],
+            },
+        }
+        for m in models
+    ]
 
 
 def _filter(models, filter_string: str):
@@ -249,7 +298,7 @@ def _filter(models, filter_string: str):
         if kind in ("attributes", "attribute", "attr") and key in _TIMES:
             if op not in search.NUMBER_OPS:
                 raise _bad(f"{key} compares with =, <, <=, >, >=; got {op}")
-            moment = datetime.fromtimestamp(search.number_value(raw) / 1000, tz=dt_timezone.utc)
+            moment = datetime.fromtimestamp(search.number_value(raw) / 1000, tz=UTC)
             models = models.filter(**{f"{_TIMES[key]}__{search.NUMBER_OPS[op]}": moment})
             continue
         if op not in search.STRING_OPS:
@@ -263,8 +312,10 @@ def _filter(models, filter_string: str):
             field = f"_f{index}"
             models = models.annotate(**{field: search.json_text("tags" if kind.startswith("tag") else "params", key)})
         else:
-            raise _bad(f"unsupported filter on {entity + '.' if entity else ''}{key}: use name, model_id, model_type, "
-                       "status, source_run_id, creation_time, last_updated_timestamp, tags.<key> or params.<key>")
+            raise _bad(
+                f"unsupported filter on {entity + '.' if entity else ''}{key}: use name, model_id, model_type, "
+                "status, source_run_id, creation_time, last_updated_timestamp, tags.<key> or params.<key>"
+            )
         models = models.filter(search.string_q(field, op, value))
     return models
 
@@ -278,15 +329,19 @@ def _ordering(order_by) -> list:
     for index, clause in enumerate(order_by):
         field = clause.get("field_name") if isinstance(clause, dict) else None
         if field not in _ORDER_FIELDS:
-            raise _bad(f"Invalid order by field name: {field}" if isinstance(field, str) else
-                       f"order_by[{index}].field_name must be one of {', '.join(_ORDER_FIELDS)}")
+            raise _bad(
+                f"Invalid order by field name: {field}"
+                if isinstance(field, str)
+                else f"order_by[{index}].field_name must be one of {', '.join(_ORDER_FIELDS)}"
+            )
         column = F(_ORDER_FIELDS[field])
         ordering.append(column.asc() if clause.get("ascending", True) is not False else column.desc())
     return [*ordering, F("created_at").desc(), F("id").desc()]
 
 
-def logged_model_search(*, user, experiment_ids, filter_string: str = "", order_by=None, max_results=None,
-                        page_token=None, datasets=None) -> tuple[list[LoggedModel], str | None]:
+def logged_model_search(
+    *, user, experiment_ids, filter_string: str = "", order_by=None, max_results=None, page_token=None, datasets=None
+) -> tuple[list[LoggedModel], str | None]:
     """A page of the user's live logged models in ``experiment_ids``; ``(models, next_page_token or None)``.
 
     ``experiment_ids``: a non-empty list of experiment ids (``"0"`` is the
@@ -299,20 +354,28 @@ def logged_model_search(*, user, experiment_ids, filter_string: str = "", order_
     are not supported (400 INVALID_PARAMETER_VALUE), nor is anything else
     unknown.
     """
-    if not isinstance(experiment_ids, list) or not experiment_ids or not all(isinstance(e, str) for e in experiment_ids):
+    if (
+        not isinstance(experiment_ids, list)
+        or not experiment_ids
+        or not all(isinstance(e, str) for e in experiment_ids)
+    ):
         raise _bad("experiment_ids must be a non-empty list of experiment ids")
     if datasets:
         raise _bad("datasets: mado does not filter logged models by dataset")
     project_ids = {int(e) for e in experiment_ids if e.isdigit() and e != "0"}
     default = Q(project__default_for=user) if "0" in experiment_ids else Q(pk__in=[])
-    models = (LoggedModel.objects.visible_to(user).filter(Q(project_id__in=project_ids) | default)
-              .filter(deleted_at__isnull=True).select_related("run"))
+    models = (
+        LoggedModel.objects.visible_to(user)
+        .filter(Q(project_id__in=project_ids) | default)
+        .filter(deleted_at__isnull=True)
+        .select_related("run")
+    )
     models = _filter(models, filter_string if isinstance(filter_string, str) else "").order_by(*_ordering(order_by))
     size = int64(max_results, "max_results", default=SEARCH_DEFAULT)
     if not 1 <= size <= SEARCH_MAX:
         raise _bad(f"max_results must be between 1 and {SEARCH_MAX}")
     offset = decode_page_token(page_token)
-    page = list(models[offset: offset + size + 1])
+    page = list(models[offset : offset + size + 1])
     token = encode_page_token(offset + size) if len(page) > size else None
     return page[:size], token
 

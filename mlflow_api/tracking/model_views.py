@@ -10,9 +10,9 @@ experiment; a model logged outside a run is out of every Run token's reach.
 """
 
 from mado.authentication import RUN_TOKEN_SCOPE
-from mlflow_api.tracking import logged_models, services
 from mlflow_api.auth import require_own_project, require_own_run, token_run
 from mlflow_api.errors import PERMISSION_DENIED, MlflowError
+from mlflow_api.tracking import logged_models, services
 from mlflow_api.tracking.translate import page_answer, str_arg
 from mlflow_api.tracking.views import endpoint, request_run
 from runs.models import LoggedModel
@@ -44,9 +44,13 @@ def logged_model_create(request, user, data):
     project = services.experiment_for_id(actor=user, experiment_id=str_arg(data, "experiment_id", max_length=40))
     require_own_project(request, project)
     model = logged_models.logged_model_create(
-        actor=user, project=project, name=str_arg(data, "name", required=False, max_length=logged_models.NAME_MAX),
-        model_type=str_arg(data, "model_type", required=False, max_length=logged_models.NAME_MAX), source_run=source,
-        params=data.get("params"), tags=data.get("tags"),
+        actor=user,
+        project=project,
+        name=str_arg(data, "name", required=False, max_length=logged_models.NAME_MAX),
+        model_type=str_arg(data, "model_type", required=False, max_length=logged_models.NAME_MAX),
+        source_run=source,
+        params=data.get("params"),
+        tags=data.get("tags"),
     )
     return _one(model)
 
@@ -69,7 +73,9 @@ def logged_model_detail(request, user, data, model_id):
 @endpoint("PATCH", run_token_allowed=True)
 def logged_model_set_tags(request, user, data, model_id):
     """``logged-models/<model_id>/tags`` ``{tags: [{key, value}]}`` → ``{"model"}`` with the tags set."""
-    model = logged_models.logged_model_set_tags(actor=user, model=request_model(request, user, model_id), tags=data.get("tags"))
+    model = logged_models.logged_model_set_tags(
+        actor=user, model=request_model(request, user, model_id), tags=data.get("tags")
+    )
     return _one(model)
 
 
@@ -83,7 +89,9 @@ def logged_model_delete_tag(request, user, data, model_id, tag_key):
 @endpoint("POST", run_token_allowed=True)
 def logged_model_log_params(request, user, data, model_id):
     """``logged-models/<model_id>/params`` ``{params: [{key, value}]}`` (the client sends params past the first 100); ``{}``."""
-    logged_models.logged_model_log_params(actor=user, model=request_model(request, user, model_id), params=data.get("params"))
+    logged_models.logged_model_log_params(
+        actor=user, model=request_model(request, user, model_id), params=data.get("params")
+    )
     return {}
 
 
@@ -99,8 +107,12 @@ def logged_model_search(request, user, data):
     if scoped is not None and isinstance(experiment_ids, list):
         experiment_ids = [e for e in experiment_ids if e == str(scoped.project_id)] or ["-"]
     models, token = logged_models.logged_model_search(
-        user=user, experiment_ids=experiment_ids, filter_string=str_arg(data, "filter", required=False, max_length=4000),
-        order_by=data.get("order_by"), max_results=data.get("max_results"), page_token=data.get("page_token"),
+        user=user,
+        experiment_ids=experiment_ids,
+        filter_string=str_arg(data, "filter", required=False, max_length=4000),
+        order_by=data.get("order_by"),
+        max_results=data.get("max_results"),
+        page_token=data.get("page_token"),
         datasets=data.get("datasets"),
     )
     return page_answer("models", logged_models.models_json(models), token)
@@ -119,5 +131,3 @@ def run_log_model(request, user, data):
     """``runs/log-model`` ``{run_id, model_json}``: the Run's ``mlflow.log-model.history`` tag grows by one; ``{}``."""
     logged_models.run_record_model(actor=user, run=request_run(request, user, data), model_json=data.get("model_json"))
     return {}
-
-

@@ -15,6 +15,7 @@ broken by start time (newest first) then id, so pages are stable.
 """
 
 import re
+from datetime import UTC
 
 from django.db.models import CharField, Exists, F, OuterRef, Q, Subquery
 from django.db.models.fields.json import KeyTextTransform
@@ -25,10 +26,18 @@ from mlflow_api.tracking.translate import FROM_MLFLOW_STATUS, KIND_TAG, RUN_NAME
 from runs.models import MetricPoint, RunTag
 
 _ENTITY = {
-    "params": "param", "param": "param", "parameters": "param", "parameter": "param",
-    "tags": "tag", "tag": "tag",
-    "metrics": "metric", "metric": "metric",
-    "attributes": "attr", "attribute": "attr", "attr": "attr", "run": "attr",
+    "params": "param",
+    "param": "param",
+    "parameters": "param",
+    "parameter": "param",
+    "tags": "tag",
+    "tag": "tag",
+    "metrics": "metric",
+    "metric": "metric",
+    "attributes": "attr",
+    "attribute": "attr",
+    "attr": "attr",
+    "run": "attr",
 }
 _ATTRIBUTES = {"status", "start_time", "end_time", "run_name", "run_id", "run_uuid"}
 _IDENT = r"(?:(?P<entity>[A-Za-z]+)\.)?(?P<key>`[^`]+`|\"[^\"]+\"|[\w.\-/:]+)"
@@ -48,7 +57,7 @@ def _bad(message: str) -> MlflowError:
 
 
 def _unquote_key(key: str) -> str:
-    return key[1:-1] if key[:1] in "`\"" else key
+    return key[1:-1] if key[:1] in '`"' else key
 
 
 def _ident(entity: str | None, key: str) -> tuple[str, str]:
@@ -132,15 +141,17 @@ def _apply_clause(runs, index: int, kind: str, key: str, op: str, raw: str):
             raise _bad(f"metrics compare with =, !=, <, <=, >, >=; got {op}")
         runs = runs.annotate(**{alias: _latest_metric(key)})
         value = number_value(raw)
-        return runs.exclude(**{alias: value}).exclude(**{f"{alias}__isnull": True}) if op == "!=" else runs.filter(
-            **{f"{alias}__{NUMBER_OPS[op]}": value}
+        return (
+            runs.exclude(**{alias: value}).exclude(**{f"{alias}__isnull": True})
+            if op == "!="
+            else runs.filter(**{f"{alias}__{NUMBER_OPS[op]}": value})
         )
     if kind == "attr" and key in ("start_time", "end_time"):
         if op not in NUMBER_OPS:
             raise _bad(f"{key} compares with =, <, <=, >, >=; got {op}")
-        from datetime import datetime, timezone
+        from datetime import datetime
 
-        moment = datetime.fromtimestamp(number_value(raw) / 1000, tz=timezone.utc)
+        moment = datetime.fromtimestamp(number_value(raw) / 1000, tz=UTC)
         column = "started_at" if key == "start_time" else "ended_at"
         return runs.filter(**{f"{column}__{NUMBER_OPS[op]}": moment})
     if kind == "attr" and key == "status":
@@ -150,7 +161,11 @@ def _apply_clause(runs, index: int, kind: str, key: str, op: str, raw: str):
             statuses = mado_statuses(string_value(raw))
         else:
             raise _bad(f"attributes.status compares with =, !=, IN, NOT IN; got {op}")
-        return runs.exclude(status__in=statuses) if op.startswith("not") or op == "!=" else runs.filter(status__in=statuses)
+        return (
+            runs.exclude(status__in=statuses)
+            if op.startswith("not") or op == "!="
+            else runs.filter(status__in=statuses)
+        )
     if kind == "attr" and key in ("run_id", "run_uuid") and op in ("in", "not in"):
         q = Q(external_id__in=_strings(raw))
         return runs.exclude(q) if op == "not in" else runs.filter(q)
@@ -184,13 +199,19 @@ def clauses(filter_string: str):
     while position < len(text):
         match = _CLAUSE.match(text, position)
         if match is None:
-            raise _bad(f"invalid filter at {text[position:position + 60]!r}")
-        yield index, match["entity"], _unquote_key(match["key"]), re.sub(r"\s+", " ", match["op"].lower()), match["value"]
+            raise _bad(f"invalid filter at {text[position : position + 60]!r}")
+        yield (
+            index,
+            match["entity"],
+            _unquote_key(match["key"]),
+            re.sub(r"\s+", " ", match["op"].lower()),
+            match["value"],
+        )
         position, index = match.end(), index + 1
         if position < len(text):
             joiner = _AND.match(text, position)
             if joiner is None:
-                raise _bad(f"expected AND at {text[position:position + 60]!r}")
+                raise _bad(f"expected AND at {text[position : position + 60]!r}")
             position = joiner.end()
 
 
@@ -221,8 +242,14 @@ def apply_order(runs, order_by: list):
         elif kind == "tag":
             runs = runs.annotate(**{alias: _tag_value(key)})
         else:
-            alias = {"start_time": "_start", "end_time": "ended_at", "run_name": "name", "status": "status",
-                     "run_id": "external_id", "run_uuid": "external_id"}[key]
+            alias = {
+                "start_time": "_start",
+                "end_time": "ended_at",
+                "run_name": "name",
+                "status": "status",
+                "run_id": "external_id",
+                "run_uuid": "external_id",
+            }[key]
         descending = (match["dir"] or "asc").lower() == "desc"
         ordering.append(F(alias).desc(nulls_last=True) if descending else F(alias).asc(nulls_last=True))
     return runs.order_by(*ordering, F("_start").desc(), "-id")

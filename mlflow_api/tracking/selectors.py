@@ -3,8 +3,8 @@
 from django.db.models import F, Window
 from django.db.models.functions import RowNumber
 
-from mlflow_api.tracking import search
 from mlflow_api.errors import INVALID_PARAMETER_VALUE, RESOURCE_DOES_NOT_EXIST, MlflowError
+from mlflow_api.tracking import search
 from mlflow_api.tracking.translate import decode_page_token, encode_page_token, metric_json, run_json
 from runs.models import DatasetVersion, LoggedModel, MetricPoint, Project, Run, RunTag
 from runs.selectors import metric_history
@@ -49,8 +49,11 @@ def run_get(*, user, run_id) -> Run:
     if not isinstance(run_id, str) or not run_id:
         raise MlflowError(INVALID_PARAMETER_VALUE, "Missing value for required parameter 'run_id'.")
     run = (
-        Run.objects.visible_to(user).select_related("project", "created_by")
-        .filter(external_id=run_id).order_by("-created_at", "-id").first()
+        Run.objects.visible_to(user)
+        .select_related("project", "created_by")
+        .filter(external_id=run_id)
+        .order_by("-created_at", "-id")
+        .first()
     )
     if run is None:
         raise MlflowError(RESOURCE_DOES_NOT_EXIST, "No run with this run_id among your projects")
@@ -59,9 +62,19 @@ def run_get(*, user, run_id) -> Run:
 
 def _latest_metrics(run_ids: list[int]) -> dict[int, list[dict]]:
     """The latest point (highest step, then timestamp) of every key of every run, in one query."""
-    ranked = MetricPoint.objects.filter(run_id__in=run_ids).at_last_step().annotate(
-        rank=Window(RowNumber(), partition_by=[F("run_id"), F("key")], order_by=[F("step").desc(), F("timestamp").desc(), F("id").desc()])
-    ).filter(rank=1).values_list("run_id", "key", "value", "step", "timestamp")
+    ranked = (
+        MetricPoint.objects.filter(run_id__in=run_ids)
+        .at_last_step()
+        .annotate(
+            rank=Window(
+                RowNumber(),
+                partition_by=[F("run_id"), F("key")],
+                order_by=[F("step").desc(), F("timestamp").desc(), F("id").desc()],
+            )
+        )
+        .filter(rank=1)
+        .values_list("run_id", "key", "value", "step", "timestamp")
+    )
     latest: dict[int, list[dict]] = {pk: [] for pk in run_ids}
     for run_id, key, value, step, ts in ranked:
         latest[run_id].append(metric_json(key, MetricPoint.from_db_value(value), step, ts))
@@ -79,9 +92,16 @@ def runs_json(runs: list[Run], *, with_inputs: bool = False) -> list[dict]:
     for run_id, key, value in RunTag.objects.filter(run_id__in=ids).values_list("run_id", "key", "value"):
         tags[run_id][key] = value
     metrics = _latest_metrics(ids)
-    return [run_json(run, tags=tags[run.pk], metrics=metrics[run.pk],
-                     dataset_inputs=dataset_inputs_json(run) if with_inputs else None,
-                     model_outputs=_model_outputs(run) if with_inputs else None) for run in runs]
+    return [
+        run_json(
+            run,
+            tags=tags[run.pk],
+            metrics=metrics[run.pk],
+            dataset_inputs=dataset_inputs_json(run) if with_inputs else None,
+            model_outputs=_model_outputs(run) if with_inputs else None,
+        )
+        for run in runs
+    ]
 
 
 def _model_outputs(run: Run) -> list[dict]:
@@ -94,7 +114,13 @@ VIEW_TYPES = {"": False, "ACTIVE_ONLY": False, "DELETED_ONLY": True, "ALL": None
 
 
 def run_search(
-    *, user, experiment_ids: list, filter_string: str, order_by: list, max_results: int, page_token,
+    *,
+    user,
+    experiment_ids: list,
+    filter_string: str,
+    order_by: list,
+    max_results: int,
+    page_token,
     view_type: str = "",
 ) -> tuple[list[Run], str | None]:
     """A page of the user's Runs in ``experiment_ids`` matching the filter (``mlflow_api.tracking.search``).
@@ -138,9 +164,17 @@ def dataset_inputs_json(run: Run) -> list[dict]:
     for version in versions.values():
         meta = version.mlflow_dataset or {}
         tags = [{"key": CONTEXT_TAG, "value": meta["context"]}] if meta.get("context") else []
-        answer.append({"tags": tags, "dataset": {
-            "name": version.dataset.name, "digest": version.version, "source": version.uri,
-            "source_type": meta.get("source_type") or "external", "schema": meta.get("schema", ""),
-            "profile": meta.get("profile", ""),
-        }})
+        answer.append(
+            {
+                "tags": tags,
+                "dataset": {
+                    "name": version.dataset.name,
+                    "digest": version.version,
+                    "source": version.uri,
+                    "source_type": meta.get("source_type") or "external",
+                    "schema": meta.get("schema", ""),
+                    "profile": meta.get("profile", ""),
+                },
+            }
+        )
     return answer

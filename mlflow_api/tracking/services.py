@@ -30,11 +30,6 @@ from django.utils import timezone
 
 from mado import policy
 from mado.errors import Conflict
-from runs import services as run_services
-from runs.liveness import run_touch
-from runs.metric_batch import parse_value
-from runs.metrics import metrics_ingest
-from mlflow_api.tracking import selectors
 from mlflow_api.errors import (
     INVALID_PARAMETER_VALUE,
     INVALID_STATE,
@@ -42,7 +37,12 @@ from mlflow_api.errors import (
     RESOURCE_DOES_NOT_EXIST,
     MlflowError,
 )
+from mlflow_api.tracking import selectors
 from mlflow_api.tracking.translate import FROM_MLFLOW_STATUS, KIND_TAG, RUN_NAME_TAG, param_str
+from runs import services as run_services
+from runs.liveness import run_touch
+from runs.metric_batch import parse_value
+from runs.metrics import metrics_ingest
 from runs.models import FINAL_STATES, MetricPoint, Project, Run, RunKind, RunStatus, RunTag
 
 MAX_METRICS, MAX_PARAMS, MAX_TAGS = 1000, 100, 100
@@ -220,8 +220,11 @@ def run_reopen(*, actor, run: Run) -> Run:
     """
     policy.require_run_writer(actor, run)
     if run.heartbeat_at is not None:
-        raise MlflowError(INVALID_STATE, f"run {run.external_id} was written by the mado SDK; resume it with "
-                                         f"start_run(id={run.external_id!r}, resume='allow') instead")
+        raise MlflowError(
+            INVALID_STATE,
+            f"run {run.external_id} was written by the mado SDK; resume it with "
+            f"start_run(id={run.external_id!r}, resume='allow') instead",
+        )
     Run.objects.filter(pk=run.pk, status__in=FINAL_STATES).update(
         status=RunStatus.RUNNING, ended_at=None, ended_reason="", last_write_at=timezone.now()
     )
@@ -278,25 +281,36 @@ def _points(metrics) -> list[dict]:
     for index, metric in enumerate(metrics):
         if not isinstance(metric, dict):
             raise _bad(f"metrics[{index}] must be an object")
-        points.append({
-            "key": metric.get("key"), "value": metric.get("value"),
-            "step": int64(metric.get("step"), f"metrics[{index}].step", default=0),
-            "timestamp": int64(metric.get("timestamp"), f"metrics[{index}].timestamp"),
-        })
+        points.append(
+            {
+                "key": metric.get("key"),
+                "value": metric.get("value"),
+                "step": int64(metric.get("step"), f"metrics[{index}].step", default=0),
+                "timestamp": int64(metric.get("timestamp"), f"metrics[{index}].timestamp"),
+            }
+        )
     return points
 
 
 def _new_points(run: Run, points: list[dict]) -> list[dict]:
     """``points`` without those already stored or repeated in the batch, on (key, step, timestamp, value)."""
+
     def identity(p):
         return (p["key"], p["step"], p["timestamp"], MetricPoint.to_db_value(parse_value(p["value"], "value")))
 
-    valid = [p for p in points if isinstance(p["key"], str) and isinstance(p["timestamp"], int) and p["value"] is not None]
+    valid = [
+        p for p in points if isinstance(p["key"], str) and isinstance(p["timestamp"], int) and p["value"] is not None
+    ]
     if len(valid) != len(points):
         return points  # let metrics_ingest name the bad field
-    seen = set(MetricPoint.objects.filter(run=run, key__in={p["key"] for p in points}).at_steps(
-        min(p["step"] for p in points), max(p["step"] for p in points),
-    ).values_list("key", "step", "timestamp", "value"))
+    seen = set(
+        MetricPoint.objects.filter(run=run, key__in={p["key"] for p in points})
+        .at_steps(
+            min(p["step"] for p in points),
+            max(p["step"] for p in points),
+        )
+        .values_list("key", "step", "timestamp", "value")
+    )
     fresh = []
     for point in points:
         ident = identity(point)

@@ -66,7 +66,9 @@ def experiment_json(project: Project) -> dict:
         "lifecycle_stage": "active",
         "creation_time": created,
         "last_update_time": created,
-        "tags": [{"key": k, "value": v} for k, v in sorted({**(project.tags or {}), "mado.project": project.slug}.items())],
+        "tags": [
+            {"key": k, "value": v} for k, v in sorted({**(project.tags or {}), "mado.project": project.slug}.items())
+        ],
     }
 
 
@@ -74,8 +76,14 @@ def metric_json(key: str, value: float, step: int, timestamp: int) -> dict:
     return {"key": key, "value": encode_value(value), "timestamp": timestamp, "step": step}
 
 
-def run_json(run: Run, *, tags: dict, metrics: list[dict], dataset_inputs: list[dict] | None = None,
-             model_outputs: list[dict] | None = None) -> dict:
+def run_json(
+    run: Run,
+    *,
+    tags: dict,
+    metrics: list[dict],
+    dataset_inputs: list[dict] | None = None,
+    model_outputs: list[dict] | None = None,
+) -> dict:
     """An MLflow Run: ``info`` (``run_id`` = ``run_uuid`` = external id), ``data`` (metrics, params, tags),
     ``inputs`` (dataset inputs) and ``outputs`` (logged models ``[{model_id, step}]``) when given."""
     tags = {**tags, RUN_NAME_TAG: run.name, KIND_TAG: run.kind}

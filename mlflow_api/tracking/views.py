@@ -12,9 +12,9 @@ from django.http import JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
 from mado.errors import UserError
-from mlflow_api.tracking import inputs, selectors, services
 from mlflow_api.auth import authenticate_request, require_own_project, require_own_run
 from mlflow_api.errors import ENDPOINT_NOT_FOUND, INVALID_PARAMETER_VALUE, MlflowError, error_response, from_user_error
+from mlflow_api.tracking import inputs, selectors, services
 from mlflow_api.tracking.translate import experiment_json, int_arg, page_answer, str_arg
 
 
@@ -89,8 +89,12 @@ def experiment_get(request, user, data):
 def experiment_set_tag(request, user, data):
     """``experiments/set-experiment-tag`` ``{experiment_id, key, value}``: writers of the Project; ``{}``."""
     project = services.experiment_for_id(actor=user, experiment_id=str_arg(data, "experiment_id", max_length=40))
-    services.experiment_tag_set(actor=user, project=project, key=str_arg(data, "key", max_length=250),
-                                value=str_arg(data, "value", required=False, max_length=5000))
+    services.experiment_tag_set(
+        actor=user,
+        project=project,
+        key=str_arg(data, "key", max_length=250),
+        value=str_arg(data, "value", required=False, max_length=5000),
+    )
     return {}
 
 
@@ -116,12 +120,18 @@ def experiment_search(request, user, data):
     flt = str_arg(data, "filter", required=False, max_length=1000).strip()
     if flt:
         left, sep, value = flt.partition("=")
-        if not sep or left.strip().lower() not in ("name", "attribute.name", "attributes.name") or value.strip()[:1] not in "'\"":
+        if (
+            not sep
+            or left.strip().lower() not in ("name", "attribute.name", "attributes.name")
+            or value.strip()[:1] not in "'\""
+        ):
             raise MlflowError(INVALID_PARAMETER_VALUE, "experiment filter supports only name = '<name>'")
         name = value.strip()[1:-1]
     projects, token = selectors.experiment_search(
-        user=user, max_results=int_arg(data, "max_results", default=1000, maximum=50000),
-        page_token=data.get("page_token"), name=name,
+        user=user,
+        max_results=int_arg(data, "max_results", default=1000, maximum=50000),
+        page_token=data.get("page_token"),
+        name=name,
     )
     return page_answer("experiments", [experiment_json(p) for p in projects], token)
 
@@ -130,7 +140,9 @@ def experiment_search(request, user, data):
 def run_create(request, user, data):
     project = services.experiment_for_id(actor=user, experiment_id=str_arg(data, "experiment_id", max_length=40))
     run = services.run_create(
-        actor=user, project=project, run_name=str_arg(data, "run_name", required=False, max_length=200),
+        actor=user,
+        project=project,
+        run_name=str_arg(data, "run_name", required=False, max_length=200),
         tags=data.get("tags"),
     )
     return {"run": selectors.runs_json([run])[0]}
@@ -145,8 +157,7 @@ def run_get(request, user, data):
 @endpoint("POST", run_token_allowed=True)
 def run_log_inputs(request, user, data):
     """``runs/log-inputs`` ``{run_id, datasets: [{tags, dataset}]}``: DatasetVersions and a data stage; ``{}``."""
-    inputs.run_log_inputs(actor=user, run=request_run(request, user, data),
-                          datasets=data.get("datasets") or [])
+    inputs.run_log_inputs(actor=user, run=request_run(request, user, data), datasets=data.get("datasets") or [])
     return {}
 
 
@@ -154,7 +165,9 @@ def run_log_inputs(request, user, data):
 def run_update(request, user, data):
     run = request_run(request, user, data)
     run = services.run_update(
-        actor=user, run=run, status=str_arg(data, "status", required=False, max_length=20) or None,
+        actor=user,
+        run=run,
+        status=str_arg(data, "status", required=False, max_length=20) or None,
         run_name=str_arg(data, "run_name", required=False, max_length=200) or None,
     )
     return {"run_info": selectors.runs_json([run])[0]["info"]}
@@ -167,10 +180,13 @@ def run_search(request, user, data):
         experiment_ids = [experiment_ids]
     order_by = data.get("order_by") or []
     runs, token = selectors.run_search(
-        user=user, experiment_ids=experiment_ids, view_type=str_arg(data, "run_view_type", required=False, max_length=20),
+        user=user,
+        experiment_ids=experiment_ids,
+        view_type=str_arg(data, "run_view_type", required=False, max_length=20),
         filter_string=str_arg(data, "filter", required=False, max_length=4000),
         order_by=[order_by] if isinstance(order_by, str) else order_by,
-        max_results=int_arg(data, "max_results", default=1000, maximum=50000), page_token=data.get("page_token"),
+        max_results=int_arg(data, "max_results", default=1000, maximum=50000),
+        page_token=data.get("page_token"),
     )
     return page_answer("runs", selectors.runs_json(runs), token)
 
@@ -178,7 +194,9 @@ def run_search(request, user, data):
 @endpoint("POST", run_token_allowed=True)
 def run_log_batch(request, user, data):
     run = request_run(request, user, data)
-    services.log_batch(actor=user, run=run, metrics=data.get("metrics"), params=data.get("params"), tags=data.get("tags"))
+    services.log_batch(
+        actor=user, run=run, metrics=data.get("metrics"), params=data.get("params"), tags=data.get("tags")
+    )
     return {}
 
 
@@ -235,8 +253,10 @@ def refused(request, user, data):
 def metric_history(request, user, data):
     run = request_run(request, user, data)
     metrics, token = selectors.metric_history_page(
-        run=run, key=str_arg(data, "metric_key", max_length=250),
-        max_results=int_arg(data, "max_results", default=25000, maximum=25000), page_token=data.get("page_token"),
+        run=run,
+        key=str_arg(data, "metric_key", max_length=250),
+        max_results=int_arg(data, "max_results", default=25000, maximum=25000),
+        page_token=data.get("page_token"),
     )
     return page_answer("metrics", metrics, token)
 

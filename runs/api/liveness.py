@@ -28,7 +28,8 @@ class RunHeartbeatApi(APIView):
     """``POST runs/{id}/heartbeat/``: mark the Run alive now."""
 
     @extend_schema(
-        tags=["runs"], request=None,
+        tags=["runs"],
+        request=None,
         parameters=[
             OpenApiParameter("run_id", int, OpenApiParameter.PATH, description="run id"),
             FENCING_PARAMETER,
@@ -48,6 +49,12 @@ class RunHeartbeatApi(APIView):
         """
         run = selectors.run_get_for_user(user=request.user, run_id=run_id)
         run = run_heartbeat(actor=request.user, run=run, fencing_token=fencing_token(request))
-        return Response(RunHeartbeatOutputSerializer(
-            {"status": run.status, "heartbeat_at": run.heartbeat_at, "heartbeat_interval": settings.MMT_HEARTBEAT_INTERVAL}
-        ).data)
+        return Response(
+            RunHeartbeatOutputSerializer(
+                {
+                    "status": run.status,
+                    "heartbeat_at": run.heartbeat_at,
+                    "heartbeat_interval": settings.MMT_HEARTBEAT_INTERVAL,
+                }
+            ).data
+        )

@@ -43,8 +43,11 @@ class ProjectViewSet(GenericViewSet):
     @extend_schema(
         tags=TAG_PROJECTS,
         request=ProjectInputSerializer,
-        responses={201: ProjectOutputSerializer, 400: OpenApiResponse(description="empty name/slug"),
-                   409: OpenApiResponse(description="slug taken")},
+        responses={
+            201: ProjectOutputSerializer,
+            400: OpenApiResponse(description="empty name/slug"),
+            409: OpenApiResponse(description="slug taken"),
+        },
     )
     def create(self, request):
         """Create a Project ``{name, slug?}`` (slug defaults to the slugified name); the caller becomes its admin.
@@ -53,10 +56,13 @@ class ProjectViewSet(GenericViewSet):
         """
         data = valid(ProjectInputSerializer, request)
         project = services.project_create(user=request.user, name=data["name"], slug=data.get("slug") or None)
-        return Response(ProjectOutputSerializer(project, context={"request": request}).data, status=status.HTTP_201_CREATED)
+        return Response(
+            ProjectOutputSerializer(project, context={"request": request}).data, status=status.HTTP_201_CREATED
+        )
 
     @extend_schema(
-        tags=TAG_PROJECTS, responses=ProjectOutputSerializer,
+        tags=TAG_PROJECTS,
+        responses=ProjectOutputSerializer,
         parameters=[OpenApiParameter("slug", str, OpenApiParameter.PATH, description="project slug")],
     )
     def retrieve(self, request, slug=None):
@@ -77,8 +83,11 @@ class MemberListApi(PaginatedListApi):
     @extend_schema(
         tags=TAG_PROJECTS,
         request=MembershipInputSerializer,
-        responses={201: MembershipOutputSerializer, 403: OpenApiResponse(description="not a project admin"),
-                   409: OpenApiResponse(description="already a member")},
+        responses={
+            201: MembershipOutputSerializer,
+            403: OpenApiResponse(description="not a project admin"),
+            409: OpenApiResponse(description="already a member"),
+        },
     )
     def post(self, request, slug):
         """Add ``{username, role}`` (role: admin, member or viewer). Admin only (403); unknown user → 400 ``username``."""
@@ -94,8 +103,11 @@ class MemberDetailApi(GenericAPIView):
     @extend_schema(
         tags=TAG_PROJECTS,
         request=MembershipRoleInputSerializer,
-        responses={200: MembershipOutputSerializer, 403: OpenApiResponse(description="not a project admin"),
-                   409: OpenApiResponse(description="would leave the project without an admin")},
+        responses={
+            200: MembershipOutputSerializer,
+            403: OpenApiResponse(description="not a project admin"),
+            409: OpenApiResponse(description="would leave the project without an admin"),
+        },
     )
     def patch(self, request, slug, username):
         """Set ``{role}`` of ``username``. Admin only (403); demoting the last admin → 409; non-member → 404."""
@@ -106,8 +118,11 @@ class MemberDetailApi(GenericAPIView):
 
     @extend_schema(
         tags=TAG_PROJECTS,
-        responses={204: None, 403: OpenApiResponse(description="not a project admin"),
-                   409: OpenApiResponse(description="last admin")},
+        responses={
+            204: None,
+            403: OpenApiResponse(description="not a project admin"),
+            409: OpenApiResponse(description="last admin"),
+        },
     )
     def delete(self, request, slug, username):
         """Remove ``username`` from the Project. Admin only (403); removing the last admin → 409."""
@@ -126,13 +141,16 @@ class DatasetListApi(PaginatedListApi):
         return self.paginated(selectors.dataset_list(project=project), DatasetOutputSerializer)
 
     @extend_schema(
-        tags=["datasets"], request=NamedInputSerializer,
+        tags=["datasets"],
+        request=NamedInputSerializer,
         responses={201: DatasetOutputSerializer, 409: OpenApiResponse(description="name taken")},
     )
     def post(self, request, slug):
         """Register a Dataset ``{name}`` (member or admin; viewer → 403; duplicate name → 409)."""
         project = selectors.project_get_for_user(user=request.user, slug=slug)
-        dataset = services.dataset_create(actor=request.user, project=project, name=valid(NamedInputSerializer, request)["name"])
+        dataset = services.dataset_create(
+            actor=request.user, project=project, name=valid(NamedInputSerializer, request)["name"]
+        )
         return Response(DatasetOutputSerializer(dataset).data, status=status.HTTP_201_CREATED)
 
 
@@ -146,13 +164,16 @@ class DatasetVersionListApi(PaginatedListApi):
         return self.paginated(selectors.dataset_version_list(dataset=dataset), DatasetVersionOutputSerializer)
 
     @extend_schema(
-        tags=["datasets"], request=DatasetVersionInputSerializer,
+        tags=["datasets"],
+        request=DatasetVersionInputSerializer,
         responses={201: DatasetVersionOutputSerializer, 409: OpenApiResponse(description="version label taken")},
     )
     def post(self, request, dataset_id):
         """Add ``{version, uri?, description?}`` (member or admin; an existing label → 409)."""
         dataset = selectors.dataset_get_for_user(user=request.user, dataset_id=dataset_id)
-        version = services.dataset_version_create(actor=request.user, dataset=dataset, **valid(DatasetVersionInputSerializer, request))
+        version = services.dataset_version_create(
+            actor=request.user, dataset=dataset, **valid(DatasetVersionInputSerializer, request)
+        )
         return Response(DatasetVersionOutputSerializer(version).data, status=status.HTTP_201_CREATED)
 
 
@@ -166,11 +187,14 @@ class CodeListApi(PaginatedListApi):
         return self.paginated(selectors.code_list(project=project), CodeOutputSerializer)
 
     @extend_schema(
-        tags=["codes"], request=NamedInputSerializer,
+        tags=["codes"],
+        request=NamedInputSerializer,
         responses={201: CodeOutputSerializer, 409: OpenApiResponse(description="name taken")},
     )
     def post(self, request, slug):
         """Register a Code ``{name}`` (member or admin; duplicate name → 409)."""
         project = selectors.project_get_for_user(user=request.user, slug=slug)
-        code = services.code_create(actor=request.user, project=project, name=valid(NamedInputSerializer, request)["name"])
+        code = services.code_create(
+            actor=request.user, project=project, name=valid(NamedInputSerializer, request)["name"]
+        )
         return Response(CodeOutputSerializer(code).data, status=status.HTTP_201_CREATED)

@@ -21,10 +21,10 @@ from rest_framework.utils.urls import remove_query_param, replace_query_param
 from rest_framework.views import APIView
 from rest_framework.viewsets import GenericViewSet
 
+from mado.api import request_int, valid
 from mado.db import read_statement_timeout
 from mado.errors import NotFound, ValidationFailed
 from runs import selectors, services
-from mado.api import request_int, valid
 from runs.api.serializers import (
     FENCING_PARAMETER,
     MetricBatchInputSerializer,
@@ -61,7 +61,11 @@ class RunViewSet(GenericViewSet):
         tags=["runs"],
         parameters=[
             OpenApiParameter("project", str, description="project slug (404 unless a member)"),
-            OpenApiParameter("status", str, description="one of pending, running, finished, failed, aborted, crashed, preempting, preempted"),
+            OpenApiParameter(
+                "status",
+                str,
+                description="one of pending, running, finished, failed, aborted, crashed, preempting, preempted",
+            ),
             OpenApiParameter("kind", str, description="training, fine_tuning, evaluation or other"),
             OpenApiParameter("external_id", str, description="the run id (unique per project; SDK resume)"),
         ],
@@ -75,22 +79,29 @@ class RunViewSet(GenericViewSet):
         slug = request.query_params.get("project")
         project = selectors.project_get_for_user(user=request.user, slug=slug) if slug else None
         runs = selectors.run_list(
-            user=request.user, project=project,
-            status=request.query_params.get("status"), kind=request.query_params.get("kind"),
+            user=request.user,
+            project=project,
+            status=request.query_params.get("status"),
+            kind=request.query_params.get("kind"),
             external_id=request.query_params.get("external_id"),
         )
         page = self.paginate_queryset(_with_inputs(runs))
         return self.get_paginated_response(RunOutputSerializer(page, many=True, context={"request": request}).data)
 
     @extend_schema(
-        tags=["runs"], request=RunInputSerializer,
-        responses={201: RunOutputSerializer,
-                   200: OpenApiResponse(RunOutputSerializer, description="attached to a pending Run, or resumed"),
-                   400: OpenApiResponse(description="bad field (named): external_id, resume, host, pid..."),
-                   403: OpenApiResponse(description="viewer"),
-                   404: OpenApiResponse(description="resume=must: run <id> not found in project <slug>"),
-                   409: OpenApiResponse(description="external_id taken (never), run_live (another process "
-                                                    "heartbeats), or a changed parameters.<key>")},
+        tags=["runs"],
+        request=RunInputSerializer,
+        responses={
+            201: RunOutputSerializer,
+            200: OpenApiResponse(RunOutputSerializer, description="attached to a pending Run, or resumed"),
+            400: OpenApiResponse(description="bad field (named): external_id, resume, host, pid..."),
+            403: OpenApiResponse(description="viewer"),
+            404: OpenApiResponse(description="resume=must: run <id> not found in project <slug>"),
+            409: OpenApiResponse(
+                description="external_id taken (never), run_live (another process "
+                "heartbeats), or a changed parameters.<key>"
+            ),
+        },
     )
     def create(self, request):
         """Start a Run in ``project`` (slug) by the resume matrix (member or admin).
@@ -121,9 +132,14 @@ class RunViewSet(GenericViewSet):
         return Response(RunOutputSerializer(run, context={"request": request}).data)
 
     @extend_schema(
-        tags=["runs"], request=RunStatusInputSerializer, parameters=[_RUN_ID],
-        responses={200: RunOutputSerializer, 403: OpenApiResponse(description="viewer"),
-                   409: OpenApiResponse(description="refused transition (ended, preempting) or lease_lost")},
+        tags=["runs"],
+        request=RunStatusInputSerializer,
+        parameters=[_RUN_ID],
+        responses={
+            200: RunOutputSerializer,
+            403: OpenApiResponse(description="viewer"),
+            409: OpenApiResponse(description="refused transition (ended, preempting) or lease_lost"),
+        },
     )
     def partial_update(self, request, pk=None):
         """Set ``{status}``: running → preempting; preempting is sticky and ends finished or preempted.
@@ -164,12 +180,21 @@ class RunMetricsApi(APIView):
     """``runs/{id}/metrics/``: log a batch of points; list keys; read one key's history page by page."""
 
     @extend_schema(
-        tags=["metrics"], request=MetricBatchInputSerializer,
-        parameters=[OpenApiParameter("Idempotency-Key", str, OpenApiParameter.HEADER,
-                                     description="one per batch, reused on its retries"), FENCING_PARAMETER],
-        responses={201: MetricBatchOutputSerializer, 200: MetricBatchOutputSerializer, 400: OpenApiResponse(description="bad point; names points[i].field"),
-                   403: OpenApiResponse(description="viewer"),
-                   409: OpenApiResponse(description="lease_lost: stale fencing token; run_ended: the Run was ended crashed")},
+        tags=["metrics"],
+        request=MetricBatchInputSerializer,
+        parameters=[
+            OpenApiParameter(
+                "Idempotency-Key", str, OpenApiParameter.HEADER, description="one per batch, reused on its retries"
+            ),
+            FENCING_PARAMETER,
+        ],
+        responses={
+            201: MetricBatchOutputSerializer,
+            200: MetricBatchOutputSerializer,
+            400: OpenApiResponse(description="bad point; names points[i].field"),
+            403: OpenApiResponse(description="viewer"),
+            409: OpenApiResponse(description="lease_lost: stale fencing token; run_ended: the Run was ended crashed"),
+        },
     )
     def post(self, request, run_id):
         """Store ``{"points": [{key, value, step, timestamp?}, …]}`` or ``{"keys", "steps", "values", "timestamps"?}``.
@@ -188,11 +213,15 @@ class RunMetricsApi(APIView):
         run = selectors.run_get_for_user(user=request.user, run_id=run_id, related=("project",))
         body = _read_json_body(request)
         if not isinstance(body, dict) or ("points" in body) == ("keys" in body):
-            raise ValidationFailed('body must be {"points": [...]} or {"keys": [...], "steps": [...], "values": [...]}',
-                                   field="points")
+            raise ValidationFailed(
+                'body must be {"points": [...]} or {"keys": [...], "steps": [...], "values": [...]}', field="points"
+            )
         batch = {"columns": body} if "keys" in body else {"points": body["points"]}
         result = metrics_ingest(
-            actor=request.user, run=run, **batch, idempotency_key=request.headers.get("Idempotency-Key"),
+            actor=request.user,
+            run=run,
+            **batch,
+            idempotency_key=request.headers.get("Idempotency-Key"),
             fencing_token=fencing_token(request),
         )
         answer = {"stored": result.stored, "dropped": result.dropped, "dropped_keys": result.dropped_keys}
@@ -204,12 +233,19 @@ class RunMetricsApi(APIView):
             OpenApiParameter("key", str, description="metric key; without it the answer is {keys}"),
             OpenApiParameter("page", OpenApiTypes.INT, description="1-based page number"),
             OpenApiParameter("page_size", OpenApiTypes.INT, description="points per page (default 1000, max 100,000)"),
-            OpenApiParameter("max_points", OpenApiTypes.INT,
-                             description="at most this many points (>= 2), min and max per step bucket; no pages"),
-            OpenApiParameter("shape", str, enum=list(SHAPES),
-                             description='with max_points: "columns" (default): results is '
-                                         '{"steps": [...], "values": [...], "timestamps": [...]}; '
-                                         '"points": a list of {step, value, timestamp} as pages have'),
+            OpenApiParameter(
+                "max_points",
+                OpenApiTypes.INT,
+                description="at most this many points (>= 2), min and max per step bucket; no pages",
+            ),
+            OpenApiParameter(
+                "shape",
+                str,
+                enum=list(SHAPES),
+                description='with max_points: "columns" (default): results is '
+                '{"steps": [...], "values": [...], "timestamps": [...]}; '
+                '"points": a list of {step, value, timestamp} as pages have',
+            ),
         ],
         responses={200: _GET_OUTPUT, 404: OpenApiResponse(description="run not visible or page past the end")},
     )
@@ -237,10 +273,18 @@ class RunMetricsApi(APIView):
                 return Response({"keys": selectors.metric_keys(run=run)})
             shape = request.query_params.get("shape") or ""
             if request.query_params.get("max_points") not in (None, ""):
-                return self._downsampled(run, key, request_int(request.query_params.get("max_points"), "max_points", default=2, minimum=1), shape or "columns")
+                return self._downsampled(
+                    run,
+                    key,
+                    request_int(request.query_params.get("max_points"), "max_points", default=2, minimum=1),
+                    shape or "columns",
+                )
             if shape not in ("", "points"):
                 raise ValidationFailed("shape applies to a downsampled series: give max_points too", field="shape")
-            size = min(request_int(request.query_params.get("page_size"), "page_size", default=METRIC_PAGE_SIZE, minimum=1), settings.MADO_METRIC_HISTORY_PAGE_MAX)
+            size = min(
+                request_int(request.query_params.get("page_size"), "page_size", default=METRIC_PAGE_SIZE, minimum=1),
+                settings.MADO_METRIC_HISTORY_PAGE_MAX,
+            )
             number = request_int(request.query_params.get("page"), "page", default=1, minimum=1)
             count = selectors.metric_count(run=run, key=key)
             if number > 1 and (number - 1) * size >= count:
@@ -257,8 +301,9 @@ class RunMetricsApi(APIView):
     @staticmethod
     def _downsampled(run, key: str, max_points: int, shape: str) -> HttpResponse:
         if not 2 <= max_points <= settings.MADO_METRIC_HISTORY_PAGE_MAX:
-            raise ValidationFailed(f"max_points must be from 2 to {settings.MADO_METRIC_HISTORY_PAGE_MAX}",
-                                   field="max_points")
+            raise ValidationFailed(
+                f"max_points must be from 2 to {settings.MADO_METRIC_HISTORY_PAGE_MAX}", field="max_points"
+            )
         if shape not in SHAPES:
             raise ValidationFailed(f"shape must be one of {', '.join(SHAPES)}", field="shape")
         page, non_finite, count = metric_history_downsampled_json(run=run, key=key, max_points=max_points, shape=shape)

@@ -83,7 +83,9 @@ class CodeOutputSerializer(DatasetOutputSerializer):
 class EntrypointField(serializers.Field):
     """argv as a JSON list of strings, sent as a string in multipart (``'["python", "train.py"]'``) or a list in JSON."""
 
-    default_error_messages = {"invalid": "entrypoint must be a JSON list of non-empty strings, e.g. [\"python\", \"train.py\"]"}
+    default_error_messages = {
+        "invalid": 'entrypoint must be a JSON list of non-empty strings, e.g. ["python", "train.py"]'
+    }
 
     def to_internal_value(self, data):
         import json
@@ -130,24 +132,38 @@ class RunInputSerializer(serializers.Serializer):
     code_version_id = serializers.IntegerField(required=False, allow_null=True, default=None)
     parent_id = serializers.IntegerField(required=False, allow_null=True, default=None)
     external_id = serializers.CharField(
-        max_length=128, required=False, allow_blank=True, allow_null=True, default=None,
-        validators=[RegexValidator(RUN_ID_PATTERN, RUN_ID_ERROR)], error_messages={"max_length": RUN_ID_ERROR},
+        max_length=128,
+        required=False,
+        allow_blank=True,
+        allow_null=True,
+        default=None,
+        validators=[RegexValidator(RUN_ID_PATTERN, RUN_ID_ERROR)],
+        error_messages={"max_length": RUN_ID_ERROR},
         help_text="run id, unique per project: 1 to 128 characters from [A-Za-z0-9_.-]",
     )
     resume = serializers.ChoiceField(
-        choices=RESUME_MODES, required=False, allow_null=True, default=None,
+        choices=RESUME_MODES,
+        required=False,
+        allow_null=True,
+        default=None,
         error_messages={"invalid_choice": RESUME_ERROR},
         help_text="must: resume external_id or 404; allow: resume it or create it; never (or absent): 409 if it exists",
     )
     allow_param_change = serializers.BooleanField(
         required=False, default=False, help_text="on a resume, let parameters change value (each change is recorded)"
     )
-    host = serializers.CharField(max_length=255, required=False, allow_blank=True, default="", help_text="writer host name")
-    pid = serializers.IntegerField(min_value=0, required=False, allow_null=True, default=None, help_text="writer process id")
+    host = serializers.CharField(
+        max_length=255, required=False, allow_blank=True, default="", help_text="writer host name"
+    )
+    pid = serializers.IntegerField(
+        min_value=0, required=False, allow_null=True, default=None, help_text="writer process id"
+    )
 
 
 FENCING_PARAMETER = OpenApiParameter(
-    FENCING_HEADER, OpenApiTypes.INT, OpenApiParameter.HEADER,
+    FENCING_HEADER,
+    OpenApiTypes.INT,
+    OpenApiParameter.HEADER,
     description="the run's fencing_token from POST runs/: a stale one answers 409 lease_lost, nothing stored",
 )
 
@@ -182,9 +198,12 @@ class RunOutputSerializer(serializers.Serializer):
     created_at = serializers.DateTimeField(read_only=True)
     started_at = serializers.DateTimeField(read_only=True, allow_null=True)
     ended_at = serializers.DateTimeField(read_only=True, allow_null=True)
-    ended_reason = serializers.CharField(read_only=True, help_text="why the server ended the Run (crashed: the silence)")
+    ended_reason = serializers.CharField(
+        read_only=True, help_text="why the server ended the Run (crashed: the silence)"
+    )
     last_write_at = serializers.DateTimeField(
-        read_only=True, allow_null=True, help_text="last write of a Run that sends no heartbeats")
+        read_only=True, allow_null=True, help_text="last write of a Run that sends no heartbeats"
+    )
     url = serializers.SerializerMethodField(help_text="absolute URL of the Run page")
     fencing_token = serializers.IntegerField(
         source="lease_token", read_only=True, help_text="send it as the Mado-Fencing-Token header with every write"
@@ -199,7 +218,8 @@ class RunOutputSerializer(serializers.Serializer):
     writer_since = serializers.DateTimeField(read_only=True, allow_null=True)
     heartbeat_interval = serializers.SerializerMethodField(help_text="seconds between the SDK's heartbeats")
     crash_timeout = serializers.SerializerMethodField(
-        help_text="seconds without a heartbeat after which a running Run is marked crashed")
+        help_text="seconds without a heartbeat after which a running Run is marked crashed"
+    )
 
     def get_input_dataset_version_ids(self, run) -> list[int]:
         return sorted(version.pk for version in run.input_dataset_versions.all())
@@ -223,9 +243,7 @@ class RunOutputSerializer(serializers.Serializer):
 # --- metrics (documentation only: the hot path parses and renders plain JSON) -----
 
 
-@extend_schema_field(
-    {"oneOf": [{"type": "number"}, {"type": "string", "enum": ["NaN", "Infinity", "-Infinity"]}]}
-)
+@extend_schema_field({"oneOf": [{"type": "number"}, {"type": "string", "enum": ["NaN", "Infinity", "-Infinity"]}]})
 class MetricValueField(serializers.FloatField):
     pass
 

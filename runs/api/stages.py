@@ -12,8 +12,8 @@ from rest_framework import serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from runs import selectors, services
 from mado.api import request_int, valid
+from runs import selectors, services
 from runs.api.serializers import FENCING_PARAMETER
 from runs.lease import fencing_token
 
@@ -31,7 +31,8 @@ class DataStageVersionOutputSerializer(serializers.Serializer):
 class DataStageInputSerializer(serializers.Serializer):
     start_step = serializers.IntegerField(help_text="the first step trained on this set (>= 0, after the last stage's)")
     input_dataset_version_ids = serializers.ListField(
-        child=serializers.IntegerField(), allow_empty=True,
+        child=serializers.IntegerField(),
+        allow_empty=True,
         help_text="the FULL set of dataset versions from start_step on (not a delta)",
     )
     checkpoint_id = serializers.IntegerField(
@@ -81,7 +82,8 @@ class RunDataStagesApi(APIView):
     """``runs/{id}/data-stages/``: the Run's training data history; POST records a stage."""
 
     @extend_schema(
-        tags=TAGS, parameters=[_RUN_ID, OpenApiParameter("at_step", int, description="the composition at this step")],
+        tags=TAGS,
+        parameters=[_RUN_ID, OpenApiParameter("at_step", int, description="the composition at this step")],
         responses={200: _GET_OUTPUT, 404: OpenApiResponse(description="run not visible")},
     )
     def get(self, request, run_id):
@@ -91,21 +93,35 @@ class RunDataStagesApi(APIView):
         step = request_int(request.query_params.get("at_step"), "at_step")
         if step is not None:
             versions = selectors.data_composition_at(run=run, step=step)
-            body = {"run_id": run.pk, "step": step, "dataset_version_ids": sorted(v.pk for v in versions),
-                    "dataset_versions": versions}
+            body = {
+                "run_id": run.pk,
+                "step": step,
+                "dataset_version_ids": sorted(v.pk for v in versions),
+                "dataset_versions": versions,
+            }
             return Response(DataCompositionOutputSerializer(body).data)
-        body = {"run_id": run.pk, "initial_dataset_versions": selectors.run_input_dataset_versions(run=run),
-                "results": selectors.data_stage_history(run=run)}
+        body = {
+            "run_id": run.pk,
+            "initial_dataset_versions": selectors.run_input_dataset_versions(run=run),
+            "results": selectors.data_stage_history(run=run),
+        }
         return Response(DataStageHistoryOutputSerializer(body).data)
 
     @extend_schema(
-        tags=TAGS, parameters=[_RUN_ID, FENCING_PARAMETER], request=DataStageInputSerializer,
-        responses={201: DataStageOutputSerializer,
-                   200: OpenApiResponse(DataStageOutputSerializer, description="identical content already recorded"),
-                   400: OpenApiResponse(description="bad field (named): empty set, unknown ids (listed), step, checkpoint"),
-                   403: OpenApiResponse(description="viewer"), 404: OpenApiResponse(description="run not visible"),
-                   409: OpenApiResponse(description="another set is recorded at start_step (body: recorded), "
-                                                    "the Job has ended, or lease_lost (stale fencing token)")},
+        tags=TAGS,
+        parameters=[_RUN_ID, FENCING_PARAMETER],
+        request=DataStageInputSerializer,
+        responses={
+            201: DataStageOutputSerializer,
+            200: OpenApiResponse(DataStageOutputSerializer, description="identical content already recorded"),
+            400: OpenApiResponse(description="bad field (named): empty set, unknown ids (listed), step, checkpoint"),
+            403: OpenApiResponse(description="viewer"),
+            404: OpenApiResponse(description="run not visible"),
+            409: OpenApiResponse(
+                description="another set is recorded at start_step (body: recorded), "
+                "the Job has ended, or lease_lost (stale fencing token)"
+            ),
+        },
     )
     def post(self, request, run_id):
         """Record ``{start_step, input_dataset_version_ids, checkpoint_id?, metadata?}``: 201 the stage.
@@ -115,10 +131,15 @@ class RunDataStagesApi(APIView):
         run = selectors.run_get_for_user(user=request.user, run_id=run_id)
         data = valid(DataStageInputSerializer, request)
         stage, created = services.data_stage_record(
-            actor=request.user, run=run, start_step=data["start_step"],
-            dataset_version_ids=data["input_dataset_version_ids"], checkpoint_id=data["checkpoint_id"],
-            metadata=data["metadata"], fencing_token=fencing_token(request),
+            actor=request.user,
+            run=run,
+            start_step=data["start_step"],
+            dataset_version_ids=data["input_dataset_version_ids"],
+            checkpoint_id=data["checkpoint_id"],
+            metadata=data["metadata"],
+            fencing_token=fencing_token(request),
         )
         entry = next(e for e in selectors.data_stage_history(run=run) if e["stage"].pk == stage.pk)
-        return Response(DataStageOutputSerializer(entry).data,
-                        status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
+        return Response(
+            DataStageOutputSerializer(entry).data, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK
+        )

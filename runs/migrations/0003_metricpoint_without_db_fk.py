@@ -5,15 +5,20 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('runs', '0002_metric_batch'),
+        ("runs", "0002_metric_batch"),
     ]
 
     operations = [
         migrations.AlterField(
-            model_name='metricpoint',
-            name='run',
-            field=models.ForeignKey(db_constraint=False, db_index=False, on_delete=django.db.models.deletion.CASCADE, related_name='metric_points', to='runs.run'),
+            model_name="metricpoint",
+            name="run",
+            field=models.ForeignKey(
+                db_constraint=False,
+                db_index=False,
+                on_delete=django.db.models.deletion.CASCADE,
+                related_name="metric_points",
+                to="runs.run",
+            ),
         ),
     ]

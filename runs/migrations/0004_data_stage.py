@@ -6,29 +6,52 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('checkpoints', '0003_checkpoint_upload_state'),
-        ('runs', '0003_metricpoint_without_db_fk'),
+        ("checkpoints", "0003_checkpoint_upload_state"),
+        ("runs", "0003_metricpoint_without_db_fk"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='DataStage',
+            name="DataStage",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('start_step', models.BigIntegerField(help_text='the first step trained on this set')),
-                ('metadata', models.JSONField(blank=True, default=dict)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('checkpoint', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.PROTECT, related_name='data_stages', to='checkpoints.checkpoint')),
-                ('created_by', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='+', to=settings.AUTH_USER_MODEL)),
-                ('dataset_versions', models.ManyToManyField(related_name='data_stages', to='runs.datasetversion')),
-                ('run', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='data_stages', to='runs.run')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("start_step", models.BigIntegerField(help_text="the first step trained on this set")),
+                ("metadata", models.JSONField(blank=True, default=dict)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                (
+                    "checkpoint",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="data_stages",
+                        to="checkpoints.checkpoint",
+                    ),
+                ),
+                (
+                    "created_by",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT, related_name="+", to=settings.AUTH_USER_MODEL
+                    ),
+                ),
+                ("dataset_versions", models.ManyToManyField(related_name="data_stages", to="runs.datasetversion")),
+                (
+                    "run",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="data_stages", to="runs.run"
+                    ),
+                ),
             ],
             options={
-                'ordering': ['run', 'start_step'],
-                'constraints': [models.UniqueConstraint(fields=('run', 'start_step'), name='datastage_unique_run_start_step'), models.CheckConstraint(condition=models.Q(('start_step__gte', 0)), name='datastage_start_step_non_negative')],
+                "ordering": ["run", "start_step"],
+                "constraints": [
+                    models.UniqueConstraint(fields=("run", "start_step"), name="datastage_unique_run_start_step"),
+                    models.CheckConstraint(
+                        condition=models.Q(("start_step__gte", 0)), name="datastage_start_step_non_negative"
+                    ),
+                ],
             },
         ),
     ]

@@ -5,23 +5,25 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('runs', '0004_data_stage'),
+        ("runs", "0004_data_stage"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='RunTag',
+            name="RunTag",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('key', models.CharField(max_length=250)),
-                ('value', models.TextField(blank=True)),
-                ('run', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='tags', to='runs.run')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("key", models.CharField(max_length=250)),
+                ("value", models.TextField(blank=True)),
+                (
+                    "run",
+                    models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name="tags", to="runs.run"),
+                ),
             ],
             options={
-                'ordering': ['run', 'key'],
-                'constraints': [models.UniqueConstraint(fields=('run', 'key'), name='runtag_unique_run_key')],
+                "ordering": ["run", "key"],
+                "constraints": [models.UniqueConstraint(fields=("run", "key"), name="runtag_unique_run_key")],
             },
         ),
     ]

@@ -6,121 +6,176 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('runs', '0005_run_tag'),
+        ("runs", "0005_run_tag"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='run',
-            name='dropped_points',
-            field=models.BigIntegerField(default=0, help_text='points dropped because their step was below step_floor'),
+            model_name="run",
+            name="dropped_points",
+            field=models.BigIntegerField(default=0, help_text="points dropped because their step was below step_floor"),
         ),
         migrations.AddField(
-            model_name='run',
-            name='lease_token',
-            field=models.BigIntegerField(default=0, help_text='fencing token of the current writer (0: never started by the SDK)'),
+            model_name="run",
+            name="lease_token",
+            field=models.BigIntegerField(
+                default=0, help_text="fencing token of the current writer (0: never started by the SDK)"
+            ),
         ),
         migrations.AddField(
-            model_name='run',
-            name='resume_count',
-            field=models.PositiveIntegerField(default=0, help_text='how many times the Run was resumed under its id'),
+            model_name="run",
+            name="resume_count",
+            field=models.PositiveIntegerField(default=0, help_text="how many times the Run was resumed under its id"),
         ),
         migrations.AddField(
-            model_name='run',
-            name='step_floor',
-            field=models.BigIntegerField(default=0, help_text='points at a lower step are dropped (set by a resume)'),
+            model_name="run",
+            name="step_floor",
+            field=models.BigIntegerField(default=0, help_text="points at a lower step are dropped (set by a resume)"),
         ),
         migrations.AddField(
-            model_name='run',
-            name='writer_host',
-            field=models.CharField(blank=True, help_text='host name of the current writer', max_length=255),
+            model_name="run",
+            name="writer_host",
+            field=models.CharField(blank=True, help_text="host name of the current writer", max_length=255),
         ),
         migrations.AddField(
-            model_name='run',
-            name='writer_pid',
-            field=models.IntegerField(blank=True, help_text='process id of the current writer', null=True),
+            model_name="run",
+            name="writer_pid",
+            field=models.IntegerField(blank=True, help_text="process id of the current writer", null=True),
         ),
         migrations.AddField(
-            model_name='run',
-            name='writer_since',
-            field=models.DateTimeField(blank=True, help_text='when the current writer started or resumed', null=True),
+            model_name="run",
+            name="writer_since",
+            field=models.DateTimeField(blank=True, help_text="when the current writer started or resumed", null=True),
         ),
         migrations.CreateModel(
-            name='ParameterChange',
+            name="ParameterChange",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('key', models.CharField(max_length=250)),
-                ('old_value', models.JSONField(blank=True, null=True)),
-                ('new_value', models.JSONField(blank=True, null=True)),
-                ('lease_token', models.BigIntegerField(help_text='fencing token of the resume that made the change')),
-                ('changed_at', models.DateTimeField(auto_now_add=True)),
-                ('changed_by', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='+', to=settings.AUTH_USER_MODEL)),
-                ('run', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='parameter_changes', to='runs.run')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("key", models.CharField(max_length=250)),
+                ("old_value", models.JSONField(blank=True, null=True)),
+                ("new_value", models.JSONField(blank=True, null=True)),
+                ("lease_token", models.BigIntegerField(help_text="fencing token of the resume that made the change")),
+                ("changed_at", models.DateTimeField(auto_now_add=True)),
+                (
+                    "changed_by",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT, related_name="+", to=settings.AUTH_USER_MODEL
+                    ),
+                ),
+                (
+                    "run",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="parameter_changes", to="runs.run"
+                    ),
+                ),
             ],
             options={
-                'ordering': ['run', 'changed_at', 'id'],
+                "ordering": ["run", "changed_at", "id"],
             },
         ),
         migrations.CreateModel(
-            name='Sweep',
+            name="Sweep",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(blank=True, max_length=200)),
-                ('method', models.CharField(choices=[('grid', 'grid'), ('random', 'random'), ('bayes', 'Bayesian (TPE)')], max_length=10)),
-                ('parameters', models.JSONField()),
-                ('metric_name', models.CharField(max_length=250)),
-                ('metric_goal', models.CharField(choices=[('minimize', 'minimize'), ('maximize', 'maximize')], default='minimize', max_length=10)),
-                ('program', models.JSONField(help_text='argv list')),
-                ('run_cap', models.PositiveIntegerField(blank=True, null=True)),
-                ('config', models.JSONField(blank=True, default=dict, help_text='the configuration as submitted')),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('created_by', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='+', to=settings.AUTH_USER_MODEL)),
-                ('project', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='sweeps', to='runs.project')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("name", models.CharField(blank=True, max_length=200)),
+                (
+                    "method",
+                    models.CharField(
+                        choices=[("grid", "grid"), ("random", "random"), ("bayes", "Bayesian (TPE)")], max_length=10
+                    ),
+                ),
+                ("parameters", models.JSONField()),
+                ("metric_name", models.CharField(max_length=250)),
+                (
+                    "metric_goal",
+                    models.CharField(
+                        choices=[("minimize", "minimize"), ("maximize", "maximize")], default="minimize", max_length=10
+                    ),
+                ),
+                ("program", models.JSONField(help_text="argv list")),
+                ("run_cap", models.PositiveIntegerField(blank=True, null=True)),
+                ("config", models.JSONField(blank=True, default=dict, help_text="the configuration as submitted")),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                (
+                    "created_by",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT, related_name="+", to=settings.AUTH_USER_MODEL
+                    ),
+                ),
+                (
+                    "project",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="sweeps", to="runs.project"
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-created_at', '-id'],
+                "ordering": ["-created_at", "-id"],
             },
         ),
         migrations.CreateModel(
-            name='SweepTrial',
+            name="SweepTrial",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('number', models.PositiveIntegerField()),
-                ('parameters', models.JSONField()),
-                ('state', models.CharField(choices=[('queued', 'queued'), ('leased', 'leased'), ('running', 'running'), ('done', 'done')], default='leased', max_length=10)),
-                ('requeue_count', models.PositiveIntegerField(default=0)),
-                ('agent', models.CharField(blank=True, max_length=200)),
-                ('claimed_at', models.DateTimeField(blank=True, null=True)),
-                ('lease_expires_at', models.DateTimeField(blank=True, null=True)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('run', models.OneToOneField(on_delete=django.db.models.deletion.CASCADE, related_name='sweep_trial', to='runs.run')),
-                ('sweep', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='trials', to='runs.sweep')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("number", models.PositiveIntegerField()),
+                ("parameters", models.JSONField()),
+                (
+                    "state",
+                    models.CharField(
+                        choices=[("queued", "queued"), ("leased", "leased"), ("running", "running"), ("done", "done")],
+                        default="leased",
+                        max_length=10,
+                    ),
+                ),
+                ("requeue_count", models.PositiveIntegerField(default=0)),
+                ("agent", models.CharField(blank=True, max_length=200)),
+                ("claimed_at", models.DateTimeField(blank=True, null=True)),
+                ("lease_expires_at", models.DateTimeField(blank=True, null=True)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                (
+                    "run",
+                    models.OneToOneField(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="sweep_trial", to="runs.run"
+                    ),
+                ),
+                (
+                    "sweep",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="trials", to="runs.sweep"
+                    ),
+                ),
             ],
             options={
-                'ordering': ['sweep', 'number'],
+                "ordering": ["sweep", "number"],
             },
         ),
         migrations.AddConstraint(
-            model_name='sweep',
-            constraint=models.CheckConstraint(condition=models.Q(('method__in', ['grid', 'random', 'bayes'])), name='sweep_method_valid'),
+            model_name="sweep",
+            constraint=models.CheckConstraint(
+                condition=models.Q(("method__in", ["grid", "random", "bayes"])), name="sweep_method_valid"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='sweep',
-            constraint=models.CheckConstraint(condition=models.Q(('metric_goal__in', ['minimize', 'maximize'])), name='sweep_metric_goal_valid'),
+            model_name="sweep",
+            constraint=models.CheckConstraint(
+                condition=models.Q(("metric_goal__in", ["minimize", "maximize"])), name="sweep_metric_goal_valid"
+            ),
         ),
         migrations.AddIndex(
-            model_name='sweeptrial',
-            index=models.Index(fields=['sweep', 'state'], name='sweeptrial_sweep_state_idx'),
+            model_name="sweeptrial",
+            index=models.Index(fields=["sweep", "state"], name="sweeptrial_sweep_state_idx"),
         ),
         migrations.AddConstraint(
-            model_name='sweeptrial',
-            constraint=models.UniqueConstraint(fields=('sweep', 'number'), name='sweeptrial_unique_sweep_number'),
+            model_name="sweeptrial",
+            constraint=models.UniqueConstraint(fields=("sweep", "number"), name="sweeptrial_unique_sweep_number"),
         ),
         migrations.AddConstraint(
-            model_name='sweeptrial',
-            constraint=models.CheckConstraint(condition=models.Q(('state__in', ['queued', 'leased', 'running', 'done'])), name='sweeptrial_state_valid'),
+            model_name="sweeptrial",
+            constraint=models.CheckConstraint(
+                condition=models.Q(("state__in", ["queued", "leased", "running", "done"])),
+                name="sweeptrial_state_valid",
+            ),
         ),
     ]

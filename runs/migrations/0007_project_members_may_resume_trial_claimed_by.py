@@ -6,21 +6,29 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('runs', '0006_same_run_resume_and_sweeps'),
+        ("runs", "0006_same_run_resume_and_sweeps"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='project',
-            name='members_may_resume',
-            field=models.BooleanField(default=False, help_text='any member may reopen a Run of this project by its id (POST runs/ with resume), not only its writers; never a Run that ran as a Job'),
+            model_name="project",
+            name="members_may_resume",
+            field=models.BooleanField(
+                default=False,
+                help_text="any member may reopen a Run of this project by its id (POST runs/ with resume), not only its writers; never a Run that ran as a Job",
+            ),
         ),
         migrations.AddField(
-            model_name='sweeptrial',
-            name='claimed_by',
-            field=models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL),
+            model_name="sweeptrial",
+            name="claimed_by",
+            field=models.ForeignKey(
+                blank=True,
+                null=True,
+                on_delete=django.db.models.deletion.SET_NULL,
+                related_name="+",
+                to=settings.AUTH_USER_MODEL,
+            ),
         ),
     ]

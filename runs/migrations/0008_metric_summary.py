@@ -23,43 +23,44 @@ def backfill_summaries(apps, schema_editor):
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('runs', '0007_project_members_may_resume_trial_claimed_by'),
+        ("runs", "0007_project_members_may_resume_trial_claimed_by"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='MetricSummary',
+            name="MetricSummary",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('key', models.CharField(max_length=250)),
-                ('count', models.BigIntegerField()),
-                ('first_step', models.BigIntegerField()),
-                ('last_step', models.BigIntegerField()),
-                ('last_value', models.FloatField(null=True)),
-                ('min_value', models.FloatField(null=True)),
-                ('max_value', models.FloatField(null=True)),
-                ('first_timestamp', models.BigIntegerField()),
-                ('last_timestamp', models.BigIntegerField()),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("key", models.CharField(max_length=250)),
+                ("count", models.BigIntegerField()),
+                ("first_step", models.BigIntegerField()),
+                ("last_step", models.BigIntegerField()),
+                ("last_value", models.FloatField(null=True)),
+                ("min_value", models.FloatField(null=True)),
+                ("max_value", models.FloatField(null=True)),
+                ("first_timestamp", models.BigIntegerField()),
+                ("last_timestamp", models.BigIntegerField()),
             ],
         ),
         migrations.RemoveIndex(
-            model_name='metricpoint',
-            name='metric_run_key_step_idx',
+            model_name="metricpoint",
+            name="metric_run_key_step_idx",
         ),
         migrations.AddIndex(
-            model_name='metricpoint',
-            index=models.Index(fields=['run', 'key', 'step', 'id'], name='metric_run_key_step_id_idx'),
+            model_name="metricpoint",
+            index=models.Index(fields=["run", "key", "step", "id"], name="metric_run_key_step_id_idx"),
         ),
         migrations.AddField(
-            model_name='metricsummary',
-            name='run',
-            field=models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='metric_summaries', to='runs.run'),
+            model_name="metricsummary",
+            name="run",
+            field=models.ForeignKey(
+                on_delete=django.db.models.deletion.CASCADE, related_name="metric_summaries", to="runs.run"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='metricsummary',
-            constraint=models.UniqueConstraint(fields=('run', 'key'), name='metricsummary_unique_run_key'),
+            model_name="metricsummary",
+            constraint=models.UniqueConstraint(fields=("run", "key"), name="metricsummary_unique_run_key"),
         ),
         migrations.RunPython(backfill_summaries, migrations.RunPython.noop),
     ]

@@ -6,25 +6,34 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('runs', '0008_metric_summary'),
+        ("runs", "0008_metric_summary"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='RunTableColumns',
+            name="RunTableColumns",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('columns', models.JSONField(default=list)),
-                ('updated_at', models.DateTimeField(auto_now=True)),
-                ('project', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='runs.project')),
-                ('user', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to=settings.AUTH_USER_MODEL)),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("columns", models.JSONField(default=list)),
+                ("updated_at", models.DateTimeField(auto_now=True)),
+                (
+                    "project",
+                    models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name="+", to="runs.project"),
+                ),
+                (
+                    "user",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="+", to=settings.AUTH_USER_MODEL
+                    ),
+                ),
             ],
             options={
-                'verbose_name_plural': 'run table columns',
-                'constraints': [models.UniqueConstraint(fields=('user', 'project'), name='runtablecolumns_unique_user_project')],
+                "verbose_name_plural": "run table columns",
+                "constraints": [
+                    models.UniqueConstraint(fields=("user", "project"), name="runtablecolumns_unique_user_project")
+                ],
             },
         ),
     ]

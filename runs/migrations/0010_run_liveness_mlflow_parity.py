@@ -6,46 +6,59 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('runs', '0009_run_table_columns'),
+        ("runs", "0009_run_table_columns"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='datasetversion',
-            name='mlflow_dataset',
-            field=models.JSONField(blank=True, default=dict, help_text="as logged through MLflow's log_input: source_type, schema, profile"),
+            model_name="datasetversion",
+            name="mlflow_dataset",
+            field=models.JSONField(
+                blank=True, default=dict, help_text="as logged through MLflow's log_input: source_type, schema, profile"
+            ),
         ),
         migrations.AddField(
-            model_name='project',
-            name='default_for',
-            field=models.OneToOneField(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='default_project', to=settings.AUTH_USER_MODEL),
+            model_name="project",
+            name="default_for",
+            field=models.OneToOneField(
+                blank=True,
+                null=True,
+                on_delete=django.db.models.deletion.SET_NULL,
+                related_name="default_project",
+                to=settings.AUTH_USER_MODEL,
+            ),
         ),
         migrations.AddField(
-            model_name='project',
-            name='silent_run_timeout',
-            field=models.PositiveIntegerField(blank=True, help_text="seconds without any write after which a Run that sends no heartbeats becomes crashed (empty: the server's MMT_SILENT_RUN_TIMEOUT)", null=True),
+            model_name="project",
+            name="silent_run_timeout",
+            field=models.PositiveIntegerField(
+                blank=True,
+                help_text="seconds without any write after which a Run that sends no heartbeats becomes crashed (empty: the server's MMT_SILENT_RUN_TIMEOUT)",
+                null=True,
+            ),
         ),
         migrations.AddField(
-            model_name='project',
-            name='tags',
-            field=models.JSONField(blank=True, default=dict, help_text='experiment tags set through the MLflow API'),
+            model_name="project",
+            name="tags",
+            field=models.JSONField(blank=True, default=dict, help_text="experiment tags set through the MLflow API"),
         ),
         migrations.AddField(
-            model_name='run',
-            name='deleted_at',
-            field=models.DateTimeField(blank=True, help_text='soft-deleted (MLflow delete_run); restorable', null=True),
+            model_name="run",
+            name="deleted_at",
+            field=models.DateTimeField(blank=True, help_text="soft-deleted (MLflow delete_run); restorable", null=True),
         ),
         migrations.AddField(
-            model_name='run',
-            name='ended_reason',
-            field=models.CharField(blank=True, help_text='why the server ended the Run (e.g. crashed)', max_length=500),
+            model_name="run",
+            name="ended_reason",
+            field=models.CharField(blank=True, help_text="why the server ended the Run (e.g. crashed)", max_length=500),
         ),
         migrations.AddField(
-            model_name='run',
-            name='last_write_at',
-            field=models.DateTimeField(blank=True, help_text='last write of any kind (metrics, params, files)', null=True),
+            model_name="run",
+            name="last_write_at",
+            field=models.DateTimeField(
+                blank=True, help_text="last write of any kind (metrics, params, files)", null=True
+            ),
         ),
     ]

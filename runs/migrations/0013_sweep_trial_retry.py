@@ -4,20 +4,19 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('runs', '0012_metric_summary_by_key'),
+        ("runs", "0012_metric_summary_by_key"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='sweeptrial',
-            name='earlier_runs',
-            field=models.ManyToManyField(blank=True, related_name='retried_sweep_trials', to='runs.run'),
+            model_name="sweeptrial",
+            name="earlier_runs",
+            field=models.ManyToManyField(blank=True, related_name="retried_sweep_trials", to="runs.run"),
         ),
         migrations.AddField(
-            model_name='sweeptrial',
-            name='retry_count',
+            model_name="sweeptrial",
+            name="retry_count",
             field=models.PositiveIntegerField(default=0),
         ),
     ]

@@ -6,34 +6,62 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('runs', '0013_sweep_trial_retry'),
+        ("runs", "0013_sweep_trial_retry"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='LoggedModel',
+            name="LoggedModel",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('step', models.BigIntegerField(default=0, help_text="the source Run's step the model was logged at")),
-                ('model_id', models.CharField(max_length=40, unique=True)),
-                ('name', models.CharField(max_length=250)),
-                ('model_type', models.CharField(blank=True, max_length=250)),
-                ('status', models.CharField(choices=[('pending', 'pending'), ('ready', 'ready'), ('upload_failed', 'upload failed')], default='pending', max_length=20)),
-                ('status_message', models.TextField(blank=True)),
-                ('tags', models.JSONField(blank=True, default=dict)),
-                ('params', models.JSONField(blank=True, default=dict)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('updated_at', models.DateTimeField(auto_now=True)),
-                ('deleted_at', models.DateTimeField(blank=True, help_text='soft-deleted (MLflow delete_logged_model)', null=True)),
-                ('created_by', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='+', to=settings.AUTH_USER_MODEL)),
-                ('project', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='logged_models', to='runs.project')),
-                ('run', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='logged_models', to='runs.run')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("step", models.BigIntegerField(default=0, help_text="the source Run's step the model was logged at")),
+                ("model_id", models.CharField(max_length=40, unique=True)),
+                ("name", models.CharField(max_length=250)),
+                ("model_type", models.CharField(blank=True, max_length=250)),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[("pending", "pending"), ("ready", "ready"), ("upload_failed", "upload failed")],
+                        default="pending",
+                        max_length=20,
+                    ),
+                ),
+                ("status_message", models.TextField(blank=True)),
+                ("tags", models.JSONField(blank=True, default=dict)),
+                ("params", models.JSONField(blank=True, default=dict)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                ("updated_at", models.DateTimeField(auto_now=True)),
+                (
+                    "deleted_at",
+                    models.DateTimeField(blank=True, help_text="soft-deleted (MLflow delete_logged_model)", null=True),
+                ),
+                (
+                    "created_by",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT, related_name="+", to=settings.AUTH_USER_MODEL
+                    ),
+                ),
+                (
+                    "project",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="logged_models", to="runs.project"
+                    ),
+                ),
+                (
+                    "run",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="logged_models",
+                        to="runs.run",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-created_at', '-id'],
+                "ordering": ["-created_at", "-id"],
             },
         ),
     ]

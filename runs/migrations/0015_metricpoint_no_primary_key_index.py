@@ -49,7 +49,6 @@ def add_primary_key(apps, schema_editor):
 
 
 class Migration(migrations.Migration):
-
     dependencies = [("runs", "0014_logged_model")]
 
     operations = [migrations.RunPython(drop_primary_key, add_primary_key, elidable=False)]

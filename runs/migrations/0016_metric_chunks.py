@@ -71,8 +71,18 @@ def _sqlite_points_to_chunks(apps, cursor):
     def close(final=False):
         if chunk:
             steps, values, stamps = zip(*(row[2:] for row in chunk))
-            pending.append(Chunk(run_id=chunk[0][0], key=chunk[0][1], first_step=steps[0], last_step=steps[-1],
-                                 count=len(steps), steps=steps, values=values, timestamps=stamps))
+            pending.append(
+                Chunk(
+                    run_id=chunk[0][0],
+                    key=chunk[0][1],
+                    first_step=steps[0],
+                    last_step=steps[-1],
+                    count=len(steps),
+                    steps=steps,
+                    values=values,
+                    timestamps=stamps,
+                )
+            )
             chunk.clear()
         if len(pending) >= 100 or final:
             Chunk.objects.bulk_create(pending)
@@ -92,15 +102,16 @@ def chunks_to_points(apps, schema_editor):
         cursor.execute(f'CREATE TABLE {POINTS}_saved AS SELECT id, run_id, key, step, value, "timestamp" FROM {POINTS}')
         cursor.execute(f"DROP VIEW {POINTS}")
         schema_editor.create_model(apps.get_model("runs", "MetricPoint"))
-        cursor.execute(f'INSERT INTO {POINTS} (run_id, key, step, value, "timestamp") '
-                       f'SELECT run_id, key, step, value, "timestamp" FROM {POINTS}_saved ORDER BY id')
+        cursor.execute(
+            f'INSERT INTO {POINTS} (run_id, key, step, value, "timestamp") '
+            f'SELECT run_id, key, step, value, "timestamp" FROM {POINTS}_saved ORDER BY id'
+        )
         cursor.execute(f"DROP TABLE {POINTS}_saved")
         if connection.vendor == "postgresql":  # as migration 0015 left the table
             cursor.execute(f"ALTER TABLE {POINTS} DROP CONSTRAINT {POINTS}_pkey")
 
 
 class Migration(migrations.Migration):
-
     dependencies = [("runs", "0015_metricpoint_no_primary_key_index")]
 
     operations = [
@@ -115,42 +126,81 @@ class Migration(migrations.Migration):
                 ("steps", runs.models.arrays.NumberArrayField(kind="int8")),
                 ("values", runs.models.arrays.NumberArrayField(kind="float8")),
                 ("timestamps", runs.models.arrays.NumberArrayField(kind="int8")),
-                ("run", models.ForeignKey(db_constraint=False, db_index=False,
-                                          on_delete=django.db.models.deletion.CASCADE, related_name="metric_chunks",
-                                          to="runs.run")),
+                (
+                    "run",
+                    models.ForeignKey(
+                        db_constraint=False,
+                        db_index=False,
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="metric_chunks",
+                        to="runs.run",
+                    ),
+                ),
             ],
             options={
-                "indexes": [models.Index(fields=["run", "key", "last_step", "id"], include=["first_step", "count"],
-                                         name="metricchunk_run_key_last_idx")],
+                "indexes": [
+                    models.Index(
+                        fields=["run", "key", "last_step", "id"],
+                        include=["first_step", "count"],
+                        name="metricchunk_run_key_last_idx",
+                    )
+                ],
                 "constraints": [
                     models.CheckConstraint(condition=models.Q(first_step__gte=0), name="metricchunk_step_non_negative"),
-                    models.CheckConstraint(condition=models.Q(last_step__gte=models.F("first_step")),
-                                           name="metricchunk_steps_ordered"),
-                    models.CheckConstraint(condition=models.Q(count__gt=0, count__lt=STRIDE),
-                                           name="metricchunk_count_range"),
+                    models.CheckConstraint(
+                        condition=models.Q(last_step__gte=models.F("first_step")), name="metricchunk_steps_ordered"
+                    ),
+                    models.CheckConstraint(
+                        condition=models.Q(count__gt=0, count__lt=STRIDE), name="metricchunk_count_range"
+                    ),
                 ],
             },
         ),
         migrations.RunPython(points_to_chunks, chunks_to_points, elidable=False),
-        migrations.SeparateDatabaseAndState(state_operations=[
-            migrations.RemoveIndex(model_name="metricpoint", name="metric_run_key_step_id_idx"),
-            migrations.RemoveConstraint(model_name="metricpoint", name="metric_step_non_negative"),
-            migrations.AlterModelOptions(name="metricpoint", options={"managed": False}),
-            migrations.AlterModelTable(name="metricpoint", table="runs_metricpoint"),
-            migrations.AlterField(model_name="metricpoint", name="id",
-                                  field=models.BigIntegerField(primary_key=True, serialize=False)),
-            migrations.AlterField(model_name="metricpoint", name="run",
-                                  field=models.ForeignKey(db_constraint=False, db_index=False,
-                                                          on_delete=django.db.models.deletion.DO_NOTHING,
-                                                          related_name="metric_points", to="runs.run")),
-            migrations.AddField(model_name="metricpoint", name="chunk",
-                                field=models.ForeignKey(db_constraint=False, db_index=False,
-                                                        on_delete=django.db.models.deletion.DO_NOTHING,
-                                                        related_name="points", to="runs.metricchunk"),
-                                preserve_default=False),
-            migrations.AddField(model_name="metricpoint", name="chunk_first_step", field=models.BigIntegerField(),
-                                preserve_default=False),
-            migrations.AddField(model_name="metricpoint", name="chunk_last_step", field=models.BigIntegerField(),
-                                preserve_default=False),
-        ]),
+        migrations.SeparateDatabaseAndState(
+            state_operations=[
+                migrations.RemoveIndex(model_name="metricpoint", name="metric_run_key_step_id_idx"),
+                migrations.RemoveConstraint(model_name="metricpoint", name="metric_step_non_negative"),
+                migrations.AlterModelOptions(name="metricpoint", options={"managed": False}),
+                migrations.AlterModelTable(name="metricpoint", table="runs_metricpoint"),
+                migrations.AlterField(
+                    model_name="metricpoint", name="id", field=models.BigIntegerField(primary_key=True, serialize=False)
+                ),
+                migrations.AlterField(
+                    model_name="metricpoint",
+                    name="run",
+                    field=models.ForeignKey(
+                        db_constraint=False,
+                        db_index=False,
+                        on_delete=django.db.models.deletion.DO_NOTHING,
+                        related_name="metric_points",
+                        to="runs.run",
+                    ),
+                ),
+                migrations.AddField(
+                    model_name="metricpoint",
+                    name="chunk",
+                    field=models.ForeignKey(
+                        db_constraint=False,
+                        db_index=False,
+                        on_delete=django.db.models.deletion.DO_NOTHING,
+                        related_name="points",
+                        to="runs.metricchunk",
+                    ),
+                    preserve_default=False,
+                ),
+                migrations.AddField(
+                    model_name="metricpoint",
+                    name="chunk_first_step",
+                    field=models.BigIntegerField(),
+                    preserve_default=False,
+                ),
+                migrations.AddField(
+                    model_name="metricpoint",
+                    name="chunk_last_step",
+                    field=models.BigIntegerField(),
+                    preserve_default=False,
+                ),
+            ]
+        ),
     ]

@@ -4,25 +4,28 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('runs', '0016_metric_chunks'),
+        ("runs", "0016_metric_chunks"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='run',
-            name='job_alive_until',
-            field=models.DateTimeField(blank=True, help_text="the Job's worker vouches for the Run until then (its last heartbeat + timeout)", null=True),
+            model_name="run",
+            name="job_alive_until",
+            field=models.DateTimeField(
+                blank=True,
+                help_text="the Job's worker vouches for the Run until then (its last heartbeat + timeout)",
+                null=True,
+            ),
         ),
         migrations.AddField(
-            model_name='run',
-            name='job_ended',
+            model_name="run",
+            name="job_ended",
             field=models.BooleanField(default=False, help_text="the Run's Job reached a final state"),
         ),
         migrations.AddField(
-            model_name='run',
-            name='ran_as_job',
-            field=models.BooleanField(default=False, help_text='a Job runs or ran this Run (its writers reopen it)'),
+            model_name="run",
+            name="ran_as_job",
+            field=models.BooleanField(default=False, help_text="a Job runs or ran this Run (its writers reopen it)"),
         ),
     ]

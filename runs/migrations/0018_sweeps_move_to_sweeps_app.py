@@ -10,16 +10,15 @@ from django.db import migrations
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('runs', '0017_run_job_facts'),
+        ("runs", "0017_run_job_facts"),
     ]
 
     operations = [
         migrations.SeparateDatabaseAndState(
             state_operations=[
-                migrations.DeleteModel(name='SweepTrial'),
-                migrations.DeleteModel(name='Sweep'),
+                migrations.DeleteModel(name="SweepTrial"),
+                migrations.DeleteModel(name="Sweep"),
             ],
             database_operations=[],
         ),

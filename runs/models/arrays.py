@@ -44,9 +44,9 @@ def json_numbers(values) -> str:
     ``repr`` keeps every float exact; NaN becomes ``null`` and ±Infinity ``±1e999``.
     """
     isfinite = math.isfinite
-    return "[" + ",".join([
-        repr(v) if v is not None and isfinite(v) else _NOT_FINITE.get(v, "null") for v in values
-    ]) + "]"
+    return (
+        "[" + ",".join([repr(v) if v is not None and isfinite(v) else _NOT_FINITE.get(v, "null") for v in values]) + "]"
+    )
 
 
 def pg_array(kind: str, values: np.ndarray) -> PgArray:

@@ -53,9 +53,10 @@ class Project(models.Model):
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="default_project"
     )
     silent_run_timeout = models.PositiveIntegerField(
-        null=True, blank=True,
+        null=True,
+        blank=True,
         help_text="seconds without any write after which a Run that sends no heartbeats becomes crashed "
-                  "(empty: the server's MMT_SILENT_RUN_TIMEOUT)",
+        "(empty: the server's MMT_SILENT_RUN_TIMEOUT)",
     )
 
     objects = ProjectQuerySet.as_manager()
@@ -160,7 +161,8 @@ class DatasetVersion(models.Model):
     uri = models.CharField(max_length=2000, blank=True)
     description = models.TextField(blank=True)
     mlflow_dataset = models.JSONField(
-        default=dict, blank=True, help_text="as logged through MLflow's log_input: source_type, schema, profile")
+        default=dict, blank=True, help_text="as logged through MLflow's log_input: source_type, schema, profile"
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     objects = DatasetVersionQuerySet.as_manager()
@@ -229,16 +231,22 @@ class Run(models.Model):
     # Same-run resume (docs/design/runs.md#resume-modes, #one-writer-process): the process writing to this Run holds a
     # lease. Every start or resume takes a new fencing token; a write that carries an older one is refused, so a stale
     # process cannot write after another took over.
-    lease_token = models.BigIntegerField(default=0, help_text="fencing token of the current writer (0: never started by the SDK)")
+    lease_token = models.BigIntegerField(
+        default=0, help_text="fencing token of the current writer (0: never started by the SDK)"
+    )
     writer_host = models.CharField(max_length=255, blank=True, help_text="host name of the current writer")
     writer_pid = models.IntegerField(null=True, blank=True, help_text="process id of the current writer")
     writer_since = models.DateTimeField(null=True, blank=True, help_text="when the current writer started or resumed")
     resume_count = models.PositiveIntegerField(default=0, help_text="how many times the Run was resumed under its id")
     step_floor = models.BigIntegerField(default=0, help_text="points at a lower step are dropped (set by a resume)")
-    dropped_points = models.BigIntegerField(default=0, help_text="points dropped because their step was below step_floor")
+    dropped_points = models.BigIntegerField(
+        default=0, help_text="points dropped because their step was below step_floor"
+    )
     # Liveness of writers that send no heartbeats (docs/design/runs.md#liveness): the time of the Run's last write of
     # any kind.
-    last_write_at = models.DateTimeField(null=True, blank=True, help_text="last write of any kind (metrics, params, files)")
+    last_write_at = models.DateTimeField(
+        null=True, blank=True, help_text="last write of any kind (metrics, params, files)"
+    )
     ended_reason = models.CharField(max_length=500, blank=True, help_text="why the server ended the Run (e.g. crashed)")
     deleted_at = models.DateTimeField(null=True, blank=True, help_text="soft-deleted (MLflow delete_run); restorable")
     # Facts about the Run's Job, written by the jobs app when they become true (docs/design/house.md#arrows):
@@ -246,7 +254,9 @@ class Run(models.Model):
     ran_as_job = models.BooleanField(default=False, help_text="a Job runs or ran this Run (its writers reopen it)")
     job_ended = models.BooleanField(default=False, help_text="the Run's Job reached a final state")
     job_alive_until = models.DateTimeField(
-        null=True, blank=True, help_text="the Job's worker vouches for the Run until then (its last heartbeat + timeout)"
+        null=True,
+        blank=True,
+        help_text="the Job's worker vouches for the Run until then (its last heartbeat + timeout)",
     )
 
     objects = VisibleQuerySet.as_manager()

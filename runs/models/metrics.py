@@ -33,8 +33,9 @@ class MetricChunk(models.Model):
 
     # No database foreign key: PostgreSQL checks one with a trigger per row. Deleting a Run through the ORM still
     # deletes its chunks (one ``DELETE … WHERE run_id IN``, as long as no delete signal receiver watches this model).
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="metric_chunks", db_index=False,
-                            db_constraint=False)
+    run = models.ForeignKey(
+        Run, on_delete=models.CASCADE, related_name="metric_chunks", db_index=False, db_constraint=False
+    )
     key = models.CharField(max_length=250)
     first_step = models.BigIntegerField()
     last_step = models.BigIntegerField()
@@ -46,8 +47,13 @@ class MetricChunk(models.Model):
     class Meta:
         # (last_step, id) orders a key's chunks as their points when no two overlap (``runs.history``); it also finds
         # the chunks reaching a step (``MetricPointQuerySet.at_steps``) and those holding a key's last step.
-        indexes = [models.Index(fields=["run", "key", "last_step", "id"], include=["first_step", "count"],
-                                name="metricchunk_run_key_last_idx")]
+        indexes = [
+            models.Index(
+                fields=["run", "key", "last_step", "id"],
+                include=["first_step", "count"],
+                name="metricchunk_run_key_last_idx",
+            )
+        ]
         constraints = [
             models.CheckConstraint(condition=Q(first_step__gte=0), name="metricchunk_step_non_negative"),
             models.CheckConstraint(condition=Q(last_step__gte=F("first_step")), name="metricchunk_steps_ordered"),
@@ -74,8 +80,9 @@ class MetricPointQuerySet(VisibleQuerySet):
     def at_last_step(self) -> "MetricPointQuerySet":
         """The points at their key's highest step (its ``MetricSummary.last_step``): all lie in the chunks ending
         there, so only those are unnested (MLflow's latest metrics)."""
-        last = Subquery(MetricSummary.objects.filter(run_id=OuterRef("run_id"), key=OuterRef("key"))
-                        .values("last_step")[:1])
+        last = Subquery(
+            MetricSummary.objects.filter(run_id=OuterRef("run_id"), key=OuterRef("key")).values("last_step")[:1]
+        )
         return self.filter(step=last, chunk_last_step=last)
 
 
@@ -92,14 +99,16 @@ class MetricPoint(models.Model):
     """
 
     id = models.BigIntegerField(primary_key=True)
-    run = models.ForeignKey(Run, on_delete=models.DO_NOTHING, related_name="metric_points", db_index=False,
-                            db_constraint=False)
+    run = models.ForeignKey(
+        Run, on_delete=models.DO_NOTHING, related_name="metric_points", db_index=False, db_constraint=False
+    )
     key = models.CharField(max_length=250)
     step = models.BigIntegerField()
     value = models.FloatField(null=True)
     timestamp = models.BigIntegerField()
-    chunk = models.ForeignKey(MetricChunk, on_delete=models.DO_NOTHING, related_name="points", db_index=False,
-                              db_constraint=False)
+    chunk = models.ForeignKey(
+        MetricChunk, on_delete=models.DO_NOTHING, related_name="points", db_index=False, db_constraint=False
+    )
     chunk_first_step = models.BigIntegerField()
     chunk_last_step = models.BigIntegerField()
 
@@ -150,8 +159,13 @@ class MetricSummary(models.Model):
         constraints = [models.UniqueConstraint(fields=["run", "key"], name="metricsummary_unique_run_key")]
         # The runs table sorted by a metric reads one key's summaries of every Run (an index-only scan on
         # PostgreSQL, which alone honours ``include``).
-        indexes = [models.Index(fields=["key", "run"], include=["last_value", "min_value", "max_value"],
-                                name="metricsummary_key_run_idx")]
+        indexes = [
+            models.Index(
+                fields=["key", "run"],
+                include=["last_value", "min_value", "max_value"],
+                name="metricsummary_key_run_idx",
+            )
+        ]
 
     def __str__(self):
         return f"{self.run_id}:{self.key}"
@@ -187,7 +201,9 @@ class MetricRollup(models.Model):
     max_timestamp = models.BigIntegerField(null=True)
 
     class Meta:
-        constraints = [models.UniqueConstraint(fields=["run", "key", "bucket"], name="metricrollup_unique_run_key_bucket")]
+        constraints = [
+            models.UniqueConstraint(fields=["run", "key", "bucket"], name="metricrollup_unique_run_key_bucket")
+        ]
 
     def __str__(self):
         return f"{self.run_id}:{self.key}:{self.bucket}"

@@ -3,9 +3,9 @@
 import json
 
 from django import template
-from django.http import QueryDict
 from django.contrib.staticfiles import finders
 from django.contrib.staticfiles.storage import staticfiles_storage
+from django.http import QueryDict
 from django.utils import timezone
 from django.utils.translation import gettext, pgettext_lazy
 

@@ -29,6 +29,17 @@ from mado_tracking.resume import ResumeCheckpoint, resume_checkpoint
 from mado_tracking.run import Run, start_run
 
 __all__ = [
-    "ApiError", "CheckpointError", "ConfigError", "MadoError", "OfflineRun", "ResumeCheckpoint", "ResumeError",
-    "Run", "SavedCheckpoint", "__version__", "download_checkpoint", "resume_checkpoint", "start_run",
+    "ApiError",
+    "CheckpointError",
+    "ConfigError",
+    "MadoError",
+    "OfflineRun",
+    "ResumeCheckpoint",
+    "ResumeError",
+    "Run",
+    "SavedCheckpoint",
+    "__version__",
+    "download_checkpoint",
+    "resume_checkpoint",
+    "start_run",
 ]

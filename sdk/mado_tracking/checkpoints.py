@@ -27,11 +27,19 @@ from pathlib import Path
 import requests
 from tqdm import tqdm
 
-from mado_tracking.client import (CONNECT_TIMEOUT_S, READ_TIMEOUT_S, ApiClient, Backoff, Retrier, body_detail,
-                                  is_transient, retry_after_seconds)
+from mado_tracking.client import (
+    CONNECT_TIMEOUT_S,
+    READ_TIMEOUT_S,
+    ApiClient,
+    Backoff,
+    Retrier,
+    body_detail,
+    is_transient,
+    retry_after_seconds,
+)
 from mado_tracking.declaration import checkpoint_declaration
-from mado_tracking.lease import LOST_CODES
 from mado_tracking.errors import ApiError, CheckpointError
+from mado_tracking.lease import LOST_CODES
 from mado_tracking.tarstream import CheckpointTar
 
 logger = logging.getLogger("mado_tracking")
@@ -59,9 +67,15 @@ class SavedCheckpoint:
 
     @classmethod
     def from_resource(cls, resource: dict) -> "SavedCheckpoint":
-        return cls(id=resource["id"], step=resource["step"], sha256=resource.get("tar_sha256") or "",
-                   tar_size=resource.get("tar_size") or 0, file_count=resource.get("file_count") or 0,
-                   total_bytes=resource.get("total_bytes") or 0, location=resource.get("artifact_path") or "")
+        return cls(
+            id=resource["id"],
+            step=resource["step"],
+            sha256=resource.get("tar_sha256") or "",
+            tar_size=resource.get("tar_size") or 0,
+            file_count=resource.get("file_count") or 0,
+            total_bytes=resource.get("total_bytes") or 0,
+            location=resource.get("artifact_path") or "",
+        )
 
 
 def check_step(step, directory) -> int:
@@ -76,15 +90,32 @@ def check_step(step, directory) -> int:
 
 def progress_bar(total: int, step: int, show: bool = True):
     """A tqdm bar in bytes, shown only when ``show`` and stderr is a terminal."""
-    return tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, desc=f"checkpoint step {step}",
-                disable=not show or not sys.stderr.isatty(), leave=False)
+    return tqdm(
+        total=total,
+        unit="B",
+        unit_scale=True,
+        unit_divisor=1024,
+        desc=f"checkpoint step {step}",
+        disable=not show or not sys.stderr.isatty(),
+        leave=False,
+    )
 
 
-def upload_checkpoint(client: ApiClient, *, run_id: int, directory, step: int, idempotency_key: str,
-                      includes_optimizer: bool = False, framework: str | None = None,
-                      tar: CheckpointTar | None = None, attempts: int | None = None,
-                      verify_timeout: float = VERIFY_TIMEOUT_S, progress: bool = True,
-                      world_size: int | None = None) -> SavedCheckpoint:
+def upload_checkpoint(
+    client: ApiClient,
+    *,
+    run_id: int,
+    directory,
+    step: int,
+    idempotency_key: str,
+    includes_optimizer: bool = False,
+    framework: str | None = None,
+    tar: CheckpointTar | None = None,
+    attempts: int | None = None,
+    verify_timeout: float = VERIFY_TIMEOUT_S,
+    progress: bool = True,
+    world_size: int | None = None,
+) -> SavedCheckpoint:
     """Save ``directory`` as Run ``run_id``'s checkpoint at ``step``; return it once ``complete``
     (docs/design/checkpoints.md#a-checkpoint).
 
@@ -110,33 +141,47 @@ def upload_checkpoint(client: ApiClient, *, run_id: int, directory, step: int, i
             another process or ended on the server, docs/design/runs.md#one-writer-process).
     """
     tar = tar if tar is not None else CheckpointTar(directory)
-    resource = _register(client, run_id=run_id, directory=directory, step=step, idempotency_key=idempotency_key,
-                         includes_optimizer=includes_optimizer, framework=framework, world_size=world_size)
+    resource = _register(
+        client,
+        run_id=run_id,
+        directory=directory,
+        step=step,
+        idempotency_key=idempotency_key,
+        includes_optimizer=includes_optimizer,
+        framework=framework,
+        world_size=world_size,
+    )
     if resource["state"] == "complete":
         return SavedCheckpoint.from_resource(resource)
     if resource["state"] != "pending":
-        raise CheckpointError(f"{directory}: checkpoint {resource['id']} at step {step} is {resource['state']}",
-                              field="step")
+        raise CheckpointError(
+            f"{directory}: checkpoint {resource['id']} at step {step} is {resource['state']}", field="step"
+        )
     with progress_bar(len(tar), step, progress) as bar:
         upload = _DirectUpload if resource.get("direct_upload") else _ServerUpload
         return upload(client, resource, directory, bar, attempts, verify_timeout).run(tar)
 
 
-def _register(client: ApiClient, *, run_id, directory, step, idempotency_key, includes_optimizer, framework,
-              world_size) -> dict:
+def _register(
+    client: ApiClient, *, run_id, directory, step, idempotency_key, includes_optimizer, framework, world_size
+) -> dict:
     body = {"step": step, "framework": framework or "", "includes_optimizer": bool(includes_optimizer)}
     if world_size is not None:  # a sharded torch-dcp checkpoint (docs/design/worker.md#distributed)
         body["world_size"] = world_size
     try:
-        return client.request("POST", f"runs/{run_id}/checkpoints/", body=body,
-                              headers={"Idempotency-Key": idempotency_key})
+        return client.request(
+            "POST", f"runs/{run_id}/checkpoints/", body=body, headers={"Idempotency-Key": idempotency_key}
+        )
     except ApiError as error:
         if error.status == 409 and error.code not in LOST_CODES:
-            raise CheckpointError(f"{directory}: cannot save step {step} in run {run_id}: {error.detail}",
-                                  field=error.field) from None
+            raise CheckpointError(
+                f"{directory}: cannot save step {step} in run {run_id}: {error.detail}", field=error.field
+            ) from None
         if error.status == 400:
-            raise CheckpointError(f"{directory}: the server refused the checkpoint (field {error.field}): "
-                                  f"{error.detail}", field=error.field) from None
+            raise CheckpointError(
+                f"{directory}: the server refused the checkpoint (field {error.field}): {error.detail}",
+                field=error.field,
+            ) from None
         raise
 
 
@@ -159,7 +204,7 @@ class _Chunks:
 
     def __iter__(self):
         for start in range(0, len(self._view), _BODY_CHUNK):
-            yield self._view[start:start + _BODY_CHUNK]
+            yield self._view[start : start + _BODY_CHUNK]
 
 
 class _Upload:
@@ -190,24 +235,31 @@ class _Upload:
                 pass
         return tar.manifest
 
-    def retry_or_raise(self, retrier: Retrier, reason: str, status: int | None = None,
-                       retry_after: float | None = None) -> None:
+    def retry_or_raise(
+        self, retrier: Retrier, reason: str, status: int | None = None, retry_after: float | None = None
+    ) -> None:
         if not retrier.pause(reason, status=status, retry_after=retry_after):
-            raise ApiError(f"{self.directory}: uploading checkpoint {self.id} (step {self.step}) failed "
-                           f"{retrier.tries} times; last: {reason}; {retrier.summary()}")
+            raise ApiError(
+                f"{self.directory}: uploading checkpoint {self.id} (step {self.step}) failed "
+                f"{retrier.tries} times; last: {reason}; {retrier.summary()}"
+            )
 
     def refused(self, response: requests.Response, what: str) -> CheckpointError:
         error = self.client.error_from(response, "PUT", what)
-        return CheckpointError(f"{self.directory}: the server refused checkpoint {self.id} (step {self.step}): "
-                               f"{error.detail}", field=error.field)
+        return CheckpointError(
+            f"{self.directory}: the server refused checkpoint {self.id} (step {self.step}): {error.detail}",
+            field=error.field,
+        )
 
     def complete(self, body: dict) -> dict:
         try:
             return self.client.request("POST", f"checkpoints/{self.id}/complete/", body=body)
         except ApiError as error:
             if error.status in (400, 409) and error.code not in LOST_CODES:
-                raise CheckpointError(f"{self.directory}: checkpoint {self.id} (step {self.step}) was not "
-                                      f"completed: {error.detail}", field=error.field) from None
+                raise CheckpointError(
+                    f"{self.directory}: checkpoint {self.id} (step {self.step}) was not completed: {error.detail}",
+                    field=error.field,
+                ) from None
             raise
 
 
@@ -223,8 +275,12 @@ class _ServerUpload(_Upload):
             tar = tar if tar is not None else self.new_tar()
             retry_after = status = None
             try:
-                response = self.client.session.put(url, data=tar, headers={"Content-Type": "application/x-tar"},
-                                                   timeout=(CONNECT_TIMEOUT_S, UPLOAD_READ_TIMEOUT_S))
+                response = self.client.session.put(
+                    url,
+                    data=tar,
+                    headers={"Content-Type": "application/x-tar"},
+                    timeout=(CONNECT_TIMEOUT_S, UPLOAD_READ_TIMEOUT_S),
+                )
             except requests.RequestException as exc:
                 reason = f"{type(exc).__name__}: {exc}"
             else:
@@ -268,8 +324,7 @@ class _DirectUpload(_Upload):
         try:
             while True:
                 tar = tar if tar is not None else self.new_tar()
-                plan = self.client.request("POST", f"checkpoints/{self.id}/upload-parts/",
-                                           body={"tar_size": len(tar)})
+                plan = self.client.request("POST", f"checkpoints/{self.id}/upload-parts/", body={"tar_size": len(tar)})
                 try:
                     parts = self._put_parts(parts_session, tar, plan)
                 except _PartFailed as exc:
@@ -304,8 +359,11 @@ class _DirectUpload(_Upload):
                 logger.info("mado: aborted the unfinished upload of checkpoint step %s", self.step)
                 return
             reason = f"HTTP {response.status_code}: {body_detail(response, 200)}"
-        logger.warning("mado: could not abort the unfinished upload of checkpoint step %s (%s); "
-                       "the server removes it later", self.step, reason)
+        logger.warning(
+            "mado: could not abort the unfinished upload of checkpoint step %s (%s); the server removes it later",
+            self.step,
+            reason,
+        )
 
     def _put_parts(self, session: requests.Session, tar: CheckpointTar, plan: dict) -> list[dict]:
         """Send the tar as parts of ``plan["part_size"]`` bytes, holding one part; ``[{part_number, etag}]``."""
@@ -318,7 +376,7 @@ class _DirectUpload(_Upload):
             data = memoryview(chunk)
             while data:
                 take = min(len(data), part_size - filled)
-                view[filled:filled + take] = data[:take]
+                view[filled : filled + take] = data[:take]
                 filled, data = filled + take, data[take:]
                 if filled == part_size:
                     parts.append(self._put_part(session, urls[len(parts)], view[:filled], len(parts) + 1))
@@ -351,8 +409,10 @@ class _DirectUpload(_Upload):
         delay = 0.1
         while resource["state"] == "pending" and not resource.get("error"):
             if time.monotonic() > deadline:
-                raise ApiError(f"checkpoint {self.id} (step {self.step}) is still being verified after "
-                               f"{self.verify_timeout:.0f} s; it completes on the server by itself")
+                raise ApiError(
+                    f"checkpoint {self.id} (step {self.step}) is still being verified after "
+                    f"{self.verify_timeout:.0f} s; it completes on the server by itself"
+                )
             time.sleep(delay)
             delay = min(delay * 2, 5.0)
             resource = self.client.request("GET", f"checkpoints/{self.id}/")

@@ -54,7 +54,7 @@ class Backoff:
 
     def next_delay(self, retry_after: float | None = None) -> float:
         """Seconds to wait before the next attempt; a server's ``Retry-After`` wins (still capped)."""
-        delay = min(self.base * (2 ** self.attempt), self.cap)
+        delay = min(self.base * (2**self.attempt), self.cap)
         self.attempt += 1
         if retry_after is not None:
             return min(max(retry_after, 0.0), self.cap)
@@ -75,8 +75,9 @@ class Retrier:
     retrying it logs a warning line every ``PROGRESS_EVERY_S`` seconds.
     """
 
-    def __init__(self, what: str, *, attempts: int | None = None, timeout: float | None = None,
-                 backoff: Backoff | None = None):
+    def __init__(
+        self, what: str, *, attempts: int | None = None, timeout: float | None = None, backoff: Backoff | None = None
+    ):
         self.what = what
         self.attempts = attempts
         self.timeout = retry_timeout() if timeout is None else timeout
@@ -105,8 +106,13 @@ class Retrier:
         now = time.monotonic()
         if now >= self._next_progress:
             self._next_progress = now + PROGRESS_EVERY_S
-            logger.warning("mado: %s still failing after %.0f s (%s); retrying for up to %.0f s more",
-                           self.what, self.elapsed(), reason, max(self.timeout - self.elapsed(), 0.0))
+            logger.warning(
+                "mado: %s still failing after %.0f s (%s); retrying for up to %.0f s more",
+                self.what,
+                self.elapsed(),
+                reason,
+                max(self.timeout - self.elapsed(), 0.0),
+            )
         else:
             logger.info("mado: %s: %s; retrying in %.1f s", self.what, reason, delay)
         time.sleep(delay)
@@ -152,12 +158,14 @@ class ApiClient:
         self.config = config
         self.read_timeout = read_timeout
         self.session = requests.Session()
-        self.session.headers.update({
-            "Authorization": f"Bearer {config.api_token}",
-            "Accept": "application/json",
-            "User-Agent": f"mado-tracking/{__version__}",
-            **(headers or {}),
-        })
+        self.session.headers.update(
+            {
+                "Authorization": f"Bearer {config.api_token}",
+                "Accept": "application/json",
+                "User-Agent": f"mado-tracking/{__version__}",
+                **(headers or {}),
+            }
+        )
 
     def url(self, path: str) -> str:
         """Absolute URL of an API path (``runs/3/``); absolute URLs (``next`` links) pass through."""
@@ -165,8 +173,17 @@ class ApiClient:
             return path
         return self.config.api_base + path.lstrip("/")
 
-    def send(self, method: str, path: str, *, body=None, raw: bytes | None = None, params: dict | None = None,
-             timeout: float | None = None, headers: dict | None = None) -> requests.Response:
+    def send(
+        self,
+        method: str,
+        path: str,
+        *,
+        body=None,
+        raw: bytes | None = None,
+        params: dict | None = None,
+        timeout: float | None = None,
+        headers: dict | None = None,
+    ) -> requests.Response:
         """One attempt; ``body`` is encoded as JSON, ``raw`` is JSON text already encoded.
 
         ``headers`` are added to the request (e.g. ``Idempotency-Key``). Raises
@@ -181,12 +198,23 @@ class ApiClient:
             headers["Content-Type"] = "application/json"
         read = self.read_timeout if timeout is None else min(timeout, self.read_timeout)
         connect = min(CONNECT_TIMEOUT_S, read)
-        return self.session.request(method, self.url(path), data=data, params=params, headers=headers,
-                                    timeout=(connect, read))
+        return self.session.request(
+            method, self.url(path), data=data, params=params, headers=headers, timeout=(connect, read)
+        )
 
-    def request(self, method: str, path: str, *, body=None, params: dict | None = None, attempts: int | None = None,
-                backoff: Backoff | None = None, on_retry: Callable[[], None] | None = None,
-                headers: dict | None = None, raw: bytes | None = None):
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        body=None,
+        params: dict | None = None,
+        attempts: int | None = None,
+        backoff: Backoff | None = None,
+        on_retry: Callable[[], None] | None = None,
+        headers: dict | None = None,
+        raw: bytes | None = None,
+    ):
         """Send, retrying transient failures (``Retrier``); return the JSON answer.
 
         ``attempts`` bounds the tries (None: until ``MMT_RETRY_TIMEOUT``
@@ -215,8 +243,13 @@ class ApiClient:
                     raise error
                 status, retry_after = response.status_code, retry_after_seconds(response)
             if not retrier.pause(str(error), status=status, retry_after=retry_after):
-                raise ApiError(f"{error}; {retrier.summary()}", status=error.status, code=error.code,
-                               detail=error.detail, field=error.field)
+                raise ApiError(
+                    f"{error}; {retrier.summary()}",
+                    status=error.status,
+                    code=error.code,
+                    detail=error.detail,
+                    field=error.field,
+                )
             if on_retry is not None:
                 on_retry()
 

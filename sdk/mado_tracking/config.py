@@ -47,8 +47,13 @@ def normalize_api_url(url: str) -> str:
     return f"{parts.scheme}://{parts.netloc}{path}"
 
 
-def resolve(*, api_url: str | None = None, api_token: str | None = None, project: str | None = None,
-            require_project: bool = True) -> Config:
+def resolve(
+    *,
+    api_url: str | None = None,
+    api_token: str | None = None,
+    project: str | None = None,
+    require_project: bool = True,
+) -> Config:
     """Settings from the arguments, falling back to ``MMT_API_URL``, ``MMT_API_TOKEN``, ``MMT_PROJECT``.
 
     An argument that is not ``None`` wins over its variable. Raises

@@ -69,8 +69,10 @@ def load_distributed(state_dict: dict, directory=None) -> int:
     except (OSError, ValueError) as exc:
         raise ResumeError(f"{directory}: no readable {INFO_FILE} ({exc}): not a sharded checkpoint of mado") from None
     if not isinstance(info, dict) or info.get("framework") != FRAMEWORK or not isinstance(info.get("step"), int):
-        raise ResumeError(f"{directory}/{INFO_FILE}: not a {FRAMEWORK} checkpoint (framework "
-                          f"{info.get('framework') if isinstance(info, dict) else None!r})")
+        raise ResumeError(
+            f"{directory}/{INFO_FILE}: not a {FRAMEWORK} checkpoint (framework "
+            f"{info.get('framework') if isinstance(info, dict) else None!r})"
+        )
     dcp.load(state_dict, checkpoint_id=directory)
     return info["step"]
 
@@ -111,8 +113,13 @@ def log_distributed(run, state_dict: dict, *, step: int, includes_optimizer: boo
     outcome, failure = None, None
     if rank == 0:
         try:
-            info = {"format": FORMAT, "framework": FRAMEWORK, "step": step, "world_size": world_size,
-                    "torch": torch.__version__}
+            info = {
+                "format": FORMAT,
+                "framework": FRAMEWORK,
+                "step": step,
+                "world_size": world_size,
+                "torch": torch.__version__,
+            }
             (directory / INFO_FILE).write_text(json.dumps(info, indent=2, sort_keys=True) + "\n", encoding="utf-8")
             outcome = {"saved": run._save_sharded(directory, step, includes_optimizer, world_size)}
         except Exception as error:  # noqa: BLE001 - every rank must learn it, then rank 0 raises its own
@@ -124,6 +131,8 @@ def log_distributed(run, state_dict: dict, *, step: int, includes_optimizer: boo
     if failure is not None:
         raise failure
     if "error" in outcome:
-        raise CheckpointError(f"rank {rank}: rank 0 could not save the sharded checkpoint at step {step}: "
-                              f"{outcome['error']}", field="step")
+        raise CheckpointError(
+            f"rank {rank}: rank 0 could not save the sharded checkpoint at step {step}: {outcome['error']}",
+            field="step",
+        )
     return outcome["saved"]

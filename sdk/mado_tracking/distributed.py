@@ -49,8 +49,9 @@ def _share_start(value: dict | None, rank: int) -> dict:
     return json.loads(store.get(key))  # waits for rank 0 up to the process group's timeout
 
 
-def join_run(ranks: Ranks, start: Callable[[], RunBase], config: Callable[[], config_module.Config],
-             flush_timeout: float):
+def join_run(
+    ranks: Ranks, start: Callable[[], RunBase], config: Callable[[], config_module.Config], flush_timeout: float
+):
     """Rank 0: ``start()`` and share the Run with the others; rank k > 0: a ``RankRun`` of that Run.
 
     Every rank raises when rank 0 could not start the Run (``MadoError`` on
@@ -70,8 +71,7 @@ def join_run(ranks: Ranks, start: Callable[[], RunBase], config: Callable[[], co
     shared = _share_start(None, ranks.rank)
     if "error" in shared:
         raise MadoError(f"rank {ranks.rank}: rank 0 could not start the run: {shared['error']}")
-    return RankRun(config=config(), data=shared["data"], step=shared["step"], ranks=ranks,
-                   flush_timeout=flush_timeout)
+    return RankRun(config=config(), data=shared["data"], step=shared["step"], ranks=ranks, flush_timeout=flush_timeout)
 
 
 class RankRun(RunBase):
@@ -95,8 +95,11 @@ class RankRun(RunBase):
         self.rank, self.world_size = ranks.rank, ranks.world_size
         self._flush_timeout = flush_timeout
         self._finishing = False
-        self._lease = Lease(run_label=self.external_id or str(self.id), token=self.fencing_token,
-                            heartbeat_interval=DEFAULT_HEARTBEAT_INTERVAL_S)
+        self._lease = Lease(
+            run_label=self.external_id or str(self.id),
+            token=self.fencing_token,
+            heartbeat_interval=DEFAULT_HEARTBEAT_INTERVAL_S,
+        )
         self._sender = MetricSender(config, self.id, lease=self._lease)
         self._opened()
 
@@ -124,8 +127,10 @@ class RankRun(RunBase):
     def log_checkpoint(self, *args, **kwargs):
         """Refused: rank 0 saves plain checkpoints; every rank calls ``log_checkpoint_distributed``
         (docs/design/worker.md#distributed)."""
-        raise MadoError(f"rank {self.rank}: only rank 0 saves a checkpoint with log_checkpoint; for a sharded "
-                        "checkpoint every rank calls run.log_checkpoint_distributed(state_dict, step=...)")
+        raise MadoError(
+            f"rank {self.rank}: only rank 0 saves a checkpoint with log_checkpoint; for a sharded "
+            "checkpoint every rank calls run.log_checkpoint_distributed(state_dict, step=...)"
+        )
 
     def mark_preempting(self) -> None:
         """Rank 0 tells the server; here it only makes a failing exit a preemption for this handle."""

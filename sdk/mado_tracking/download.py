@@ -25,8 +25,7 @@ from urllib.parse import urlsplit
 import requests
 
 from mado_tracking import config as config_module
-from mado_tracking.client import (CONNECT_TIMEOUT_S, ApiClient, Backoff, body_detail, is_transient,
-                                  retry_after_seconds)
+from mado_tracking.client import CONNECT_TIMEOUT_S, ApiClient, Backoff, body_detail, is_transient, retry_after_seconds
 from mado_tracking.errors import ApiError, CheckpointError
 
 logger = logging.getLogger("mado_tracking")
@@ -39,8 +38,9 @@ DEFAULT_PARALLEL = 4
 READ_TIMEOUT_S = 300.0
 
 
-def download_checkpoint(checkpoint_id: int, destination: str | os.PathLike, *, api_url: str | None = None,
-                        api_token: str | None = None) -> Path:
+def download_checkpoint(
+    checkpoint_id: int, destination: str | os.PathLike, *, api_url: str | None = None, api_token: str | None = None
+) -> Path:
     """Download complete checkpoint ``checkpoint_id``'s tar to the file ``destination``; return its path.
 
     ``api_url`` / ``api_token`` as in ``start_run`` (``MMT_API_URL`` /
@@ -73,8 +73,10 @@ def fetch_tar(client: ApiClient, checkpoint_id: int, destination: Path, *, attem
         raise
     if (received.size, digest) != (size, sha256):
         partial.unlink(missing_ok=True)
-        raise CheckpointError(f"Checkpoint {checkpoint_id} tar mismatch: downloaded {received.size} bytes with "
-                              f"SHA-256 {digest}, expected {size} bytes with {sha256}")
+        raise CheckpointError(
+            f"Checkpoint {checkpoint_id} tar mismatch: downloaded {received.size} bytes with "
+            f"SHA-256 {digest}, expected {size} bytes with {sha256}"
+        )
     os.replace(partial, destination)
     return destination
 
@@ -83,13 +85,21 @@ def complete_checkpoint(client: ApiClient, checkpoint_id: int) -> dict:
     """``GET checkpoints/{id}/`` (with its manifest); ``CheckpointError`` unless the checkpoint is complete."""
     resource = client.request("GET", f"checkpoints/{checkpoint_id}/", attempts=3)
     if resource.get("state") != "complete":
-        raise CheckpointError(f"checkpoint {checkpoint_id} is {resource.get('state')}; only a complete one "
-                              "can be downloaded")
+        raise CheckpointError(
+            f"checkpoint {checkpoint_id} is {resource.get('state')}; only a complete one can be downloaded"
+        )
     return resource
 
 
-def stream_tar(client: ApiClient, checkpoint_id: int, *, size: int, sha256: str, attempts: int = ATTEMPTS,
-               parallel: int | None = None):
+def stream_tar(
+    client: ApiClient,
+    checkpoint_id: int,
+    *,
+    size: int,
+    sha256: str,
+    attempts: int = ATTEMPTS,
+    parallel: int | None = None,
+):
     """Yield the ``size`` bytes of the checkpoint's tar in order, in chunks of up to 1 MiB
     (docs/design/worker.md#fetch).
 
@@ -126,8 +136,7 @@ def stream_tar(client: ApiClient, checkpoint_id: int, *, size: int, sha256: str,
             while pending:
                 part = pending.popleft().result()
                 for offset in itertools.islice(starts, 1):
-                    pending.append(pool.submit(_fetch_part, client, url, checkpoint_id, offset, size, sha256,
-                                               attempts))
+                    pending.append(pool.submit(_fetch_part, client, url, checkpoint_id, offset, size, sha256, attempts))
                 yield from part
         finally:
             for future in pending:
@@ -153,8 +162,9 @@ def download_parallel(url: str = "") -> int:
     return int(raw)
 
 
-def _fetch_part(client: ApiClient, url: str, checkpoint_id: int, offset: int, size: int, sha256: str,
-                attempts: int) -> list[bytes]:
+def _fetch_part(
+    client: ApiClient, url: str, checkpoint_id: int, offset: int, size: int, sha256: str, attempts: int
+) -> list[bytes]:
     """One part's bytes (a ranged GET, resumed after a break), run on a download thread."""
     end = min(offset + PART_BYTES, size)
     return list(_Range(client, url, checkpoint_id, offset, end, size, sha256, attempts).chunks())
@@ -164,8 +174,17 @@ class _Range:
     """Bytes ``start`` … ``end - 1`` of the ``total``-byte tar, resumed after a break; ``partial``: the server
     answered 206 (a plain GET when that is the whole tar)."""
 
-    def __init__(self, client: ApiClient, url: str, checkpoint_id: int, start: int, end: int, total: int,
-                 sha256: str, attempts: int):
+    def __init__(
+        self,
+        client: ApiClient,
+        url: str,
+        checkpoint_id: int,
+        start: int,
+        end: int,
+        total: int,
+        sha256: str,
+        attempts: int,
+    ):
         self.client, self.url, self.checkpoint_id = client, url, checkpoint_id
         self.start, self.end, self.total, self.sha256, self.attempts = start, end, total, sha256, attempts
         self.partial = False
@@ -176,15 +195,21 @@ class _Range:
         for attempt in range(1, self.attempts + 1):
             reason, retry_after = None, None
             last = "" if self.end == self.total else str(self.end - 1)
-            headers = {} if (position, self.end) == (0, self.total) else \
-                {"If-Range": f'"{self.sha256}"', "Range": f"bytes={position}-{last}"}
+            headers = (
+                {}
+                if (position, self.end) == (0, self.total)
+                else {"If-Range": f'"{self.sha256}"', "Range": f"bytes={position}-{last}"}
+            )
             try:
-                with self.client.session.get(self.url, headers=headers, stream=True,
-                                             timeout=(CONNECT_TIMEOUT_S, READ_TIMEOUT_S)) as answer:
+                with self.client.session.get(
+                    self.url, headers=headers, stream=True, timeout=(CONNECT_TIMEOUT_S, READ_TIMEOUT_S)
+                ) as answer:
                     if answer.status_code not in (200, 206):
                         if not is_transient(answer.status_code):
-                            raise ApiError(f"GET {self.url} -> HTTP {answer.status_code}: {body_detail(answer)}",
-                                           status=answer.status_code)
+                            raise ApiError(
+                                f"GET {self.url} -> HTTP {answer.status_code}: {body_detail(answer)}",
+                                status=answer.status_code,
+                            )
                         reason, retry_after = f"HTTP {answer.status_code}", retry_after_seconds(answer)
                     else:
                         self.partial = answer.status_code == 206
@@ -192,7 +217,7 @@ class _Range:
                         for chunk in answer.iter_content(CHUNK):
                             cut = max(position - at, 0)
                             at += len(chunk)
-                            chunk = chunk[cut:len(chunk) - max(at - self.end, 0)]
+                            chunk = chunk[cut : len(chunk) - max(at - self.end, 0)]
                             if chunk:
                                 position += len(chunk)
                                 yield chunk
@@ -204,11 +229,17 @@ class _Range:
                 return
             reason = reason or f"the answer ended after byte {position} of {self.end}"
             if attempt == self.attempts:
-                raise ApiError(f"downloading checkpoint {self.checkpoint_id} failed {self.attempts} times; "
-                               f"last: {reason}")
+                raise ApiError(
+                    f"downloading checkpoint {self.checkpoint_id} failed {self.attempts} times; last: {reason}"
+                )
             delay = backoff.next_delay(retry_after)
-            logger.warning("mado: downloading checkpoint %s broke (%s); resuming at byte %d in %.1f s",
-                           self.checkpoint_id, reason, position, delay)
+            logger.warning(
+                "mado: downloading checkpoint %s broke (%s); resuming at byte %d in %.1f s",
+                self.checkpoint_id,
+                reason,
+                position,
+                delay,
+            )
             time.sleep(delay)
 
 

@@ -27,8 +27,15 @@ class ApiError(MadoError):
     refused field (for example ``points[3].value``) when the server said so.
     """
 
-    def __init__(self, message: str, *, status: int | None = None, code: str | None = None,
-                 detail: str | None = None, field: str | None = None):
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int | None = None,
+        code: str | None = None,
+        detail: str | None = None,
+        field: str | None = None,
+    ):
         super().__init__(message)
         self.status = status
         self.code = code

@@ -23,8 +23,8 @@ from pathlib import Path
 from mado_tracking.client import ApiClient
 from mado_tracking.download import complete_checkpoint, stream_tar
 from mado_tracking.errors import CheckpointError
-from mado_tracking.resume import ENV_DIR, ENV_FILE, ENV_STEP
 from mado_tracking.extractdir import ExtractionDir, refuse_existing
+from mado_tracking.resume import ENV_DIR, ENV_FILE, ENV_STEP
 from mado_tracking.tarformat import Limits, ManifestMismatch
 from mado_tracking.tarverify import CheckpointVerifier, ManifestFile
 
@@ -52,8 +52,12 @@ def restore_checkpoint(client: ApiClient, checkpoint_id: int, directory: Path) -
     resource = complete_checkpoint(client, checkpoint_id)
     size, sha256 = resource["tar_size"], resource["tar_sha256"]
     target = extract_checkpoint_stream(
-        stream_tar(client, checkpoint_id, size=size, sha256=sha256), directory / CHECKPOINT_DIR,
-        checkpoint_id=checkpoint_id, manifest=resource.get("manifest") or [], tar_size=size, tar_sha256=sha256,
+        stream_tar(client, checkpoint_id, size=size, sha256=sha256),
+        directory / CHECKPOINT_DIR,
+        checkpoint_id=checkpoint_id,
+        manifest=resource.get("manifest") or [],
+        tar_size=size,
+        tar_sha256=sha256,
     )
     info_path = directory / RESUME_FILE
     info = {"checkpointId": checkpoint_id, "sourceRunId": resource["run_id"], "step": resource["step"]}
@@ -82,8 +86,9 @@ def extract_checkpoint_stream(
     files = [ManifestFile(entry["path"], entry["size"], entry["sha256"]) for entry in manifest]
     refuse_existing(target)
     with ExtractionDir(target.parent, ".checkpoint-", fail) as staging:
-        verifier = CheckpointVerifier(files, tar_size=tar_size, tar_sha256=tar_sha256, limits=Limits.from_env(),
-                                      writer=staging)
+        verifier = CheckpointVerifier(
+            files, tar_size=tar_size, tar_sha256=tar_sha256, limits=Limits.from_env(), writer=staging
+        )
         try:
             for chunk in chunks:
                 verifier.feed(chunk)

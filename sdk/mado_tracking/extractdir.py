@@ -116,7 +116,7 @@ class ExtractionDir:
         """Append ``view`` (bytes or a memoryview) to the file being written."""
         self.bytes_written += len(view)
         while view:
-            view = view[self._out.write(view):]
+            view = view[self._out.write(view) :]
 
     def end(self) -> None:
         """Close the file being written with its final mode."""
@@ -137,7 +137,7 @@ class ExtractionDir:
                 digest.update(chunk)
                 view = memoryview(chunk)
                 while view:
-                    view = view[out.write(view):]
+                    view = view[out.write(view) :]
             os.fchmod(out.fileno(), mode)
         self.bytes_written += count
         if expect is not None:

@@ -82,8 +82,10 @@ class Lease:
             if first:
                 self.ended = error.code == "run_ended"
         if first:
-            logger.error("mado: %s; this process stops sending metrics, heartbeats and its final status",
-                         self._lost_reason(error))
+            logger.error(
+                "mado: %s; this process stops sending metrics, heartbeats and its final status",
+                self._lost_reason(error),
+            )
         return True
 
     def _lost_reason(self, error: ApiError) -> str:
@@ -92,8 +94,10 @@ class Lease:
             where = f" on {holder.group(1)}" if holder else ""
             return f"run {self.run_label} was taken over by another process{where}"
         ended = re.search(r"ended as (\w+)", error.detail or "")
-        return (f"run {self.run_label} ended as {ended.group(1) if ended else 'a final state'} on the server "
-                f"({error.detail})")
+        return (
+            f"run {self.run_label} ended as {ended.group(1) if ended else 'a final state'} on the server "
+            f"({error.detail})"
+        )
 
     def heartbeat(self, client: ApiClient, run_id: int) -> None:
         """POST ``runs/{run_id}/heartbeat/`` once; a failure is logged (a warning, then debug until it works).
@@ -117,5 +121,9 @@ class Lease:
             reason = str(error)
         log = logger.debug if self._heartbeat_failing else logger.warning
         self._heartbeat_failing = True
-        log("mado: heartbeat of run %s failed (%s); trying again in %.1f s", self.run_label, reason,
-            self.heartbeat_interval)
+        log(
+            "mado: heartbeat of run %s failed (%s); trying again in %.1f s",
+            self.run_label,
+            reason,
+            self.heartbeat_interval,
+        )

@@ -53,10 +53,10 @@ from collections import deque
 import orjson
 import requests
 
+from mado_tracking import unsent
 from mado_tracking.client import ApiClient, Backoff, is_transient, retry_after_seconds
 from mado_tracking.config import Config
 from mado_tracking.lease import Lease
-from mado_tracking import unsent
 from mado_tracking.points import Point, wire_value
 
 logger = logging.getLogger("mado_tracking")
@@ -70,7 +70,8 @@ BACKOFF_CAP_S = 30.0
 # in the main thread: a main thread waiting in a system call (signal.pause(), a blocking read) wakes only when
 # the signal is delivered to it, so every thread the SDK starts blocks them.
 PROGRAM_SIGNALS = frozenset(
-    getattr(signal, name) for name in ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGALRM")
+    getattr(signal, name)
+    for name in ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGALRM")
     if hasattr(signal, name)
 )
 
@@ -223,8 +224,12 @@ class MetricSender:
             delivered = [False] * len(batches)
             helper = None
             if len(batches) == 2:  # the helper inherits this thread's blocked PROGRAM_SIGNALS
-                helper = threading.Thread(target=self._send_into, args=(clients[1], batches[1], delivered, 1),
-                                          name=f"mado-metrics-run-{self._run_id}-2", daemon=True)
+                helper = threading.Thread(
+                    target=self._send_into,
+                    args=(clients[1], batches[1], delivered, 1),
+                    name=f"mado-metrics-run-{self._run_id}-2",
+                    daemon=True,
+                )
                 helper.start()
             self._send_into(clients[0], batches[0], delivered, 0)
             if helper is not None:
@@ -246,8 +251,9 @@ class MetricSender:
         try:
             delivered[index] = self._send(client, batch)
         except Exception:  # a bug of ours must not kill the thread silently
-            logger.exception("mado: dropped %d metric points of run %s after an unexpected error",
-                             len(batch), self._run_id)
+            logger.exception(
+                "mado: dropped %d metric points of run %s after an unexpected error", len(batch), self._run_id
+            )
             self._count("dropped", len(batch))
             delivered[index] = True
 
@@ -286,8 +292,13 @@ class MetricSender:
     def _failed(self, reason: str, delay: float) -> None:
         log = logger.debug if self._outage else logger.warning
         self._outage = True
-        log("mado: cannot send metrics of run %s (%s); retrying in %.1f s, %d points buffered",
-            self._run_id, reason, delay, len(self._queue))
+        log(
+            "mado: cannot send metrics of run %s (%s); retrying in %.1f s, %d points buffered",
+            self._run_id,
+            reason,
+            delay,
+            len(self._queue),
+        )
 
     def _recovered(self) -> None:
         if self._outage:
@@ -302,9 +313,12 @@ class MetricSender:
         for key in keys:
             if key not in self._warned_keys:
                 self._warned_keys.add(key)
-                logger.warning("mado: points of %r were dropped by the server: their step is below the step run %s "
-                               "continues at after its resume (run.step; log_metrics without step= counts from it)",
-                               key, self._lease.run_label if self._lease is not None else self._run_id)
+                logger.warning(
+                    "mado: points of %r were dropped by the server: their step is below the step run %s "
+                    "continues at after its resume (run.step; log_metrics without step= counts from it)",
+                    key,
+                    self._lease.run_label if self._lease is not None else self._run_id,
+                )
 
     def _refused(self, client: ApiClient, response: requests.Response, batch: list[tuple]) -> None:
         error = client.error_from(response, "POST", self._path)
@@ -314,5 +328,10 @@ class MetricSender:
                 return
         count = len(batch)
         self._count("dropped", count)
-        logger.warning("mado: the server refused a batch of %d metric points of run %s (field %s: %s); "
-                       "the batch is dropped", count, self._run_id, error.field or "unknown", error.detail)
+        logger.warning(
+            "mado: the server refused a batch of %d metric points of run %s (field %s: %s); the batch is dropped",
+            count,
+            self._run_id,
+            error.field or "unknown",
+            error.detail,
+        )

@@ -26,7 +26,7 @@ import os
 import shutil
 import uuid
 from concurrent.futures import Future
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from mado_tracking._base import RunBase, check_finish_status, new_external_id
@@ -44,7 +44,7 @@ FORMAT = 1
 
 
 def now_iso() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def read_record(directory: Path) -> dict:
@@ -67,8 +67,15 @@ def write_json_atomically(path: Path, data: dict) -> None:
     os.replace(temporary, path)
 
 
-def start_offline_run(*, project: str | None, name: str | None, kind: str, parameters: dict,
-                      output: str | os.PathLike | None, external_id: str | None = None) -> "OfflineRun":
+def start_offline_run(
+    *,
+    project: str | None,
+    name: str | None,
+    kind: str,
+    parameters: dict,
+    output: str | os.PathLike | None,
+    external_id: str | None = None,
+) -> "OfflineRun":
     """Start (or, when resuming, continue) the offline run in ``output`` (docs/design/runs.md#offline); see the module
     docstring.
 
@@ -83,10 +90,19 @@ def start_offline_run(*, project: str | None, name: str | None, kind: str, param
     directory = Path(chosen) if chosen is not None else Path("mado-offline") / external_id
     resume = resume_checkpoint()
     started = now_iso()
-    attempt = {"started_at": started, "ended_at": None, "status": "running",
-               "resumed_from": None if resume is None else
-               {"checkpoint_id": resume.id, "source_run_id": resume.source_run_id, "step": resume.step,
-                "path": str(resume.path)}}
+    attempt = {
+        "started_at": started,
+        "ended_at": None,
+        "status": "running",
+        "resumed_from": None
+        if resume is None
+        else {
+            "checkpoint_id": resume.id,
+            "source_run_id": resume.source_run_id,
+            "step": resume.step,
+            "path": str(resume.path),
+        },
+    }
     if (directory / RUN_FILE).exists():
         record = read_record(directory)
         if resume is None:
@@ -98,10 +114,20 @@ def start_offline_run(*, project: str | None, name: str | None, kind: str, param
         record.setdefault("attempts", []).append(attempt)
     else:
         directory.mkdir(parents=True, exist_ok=True)
-        record = {"format": FORMAT, "external_id": external_id, "project": project, "name": "" if name is None
-                  else str(name), "kind": kind, "parameters": parameters, "status": "running",
-                  "created_at": started, "started_at": started, "ended_at": None, "attempts": [attempt],
-                  "checkpoints": []}
+        record = {
+            "format": FORMAT,
+            "external_id": external_id,
+            "project": project,
+            "name": "" if name is None else str(name),
+            "kind": kind,
+            "parameters": parameters,
+            "status": "running",
+            "created_at": started,
+            "started_at": started,
+            "ended_at": None,
+            "attempts": [attempt],
+            "checkpoints": [],
+        }
     return OfflineRun(directory=directory, record=record, step=0 if resume is None else resume.step)
 
 
@@ -138,8 +164,9 @@ class OfflineRun(RunBase):
     def __repr__(self) -> str:
         return f"<OfflineRun {self.external_id} {self.name!r} {self.status} in {self.directory}>"
 
-    def log_training_data_stage(self, start_step: int, input_dataset_version_ids, checkpoint_id=None,
-                                metadata=None) -> dict:
+    def log_training_data_stage(
+        self, start_step: int, input_dataset_version_ids, checkpoint_id=None, metadata=None
+    ) -> dict:
         """Not available offline (docs/design/runs.md#data-stages-sdk): data stages are recorded on the server only.
 
         Raises:
@@ -167,8 +194,15 @@ class OfflineRun(RunBase):
             self._metrics.write("\n".join(map(point_json, points)) + "\n")
             self._metrics.flush()
 
-    def log_checkpoint(self, directory: str | os.PathLike, step: int, includes_optimizer: bool = False,
-                       framework: str | None = None, *, wait: bool = True) -> SavedCheckpoint | Future:
+    def log_checkpoint(
+        self,
+        directory: str | os.PathLike,
+        step: int,
+        includes_optimizer: bool = False,
+        framework: str | None = None,
+        *,
+        wait: bool = True,
+    ) -> SavedCheckpoint | Future:
         """Copy ``directory`` to ``checkpoints/step-<step>/`` (docs/design/checkpoints.md#a-checkpoint;
         docs/design/runs.md#offline); the refusals of ``Run.log_checkpoint``.
 
@@ -185,8 +219,9 @@ class OfflineRun(RunBase):
         root = self.directory / CHECKPOINTS_DIR
         target = root / f"step-{step}"
         if target.exists():
-            raise CheckpointError(f"{directory}: step {step} is already saved in offline run {self.external_id} "
-                                  f"({target})", field="step")
+            raise CheckpointError(
+                f"{directory}: step {step} is already saved in offline run {self.external_id} ({target})", field="step"
+            )
         root.mkdir(exist_ok=True)
         partial = root / f".step-{step}.{uuid.uuid4().hex}.partial"
         try:
@@ -197,20 +232,36 @@ class OfflineRun(RunBase):
             try:
                 partial.rename(target)
             except OSError:
-                raise CheckpointError(f"{directory}: step {step} is already saved in offline run "
-                                      f"{self.external_id} ({target})", field="step") from None
+                raise CheckpointError(
+                    f"{directory}: step {step} is already saved in offline run {self.external_id} ({target})",
+                    field="step",
+                ) from None
         finally:
             shutil.rmtree(partial, ignore_errors=True)
         tar = CheckpointTar(target, tar_hash=True)
         for _ in tar:  # the digests of the tar ``mado sync`` will send
             pass
-        entry = {"step": step, "framework": framework or "", "includes_optimizer": bool(includes_optimizer),
-                 "file_count": len(tar.manifest), "total_bytes": tar.total_bytes, "tar_size": len(tar),
-                 "tar_sha256": tar.sha256, "created_at": now_iso()}
+        entry = {
+            "step": step,
+            "framework": framework or "",
+            "includes_optimizer": bool(includes_optimizer),
+            "file_count": len(tar.manifest),
+            "total_bytes": tar.total_bytes,
+            "tar_size": len(tar),
+            "tar_sha256": tar.sha256,
+            "created_at": now_iso(),
+        }
         self._record.setdefault("checkpoints", []).append(entry)
         self._save_record()
-        saved = SavedCheckpoint(id=None, step=step, sha256=tar.sha256, tar_size=len(tar),
-                                file_count=len(tar.manifest), total_bytes=tar.total_bytes, location=str(target))
+        saved = SavedCheckpoint(
+            id=None,
+            step=step,
+            sha256=tar.sha256,
+            tar_size=len(tar),
+            file_count=len(tar.manifest),
+            total_bytes=tar.total_bytes,
+            location=str(target),
+        )
         if wait:
             return saved
         done: Future = Future()

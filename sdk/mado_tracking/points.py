@@ -55,8 +55,9 @@ def metric_points(metrics, step, now: float) -> list[Point]:
 
 def _check_key(key) -> None:
     if type(key) is not str or not key or len(key) > METRIC_KEY_MAX or "\x00" in key:
-        raise ValueError(f"metric key must be a non-empty str of at most {METRIC_KEY_MAX} characters without NUL, "
-                         f"got {key!r}")
+        raise ValueError(
+            f"metric key must be a non-empty str of at most {METRIC_KEY_MAX} characters without NUL, got {key!r}"
+        )
     try:
         key.encode("utf-8")
     except UnicodeEncodeError:
@@ -75,8 +76,9 @@ def _as_float(key: str, value) -> float:
         except OverflowError:
             raise ValueError(f"metric {key!r}: {value} does not fit a float") from None
     hint = "; pass a Python number such as tensor.item()" if hasattr(value, "item") else ""
-    raise ValueError(f"metric {key!r}: value must be an int or float (NaN and ±inf allowed), "
-                     f"got {type(value).__name__}{hint}")
+    raise ValueError(
+        f"metric {key!r}: value must be an int or float (NaN and ±inf allowed), got {type(value).__name__}{hint}"
+    )
 
 
 def wire_value(value: float) -> float | str:
@@ -90,5 +92,6 @@ def wire_value(value: float) -> float | str:
 def point_json(point: Point) -> str:
     """A point as the JSON object ``{"key", "value", "step", "timestamp"}``, ASCII (offline runs' lines)."""
     key, value, step, timestamp = point
-    return json.dumps({"key": key, "value": wire_value(value), "step": step, "timestamp": timestamp},
-                      separators=(",", ":"))
+    return json.dumps(
+        {"key": key, "value": wire_value(value), "step": step, "timestamp": timestamp}, separators=(",", ":")
+    )

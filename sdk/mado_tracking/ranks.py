@@ -57,8 +57,10 @@ def process_group_ranks(ranks: Ranks | None = None):
     if dist.is_available() and dist.is_initialized():
         return dist.get_rank(), dist.get_world_size()
     if ranks is not None:
-        raise MadoError(f"rank {ranks.rank} of {ranks.world_size} (torchrun): call "
-                        "torch.distributed.init_process_group() before start_run, so every rank joins one Run")
+        raise MadoError(
+            f"rank {ranks.rank} of {ranks.world_size} (torchrun): call "
+            "torch.distributed.init_process_group() before start_run, so every rank joins one Run"
+        )
     return 0, 1
 
 

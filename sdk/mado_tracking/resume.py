@@ -55,8 +55,9 @@ def resume_checkpoint() -> ResumeCheckpoint | None:
     missing = [name for name, value in values.items() if not value]
     if missing:
         given = ", ".join(f"{name}={value}" for name, value in values.items() if value)
-        raise ResumeError(f"resuming needs {', '.join(ENV_NAMES)} together; {', '.join(missing)} "
-                          f"not set (given: {given})")
+        raise ResumeError(
+            f"resuming needs {', '.join(ENV_NAMES)} together; {', '.join(missing)} not set (given: {given})"
+        )
     try:
         step = int(values[ENV_STEP])
     except ValueError:
@@ -68,10 +69,13 @@ def resume_checkpoint() -> ResumeCheckpoint | None:
         raise ResumeError(f"{ENV_DIR}={path}: not a directory")
     info = _read_info(Path(values[ENV_FILE]))
     if info["step"] != step:
-        raise ResumeError(f"{ENV_STEP}={step} but {values[ENV_FILE]} says step {info['step']}: the variables "
-                          "do not describe the same checkpoint")
-    return ResumeCheckpoint(path=path, step=step, id=info.get("checkpointId"),
-                            source_run_id=info.get("sourceRunId"), info=info)
+        raise ResumeError(
+            f"{ENV_STEP}={step} but {values[ENV_FILE]} says step {info['step']}: the variables "
+            "do not describe the same checkpoint"
+        )
+    return ResumeCheckpoint(
+        path=path, step=step, id=info.get("checkpointId"), source_run_id=info.get("sourceRunId"), info=info
+    )
 
 
 def _read_info(path: Path) -> dict:
@@ -85,5 +89,5 @@ def _read_info(path: Path) -> dict:
         raise ResumeError(f"{ENV_FILE}={path}: must hold a JSON object {{checkpointId, sourceRunId, step}}")
     step = info.get("step")
     if isinstance(step, bool) or not isinstance(step, int):
-        raise ResumeError(f"{ENV_FILE}={path}: \"step\" must be an int, got {step!r}")
+        raise ResumeError(f'{ENV_FILE}={path}: "step" must be an int, got {step!r}')
     return info

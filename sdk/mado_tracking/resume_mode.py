@@ -55,8 +55,10 @@ def check_run_id(run_id) -> str | None:
         if run_id is None:
             return None
     if not isinstance(run_id, str) or not RUN_ID_PATTERN.fullmatch(run_id):
-        raise ValueError(f"{source} must be 1 to 128 characters of letters, digits, '_', '.' or '-' "
-                         f"(the run id: argument id= or variable {ENV_RUN_ID}), got {run_id!r}")
+        raise ValueError(
+            f"{source} must be 1 to 128 characters of letters, digits, '_', '.' or '-' "
+            f"(the run id: argument id= or variable {ENV_RUN_ID}), got {run_id!r}"
+        )
     return run_id
 
 
@@ -72,8 +74,10 @@ def check_resume_mode(resume, run_id: str | None) -> str | None:
         if resume is None:
             return None
     if resume not in RESUME_MODES:
-        raise ValueError(f"{source} must be one of {', '.join(RESUME_MODES)} (argument resume= or variable "
-                         f"{ENV_RESUME}), got {resume!r}")
+        raise ValueError(
+            f"{source} must be one of {', '.join(RESUME_MODES)} (argument resume= or variable "
+            f"{ENV_RESUME}), got {resume!r}"
+        )
     if resume == "must" and run_id is None:
         raise ValueError(f"resume='must' ({source}) continues an existing run: pass id=... or set {ENV_RUN_ID}")
     return resume
@@ -105,8 +109,12 @@ def auto_resume_target(client: ApiClient, project: str, path: Path) -> str | Non
     found = find_run(client, project, run_id)
     if found is None or found.get("status") in ("finished", "pending"):
         return None
-    logger.info("mado: resume='auto' continues run %s (%s), named by %s as the last run started from this "
-                "directory", run_id, found.get("status"), path)
+    logger.info(
+        "mado: resume='auto' continues run %s (%s), named by %s as the last run started from this directory",
+        run_id,
+        found.get("status"),
+        path,
+    )
     return run_id
 
 
@@ -121,16 +129,24 @@ def auto_conflict(error: ApiError, *, run_id: str, path: Path) -> ApiError:
     if error.status != 409 or not (error.field or "").startswith("parameters."):
         return error
     key = error.field.partition(".")[2]
-    message = (f"resume='auto' picked run {run_id} from {path} (the last run started from this directory), but "
-               f"parameter {key} differs from that run's: this looks like another experiment. Start a new run "
-               f"with resume='never' (or MMT_RESUME=never), or remove {path}")
+    message = (
+        f"resume='auto' picked run {run_id} from {path} (the last run started from this directory), but "
+        f"parameter {key} differs from that run's: this looks like another experiment. Start a new run "
+        f"with resume='never' (or MMT_RESUME=never), or remove {path}"
+    )
     return ApiError(message, status=error.status, code=error.code, detail=message, field=error.field)
 
 
 def write_resume_file(path: Path, *, project: str, run: dict) -> None:
     """Record ``run`` as the last one started from this directory; a failure is only a warning."""
-    record = {"project": project, "run_id": run.get("external_id"), "id": run.get("id"), "url": run.get("url"),
-              "host": socket.gethostname(), "pid": os.getpid()}
+    record = {
+        "project": project,
+        "run_id": run.get("external_id"),
+        "id": run.get("id"),
+        "url": run.get("url"),
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+    }
     temporary = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
     try:
         path.parent.mkdir(exist_ok=True)
@@ -138,8 +154,9 @@ def write_resume_file(path: Path, *, project: str, run: dict) -> None:
         os.replace(temporary, path)
     except OSError as exc:
         temporary.unlink(missing_ok=True)
-        logger.warning("mado: cannot write %s (%s); resume='auto' will not find run %s from here",
-                       path, exc, record["run_id"])
+        logger.warning(
+            "mado: cannot write %s (%s); resume='auto' will not find run %s from here", path, exc, record["run_id"]
+        )
 
 
 def clear_resume_file(path: Path, run_id: str) -> None:
@@ -156,11 +173,18 @@ def clear_resume_file(path: Path, run_id: str) -> None:
         pass  # not empty: it holds something else
 
 
-def start_body(*, project: str, kind: str, parameters: dict, name, run_id: str, resume: str | None,
-               allow_param_change: bool) -> dict:
+def start_body(
+    *, project: str, kind: str, parameters: dict, name, run_id: str, resume: str | None, allow_param_change: bool
+) -> dict:
     """The ``POST runs/`` body: the run, its resume mode (``auto`` already resolved) and this process as writer."""
-    body = {"project": project, "kind": kind, "parameters": parameters, "external_id": run_id,
-            "host": socket.gethostname()[:255], "pid": os.getpid()}
+    body = {
+        "project": project,
+        "kind": kind,
+        "parameters": parameters,
+        "external_id": run_id,
+        "host": socket.gethostname()[:255],
+        "pid": os.getpid(),
+    }
     if name is not None:
         body["name"] = str(name)
     if resume is not None:

@@ -28,6 +28,7 @@ from concurrent.futures import Future
 from pathlib import Path
 
 from mado_tracking import config as config_module
+from mado_tracking import distributed, system, unsent
 from mado_tracking._base import (
     FINISH_STATUSES,
     RUN_KINDS,
@@ -40,12 +41,10 @@ from mado_tracking._base import (
 from mado_tracking.checkpoints import SavedCheckpoint
 from mado_tracking.client import ApiClient
 from mado_tracking.errors import ApiError, CheckpointError, MadoError
-from mado_tracking.lease import DEFAULT_HEARTBEAT_INTERVAL_S, Lease, heartbeat_interval_from_environment
-from mado_tracking import distributed, system, unsent
 from mado_tracking.heartbeat import Heartbeat
+from mado_tracking.lease import DEFAULT_HEARTBEAT_INTERVAL_S, Lease, heartbeat_interval_from_environment
 from mado_tracking.metrics import MetricSender
 from mado_tracking.points import metric_points
-from mado_tracking.staging import run_staging_dir
 from mado_tracking.resume_mode import (
     auto_conflict,
     auto_resume_target,
@@ -59,6 +58,7 @@ from mado_tracking.resume_mode import (
 )
 from mado_tracking.saving import CheckpointSaver
 from mado_tracking.stages import data_stage_body
+from mado_tracking.staging import run_staging_dir
 from mado_tracking.status import set_preempting, set_status
 
 logger = logging.getLogger("mado_tracking")
@@ -69,11 +69,21 @@ DEFAULT_FLUSH_TIMEOUT_S = 60.0
 ENV_MODE = "MMT_MODE"
 
 
-def start_run(project: str | None = None, name: str | None = None, kind: str = "training",
-              parameters: Mapping | None = None, *, id: str | None = None, resume: str | None = None,
-              allow_param_change: bool = False, api_url: str | None = None, api_token: str | None = None,
-              flush_timeout: float = DEFAULT_FLUSH_TIMEOUT_S, offline: bool | None = None,
-              output: str | os.PathLike | None = None):
+def start_run(
+    project: str | None = None,
+    name: str | None = None,
+    kind: str = "training",
+    parameters: Mapping | None = None,
+    *,
+    id: str | None = None,
+    resume: str | None = None,
+    allow_param_change: bool = False,
+    api_url: str | None = None,
+    api_token: str | None = None,
+    flush_timeout: float = DEFAULT_FLUSH_TIMEOUT_S,
+    offline: bool | None = None,
+    output: str | os.PathLike | None = None,
+):
     """Create or resume a Run on the mado server (or offline, in a local directory); return its handle
     (docs/design/resume.md#steps-continue; docs/design/runs.md#offline, #resume-modes).
 
@@ -137,21 +147,39 @@ def start_run(project: str | None = None, name: str | None = None, kind: str = "
         offline = _offline_from_environment()
     if offline:
         if resume is not None:
-            raise ValueError(f"resume needs the mado server (resume={resume!r}, argument resume= or MMT_RESUME); "
-                             "offline runs cannot be resumed by id: unset it or run online")
+            raise ValueError(
+                f"resume needs the mado server (resume={resume!r}, argument resume= or MMT_RESUME); "
+                "offline runs cannot be resumed by id: unset it or run online"
+            )
         from mado_tracking.offline import start_offline_run
 
-        return start_offline_run(project=project or os.environ.get(config_module.ENV_PROJECT) or None, name=name,
-                                 kind=kind, parameters=parameters, output=output, external_id=run_id)
+        return start_offline_run(
+            project=project or os.environ.get(config_module.ENV_PROJECT) or None,
+            name=name,
+            kind=kind,
+            parameters=parameters,
+            output=output,
+            external_id=run_id,
+        )
     ranks = distributed.ranks_from_environment()
     resolve = functools.partial(config_module.resolve, api_url=api_url, api_token=api_token, project=project)
-    start = functools.partial(_start_online, resolve(), kind=kind, parameters=parameters, name=name, run_id=run_id,
-                              resume=resume, allow_param_change=allow_param_change, flush_timeout=flush_timeout)
+    start = functools.partial(
+        _start_online,
+        resolve(),
+        kind=kind,
+        parameters=parameters,
+        name=name,
+        run_id=run_id,
+        resume=resume,
+        allow_param_change=allow_param_change,
+        flush_timeout=flush_timeout,
+    )
     return start() if ranks is None else distributed.join_run(ranks, start, resolve, flush_timeout)
 
 
-def _start_online(config: config_module.Config, *, kind, parameters, name, run_id, resume, allow_param_change,
-                  flush_timeout) -> "Run":
+def _start_online(
+    config: config_module.Config, *, kind, parameters, name, run_id, resume, allow_param_change, flush_timeout
+) -> "Run":
     heartbeat_interval = heartbeat_interval_from_environment()
     client = ApiClient(config)
     try:
@@ -161,8 +189,15 @@ def _start_online(config: config_module.Config, *, kind, parameters, name, run_i
             auto_id = None if run_id else auto_resume_target(client, config.project, resume_file)
             run_id = run_id or auto_id
             resume = "allow" if run_id is not None else None
-        body = start_body(project=config.project, kind=kind, parameters=parameters, name=name,
-                          run_id=run_id or new_external_id(), resume=resume, allow_param_change=allow_param_change)
+        body = start_body(
+            project=config.project,
+            kind=kind,
+            parameters=parameters,
+            name=name,
+            run_id=run_id or new_external_id(),
+            resume=resume,
+            allow_param_change=allow_param_change,
+        )
         try:
             data = create_run(client, body)
         except ApiError as error:
@@ -171,8 +206,14 @@ def _start_online(config: config_module.Config, *, kind, parameters, name, run_i
         client.close()
         raise
     write_resume_file(resume_file, project=config.project, run=data)
-    return Run(client=client, config=config, data=data, flush_timeout=flush_timeout,
-               heartbeat_interval=heartbeat_interval, resume_file=resume_file)
+    return Run(
+        client=client,
+        config=config,
+        data=data,
+        flush_timeout=flush_timeout,
+        heartbeat_interval=heartbeat_interval,
+        resume_file=resume_file,
+    )
 
 
 def _offline_from_environment() -> bool:
@@ -195,8 +236,16 @@ class Run(RunBase):
     ``lost`` (another process took the Run over, or it ended on the server).
     """
 
-    def __init__(self, *, client: ApiClient, config: config_module.Config, data: dict, flush_timeout: float,
-                 heartbeat_interval: float | None = None, resume_file: Path | None = None):
+    def __init__(
+        self,
+        *,
+        client: ApiClient,
+        config: config_module.Config,
+        data: dict,
+        flush_timeout: float,
+        heartbeat_interval: float | None = None,
+        resume_file: Path | None = None,
+    ):
         self._client = client
         self._config = config
         self._flush_timeout = flush_timeout
@@ -208,15 +257,21 @@ class Run(RunBase):
         self.fencing_token: int | None = data.get("fencing_token")
         last_step = data.get("last_step")
         self.step = max(data.get("step_floor") or 0, 0 if last_step is None else last_step + 1)
-        self._lease = Lease(run_label=self.external_id or str(self.id), token=self.fencing_token,
-                            heartbeat_interval=heartbeat_interval or data.get("heartbeat_interval")
-                            or DEFAULT_HEARTBEAT_INTERVAL_S)
+        self._lease = Lease(
+            run_label=self.external_id or str(self.id),
+            token=self.fencing_token,
+            heartbeat_interval=heartbeat_interval or data.get("heartbeat_interval") or DEFAULT_HEARTBEAT_INTERVAL_S,
+        )
         client.session.headers.update(self._lease.headers)
         crash_timeout = data.get("crash_timeout")
         if crash_timeout and self._lease.heartbeat_interval >= crash_timeout:
-            logger.warning("mado: heartbeats every %g s (MMT_HEARTBEAT_INTERVAL) are not within the server's crash "
-                           "timeout of %g s: run %s will be marked crashed between them",
-                           self._lease.heartbeat_interval, crash_timeout, self._lease.run_label)
+            logger.warning(
+                "mado: heartbeats every %g s (MMT_HEARTBEAT_INTERVAL) are not within the server's crash "
+                "timeout of %g s: run %s will be marked crashed between them",
+                self._lease.heartbeat_interval,
+                crash_timeout,
+                self._lease.run_label,
+            )
         self._finishing = False
         self._dropping_warned = False
         self._finish_lock = threading.Lock()
@@ -225,8 +280,9 @@ class Run(RunBase):
         # points a crashed earlier start of this run kept (docs/design/runs.md#liveness)
         self._sender.add(unsent.take(keep_dir))
         self._heartbeat = Heartbeat(config, self.id, lease=self._lease)
-        self._checkpoints = CheckpointSaver(client=client, run=data, sender=self._sender, lease=self._lease,
-                                            flush_timeout=flush_timeout)
+        self._checkpoints = CheckpointSaver(
+            client=client, run=data, sender=self._sender, lease=self._lease, flush_timeout=flush_timeout
+        )
         interval = system.interval_from_env()
         self._system = system.SystemMonitor(self._log_system, interval) if interval > 0 else None
         self._opened()
@@ -280,8 +336,11 @@ class Run(RunBase):
                 return
             if not self._dropping_warned:
                 self._dropping_warned = True
-                logger.warning("mado: run %s is no longer written by this process (see the error above); "
-                               "log_metrics values are dropped from now on", self.external_id)
+                logger.warning(
+                    "mado: run %s is no longer written by this process (see the error above); "
+                    "log_metrics values are dropped from now on",
+                    self.external_id,
+                )
             return
         self._sender.add(points)
 
@@ -291,8 +350,15 @@ class Run(RunBase):
         if not self._finishing and not self._lease.lost:
             self._sender.add(metric_points(values, max(self.step - 1, 0), time.time()))
 
-    def log_checkpoint(self, directory: str | os.PathLike, step: int, includes_optimizer: bool = False,
-                       framework: str | None = None, *, wait: bool = True) -> SavedCheckpoint | Future:
+    def log_checkpoint(
+        self,
+        directory: str | os.PathLike,
+        step: int,
+        includes_optimizer: bool = False,
+        framework: str | None = None,
+        *,
+        wait: bool = True,
+    ) -> SavedCheckpoint | Future:
         """Save ``directory`` as this Run's checkpoint at ``step``
         (docs/design/checkpoints.md#a-checkpoint, #save-and-restore).
 
@@ -332,19 +398,31 @@ class Run(RunBase):
         if self._finishing:
             raise MadoError(f"run {self.id} is finished; log_checkpoint must come before finish()")
         self._require_lease("log_checkpoint")
-        return self._checkpoints.save(directory, step, includes_optimizer=includes_optimizer, framework=framework,
-                                      wait=wait)
+        return self._checkpoints.save(
+            directory, step, includes_optimizer=includes_optimizer, framework=framework, wait=wait
+        )
 
     def _save_sharded(self, directory, step: int, includes_optimizer: bool, world_size: int) -> SavedCheckpoint:
         """Rank 0's upload of a sharded checkpoint directory (``mado_tracking.dcp``), waiting until complete."""
         if self._finishing:
             raise MadoError(f"run {self.id} is finished; log_checkpoint_distributed must come before finish()")
         self._require_lease("log_checkpoint_distributed")
-        return self._checkpoints.save(directory, step, includes_optimizer=includes_optimizer, framework="torch-dcp",
-                                      wait=True, world_size=world_size)
+        return self._checkpoints.save(
+            directory,
+            step,
+            includes_optimizer=includes_optimizer,
+            framework="torch-dcp",
+            wait=True,
+            world_size=world_size,
+        )
 
-    def log_training_data_stage(self, start_step: int, input_dataset_version_ids: Sequence[int],
-                                checkpoint_id: int | None = None, metadata: Mapping | None = None) -> dict:
+    def log_training_data_stage(
+        self,
+        start_step: int,
+        input_dataset_version_ids: Sequence[int],
+        checkpoint_id: int | None = None,
+        metadata: Mapping | None = None,
+    ) -> dict:
         """Record that from ``start_step`` on this Run trains on exactly ``input_dataset_version_ids``
         (docs/design/runs.md#data-stages-sdk).
 
@@ -388,8 +466,10 @@ class Run(RunBase):
 
     def _require_lease(self, what: str) -> None:
         if self._lease.lost:
-            raise MadoError(f"run {self.external_id} is no longer written by this process (taken over by another "
-                            f"one, or ended on the server); {what} sent nothing")
+            raise MadoError(
+                f"run {self.external_id} is no longer written by this process (taken over by another "
+                f"one, or ended on the server); {what} sent nothing"
+            )
 
     def mark_preempting(self) -> None:
         """Tell the server this run is being preempted (docs/design/sweeps.md#sweeps); safe to call from a signal
@@ -452,8 +532,7 @@ class Run(RunBase):
         self._heartbeat.close()  # beats went on while uploads and metrics drained; none may follow the end
         try:
             if not self._lease.lost:
-                data = set_status(self._client, self.id, status, attempts=1 if interrupted else None,
-                                  lease=self._lease)
+                data = set_status(self._client, self.id, status, attempts=1 if interrupted else None, lease=self._lease)
                 if data is not None:
                     self._update(data)
         finally:
@@ -463,6 +542,8 @@ class Run(RunBase):
         if interrupted is not None:
             raise interrupted
         if failed:
-            raise CheckpointError(f"run {self.external_id}: {len(failed)} checkpoint upload(s) failed: "
-                                  f"{'; '.join(failed)}. Unless refused by the server, they are uploaded when this "
-                                  "run starts again (its id with resume='allow')")
+            raise CheckpointError(
+                f"run {self.external_id}: {len(failed)} checkpoint upload(s) failed: "
+                f"{'; '.join(failed)}. Unless refused by the server, they are uploaded when this "
+                "run starts again (its id with resume='allow')"
+            )

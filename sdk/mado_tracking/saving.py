@@ -44,15 +44,24 @@ class CheckpointSaver:
         self._sender = sender
         self._lease = lease
         self._flush_timeout = flush_timeout
-        self._staging = run_staging_dir(api_url=client.config.api_url, project=run.get("project") or "",
-                                        external_id=self._label)
+        self._staging = run_staging_dir(
+            api_url=client.config.api_url, project=run.get("project") or "", external_id=self._label
+        )
         self._keys: dict[int, str] = {}  # step → Idempotency-Key of a save not yet completed
         self._saved_steps: set[int] = set()
         self._uploads: BackgroundUploads | None = None
         self._upload_client: ApiClient | None = None
 
-    def save(self, directory, step, *, includes_optimizer: bool, framework: str | None,
-             wait: bool, world_size: int | None = None) -> SavedCheckpoint | Future:
+    def save(
+        self,
+        directory,
+        step,
+        *,
+        includes_optimizer: bool,
+        framework: str | None,
+        wait: bool,
+        world_size: int | None = None,
+    ) -> SavedCheckpoint | Future:
         """Save ``directory`` at ``step``; see ``Run.log_checkpoint`` for the arguments, result and errors.
 
         ``world_size``: a sharded ``torch-dcp`` checkpoint's (``wait=True`` only, ``mado_tracking.dcp``).
@@ -65,19 +74,28 @@ class CheckpointSaver:
         if not wait:
             return self._save_in_background(directory, step, key, includes_optimizer, framework)
         tar = CheckpointTar(directory)
-        saved = self._upload(self._client, Path(directory), step, key, includes_optimizer, framework, tar=tar,
-                             world_size=world_size)
+        saved = self._upload(
+            self._client, Path(directory), step, key, includes_optimizer, framework, tar=tar, world_size=world_size
+        )
         self._saved_steps.add(step)
         self._keys.pop(step, None)
         return saved
 
-    def _save_in_background(self, directory, step: int, key: str, includes_optimizer: bool,
-                            framework: str | None) -> Future:
+    def _save_in_background(
+        self, directory, step: int, key: str, includes_optimizer: bool, framework: str | None
+    ) -> Future:
         uploads = self._background()
         uploads.reserve(step)
         try:
-            staged = stage(directory, root=self._staging, step=step, run_id=self._run_id, idempotency_key=key,
-                           includes_optimizer=includes_optimizer, framework=framework)
+            staged = stage(
+                directory,
+                root=self._staging,
+                step=step,
+                run_id=self._run_id,
+                idempotency_key=key,
+                includes_optimizer=includes_optimizer,
+                framework=framework,
+            )
         except BaseException:
             uploads.release()
             raise
@@ -89,8 +107,12 @@ class CheckpointSaver:
         """Queue the snapshots an earlier process of this run left unuploaded; return their steps."""
         staged = left_behind(self._staging, run_id=self._run_id)
         if staged:
-            logger.warning("mado: run %s: uploading %d checkpoint(s) an earlier process left unuploaded "
-                           "(steps %s)", self._label, len(staged), ", ".join(str(item.step) for item in staged))
+            logger.warning(
+                "mado: run %s: uploading %d checkpoint(s) an earlier process left unuploaded (steps %s)",
+                self._label,
+                len(staged),
+                ", ".join(str(item.step) for item in staged),
+            )
         for item in staged:
             self._saved_steps.add(item.step)
             self._background().submit(item, reserved=False)
@@ -109,26 +131,57 @@ class CheckpointSaver:
     def _background(self) -> BackgroundUploads:
         if self._uploads is None:
             self._upload_client = ApiClient(self._client.config, headers=self._lease.headers)
-            self._uploads = BackgroundUploads(self._upload_staged, max_pending=max_pending_from_environment(),
-                                              label=self._label)
+            self._uploads = BackgroundUploads(
+                self._upload_staged, max_pending=max_pending_from_environment(), label=self._label
+            )
         return self._uploads
 
     def _upload_staged(self, staged: StagedCheckpoint) -> SavedCheckpoint:
         staged.check_unchanged()
-        return self._upload(self._upload_client, staged.content, staged.step, staged.idempotency_key,
-                            staged.includes_optimizer, staged.framework, progress=False)
+        return self._upload(
+            self._upload_client,
+            staged.content,
+            staged.step,
+            staged.idempotency_key,
+            staged.includes_optimizer,
+            staged.framework,
+            progress=False,
+        )
 
-    def _upload(self, client: ApiClient, directory: Path, step: int, key: str, includes_optimizer: bool,
-                framework: str | None, *, tar: CheckpointTar | None = None, progress: bool = True,
-                world_size: int | None = None) -> SavedCheckpoint:
+    def _upload(
+        self,
+        client: ApiClient,
+        directory: Path,
+        step: int,
+        key: str,
+        includes_optimizer: bool,
+        framework: str | None,
+        *,
+        tar: CheckpointTar | None = None,
+        progress: bool = True,
+        world_size: int | None = None,
+    ) -> SavedCheckpoint:
         unsent = self._sender.flush(self._flush_timeout)
         if unsent:
-            logger.warning("mado: %d metric points of run %s are not sent yet; saving the checkpoint at step %s "
-                           "anyway", unsent, self._run_id, step)
+            logger.warning(
+                "mado: %d metric points of run %s are not sent yet; saving the checkpoint at step %s anyway",
+                unsent,
+                self._run_id,
+                step,
+            )
         try:
-            return upload_checkpoint(client, run_id=self._run_id, directory=directory, step=step,
-                                     idempotency_key=key, includes_optimizer=includes_optimizer,
-                                     framework=framework, tar=tar, progress=progress, world_size=world_size)
+            return upload_checkpoint(
+                client,
+                run_id=self._run_id,
+                directory=directory,
+                step=step,
+                idempotency_key=key,
+                includes_optimizer=includes_optimizer,
+                framework=framework,
+                tar=tar,
+                progress=progress,
+                world_size=world_size,
+            )
         except ApiError as error:
             self._lease.lost_by(error)
             raise

@@ -17,5 +17,9 @@ def data_stage_body(start_step, input_dataset_version_ids, checkpoint_id, metada
         raise ValueError(f"checkpoint_id must be an int or None, got {checkpoint_id!r}")
     if metadata is not None and not isinstance(metadata, Mapping):
         raise ValueError("metadata must be a mapping (a JSON object) or None")
-    return {"start_step": start_step, "input_dataset_version_ids": ids, "checkpoint_id": checkpoint_id,
-            "metadata": dict(metadata or {})}
+    return {
+        "start_step": start_step,
+        "input_dataset_version_ids": ids,
+        "checkpoint_id": checkpoint_id,
+        "metadata": dict(metadata or {}),
+    }

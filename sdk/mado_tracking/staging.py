@@ -84,9 +84,12 @@ class StagedCheckpoint:
         for relative, (size, mtime_ns) in self.files.items():
             info = (self.content / relative).stat()
             if (info.st_size, info.st_mtime_ns) != (size, mtime_ns):
-                raise CheckpointError(f"{self.content / relative}: was rewritten in place after log_checkpoint "
-                                      f"returned (step {self.step}); write checkpoint files to a new name and "
-                                      "rename them, or save with wait=True", field="step")
+                raise CheckpointError(
+                    f"{self.content / relative}: was rewritten in place after log_checkpoint "
+                    f"returned (step {self.step}); write checkpoint files to a new name and "
+                    "rename them, or save with wait=True",
+                    field="step",
+                )
 
     def discard(self) -> None:
         shutil.rmtree(self.directory, ignore_errors=True)
@@ -99,8 +102,9 @@ def run_staging_dir(*, api_url: str, project: str, external_id: str) -> Path:
     return Path(root).absolute() / "staging" / server / project / external_id
 
 
-def stage(source, *, root: Path, step: int, run_id: int, idempotency_key: str, includes_optimizer: bool,
-          framework: str | None) -> StagedCheckpoint:
+def stage(
+    source, *, root: Path, step: int, run_id: int, idempotency_key: str, includes_optimizer: bool, framework: str | None
+) -> StagedCheckpoint:
     """Snapshot ``source`` into ``root/step-<step>`` (hard links or copies, see the module docstring).
 
     Raises ``CheckpointError`` naming the path, before anything is staged,
@@ -114,8 +118,14 @@ def stage(source, *, root: Path, step: int, run_id: int, idempotency_key: str, i
         raise CheckpointError(f"{source}: step {step} is already waiting for its upload in {target}", field="step")
     root.mkdir(parents=True, exist_ok=True)
     partial = root / f".step-{step}.{uuid.uuid4().hex}.partial"
-    staged = StagedCheckpoint(directory=target, step=step, run_id=run_id, idempotency_key=idempotency_key,
-                              includes_optimizer=bool(includes_optimizer), framework=framework)
+    staged = StagedCheckpoint(
+        directory=target,
+        step=step,
+        run_id=run_id,
+        idempotency_key=idempotency_key,
+        includes_optimizer=bool(includes_optimizer),
+        framework=framework,
+    )
     try:
         for relative, path, _size in files:
             destination = partial / "files" / relative
@@ -127,8 +137,9 @@ def stage(source, *, root: Path, step: int, run_id: int, idempotency_key: str, i
         try:
             partial.rename(target)
         except OSError:
-            raise CheckpointError(f"{source}: step {step} is already waiting for its upload in {target}",
-                                  field="step") from None
+            raise CheckpointError(
+                f"{source}: step {step} is already waiting for its upload in {target}", field="step"
+            ) from None
     finally:
         shutil.rmtree(partial, ignore_errors=True)
     return staged
@@ -158,9 +169,14 @@ def _clone(source: Path, destination: Path) -> bool:
 
 
 def _write_info(directory: Path, staged: StagedCheckpoint) -> None:
-    info = {"step": staged.step, "run_id": staged.run_id, "idempotency_key": staged.idempotency_key,
-            "includes_optimizer": staged.includes_optimizer, "framework": staged.framework,
-            "files": {path: list(value) for path, value in staged.files.items()}}
+    info = {
+        "step": staged.step,
+        "run_id": staged.run_id,
+        "idempotency_key": staged.idempotency_key,
+        "includes_optimizer": staged.includes_optimizer,
+        "framework": staged.framework,
+        "files": {path: list(value) for path, value in staged.files.items()},
+    }
     (directory / INFO_FILE).write_text(json.dumps(info, sort_keys=True) + "\n", encoding="utf-8")
 
 
@@ -182,17 +198,22 @@ def left_behind(root: Path, *, run_id: int) -> list[StagedCheckpoint]:
             continue
         try:
             info = json.loads((entry / INFO_FILE).read_text(encoding="utf-8"))
-            staged = StagedCheckpoint(directory=entry, step=int(info["step"]), run_id=int(info["run_id"]),
-                                      idempotency_key=str(info["idempotency_key"]),
-                                      includes_optimizer=bool(info.get("includes_optimizer")),
-                                      framework=info.get("framework") or None,
-                                      files={path: tuple(value) for path, value in info["files"].items()})
+            staged = StagedCheckpoint(
+                directory=entry,
+                step=int(info["step"]),
+                run_id=int(info["run_id"]),
+                idempotency_key=str(info["idempotency_key"]),
+                includes_optimizer=bool(info.get("includes_optimizer")),
+                framework=info.get("framework") or None,
+                files={path: tuple(value) for path, value in info["files"].items()},
+            )
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
             logger.warning("mado: ignoring %s: not a readable checkpoint snapshot (%s)", entry, exc)
             continue
         if staged.run_id != run_id:
-            logger.warning("mado: ignoring %s: it belongs to run %s on this server, not %s", entry, staged.run_id,
-                           run_id)
+            logger.warning(
+                "mado: ignoring %s: it belongs to run %s on this server, not %s", entry, staged.run_id, run_id
+            )
             continue
         found.append(staged)
     return sorted(found, key=lambda staged: staged.step)

@@ -14,8 +14,9 @@ PREEMPTING_ATTEMPTS = 3
 PREEMPTING_TIMEOUT_S = 5.0
 
 
-def set_status(client: ApiClient, run_id: int, status: str, *, attempts: int | None = None,
-               lease: Lease | None = None) -> dict | None:
+def set_status(
+    client: ApiClient, run_id: int, status: str, *, attempts: int | None = None, lease: Lease | None = None
+) -> dict | None:
     """PATCH the Run's final status; another final state already on the server is kept (warning).
 
     Returns the Run's JSON, or None when ``lease`` says the Run was lost (another process holds it).
@@ -30,8 +31,9 @@ def set_status(client: ApiClient, run_id: int, status: str, *, attempts: int | N
         if error.status != 409:
             raise
         data = client.request("GET", f"runs/{run_id}/", attempts=attempts)
-        logger.warning("mado: run %s already ended as %s on the server; not marked %s",
-                       run_id, data.get("status"), status)
+        logger.warning(
+            "mado: run %s already ended as %s on the server; not marked %s", run_id, data.get("status"), status
+        )
         return data
 
 
@@ -44,12 +46,20 @@ def set_preempting(config: Config, lease: Lease, run_id: int) -> dict | None:
     """
     client = ApiClient(config, read_timeout=PREEMPTING_TIMEOUT_S, headers=lease.headers)
     try:
-        return client.request("PATCH", f"runs/{run_id}/", body={"status": "preempting"},
-                              attempts=PREEMPTING_ATTEMPTS, backoff=Backoff(0.2, 1.0))
+        return client.request(
+            "PATCH",
+            f"runs/{run_id}/",
+            body={"status": "preempting"},
+            attempts=PREEMPTING_ATTEMPTS,
+            backoff=Backoff(0.2, 1.0),
+        )
     except ApiError as error:
         if not lease.lost_by(error):
-            logger.warning("mado: could not mark run %s preempting (%s); it still ends preempted unless "
-                           "the program exits cleanly", lease.run_label, error)
+            logger.warning(
+                "mado: could not mark run %s preempting (%s); it still ends preempted unless the program exits cleanly",
+                lease.run_label,
+                error,
+            )
         return None
     finally:
         client.close()

@@ -25,13 +25,13 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from mado_tracking._base import FINISH_STATUSES
 from mado_tracking.checkpoints import upload_checkpoint
 from mado_tracking.client import ApiClient
 from mado_tracking.config import ENV_PROJECT, Config
 from mado_tracking.errors import ConfigError
 from mado_tracking.metrics import BATCH_MAX
 from mado_tracking.offline import CHECKPOINTS_DIR, METRICS_FILE, read_record, write_json_atomically
-from mado_tracking._base import FINISH_STATUSES
 from mado_tracking.resume_mode import create_run, find_run
 from mado_tracking.status import set_status
 
@@ -53,8 +53,9 @@ class SyncReport:
     status: str = ""
 
 
-def sync_offline_run(directory, config: Config, *, project: str | None = None,
-                     batch_max: int = BATCH_MAX) -> SyncReport:
+def sync_offline_run(
+    directory, config: Config, *, project: str | None = None, batch_max: int = BATCH_MAX
+) -> SyncReport:
     """Upload the offline run in ``directory`` to the server of ``config`` (docs/design/runs.md#offline); see the module
     docstring.
 
@@ -78,8 +79,9 @@ def sync_offline_run(directory, config: Config, *, project: str | None = None,
     client = ApiClient(config)
     try:
         report = _find_or_create(client, project, record)
-        report.points_total, report.points_sent = _sync_metrics(client, directory, record, report.run, config,
-                                                                batch_max)
+        report.points_total, report.points_sent = _sync_metrics(
+            client, directory, record, report.run, config, batch_max
+        )
         _sync_checkpoints(client, directory, record, report)
         report.status = report.run.get("status", "")
         if record.get("status") in FINISH_STATUSES and report.status != record["status"]:
@@ -94,8 +96,13 @@ def _find_or_create(client: ApiClient, project: str, record: dict) -> SyncReport
     found = find_run(client, project, record["external_id"])
     if found is not None:
         return SyncReport(run=found)
-    body = {"project": project, "name": record.get("name") or "", "kind": record.get("kind") or "training",
-            "parameters": record.get("parameters") or {}, "external_id": record["external_id"]}
+    body = {
+        "project": project,
+        "name": record.get("name") or "",
+        "kind": record.get("kind") or "training",
+        "parameters": record.get("parameters") or {},
+        "external_id": record["external_id"],
+    }
     return SyncReport(run=create_run(client, body), created=True)
 
 
@@ -123,8 +130,9 @@ def _metric_lines(path: Path):
             yield number, line.rstrip("\n")
 
 
-def _sync_metrics(client: ApiClient, directory: Path, record: dict, run: dict, config: Config,
-                  batch_max: int) -> tuple[int, int]:
+def _sync_metrics(
+    client: ApiClient, directory: Path, record: dict, run: dict, config: Config, batch_max: int
+) -> tuple[int, int]:
     """Post the lines not yet stored; return (lines in the file, lines posted as new batches)."""
     state = _read_state(directory)
     key = _state_key(config, run)
@@ -135,8 +143,9 @@ def _sync_metrics(client: ApiClient, directory: Path, record: dict, run: dict, c
     def post(end: int) -> int:
         nonlocal state
         body = ('{"points":[' + ",".join(batch) + "]}").encode("ascii")
-        answer = client.request("POST", path, raw=body,
-                                headers={"Idempotency-Key": f"sync-{record['external_id']}-{first}-{end}"})
+        answer = client.request(
+            "POST", path, raw=body, headers={"Idempotency-Key": f"sync-{record['external_id']}-{first}-{end}"}
+        )
         state = _read_state(directory)
         state[key] = {"run_id": run["id"], "metrics_lines": end}
         write_json_atomically(directory / STATE_FILE, state)
@@ -168,18 +177,30 @@ def _sync_checkpoints(client: ApiClient, directory: Path, record: dict, report: 
         page = client.request("GET", page["next"])
     entries = {entry["step"]: entry for entry in record.get("checkpoints") or []}
     root = directory / CHECKPOINTS_DIR
-    steps = sorted(int(p.name[5:]) for p in root.glob("step-*") if p.is_dir() and p.name[5:].isdigit()) \
-        if root.is_dir() else []
+    steps = (
+        sorted(int(p.name[5:]) for p in root.glob("step-*") if p.is_dir() and p.name[5:].isdigit())
+        if root.is_dir()
+        else []
+    )
     for step in steps:
         if step in present:
             report.checkpoints_present.append(step)
             continue
         entry = entries.get(step, {})
-        saved = upload_checkpoint(client, run_id=run_id, directory=root / f"step-{step}", step=step,
-                                  idempotency_key=f"sync-{record['external_id']}-step-{step}",
-                                  includes_optimizer=entry.get("includes_optimizer", False),
-                                  framework=entry.get("framework") or None)
+        saved = upload_checkpoint(
+            client,
+            run_id=run_id,
+            directory=root / f"step-{step}",
+            step=step,
+            idempotency_key=f"sync-{record['external_id']}-step-{step}",
+            includes_optimizer=entry.get("includes_optimizer", False),
+            framework=entry.get("framework") or None,
+        )
         if entry.get("tar_sha256") and saved.sha256 != entry["tar_sha256"]:
-            logger.warning("mado: %s changed since it was saved offline (tar SHA-256 %s, recorded %s); "
-                           "uploaded as it is now", root / f"step-{step}", saved.sha256, entry["tar_sha256"])
+            logger.warning(
+                "mado: %s changed since it was saved offline (tar SHA-256 %s, recorded %s); uploaded as it is now",
+                root / f"step-{step}",
+                saved.sha256,
+                entry["tar_sha256"],
+            )
         report.checkpoints_uploaded.append(step)

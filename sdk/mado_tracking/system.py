@@ -91,8 +91,12 @@ class SystemMonitor:
     def _counters(self):
         disk = self._psutil.disk_io_counters()
         net = self._psutil.net_io_counters()
-        return (disk.read_bytes if disk else 0, disk.write_bytes if disk else 0,
-                net.bytes_sent if net else 0, net.bytes_recv if net else 0)
+        return (
+            disk.read_bytes if disk else 0,
+            disk.write_bytes if disk else 0,
+            net.bytes_sent if net else 0,
+            net.bytes_recv if net else 0,
+        )
 
     def sample(self) -> dict[str, float]:
         """One sample: CPU, memory, disk, network (bytes since the previous sample) and each GPU."""
@@ -106,8 +110,10 @@ class SystemMonitor:
             "system/memory_percent": float(memory.percent),
             "system/memory_used_bytes": float(memory.total - memory.available),
             "system/disk_percent": float(psutil.disk_usage(os.getcwd()).percent),
-            "system/disk_read_bytes": float(delta[0]), "system/disk_write_bytes": float(delta[1]),
-            "system/network_sent_bytes": float(delta[2]), "system/network_received_bytes": float(delta[3]),
+            "system/disk_read_bytes": float(delta[0]),
+            "system/disk_write_bytes": float(delta[1]),
+            "system/network_sent_bytes": float(delta[2]),
+            "system/network_received_bytes": float(delta[3]),
         }
         if self._nvml is not None:
             values.update(gpu_sample(self._nvml))

@@ -24,10 +24,21 @@ _POSIX_MAGIC = b"ustar\x0000"
 _GNU_MAGIC = b"ustar  \x00"
 _FILE = (b"0", b"\x00")
 _DIR = b"5"
-_KIND = {b"1": "hard link", b"2": "symbolic link", b"3": "character device", b"4": "block device",
-         b"6": "FIFO", b"7": "contiguous file", b"g": "global PAX header", b"K": "GNU long link name",
-         b"S": "GNU sparse file", b"D": "GNU dump directory", b"M": "GNU multi-volume member",
-         b"V": "GNU volume header", b"5": "directory"}
+_KIND = {
+    b"1": "hard link",
+    b"2": "symbolic link",
+    b"3": "character device",
+    b"4": "block device",
+    b"6": "FIFO",
+    b"7": "contiguous file",
+    b"g": "global PAX header",
+    b"K": "GNU long link name",
+    b"S": "GNU sparse file",
+    b"D": "GNU dump directory",
+    b"M": "GNU multi-volume member",
+    b"V": "GNU volume header",
+    b"5": "directory",
+}
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 # Names Windows reserves for devices, in any case and with any extension (``nul.txt``); ¹²³ count as digits there.
 _WINDOWS_DEVICE = re.compile(r"(?i)(con|prn|aux|nul|com[1-9¹²³]|lpt[1-9¹²³])")
@@ -116,8 +127,9 @@ def check_path(path: str | bytes, limits: Limits = Limits(), *, label: str = "")
     except UnicodeEncodeError:  # a lone surrogate, e.g. from JSON "\ud800"
         raise ManifestMismatch("path", f"{where}{path!r}: the name is not valid UTF-8") from None
     if len(raw) > limits.path_bytes:
-        raise ManifestMismatch("path", f"{where}{raw[:60]!r}…: path of {len(raw)} bytes is longer than "
-                                       f"{limits.path_bytes} bytes")
+        raise ManifestMismatch(
+            "path", f"{where}{raw[:60]!r}…: path of {len(raw)} bytes is longer than {limits.path_bytes} bytes"
+        )
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
@@ -130,8 +142,11 @@ def check_path(path: str | bytes, limits: Limits = Limits(), *, label: str = "")
         if part in ("", ".", ".."):
             raise ManifestMismatch("path", f"{where}{text!r} is not a normalised relative path (no '..', '.', '//')")
         if len(part.encode("utf-8")) > limits.component_bytes:
-            raise ManifestMismatch("path", f"{where}{text!r}: a name of {len(part.encode('utf-8'))} bytes is longer "
-                                           f"than {limits.component_bytes} bytes")
+            raise ManifestMismatch(
+                "path",
+                f"{where}{text!r}: a name of {len(part.encode('utf-8'))} bytes is longer "
+                f"than {limits.component_bytes} bytes",
+            )
         refusal = windows_refusal(part)
         if refusal:
             raise ManifestMismatch("path", f"{where}{text!r}: {refusal}")
@@ -172,14 +187,14 @@ class Names:
             return
         key = "/".join(keys)
         if key in self._dirs:
-            raise ManifestMismatch("path", f"{where}{path!r} is a file and also a directory of "
-                                           f"{self._dirs[key]!r}")
+            raise ManifestMismatch("path", f"{where}{path!r} is a file and also a directory of {self._dirs[key]!r}")
         other = self._files.get(key)
         if other == path:
             raise ManifestMismatch("path", f"{where}{path!r} appears twice")
         if other is not None:
-            raise ManifestMismatch("path", f"{where}{path!r} collides with {other!r} (same name once "
-                                           "normalised or case-folded)")
+            raise ManifestMismatch(
+                "path", f"{where}{path!r} collides with {other!r} (same name once normalised or case-folded)"
+            )
         self._files[key] = path
 
     def _directory(self, key: str, spelled: str, path: str, where: str) -> None:
@@ -187,8 +202,11 @@ class Names:
             raise ManifestMismatch("path", f"{where}{path!r} needs {spelled!r} as a directory, but it is a file")
         other = self._dirs.setdefault(key, spelled)
         if other != spelled:
-            raise ManifestMismatch("path", f"{where}{path!r}: directory {spelled!r} collides with {other!r} "
-                                           "(same name once normalised or case-folded)")
+            raise ManifestMismatch(
+                "path",
+                f"{where}{path!r}: directory {spelled!r} collides with {other!r} "
+                "(same name once normalised or case-folded)",
+            )
 
 
 def _number(field: bytes, name: str, where: str) -> int:
@@ -330,8 +348,11 @@ class TarReader:
         magic = header[257:265]
         if magic == _GNU_MAGIC:
             if any(header[345:500]):
-                raise ManifestMismatch("tar", f"{where}: GNU header with a filled prefix field (GNU extensions "
-                                              "other than long names are not part of the format)")
+                raise ManifestMismatch(
+                    "tar",
+                    f"{where}: GNU header with a filled prefix field (GNU extensions "
+                    "other than long names are not part of the format)",
+                )
             prefix = b""
         elif magic == _POSIX_MAGIC:
             prefix = header[345:500].split(b"\x00", 1)[0]
@@ -350,16 +371,20 @@ class TarReader:
             self._start_member(kind == _DIR, size, mode, raw, where)
         else:
             shown = ((self._pax or {}).get(b"path") or self._long_name or raw).decode("utf-8", "backslashreplace")
-            raise ManifestMismatch("tar", f"{where} {shown!r} is a {_KIND.get(kind, f'member of type {kind!r}')}; "
-                                          "only regular files and directories are allowed")
+            raise ManifestMismatch(
+                "tar",
+                f"{where} {shown!r} is a {_KIND.get(kind, f'member of type {kind!r}')}; "
+                "only regular files and directories are allowed",
+            )
 
     def _start_extended(self, kind: bytes, size: int, where: str, raw: bytes) -> None:
         label = "PAX header" if kind == b"x" else "GNU long name"
         if (self._pax if kind == b"x" else self._long_name) is not None:
             raise ManifestMismatch("tar", f"{where}: two {label}s for one member")
         if size > self._limits.pax_bytes:
-            raise ManifestMismatch("tar", f"{where}: {label} of {size} bytes is larger than "
-                                          f"{self._limits.pax_bytes} bytes")
+            raise ManifestMismatch(
+                "tar", f"{where}: {label} of {size} bytes is larger than {self._limits.pax_bytes} bytes"
+            )
         self._extended = (kind, bytearray(), f"{where} ({label})")
         self._remaining, self._padding = size, -size % BLOCK
         if not size:

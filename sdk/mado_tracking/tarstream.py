@@ -106,8 +106,15 @@ class CheckpointTar:
     ``chunk_size`` bytes are held.
     """
 
-    def __init__(self, directory: str | os.PathLike, *, chunk_size: int = 1 << 20, max_ahead: int = 4, on_bytes=None,
-                 tar_hash: bool = False):
+    def __init__(
+        self,
+        directory: str | os.PathLike,
+        *,
+        chunk_size: int = 1 << 20,
+        max_ahead: int = 4,
+        on_bytes=None,
+        tar_hash: bool = False,
+    ):
         self.files = scan(directory)
         self._headers = [_header(rel, size) for rel, _, size in self.files]
         self.total_bytes = sum(size for _, _, size in self.files)

@@ -50,8 +50,15 @@ class CheckpointVerifier:
     ``sha256`` and ``members`` (path → ``ManifestFile``, files only).
     """
 
-    def __init__(self, manifest: list[ManifestFile] | None = None, *, tar_size: int | None = None,
-                 tar_sha256: str | None = None, limits: Limits = Limits(), writer=None):
+    def __init__(
+        self,
+        manifest: list[ManifestFile] | None = None,
+        *,
+        tar_size: int | None = None,
+        tar_sha256: str | None = None,
+        limits: Limits = Limits(),
+        writer=None,
+    ):
         self._expected = None if manifest is None else {entry.path: entry for entry in manifest}
         self._declared_size = tar_size
         self._declared_sha = tar_sha256

@@ -52,8 +52,13 @@ except ImportError:  # numpy is optional
 logger = logging.getLogger("mado_tracking")
 
 INFO_FILE = "mado-checkpoint.json"
-FILES = {"model": "model.pt", "optimizer": "optimizer.pt", "scheduler": "scheduler.pt", "rng": "rng.pt",
-         "extra": "extra.pt"}
+FILES = {
+    "model": "model.pt",
+    "optimizer": "optimizer.pt",
+    "scheduler": "scheduler.pt",
+    "rng": "rng.pt",
+    "extra": "extra.pt",
+}
 FORMAT = 1
 
 __all__ = ["load_checkpoint", "load_distributed", "load_extra", "save_checkpoint", "save_distributed"]
@@ -69,9 +74,16 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def save_checkpoint(directory, *, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None,
-                    scheduler=None, step: int, extra=None,
-                    generators: dict[str, torch.Generator] | None = None) -> Path:
+def save_checkpoint(
+    directory,
+    *,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer | None = None,
+    scheduler=None,
+    step: int,
+    extra=None,
+    generators: dict[str, torch.Generator] | None = None,
+) -> Path:
     """Write the training state into ``directory`` (created if needed); return it as a ``Path``.
 
     Args:
@@ -107,8 +119,7 @@ def save_checkpoint(directory, *, model: torch.nn.Module, optimizer: torch.optim
         path.unlink(missing_ok=True)  # before the write: its pages serve the new file (module docstring)
         if part in states:
             _write_replacing(path, lambda temporary, state=states[part]: torch.save(state, temporary))
-    info = {"format": FORMAT, "step": step, "files": {part: FILES[part] for part in states},
-            "torch": torch.__version__}
+    info = {"format": FORMAT, "step": step, "files": {part: FILES[part] for part in states}, "torch": torch.__version__}
     text = json.dumps(info, indent=2, sort_keys=True) + "\n"
     _write_replacing(directory / INFO_FILE, lambda temporary: temporary.write_text(text, encoding="utf-8"))
     return directory
@@ -126,9 +137,16 @@ def _write_replacing(path: Path, write) -> None:
         temporary.unlink(missing_ok=True)
 
 
-def load_checkpoint(directory, *, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None,
-                    scheduler=None, generators: dict[str, torch.Generator] | None = None,
-                    map_location="cpu", restore_rng: bool = True) -> int:
+def load_checkpoint(
+    directory,
+    *,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer | None = None,
+    scheduler=None,
+    generators: dict[str, torch.Generator] | None = None,
+    map_location="cpu",
+    restore_rng: bool = True,
+) -> int:
     """Restore what ``save_checkpoint`` wrote into the given objects and the RNGs; return the step.
 
     ``model``, ``optimizer``, ``scheduler`` get their ``load_state_dict``;
@@ -169,13 +187,22 @@ def load_extra(directory, *, map_location="cpu"):
 
 
 def _rng_state(generators: dict[str, torch.Generator]) -> dict:
-    state = {"python": random.getstate(), "torch": torch.get_rng_state(), "numpy": None, "cuda": None,
-             "generators": {name: generator.get_state() for name, generator in generators.items()}}
+    state = {
+        "python": random.getstate(),
+        "torch": torch.get_rng_state(),
+        "numpy": None,
+        "cuda": None,
+        "generators": {name: generator.get_state() for name, generator in generators.items()},
+    }
     if numpy is not None:
         legacy = numpy.random.get_state(legacy=False)
-        state["numpy"] = {"bit_generator": legacy["bit_generator"], "pos": int(legacy["state"]["pos"]),
-                          "key": torch.from_numpy(legacy["state"]["key"].astype(numpy.int64)),
-                          "has_gauss": int(legacy["has_gauss"]), "gauss": float(legacy["gauss"])}
+        state["numpy"] = {
+            "bit_generator": legacy["bit_generator"],
+            "pos": int(legacy["state"]["pos"]),
+            "key": torch.from_numpy(legacy["state"]["key"].astype(numpy.int64)),
+            "has_gauss": int(legacy["has_gauss"]),
+            "gauss": float(legacy["gauss"]),
+        }
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
@@ -187,20 +214,31 @@ def _set_rng_state(state: dict, generators: dict[str, torch.Generator], director
     torch.set_rng_state(state["torch"])
     saved = state.get("numpy")
     if saved is not None and numpy is not None:
-        numpy.random.set_state({
-            "bit_generator": saved["bit_generator"], "has_gauss": saved["has_gauss"], "gauss": saved["gauss"],
-            "state": {"key": saved["key"].numpy().astype(numpy.uint32), "pos": saved["pos"]},
-        })
+        numpy.random.set_state(
+            {
+                "bit_generator": saved["bit_generator"],
+                "has_gauss": saved["has_gauss"],
+                "gauss": saved["gauss"],
+                "state": {"key": saved["key"].numpy().astype(numpy.uint32), "pos": saved["pos"]},
+            }
+        )
     cuda = state.get("cuda")
     if cuda is not None and torch.cuda.is_available():
         count = torch.cuda.device_count()
         if len(cuda) != count:
-            logger.warning("mado: %s was saved with %d CUDA devices, %d now; the RNG states of the first %d are "
-                           "restored", directory, len(cuda), count, min(len(cuda), count))
+            logger.warning(
+                "mado: %s was saved with %d CUDA devices, %d now; the RNG states of the first %d are restored",
+                directory,
+                len(cuda),
+                count,
+                min(len(cuda), count),
+            )
         for index, device_state in enumerate(cuda[:count]):
             torch.cuda.set_rng_state(device_state, index)
     for name, generator in generators.items():
         if name not in state.get("generators", {}):
-            raise ValueError(f"{directory}: no state for generator {name!r} "
-                             f"(saved: {', '.join(state.get('generators', {})) or 'none'})")
+            raise ValueError(
+                f"{directory}: no state for generator {name!r} "
+                f"(saved: {', '.join(state.get('generators', {})) or 'none'})"
+            )
         generator.set_state(state["generators"][name])

@@ -34,16 +34,22 @@ def keep(directory: Path, points: list[Point], *, run_label: str) -> None:
     try:
         directory.mkdir(parents=True, exist_ok=True)
         with open(path, "a", encoding="utf-8") as spool:
-            spool.write("".join(json.dumps([key, wire_value(value), step, stamp]) + "\n"
-                                for key, value, step, stamp in points))
+            spool.write(
+                "".join(json.dumps([key, wire_value(value), step, stamp]) + "\n" for key, value, step, stamp in points)
+            )
             spool.flush()
             os.fsync(spool.fileno())
     except OSError as exc:
-        logger.error("mado: %d metric points of run %s are lost: cannot keep them in %s (%s)",
-                     len(points), run_label, path, exc)
+        logger.error(
+            "mado: %d metric points of run %s are lost: cannot keep them in %s (%s)", len(points), run_label, path, exc
+        )
         return
-    logger.warning("mado: %d metric points of run %s kept in %s; a resume of this run (its id with "
-                   "resume='allow') sends them", len(points), run_label, path)
+    logger.warning(
+        "mado: %d metric points of run %s kept in %s; a resume of this run (its id with resume='allow') sends them",
+        len(points),
+        run_label,
+        path,
+    )
 
 
 def take(directory: Path) -> list[Point]:

@@ -64,8 +64,15 @@ class BackgroundUploads:
         """Take a place in the queue for a checkpoint at ``step``; blocks (with a log line) while it is full."""
         if self._slots.acquire(blocking=False):
             return
-        logger.warning("mado: %d checkpoint uploads of run %s are pending (at most %d, %s); saving step %s "
-                       "waits for one to finish", self.max_pending, self._label, self.max_pending, ENV_QUEUE, step)
+        logger.warning(
+            "mado: %d checkpoint uploads of run %s are pending (at most %d, %s); saving step %s "
+            "waits for one to finish",
+            self.max_pending,
+            self._label,
+            self.max_pending,
+            ENV_QUEUE,
+            step,
+        )
         self._slots.acquire()
 
     def release(self) -> None:
@@ -111,9 +118,14 @@ class BackgroundUploads:
             logger.error("mado: the checkpoint of run %s at step %s was not saved: %s", self._label, staged.step, error)
             future.set_exception(error)
         except BaseException as error:  # noqa: BLE001 - handed to the caller through the future
-            logger.error("mado: uploading the checkpoint of run %s at step %s failed: %s; its snapshot stays in %s "
-                         "and is uploaded when this run starts again", self._label, staged.step, error,
-                         staged.directory)
+            logger.error(
+                "mado: uploading the checkpoint of run %s at step %s failed: %s; its snapshot stays in %s "
+                "and is uploaded when this run starts again",
+                self._label,
+                staged.step,
+                error,
+                staged.directory,
+            )
             future.set_exception(error)
         else:
             staged.discard()
@@ -129,8 +141,13 @@ class BackgroundUploads:
             futures = list(self._futures)
         self._queue.put(None)
         waiting = [future for _, future in futures if not future.done()]
-        with tqdm(total=len(futures), initial=len(futures) - len(waiting), unit="checkpoint",
-                  desc=f"run {self._label}: checkpoint uploads", disable=not show_progress or not waiting) as bar:
+        with tqdm(
+            total=len(futures),
+            initial=len(futures) - len(waiting),
+            unit="checkpoint",
+            desc=f"run {self._label}: checkpoint uploads",
+            disable=not show_progress or not waiting,
+        ) as bar:
             for future in waiting:
                 try:
                     future.exception()

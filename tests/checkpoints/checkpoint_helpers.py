@@ -50,9 +50,7 @@ def register(client, run, step: int, key: str | None = None, **fields):
 
 
 def put_tar(client, checkpoint_id: int, data: bytes, **extra):
-    return client.put(
-        f"/api/v1/checkpoints/{checkpoint_id}/tar", data=data, content_type="application/x-tar", **extra
-    )
+    return client.put(f"/api/v1/checkpoints/{checkpoint_id}/tar", data=data, content_type="application/x-tar", **extra)
 
 
 def complete(client, checkpoint_id: int, body: dict):

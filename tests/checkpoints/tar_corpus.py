@@ -39,12 +39,21 @@ def with_checksum(block: bytearray) -> bytes:
     return bytes(block)
 
 
-def header(name: bytes | str, size: int = 0, kind: bytes = b"0", *, magic: bytes = POSIX, prefix: bytes = b"",
-           mode: bytes | None = None, size_field: bytes | None = None, mtime_field: bytes | None = None) -> bytes:
+def header(
+    name: bytes | str,
+    size: int = 0,
+    kind: bytes = b"0",
+    *,
+    magic: bytes = POSIX,
+    prefix: bytes = b"",
+    mode: bytes | None = None,
+    size_field: bytes | None = None,
+    mtime_field: bytes | None = None,
+) -> bytes:
     """One 512-byte header with a correct checksum; any field may be given raw."""
     raw = name.encode() if isinstance(name, str) else name
     block = bytearray(BLOCK)
-    block[0:len(raw[:100])] = raw[:100]
+    block[0 : len(raw[:100])] = raw[:100]
     block[100:108] = mode if mode is not None else octal(0o444, 8)
     block[108:116] = octal(0, 8)
     block[116:124] = octal(0, 8)
@@ -52,7 +61,7 @@ def header(name: bytes | str, size: int = 0, kind: bytes = b"0", *, magic: bytes
     block[136:148] = mtime_field if mtime_field is not None else octal(0, 12)
     block[156:157] = kind
     block[257:265] = magic
-    block[345:345 + len(prefix)] = prefix
+    block[345 : 345 + len(prefix)] = prefix
     return with_checksum(block)
 
 
@@ -105,9 +114,9 @@ def special(name: str, kind: bytes) -> tarfile.TarInfo:
 def patched(data: bytes, offset: int, new: bytes) -> bytes:
     """``data`` with ``new`` written at ``offset`` and the checksum of that header block fixed."""
     out = bytearray(data)
-    out[offset:offset + len(new)] = new
+    out[offset : offset + len(new)] = new
     start = offset - offset % BLOCK
-    out[start:start + BLOCK] = with_checksum(bytearray(out[start:start + BLOCK]))
+    out[start : start + BLOCK] = with_checksum(bytearray(out[start : start + BLOCK]))
     return bytes(out)
 
 
@@ -125,48 +134,71 @@ def _cases() -> dict[str, Case]:
         "gnu tar from tarfile": Case(with_tarfile(GOOD, tarfile.GNU_FORMAT), GOOD, True),
         "gnu long name": Case(with_tarfile({"d/" + "n" * 150: M}, tarfile.GNU_FORMAT), {"d/" + "n" * 150: M}, True),
         "pax long unicode name": Case(with_tarfile({"é/" + "ü" * 120: M}), {"é/" + "ü" * 120: M}, True),
-        "ustar prefix and name": Case(tar_of(file_member("b" * 90, M, prefix=b"a" * 120)), {"a" * 120 + "/" + "b" * 90: M},
-                                      True),
-        "directory members": Case(tar_of(header("d/", kind=b"5"), header("d/e/", kind=b"5"), file_member("d/e/f", M)),
-                                  {"d/e/f": M}, True),
+        "ustar prefix and name": Case(
+            tar_of(file_member("b" * 90, M, prefix=b"a" * 120)), {"a" * 120 + "/" + "b" * 90: M}, True
+        ),
+        "directory members": Case(
+            tar_of(header("d/", kind=b"5"), header("d/e/", kind=b"5"), file_member("d/e/f", M)), {"d/e/f": M}, True
+        ),
         "empty file only": Case(tar_of(file_member("empty.bin")), {"empty.bin": b""}, True),
-        "base-256 size": Case(tar_of(header("m.pt", size_field=b"\x80" + (len(M)).to_bytes(11, "big")) + data_blocks(M)),
-                              {"m.pt": M}, True),
-        "component of 255 bytes": Case(tar_of(pax_member(pax_record("path", "x" * 255)), file_member("ignored", M)),
-                                       {"x" * 255: M}, True),
+        "base-256 size": Case(
+            tar_of(header("m.pt", size_field=b"\x80" + (len(M)).to_bytes(11, "big")) + data_blocks(M)),
+            {"m.pt": M},
+            True,
+        ),
+        "component of 255 bytes": Case(
+            tar_of(pax_member(pax_record("path", "x" * 255)), file_member("ignored", M)), {"x" * 255: M}, True
+        ),
         "pax path wins over gnu long name": Case(
             tar_of(pax_member(pax_record("path", "pax.pt")), long_name_member(b"gnu.pt"), file_member("hdr.pt", M)),
-            {"pax.pt": M}, True),
-        "gnu long name wins over the header name": Case(tar_of(long_name_member(b"gnu.pt"), file_member("hdr.pt", M)),
-                                                         {"gnu.pt": M}, True),
-        "path of 4096 bytes": Case(
-            tar_of(pax_member(pax_record("path", LONG)), file_member("x", M)), {LONG: M}, True),
+            {"pax.pt": M},
+            True,
+        ),
+        "gnu long name wins over the header name": Case(
+            tar_of(long_name_member(b"gnu.pt"), file_member("hdr.pt", M)), {"gnu.pt": M}, True
+        ),
+        "path of 4096 bytes": Case(tar_of(pax_member(pax_record("path", LONG)), file_member("x", M)), {LONG: M}, True),
         "names that only start like windows devices": Case(
             tar_of(file_member("console.pt", M), file_member("com10/nul_.pt", M), file_member("lpt.d/aux-x", M)),
-            {"console.pt": M, "com10/nul_.pt": M, "lpt.d/aux-x": M}, True),
-        "unknown pax keys are ignored": Case(tar_of(pax_member(pax_record("comment", "hi") + pax_record("mtime", "1.5")),
-                                                    file_member("m.pt", M)), {"m.pt": M}, True),
+            {"console.pt": M, "com10/nul_.pt": M, "lpt.d/aux-x": M},
+            True,
+        ),
+        "unknown pax keys are ignored": Case(
+            tar_of(pax_member(pax_record("comment", "hi") + pax_record("mtime", "1.5")), file_member("m.pt", M)),
+            {"m.pt": M},
+            True,
+        ),
     }
     refuse = {
         # "Why 1" of the issue, one case (or two) per bullet.
-        "file then the same path as a directory": Case(tar_of(file_member("model", M), file_member("model/a.bin", M)),
-                                                       {"model": M, "model/a.bin": M}, False),
-        "directory then the same path as a file": Case(tar_of(file_member("model/a.bin", M), file_member("model", M)),
-                                                       {"model": M, "model/a.bin": M}, False),
-        "component of 300 bytes": Case(tar_of(pax_member(pax_record("path", "x" * 300)), file_member("x", M)),
-                                       {"x" * 300: M}, False),
-        "gnu magic with a filled prefix": Case(tar_of(file_member("m.pt", M, magic=GNU, prefix=b"evil")), {"m.pt": M},
-                                               False),
-        "pax size with an underscore": Case(tar_of(pax_member(pax_record("size", "1_0")), file_member("m.pt", M)),
-                                            {"m.pt": M}, False),
+        "file then the same path as a directory": Case(
+            tar_of(file_member("model", M), file_member("model/a.bin", M)), {"model": M, "model/a.bin": M}, False
+        ),
+        "directory then the same path as a file": Case(
+            tar_of(file_member("model/a.bin", M), file_member("model", M)), {"model": M, "model/a.bin": M}, False
+        ),
+        "component of 300 bytes": Case(
+            tar_of(pax_member(pax_record("path", "x" * 300)), file_member("x", M)), {"x" * 300: M}, False
+        ),
+        "gnu magic with a filled prefix": Case(
+            tar_of(file_member("m.pt", M, magic=GNU, prefix=b"evil")), {"m.pt": M}, False
+        ),
+        "pax size with an underscore": Case(
+            tar_of(pax_member(pax_record("size", "1_0")), file_member("m.pt", M)), {"m.pt": M}, False
+        ),
         "negative base-256 size": Case(tar_of(header("m.pt", size_field=b"\xff" * 12)), {"m.pt": b""}, False),
         "non-octal mode": Case(tar_of(file_member("m.pt", M, mode=b"0000999\x00")), {"m.pt": M}, False),
-        "pax size in words": Case(tar_of(pax_member(pax_record("size", "ten")), file_member("m.pt", M)), {"m.pt": M},
-                                  False),
+        "pax size in words": Case(
+            tar_of(pax_member(pax_record("size", "ten")), file_member("m.pt", M)), {"m.pt": M}, False
+        ),
         "name that is not utf-8": Case(tar_of(file_member(b"caf\xe9.pt", M)), {b"caf\xe9.pt": M}, False),
         "pax record of a million digits": Case(
-            tar_of(header("PaxHeader", 10**6 + 20, b"x") + data_blocks(b"9" * 10**6 + b" path=x\n"), file_member("x", M)),
-            {"x": M}, False),
+            tar_of(
+                header("PaxHeader", 10**6 + 20, b"x") + data_blocks(b"9" * 10**6 + b" path=x\n"), file_member("x", M)
+            ),
+            {"x": M},
+            False,
+        ),
         # Member types.
         "symbolic link": Case(with_tarfile(GOOD, extra=(special("link", tarfile.SYMTYPE),)), GOOD, False),
         "hard link": Case(with_tarfile(GOOD, extra=(special("hard", tarfile.LNKTYPE),)), GOOD, False),
@@ -174,13 +206,20 @@ def _cases() -> dict[str, Case]:
         "block device": Case(with_tarfile(GOOD, extra=(special("blk", tarfile.BLKTYPE),)), GOOD, False),
         "fifo": Case(with_tarfile(GOOD, extra=(special("pipe", tarfile.FIFOTYPE),)), GOOD, False),
         "contiguous file": Case(tar_of(file_member("m.pt", M, kind=b"7")), {"m.pt": M}, False),
-        "global pax header": Case(tar_of(header("g", len(b"9 a=bc\n"), b"g") + data_blocks(b"9 a=bc\n"),
-                                         file_member("m.pt", M)), {"m.pt": M}, False),
+        "global pax header": Case(
+            tar_of(header("g", len(b"9 a=bc\n"), b"g") + data_blocks(b"9 a=bc\n"), file_member("m.pt", M)),
+            {"m.pt": M},
+            False,
+        ),
         "gnu sparse member": Case(tar_of(file_member("m.pt", M, kind=b"S", magic=GNU)), {"m.pt": M}, False),
-        "pax sparse keys": Case(tar_of(pax_member(pax_record("GNU.sparse.major", "1")), file_member("m.pt", M)),
-                                {"m.pt": M}, False),
-        "gnu long link name": Case(tar_of(header("././@LongLink", 4, b"K", magic=GNU) + data_blocks(b"abc\x00"),
-                                          file_member("m.pt", M)), {"m.pt": M}, False),
+        "pax sparse keys": Case(
+            tar_of(pax_member(pax_record("GNU.sparse.major", "1")), file_member("m.pt", M)), {"m.pt": M}, False
+        ),
+        "gnu long link name": Case(
+            tar_of(header("././@LongLink", 4, b"K", magic=GNU) + data_blocks(b"abc\x00"), file_member("m.pt", M)),
+            {"m.pt": M},
+            False,
+        ),
         # Names.
         "absolute path": Case(tar_of(file_member("/etc/m.pt", M)), {"/etc/m.pt": M}, False),
         "dot-dot path": Case(tar_of(file_member("a/../../m.pt", M)), {"a/../../m.pt": M}, False),
@@ -190,48 +229,70 @@ def _cases() -> dict[str, Case]:
         "newline in a name": Case(tar_of(file_member("m\n.pt", M)), {"m\n.pt": M}, False),
         "DEL in a name": Case(tar_of(file_member("m\x7f.pt", M)), {"m\x7f.pt": M}, False),
         "duplicate path": Case(tar_of(file_member("m.pt", M), file_member("m.pt", M)), {"m.pt": M}, False),
-        "case-folded collision": Case(tar_of(file_member("Model.pt", M), file_member("model.pt", M)),
-                                      {"Model.pt": M, "model.pt": M}, False),
-        "nfc collision": Case(tar_of(pax_member(pax_record("path", NFC)), file_member("a", M),
-                                     pax_member(pax_record("path", NFD)), file_member("b", M)), {NFC: M, NFD: M}, False),
-        "directory case collision": Case(tar_of(file_member("A/x.pt", M), file_member("a/y.pt", M)),
-                                         {"A/x.pt": M, "a/y.pt": M}, False),
+        "case-folded collision": Case(
+            tar_of(file_member("Model.pt", M), file_member("model.pt", M)), {"Model.pt": M, "model.pt": M}, False
+        ),
+        "nfc collision": Case(
+            tar_of(
+                pax_member(pax_record("path", NFC)),
+                file_member("a", M),
+                pax_member(pax_record("path", NFD)),
+                file_member("b", M),
+            ),
+            {NFC: M, NFD: M},
+            False,
+        ),
+        "directory case collision": Case(
+            tar_of(file_member("A/x.pt", M), file_member("a/y.pt", M)), {"A/x.pt": M, "a/y.pt": M}, False
+        ),
         # Names Windows cannot create (a checkpoint must restore on Windows agents too).
         "windows device name": Case(tar_of(file_member("CON", M)), {"CON": M}, False),
         "windows device name with an extension": Case(tar_of(file_member("opt/nul.txt", M)), {"opt/nul.txt": M}, False),
         "windows device directory": Case(tar_of(file_member("Com1/m.pt", M)), {"Com1/m.pt": M}, False),
-        "windows device with superscript digit": Case(tar_of(pax_member(pax_record("path", "lpt\u00b2.bin")),
-                                                             file_member("x", M)), {"lpt\u00b2.bin": M}, False),
-        "windows device before spaces and a dot": Case(tar_of(file_member("aux .tar.gz", M)), {"aux .tar.gz": M},
-                                                       False),
+        "windows device with superscript digit": Case(
+            tar_of(pax_member(pax_record("path", "lpt\u00b2.bin")), file_member("x", M)), {"lpt\u00b2.bin": M}, False
+        ),
+        "windows device before spaces and a dot": Case(
+            tar_of(file_member("aux .tar.gz", M)), {"aux .tar.gz": M}, False
+        ),
         "name ending in a dot": Case(tar_of(file_member("model.", M)), {"model.": M}, False),
         "directory ending in a space": Case(tar_of(file_member("run /m.pt", M)), {"run /m.pt": M}, False),
-        "path of 4097 bytes": Case(tar_of(pax_member(pax_record("path", LONG + "q")), file_member("x", M)),
-                                   {LONG + "q": M}, False),
+        "path of 4097 bytes": Case(
+            tar_of(pax_member(pax_record("path", LONG + "q")), file_member("x", M)), {LONG + "q": M}, False
+        ),
         "empty pax path": Case(tar_of(pax_member(pax_record("path", "")), file_member("m.pt", M)), {"m.pt": M}, False),
         # Structure.
         "bad checksum": Case(good[:148] + b"0000000\x00" + good[156:], GOOD, False),
         "not ustar magic": Case(tar_of(file_member("m.pt", M, magic=b"\x00" * 8)), {"m.pt": M}, False),
-        "truncated inside a member": Case(tar_of(file_member("m.pt", M))[:BLOCK + 20], {"m.pt": M}, False),
+        "truncated inside a member": Case(tar_of(file_member("m.pt", M))[: BLOCK + 20], {"m.pt": M}, False),
         "truncated inside a header": Case(tar_of(file_member("m.pt", M))[:300], {"m.pt": M}, False),
         "no end-of-archive blocks": Case(file_member("m.pt", M), {"m.pt": M}, False),
         "one end block only": Case(file_member("m.pt", M) + bytes(BLOCK), {"m.pt": M}, False),
         "garbage after the end": Case(tar_of(file_member("m.pt", M)) + b"\x01" * BLOCK, {"m.pt": M}, False),
         "non-zero padding": Case(header("m.pt", len(M)) + M + b"\x01" * (BLOCK - len(M)) + END, {"m.pt": M}, False),
-        "member after an empty block": Case(file_member("a", M) + bytes(BLOCK) + file_member("b", M) + END,
-                                            {"a": M, "b": M}, False),
-        "pax header describing no member": Case(tar_of(file_member("m.pt", M), pax_member(pax_record("path", "x"))),
-                                                {"m.pt": M}, False),
-        "two pax headers for one member": Case(tar_of(pax_member(pax_record("path", "a")), pax_member(pax_record("path", "b")),
-                                                      file_member("m.pt", M)), {"b": M}, False),
-        "pax key twice": Case(tar_of(pax_member(pax_record("path", "a") + pax_record("path", "b")), file_member("m", M)),
-                              {"b": M}, False),
-        "pax record with a wrong length": Case(tar_of(pax_member(b"99 path=a\n"), file_member("m", M)), {"a": M}, False),
+        "member after an empty block": Case(
+            file_member("a", M) + bytes(BLOCK) + file_member("b", M) + END, {"a": M, "b": M}, False
+        ),
+        "pax header describing no member": Case(
+            tar_of(file_member("m.pt", M), pax_member(pax_record("path", "x"))), {"m.pt": M}, False
+        ),
+        "two pax headers for one member": Case(
+            tar_of(pax_member(pax_record("path", "a")), pax_member(pax_record("path", "b")), file_member("m.pt", M)),
+            {"b": M},
+            False,
+        ),
+        "pax key twice": Case(
+            tar_of(pax_member(pax_record("path", "a") + pax_record("path", "b")), file_member("m", M)), {"b": M}, False
+        ),
+        "pax record with a wrong length": Case(
+            tar_of(pax_member(b"99 path=a\n"), file_member("m", M)), {"a": M}, False
+        ),
         "pax record without a value": Case(tar_of(pax_member(b"9 pathxx\n"), file_member("m", M)), {"m": M}, False),
         "directory with data": Case(tar_of(header("d/", len(M), b"5") + data_blocks(M)), {}, False),
         "negative base-256 mtime": Case(tar_of(file_member("m.pt", M, mtime_field=b"\xff" * 12)), {"m.pt": M}, False),
-        "size beyond the total cap": Case(tar_of(header("m.pt", size_field=b"\x80" + (2**41).to_bytes(11, "big"))),
-                                          {"m.pt": b""}, False),
+        "size beyond the total cap": Case(
+            tar_of(header("m.pt", size_field=b"\x80" + (2**41).to_bytes(11, "big"))), {"m.pt": b""}, False
+        ),
         # The tar is fine, the declaration differs.
         "extra file": Case(good, {"model.pt": M}, False),
         "missing file": Case(good, {**GOOD, "rng.pt": b"r"}, False),

@@ -40,9 +40,17 @@ def artifact(run, creator, api):
 # --- permission matrix ------------------------------------------------------------
 
 
-@pytest.mark.parametrize("role, status", [
-    ("admin", 201), ("member", 403), ("creator", 201), ("viewer", 403), ("outsider", 404), ("anonymous", 401),
-])
+@pytest.mark.parametrize(
+    "role, status",
+    [
+        ("admin", 201),
+        ("member", 403),
+        ("creator", 201),
+        ("viewer", 403),
+        ("outsider", 404),
+        ("anonymous", 401),
+    ],
+)
 def test_artifact_put_permission_matrix(client_as, run, settings, role, status):
     response = put(client_as(role), run)
     assert response.status_code == status
@@ -50,9 +58,17 @@ def test_artifact_put_permission_matrix(client_as, run, settings, role, status):
     assert len(stored_files(settings)) == (1 if status == 201 else 0)
 
 
-@pytest.mark.parametrize("role, status", [
-    ("admin", 200), ("member", 200), ("creator", 200), ("viewer", 200), ("outsider", 404), ("anonymous", 401),
-])
+@pytest.mark.parametrize(
+    "role, status",
+    [
+        ("admin", 200),
+        ("member", 200),
+        ("creator", 200),
+        ("viewer", 200),
+        ("outsider", 404),
+        ("anonymous", 401),
+    ],
+)
 def test_artifact_get_permission_matrix(client_as, artifact, run, role, status):
     response = client_as(role).get(url(run))
     assert response.status_code == status
@@ -60,9 +76,17 @@ def test_artifact_get_permission_matrix(client_as, artifact, run, role, status):
         assert body(response) == BLOB
 
 
-@pytest.mark.parametrize("role, status", [
-    ("admin", 200), ("member", 200), ("creator", 200), ("viewer", 200), ("outsider", 404), ("anonymous", 401),
-])
+@pytest.mark.parametrize(
+    "role, status",
+    [
+        ("admin", 200),
+        ("member", 200),
+        ("creator", 200),
+        ("viewer", 200),
+        ("outsider", 404),
+        ("anonymous", 401),
+    ],
+)
 def test_artifact_list_permission_matrix(client_as, artifact, run, role, status):
     response = client_as(role).get(f"/api/v1/runs/{run.pk}/artifacts/")
     assert response.status_code == status
@@ -72,9 +96,17 @@ def test_artifact_list_permission_matrix(client_as, artifact, run, role, status)
         assert set(row) == {"path", "size", "sha256", "created_at"}
 
 
-@pytest.mark.parametrize("role, status", [
-    ("admin", 204), ("member", 403), ("creator", 403), ("viewer", 403), ("outsider", 404), ("anonymous", 401),
-])
+@pytest.mark.parametrize(
+    "role, status",
+    [
+        ("admin", 204),
+        ("member", 403),
+        ("creator", 403),
+        ("viewer", 403),
+        ("outsider", 404),
+        ("anonymous", 401),
+    ],
+)
 def test_only_a_project_admin_deletes_an_artifact(
     client_as, artifact, run, settings, django_capture_on_commit_callbacks, role, status
 ):
@@ -154,15 +186,21 @@ class CutInput:
 
 def test_a_body_shorter_than_its_content_length_keeps_nothing(api, creator, run, settings):
     response = api(creator).generic(
-        "PUT", url(run), data=b"only-part", content_type="application/octet-stream",
-        CONTENT_LENGTH="100", **{"wsgi.input": CutInput(b"only-part")},
+        "PUT",
+        url(run),
+        data=b"only-part",
+        content_type="application/octet-stream",
+        CONTENT_LENGTH="100",
+        **{"wsgi.input": CutInput(b"only-part")},
     )
     assert response.status_code == 400 and response.json()["field"] == "body"
     assert not Artifact.objects.exists() and stored_files(settings) == []
 
 
 def test_a_chunked_upload_the_server_cannot_read_is_refused(api, creator, run, settings):
-    response = api(creator).generic("PUT", url(run), content_type="application/octet-stream", HTTP_TRANSFER_ENCODING="chunked")
+    response = api(creator).generic(
+        "PUT", url(run), content_type="application/octet-stream", HTTP_TRANSFER_ENCODING="chunked"
+    )
     assert response.status_code == 400 and response.json()["field"] == "Content-Length"
     assert stored_files(settings) == []
 
@@ -180,9 +218,19 @@ def test_an_empty_file_is_a_valid_artifact(api, creator, run):
     assert body(api(creator).get(url(run, "empty.txt"))) == b""
 
 
-@pytest.mark.parametrize("path", [
-    "a/../b", "../escape", "a/./b", "a//b", "dir/", "back\\slash", "nul\x00byte", "x" * 1025,
-])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "a/../b",
+        "../escape",
+        "a/./b",
+        "a//b",
+        "dir/",
+        "back\\slash",
+        "nul\x00byte",
+        "x" * 1025,
+    ],
+)
 def test_an_unsafe_path_is_refused_naming_path(api, creator, run, settings, path):
     response = put(api(creator), run, path=path)
     assert response.status_code == 400 and response.json()["field"] == "path"
@@ -211,13 +259,16 @@ def test_a_download_carries_digest_size_and_accepts_ranges(api, viewer, artifact
     assert 'filename="step-10.tar"' in response["Content-Disposition"]
 
 
-@pytest.mark.parametrize("header, first, last", [
-    ("bytes=0-9", 0, 9),
-    ("bytes=1048570-1048580", 1048570, 1048579),  # runs past the end: clamped
-    ("bytes=1048000-", 1048000, len(BLOB) - 1),
-    ("bytes=-4", len(BLOB) - 4, len(BLOB) - 1),
-    ("bytes=-99999999", 0, len(BLOB) - 1),
-])
+@pytest.mark.parametrize(
+    "header, first, last",
+    [
+        ("bytes=0-9", 0, 9),
+        ("bytes=1048570-1048580", 1048570, 1048579),  # runs past the end: clamped
+        ("bytes=1048000-", 1048000, len(BLOB) - 1),
+        ("bytes=-4", len(BLOB) - 4, len(BLOB) - 1),
+        ("bytes=-99999999", 0, len(BLOB) - 1),
+    ],
+)
 def test_a_range_answers_206_with_exactly_those_bytes(api, viewer, artifact, run, header, first, last):
     response = api(viewer).get(url(run), HTTP_RANGE=header)
     assert response.status_code == 206
@@ -291,7 +342,9 @@ def test_a_checkpoints_tar_cannot_be_deleted_as_a_plain_artifact(api, admin, art
     assert Artifact.objects.filter(pk=artifact.pk).exists() and stored_files(settings) == [artifact.storage_key]
 
 
-def test_the_blob_is_removed_only_when_the_delete_commits(api, admin, artifact, run, settings, django_capture_on_commit_callbacks):
+def test_the_blob_is_removed_only_when_the_delete_commits(
+    api, admin, artifact, run, settings, django_capture_on_commit_callbacks
+):
     with django_capture_on_commit_callbacks(execute=False) as callbacks:
         assert api(admin).delete(url(run)).status_code == 204
     assert stored_files(settings) == [artifact.storage_key]  # transaction not committed yet

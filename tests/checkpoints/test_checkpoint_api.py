@@ -179,7 +179,11 @@ def test_completing_before_any_upload_answers_409(client, pending):
 
 BAD_TARS = {
     "not a tar": (b"PK\x03\x04 this is a zip file, not a tar " * 100, "tar", ""),
-    "symbolic link": (make_tar(extra=[member("link", kind=tarfile.SYMTYPE, linkname="model.pt")]), "tar", "symbolic link"),
+    "symbolic link": (
+        make_tar(extra=[member("link", kind=tarfile.SYMTYPE, linkname="model.pt")]),
+        "tar",
+        "symbolic link",
+    ),
     "hard link": (make_tar(extra=[member("hard", kind=tarfile.LNKTYPE, linkname="model.pt")]), "tar", "hard link"),
     "FIFO": (make_tar(extra=[member("pipe", kind=tarfile.FIFOTYPE)]), "tar", "FIFO"),
     "dot-dot path": (make_tar({"../evil.pt": b"x"}), "path", "'../evil.pt'"),
@@ -262,10 +266,25 @@ _M = manifest_of()
 BAD_DECLARATIONS = {
     "tar size": (_with(tar_size=len(TAR) + 1), 400, "tar_size", "size mismatch: the stored tar is"),
     "tar sha256": (_with(tar_sha256="0" * 64), 400, "tar_sha256", "sha256 mismatch: the stored tar's SHA-256"),
-    "extra file": (_with(_M + [{"path": "zzz", "size": 1, "sha256": "a" * 64}]), 400, "manifest", "manifest mismatch: missing from the tar: 'zzz'"),
+    "extra file": (
+        _with(_M + [{"path": "zzz", "size": 1, "sha256": "a" * 64}]),
+        400,
+        "manifest",
+        "manifest mismatch: missing from the tar: 'zzz'",
+    ),
     "missing file": (_with(_M[1:]), 400, "manifest", "manifest mismatch: extra file"),
-    "file size": (_with([{**_M[0], "size": 1}] + _M[1:]), 400, "manifest", "size mismatch: 'empty.bin' is 0 bytes in the tar, 1 in the manifest"),
-    "file sha256": (_with(_M[:1] + [{**_M[1], "sha256": "b" * 64}] + _M[2:]), 400, "manifest", "sha256 mismatch: 'model.pt' has SHA-256"),
+    "file size": (
+        _with([{**_M[0], "size": 1}] + _M[1:]),
+        400,
+        "manifest",
+        "size mismatch: 'empty.bin' is 0 bytes in the tar, 1 in the manifest",
+    ),
+    "file sha256": (
+        _with(_M[:1] + [{**_M[1], "sha256": "b" * 64}] + _M[2:]),
+        400,
+        "manifest",
+        "sha256 mismatch: 'model.pt' has SHA-256",
+    ),
     "dot-dot path": (_with([{**_M[0], "path": "../x"}]), 400, "manifest[0].path", "not a normalised relative path"),
     "absolute path": (_with([{**_M[0], "path": "/x"}]), 400, "manifest[0].path", "absolute"),
     "duplicate path": (_with([_M[0], _M[0]]), 400, "manifest[1].path", "appears twice"),

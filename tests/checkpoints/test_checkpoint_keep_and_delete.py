@@ -53,7 +53,13 @@ def test_the_list_shows_the_newest_k_and_counts_the_older_ones(run, seven):
 def test_the_toggle_shows_older_checkpoints_flagged_outside_the_keep_count(run, seven):
     shown, hidden = selectors.checkpoint_list_for_run(run=run, include_older=True)
     assert [(c.step, c.within_keep_count) for c in shown] == [
-        (70, True), (60, True), (50, True), (40, False), (30, False), (20, False), (10, False)
+        (70, True),
+        (60, True),
+        (50, True),
+        (40, False),
+        (30, False),
+        (20, False),
+        (10, False),
     ]
     assert hidden == 0
     with_unusable, _ = selectors.checkpoint_list_for_run(run=run, include_older=False, include_unusable=True)
@@ -71,7 +77,10 @@ def test_the_api_lists_complete_checkpoints_newest_first_with_the_flag(api, view
     body = api(viewer).get(f"/api/v1/runs/{run.pk}/checkpoints/").json()
     assert body["count"] == 7
     assert [(c["step"], c["within_keep_count"]) for c in body["results"]][:4] == [
-        (70, True), (60, True), (50, True), (40, False)
+        (70, True),
+        (60, True),
+        (50, True),
+        (40, False),
     ]
     everything = api(viewer).get(f"/api/v1/runs/{run.pk}/checkpoints/?all=1").json()
     assert everything["count"] == 8 and everything["results"][0]["state"] == "pending"
@@ -97,7 +106,9 @@ def test_keep_counts_are_per_run(project, creator, run, seven, keep3, django_cap
 # --- deletion (docs/design/checkpoints.md#deletion) -------------------------------------------------------------------
 
 
-def test_an_admin_deletes_an_older_checkpoint_keeping_the_row(api, admin, run, seven, settings, django_capture_on_commit_callbacks):
+def test_an_admin_deletes_an_older_checkpoint_keeping_the_row(
+    api, admin, run, seven, settings, django_capture_on_commit_callbacks
+):
     target = seven[10]
     key = target.artifact.storage_key
     with django_capture_on_commit_callbacks(execute=True):
@@ -130,7 +141,9 @@ def test_the_source_checkpoint_of_a_run_cannot_be_deleted(api, admin, project, c
     assert Checkpoint.objects.get(pk=seven[20].pk).state == CheckpointState.COMPLETE
 
 
-def test_a_pending_checkpoint_can_be_deleted_and_its_upload_goes(admin, creator, run, settings, django_capture_on_commit_callbacks):
+def test_a_pending_checkpoint_can_be_deleted_and_its_upload_goes(
+    admin, creator, run, settings, django_capture_on_commit_callbacks
+):
     checkpoint, _ = services.checkpoint_register(actor=creator, run=run, step=3)
     tar = make_tar()
     with django_capture_on_commit_callbacks(execute=True):
@@ -149,7 +162,9 @@ def test_only_a_project_admin_deletes(request, seven, role):
     assert Checkpoint.objects.get(pk=seven[10].pk).state == CheckpointState.COMPLETE
 
 
-def test_the_delete_blocker_gives_the_reason_shown_in_place_of_the_button(admin, member, viewer, project, creator, seven):
+def test_the_delete_blocker_gives_the_reason_shown_in_place_of_the_button(
+    admin, member, viewer, project, creator, seven
+):
     RunFactory(project=project, created_by=creator, name="child", source_checkpoint=seven[20])
     blocker = selectors.checkpoint_delete_blocker
     assert blocker(user=admin, checkpoint=seven[10]) is None
@@ -183,25 +198,49 @@ READS = ["runs/{run}/checkpoints/", "checkpoints/{ckpt}/", "checkpoints/{ckpt}/t
 
 
 @pytest.mark.parametrize("path", READS)
-@pytest.mark.parametrize("role, status", [
-    ("admin", 200), ("member", 200), ("creator", 200), ("viewer", 200), ("outsider", 404), ("anonymous", 401),
-])
+@pytest.mark.parametrize(
+    "role, status",
+    [
+        ("admin", 200),
+        ("member", 200),
+        ("creator", 200),
+        ("viewer", 200),
+        ("outsider", 404),
+        ("anonymous", 401),
+    ],
+)
 def test_reads_permission_matrix(client_as, run, ready, path, role, status):
     response = client_as(role).get("/api/v1/" + path.format(run=run.pk, ckpt=ready["id"]))
     assert response.status_code == status
 
 
-@pytest.mark.parametrize("role, status", [
-    ("admin", 201), ("member", 403), ("creator", 201), ("viewer", 403), ("outsider", 404), ("anonymous", 401),
-])
+@pytest.mark.parametrize(
+    "role, status",
+    [
+        ("admin", 201),
+        ("member", 403),
+        ("creator", 201),
+        ("viewer", 403),
+        ("outsider", 404),
+        ("anonymous", 401),
+    ],
+)
 def test_register_permission_matrix(client_as, run, role, status):
     assert register(client_as(role), run, 1).status_code == status
     assert Checkpoint.objects.exists() == (status == 201)
 
 
-@pytest.mark.parametrize("role, status", [
-    ("admin", 200), ("member", 403), ("creator", 200), ("viewer", 403), ("outsider", 404), ("anonymous", 401),
-])
+@pytest.mark.parametrize(
+    "role, status",
+    [
+        ("admin", 200),
+        ("member", 403),
+        ("creator", 200),
+        ("viewer", 403),
+        ("outsider", 404),
+        ("anonymous", 401),
+    ],
+)
 def test_upload_and_complete_permission_matrix(client_as, api, creator, run, settings, role, status):
     pending = register(api(creator), run, 1).json()
     tar = make_tar()
@@ -214,9 +253,17 @@ def test_upload_and_complete_permission_matrix(client_as, api, creator, run, set
     assert parts.status_code == {200: 409}.get(status, status)  # 409 for writers: not S3 storage
 
 
-@pytest.mark.parametrize("role, status", [
-    ("admin", 204), ("member", 403), ("creator", 403), ("viewer", 403), ("outsider", 404), ("anonymous", 401),
-])
+@pytest.mark.parametrize(
+    "role, status",
+    [
+        ("admin", 204),
+        ("member", 403),
+        ("creator", 403),
+        ("viewer", 403),
+        ("outsider", 404),
+        ("anonymous", 401),
+    ],
+)
 def test_delete_permission_matrix(client_as, ready, role, status):
     assert client_as(role).delete(f"/api/v1/checkpoints/{ready['id']}/").status_code == status
     expected = CheckpointState.DELETED if status == 204 else CheckpointState.COMPLETE

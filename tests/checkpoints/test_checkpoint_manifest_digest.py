@@ -6,9 +6,9 @@ import io
 import json
 
 import pytest
-from mado_tracking.tarverify import ManifestFile, manifest_digest
 
 from checkpoints.models import Checkpoint, CheckpointState
+from mado_tracking.tarverify import ManifestFile, manifest_digest
 from tests.checkpoints.checkpoint_helpers import FILES, complete, make_tar, put_tar, register, sha
 
 pytestmark = pytest.mark.django_db
@@ -53,11 +53,14 @@ def test_a_digest_of_other_files_is_refused_and_the_checkpoint_stays_pending(cli
     assert Checkpoint.objects.get(pk=checkpoint_id).state == CheckpointState.PENDING
 
 
-@pytest.mark.parametrize("members, message", [
-    ({}, "send either manifest"),
-    ({"manifest": [], "manifest_sha256": "0" * 64}, "send either manifest"),
-    ({"manifest_sha256": "not hex"}, "manifest_sha256 must be 64 hexadecimal digits"),
-])
+@pytest.mark.parametrize(
+    "members, message",
+    [
+        ({}, "send either manifest"),
+        ({"manifest": [], "manifest_sha256": "0" * 64}, "send either manifest"),
+        ({"manifest_sha256": "not hex"}, "manifest_sha256 must be 64 hexadecimal digits"),
+    ],
+)
 def test_exactly_one_well_formed_manifest_declaration_is_accepted(client, run, members, message):
     checkpoint_id, tar = uploaded(client, run, FILES)
     response = complete(client, checkpoint_id, {"tar_size": len(tar), "tar_sha256": sha(tar), **members})
@@ -67,7 +70,10 @@ def test_exactly_one_well_formed_manifest_declaration_is_accepted(client, run, m
 def test_a_complete_checkpoint_answers_a_digest_replay_by_what_it_holds(client, run):
     checkpoint_id, tar = uploaded(client, run, FILES)
     inline = [{"path": p, "size": len(d), "sha256": sha(d)} for p, d in FILES.items()]
-    assert complete(client, checkpoint_id, {"tar_size": len(tar), "tar_sha256": sha(tar), "manifest": inline}).status_code == 200
+    assert (
+        complete(client, checkpoint_id, {"tar_size": len(tar), "tar_sha256": sha(tar), "manifest": inline}).status_code
+        == 200
+    )
     same = {"tar_size": len(tar), "tar_sha256": sha(tar), "manifest_sha256": digest(FILES)}
     assert complete(client, checkpoint_id, same).status_code == 200
     other = {**same, "manifest_sha256": digest({"x": b""})}

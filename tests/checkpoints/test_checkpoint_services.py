@@ -29,7 +29,7 @@ class Socket:
     def read(self, size=-1):
         assert 0 < size <= storage.CHUNK_SIZE, f"read({size})"
         self.reads.append(size)
-        chunk, self.data = self.data[: min(size, 300_000)], self.data[min(size, 300_000):]
+        chunk, self.data = self.data[: min(size, 300_000)], self.data[min(size, 300_000) :]
         return chunk
 
 
@@ -65,7 +65,9 @@ def test_a_step_whose_tar_path_is_already_an_artifact_is_refused_and_nothing_is_
 
 def uploaded_directly(checkpoint: Checkpoint, tar: bytes, files=FILES, **changes) -> Checkpoint:
     """Put ``tar`` in the storage as if the client had PUT its parts to S3 and called complete."""
-    key, _ = storage.blob_write_through(source=io.BytesIO(tar), prefix=f"runs/{checkpoint.run_id}", on_chunk=lambda c: None)
+    key, _ = storage.blob_write_through(
+        source=io.BytesIO(tar), prefix=f"runs/{checkpoint.run_id}", on_chunk=lambda c: None
+    )
     declared = {**declaration(tar, files), **changes}
     declared["manifest"] = sorted(declared["manifest"], key=lambda e: e["path"])
     Checkpoint.objects.filter(pk=checkpoint.pk).update(
@@ -84,12 +86,15 @@ def test_the_verification_task_completes_a_matching_upload(pending, settings):
     assert tasks.checkpoint_verify.apply(args=[pending.pk]).get() == "skipped"  # redelivered: nothing to do
 
 
-@pytest.mark.parametrize("change, what", [
-    ({"tar_sha256": "0" * 64}, "sha256"),
-    ({"tar_size": len(TAR) - 1}, "size"),
-    ({"manifest": manifest_of({"model.pt": FILES["model.pt"]})}, "manifest"),
-    ({"manifest": manifest_of({**FILES, "b.txt": b"HELLO"})}, "sha256"),
-])
+@pytest.mark.parametrize(
+    "change, what",
+    [
+        ({"tar_sha256": "0" * 64}, "sha256"),
+        ({"tar_size": len(TAR) - 1}, "size"),
+        ({"manifest": manifest_of({"model.pt": FILES["model.pt"]})}, "manifest"),
+        ({"manifest": manifest_of({**FILES, "b.txt": b"HELLO"})}, "sha256"),
+    ],
+)
 def test_the_verification_task_records_a_mismatch_and_removes_the_object(
     pending, settings, django_capture_on_commit_callbacks, change, what
 ):
@@ -141,7 +146,10 @@ def test_completing_a_direct_upload_needs_its_upload_id(pending, creator):
     uploaded_directly(pending, TAR)
     with pytest.raises(ValidationFailed) as refused:
         services.checkpoint_complete(
-            actor=creator, checkpoint=pending, upload_id="other", parts=[{"part_number": 1, "etag": "x"}],
+            actor=creator,
+            checkpoint=pending,
+            upload_id="other",
+            parts=[{"part_number": 1, "etag": "x"}],
             **declaration(TAR, FILES),
         )
     assert refused.value.field == "upload_id"

@@ -6,10 +6,10 @@ import os
 
 import pytest
 from django.core.files.uploadedfile import TemporaryUploadedFile
-from mado_tracking import writeback
 
 from checkpoints import filesystem
 from checkpoints.filesystem import DurableFileSystemStorage
+from mado_tracking import writeback
 from tests.checkpoints.checkpoint_helpers import FillsUp
 
 
@@ -78,8 +78,7 @@ def test_a_full_volume_raises_enospc_and_leaves_no_file(tmp_path, monkeypatch):
 
 
 def test_a_taken_name_is_never_overwritten(tmp_path):
-    storage = DurableFileSystemStorage(location=tmp_path, file_permissions_mode=0o640,
-                                       directory_permissions_mode=0o750)
+    storage = DurableFileSystemStorage(location=tmp_path, file_permissions_mode=0o640, directory_permissions_mode=0o750)
     first = storage.save("runs/7/blob", Chunks([b"first"]))
     second = storage.save("runs/7/blob", Chunks([b"second"]))
     assert first != second

@@ -55,7 +55,9 @@ def test_an_upload_past_its_lease_ends_in_error_while_the_run_is_still_running(r
     Checkpoint.objects.filter(pk=checkpoint.pk).update(created_at=timezone.now() - timedelta(seconds=3601))
     fresh = services.checkpoint_register(actor=creator, run=run, step=4)[0]
     assert services.checkpoint_end_abandoned() == 1
-    assert Checkpoint.objects.get(pk=checkpoint.pk).error.startswith("The upload was not finished within its lease of 3600 s")
+    assert Checkpoint.objects.get(pk=checkpoint.pk).error.startswith(
+        "The upload was not finished within its lease of 3600 s"
+    )
     assert Checkpoint.objects.get(pk=fresh.pk).state == CheckpointState.PENDING
 
 

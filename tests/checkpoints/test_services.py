@@ -75,26 +75,43 @@ def test_ranged_reads_come_in_chunks_and_stop_at_the_length():
     assert [len(c) for c in chunks] == [300, 300, 300, 100] and b"".join(chunks) == data[10:1010]
 
 
-@pytest.mark.parametrize("header, expected", [
-    (None, None), ("bytes=0-0", (0, 0)), ("bytes=5-", (5, 9)), ("bytes=-3", (7, 9)), ("bytes=8-100", (8, 9)),
-    ("bytes=-100", (0, 9)), ("bytes=4-2", None), ("bytes=1-2,5-6", None), ("bytes=-", None), ("chars=1-2", None),
-])
+@pytest.mark.parametrize(
+    "header, expected",
+    [
+        (None, None),
+        ("bytes=0-0", (0, 0)),
+        ("bytes=5-", (5, 9)),
+        ("bytes=-3", (7, 9)),
+        ("bytes=8-100", (8, 9)),
+        ("bytes=-100", (0, 9)),
+        ("bytes=4-2", None),
+        ("bytes=1-2,5-6", None),
+        ("bytes=-", None),
+        ("chars=1-2", None),
+    ],
+)
 def test_parse_range_follows_rfc_9110(header, expected):
     assert parse_range(header, 10) == expected
 
 
-@pytest.mark.parametrize("header, size", [("bytes=10-", 10), ("bytes=10-12", 10), ("bytes=-0", 10), ("bytes=-5", 0), ("bytes=0-", 0)])
+@pytest.mark.parametrize(
+    "header, size", [("bytes=10-", 10), ("bytes=10-12", 10), ("bytes=-0", 10), ("bytes=-5", 0), ("bytes=0-", 0)]
+)
 def test_parse_range_refuses_ranges_that_select_no_byte(header, size):
     with pytest.raises(RangeNotSatisfiable):
         parse_range(header, size)
 
 
-@pytest.mark.parametrize("path", ["ok.txt", "a/b/c.tar", "checkpoints/step-10.tar", "dots.in.name", "..hidden", "a/...", "日本語/ファイル"])
+@pytest.mark.parametrize(
+    "path", ["ok.txt", "a/b/c.tar", "checkpoints/step-10.tar", "dots.in.name", "..hidden", "a/...", "日本語/ファイル"]
+)
 def test_safe_paths_are_accepted(path):
     assert services.validate_artifact_path(path) == path
 
 
-@pytest.mark.parametrize("path", ["", "/abs", "a/../b", "..", ".", "a/./b", "a//b", "a/", "a\\b", "a\x00b", "a\nb", "a\x7fb", "x" * 1025])
+@pytest.mark.parametrize(
+    "path", ["", "/abs", "a/../b", "..", ".", "a/./b", "a//b", "a/", "a\\b", "a\x00b", "a\nb", "a\x7fb", "x" * 1025]
+)
 def test_unsafe_paths_are_refused_naming_path(path):
     with pytest.raises(ValidationFailed) as caught:
         services.validate_artifact_path(path)
@@ -118,7 +135,9 @@ def test_a_concurrent_upload_of_the_same_path_is_decided_by_the_unique_constrain
     def write_then_lose_the_race(*, source, prefix):
         blob = real_write(source=source, prefix=prefix)
         winner = real_write(source=io.BytesIO(winner_content), prefix=prefix)
-        Artifact.objects.create(project=run.project, run=run, path="p.bin", size=winner.size, sha256=winner.sha256, storage_key=winner.key)
+        Artifact.objects.create(
+            project=run.project, run=run, path="p.bin", size=winner.size, sha256=winner.sha256, storage_key=winner.key
+        )
         return blob
 
     monkeypatch.setattr(storage, "blob_write", write_then_lose_the_race)
@@ -142,7 +161,9 @@ def test_a_retry_of_a_stored_path_is_only_hashed_never_written(run, creator, set
 def test_a_retry_with_a_wrong_declared_digest_is_refused(run, creator):
     services.artifact_store(actor=creator, run=run, path="p.bin", source=io.BytesIO(b"payload"))
     with pytest.raises(ValidationFailed) as caught:
-        services.artifact_store(actor=creator, run=run, path="p.bin", source=io.BytesIO(b"payload"), expected_sha256="1" * 64)
+        services.artifact_store(
+            actor=creator, run=run, path="p.bin", source=io.BytesIO(b"payload"), expected_sha256="1" * 64
+        )
     assert caught.value.field == "X-Mado-Sha256"
 
 
@@ -157,7 +178,9 @@ def test_a_refused_code_version_keeps_no_archive_bytes(project, creator, setting
 def test_a_viewer_cannot_add_a_code_version_and_no_byte_is_stored(project, creator, viewer, settings):
     code = CodeFactory(project=project, created_by=creator)
     with pytest.raises(Forbidden):
-        services.code_version_create_with_archive(actor=viewer, code=code, entrypoint=["python"], archive=io.BytesIO(b"t"))
+        services.code_version_create_with_archive(
+            actor=viewer, code=code, entrypoint=["python"], archive=io.BytesIO(b"t")
+        )
     assert stored_files(settings) == []
 
 

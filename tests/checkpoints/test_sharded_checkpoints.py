@@ -10,8 +10,12 @@ import pytest
 from checkpoints.models import Checkpoint, CheckpointState
 from tests.checkpoints.checkpoint_helpers import complete, declaration, make_tar, put_tar, register
 
-SHARDS = {".metadata": b"plan" * 50, "__0_0.distcp": b"rank zero" * 100, "__1_0.distcp": b"rank one" * 100,
-          "mado-checkpoint.json": b'{"framework": "torch-dcp", "step": 20, "world_size": 2}'}
+SHARDS = {
+    ".metadata": b"plan" * 50,
+    "__0_0.distcp": b"rank zero" * 100,
+    "__1_0.distcp": b"rank one" * 100,
+    "mado-checkpoint.json": b'{"framework": "torch-dcp", "step": 20, "world_size": 2}',
+}
 
 
 @pytest.fixture
@@ -36,11 +40,15 @@ def test_a_checkpoint_with_every_shard_completes_and_shows_its_world_size(client
     assert {entry["path"] for entry in body["manifest"]} == set(SHARDS)
 
 
-@pytest.mark.parametrize(("files", "detail"), [
-    ({k: v for k, v in SHARDS.items() if k != "__1_0.distcp"}, "no shard of rank(s) 1 of the world_size 2"),
-    ({k: v for k, v in SHARDS.items() if k != ".metadata"}, "has no .metadata file"),
-    ({**SHARDS, "__2_0.distcp": b"stale"}, "shards of rank(s) 2, beyond the world_size 2"),
-], ids=["missing shard", "missing metadata", "stale shard of a larger world"])
+@pytest.mark.parametrize(
+    ("files", "detail"),
+    [
+        ({k: v for k, v in SHARDS.items() if k != "__1_0.distcp"}, "no shard of rank(s) 1 of the world_size 2"),
+        ({k: v for k, v in SHARDS.items() if k != ".metadata"}, "has no .metadata file"),
+        ({**SHARDS, "__2_0.distcp": b"stale"}, "shards of rank(s) 2, beyond the world_size 2"),
+    ],
+    ids=["missing shard", "missing metadata", "stale shard of a larger world"],
+)
 def test_an_incomplete_set_of_shards_is_refused_and_stays_pending(client, run, files, detail):
     checkpoint_id, done = save_sharded(client, run, files)
     assert done.status_code == 400 and done.json()["field"] == "manifest"
@@ -57,13 +65,17 @@ def test_an_altered_shard_is_refused(client, run):
     assert Checkpoint.objects.get(pk=checkpoint_id).state == CheckpointState.PENDING
 
 
-@pytest.mark.parametrize(("fields", "detail"), [
-    ({"framework": "torch-dcp"}, "needs world_size"),
-    ({"framework": "torch-dcp", "world_size": 0}, "greater than or equal to 1"),
-    ({"framework": "torch-dcp", "world_size": "two"}, "valid integer"),
-    ({"framework": "torch-dcp", "world_size": True}, "valid integer"),
-    ({"framework": "torch", "world_size": 2}, "only for framework 'torch-dcp'"),
-], ids=["missing", "zero", "text", "boolean", "other framework"])
+@pytest.mark.parametrize(
+    ("fields", "detail"),
+    [
+        ({"framework": "torch-dcp"}, "needs world_size"),
+        ({"framework": "torch-dcp", "world_size": 0}, "greater than or equal to 1"),
+        ({"framework": "torch-dcp", "world_size": "two"}, "valid integer"),
+        ({"framework": "torch-dcp", "world_size": True}, "valid integer"),
+        ({"framework": "torch", "world_size": 2}, "only for framework 'torch-dcp'"),
+    ],
+    ids=["missing", "zero", "text", "boolean", "other framework"],
+)
 def test_a_bad_world_size_is_refused_naming_the_field(client, run, fields, detail):
     refused = register(client, run, 20, **fields)
     assert refused.status_code == 400 and refused.json()["field"] == "world_size", refused.content

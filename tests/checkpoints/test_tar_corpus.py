@@ -12,14 +12,14 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from mado_tracking.errors import CheckpointError
-from mado_tracking.extract import extract_checkpoint_stream
-from mado_tracking.tarformat import Limits
 
 from checkpoints import services, storage
 from checkpoints.models import Artifact, Checkpoint, CheckpointState, ManifestEntry
 from checkpoints.services.declaration import clean_declaration
 from mado.errors import ValidationFailed
+from mado_tracking.errors import CheckpointError
+from mado_tracking.extract import extract_checkpoint_stream
+from mado_tracking.tarformat import Limits
 from tests.checkpoints.tar_corpus import CASES, GOOD, Case, header, patched, sha, with_tarfile
 from tests.worker.helpers import store_blob
 from worker.errors import CheckpointMismatch
@@ -59,13 +59,22 @@ def direct_verdict(creator, run, case: Case) -> bool:
     over the stored object; it must record a refusal ("mismatch"), never raise (a raise is retried as transient)."""
     checkpoint, _ = services.checkpoint_register(actor=creator, run=run, step=next(_steps), idempotency_key=None)
     try:
-        declared = clean_declaration(tar_size=len(case.tar), tar_sha256=sha(case.tar), manifest=manifest(case),
-                                     manifest_sha256=None)
+        declared = clean_declaration(
+            tar_size=len(case.tar), tar_sha256=sha(case.tar), manifest=manifest(case), manifest_sha256=None
+        )
     except ValidationFailed:
         return False
     key = store_blob(case.tar, prefix=f"runs/{run.pk}")
-    Checkpoint.objects.filter(pk=checkpoint.pk).update(declared=declared, received={
-        "storage_key": key, "upload_id": "u", "part_size": 8 << 20, "tar_size": len(case.tar), "uploaded": True})
+    Checkpoint.objects.filter(pk=checkpoint.pk).update(
+        declared=declared,
+        received={
+            "storage_key": key,
+            "upload_id": "u",
+            "part_size": 8 << 20,
+            "tar_size": len(case.tar),
+            "uploaded": True,
+        },
+    )
     outcome = services.checkpoint_verify_upload(checkpoint_id=checkpoint.pk)
     assert outcome in ("complete", "mismatch")
     if outcome == "mismatch":
@@ -77,16 +86,34 @@ def worker_verdict(run, case: Case, workdir) -> bool:
     """The worker's restore of a checkpoint recorded (as if complete) for the case's tar and manifest."""
     key = store_blob(case.tar, prefix=f"runs/{run.pk}")
     step = next(_steps)
-    artifact = Artifact.objects.create(project=run.project, run=run, path=f"checkpoints/step-{step}.tar",
-                                       size=len(case.tar), sha256=sha(case.tar), storage_key=key)
-    checkpoint = Checkpoint.objects.create(run=run, step=step, artifact=artifact, tar_size=len(case.tar),
-                                           tar_sha256=sha(case.tar), state=CheckpointState.COMPLETE)
+    artifact = Artifact.objects.create(
+        project=run.project,
+        run=run,
+        path=f"checkpoints/step-{step}.tar",
+        size=len(case.tar),
+        sha256=sha(case.tar),
+        storage_key=key,
+    )
+    checkpoint = Checkpoint.objects.create(
+        run=run,
+        step=step,
+        artifact=artifact,
+        tar_size=len(case.tar),
+        tar_sha256=sha(case.tar),
+        state=CheckpointState.COMPLETE,
+    )
     # A name that is not UTF-8 cannot be stored: the tar refuses it before the manifest.
-    ManifestEntry.objects.bulk_create([
-        ManifestEntry(checkpoint=checkpoint, size=e["size"], sha256=e["sha256"],
-                      path=e["path"].encode("utf-8", "surrogateescape").decode("utf-8", "replace"))
-        for e in manifest(case)
-    ])
+    ManifestEntry.objects.bulk_create(
+        [
+            ManifestEntry(
+                checkpoint=checkpoint,
+                size=e["size"],
+                sha256=e["sha256"],
+                path=e["path"].encode("utf-8", "surrogateescape").decode("utf-8", "replace"),
+            )
+            for e in manifest(case)
+        ]
+    )
     workdir.mkdir()
     try:
         restore_checkpoint(checkpoint=checkpoint, workdir=workdir, backoff_s=0)
@@ -100,10 +127,16 @@ def worker_verdict(run, case: Case, workdir) -> bool:
 def sdk_verdict(case: Case, directory) -> bool:
     """``mado agent``'s restore of the same bytes (1000-byte chunks, as a network would cut them)."""
     directory.mkdir()
-    chunks = (case.tar[i:i + 1000] for i in range(0, len(case.tar), 1000))
+    chunks = (case.tar[i : i + 1000] for i in range(0, len(case.tar), 1000))
     try:
-        extract_checkpoint_stream(chunks, directory / "checkpoint", checkpoint_id=9, manifest=manifest(case),
-                                  tar_size=len(case.tar), tar_sha256=sha(case.tar))
+        extract_checkpoint_stream(
+            chunks,
+            directory / "checkpoint",
+            checkpoint_id=9,
+            manifest=manifest(case),
+            tar_size=len(case.tar),
+            tar_sha256=sha(case.tar),
+        )
     except CheckpointError as exc:
         assert str(exc).startswith("Checkpoint 9 ")
         assert list(directory.iterdir()) == [], "a refused restore leaves nothing behind"
@@ -151,8 +184,9 @@ HEADERS = len(GOOD_TAR) - 2 * 512  # bytes before the end-of-archive blocks: hea
 
 @pytest.mark.timeout(120, func_only=True)
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(edits=st.lists(st.tuples(st.integers(0, HEADERS - 1), st.binary(min_size=1, max_size=12)), min_size=1,
-                      max_size=4))
+@given(
+    edits=st.lists(st.tuples(st.integers(0, HEADERS - 1), st.binary(min_size=1, max_size=12)), min_size=1, max_size=4)
+)
 def test_mutated_headers_get_the_same_verdict_everywhere(api, creator, run, tmp_path, edits):
     data = GOOD_TAR
     for offset, new in edits:
@@ -187,6 +221,7 @@ class _Members:
 
 def peak_rss_growth(call) -> int:
     """Bytes the process's peak RSS grew by during ``call()`` (Linux: VmHWM reset through clear_refs)."""
+
     def rss(field: str) -> int:
         line = next(x for x in Path("/proc/self/status").read_text().splitlines() if x.startswith(field))
         return int(line.split()[1]) * 1024
@@ -198,8 +233,9 @@ def peak_rss_growth(call) -> int:
 
 
 @pytest.mark.timeout(60, func_only=True)
-def test_a_million_empty_members_are_refused_early_everywhere_in_bounded_memory(creator, run, tmp_path, settings,
-                                                                                 monkeypatch):
+def test_a_million_empty_members_are_refused_early_everywhere_in_bounded_memory(
+    creator, run, tmp_path, settings, monkeypatch
+):
     """The tar of a million empty members (512 MiB) is refused at the member limit, in bounded memory: by the
     server at the default 100,000; by the restores, which would write every file first, at 2,000 (the same
     setting, lowered to keep the test short)."""
@@ -218,17 +254,36 @@ def test_a_million_empty_members_are_refused_early_everywhere_in_bounded_memory(
 
     def sdk():
         with pytest.raises(CheckpointError, match="tar mismatch: more than 2000 members"):
-            extract_checkpoint_stream(_Members(10**6), tmp_path / "agent" / "checkpoint", checkpoint_id=9,
-                                      manifest=entries, tar_size=(10**6 + 2) * 512, tar_sha256="0" * 64)
+            extract_checkpoint_stream(
+                _Members(10**6),
+                tmp_path / "agent" / "checkpoint",
+                checkpoint_id=9,
+                manifest=entries,
+                tar_size=(10**6 + 2) * 512,
+                tar_sha256="0" * 64,
+            )
 
     assert peak_rss_growth(sdk) < 100 * 1024 * 1024
     assert list((tmp_path / "agent").iterdir()) == []
     key = storage.blob_write(source=_Members(2001, end=False), prefix=f"runs/{run.pk}").key
     stored = Checkpoint.objects.create(
-        run=run, step=next(_steps), state=CheckpointState.COMPLETE, tar_size=(10**6 + 2) * 512, tar_sha256="0" * 64,
-        artifact=Artifact.objects.create(project=run.project, run=run, path="checkpoints/million.tar",
-                                         size=(10**6 + 2) * 512, sha256="0" * 64, storage_key=key))
-    ManifestEntry.objects.bulk_create([ManifestEntry(checkpoint=stored, path=n, size=0, sha256=sha(b"")) for n in names])
+        run=run,
+        step=next(_steps),
+        state=CheckpointState.COMPLETE,
+        tar_size=(10**6 + 2) * 512,
+        tar_sha256="0" * 64,
+        artifact=Artifact.objects.create(
+            project=run.project,
+            run=run,
+            path="checkpoints/million.tar",
+            size=(10**6 + 2) * 512,
+            sha256="0" * 64,
+            storage_key=key,
+        ),
+    )
+    ManifestEntry.objects.bulk_create(
+        [ManifestEntry(checkpoint=stored, path=n, size=0, sha256=sha(b"")) for n in names]
+    )
     (tmp_path / "job").mkdir()
 
     def worker():

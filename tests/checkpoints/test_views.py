@@ -1,10 +1,10 @@
 """Checkpoint and artifact pages: the Checkpoint tab (docs/design/checkpoints.md#keep-count), the manifest page,
 deletion (docs/design/checkpoints.md#deletion), the Artifacts tab (docs/design/interfaces.md#surfaces)."""
 
-import re
 import hashlib
 import io
 import os
+import re
 
 import pytest
 from django.urls import reverse
@@ -40,8 +40,10 @@ def shown_steps(response) -> list[int]:
 def seven(run, creator, django_capture_on_commit_callbacks):
     """Steps 10..70 complete (K = 5 keeps 70..30) and a pending step 80."""
     with django_capture_on_commit_callbacks(execute=True):
-        rows = {step: saved(run, creator, step, framework="torch", includes_optimizer=step % 20 == 0)
-                for step in range(10, 80, 10)}
+        rows = {
+            step: saved(run, creator, step, framework="torch", includes_optimizer=step % 20 == 0)
+            for step in range(10, 80, 10)
+        }
     rows[80], _ = services.checkpoint_register(actor=creator, run=run, step=80)
     return rows
 
@@ -166,7 +168,8 @@ def test_a_deleted_checkpoints_page_keeps_the_manifest_without_download(
 
 def page_urls(run, checkpoint) -> list[str]:
     return [
-        tab(run), tab(run, older=1),
+        tab(run),
+        tab(run, older=1),
         reverse("checkpoints:checkpoint-detail", args=[checkpoint.pk]),
         reverse("checkpoints:checkpoint-delete", args=[checkpoint.pk]),
         reverse("runs:run-artifacts", args=[run.pk]),
@@ -222,11 +225,14 @@ def test_an_admin_deletes_an_old_checkpoint_through_the_confirmation(
     assert '<tr data-step="20" data-state="deleted"' in response.content.decode()
 
 
-@pytest.mark.parametrize("role, sentence", [
-    ("member", "Only project admins can do this."),
-    ("creator", "Only project admins can do this."),
-    ("viewer", "Your role in this project is viewer: viewers can only read."),
-])
+@pytest.mark.parametrize(
+    "role, sentence",
+    [
+        ("member", "Only project admins can do this."),
+        ("creator", "Only project admins can do this."),
+        ("viewer", "Your role in this project is viewer: viewers can only read."),
+    ],
+)
 def test_a_non_admin_sees_the_reason_instead_of_the_button_and_cannot_post(
     login, request, run, seven, settings, role, sentence
 ):
@@ -240,7 +246,9 @@ def test_a_non_admin_sees_the_reason_instead_of_the_button_and_cannot_post(
     assert sentence in confirm and 'type="submit" class="danger"' not in confirm
     before = stored_files(settings)
     assert client.post(reverse("checkpoints:checkpoint-delete", args=[seven[10].pk])).status_code == 403
-    assert Checkpoint.objects.get(pk=seven[10].pk).state == CheckpointState.COMPLETE and stored_files(settings) == before
+    assert (
+        Checkpoint.objects.get(pk=seven[10].pk).state == CheckpointState.COMPLETE and stored_files(settings) == before
+    )
 
 
 def test_a_checkpoint_inside_the_keep_count_shows_why_and_is_refused(login, admin, run, seven, settings):
@@ -257,7 +265,9 @@ def test_a_checkpoint_inside_the_keep_count_shows_why_and_is_refused(login, admi
     response = client.post(reverse("checkpoints:checkpoint-delete", args=[seven[50].pk]), follow=True)
     assert response.status_code == 200 and reason in response.content.decode()
     assert 'class="message error"' in response.content.decode()
-    assert Checkpoint.objects.get(pk=seven[50].pk).state == CheckpointState.COMPLETE and stored_files(settings) == before
+    assert (
+        Checkpoint.objects.get(pk=seven[50].pk).state == CheckpointState.COMPLETE and stored_files(settings) == before
+    )
 
 
 def test_the_source_checkpoint_of_a_run_shows_why_and_is_refused(login, admin, project, creator, run, seven):
@@ -340,7 +350,7 @@ def test_an_admin_deletes_a_plain_file_but_a_checkpoint_tar_shows_why_not(
     assert "This file is the tar of the checkpoint at step 10: delete the checkpoint on the Checkpoints tab." in html
     delete_url = reverse("checkpoints:artifact-delete", args=[run.pk])
     assert f'href="{delete_url}?path=logs/train%20output.txt"' in html
-    assert "type=\"submit\"" in client.get(delete_url, {"path": files.path}).content.decode()
+    assert 'type="submit"' in client.get(delete_url, {"path": files.path}).content.decode()
     with django_capture_on_commit_callbacks(execute=True):
         response = client.post(delete_url, {"path": files.path}, follow=True)
     assert "logs/train output.txt was deleted." in response.content.decode()

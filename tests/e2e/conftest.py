@@ -6,7 +6,6 @@ where a missing browser is a failure, not a skip.
 
 import os
 from pathlib import Path
-
 from types import SimpleNamespace
 
 import pytest
@@ -55,7 +54,10 @@ def browser_page(browser, live_server):
 def sent_tasks(monkeypatch):
     """Celery's ``send_task`` and ``revoke`` recorded instead of sent: pages launch Jobs without a worker."""
     sent = []
-    monkeypatch.setattr(current_app, "send_task", lambda name, args=None, **kw: sent.append((name, args, kw)) or
-                        SimpleNamespace(id=kw.get("task_id")))
+    monkeypatch.setattr(
+        current_app,
+        "send_task",
+        lambda name, args=None, **kw: sent.append((name, args, kw)) or SimpleNamespace(id=kw.get("task_id")),
+    )
     monkeypatch.setattr(current_app.control, "revoke", lambda task_id, **kw: None)
     return sent

@@ -24,11 +24,14 @@ def test_smoothing_draws_runs_whose_steps_do_not_overlap_and_an_empty_run_page_h
     project = ProjectFactory(name="Vision", slug="vision")
     user = UserFactory(username="erin")
     MembershipFactory(user=user, project=project, role=Role.MEMBER)
-    first, second, empty = (RunFactory(project=project, created_by=user, name=name, status=RunStatus.FINISHED)
-                            for name in ("steps-0-49", "steps-50-99", "no-metrics"))
+    first, second, empty = (
+        RunFactory(project=project, created_by=user, name=name, status=RunStatus.FINISHED)
+        for name in ("steps-0-49", "steps-50-99", "no-metrics")
+    )
     for run, steps in ((first, range(50)), (second, range(50, 100))):  # a resumed chain: no step in common
-        metrics_ingest(actor=user, run=run, points=[{"key": "train.loss", "value": 1 / (s + 1), "step": s}
-                                                     for s in steps])
+        metrics_ingest(
+            actor=user, run=run, points=[{"key": "train.loss", "value": 1 / (s + 1), "step": s} for s in steps]
+        )
 
     log_in(page, "erin", "/projects/vision/")
     expect(page.get_by_role("heading", name="Vision")).to_be_visible()

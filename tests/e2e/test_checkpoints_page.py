@@ -12,8 +12,8 @@ from checkpoints import services
 from checkpoints.models import Checkpoint, CheckpointState
 from runs.models import Role
 from tests.checkpoints.checkpoint_helpers import declaration, make_tar
-from tests.factories import MembershipFactory, ProjectFactory, RunFactory, UserFactory
 from tests.e2e.helpers import log_in, screenshot
+from tests.factories import MembershipFactory, ProjectFactory, RunFactory, UserFactory
 
 
 def _run_with_seven_checkpoints():

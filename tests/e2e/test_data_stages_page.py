@@ -36,13 +36,25 @@ def _running_job():
     carol = UserFactory(username="carol")
     MembershipFactory(user=carol, project=project, role=Role.MEMBER)
     cpu, _ = Queue.objects.get_or_create(name="cpu", defaults={"description": "CPU workers"})
-    code_version = CodeVersionFactory(code__project=project, code__created_by=carol, code__name="digits-mlp",
-                                      version=1, entrypoint=["python", "training.py", "--steps", "40"])
-    versions = {name: DatasetVersionFactory(dataset=DatasetFactory(project=project, name=name), version=version)
-                for name, version in (("digits", "v1"), ("synthetic", "s1"), ("noisy", "n1"))}
+    code_version = CodeVersionFactory(
+        code__project=project,
+        code__created_by=carol,
+        code__name="digits-mlp",
+        version=1,
+        entrypoint=["python", "training.py", "--steps", "40"],
+    )
+    versions = {
+        name: DatasetVersionFactory(dataset=DatasetFactory(project=project, name=name), version=version)
+        for name, version in (("digits", "v1"), ("synthetic", "s1"), ("noisy", "n1"))
+    }
     job = services.job_launch(
-        actor=carol, code_version=code_version, queue=cpu, parameters={"lr": 0.05, "steps": 40},
-        dataset_version_ids=[versions["digits"].pk], name="pretrain", kind_of_run="fine_tuning",
+        actor=carol,
+        code_version=code_version,
+        queue=cpu,
+        parameters={"lr": 0.05, "steps": 40},
+        dataset_version_ids=[versions["digits"].pk],
+        name="pretrain",
+        kind_of_run="fine_tuning",
     )
     services.job_claim(job_id=job.pk, worker_host="gpu-node-3")
     return job, versions
@@ -79,11 +91,20 @@ def test_record_a_data_change_then_continue_from_a_checkpoint_with_more_data(bro
     assert list(run.input_dataset_versions.all()) == [digits]
 
     # The Job goes on to step 40 with a checkpoint at step 20, then finishes.
-    metrics_ingest(actor=job.created_by, run=run, points=[
-        {"key": "train.loss", "value": 2.3 * 0.93**step, "step": step} for step in range(40)
-    ])
-    Checkpoint.objects.create(run=run, step=20, state=CheckpointState.COMPLETE, file_count=3, total_bytes=180_000,
-                              framework="torch", created_by=job.created_by)
+    metrics_ingest(
+        actor=job.created_by,
+        run=run,
+        points=[{"key": "train.loss", "value": 2.3 * 0.93**step, "step": step} for step in range(40)],
+    )
+    Checkpoint.objects.create(
+        run=run,
+        step=20,
+        state=CheckpointState.COMPLETE,
+        file_count=3,
+        total_bytes=180_000,
+        framework="torch",
+        created_by=job.created_by,
+    )
     services.job_finish(job_id=job.pk, exit_code=0)
 
     page.get_by_role("link", name="Overview").click()
@@ -95,7 +116,8 @@ def test_record_a_data_change_then_continue_from_a_checkpoint_with_more_data(bro
     # docs/design/resume.md#continue: "Continue training from these weights" on the finished Run's step-20 checkpoint.
     page.get_by_role("link", name="Checkpoints", exact=True).click()
     page.locator('table.checkpoints tr[data-step="20"]').get_by_role(
-        "link", name="Continue training from these weights").click()
+        "link", name="Continue training from these weights"
+    ).click()
     datasets = page.get_by_label("Dataset versions")
     expect(datasets).to_have_values([str(digits.pk), str(synthetic.pk)])  # in force at step 20
     expect(page.get_by_label("Code version")).to_have_value(str(job.code_version_id))
@@ -122,9 +144,13 @@ def test_record_a_data_change_then_continue_from_a_checkpoint_with_more_data(bro
 
     page.get_by_role("link", name="pretrain + noisy").first.click()
     expect(page).to_have_url(re.compile(rf"/runs/{new.run_id}/$"))
-    expect(page.locator("ul.datasets li")).to_have_text([
-        re.compile(r"digits:v1"), re.compile(r"noisy:n1"), re.compile(r"synthetic:s1"),
-    ])
+    expect(page.locator("ul.datasets li")).to_have_text(
+        [
+            re.compile(r"digits:v1"),
+            re.compile(r"noisy:n1"),
+            re.compile(r"synthetic:s1"),
+        ]
+    )
     expect(page.locator("dd.source-checkpoint")).to_contain_text("step 20")
     expect(page.locator("dd.parent")).to_have_text("pretrain")
     screenshot(page, "continued-run")

@@ -18,8 +18,8 @@ from jobs import services
 from jobs.models import Job, JobKind, Queue
 from runs.metrics import metrics_ingest
 from runs.models import Role
-from tests.factories import CodeVersionFactory, MembershipFactory, ProjectFactory, UserFactory
 from tests.e2e.helpers import log_in, screenshot
+from tests.factories import CodeVersionFactory, MembershipFactory, ProjectFactory, UserFactory
 
 
 def _failed_job():
@@ -31,21 +31,36 @@ def _failed_job():
     cpu, _ = Queue.objects.get_or_create(name="cpu", defaults={"description": "CPU workers"})
     Queue.objects.get_or_create(name="gpu-a100", defaults={"description": "A100 pool"})
     code_version = CodeVersionFactory(
-        code__project=project, code__created_by=carol, code__name="digits-mlp", version=1,
+        code__project=project,
+        code__created_by=carol,
+        code__name="digits-mlp",
+        version=1,
         entrypoint=["python", "training.py", "--steps", "40", "--checkpoint-every", "10", "--fail-at-step", "27"],
     )
     job = services.job_launch(
-        actor=carol, code_version=code_version, queue=cpu, parameters={"lr": 0.05, "steps": 40},
-        dataset_version_ids=[], name="digits-mlp",
+        actor=carol,
+        code_version=code_version,
+        queue=cpu,
+        parameters={"lr": 0.05, "steps": 40},
+        dataset_version_ids=[],
+        name="digits-mlp",
     )
     services.job_claim(job_id=job.pk, worker_host="gpu-node-3")
-    metrics_ingest(actor=carol, run=job.run, points=[
-        {"key": "train.loss", "value": 2.3 * 0.93**step, "step": step} for step in range(27)
-    ])
+    metrics_ingest(
+        actor=carol,
+        run=job.run,
+        points=[{"key": "train.loss", "value": 2.3 * 0.93**step, "step": step} for step in range(27)],
+    )
     for step in (10, 20):
         Checkpoint.objects.create(
-            run=job.run, step=step, state=CheckpointState.COMPLETE, file_count=3, total_bytes=180_000 + step,
-            framework="torch", includes_optimizer=True, created_by=carol,
+            run=job.run,
+            step=step,
+            state=CheckpointState.COMPLETE,
+            file_count=3,
+            total_bytes=180_000 + step,
+            framework="torch",
+            includes_optimizer=True,
+            created_by=carol,
         )
     services.job_append_log(job_id=job.pk, text="step 26 loss 0.35\nSimulatedFailure: --fail-at-step 27\n")
     return services.job_finish(job_id=job.pk, exit_code=1)
@@ -104,9 +119,11 @@ def test_the_creator_resumes_from_a_checkpoint_and_another_member_sees_why_not(b
 
     # docs/design/resume.md#steps-continue: the resumed Run's curve joins its parent's (steps 0..19 from the parent,
     # 20.. from the new Run).
-    metrics_ingest(actor=new.created_by, run=new.run, points=[
-        {"key": "train.loss", "value": 2.3 * 0.93**step, "step": step} for step in range(20, 40)
-    ])
+    metrics_ingest(
+        actor=new.created_by,
+        run=new.run,
+        points=[{"key": "train.loss", "value": 2.3 * 0.93**step, "step": step} for step in range(20, 40)],
+    )
     page.goto(f"/runs/{new.run_id}/")
     page.get_by_role("switch", name="Show with ancestors").click()
     chart = page.locator('figure.metric-chart[data-key="train.loss"]')

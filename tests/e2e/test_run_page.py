@@ -12,8 +12,8 @@ from playwright.sync_api import expect
 
 from runs.metrics import metrics_ingest
 from runs.models import Role, RunStatus
-from tests.factories import MembershipFactory, ProjectFactory, RunFactory, UserFactory
 from tests.e2e.helpers import log_in
+from tests.factories import MembershipFactory, ProjectFactory, RunFactory, UserFactory
 
 KEYS = ("train.loss", "val.accuracy", "lr")
 
@@ -26,8 +26,13 @@ def _run_with_metrics(*, status=RunStatus.FINISHED):
     ended = started + timedelta(minutes=41, seconds=13) if status != RunStatus.RUNNING else None
     parent = RunFactory(project=project, created_by=user, name="resnet-first-attempt", status=RunStatus.FAILED)
     run = RunFactory(
-        project=project, created_by=user, name="resnet-resumed", parent=parent, status=status,
-        started_at=started, ended_at=ended,
+        project=project,
+        created_by=user,
+        name="resnet-resumed",
+        parent=parent,
+        status=status,
+        started_at=started,
+        ended_at=ended,
         parameters={"lr": 0.01, "batch_size": 64, "optimizer": "sgd", "layers": [64, 32]},
     )
     points = []

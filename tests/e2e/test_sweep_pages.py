@@ -57,8 +57,14 @@ def _team():
 
 def _run_trial(actor, trial: SweepTrial, *, losses: list[float] | None, end: str) -> None:
     """What the trial's program does: start its Run under the trial's id, log ``val_loss`` per step, end it."""
-    started = run_start(actor=actor, project=trial.run.project, external_id=trial.run.external_id, resume="allow",
-                        host="gpu-node-1", pid=4000 + trial.number)
+    started = run_start(
+        actor=actor,
+        project=trial.run.project,
+        external_id=trial.run.external_id,
+        resume="allow",
+        host="gpu-node-1",
+        pid=4000 + trial.number,
+    )
     for step, loss in enumerate(losses or []):
         metrics_ingest(actor=actor, run=started.run, points=[{"key": "val_loss", "value": loss, "step": step}])
     run_services.run_set_status(actor=actor, run=started.run, status=end)
@@ -144,10 +150,13 @@ def test_a_member_creates_a_grid_sweep_from_yaml_and_reads_its_trials_and_a_view
         expect(row.locator(".badge.trial-state")).to_have_text(label)
         expect(row.locator(".badge.trial-state")).to_have_attribute("data-state", state)
         expect(row.locator("td.requeues")).to_have_text(requeues)
-        expect(row.get_by_role("link", name=trial.run.external_id)).to_have_attribute(
-            "href", f"/runs/{trial.run_id}/")
+        expect(row.get_by_role("link", name=trial.run.external_id)).to_have_attribute("href", f"/runs/{trial.run_id}/")
     assert {(t.parameters["lr"], t.parameters["hidden"]) for t in trials} == {
-        (0.01, 32), (0.01, 64), (0.1, 32), (0.1, 64)}  # the grid, each point once
+        (0.01, 32),
+        (0.01, 64),
+        (0.1, 32),
+        (0.1, 64),
+    }  # the grid, each point once
 
     # The best trial is the finished one with the lowest val_loss (trial 2; trial 3's 0.05 is partial), in the
     # card and highlighted in the table.
@@ -155,7 +164,8 @@ def test_a_member_creates_a_grid_sweep_from_yaml_and_reads_its_trials_and_a_view
     expect(best).to_have_attribute("data-trial", "2")
     expect(best.locator("dd.metric")).to_have_text("0.17")
     expect(best.get_by_role("link", name=re.compile(r"digits-grid-2"))).to_have_attribute(
-        "href", f"/runs/{trials[1].run_id}/")
+        "href", f"/runs/{trials[1].run_id}/"
+    )
     expect(best.locator(".badge.status")).to_have_text("finished")
     expect(table.locator("tbody tr.best")).to_have_count(1)
     expect(table.locator("tbody tr.best")).to_have_attribute("data-trial", "2")
@@ -168,12 +178,15 @@ def test_a_member_creates_a_grid_sweep_from_yaml_and_reads_its_trials_and_a_view
         expect(scatter.locator(".uplot canvas")).to_be_visible()
         expect(scatter.locator("figcaption")).to_contain_text("3 trials")
         expect(scatter).to_have_attribute("data-drawn", "3")
-        expect(scatter.locator(".u-legend .u-series")).to_have_text(["finished", "best trial", "not finished (partial)"])
+        expect(scatter.locator(".u-legend .u-series")).to_have_text(
+            ["finished", "best trial", "not finished (partial)"]
+        )
         for trial, label in ((trials[1], "Trial 2"), (trials[2], "Trial 3")):
             x, y = scatter.evaluate(
                 "(figure, p) => { const u = figure.chart, box = u.over.getBoundingClientRect();"
                 " return [box.left + u.valToPos(p[0], 'x'), box.top + u.valToPos(p[1], 'y')]; }",
-                [trial.parameters[name], {2: 0.17, 3: 0.05}[trial.number]])
+                [trial.parameters[name], {2: 0.17, 3: 0.05}[trial.number]],
+            )
             page.mouse.move(x, y)
             expect(scatter.locator(".scatter-hover")).to_contain_text(f"{label}: {name} = {trial.parameters[name]}")
         expect(scatter.locator(".scatter-hover")).to_contain_text("(partial: the run is preempted)")
@@ -193,7 +206,8 @@ def test_a_member_creates_a_grid_sweep_from_yaml_and_reads_its_trials_and_a_view
     page.get_by_role("link", name="Sweeps").last.click()
     row = page.locator(f'table.sweeps tr[data-sweep="{sweep.pk}"]')
     expect(row.locator("td")).to_have_text(
-        [re.compile(r"digits-grid"), "grid", "val_loss (minimize)", "4 / 4", "0", "1", "dana", re.compile(r"\d")])
+        [re.compile(r"digits-grid"), "grid", "val_loss (minimize)", "4 / 4", "0", "1", "dana", re.compile(r"\d")]
+    )
     screenshot(page, "sweep-list")
 
     # A viewer reads the sweep pages but has no "New sweep" button and is refused the form.
@@ -203,7 +217,8 @@ def test_a_member_creates_a_grid_sweep_from_yaml_and_reads_its_trials_and_a_view
     expect(page.locator(f'table.sweeps tr[data-sweep="{sweep.pk}"]')).to_be_visible()
     expect(page.get_by_role("link", name="New sweep")).to_have_count(0)
     expect(page.locator(".page-head .reason")).to_have_text(
-        "Your role in this project is viewer: viewers can only read.")
+        "Your role in this project is viewer: viewers can only read."
+    )
     page.get_by_role("link", name="digits-grid").click()
     expect(page.locator("table.trials tbody tr")).to_have_count(4)
     expect(page.locator(".best-trial")).to_have_attribute("data-trial", "2")
@@ -211,12 +226,14 @@ def test_a_member_creates_a_grid_sweep_from_yaml_and_reads_its_trials_and_a_view
 
     page.goto("/projects/vision/sweeps/new/")
     expect(page.locator("p.errorlist[role=alert]")).to_have_text(
-        "Your role in this project is viewer: viewers can only read.")
+        "Your role in this project is viewer: viewers can only read."
+    )
     expect(page.locator("textarea")).to_have_count(0)
     expect(page.get_by_role("button", name="Create sweep")).to_have_count(0)
     csrf = next(c["value"] for c in page.context.cookies() if c["name"] == "csrftoken")
-    refused = page.request.post("/projects/vision/sweeps/new/", form={"config": GRID},
-                                headers={"X-CSRFToken": csrf, "Referer": page.url})
+    refused = page.request.post(
+        "/projects/vision/sweeps/new/", form={"config": GRID}, headers={"X-CSRFToken": csrf, "Referer": page.url}
+    )
     assert refused.status == 403
     assert Sweep.objects.count() == 1
 
@@ -227,18 +244,42 @@ def test_the_run_page_of_a_resumed_run_shows_resumes_writer_dropped_points_and_p
     page = browser_page
     project, dana = _team()
 
-    first = run_start(actor=dana, project=project, external_id="exp-42", resume="allow", host="gpu-node-1",
-                      pid=1111, name="exp-42", parameters={"lr": 0.1, "batch_size": 64})
+    first = run_start(
+        actor=dana,
+        project=project,
+        external_id="exp-42",
+        resume="allow",
+        host="gpu-node-1",
+        pid=1111,
+        name="exp-42",
+        parameters={"lr": 0.1, "batch_size": 64},
+    )
     assert first.created
-    metrics_ingest(actor=dana, run=first.run, points=[
-        {"key": "train.loss", "value": 2.0 * 0.9**step, "step": step} for step in range(10)])
+    metrics_ingest(
+        actor=dana,
+        run=first.run,
+        points=[{"key": "train.loss", "value": 2.0 * 0.9**step, "step": step} for step in range(10)],
+    )
     run_services.run_set_status(actor=dana, run=first.run, status=RunStatus.FAILED)
 
-    resumed = run_start(actor=dana, project=project, external_id="exp-42", resume="allow", host="gpu-node-7",
-                        pid=2222, parameters={"lr": 0.05, "epochs": 3}, allow_param_change=True)
+    resumed = run_start(
+        actor=dana,
+        project=project,
+        external_id="exp-42",
+        resume="allow",
+        host="gpu-node-7",
+        pid=2222,
+        parameters={"lr": 0.05, "epochs": 3},
+        allow_param_change=True,
+    )
     assert (resumed.resumed, resumed.last_step, resumed.run.pk) == (True, 9, first.run.pk)
-    ingested = metrics_ingest(actor=dana, run=resumed.run, points=[  # a restart from step 5: 5..9 are below 10
-        {"key": "train.loss", "value": 2.0 * 0.9**step, "step": step} for step in range(5, 15)])
+    ingested = metrics_ingest(
+        actor=dana,
+        run=resumed.run,
+        points=[  # a restart from step 5: 5..9 are below 10
+            {"key": "train.loss", "value": 2.0 * 0.9**step, "step": step} for step in range(5, 15)
+        ],
+    )
     assert ingested.dropped == 5
     run = resumed.run
 
@@ -247,10 +288,12 @@ def test_the_run_page_of_a_resumed_run_shows_resumes_writer_dropped_points_and_p
     expect(page.locator("dd .badge.status").first).to_have_text("running")
     expect(page.locator("dd.resume-count")).to_have_text("1 time")
     expect(page.locator("dd.writer")).to_have_text(
-        re.compile(r"^gpu-node-7 \(pid 2222\) since \d{4}-\d\d-\d\d \d\d:\d\d:\d\d$"))
+        re.compile(r"^gpu-node-7 \(pid 2222\) since \d{4}-\d\d-\d\d \d\d:\d\d:\d\d$")
+    )
     expect(page.locator("dd.heartbeat time")).to_have_attribute("datetime", re.compile(r"^\d{4}-"))
     expect(page.locator(".warn-box.dropped-points")).to_have_text(
-        "5 points dropped: their step was below 10 after a resume.")
+        "5 points dropped: their step was below 10 after a resume."
+    )
     params = page.locator("table.params tbody tr")
     expect(params).to_have_count(3)
     expect(page.locator("table.params")).to_contain_text("epochs")

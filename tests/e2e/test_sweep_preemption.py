@@ -30,20 +30,31 @@ STEPS = 40
 FIRST_CHECKPOINT = 10
 MADO = str(Path(sys.executable).parent / "mado")
 CONFIG = {
-    "name": "digits-e2e", "method": "grid", "metric": {"name": "val_loss", "goal": "minimize"},
+    "name": "digits-e2e",
+    "method": "grid",
+    "metric": {"name": "val_loss", "goal": "minimize"},
     "parameters": {"lr": {"values": [0.01, 0.1]}, "hidden": {"values": [32, 64]}},
     "program": f"python {ROOT / 'examples' / 'sweep_training.py'} --steps {STEPS} --checkpoint-every 10 "
-               "--step-seconds 0.1",
+    "--step-seconds 0.1",
 }
 
 
 def start_agent(site: Deployment, sweep_id: int, work: Path, name: str) -> subprocess.Popen:
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith("MMT_")}, "MMT_API_URL": site.url,
-           "MMT_API_TOKEN": site.token, "PYTHONUNBUFFERED": "1",
-           "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", os.defpath)])}
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("MMT_")},
+        "MMT_API_URL": site.url,
+        "MMT_API_TOKEN": site.token,
+        "PYTHONUNBUFFERED": "1",
+        "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", os.defpath)]),
+    }
     with open(work / f"{name}.log", "wb") as log:  # the child keeps its own descriptor
-        return subprocess.Popen([MADO, "agent", str(sweep_id), "--forward-signals", "--poll-interval", "0.2",
-                                 "--kill-grace", "20"], cwd=work, env=env, stdout=log, stderr=subprocess.STDOUT)
+        return subprocess.Popen(
+            [MADO, "agent", str(sweep_id), "--forward-signals", "--poll-interval", "0.2", "--kill-grace", "20"],
+            cwd=work,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
 
 
 def wait_until(what: str, check, timeout: float = 120.0, diagnose=lambda: ""):
@@ -72,8 +83,14 @@ def test_a_grid_sweep_with_a_preempted_trial_finishes_every_trial_once_resuming_
     agents: list[subprocess.Popen] = []
 
     def logs() -> str:
-        return "\n".join(f"--- {path.name} ---\n{path.read_text(errors='replace')[-4000:]}"
-                         for path in sorted(work.glob("*.log"))) + "\n" + site.logs()
+        return (
+            "\n".join(
+                f"--- {path.name} ---\n{path.read_text(errors='replace')[-4000:]}"
+                for path in sorted(work.glob("*.log"))
+            )
+            + "\n"
+            + site.logs()
+        )
 
     with deployment(tmp_path / "site") as site, closing(site.client()) as client:
         created = site.mado("sweep", "create", work / "sweep.json", "--project", "flow", "-q")
@@ -89,13 +106,19 @@ def test_a_grid_sweep_with_a_preempted_trial_finishes_every_trial_once_resuming_
                         saved = client.request("GET", f"runs/{trial['run_id']}/checkpoints/")["results"]
                         # A checkpoint is listed from its registration on (pending): wait until it is complete and
                         # the program logged a step past it, so the SIGTERM cannot land inside the step-10 save.
-                        if saved and saved[0]["state"] == "complete" and max(loss_steps(client, trial["run_id"]),
-                                                                             default=-1) >= FIRST_CHECKPOINT:
+                        if (
+                            saved
+                            and saved[0]["state"] == "complete"
+                            and max(loss_steps(client, trial["run_id"]), default=-1) >= FIRST_CHECKPOINT
+                        ):
                             return trial
                 return None
 
-            target = wait_until(f"a trial of agent 1 saves its checkpoint at step {FIRST_CHECKPOINT}",
-                                first_agents_trial_with_a_checkpoint, diagnose=logs)
+            target = wait_until(
+                f"a trial of agent 1 saves its checkpoint at step {FIRST_CHECKPOINT}",
+                first_agents_trial_with_a_checkpoint,
+                diagnose=logs,
+            )
             agents[0].send_signal(signal.SIGTERM)
             assert agents[0].wait(timeout=30) == 128 + signal.SIGTERM, logs()
             first_stopped = time.time()
@@ -118,10 +141,17 @@ def test_a_grid_sweep_with_a_preempted_trial_finishes_every_trial_once_resuming_
         assert sweep["best_trial"] in trials
         resumed = trials[target["number"]]
         assert (resumed["run_id"], resumed["external_id"], resumed["requeue_count"]) == (
-            target["run_id"], target["external_id"], 1)
+            target["run_id"],
+            target["external_id"],
+            1,
+        )
 
-        resume_line = re.search(rf"^trial {target['number']}: resuming run {target['external_id']} from checkpoint "
-                                r"(\d+) \(step (\d+)\)$", logs(), re.M)
+        resume_line = re.search(
+            rf"^trial {target['number']}: resuming run {target['external_id']} from checkpoint "
+            r"(\d+) \(step (\d+)\)$",
+            logs(),
+            re.M,
+        )
         assert resume_line, logs()
         checkpoint_id, step = int(resume_line.group(1)), int(resume_line.group(2))
         assert FIRST_CHECKPOINT < step < STEPS  # the checkpoint the program saved when it was preempted

@@ -22,17 +22,32 @@ def _project():
     MembershipFactory(user=user, project=project, role=Role.MEMBER)
     for hours, (name, end) in enumerate(LOSSES.items(), start=1):
         started = timezone.now() - timedelta(hours=hours)
-        run = RunFactory(project=project, created_by=user, name=name, status=RunStatus.FINISHED,
-                         parameters={"lr": float(name[3:]), "batch": 64}, started_at=started,
-                         ended_at=started + timedelta(minutes=17 * hours))
-        metrics_ingest(actor=user, run=run, points=[
-            {"key": "train.loss", "value": end + (99 - s) / 50, "step": s} for s in range(100)
-        ] + [{"key": "val.acc", "value": 1 - end, "step": s} for s in range(0, 100, 10)])
-    system = [("system/cpu_percent", lambda s: 60 + 30 * (s % 7 == 0)), ("system/memory_percent", lambda s: 40 + s / 5),
-              ("system/gpu0/utilization_percent", lambda s: 95 - 80 * (s % 9 == 0)),
-              ("system/gpu0/memory_used_bytes", lambda s: 2**30 * (10 + s / 20))]
-    metrics_ingest(actor=user, run=run, points=[
-        {"key": key, "value": value(s), "step": s} for key, value in system for s in range(0, 100, 3)])
+        run = RunFactory(
+            project=project,
+            created_by=user,
+            name=name,
+            status=RunStatus.FINISHED,
+            parameters={"lr": float(name[3:]), "batch": 64},
+            started_at=started,
+            ended_at=started + timedelta(minutes=17 * hours),
+        )
+        metrics_ingest(
+            actor=user,
+            run=run,
+            points=[{"key": "train.loss", "value": end + (99 - s) / 50, "step": s} for s in range(100)]
+            + [{"key": "val.acc", "value": 1 - end, "step": s} for s in range(0, 100, 10)],
+        )
+    system = [
+        ("system/cpu_percent", lambda s: 60 + 30 * (s % 7 == 0)),
+        ("system/memory_percent", lambda s: 40 + s / 5),
+        ("system/gpu0/utilization_percent", lambda s: 95 - 80 * (s % 9 == 0)),
+        ("system/gpu0/memory_used_bytes", lambda s: 2**30 * (10 + s / 20)),
+    ]
+    metrics_ingest(
+        actor=user,
+        run=run,
+        points=[{"key": key, "value": value(s), "step": s} for key, value in system for s in range(0, 100, 3)],
+    )
     return project, run
 
 
@@ -53,7 +68,8 @@ def test_sort_select_compare_hover_zoom_and_log_scale(browser_page):
     expect(header).to_be_visible()
     header.click()
     expect(page.locator("table.runs tbody tr td:nth-child(2) a")).to_have_text(
-        ["lr-0.01", "lr-0.001", "lr-0.1", "lr-1.0"])
+        ["lr-0.01", "lr-0.001", "lr-0.1", "lr-1.0"]
+    )
     page.locator('th[data-column="metric:train.loss:last"] a').click()  # again: descending
     expect(page.locator("table.runs tbody tr td:nth-child(2) a").first).to_have_text("lr-1.0")
     screenshot(page, "runs-table")
@@ -88,8 +104,7 @@ def test_sort_select_compare_hover_zoom_and_log_scale(browser_page):
 
     # Log scale: the y scale's distribution becomes logarithmic and the hover values stay.
     page.get_by_label("Log scale (y)").check()
-    distr = page.evaluate(
-        "document.querySelector('figure.metric-chart[data-key=\"train.loss\"]').chart.scales.y.distr")
+    distr = page.evaluate("document.querySelector('figure.metric-chart[data-key=\"train.loss\"]').chart.scales.y.distr")
     assert distr == 3
     page.mouse.move(box["x"] + box["width"] - 2, box["y"] + box["height"] / 2)
     assert sorted(float(v) for v in _legend_values(chart)) == [0.1, 0.2, 0.3]

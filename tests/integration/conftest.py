@@ -63,16 +63,24 @@ def s3_bucket(moto_endpoint, settings, monkeypatch):
     for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
         monkeypatch.delenv(name, raising=False)
     client = boto3.client(
-        "s3", endpoint_url=moto_endpoint, region_name="us-east-1",
-        aws_access_key_id="testing", aws_secret_access_key="testing",
+        "s3",
+        endpoint_url=moto_endpoint,
+        region_name="us-east-1",
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
     )
     client.create_bucket(Bucket=S3_BUCKET)
     storage = {
         "BACKEND": "storages.backends.s3.S3Storage",
         "OPTIONS": {
-            "bucket_name": S3_BUCKET, "endpoint_url": moto_endpoint, "region_name": "us-east-1",
-            "access_key": "testing", "secret_key": "testing", "location": "prefix",
-            "file_overwrite": False, "default_acl": None,
+            "bucket_name": S3_BUCKET,
+            "endpoint_url": moto_endpoint,
+            "region_name": "us-east-1",
+            "access_key": "testing",
+            "secret_key": "testing",
+            "location": "prefix",
+            "file_overwrite": False,
+            "default_acl": None,
         },
     }
     settings.STORAGES = {**settings.STORAGES, "default": storage, "artifacts": storage}

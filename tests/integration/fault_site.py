@@ -99,21 +99,53 @@ class Site:
     processes: dict = field(default_factory=dict)
 
     def start_worker(self, name: str, *, queues: list[str] | None = None, concurrency: int = 1) -> subprocess.Popen:
-        argv = [sys.executable, "-m", "celery", "-A", "config", "worker", "--queues", ",".join(queues or [self.queue]),
-                "--concurrency", str(concurrency), "--hostname", f"{name}@%h", "--loglevel", "INFO",
-                "--without-gossip", "--without-mingle"]
+        argv = [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "config",
+            "worker",
+            "--queues",
+            ",".join(queues or [self.queue]),
+            "--concurrency",
+            str(concurrency),
+            "--hostname",
+            f"{name}@%h",
+            "--loglevel",
+            "INFO",
+            "--without-gossip",
+            "--without-mingle",
+        ]
         return self._start(name, argv)
 
     def start_beat(self) -> subprocess.Popen:
-        argv = [sys.executable, "-m", "celery", "-A", "config", "beat", "--loglevel", "INFO",
-                "--schedule", str(self.directory / "beat-schedule")]
+        argv = [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "config",
+            "beat",
+            "--loglevel",
+            "INFO",
+            "--schedule",
+            str(self.directory / "beat-schedule"),
+        ]
         return self._start("beat", argv)
 
     def _start(self, name: str, argv: list[str]) -> subprocess.Popen:
         log = open(self.directory / f"{name}.log", "ab")  # noqa: SIM115 - closed with the process
         # its own process group (a whole-worker kill), and killed with the test process if that dies first
-        process = subprocess.Popen(argv, cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT,
-                                   start_new_session=True, preexec_fn=_parent_death_signal())
+        process = subprocess.Popen(
+            argv,
+            cwd=ROOT,
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=_parent_death_signal(),
+        )
         process.log = log
         self.processes[name] = process
         return process
@@ -152,8 +184,10 @@ class Site:
         return len(path.read_text().split()) if path.exists() else 0
 
     def logs(self) -> str:
-        return "\n".join(f"--- {path.name} ---\n{path.read_text(errors='replace')[-4000:]}"
-                         for path in sorted(self.directory.glob("*.log")))
+        return "\n".join(
+            f"--- {path.name} ---\n{path.read_text(errors='replace')[-4000:]}"
+            for path in sorted(self.directory.glob("*.log"))
+        )
 
 
 def wait_until(predicate, timeout: float, what: str, site: Site | None = None, interval: float = 0.3):
@@ -171,11 +205,20 @@ def fault_site(tmp_path: Path, *, redis_proxy, redis_db: int, moto_endpoint: str
     queue, maintenance = f"faults-{uuid.uuid4().hex[:8]}", f"maint-{uuid.uuid4().hex[:8]}"
     broker = f"redis://127.0.0.1:{redis_proxy.port}/{redis_db}"
     env = deployment_env(
-        tmp_path / "data", MADO_DATABASE_URL=database_url(), CELERY_BROKER_URL=broker,
-        MADO_MAINTENANCE_QUEUE=maintenance, MADO_CHECKPOINT_VERIFY_QUEUE=maintenance,
-        MADO_WORKER_WORKDIR=str(tmp_path / "work"), MADO_STORAGE="s3", MADO_S3_BUCKET=S3_BUCKET,
-        MADO_S3_ENDPOINT_URL=moto_endpoint, MADO_S3_REGION="us-east-1", MADO_S3_ACCESS_KEY_ID="testing",
-        MADO_S3_SECRET_ACCESS_KEY="testing", MADO_S3_PREFIX="prefix", **FAST,
+        tmp_path / "data",
+        MADO_DATABASE_URL=database_url(),
+        CELERY_BROKER_URL=broker,
+        MADO_MAINTENANCE_QUEUE=maintenance,
+        MADO_CHECKPOINT_VERIFY_QUEUE=maintenance,
+        MADO_WORKER_WORKDIR=str(tmp_path / "work"),
+        MADO_STORAGE="s3",
+        MADO_S3_BUCKET=S3_BUCKET,
+        MADO_S3_ENDPOINT_URL=moto_endpoint,
+        MADO_S3_REGION="us-east-1",
+        MADO_S3_ACCESS_KEY_ID="testing",
+        MADO_S3_SECRET_ACCESS_KEY="testing",
+        MADO_S3_PREFIX="prefix",
+        **FAST,
     )
     site = Site(directory=tmp_path, env=env, queue=queue, maintenance_queue=maintenance, markers=tmp_path / "markers")
     site.markers.mkdir()

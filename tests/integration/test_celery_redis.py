@@ -11,9 +11,26 @@ from celery import Celery
 def test_a_worker_on_redis_answers_on_its_queue(redis_url, tmp_path):
     env = {**os.environ, "CELERY_BROKER_URL": redis_url, "MADO_DATA_DIR": str(tmp_path)}
     worker = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "config", "worker", "--queues", "gpu-test", "--hostname", "itest@%h",
-         "--concurrency", "1", "--pool", "solo", "--loglevel", "WARNING"],
-        env=env, start_new_session=True,
+        [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "config",
+            "worker",
+            "--queues",
+            "gpu-test",
+            "--hostname",
+            "itest@%h",
+            "--concurrency",
+            "1",
+            "--pool",
+            "solo",
+            "--loglevel",
+            "WARNING",
+        ],
+        env=env,
+        start_new_session=True,
     )
     client = Celery(broker=redis_url)
     try:

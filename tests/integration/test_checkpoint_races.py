@@ -30,7 +30,10 @@ def resume_source(*, checkpoint_id: int, creator) -> Run | None:
         if row.state != CheckpointState.COMPLETE:
             return None
         return Run.objects.create(
-            project_id=row.run.project_id, created_by=creator, parent_id=row.run_id, source_checkpoint=row,
+            project_id=row.run.project_id,
+            created_by=creator,
+            parent_id=row.run_id,
+            source_checkpoint=row,
             name=f"resumed from {row.pk}",
         )
 

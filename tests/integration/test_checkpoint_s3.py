@@ -26,7 +26,8 @@ def s3(s3_bucket, settings, monkeypatch):
     settings.MADO_CHECKPOINT_PART_SIZE = 8 * MIB
     queued = []
     monkeypatch.setattr(  # the outbox's send after commit
-        current_app, "send_task",
+        current_app,
+        "send_task",
         lambda name, args=(), **options: queued.append(options) or current_app.tasks[name].apply(args=args),
     )
     s3_bucket.queued = queued
@@ -39,7 +40,9 @@ def open_uploads(client) -> list[str]:
 
 def upload_parts(api_client, checkpoint_id: int, tar: bytes = TAR) -> tuple[str, list[dict]]:
     """Ask for presigned part URLs and PUT the parts straight to the bucket, as the SDK does."""
-    answer = api_client.post(f"/api/v1/checkpoints/{checkpoint_id}/upload-parts/", {"tar_size": len(tar)}, format="json")
+    answer = api_client.post(
+        f"/api/v1/checkpoints/{checkpoint_id}/upload-parts/", {"tar_size": len(tar)}, format="json"
+    )
     assert answer.status_code == 200, answer.content
     body = answer.json()
     size = body["part_size"]
@@ -65,7 +68,8 @@ def test_a_direct_upload_is_verified_by_the_task_then_downloaded_with_ranges(
     with django_capture_on_commit_callbacks(execute=True):
         answer = client.post(
             f"/api/v1/checkpoints/{created['id']}/complete/",
-            {**declaration(TAR, FILES), "upload_id": upload_id, "parts": parts}, format="json",
+            {**declaration(TAR, FILES), "upload_id": upload_id, "parts": parts},
+            format="json",
         )
         assert answer.status_code == 202 and answer.json()["state"] == "pending"
     assert len(s3.queued) == 1
@@ -81,7 +85,8 @@ def test_a_direct_upload_is_verified_by_the_task_then_downloaded_with_ranges(
     assert b"".join(first.streaming_content) + b"".join(rest.streaming_content) == TAR
     again = client.post(
         f"/api/v1/checkpoints/{created['id']}/complete/",
-        {**declaration(TAR, FILES), "upload_id": upload_id, "parts": parts}, format="json",
+        {**declaration(TAR, FILES), "upload_id": upload_id, "parts": parts},
+        format="json",
     )
     assert again.status_code == 200 and again.json()["state"] == "complete"
 
@@ -94,10 +99,14 @@ def test_a_direct_upload_that_differs_from_its_manifest_stays_pending_with_the_e
     upload_id, parts = upload_parts(client, created["id"])
     wrong = {**declaration(TAR, FILES), "manifest": manifest_of({**FILES, "optim.pt": b"other"})}
     with django_capture_on_commit_callbacks(execute=True):
-        assert client.post(
-            f"/api/v1/checkpoints/{created['id']}/complete/", {**wrong, "upload_id": upload_id, "parts": parts},
-            format="json",
-        ).status_code == 202
+        assert (
+            client.post(
+                f"/api/v1/checkpoints/{created['id']}/complete/",
+                {**wrong, "upload_id": upload_id, "parts": parts},
+                format="json",
+            ).status_code
+            == 202
+        )
     detail = client.get(f"/api/v1/checkpoints/{created['id']}/").json()
     assert detail["state"] == "pending"
     assert detail["error"].startswith(f"Checkpoint {created['id']} size mismatch: 'optim.pt'")
@@ -105,13 +114,17 @@ def test_a_direct_upload_that_differs_from_its_manifest_stays_pending_with_the_e
     assert client.get(f"/api/v1/runs/{run.pk}/checkpoints/").json()["count"] == 0
 
 
-def test_asking_for_parts_again_replaces_and_aborts_the_first_upload(s3, api, creator, run, django_capture_on_commit_callbacks):
+def test_asking_for_parts_again_replaces_and_aborts_the_first_upload(
+    s3, api, creator, run, django_capture_on_commit_callbacks
+):
     client = api(creator)
     created = register(client, run, 10).json()
     with django_capture_on_commit_callbacks(execute=True):
         first = client.post(f"/api/v1/checkpoints/{created['id']}/upload-parts/", {"tar_size": len(TAR)}, format="json")
     with django_capture_on_commit_callbacks(execute=True):
-        second = client.post(f"/api/v1/checkpoints/{created['id']}/upload-parts/", {"tar_size": len(TAR)}, format="json")
+        second = client.post(
+            f"/api/v1/checkpoints/{created['id']}/upload-parts/", {"tar_size": len(TAR)}, format="json"
+        )
     assert open_uploads(s3) == [second.json()["upload_id"]] != [first.json()["upload_id"]]
     stale = client.post(
         f"/api/v1/checkpoints/{created['id']}/complete/",
@@ -127,7 +140,8 @@ def test_missing_parts_are_refused_naming_parts(s3, api, creator, run):
     upload_id, parts = upload_parts(client, created["id"])
     response = client.post(
         f"/api/v1/checkpoints/{created['id']}/complete/",
-        {**declaration(TAR, FILES), "upload_id": upload_id, "parts": parts[:2]}, format="json",
+        {**declaration(TAR, FILES), "upload_id": upload_id, "parts": parts[:2]},
+        format="json",
     )
     assert response.status_code == 400 and response.json()["field"] == "parts"
     assert Checkpoint.objects.get(pk=created["id"]).state == CheckpointState.PENDING

@@ -30,7 +30,9 @@ def call(run, actor, ids):
 
 @pytest.mark.parametrize("attempt", range(3))
 def test_two_different_sets_at_one_step_one_wins_the_other_gets_409(run, creator, admin, versions, attempt):
-    outcomes = together(call(run, creator, [versions[0].pk, versions[1].pk]), call(run, admin, [versions[0].pk, versions[2].pk]))
+    outcomes = together(
+        call(run, creator, [versions[0].pk, versions[1].pk]), call(run, admin, [versions[0].pk, versions[2].pk])
+    )
     winners = [result for result, error in outcomes if error is None]
     losers = [error for result, error in outcomes if error is not None]
     assert len(winners) == 1 and len(losers) == 1 and isinstance(losers[0], Conflict), outcomes

@@ -24,8 +24,9 @@ TIMEOUT_S = "300"
 
 def push(site, number: int, *extra: str) -> str:
     entrypoint = shlex.join(["python", "ddp_training.py", *ARGS, *extra])
-    pushed = site.mado("code", "push", ROOT / "examples", "--project", "flow", "--name", "ddp",
-                       "--entrypoint", entrypoint)
+    pushed = site.mado(
+        "code", "push", ROOT / "examples", "--project", "flow", "--name", "ddp", "--entrypoint", entrypoint
+    )
     assert pushed.exit_code == 0, pushed.output
     return f"ddp:{number}"
 
@@ -43,7 +44,9 @@ def job_id_of(result) -> int:
 
 @pytest.mark.slow
 def test_a_two_process_job_fails_resumes_on_two_then_one_process_from_sharded_checkpoints(
-    postgres_url, redis_url, tmp_path  # noqa: F811 - the fixture
+    postgres_url,
+    redis_url,
+    tmp_path,  # noqa: F811 - the fixture
 ):
     weights = {name: tmp_path / f"{name}.json" for name in ("reference", "resumed-2", "resumed-1")}
     with deployment(tmp_path, MADO_DATABASE_URL=postgres_url, CELERY_BROKER_URL=redis_url) as site:
@@ -52,8 +55,23 @@ def test_a_two_process_job_fails_resumes_on_two_then_one_process_from_sharded_ch
         fixed_2 = push(site, 3, "--output", str(weights["resumed-2"]))
         fixed_1 = push(site, 4, "--output", str(weights["resumed-1"]))
 
-        first_id = job_id_of(site.mado("job", "launch", "--project", "flow", "--code-version", failing,
-                                       "--queue", site.queue, "--nproc-per-node", "2", "--name", "ddp", "-q"))
+        first_id = job_id_of(
+            site.mado(
+                "job",
+                "launch",
+                "--project",
+                "flow",
+                "--code-version",
+                failing,
+                "--queue",
+                site.queue,
+                "--nproc-per-node",
+                "2",
+                "--name",
+                "ddp",
+                "-q",
+            )
+        )
         log = follow(site, first_id, 3)
         assert "rank 0 failed: --fail-at-step 27" in log and "rank 1 failed: --fail-at-step 27" in log
         with closing(site.client()) as client:
@@ -64,20 +82,46 @@ def test_a_two_process_job_fails_resumes_on_two_then_one_process_from_sharded_ch
             source_run = first["run_id"]
             checkpoints = client.request("GET", f"runs/{source_run}/checkpoints/")["results"]
             assert [(c["step"], c["state"], c["framework"], c["world_size"]) for c in checkpoints] == [
-                (20, "complete", "torch-dcp", 2), (10, "complete", "torch-dcp", 2)]
+                (20, "complete", "torch-dcp", 2),
+                (10, "complete", "torch-dcp", 2),
+            ]
             files = {e["path"] for e in client.request("GET", f"checkpoints/{checkpoints[0]['id']}/")["manifest"]}
             assert {".metadata", "__0_0.distcp", "__1_0.distcp", "mado-checkpoint.json"} <= files
             assert metric_steps(client, source_run) == list(range(27))  # one Run for both ranks
             assert metric_steps(client, source_run, "rank1/train.loss") == list(range(27))
 
-            reference_id = job_id_of(site.mado("job", "launch", "--project", "flow", "--code-version", reference,
-                                               "--queue", site.queue, "--nproc-per-node", "2", "-q"))
+            reference_id = job_id_of(
+                site.mado(
+                    "job",
+                    "launch",
+                    "--project",
+                    "flow",
+                    "--code-version",
+                    reference,
+                    "--queue",
+                    site.queue,
+                    "--nproc-per-node",
+                    "2",
+                    "-q",
+                )
+            )
             follow(site, reference_id, 0)
 
             resumed_ids = []
             for version, nproc in ((fixed_2, "2"), (fixed_1, "1")):
-                resumed_id = job_id_of(site.mado("job", "resume", first_id, "--latest", "--code-version", version,
-                                                 "--nproc-per-node", nproc, "-q"))
+                resumed_id = job_id_of(
+                    site.mado(
+                        "job",
+                        "resume",
+                        first_id,
+                        "--latest",
+                        "--code-version",
+                        version,
+                        "--nproc-per-node",
+                        nproc,
+                        "-q",
+                    )
+                )
                 log = follow(site, resumed_id, 0)
                 assert f"resuming from checkpoint {checkpoints[0]['id']} at step 20 on {nproc} process(es)" in log
                 resumed_ids.append(resumed_id)
@@ -85,7 +129,10 @@ def test_a_two_process_job_fails_resumes_on_two_then_one_process_from_sharded_ch
                 assert (job["status"], job["kind"], job["nproc_per_node"]) == ("succeeded", "resume", int(nproc))
                 run = client.request("GET", f"runs/{job['run_id']}/")
                 assert (run["status"], run["parent_id"], run["source_checkpoint_id"]) == (
-                    "finished", source_run, checkpoints[0]["id"])
+                    "finished",
+                    source_run,
+                    checkpoints[0]["id"],
+                )
                 # continues at 20 (docs/design/resume.md#steps-continue)
                 assert metric_steps(client, job["run_id"]) == list(range(20, STEPS))
                 saved = client.request("GET", f"runs/{job['run_id']}/checkpoints/")["results"]

@@ -20,7 +20,14 @@ from jobs.models import FINAL_STATES, Job, JobStatus
 from mado.errors import UserError
 from tests.integration.fault_site import wait_until
 from tests.integration.test_faults import (  # noqa: F401 - fixtures
-    HEARTBEAT_TIMEOUT, REDELIVERY, SETTLE, HeldJobsTable, launch, open_uploads, site, start_upload,
+    HEARTBEAT_TIMEOUT,
+    REDELIVERY,
+    SETTLE,
+    HeldJobsTable,
+    launch,
+    open_uploads,
+    site,
+    start_upload,
 )
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow, pytest.mark.timeout(420)]
@@ -86,15 +93,21 @@ def test_a_storm_of_worker_kills_loses_nothing_and_runs_nothing_twice(site, laun
         kind = kill_in_the_window(site, rng) if len(kinds) % 3 == 0 else None
         kinds.append(kind or kill_at_random(site, rng))
         time.sleep(rng.uniform(0.5, 1.5))
-        if len(kinds) % 5 == 0:  # the Jobs the kills failed are retried by nobody: launch more to keep deliveries coming
+        if (
+            len(kinds) % 5 == 0
+        ):  # the Jobs the kills failed are retried by nobody: launch more to keep deliveries coming
             jobs.append(launch(1))
 
     def settled() -> bool:
         return not Job.objects.filter(pk__in=[j.pk for j in jobs]).exclude(status__in=FINAL_STATES).exists()
 
     wait_until(settled, HEARTBEAT_TIMEOUT + REDELIVERY + SETTLE + 60, "every Job ends", site)
-    wait_until(lambda: not Checkpoint.objects.filter(state=CheckpointState.PENDING).exists() and not open_uploads(site),
-               SETTLE + 20, "the janitor ends every pending checkpoint and aborts its upload", site)
+    wait_until(
+        lambda: not Checkpoint.objects.filter(state=CheckpointState.PENDING).exists() and not open_uploads(site),
+        SETTLE + 20,
+        "the janitor ends every pending checkpoint and aborts its upload",
+        site,
+    )
     rows = list(Job.objects.filter(pk__in=[j.pk for j in jobs]).select_related("run"))
     counts = {
         "jobs": len(rows),
@@ -110,8 +123,10 @@ def test_a_storm_of_worker_kills_loses_nothing_and_runs_nothing_twice(site, laun
         "failed without a reason": sum(job.status == JobStatus.FAILED and not job.error for job in rows),
     }
     print("storm:", ", ".join(f"{name} {value}" for name, value in counts.items()))
-    assert {k: counts[k] for k in ("lost", "run twice", "stuck", "pending checkpoints", "open uploads",
-                                   "failed without a reason")} == dict.fromkeys(
+    assert {
+        k: counts[k]
+        for k in ("lost", "run twice", "stuck", "pending checkpoints", "open uploads", "failed without a reason")
+    } == dict.fromkeys(
         ("lost", "run twice", "stuck", "pending checkpoints", "open uploads", "failed without a reason"), 0
     ), site.logs()
     assert counts["kills in the delivery→claim window"] >= 1

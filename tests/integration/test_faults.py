@@ -46,8 +46,9 @@ def site(tmp_path, redis_url, moto_endpoint, s3_bucket, tcp_proxy, settings):
     require_service(connection.vendor == "postgresql", "MADO_DATABASE_URL does not point at PostgreSQL")
     redis = urlsplit(redis_url)
     proxy = tcp_proxy(redis.hostname, redis.port or 6379)
-    with fault_site(tmp_path, redis_proxy=proxy, redis_db=int(redis.path.strip("/") or 0),
-                    moto_endpoint=moto_endpoint) as running:
+    with fault_site(
+        tmp_path, redis_proxy=proxy, redis_db=int(redis.path.strip("/") or 0), moto_endpoint=moto_endpoint
+    ) as running:
         settings.MADO_CHECKPOINT_VERIFY_QUEUE = running.maintenance_queue
         running.redis, running.s3 = proxy, s3_bucket
         yield running
@@ -63,11 +64,15 @@ def launch(site, creator, project):
         if seconds not in versions:
             code = CodeFactory(project=project, created_by=creator, name=f"sleep-{seconds}")
             versions[seconds] = checkpoint_services.code_version_create_with_archive(
-                actor=creator, code=code, entrypoint=[sys.executable, "train.py", str(site.markers), str(seconds)],
-                archive=io.BytesIO(code_archive()), archive_name="code.tar.gz",
+                actor=creator,
+                code=code,
+                entrypoint=[sys.executable, "train.py", str(site.markers), str(seconds)],
+                archive=io.BytesIO(code_archive()),
+                archive_name="code.tar.gz",
             )
-        return job_launch(actor=creator, code_version=versions[seconds], queue=queue, parameters={},
-                          dataset_version_ids=[], **options)
+        return job_launch(
+            actor=creator, code_version=versions[seconds], queue=queue, parameters={}, dataset_version_ids=[], **options
+        )
 
     return make
 
@@ -123,7 +128,9 @@ def held_before_its_claim(site, launch) -> tuple[Job, HeldJobsTable]:
         held = HeldJobsTable()
     try:
         wait_until(lambda: site.log("w1").count("Connected to redis") > connected, 30, "w1 reconnects", site)
-        row = Dispatch.objects.get(task_id=job.celery_task_id)  # sent as the flush would (its hook reads the locked table)
+        row = Dispatch.objects.get(
+            task_id=job.celery_task_id
+        )  # sent as the flush would (its hook reads the locked table)
         wait_until(lambda: dispatch_send(dispatch_id=row.pk), 30, "the broker takes the message once it is back", site)
     except BaseException:
         held.release()  # else the test database's teardown waits for the lock for good
@@ -152,15 +159,21 @@ def test_case_1_a_worker_killed_between_delivery_and_claim_does_not_lose_the_job
         assert (job.status, site.starts(job.run)) == (JobStatus.SUCCEEDED, 1), (victim, job.error, site.logs())
 
 
-def test_case_2_killed_and_aborted_jobs_leave_no_pending_checkpoint_upload_or_work_directory(
-    site, launch, creator
-):
+def test_case_2_killed_and_aborted_jobs_leave_no_pending_checkpoint_upload_or_work_directory(site, launch, creator):
     for name in ("w1", "w2", "maint"):
         site.start_worker(name, queues=[site.maintenance_queue] if name == "maint" else None)
     site.start_beat()
     killed, aborted = launch(120), launch(120)
-    wait_until(lambda: status(killed) == status(aborted) == JobStatus.RUNNING and site.starts(killed.run)
-               and site.starts(aborted.run), 90, "both Jobs run their code", site)
+    wait_until(
+        lambda: (
+            status(killed) == status(aborted) == JobStatus.RUNNING
+            and site.starts(killed.run)
+            and site.starts(aborted.run)
+        ),
+        90,
+        "both Jobs run their code",
+        site,
+    )
     uploads = {job.pk: start_upload(creator, job.run) for job in (killed, aborted)}
     assert len(open_uploads(site)) == 2
     workdir = site.directory / "work" / f"job-{killed.pk}"
@@ -171,8 +184,12 @@ def test_case_2_killed_and_aborted_jobs_leave_no_pending_checkpoint_upload_or_wo
     wait_until(lambda: final(killed) and final(aborted), HEARTBEAT_TIMEOUT + SETTLE + 20, "both Jobs end", site)
     assert killed.status == JobStatus.FAILED and killed.error.startswith("Worker lost")
     assert aborted.status == JobStatus.ABORTED
-    wait_until(lambda: not Checkpoint.objects.filter(state=CheckpointState.PENDING).exists() and not open_uploads(site),
-               SETTLE + 10, "the janitor ends both checkpoints and aborts their uploads", site)
+    wait_until(
+        lambda: not Checkpoint.objects.filter(state=CheckpointState.PENDING).exists() and not open_uploads(site),
+        SETTLE + 10,
+        "the janitor ends both checkpoints and aborts their uploads",
+        site,
+    )
     for checkpoint in uploads.values():
         checkpoint.refresh_from_db()
         assert checkpoint.state == CheckpointState.ERROR
@@ -200,13 +217,17 @@ def test_case_3_a_broker_outage_leaves_jobs_queued_and_loses_nothing(
 
     site.redis.cut()
     outage_started = time.monotonic()
-    answer = client.post("/api/v1/jobs/", {"code_version_id": queued[0].code_version_id, "queue": site.queue},
-                         format="json")  # (a) a launch during the outage
+    answer = client.post(
+        "/api/v1/jobs/", {"code_version_id": queued[0].code_version_id, "queue": site.queue}, format="json"
+    )  # (a) a launch during the outage
     assert answer.status_code == 201, answer.content
     assert (answer.json()["status"], answer.json()["waiting_for_queue"]) == ("queued", True)
     during = Job.objects.get(pk=answer.json()["id"])
-    done = client.post(f"/api/v1/checkpoints/{checkpoint_id}/complete/",
-                       {**declaration(tar, files), "upload_id": upload_id, "parts": parts}, format="json")
+    done = client.post(
+        f"/api/v1/checkpoints/{checkpoint_id}/complete/",
+        {**declaration(tar, files), "upload_id": upload_id, "parts": parts},
+        format="json",
+    )
     assert done.status_code == 202, done.content  # (b) the verification's message cannot be sent now
     time.sleep(max(0.0, 10 - (time.monotonic() - outage_started)))
     assert all(status(job) == JobStatus.RUNNING for job in running), "(c) running Jobs ride out the outage"
@@ -215,8 +236,12 @@ def test_case_3_a_broker_outage_leaves_jobs_queued_and_loses_nothing(
     jobs = [*running, *queued, during]
     wait_until(lambda: all(final(job) for job in jobs), 25 + REDELIVERY + SETTLE + 30, "every Job ends", site)
     assert [(job.status, site.starts(job.run)) for job in jobs] == [(JobStatus.SUCCEEDED, 1)] * 5, site.logs()
-    wait_until(lambda: Checkpoint.objects.get(pk=checkpoint_id).state != CheckpointState.PENDING, SETTLE + 30,
-               "the verification runs once the broker is back", site)
+    wait_until(
+        lambda: Checkpoint.objects.get(pk=checkpoint_id).state != CheckpointState.PENDING,
+        SETTLE + 30,
+        "the verification runs once the broker is back",
+        site,
+    )
     assert Checkpoint.objects.get(pk=checkpoint_id).state == CheckpointState.COMPLETE
     assert not open_uploads(site)
 
@@ -224,13 +249,24 @@ def test_case_3_a_broker_outage_leaves_jobs_queued_and_loses_nothing(
 def test_case_6_without_a_secret_key_the_server_refuses_to_start(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MADO_", "DJANGO_"))}
     env.update(MADO_DEBUG="0", MADO_DATA_DIR=str(tmp_path))
-    started = subprocess.run([sys.executable, "-c", "import config.wsgi"], cwd=ROOT, env=env, capture_output=True,
-                             text=True, timeout=120)
+    started = subprocess.run(
+        [sys.executable, "-c", "import config.wsgi"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
     assert started.returncode != 0
     assert "MADO_SECRET_KEY is not set: set MADO_SECRET_KEY (or MADO_SECRET_KEY_FILE" in started.stderr
-    check = subprocess.run([sys.executable, "manage.py", "check", "--deploy"], cwd=ROOT, env=env,
-                           capture_output=True, text=True, timeout=120)
+    check = subprocess.run(
+        [sys.executable, "manage.py", "check", "--deploy"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert check.returncode != 0 and "mado.E001" in check.stderr
     env["MADO_SECRET_KEY"] = "a-production-key-" + "x9" * 30
-    assert subprocess.run([sys.executable, "-c", "import config.wsgi"], cwd=ROOT, env=env, capture_output=True,
-                          timeout=120).returncode == 0
+    assert (
+        subprocess.run(
+            [sys.executable, "-c", "import config.wsgi"], cwd=ROOT, env=env, capture_output=True, timeout=120
+        ).returncode
+        == 0
+    )

@@ -31,16 +31,27 @@ UNAVAILABLE_S3 = {"error": "unavailable", "detail": "storage unavailable, retry"
 
 
 def s3_variables(endpoint: str, bucket: str) -> dict[str, str]:
-    return {"MADO_STORAGE": "s3", "MADO_S3_ENDPOINT_URL": endpoint, "MADO_S3_BUCKET": bucket,
-            "MADO_S3_REGION": "us-east-1", "MADO_S3_ACCESS_KEY_ID": "testing", "MADO_S3_SECRET_ACCESS_KEY": "testing",
-            "MADO_CHECKPOINT_PART_SIZE": str(8 * MIB)}
+    return {
+        "MADO_STORAGE": "s3",
+        "MADO_S3_ENDPOINT_URL": endpoint,
+        "MADO_S3_BUCKET": bucket,
+        "MADO_S3_REGION": "us-east-1",
+        "MADO_S3_ACCESS_KEY_ID": "testing",
+        "MADO_S3_SECRET_ACCESS_KEY": "testing",
+        "MADO_CHECKPOINT_PART_SIZE": str(8 * MIB),
+    }
 
 
 @pytest.fixture
 def bucket(moto_endpoint):
     """A fresh bucket on moto's server; yields ``(client, name)``."""
-    client = boto3.client("s3", endpoint_url=moto_endpoint, region_name="us-east-1",
-                          aws_access_key_id="testing", aws_secret_access_key="testing")
+    client = boto3.client(
+        "s3",
+        endpoint_url=moto_endpoint,
+        region_name="us-east-1",
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    )
     name = f"outage-{uuid.uuid4().hex[:8]}"
     client.create_bucket(Bucket=name)
     yield client, name
@@ -75,8 +86,12 @@ def page_session(site) -> requests.Session:
     """A browser-like session logged in as user ``flow``."""
     session = requests.Session()
     session.get(f"{site.url}/accounts/login/", timeout=10)
-    answer = session.post(f"{site.url}/accounts/login/", timeout=10, allow_redirects=False, data={
-        "username": "flow", "password": "flow-password", "csrfmiddlewaretoken": session.cookies["csrftoken"]})
+    answer = session.post(
+        f"{site.url}/accounts/login/",
+        timeout=10,
+        allow_redirects=False,
+        data={"username": "flow", "password": "flow-password", "csrfmiddlewaretoken": session.cookies["csrftoken"]},
+    )
     assert answer.status_code == 302, answer.text[:300]
     return session
 
@@ -95,26 +110,42 @@ def test_every_request_during_a_database_outage_answers_503_json_or_the_503_page
     pages = page_session(site)
     v1 = f"{site.url}/api/v1"
     api_requests = [
-        ("GET", f"{v1}/runs/", None), ("POST", f"{v1}/runs/", {"project": "flow"}),
-        ("GET", f"{v1}/runs/{run['id']}/", None), ("PATCH", f"{v1}/runs/{run['id']}/", {"status": "finished"}),
+        ("GET", f"{v1}/runs/", None),
+        ("POST", f"{v1}/runs/", {"project": "flow"}),
+        ("GET", f"{v1}/runs/{run['id']}/", None),
+        ("PATCH", f"{v1}/runs/{run['id']}/", {"status": "finished"}),
         ("POST", f"{v1}/runs/{run['id']}/metrics/", {"points": [{"key": "loss", "value": 0.5, "step": 1}]}),
-        ("POST", f"{v1}/runs/{run['id']}/heartbeat/", {}), ("GET", f"{v1}/projects/", None),
-        ("GET", f"{v1}/jobs/", None), ("POST", f"{v1}/runs/{run['id']}/checkpoints/", {"step": 1}),
+        ("POST", f"{v1}/runs/{run['id']}/heartbeat/", {}),
+        ("GET", f"{v1}/projects/", None),
+        ("GET", f"{v1}/jobs/", None),
+        ("POST", f"{v1}/runs/{run['id']}/checkpoints/", {"step": 1}),
     ]
-    mlflow = [("GET", f"{site.url}/api/2.0/mlflow/experiments/search?max_results=5"),
-              ("GET", f"{site.url}/api/2.0/mlflow/runs/get?run_id=1"),
-              ("GET", f"{site.url}/api/2.0/mlflow-artifacts/artifacts?path=1"),
-              ("GET", f"{site.url}/mlflow/api/2.0/mlflow/experiments/search")]
+    mlflow = [
+        ("GET", f"{site.url}/api/2.0/mlflow/experiments/search?max_results=5"),
+        ("GET", f"{site.url}/api/2.0/mlflow/runs/get?run_id=1"),
+        ("GET", f"{site.url}/api/2.0/mlflow-artifacts/artifacts?path=1"),
+        ("GET", f"{site.url}/mlflow/api/2.0/mlflow/experiments/search"),
+    ]
     with db_proxy.outage():
         for method, url, body in api_requests:
             assert_json_503(api.request(method, url, json=body, timeout=30), UNAVAILABLE_DB)
-        assert_json_503(requests.put(f"{v1}/runs/{run['id']}/artifacts/notes.txt", data=b"x" * MIB,
-                                     headers=bearer(site), timeout=30), UNAVAILABLE_DB)
+        assert_json_503(
+            requests.put(
+                f"{v1}/runs/{run['id']}/artifacts/notes.txt", data=b"x" * MIB, headers=bearer(site), timeout=30
+            ),
+            UNAVAILABLE_DB,
+        )
         for method, url in mlflow:
-            assert_json_503(api.request(method, url, timeout=30),
-                            {"error_code": "TEMPORARILY_UNAVAILABLE", "message": "database unavailable, retry"})
-        for url in (f"{site.url}/", f"{site.url}/runs/{run['id']}/", f"{site.url}/projects/flow/",
-                    f"{site.url}/accounts/login/"):
+            assert_json_503(
+                api.request(method, url, timeout=30),
+                {"error_code": "TEMPORARILY_UNAVAILABLE", "message": "database unavailable, retry"},
+            )
+        for url in (
+            f"{site.url}/",
+            f"{site.url}/runs/{run['id']}/",
+            f"{site.url}/projects/flow/",
+            f"{site.url}/accounts/login/",
+        ):
             page = pages.get(url, timeout=30)
             assert page.status_code == 503 and page.headers["Retry-After"], url
             assert "Temporarily unavailable" in page.text and "接続できません" in page.text
@@ -135,10 +166,17 @@ def test_an_s3_connection_error_during_an_upload_answers_503_json(site):
     with s3_proxy.outage():
         answers = [
             api.put(f"{site.url}/api/v1/runs/{run['id']}/artifacts/weights.bin", data=body, timeout=120),
-            api.put(f"{site.url}/api/v1/checkpoints/{checkpoint['id']}/tar", data=body, timeout=120,
-                    headers={"Content-Type": "application/x-tar"}),
-            api.post(f"{site.url}/api/v1/checkpoints/{checkpoint['id']}/upload-parts/", json={"tar_size": 9 * MIB},
-                     timeout=120),
+            api.put(
+                f"{site.url}/api/v1/checkpoints/{checkpoint['id']}/tar",
+                data=body,
+                timeout=120,
+                headers={"Content-Type": "application/x-tar"},
+            ),
+            api.post(
+                f"{site.url}/api/v1/checkpoints/{checkpoint['id']}/upload-parts/",
+                json={"tar_size": 9 * MIB},
+                timeout=120,
+            ),
         ]
         for answer in answers:
             assert_json_503(answer, UNAVAILABLE_S3)
@@ -178,8 +216,9 @@ def small_volume(tmp_path):
     """A 64 MiB tmpfs at ``tmp_path/data/artifacts`` (the deployment's artifact storage); unmounted afterwards."""
     target = tmp_path / "data" / "artifacts"
     target.mkdir(parents=True)
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(target)],
-                             capture_output=True, text=True)
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(target)], capture_output=True, text=True
+    )
     require_service(mounted.returncode == 0, f"cannot mount a tmpfs (needs root): {mounted.stderr.strip()}")
     yield target
     subprocess.run(["umount", "-l", str(target)], check=False)
@@ -199,8 +238,9 @@ def test_a_checkpoint_larger_than_the_free_space_gets_507_and_is_sent_once(small
         with mado_tracking.start_run(project="flow", api_url=site.url, api_token=site.token) as run:
             with pytest.raises(CheckpointError, match="no space left on the artifact storage"):
                 run.log_checkpoint(ckpt, step=100)
-        listed = requests.get(f"{site.url}/api/v1/runs/{run.id}/checkpoints/?all=1", headers=bearer(site),
-                              timeout=10).json()["results"]
+        listed = requests.get(
+            f"{site.url}/api/v1/runs/{run.id}/checkpoints/?all=1", headers=bearer(site), timeout=10
+        ).json()["results"]
         assert [c["state"] for c in listed] == ["pending"] and "ran out of space" in listed[0]["error"]
         tab = page_session(site).get(f"{site.url}/runs/{run.id}/checkpoints/", timeout=10).text
         assert "ran out of space" in tab

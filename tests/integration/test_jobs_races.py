@@ -19,19 +19,21 @@ from jobs import services
 from jobs.models import Job, JobKind, JobStatus, Queue
 from mado.errors import Conflict
 from runs.models import Run, RunStatus
-from tests.integration.concurrency import together
 from tests.factories import CodeVersionFactory
+from tests.integration.concurrency import together
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
 
 
 @pytest.fixture
 def failed_job(postgres, project, creator, admin):
     version = CodeVersionFactory(code__project=project, code__created_by=creator)
     job = services.job_launch(
-        actor=creator, code_version=version, queue=Queue.objects.get_or_create(name="cpu")[0], parameters={}, dataset_version_ids=[]
+        actor=creator,
+        code_version=version,
+        queue=Queue.objects.get_or_create(name="cpu")[0],
+        parameters={},
+        dataset_version_ids=[],
     )
     services.job_claim(job_id=job.pk, worker_host="w")
     return services.job_finish(job_id=job.pk, exit_code=1)
@@ -122,15 +124,21 @@ def test_finish_and_reaper_end_a_job_once(postgres, project, creator):
 
 
 def test_an_abort_and_the_code_finishing_the_run_of_a_jobset_job_end_it_once_without_a_deadlock(
-        postgres, project, creator, monkeypatch):
+    postgres, project, creator, monkeypatch
+):
     """job_abort ends the queued Job then its Run; the pods' finish holds the Run and then ends the Job
     (job_end_with_run). Both lock the Run first, so one waits for the other instead of deadlocking."""
     import jobs.services.lifecycle as lifecycle
     import runs.services as run_services
 
     version = CodeVersionFactory(code__project=project, code__created_by=creator)
-    job = services.job_launch(actor=creator, code_version=version, queue=Queue.objects.get_or_create(name="cpu")[0],
-                              parameters={}, dataset_version_ids=[])
+    job = services.job_launch(
+        actor=creator,
+        code_version=version,
+        queue=Queue.objects.get_or_create(name="cpu")[0],
+        parameters={},
+        dataset_version_ids=[],
+    )
     Run.objects.filter(pk=job.run_id).update(status=RunStatus.RUNNING)  # the JobSet's pods attached it
     abort_holds, finish_holds = threading.Event(), threading.Event()
     end_run, effects = lifecycle.end_run, run_services.run_ended_effects
@@ -152,7 +160,9 @@ def test_an_abort_and_the_code_finishing_the_run_of_a_jobset_job_end_it_once_wit
         return run_services.run_set_status(actor=creator, run=Run.objects.get(pk=job.run_id), status="finished")
 
     outcomes = together((services.job_abort, {"actor": creator, "job": job}), (finish, {}))
-    assert [type(error).__name__ for _, error in outcomes if error is not None and not isinstance(error, Conflict)] == []
+    assert [
+        type(error).__name__ for _, error in outcomes if error is not None and not isinstance(error, Conflict)
+    ] == []
     ended = Job.objects.get(pk=job.pk)
     assert ended.status in (JobStatus.ABORTED, JobStatus.SUCCEEDED) and ended.ended_at is not None
     assert Run.objects.get(pk=job.run_id).status in (RunStatus.ABORTED, RunStatus.FINISHED)

@@ -32,7 +32,11 @@ def stale_run(postgres, run, settings):
     def make_stale():
         old = timezone.now() - timedelta(seconds=120)
         Run.objects.filter(pk=run.pk).update(
-            status=RunStatus.RUNNING, ended_at=None, started_at=old, heartbeat_at=old, lease_token=1,
+            status=RunStatus.RUNNING,
+            ended_at=None,
+            started_at=old,
+            heartbeat_at=old,
+            lease_token=1,
         )
         run.refresh_from_db()
         return run
@@ -62,8 +66,17 @@ def test_the_reaper_never_ends_a_run_a_resume_just_took_over(stale_run, creator,
         resumes = run.resume_count
         (reaped, reap_error), (started, start_error) = together(
             (runs_reap_crashed, {}),
-            (run_start, {"actor": creator, "project": project, "external_id": run.external_id, "resume": "allow",
-                         "host": "gpu-2", "pid": 7}),
+            (
+                run_start,
+                {
+                    "actor": creator,
+                    "project": project,
+                    "external_id": run.external_id,
+                    "resume": "allow",
+                    "host": "gpu-2",
+                    "pid": 7,
+                },
+            ),
         )
         assert reap_error is None and start_error is None, (reap_error, start_error)
         stored = Run.objects.get(pk=run.pk)

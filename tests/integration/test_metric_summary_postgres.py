@@ -24,8 +24,12 @@ def test_the_summary_equals_a_recomputation_after_any_program(program, postgres,
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("attempt", range(3))
 def test_two_copies_of_one_batch_at_once_store_it_once(postgres, run, creator, attempt):
-    batch = {"actor": creator, "run": run, "columns": {"keys": ["loss"] * 500, "steps": list(range(500)),
-                                                       "values": [0.5] * 500}, "idempotency_key": "retry-1"}
+    batch = {
+        "actor": creator,
+        "run": run,
+        "columns": {"keys": ["loss"] * 500, "steps": list(range(500)), "values": [0.5] * 500},
+        "idempotency_key": "retry-1",
+    }
     outcomes = together((metrics_ingest, batch), (metrics_ingest, batch))
     assert [error for _, error in outcomes] == [None, None]
     assert sorted(result.replayed for result, _ in outcomes) == [False, True]

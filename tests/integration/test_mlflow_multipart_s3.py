@@ -37,8 +37,11 @@ def bearer(user) -> APIClient:
 
 
 def mpu(client, action, run, path, **payload):
-    return client.post(f"{BASE}/mpu/{action}/{run.project_id}/{run.external_id}/artifacts/{path}",
-                       {"path": "/local/file", **payload}, format="json")
+    return client.post(
+        f"{BASE}/mpu/{action}/{run.project_id}/{run.external_id}/artifacts/{path}",
+        {"path": "/local/file", **payload},
+        format="json",
+    )
 
 
 def open_uploads(s3) -> list:
@@ -54,8 +57,9 @@ def upload(client, run, path, data=BLOB):
     parts = []
     for credential in body["credentials"]:
         number = credential["part_number"]
-        response = requests.put(credential["url"], data=data[(number - 1) * PART : number * PART],
-                                headers=credential["headers"], timeout=30)
+        response = requests.put(
+            credential["url"], data=data[(number - 1) * PART : number * PART], headers=credential["headers"], timeout=30
+        )
         assert response.status_code == 200, response.text
         parts.append({"part_number": number, "etag": response.headers["ETag"], "url": credential["url"]})
     return mpu(client, "complete", run, path, upload_id=body["upload_id"], parts=parts)
@@ -74,11 +78,17 @@ def test_multipart_upload_records_the_artifact_and_joins_the_checkpoint(s3_bucke
     assert (checkpoint.layout, checkpoint.state) == (CheckpointLayout.FILES, CheckpointState.PENDING)
     assert checkpoint.file_count == 1 and checkpoint.total_bytes == len(BLOB)
     entry = checkpoint.manifest.get()
-    assert (entry.path, entry.size, entry.sha256, entry.artifact_id) == ("model.bin", artifact.size, artifact.sha256,
-                                                                         artifact.pk)
+    assert (entry.path, entry.size, entry.sha256, entry.artifact_id) == (
+        "model.bin",
+        artifact.size,
+        artifact.sha256,
+        artifact.pk,
+    )
     # readable back through the proxy like a PUT's file
-    got = bearer(viewer).get(f"{BASE}/artifacts/{training_run.project_id}/{training_run.external_id}"
-                             "/artifacts/checkpoints/step-7/model.bin", HTTP_RANGE="bytes=0-9")
+    got = bearer(viewer).get(
+        f"{BASE}/artifacts/{training_run.project_id}/{training_run.external_id}/artifacts/checkpoints/step-7/model.bin",
+        HTTP_RANGE="bytes=0-9",
+    )
     assert got.status_code == 206 and b"".join(got.streaming_content) == BLOB[:10]
 
 
@@ -112,8 +122,9 @@ def test_abort_leaves_no_object(s3_bucket, member, training_run):
 def test_an_upload_id_only_completes_its_own_path(s3_bucket, member, training_run):
     client = bearer(member)
     body = mpu(client, "create", training_run, "a.bin", num_parts=1).json()
-    response = mpu(client, "complete", training_run, "b.bin", upload_id=body["upload_id"],
-                   parts=[{"part_number": 1, "etag": "x"}])
+    response = mpu(
+        client, "complete", training_run, "b.bin", upload_id=body["upload_id"], parts=[{"part_number": 1, "etag": "x"}]
+    )
     assert response.status_code == 400
     assert mpu(client, "complete", training_run, "a.bin", upload_id="forged", parts=[]).status_code == 400
 
@@ -121,8 +132,11 @@ def test_an_upload_id_only_completes_its_own_path(s3_bucket, member, training_ru
 @pytest.mark.parametrize("role, status", [("outsider", 404), ("viewer", 403)])
 def test_non_members_and_viewers_are_refused(s3_bucket, member, viewer, outsider, training_run, role, status):
     user = {"viewer": viewer, "outsider": outsider}[role]
-    for action, payload in [("create", {"num_parts": 3}), ("complete", {"upload_id": "x", "parts": []}),
-                            ("abort", {"upload_id": "x"})]:
+    for action, payload in [
+        ("create", {"num_parts": 3}),
+        ("complete", {"upload_id": "x", "parts": []}),
+        ("abort", {"upload_id": "x"}),
+    ]:
         assert mpu(bearer(user), action, training_run, "big.bin", **payload).status_code == status, action
     assert not open_uploads(s3_bucket)
 

@@ -57,13 +57,21 @@ def partitioned(postgres, project, creator):
 def test_write_and_read_paths_work_on_a_partitioned_chunk_table(partitioned, project, creator, client_as):
     new = run_start(actor=creator, project=project, external_id="new-run", resume="allow", host="h", pid=1).run
     for run in (partitioned, new):
-        metrics_ingest(actor=creator, run=run, columns={
-            "keys": ["loss"] * 3000 + ["acc"], "steps": list(range(3000)) + [7],
-            "values": [1.0 / (s + 1) for s in range(3000)] + ["NaN"]})
-        metrics_ingest(actor=creator, run=run, points=[{"key": "loss", "value": 9.0, "step": 3000}],
-                       idempotency_key="once")
-        metrics_ingest(actor=creator, run=run, points=[{"key": "loss", "value": 9.0, "step": 3000}],
-                       idempotency_key="once")
+        metrics_ingest(
+            actor=creator,
+            run=run,
+            columns={
+                "keys": ["loss"] * 3000 + ["acc"],
+                "steps": list(range(3000)) + [7],
+                "values": [1.0 / (s + 1) for s in range(3000)] + ["NaN"],
+            },
+        )
+        metrics_ingest(
+            actor=creator, run=run, points=[{"key": "loss", "value": 9.0, "step": 3000}], idempotency_key="once"
+        )
+        metrics_ingest(
+            actor=creator, run=run, points=[{"key": "loss", "value": 9.0, "step": 3000}], idempotency_key="once"
+        )
     with connection.cursor() as cursor:
         cursor.execute(f"SELECT run_id, sum(count) FROM {TABLE}_high GROUP BY run_id")
         assert cursor.fetchall() == [(new.pk, 3002)]
@@ -86,7 +94,9 @@ def test_a_history_page_scans_only_the_runs_partition(partitioned, creator):
     metrics_ingest(actor=creator, run=partitioned, points=[{"key": "loss", "value": 1.0, "step": 0}])
     with connection.cursor() as cursor:
         cursor.execute("SET LOCAL enable_seqscan = off")  # a one-row table: ask what the index can serve
-        cursor.execute("EXPLAIN (FORMAT JSON) " + _PG_PAGE,
-                       {"run": partitioned.pk, "key": "loss", "offset": 0, "limit": 1000, "end": 1000})
+        cursor.execute(
+            "EXPLAIN (FORMAT JSON) " + _PG_PAGE,
+            {"run": partitioned.pk, "key": "loss", "offset": 0, "limit": 1000, "end": 1000},
+        )
         plan = json.dumps(cursor.fetchone()[0])
     assert f"{TABLE}_low" in plan and f"{TABLE}_high" not in plan

@@ -25,7 +25,14 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def start(actor, project, host, resume="allow", **extra):
-    return run_start, {"actor": actor, "project": project, "external_id": "exp-42", "resume": resume, "host": host, **extra}
+    return run_start, {
+        "actor": actor,
+        "project": project,
+        "external_id": "exp-42",
+        "resume": resume,
+        "host": host,
+        **extra,
+    }
 
 
 def one_winner(outcomes) -> Run:
@@ -53,8 +60,14 @@ def test_two_starts_of_an_absent_id_create_one_run(postgres, project, creator, a
 
 @pytest.mark.parametrize("attempt", range(3))
 def test_two_resumes_of_a_stopped_run_resume_it_once(postgres, project, creator, admin, attempt):
-    run = RunFactory(project=project, created_by=creator, external_id="exp-42", status=RunStatus.CRASHED,
-                     started_at=timezone.now() - timedelta(hours=1), lease_token=4)
+    run = RunFactory(
+        project=project,
+        created_by=creator,
+        external_id="exp-42",
+        status=RunStatus.CRASHED,
+        started_at=timezone.now() - timedelta(hours=1),
+        lease_token=4,
+    )
     outcomes = together(start(creator, project, "a"), start(admin, project, "b"))
     stored = one_winner(outcomes)
     assert (stored.pk, stored.lease_token, stored.resume_count, stored.status) == (run.pk, 5, 1, RunStatus.RUNNING)
@@ -73,15 +86,24 @@ def test_a_batch_of_the_old_writer_racing_a_takeover_is_stored_before_it_or_refu
     # The old writer went silent (heartbeat past the crash timeout) but was not reaped yet: a new start takes the
     # Run over while the old writer's last batch is in flight. (A Run already ended crashed refuses every batch.)
     stale = timezone.now() - timedelta(hours=1)
-    run = RunFactory(project=project, created_by=creator, external_id="exp-42", status=RunStatus.RUNNING,
-                     started_at=stale, heartbeat_at=stale, lease_token=1)
+    run = RunFactory(
+        project=project,
+        created_by=creator,
+        external_id="exp-42",
+        status=RunStatus.RUNNING,
+        started_at=stale,
+        heartbeat_at=stale,
+        lease_token=1,
+    )
     for round_ in range(5):
         Run.objects.filter(pk=run.pk).update(status=RunStatus.RUNNING, heartbeat_at=stale)
         old_token = Run.objects.get(pk=run.pk).lease_token
         points = [{"key": f"r{round_}", "value": 1.0, "step": 10_000 * (round_ + 1) + i} for i in range(2000)]
         outcomes = together(
-            (metrics_ingest, {"actor": creator, "run": Run.objects.get(pk=run.pk), "points": points,
-                              "fencing_token": old_token}),
+            (
+                metrics_ingest,
+                {"actor": creator, "run": Run.objects.get(pk=run.pk), "points": points, "fencing_token": old_token},
+            ),
             start(creator, project, f"new-{round_}"),
         )
         (ingested, ingest_error), (started, start_error) = outcomes
@@ -96,7 +118,9 @@ def test_a_batch_of_the_old_writer_racing_a_takeover_is_stored_before_it_or_refu
 def test_two_processes_registering_one_step_after_a_takeover_leave_the_new_ones_checkpoint(postgres, project, creator):
     run = RunFactory(project=project, created_by=creator, external_id="exp-42", lease_token=2)
     Checkpoint.objects.create(run=run, step=100, lease_token=1)
-    calls = [(checkpoint_register, {"actor": creator, "run": run, "step": 100, "fencing_token": token}) for token in (1, 2)]
+    calls = [
+        (checkpoint_register, {"actor": creator, "run": run, "step": 100, "fencing_token": token}) for token in (1, 2)
+    ]
     (old, old_error), (new, new_error) = together(*calls)
     assert isinstance(old_error, LeaseLost) and new_error is None
     assert Checkpoint.objects.get(run=run, step=100).lease_token == 2

@@ -49,7 +49,9 @@ def test_downloads_use_ranged_gets_not_the_buffering_s3file(s3_bucket, api, crea
     assert b"".join(tail.streaming_content) == BLOB[-10:]
 
 
-def test_the_same_content_is_idempotent_and_different_content_conflicts_without_new_objects(s3_bucket, api, creator, run):
+def test_the_same_content_is_idempotent_and_different_content_conflicts_without_new_objects(
+    s3_bucket, api, creator, run
+):
     client = api(creator)
     assert put(client, run).status_code == 201
     before = keys(s3_bucket)
@@ -64,7 +66,9 @@ def test_a_digest_mismatch_keeps_no_object(s3_bucket, api, creator, run):
     assert keys(s3_bucket) == [] and not Artifact.objects.exists()
 
 
-def test_an_admin_delete_removes_the_object_once_committed(s3_bucket, api, creator, admin, run, django_capture_on_commit_callbacks):
+def test_an_admin_delete_removes_the_object_once_committed(
+    s3_bucket, api, creator, admin, run, django_capture_on_commit_callbacks
+):
     assert put(api(creator), run, data=b"small").status_code == 201
     with django_capture_on_commit_callbacks(execute=True):
         assert api(admin).delete(url(run)).status_code == 204

@@ -21,11 +21,13 @@ pytestmark = pytest.mark.django_db(transaction=True)
 AGENTS = 8
 
 
-
-
 def claims_at_once(sweep, actors, now=None):
-    outcomes = together(*[(sweep_claim, {"actor": actor, "sweep": sweep, "agent": f"agent:{i}", "now": now})
-                         for i, actor in enumerate(actors)])
+    outcomes = together(
+        *[
+            (sweep_claim, {"actor": actor, "sweep": sweep, "agent": f"agent:{i}", "now": now})
+            for i, actor in enumerate(actors)
+        ]
+    )
     assert all(error is None for _, error in outcomes), outcomes
     return [claim for claim, _ in outcomes]
 
@@ -33,7 +35,10 @@ def claims_at_once(sweep, actors, now=None):
 def config(method, **extra):
     parameters = {"lr": {"values": [0.1, 0.01, 0.001]}, "hidden": {"values": [32, 64]}}
     if method != "grid":
-        parameters = {"lr": {"min": 0.0001, "max": 0.1, "distribution": "log_uniform_values"}, "hidden": {"min": 8, "max": 64}}
+        parameters = {
+            "lr": {"min": 0.0001, "max": 0.1, "distribution": "log_uniform_values"},
+            "hidden": {"min": 8, "max": 64},
+        }
     return {"method": method, "metric": {"name": "loss"}, "parameters": parameters, "program": "python t.py", **extra}
 
 
@@ -76,4 +81,7 @@ def test_an_expired_lease_goes_to_exactly_one_agent(postgres, project, member, a
         assert [claim.trial.pk for claim in winners] == [lost.trial.pk]
         trial = SweepTrial.objects.get(pk=lost.trial.pk)
         assert (trial.state, trial.agent, trial.lease_expires_at) == (
-            TrialState.LEASED, winners[0].trial.agent, later + timedelta(seconds=60))
+            TrialState.LEASED,
+            winners[0].trial.agent,
+            later + timedelta(seconds=60),
+        )

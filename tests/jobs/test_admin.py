@@ -55,8 +55,15 @@ def test_the_token_key_is_never_shown_whole(client, superuser, one_of_each):
 
 def test_an_admin_adds_a_container_queue(client, superuser):
     client.force_login(superuser)
-    response = client.post(reverse("admin:jobs_queue_add"), {
-        "name": "gpu-a100", "description": "A100", "runner": "container", "image": "pytorch/pytorch:2", "enabled": "on",
-    })
+    response = client.post(
+        reverse("admin:jobs_queue_add"),
+        {
+            "name": "gpu-a100",
+            "description": "A100",
+            "runner": "container",
+            "image": "pytorch/pytorch:2",
+            "enabled": "on",
+        },
+    )
     assert response.status_code == 302
     assert Queue.objects.get(name="gpu-a100").image == "pytorch/pytorch:2"

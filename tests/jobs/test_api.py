@@ -12,9 +12,17 @@ READ = [("admin", 200), ("member", 200), ("creator", 200), ("viewer", 200), ("ou
 MANAGE = [("creator", 201), ("admin", 201), ("member", 403), ("viewer", 403), ("outsider", 404), ("anonymous", 401)]
 
 
-@pytest.mark.parametrize("role, status", [
-    ("admin", 201), ("member", 201), ("creator", 201), ("viewer", 403), ("outsider", 404), ("anonymous", 401),
-])
+@pytest.mark.parametrize(
+    "role, status",
+    [
+        ("admin", 201),
+        ("member", 201),
+        ("creator", 201),
+        ("viewer", 403),
+        ("outsider", 404),
+        ("anonymous", 401),
+    ],
+)
 def test_launch_permission_matrix(client_as, code_version, cpu, role, status):
     response = client_as(role).post("/api/v1/jobs/", {"code_version_id": code_version.pk, "name": "lr"}, format="json")
     assert response.status_code == status, response.content
@@ -23,29 +31,44 @@ def test_launch_permission_matrix(client_as, code_version, cpu, role, status):
 
 def test_launch_records_its_inputs_and_answers_the_job(client_as, code_version, gpu, dataset_versions, member):
     body = {
-        "code_version_id": code_version.pk, "queue": "gpu-a100", "parameters": {"lr": 0.01}, "name": "lr-0.01",
-        "input_dataset_version_ids": [dataset_versions[1].pk], "kind": "fine_tuning", "max_retries": 2,
+        "code_version_id": code_version.pk,
+        "queue": "gpu-a100",
+        "parameters": {"lr": 0.01},
+        "name": "lr-0.01",
+        "input_dataset_version_ids": [dataset_versions[1].pk],
+        "kind": "fine_tuning",
+        "max_retries": 2,
     }
     response = client_as("member").post("/api/v1/jobs/", body, format="json")
     assert response.status_code == 201, response.content
     data = response.json()
     assert (data["queue"], data["kind"], data["status"], data["max_retries"], data["attempt"]) == (
-        "gpu-a100", "new", "queued", 2, 1
+        "gpu-a100",
+        "new",
+        "queued",
+        2,
+        1,
     )
     assert (data["project"], data["run_kind"], data["run_status"], data["created_by"]) == (
-        "vision", "fine_tuning", "pending", "mike-member"
+        "vision",
+        "fine_tuning",
+        "pending",
+        "mike-member",
     )
     assert data["resume_refusal"] and "Job has not started yet" in data["resume_refusal"]
     job = Job.objects.get(pk=data["id"])
     assert job.run.parameters == {"lr": 0.01} and list(job.run.input_dataset_versions.all()) == [dataset_versions[1]]
 
 
-@pytest.mark.parametrize("body, field", [
-    ({"queue": "nowhere"}, "queue"),
-    ({"max_retries": 11}, "max_retries"),
-    ({"parameters": [1]}, "parameters"),
-    ({"kind": "magic"}, "kind"),
-])
+@pytest.mark.parametrize(
+    "body, field",
+    [
+        ({"queue": "nowhere"}, "queue"),
+        ({"max_retries": 11}, "max_retries"),
+        ({"parameters": [1]}, "parameters"),
+        ({"kind": "magic"}, "kind"),
+    ],
+)
 def test_launch_names_the_bad_field(client_as, code_version, cpu, body, field):
     response = client_as("member").post("/api/v1/jobs/", {"code_version_id": code_version.pk, **body}, format="json")
     assert response.status_code == 400 and response.json()["field"] == field
@@ -64,19 +87,34 @@ def test_job_detail_permission_matrix(client_as, failed_job, role, status):
     if status == 200:
         data = response.json()
         assert (data["id"], data["status"], data["run_status"], data["error"]) == (
-            failed_job.pk, "failed", "failed", "The code exited with code 1."
+            failed_job.pk,
+            "failed",
+            "failed",
+            "The code exited with code 1.",
         )
 
 
 def test_job_detail_says_why_the_user_cannot_resume(client_as, failed_job):
     checkpoint(failed_job.run, 10)
     assert client_as("creator").get(f"/api/v1/jobs/{failed_job.pk}/").json()["resume_refusal"] is None
-    assert client_as("member").get(f"/api/v1/jobs/{failed_job.pk}/").json()["resume_refusal"].startswith("This is not your run")
+    assert (
+        client_as("member")
+        .get(f"/api/v1/jobs/{failed_job.pk}/")
+        .json()["resume_refusal"]
+        .startswith("This is not your run")
+    )
 
 
-@pytest.mark.parametrize("role, visible", [
-    ("admin", True), ("member", True), ("creator", True), ("viewer", True), ("outsider", False),
-])
+@pytest.mark.parametrize(
+    "role, visible",
+    [
+        ("admin", True),
+        ("member", True),
+        ("creator", True),
+        ("viewer", True),
+        ("outsider", False),
+    ],
+)
 def test_job_list_shows_only_jobs_of_the_users_projects(client_as, failed_job, role, visible):
     response = client_as(role).get("/api/v1/jobs/")
     assert [job["id"] for job in response.json()["results"]] == ([failed_job.pk] if visible else [])
@@ -116,7 +154,10 @@ def test_resume_latest_permission_matrix(client_as, failed_job, role, status):
 def test_resume_refusals_answer_409_with_the_reason(client_as, failed_job, creator, code_version, cpu):
     client = client_as("creator")
     response = client.post(f"/api/v1/jobs/{failed_job.pk}/resume-latest/", format="json")
-    assert response.status_code == 409 and response.json()["detail"] == "The run has no complete checkpoint to resume from."
+    assert (
+        response.status_code == 409
+        and response.json()["detail"] == "The run has no complete checkpoint to resume from."
+    )
     finished = run_to_end(launch(creator, code_version, cpu), exit_code=0)
     response = client.post(f"/api/v1/checkpoints/{checkpoint(finished.run, 5).pk}/resume/", format="json")
     assert response.status_code == 409 and "Continue training" in response.json()["detail"]
@@ -143,9 +184,17 @@ def test_resume_of_another_projects_checkpoint_answers_404(client_as, failed_job
     assert client_as("outsider").post(f"/api/v1/checkpoints/{ckpt.pk}/resume/", format="json").status_code == 404
 
 
-@pytest.mark.parametrize("role, status", [
-    ("creator", 200), ("admin", 200), ("member", 403), ("viewer", 403), ("outsider", 404), ("anonymous", 401),
-])
+@pytest.mark.parametrize(
+    "role, status",
+    [
+        ("creator", 200),
+        ("admin", 200),
+        ("member", 403),
+        ("viewer", 403),
+        ("outsider", 404),
+        ("anonymous", 401),
+    ],
+)
 def test_abort_permission_matrix(client_as, creator, code_version, cpu, role, status):
     job = launch(creator, code_version, cpu)
     response = client_as(role).post(f"/api/v1/jobs/{job.pk}/abort/", format="json")
@@ -174,7 +223,12 @@ def test_logs_tail_with_after_seq(client_as, creator, code_version, cpu):
     client = client_as("viewer")
     data = client.get(f"/api/v1/jobs/{job.pk}/logs/?after_seq=1").json()
     assert [(c["seq"], c["text"]) for c in data["results"]] == [(2, "b\n"), (3, "c\n")]
-    assert (data["next_after_seq"], data["job_status"], data["finished"], data["truncated"]) == (3, "running", False, False)
+    assert (data["next_after_seq"], data["job_status"], data["finished"], data["truncated"]) == (
+        3,
+        "running",
+        False,
+        False,
+    )
     services.job_finish(job_id=job.pk, exit_code=0)
     data = client.get(f"/api/v1/jobs/{job.pk}/logs/?after_seq=3").json()
     assert (data["results"], data["next_after_seq"], data["finished"]) == ([], 3, True)

@@ -17,7 +17,9 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture
 def finished_job(creator, code_version, cpu, dataset_versions):
-    job = launch(creator, code_version, cpu, dataset_version_ids=[dataset_versions[0].pk], kind_of_run=RunKind.FINE_TUNING)
+    job = launch(
+        creator, code_version, cpu, dataset_version_ids=[dataset_versions[0].pk], kind_of_run=RunKind.FINE_TUNING
+    )
     return run_to_end(job, exit_code=0)
 
 
@@ -27,8 +29,14 @@ def ckpt(finished_job):
 
 
 def go(actor, ckpt, code_version, queue, ids, **kw):
-    return run_continue_from_checkpoint(actor=actor, checkpoint=ckpt, code_version=code_version, queue=queue,
-                                        dataset_version_ids=[v.pk for v in ids], **kw)
+    return run_continue_from_checkpoint(
+        actor=actor,
+        checkpoint=ckpt,
+        code_version=code_version,
+        queue=queue,
+        dataset_version_ids=[v.pk for v in ids],
+        **kw,
+    )
 
 
 def test_it_creates_a_continue_job_whose_run_records_lineage_and_chosen_data(
@@ -39,8 +47,18 @@ def test_it_creates_a_continue_job_whose_run_records_lineage_and_chosen_data(
     with django_capture_on_commit_callbacks(execute=True):
         job = go(member, ckpt, code_version, cpu, dataset_versions, parameters={"lr": 0.01})
     run = job.run
-    assert (job.kind, job.status, job.resumed_from_id, job.created_by) == (JobKind.CONTINUE, JobStatus.QUEUED, source.pk, member)
-    assert (run.status, run.kind, run.parent_id, run.source_checkpoint_id) == (RunStatus.PENDING, RunKind.FINE_TUNING, source.pk, ckpt.pk)
+    assert (job.kind, job.status, job.resumed_from_id, job.created_by) == (
+        JobKind.CONTINUE,
+        JobStatus.QUEUED,
+        source.pk,
+        member,
+    )
+    assert (run.status, run.kind, run.parent_id, run.source_checkpoint_id) == (
+        RunStatus.PENDING,
+        RunKind.FINE_TUNING,
+        source.pk,
+        ckpt.pk,
+    )
     assert set(run.input_dataset_versions.all()) == set(dataset_versions)
     assert run.parameters == {"lr": 0.01} and "continued from step 20" in run.name
     assert celery_calls.sent[-1]["args"] == [job.pk] and celery_calls.sent[-1]["queue"] == "cpu"
@@ -114,9 +132,17 @@ def continue_url(ckpt):
     return f"/api/v1/checkpoints/{ckpt.pk}/continue/"
 
 
-@pytest.mark.parametrize("role, expected", [
-    ("member", 201), ("admin", 201), ("creator", 201), ("viewer", 403), ("outsider", 404), ("anonymous", 401),
-])
+@pytest.mark.parametrize(
+    "role, expected",
+    [
+        ("member", 201),
+        ("admin", 201),
+        ("creator", 201),
+        ("viewer", 403),
+        ("outsider", 404),
+        ("anonymous", 401),
+    ],
+)
 def test_api_permissions(client_as, ckpt, code_version, cpu, dataset_versions, role, expected):
     body = {"code_version_id": code_version.pk, "input_dataset_version_ids": [v.pk for v in dataset_versions]}
     response = client_as(role).post(continue_url(ckpt), body, format="json")
@@ -135,8 +161,9 @@ def test_api_refuses_a_code_version_of_another_code_with_400(api, member, ckpt, 
 
 def test_api_refuses_a_pending_checkpoint_with_409(api, member, finished_job, code_version, cpu):
     pending = checkpoint(finished_job.run, 30, state=CheckpointState.PENDING)
-    response = api(member).post(continue_url(pending), {"code_version_id": code_version.pk,
-                                                        "input_dataset_version_ids": []}, format="json")
+    response = api(member).post(
+        continue_url(pending), {"code_version_id": code_version.pk, "input_dataset_version_ids": []}, format="json"
+    )
     assert response.status_code == 409
 
 
@@ -144,6 +171,10 @@ def test_a_jobs_run_token_cannot_continue(client, ckpt, code_version, cpu, finis
     from jobs.models import RunToken
 
     token = RunToken.objects.create(run=ckpt.run, user=finished_job.created_by)
-    response = client.post(continue_url(ckpt), {"code_version_id": code_version.pk, "input_dataset_version_ids": []},
-                           content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {token.key}")
+    response = client.post(
+        continue_url(ckpt),
+        {"code_version_id": code_version.pk, "input_dataset_version_ids": []},
+        content_type="application/json",
+        HTTP_AUTHORIZATION=f"Bearer {token.key}",
+    )
     assert response.status_code == 403

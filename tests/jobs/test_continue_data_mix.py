@@ -28,25 +28,41 @@ def _log(run: Run) -> str:
 
 
 def test_continue_from_step_20_with_an_added_version_records_the_change_and_tells_the_code(
-    worker_settings, project, creator, member, api  # noqa: F811
+    worker_settings,
+    project,
+    creator,
+    member,
+    api,  # noqa: F811
 ):
     digits = DatasetFactory(project=project, name="digits")
-    first, added = DatasetVersionFactory(dataset=digits, version="v3"), DatasetVersionFactory(dataset=digits, version="v4")
+    first, added = (
+        DatasetVersionFactory(dataset=digits, version="v3"),
+        DatasetVersionFactory(dataset=digits, version="v4"),
+    )
     code = CodeFactory(project=project, created_by=creator, name="example")
     archive = tar_gz([("./", None), ("./training.py", (ROOT / "examples" / "training.py").read_bytes())])
     versions = [
         code_version_create_with_archive(
-            actor=creator, code=code, entrypoint=[sys.executable, "training.py", "--steps", steps, "--checkpoint-every", "10"],
-            archive=io.BytesIO(archive), archive_name="code.tar.gz",
-        ) for steps in ("20", "30")
+            actor=creator,
+            code=code,
+            entrypoint=[sys.executable, "training.py", "--steps", steps, "--checkpoint-every", "10"],
+            archive=io.BytesIO(archive),
+            archive_name="code.tar.gz",
+        )
+        for steps in ("20", "30")
     ]
     queue = Queue.objects.get_or_create(name="cpu")[0]
-    job = job_launch(actor=creator, code_version=versions[0], queue=queue, parameters={}, dataset_version_ids=[first.pk])
+    job = job_launch(
+        actor=creator, code_version=versions[0], queue=queue, parameters={}, dataset_version_ids=[first.pk]
+    )
     assert run_job(job.pk) == JobStatus.SUCCEEDED, _log(job.run)
     source = Run.objects.get(pk=job.run_id)
 
     continued = run_continue_from_checkpoint(
-        actor=member, checkpoint=Checkpoint.objects.get(run=source, step=20), code_version=versions[1], queue=queue,
+        actor=member,
+        checkpoint=Checkpoint.objects.get(run=source, step=20),
+        code_version=versions[1],
+        queue=queue,
         dataset_version_ids=[first.pk, added.pk],
     )
     assert run_job(continued.pk) == JobStatus.SUCCEEDED, _log(continued.run)
@@ -57,8 +73,10 @@ def test_continue_from_step_20_with_an_added_version_records_the_change_and_tell
     assert (stage.metadata["added"], stage.metadata["removed"]) == ([added.pk], [])
     client = api(member)
     url = f"/api/v1/runs/{new_run.pk}/data-stages/"
-    at = {step: sorted(v["id"] for v in client.get(url, {"at_step": step}).json()["dataset_versions"])
-          for step in (19, 20)}
+    at = {
+        step: sorted(v["id"] for v in client.get(url, {"at_step": step}).json()["dataset_versions"])
+        for step in (19, 20)
+    }
     assert at == {19: [first.pk], 20: sorted([first.pk, added.pk])}
     history = client.get(url).json()["results"]
     assert [[v["id"] for v in entry["added"]] for entry in history] == [[added.pk]]

@@ -23,7 +23,7 @@ from worker.tasks import run_job
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-TRAIN_PY = textwrap.dedent('''
+TRAIN_PY = textwrap.dedent("""
     import json, os, sys, tempfile
     import mado_tracking
 
@@ -45,7 +45,7 @@ TRAIN_PY = textwrap.dedent('''
                 if (step + 1) % 10 == 0:
                     open(os.path.join(scratch, "w.txt"), "w").write(repr(weights))
                     saved[step + 1] = run.log_checkpoint(scratch, step=step + 1).id
-''')
+""")
 
 
 @pytest.fixture
@@ -68,8 +68,11 @@ def test_a_stage_recorded_by_a_job_then_continue_with_an_added_version(
     plan.write_text(json.dumps({"steps": 30, "stage_at": 15, "ids": [original.pk, noisy.pk]}))
     code = CodeFactory(project=project, created_by=creator, name="trainer")
     version = code_version_create_with_archive(
-        actor=creator, code=code, entrypoint=[sys.executable, "train.py", str(plan)],
-        archive=io.BytesIO(tar_gz([("./", None), ("./train.py", TRAIN_PY.encode())])), archive_name="code.tar.gz",
+        actor=creator,
+        code=code,
+        entrypoint=[sys.executable, "train.py", str(plan)],
+        archive=io.BytesIO(tar_gz([("./", None), ("./train.py", TRAIN_PY.encode())])),
+        archive_name="code.tar.gz",
     )
     queue = Queue.objects.get_or_create(name="cpu")[0]
     job = job_launch(actor=creator, code_version=version, queue=queue, parameters={}, dataset_version_ids=[original.pk])
@@ -87,7 +90,11 @@ def test_a_stage_recorded_by_a_job_then_continue_with_an_added_version(
     assert set(preselected) == set(stage.dataset_versions.all())
     chosen = [v.pk for v in preselected] + [extra.pk]
     continued = run_continue_from_checkpoint(
-        actor=member, checkpoint=step20, code_version=version, queue=queue, dataset_version_ids=chosen,
+        actor=member,
+        checkpoint=step20,
+        code_version=version,
+        queue=queue,
+        dataset_version_ids=chosen,
     )
     assert continued.kind == JobKind.CONTINUE
     assert run_job(continued.pk) == JobStatus.SUCCEEDED

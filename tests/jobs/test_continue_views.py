@@ -34,11 +34,18 @@ def synthetic(project):
 @pytest.fixture
 def finished_job(creator, code_version, cpu, dataset_versions, synthetic):
     """A fine-tuning Job on digits:v1 that added synthetic:s1 at step 15 and finished; checkpoints at 10, 20."""
-    job = launch(creator, code_version, cpu, dataset_version_ids=[dataset_versions[0].pk],
-                 kind_of_run=RunKind.FINE_TUNING, parameters={"lr": 0.05, "steps": 40})
+    job = launch(
+        creator,
+        code_version,
+        cpu,
+        dataset_version_ids=[dataset_versions[0].pk],
+        kind_of_run=RunKind.FINE_TUNING,
+        parameters={"lr": 0.05, "steps": 40},
+    )
     assert services.job_claim(job_id=job.pk, worker_host="gpu-1") is not None
-    run_services.data_stage_record(actor=creator, run=job.run, start_step=15,
-                                   dataset_version_ids=[dataset_versions[0].pk, synthetic[0].pk])
+    run_services.data_stage_record(
+        actor=creator, run=job.run, start_step=15, dataset_version_ids=[dataset_versions[0].pk, synthetic[0].pk]
+    )
     checkpoint(job.run, 10)
     checkpoint(job.run, 20)
     return services.job_finish(job_id=job.pk, exit_code=0)
@@ -58,9 +65,13 @@ def selected(html: str, name: str) -> set[int]:
 
 
 def form_data(job, *, versions, code_version=None, **fields):
-    return {"input_dataset_version_ids": [v.pk for v in versions],
-            "code_version": (code_version or job.code_version).pk, "parameters": '{"lr": 0.01}', "queue": "cpu",
-            "name": "more data"} | fields
+    return {
+        "input_dataset_version_ids": [v.pk for v in versions],
+        "code_version": (code_version or job.code_version).pk,
+        "parameters": '{"lr": 0.01}',
+        "queue": "cpu",
+        "name": "more data",
+    } | fields
 
 
 @pytest.mark.parametrize("step", [10, 20])
@@ -70,8 +81,9 @@ def test_the_form_preselects_the_composition_at_the_checkpoint_step(login, membe
     assert selected(html, "input_dataset_version_ids") == expected
     assert len(expected) == (1 if step == 10 else 2)
     assert selected(html, "code_version") == {finished_job.code_version_id}
-    assert json.loads(re.search(r'<textarea name="parameters"[^>]*>(.*?)</textarea>', html, re.S).group(1)
-                      .replace("&quot;", '"')) == {"lr": 0.05, "steps": 40}
+    assert json.loads(
+        re.search(r'<textarea name="parameters"[^>]*>(.*?)</textarea>', html, re.S).group(1).replace("&quot;", '"')
+    ) == {"lr": 0.05, "steps": 40}
 
 
 def test_the_checkpoint_tab_offers_continue_on_complete_checkpoints(login, member, viewer, finished_job):
@@ -120,8 +132,9 @@ def test_change_goes_back_to_the_form_with_the_choices_kept(login, member, finis
 
 def test_a_code_version_of_another_code_is_a_form_error(login, member, finished_job, project, synthetic):
     other = CodeVersionFactory(code__project=project, code__name="other-code", version=1)
-    response = login(member).post(url(ckpt(finished_job, 20)),
-                                  form_data(finished_job, versions=synthetic, code_version=other, confirm="1"))
+    response = login(member).post(
+        url(ckpt(finished_job, 20)), form_data(finished_job, versions=synthetic, code_version=other, confirm="1")
+    )
     assert response.status_code == 400
     assert "Select a valid choice" in body(response)
     assert Job.objects.count() == 1
@@ -140,8 +153,9 @@ def test_a_source_without_code_offers_every_code_of_the_project(login, member, p
 
 
 def test_bad_parameters_are_a_form_error(login, member, finished_job, synthetic):
-    response = login(member).post(url(ckpt(finished_job, 20)),
-                                  form_data(finished_job, versions=synthetic, parameters="[1]", confirm="1"))
+    response = login(member).post(
+        url(ckpt(finished_job, 20)), form_data(finished_job, versions=synthetic, parameters="[1]", confirm="1")
+    )
     assert response.status_code == 400 and "Parameters must be a JSON object" in body(response)
     assert Job.objects.count() == 1
 
@@ -179,6 +193,5 @@ def test_an_outsider_gets_404_and_anonymous_the_login_page(client, login, outsid
 
 def test_another_projects_dataset_version_is_refused(login, member, finished_job, other_project):
     foreign = DatasetVersionFactory(dataset=DatasetFactory(project=other_project, name="secret"))
-    response = login(member).post(url(ckpt(finished_job, 20)),
-                                  form_data(finished_job, versions=[foreign], confirm="1"))
+    response = login(member).post(url(ckpt(finished_job, 20)), form_data(finished_job, versions=[foreign], confirm="1"))
     assert response.status_code == 400 and Job.objects.count() == 1

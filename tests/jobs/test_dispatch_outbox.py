@@ -9,9 +9,9 @@ from django.utils import timezone
 
 from jobs import services
 from jobs.models import Job, JobStatus
-from mado.tasks import flush_dispatches, reap_undelivered
 from mado.models import Dispatch
 from mado.outbox import dispatch_reap_overdue
+from mado.tasks import flush_dispatches, reap_undelivered
 from runs.models import RunStatus
 from tests.jobs.conftest import launch
 
@@ -56,7 +56,9 @@ def test_a_launch_while_the_broker_is_down_answers_queued_and_waiting(
     assert flush_dispatches() == 0, "a message the broker took is not sent again"
 
 
-def test_a_launch_rolled_back_leaves_no_message(creator, code_version, cpu, celery_calls, django_capture_on_commit_callbacks):
+def test_a_launch_rolled_back_leaves_no_message(
+    creator, code_version, cpu, celery_calls, django_capture_on_commit_callbacks
+):
     from django.db import transaction
 
     with django_capture_on_commit_callbacks(execute=True):
@@ -103,7 +105,9 @@ def test_an_unclaimed_job_is_sent_once_more_then_failed_with_the_reason(
     assert dispatch_reap_overdue(now=later + timedelta(seconds=1300)) == 1, "only the retry's message is overdue"
 
 
-def test_a_claimed_job_is_never_sent_again(creator, code_version, cpu, celery_calls, settings, django_capture_on_commit_callbacks):
+def test_a_claimed_job_is_never_sent_again(
+    creator, code_version, cpu, celery_calls, settings, django_capture_on_commit_callbacks
+):
     settings.MADO_DISPATCH_TIMEOUT = 600
     with django_capture_on_commit_callbacks(execute=True):
         job = launch(creator, code_version, cpu)

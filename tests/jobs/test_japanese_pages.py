@@ -21,7 +21,8 @@ pytestmark = pytest.mark.django_db
 ENGLISH = re.compile(
     r"(?<![/_.])\b(Jobs?|[Cc]heckpoints?|Artifacts?|Resume|Continue|Delete|Download|Abort|Launch|Retry|Trials?|Sweeps?|"
     r"Overview|Logs|System|Projects?|Members?|Status|Created|Started|Duration|Parameters|Metrics?|Compare|"
-    r"Queue|Worker|Kind|Training|Show|Hide|Back|Cancel|Only|Your|This|The|cannot|not|is|are|was|of|from|with)\b(?![/_(])")
+    r"Queue|Worker|Kind|Training|Show|Hide|Back|Cancel|Only|Your|This|The|cannot|not|is|are|was|of|from|with)\b(?![/_(])"
+)
 
 
 class VisibleText(HTMLParser):
@@ -70,17 +71,25 @@ def test_every_page_of_a_project_reads_in_japanese(ja, creator, failed_job, proj
     run_set_status(actor=creator, run=start_program(actor=creator, trial=trial), status=RunStatus.FAILED)
     allowed = {run.name, project.name, sweep.name, failed_job.code_version.code.name}
     pages = [
-        reverse("runs:project-list"), reverse("runs:project-detail", args=[project.slug]),
-        reverse("jobs:project-jobs", args=[project.slug]), reverse("jobs:job-detail", args=[failed_job.pk]),
-        reverse("runs:run-detail", args=[run.pk]), reverse("runs:run-checkpoints", args=[run.pk]),
+        reverse("runs:project-list"),
+        reverse("runs:project-detail", args=[project.slug]),
+        reverse("jobs:project-jobs", args=[project.slug]),
+        reverse("jobs:job-detail", args=[failed_job.pk]),
+        reverse("runs:run-detail", args=[run.pk]),
+        reverse("runs:run-checkpoints", args=[run.pk]),
         reverse("runs:run-checkpoints", args=[run.pk]) + "?older=1",
-        reverse("checkpoints:checkpoint-detail", args=[kept.pk]), reverse("jobs:checkpoint-resume", args=[kept.pk]),
+        reverse("checkpoints:checkpoint-detail", args=[kept.pk]),
+        reverse("jobs:checkpoint-resume", args=[kept.pk]),
         reverse("jobs:checkpoint-continue", args=[kept.pk]),
-        reverse("runs:sweep-list", args=[project.slug]), reverse("runs:sweep-detail", args=[sweep.pk]),
-        reverse("runs:sweep-create", args=[project.slug]), reverse("jobs:job-launch", args=[project.slug]),
+        reverse("runs:sweep-list", args=[project.slug]),
+        reverse("runs:sweep-detail", args=[sweep.pk]),
+        reverse("runs:sweep-create", args=[project.slug]),
+        reverse("jobs:job-launch", args=[project.slug]),
         reverse("runs:project-compare", args=[project.slug]) + f"?run={run.pk}&run={trial.run_id}",
-        reverse("runs:run-system", args=[run.pk]), reverse("runs:run-data-history", args=[run.pk]),
-        reverse("runs:run-artifacts", args=[run.pk]), reverse("runs:run-logs", args=[run.pk]),
+        reverse("runs:run-system", args=[run.pk]),
+        reverse("runs:run-data-history", args=[run.pk]),
+        reverse("runs:run-artifacts", args=[run.pk]),
+        reverse("runs:run-logs", args=[run.pk]),
     ]
     left = {}
     for url in pages:
@@ -96,24 +105,40 @@ def test_messages_that_services_raise_into_pages_read_in_japanese(ja, login, adm
     """A refused sweep config, a bad compare selection, a bad sort and column, an abort of an ended Job and a
     refused membership change: each message is the service's, shown on the page in Japanese."""
     flows = [
-        (ja.post(reverse("runs:sweep-create", args=[project.slug]),
-                 {"config": "method: annealing\nmetric: {name: x}\nparameters: {a: {values: [1]}}\nprogram: p\n"}),
-         "method は grid, random, bayes のいずれかにしてください（指定値: 'annealing'）"),
+        (
+            ja.post(
+                reverse("runs:sweep-create", args=[project.slug]),
+                {"config": "method: annealing\nmetric: {name: x}\nparameters: {a: {values: [1]}}\nprogram: p\n"},
+            ),
+            "method は grid, random, bayes のいずれかにしてください（指定値: 'annealing'）",
+        ),
         (ja.get(reverse("runs:project-compare", args=[project.slug]) + "?run=abc"), "'abc' はRunのIDではありません"),
-        (ja.get(reverse("runs:project-detail", args=[project.slug]) + "?sort=nonsense"),
-         "'nonsense' では並べ替えられません: 表示中の列ではありません"),
-        (ja.post(reverse("runs:project-columns", args=[project.slug]), {"col": ["bogus"]}, follow=True),
-         "'bogus': param:NAME または metric:KEY:last|min|max の形で指定してください"),
-        (ja.post(reverse("jobs:job-abort", args=[failed_job.pk]), follow=True),
-         f"ジョブ {failed_job.pk} はすでに failed で終了しています。中止するものはありません"),
+        (
+            ja.get(reverse("runs:project-detail", args=[project.slug]) + "?sort=nonsense"),
+            "'nonsense' では並べ替えられません: 表示中の列ではありません",
+        ),
+        (
+            ja.post(reverse("runs:project-columns", args=[project.slug]), {"col": ["bogus"]}, follow=True),
+            "'bogus': param:NAME または metric:KEY:last|min|max の形で指定してください",
+        ),
+        (
+            ja.post(reverse("jobs:job-abort", args=[failed_job.pk]), follow=True),
+            f"ジョブ {failed_job.pk} はすでに failed で終了しています。中止するものはありません",
+        ),
     ]
     administrator = login(admin)
     administrator.post(reverse("set_language"), {"language": "ja", "next": "/"})
     flows += [
-        (administrator.post(reverse("runs:project-members", args=[project.slug]),
-                            {"username": "nobody", "role": "viewer"}), "ユーザー 'nobody' は存在しません"),
-        (administrator.post(reverse("runs:member-remove", args=[project.slug, admin.username])),
-         "プロジェクトには管理者が少なくとも1人必要です"),
+        (
+            administrator.post(
+                reverse("runs:project-members", args=[project.slug]), {"username": "nobody", "role": "viewer"}
+            ),
+            "ユーザー 'nobody' は存在しません",
+        ),
+        (
+            administrator.post(reverse("runs:member-remove", args=[project.slug, admin.username])),
+            "プロジェクトには管理者が少なくとも1人必要です",
+        ),
     ]
     for response, message in flows:
         html = unescape(response.content.decode())

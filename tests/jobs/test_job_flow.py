@@ -32,11 +32,17 @@ from tests.deployment import ROOT, Deployment, deployment, deployment_env, free_
 
 EXAMPLE_ARGS = ["--steps", "40", "--checkpoint-every", "10"]
 JOB_TIMEOUT_S = "300"
+
+
 def example_offline(output: Path) -> subprocess.Popen:
     """The uninterrupted 40-step run of the example, offline (no server): its weights are the reference."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("MMT_")}
-    return subprocess.Popen([sys.executable, str(ROOT / "examples" / "training.py"), "--offline", *EXAMPLE_ARGS,
-                             "--output", str(output)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    return subprocess.Popen(
+        [sys.executable, str(ROOT / "examples" / "training.py"), "--offline", *EXAMPLE_ARGS, "--output", str(output)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
 
 
 def metric_steps(client: ApiClient, run_id: int, key: str = "train.loss") -> list[int]:
@@ -51,12 +57,24 @@ def run_the_flow(site: Deployment, directory: Path) -> None:
     failing_entrypoint = shlex.join(["python", "training.py", *EXAMPLE_ARGS, "--fail-at-step", "27"])
     fixed_entrypoint = shlex.join(["python", "training.py", *EXAMPLE_ARGS, "--output", str(resumed_weights)])
     for entrypoint in (failing_entrypoint, fixed_entrypoint):
-        pushed = site.mado("code", "push", ROOT / "examples", "--project", "flow", "--name", "example",
-                           "--entrypoint", entrypoint)
+        pushed = site.mado(
+            "code", "push", ROOT / "examples", "--project", "flow", "--name", "example", "--entrypoint", entrypoint
+        )
         assert pushed.exit_code == 0, pushed.output
 
-    launched = site.mado("job", "launch", "--project", "flow", "--code-version", "example:1", "--queue", site.queue,
-                         "--name", "first", "-q")
+    launched = site.mado(
+        "job",
+        "launch",
+        "--project",
+        "flow",
+        "--code-version",
+        "example:1",
+        "--queue",
+        site.queue,
+        "--name",
+        "first",
+        "-q",
+    )
     assert launched.exit_code == 0, launched.output
     first_id = int(launched.output)
     first_log = site.mado("job", "logs", first_id, "--follow", "--interval", "0.3", "--timeout", JOB_TIMEOUT_S)
@@ -81,8 +99,11 @@ def run_the_flow(site: Deployment, directory: Path) -> None:
         assert (second["status"], second["kind"], second["resumed"]) == ("succeeded", "resume", True)
         assert (second["resumed_from_run_id"], second["source_checkpoint_step"]) == (source_run, 20)
         run = client.request("GET", f"runs/{second['run_id']}/")
-        assert (run["status"], run["parent_id"], run["source_checkpoint_id"]) == ("finished", source_run,
-                                                                                 checkpoints[0]["id"])
+        assert (run["status"], run["parent_id"], run["source_checkpoint_id"]) == (
+            "finished",
+            source_run,
+            checkpoints[0]["id"],
+        )
         # continues at 20, never 0 (docs/design/resume.md#steps-continue)
         assert metric_steps(client, second["run_id"]) == list(range(20, 40))
         assert metric_steps(client, source_run) == list(range(27))
@@ -102,37 +123,53 @@ def test_a_job_that_fails_at_step_27_resumed_from_latest_ends_with_the_uninterru
 def test_make_demo_fails_a_job_resumes_it_and_prints_both_run_urls(tmp_path):
     port = free_port()
     env = deployment_env(tmp_path / "data")
-    done = subprocess.run([sys.executable, "manage.py", "demo", "--exit-after-run", "--port", str(port)], cwd=ROOT,
-                          env=env, capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [sys.executable, "manage.py", "demo", "--exit-after-run", "--port", str(port)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
     base = re.escape(f"http://127.0.0.1:{port}/runs/")
     failed = re.search(rf"^Failed run \(job \d+, stopped at step 27\): {base}(\d+)/$", done.stdout, re.M)
-    resumed = re.search(rf"^Resumed run \(job \d+, from the checkpoint at step 20, finished\): {base}(\d+)/$",
-                        done.stdout, re.M)
+    resumed = re.search(
+        rf"^Resumed run \(job \d+, from the checkpoint at step 20, finished\): {base}(\d+)/$", done.stdout, re.M
+    )
     assert failed and resumed, done.stdout
     assert "Log in as demo / demo-password" in done.stdout
     with closing(sqlite3.connect(f"file:{tmp_path / 'data' / 'mado.sqlite3'}?mode=ro", uri=True)) as db:
         runs = dict(db.execute("SELECT id, status FROM runs_run").fetchall())
         parent, source_step = db.execute(
             "SELECT r.parent_id, c.step FROM runs_run r JOIN checkpoints_checkpoint c ON c.id = r.source_checkpoint_id "
-            "WHERE r.id = ?", (int(resumed.group(1)),)).fetchone()
+            "WHERE r.id = ?",
+            (int(resumed.group(1)),),
+        ).fetchone()
     assert (runs[int(failed.group(1))], runs[int(resumed.group(1))]) == ("failed", "finished")
     assert (parent, source_step) == (int(failed.group(1)), 20)
 
 
 def test_sigterm_to_the_demo_stops_its_web_server_and_worker(tmp_path):
     port = free_port()
-    demo = subprocess.Popen([sys.executable, "manage.py", "demo", "--port", str(port)], cwd=ROOT,
-                            env=deployment_env(tmp_path / "data"), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True)
+    demo = subprocess.Popen(
+        [sys.executable, "manage.py", "demo", "--port", str(port)],
+        cwd=ROOT,
+        env=deployment_env(tmp_path / "data"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         lines = []
         for line in demo.stdout:  # until its first Job is queued: the web server and the worker are up
             lines.append(line)
             if " queued (run " in line:
                 break
-        children = [int(pid) for pid in subprocess.run(["pgrep", "-P", str(demo.pid)], capture_output=True,
-                                                       text=True).stdout.split()]
+        children = [
+            int(pid)
+            for pid in subprocess.run(["pgrep", "-P", str(demo.pid)], capture_output=True, text=True).stdout.split()
+        ]
         assert len(children) == 2, "".join(lines)
         demo.send_signal(signal.SIGTERM)
         demo.wait(timeout=60)
@@ -143,4 +180,3 @@ def test_sigterm_to_the_demo_stops_its_web_server_and_worker(tmp_path):
     finally:
         if demo.poll() is None:
             demo.kill()
-

@@ -17,11 +17,16 @@ from tests.jobs.conftest import checkpoint, launch, run_to_end
 
 
 def test_launch_creates_a_pending_run_and_a_queued_job(creator, code_version, cpu, dataset_versions):
-    job = launch(creator, code_version, cpu, dataset_version_ids=[dataset_versions[0].pk], kind_of_run=RunKind.FINE_TUNING)
+    job = launch(
+        creator, code_version, cpu, dataset_version_ids=[dataset_versions[0].pk], kind_of_run=RunKind.FINE_TUNING
+    )
     run = job.run
     assert (job.kind, job.status, job.attempt, job.max_retries, job.queue) == (JobKind.NEW, JobStatus.QUEUED, 1, 0, cpu)
     assert (run.status, run.kind, run.code_version, run.created_by) == (
-        RunStatus.PENDING, RunKind.FINE_TUNING, code_version, creator
+        RunStatus.PENDING,
+        RunKind.FINE_TUNING,
+        code_version,
+        creator,
     )
     assert run.started_at is None and run.parameters == {"lr": 0.1}
     assert list(run.input_dataset_versions.all()) == [dataset_versions[0]]
@@ -123,13 +128,18 @@ def test_append_log_of_an_unknown_job_is_not_found(db):
 # --- finish and retry -----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("exit_code, aborted, error, job_status, run_status", [
-    (0, False, "", JobStatus.SUCCEEDED, RunStatus.FINISHED),
-    (1, False, "", JobStatus.FAILED, RunStatus.FAILED),
-    (None, False, "Checkpoint 7 sha256 mismatch: model.pt", JobStatus.FAILED, RunStatus.FAILED),
-    (-15, True, "", JobStatus.ABORTED, RunStatus.ABORTED),
-])
-def test_finish_keeps_job_and_run_consistent(creator, code_version, cpu, exit_code, aborted, error, job_status, run_status):
+@pytest.mark.parametrize(
+    "exit_code, aborted, error, job_status, run_status",
+    [
+        (0, False, "", JobStatus.SUCCEEDED, RunStatus.FINISHED),
+        (1, False, "", JobStatus.FAILED, RunStatus.FAILED),
+        (None, False, "Checkpoint 7 sha256 mismatch: model.pt", JobStatus.FAILED, RunStatus.FAILED),
+        (-15, True, "", JobStatus.ABORTED, RunStatus.ABORTED),
+    ],
+)
+def test_finish_keeps_job_and_run_consistent(
+    creator, code_version, cpu, exit_code, aborted, error, job_status, run_status
+):
     job = run_to_end(launch(creator, code_version, cpu), exit_code=exit_code, aborted=aborted, error=error)
     assert (job.status, job.exit_code, job.run.status) == (job_status, exit_code, run_status)
     assert job.ended_at and job.run.ended_at
@@ -155,8 +165,9 @@ def test_finish_is_idempotent(creator, code_version, cpu):
     assert (again.status, again.exit_code, again.error) == (JobStatus.SUCCEEDED, 0, "")
 
 
-def test_a_failed_job_with_retries_left_starts_again_from_scratch(creator, code_version, cpu, celery_calls,
-                                                                  django_capture_on_commit_callbacks):
+def test_a_failed_job_with_retries_left_starts_again_from_scratch(
+    creator, code_version, cpu, celery_calls, django_capture_on_commit_callbacks
+):
     first = launch(creator, code_version, cpu, max_retries=2)
     with django_capture_on_commit_callbacks(execute=True):
         run_to_end(first, exit_code=1)

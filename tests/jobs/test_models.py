@@ -21,8 +21,12 @@ def refused(**values) -> bool:
 @pytest.fixture
 def job_values(project, creator, code_version, cpu):
     def make(**overrides):
-        values = {"run": RunFactory(project=project, created_by=creator), "code_version": code_version, "queue": cpu,
-                  "created_by": creator}
+        values = {
+            "run": RunFactory(project=project, created_by=creator),
+            "code_version": code_version,
+            "queue": cpu,
+            "created_by": creator,
+        }
         return {**values, **overrides}
 
     return make

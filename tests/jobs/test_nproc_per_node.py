@@ -21,8 +21,9 @@ def two_process_failure(creator, code_version, cpu):
 
 
 def test_the_api_launches_with_processes_per_node(client_as, code_version, cpu):
-    response = client_as("member").post("/api/v1/jobs/", {"code_version_id": code_version.pk, "nproc_per_node": 4},
-                                        format="json")
+    response = client_as("member").post(
+        "/api/v1/jobs/", {"code_version_id": code_version.pk, "nproc_per_node": 4}, format="json"
+    )
     assert response.status_code == 201, response.content
     assert (response.json()["nproc_per_node"], response.json()["nnodes"]) == (4, 1)
     assert Job.objects.get().nproc_per_node == 4
@@ -30,8 +31,9 @@ def test_the_api_launches_with_processes_per_node(client_as, code_version, cpu):
 
 @pytest.mark.parametrize("value", [0, -1, 257, "two", 1.5, True, None])
 def test_a_bad_process_count_is_refused_naming_the_field(client_as, code_version, cpu, value):
-    response = client_as("member").post("/api/v1/jobs/", {"code_version_id": code_version.pk, "nproc_per_node": value},
-                                        format="json")
+    response = client_as("member").post(
+        "/api/v1/jobs/", {"code_version_id": code_version.pk, "nproc_per_node": value}, format="json"
+    )
     assert response.status_code == 400, response.content
     assert response.json()["field"] == "nproc_per_node" and not Job.objects.exists()
 
@@ -74,8 +76,14 @@ def test_the_resume_form_offers_the_checkpoint_world_size_and_says_it_reshards(l
 
 def test_the_launch_page_takes_processes_per_node(login, creator, code_version, cpu):
     url = reverse("jobs:job-launch", args=["vision"])
-    form = {"code_version": code_version.pk, "queue": "cpu", "parameters": "{}", "kind": "training",
-            "max_retries": 0, "name": "ddp"}
+    form = {
+        "code_version": code_version.pk,
+        "queue": "cpu",
+        "parameters": "{}",
+        "kind": "training",
+        "max_retries": 0,
+        "name": "ddp",
+    }
     assert login(creator).post(url, {**form, "nproc_per_node": "0"}).status_code == 400
     assert login(creator).post(url, {**form, "nproc_per_node": "2"}).status_code == 302
     assert Job.objects.get().nproc_per_node == 2

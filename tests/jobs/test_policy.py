@@ -11,13 +11,16 @@ from tests.factories import RunFactory
 from tests.jobs.conftest import checkpoint, launch, run_to_end
 
 
-@pytest.mark.parametrize("role, reason", [
-    ("creator", None),
-    ("admin", None),
-    ("member", "This is not your run"),
-    ("viewer", "Your role in this project is viewer"),
-    ("outsider", "You are not a member of this project"),
-])
+@pytest.mark.parametrize(
+    "role, reason",
+    [
+        ("creator", None),
+        ("admin", None),
+        ("member", "This is not your run"),
+        ("viewer", "Your role in this project is viewer"),
+        ("outsider", "You are not a member of this project"),
+    ],
+)
 def test_who_may_resume(request, failed_job, role, reason):
     checkpoint(failed_job.run, 10)
     answer = resume_refusal(user=request.getfixturevalue(role), run=failed_job.run)

@@ -39,8 +39,15 @@ def test_a_double_clicked_launch_form_queues_one_job(
     client.force_login(member)
     page = client.get(f"/projects/{project.slug}/jobs/new/").content.decode()
     token = re.search(r'name="request_key" value="([0-9a-f]{32})"', page).group(1)
-    form = {"code_version": code_version.pk, "parameters": "{}", "queue": "cpu", "kind": "training",
-            "max_retries": 0, "name": "twice", "request_key": token}
+    form = {
+        "code_version": code_version.pk,
+        "parameters": "{}",
+        "queue": "cpu",
+        "kind": "training",
+        "max_retries": 0,
+        "name": "twice",
+        "request_key": token,
+    }
     with django_capture_on_commit_callbacks(execute=True):
         assert client.post(f"/projects/{project.slug}/jobs/new/", form).status_code == 302
         assert client.post(f"/projects/{project.slug}/jobs/new/", form).status_code == 302

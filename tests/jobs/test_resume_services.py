@@ -16,8 +16,12 @@ from tests.jobs.conftest import checkpoint, launch, run_to_end
 def snapshot(run: Run) -> dict:
     run.refresh_from_db()
     return {
-        "status": run.status, "parameters": run.parameters, "name": run.name, "ended_at": run.ended_at,
-        "parent": run.parent_id, "source_checkpoint": run.source_checkpoint_id,
+        "status": run.status,
+        "parameters": run.parameters,
+        "name": run.name,
+        "ended_at": run.ended_at,
+        "parent": run.parent_id,
+        "source_checkpoint": run.source_checkpoint_id,
         "inputs": sorted(run.input_dataset_versions.values_list("pk", flat=True)),
         "checkpoints": sorted(run.checkpoints.values_list("pk", "step", "state")),
     }
@@ -120,21 +124,27 @@ def test_a_checkpoint_of_another_project_is_not_found(failed_job, creator, other
 def test_a_code_version_of_another_project_is_not_found(failed_job, creator, other_project):
     foreign = CodeVersionFactory(code__project=other_project)
     with pytest.raises(NotFound) as caught:
-        services.run_resume_from_checkpoint(actor=creator, checkpoint=checkpoint(failed_job.run, 10), code_version=foreign)
+        services.run_resume_from_checkpoint(
+            actor=creator, checkpoint=checkpoint(failed_job.run, 10), code_version=foreign
+        )
     assert caught.value.field == "code_version_id"
 
 
 def test_it_refuses_a_version_of_another_code(failed_job, creator, project):
     other_code = CodeVersionFactory(code__project=project, code__created_by=creator, code__name="other")
     with pytest.raises(ValidationFailed, match="must be a version of Code 'trainer'"):
-        services.run_resume_from_checkpoint(actor=creator, checkpoint=checkpoint(failed_job.run, 10), code_version=other_code)
+        services.run_resume_from_checkpoint(
+            actor=creator, checkpoint=checkpoint(failed_job.run, 10), code_version=other_code
+        )
 
 
 def test_it_refuses_a_checkpoint_from_a_run_of_another_code(failed_job, creator, project, cpu):
     other_version = CodeVersionFactory(code__project=project, code__created_by=creator, code__name="other")
     other = run_to_end(launch(creator, other_version, cpu))
     with pytest.raises(Conflict, match="code mismatch"):
-        services.run_resume_from_checkpoint(actor=creator, checkpoint=checkpoint(other.run, 30), source_run=failed_job.run)
+        services.run_resume_from_checkpoint(
+            actor=creator, checkpoint=checkpoint(other.run, 30), source_run=failed_job.run
+        )
 
 
 def test_it_refuses_a_checkpoint_from_a_run_of_another_kind(failed_job, creator, code_version, cpu):
@@ -147,7 +157,9 @@ def test_it_refuses_a_checkpoint_from_a_run_of_another_kind(failed_job, creator,
 
 def test_any_version_of_the_same_code_may_run_the_resume(failed_job, creator, code_version):
     newer = CodeVersionFactory(code=code_version.code, version=2)
-    job = services.run_resume_from_checkpoint(actor=creator, checkpoint=checkpoint(failed_job.run, 10), code_version=newer)
+    job = services.run_resume_from_checkpoint(
+        actor=creator, checkpoint=checkpoint(failed_job.run, 10), code_version=newer
+    )
     assert job.code_version == newer and job.run.code_version == newer
 
 
@@ -181,7 +193,9 @@ def test_a_disabled_queue_is_refused(failed_job, creator, gpu):
 # --- lineage, latest (docs/design/resume.md#lineage, #latest-checkpoint) ----------------------------------------------
 
 
-def test_the_new_run_records_lineage_and_copies_inputs_and_the_source_is_unchanged(failed_job, creator, dataset_versions):
+def test_the_new_run_records_lineage_and_copies_inputs_and_the_source_is_unchanged(
+    failed_job, creator, dataset_versions
+):
     source = failed_job.run
     ckpt = checkpoint(source, 20)
     before = snapshot(source)
@@ -269,8 +283,12 @@ def test_the_database_refuses_a_second_active_resume_of_one_run(failed_job, crea
     run = RunFactory(project=failed_job.run.project, created_by=creator)
     with pytest.raises(IntegrityError):
         Job.objects.create(
-            run=run, code_version=first.code_version, queue=first.queue, kind=JobKind.RESUME,
-            created_by=creator, resumed_from=failed_job.run,
+            run=run,
+            code_version=first.code_version,
+            queue=first.queue,
+            kind=JobKind.RESUME,
+            created_by=creator,
+            resumed_from=failed_job.run,
         )
 
 

@@ -3,8 +3,6 @@ ancestors chart, Japanese (docs/design/resume.md#steps-continue, #from-a-checkpo
 (``celery_calls``).
 """
 
-import re
-
 import pytest
 from django.urls import reverse
 
@@ -38,10 +36,13 @@ def test_the_checkpoint_tab_has_resume_for_the_creator(login, creator, failed_jo
     assert "Resume from this checkpoint" in html
 
 
-@pytest.mark.parametrize("role, sentence", [
-    ("viewer", "Your role in this project is viewer"),
-    ("member", "This is not your run"),
-])
+@pytest.mark.parametrize(
+    "role, sentence",
+    [
+        ("viewer", "Your role in this project is viewer"),
+        ("member", "This is not your run"),
+    ],
+)
 def test_the_checkpoint_tab_shows_others_the_reason(login, request, failed_job, role, sentence):
     checkpoint(failed_job.run, 20)
     html = body(login(request.getfixturevalue(role)).get(tab(failed_job.run)))
@@ -85,8 +86,9 @@ def test_resume_from_latest_asks_first_on_the_latest_checkpoints_confirmation(lo
     assert Job.objects.count() == 1  # nothing launched by the click
 
 
-def test_resume_in_a_new_run_creates_the_job_and_opens_it(login, creator, failed_job, code_version, gpu,
-                                                         celery_calls, django_capture_on_commit_callbacks):
+def test_resume_in_a_new_run_creates_the_job_and_opens_it(
+    login, creator, failed_job, code_version, gpu, celery_calls, django_capture_on_commit_callbacks
+):
     v2 = CodeVersionFactory(code=code_version.code, version=2)
     ckpt = checkpoint(failed_job.run, 20)
     with django_capture_on_commit_callbacks(execute=True):
@@ -201,12 +203,13 @@ def test_a_resumed_run_that_logs_below_its_checkpoint_gets_a_warning(login, view
 
 def test_the_ancestors_chart_includes_the_parents_points_up_to_the_resume_step(login, viewer, creator, failed_job):
     parent = failed_job.run
-    metrics_ingest(actor=creator, run=parent, points=[
-        {"key": "loss", "value": 3.0 - s / 10, "step": s} for s in range(27)
-    ])
+    metrics_ingest(
+        actor=creator, run=parent, points=[{"key": "loss", "value": 3.0 - s / 10, "step": s} for s in range(27)]
+    )
     child = resumed_run(creator, failed_job)
-    metrics_ingest(actor=creator, run=child, points=[{"key": "loss", "value": 1.0 - s / 100, "step": s}
-                                                    for s in range(20, 40)])
+    metrics_ingest(
+        actor=creator, run=child, points=[{"key": "loss", "value": 1.0 - s / 100, "step": s} for s in range(20, 40)]
+    )
     client = login(viewer)
     plain = body(client.get(reverse("runs:run-detail", args=[child.pk])))
     assert "Show with ancestors" in plain and f'data-run="{parent.pk}"' not in plain

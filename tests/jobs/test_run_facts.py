@@ -43,7 +43,8 @@ def test_a_run_started_by_the_sdk_alone_is_no_jobs(creator, project):
 
 
 def test_members_cannot_reopen_a_jobs_run_by_id_even_with_no_receiver_connected(
-        no_receivers, project, creator, member, code_version, cpu):
+    no_receivers, project, creator, member, code_version, cpu
+):
     project.members_may_resume = True
     project.save()
     run = run_to_end(launch(creator, code_version, cpu), exit_code=1).run
@@ -53,7 +54,8 @@ def test_members_cannot_reopen_a_jobs_run_by_id_even_with_no_receiver_connected(
 
 
 def test_the_reaper_spares_a_silent_run_while_its_jobs_worker_beats_and_not_after(
-        no_receivers, project, creator, code_version, cpu, settings):
+    no_receivers, project, creator, code_version, cpu, settings
+):
     settings.MMT_CRASH_TIMEOUT, settings.MADO_JOB_HEARTBEAT_TIMEOUT = 30, 120
     job = launch(creator, code_version, cpu)
     job_claim(job_id=job.pk, worker_host="gpu-1")

@@ -45,7 +45,11 @@ def test_the_sdk_attaches_to_the_pending_run_of_its_job(code_client, running_job
     data = response.json()
     # The Job's name and values stay; keys only the code passes are added.
     assert (data["id"], data["status"], data["parameters"], data["name"]) == (
-        run.pk, "running", {"lr": 0.1, "other": 1}, "baseline")
+        run.pk,
+        "running",
+        {"lr": 0.1, "other": 1},
+        "baseline",
+    )
     run.refresh_from_db()
     assert run.status == RunStatus.RUNNING and run.started_at and run.heartbeat_at
     assert (run.writer_host, run.writer_pid, run.lease_token) == ("gpu-1", 77, 1)
@@ -68,7 +72,9 @@ def test_attach_needs_the_runs_creator_and_a_pending_run(api, running_job, membe
     assert api(member).post("/api/v1/runs/", attach_body(run), format="json").status_code == 409
     started = RunFactory(project=project, created_by=creator, status=RunStatus.RUNNING)
     assert api(creator).post("/api/v1/runs/", attach_body(started), format="json").status_code == 409
-    assert api(creator).post("/api/v1/runs/", attach_body(run), format="json").status_code == 200, "the creator's own token too"
+    assert api(creator).post("/api/v1/runs/", attach_body(run), format="json").status_code == 200, (
+        "the creator's own token too"
+    )
 
 
 def test_a_viewer_cannot_attach(api, project, viewer):

@@ -81,8 +81,14 @@ def test_the_project_page_links_the_jobs_list(login, viewer, project):
 
 
 def launch_data(code_version, queue, **fields):
-    return {"code_version": code_version.pk, "parameters": '{"lr": 0.01}', "queue": queue.name, "name": "first",
-            "kind": "training", "max_retries": "0"} | fields
+    return {
+        "code_version": code_version.pk,
+        "parameters": '{"lr": 0.01}',
+        "queue": queue.name,
+        "name": "first",
+        "kind": "training",
+        "max_retries": "0",
+    } | fields
 
 
 def test_the_launch_form_offers_code_versions_queues_datasets_and_explains_retries(
@@ -106,15 +112,19 @@ def test_launching_creates_a_queued_job_and_opens_its_page(
     assert (job.kind, job.status, job.queue.name, job.max_retries) == (JobKind.NEW, JobStatus.QUEUED, "gpu-a100", 2)
     assert job.run.parameters == {"lr": 0.01} and job.run.name == "first" and job.run.status == RunStatus.PENDING
     assert list(job.run.input_dataset_versions.all()) == [dataset_versions[1]]
-    assert celery_calls.sent == [{"name": "worker.tasks.run_job", "args": [job.pk], "queue": "gpu-a100",
-                                  "task_id": job.celery_task_id}]
+    assert celery_calls.sent == [
+        {"name": "worker.tasks.run_job", "args": [job.pk], "queue": "gpu-a100", "task_id": job.celery_task_id}
+    ]
 
 
-@pytest.mark.parametrize("parameters, message", [
-    ('{"lr": 0.01', "Not valid JSON"),
-    ("[1, 2]", "Parameters must be a JSON object"),
-    ('"lr"', "Parameters must be a JSON object"),
-])
+@pytest.mark.parametrize(
+    "parameters, message",
+    [
+        ('{"lr": 0.01', "Not valid JSON"),
+        ("[1, 2]", "Parameters must be a JSON object"),
+        ('"lr"', "Parameters must be a JSON object"),
+    ],
+)
 def test_bad_parameters_are_a_form_error_naming_the_field(login, creator, code_version, cpu, parameters, message):
     response = login(creator).post(
         reverse("jobs:job-launch", args=["vision"]), launch_data(code_version, cpu, parameters=parameters)
@@ -125,11 +135,14 @@ def test_bad_parameters_are_a_form_error_naming_the_field(login, creator, code_v
     assert not Job.objects.exists()
 
 
-@pytest.mark.parametrize("field, value, message", [
-    ("max_retries", "11", "Max retries: Ensure this value is less than or equal to 10."),
-    ("max_retries", "-1", "Max retries: Ensure this value is greater than or equal to 0."),
-    ("queue", "nowhere", "Queue: Select a valid choice."),
-])
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        ("max_retries", "11", "Max retries: Ensure this value is less than or equal to 10."),
+        ("max_retries", "-1", "Max retries: Ensure this value is greater than or equal to 0."),
+        ("queue", "nowhere", "Queue: Select a valid choice."),
+    ],
+)
 def test_other_bad_fields_are_named(login, creator, code_version, cpu, field, value, message):
     response = login(creator).post(
         reverse("jobs:job-launch", args=["vision"]), launch_data(code_version, cpu) | {field: value}
@@ -196,10 +209,13 @@ def test_the_creator_gets_resume_from_latest_on_a_failed_job(login, creator, fai
     assert "Resume from latest checkpoint" in tr
 
 
-@pytest.mark.parametrize("role, sentence", [
-    ("viewer", "Your role in this project is viewer: viewers can only read."),
-    ("member", "This is not your run: only its creator and project admins can stop, rerun or resume its Job."),
-])
+@pytest.mark.parametrize(
+    "role, sentence",
+    [
+        ("viewer", "Your role in this project is viewer: viewers can only read."),
+        ("member", "This is not your run: only its creator and project admins can stop, rerun or resume its Job."),
+    ],
+)
 def test_others_see_the_reason_instead_of_the_resume_button(login, request, failed_job, role, sentence):
     checkpoint(failed_job.run, 20)
     tr = row(body(login(request.getfixturevalue(role)).get(jobs_url())), failed_job)
@@ -281,8 +297,10 @@ def test_a_run_being_resumed_links_the_resume_instead_of_the_button(login, creat
     new = services.job_resume_from_latest(actor=creator, job=failed_job)
     client = login(creator)
     link = f'<a href="{reverse("jobs:job-detail", args=[new.pk])}">Job {new.pk}</a>'
-    for html in (row(body(client.get(jobs_url())), failed_job),
-                 body(client.get(reverse("jobs:job-detail", args=[failed_job.pk])))):
+    for html in (
+        row(body(client.get(jobs_url())), failed_job),
+        body(client.get(reverse("jobs:job-detail", args=[failed_job.pk]))),
+    ):
         assert "A resume of this run is already queued or running:" in html and link in html
         assert "Resume from latest checkpoint" not in html
     run_to_end(new, exit_code=1)  # the resume failed too: the source may be resumed again
@@ -301,8 +319,9 @@ def test_resume_from_latest_without_a_checkpoint_is_a_message_not_an_error(login
     assert "The run has no complete checkpoint to resume from." in body(response)
 
 
-def test_the_creator_aborts_a_queued_job(login, creator, code_version, cpu, celery_calls,
-                                         django_capture_on_commit_callbacks):
+def test_the_creator_aborts_a_queued_job(
+    login, creator, code_version, cpu, celery_calls, django_capture_on_commit_callbacks
+):
     job = launch(creator, code_version, cpu)
     with django_capture_on_commit_callbacks(execute=True):
         response = login(creator).post(reverse("jobs:job-abort", args=[job.pk]), {"next": jobs_url()})

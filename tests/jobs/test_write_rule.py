@@ -16,15 +16,20 @@ def snapshot(run: Run) -> tuple:
     """What the bypasses used to change: the Run's status and lease, its Job's status, its checkpoints."""
     run.refresh_from_db()
     job = Job.objects.filter(run=run).first()
-    return (run.status, run.lease_token, run.resume_count, job and job.status,
-            sorted(Checkpoint.objects.filter(run=run).values_list("step", "state")))
+    return (
+        run.status,
+        run.lease_token,
+        run.resume_count,
+        job and job.status,
+        sorted(Checkpoint.objects.filter(run=run).values_list("step", "state")),
+    )
 
 
 @pytest.fixture
 def running_job(creator, code_version, cpu, project):
     """A Job of ``creator`` whose code started its Run (running, with a complete checkpoint at step 10)."""
-    from runs.resume import run_start
     from jobs.services import job_claim
+    from runs.resume import run_start
 
     job = launch(creator, code_version, cpu)
     job_claim(job_id=job.pk, worker_host="gpu-1")
@@ -50,13 +55,15 @@ def test_another_member_cannot_abort_a_running_jobs_run_through_the_api(client_a
 def test_another_member_cannot_kill_it_through_mlflow(client_as, running_job):
     before = snapshot(running_job.run)
     response = client_as("member").post(
-        "/api/2.0/mlflow/runs/update", {"run_id": running_job.run.external_id, "status": "KILLED"}, format="json")
+        "/api/2.0/mlflow/runs/update", {"run_id": running_job.run.external_id, "status": "KILLED"}, format="json"
+    )
     assert (response.status_code, response.json()["error_code"]) == (403, "PERMISSION_DENIED")
     assert snapshot(running_job.run) == before
 
 
 def test_another_member_cannot_reopen_a_failed_jobs_run_by_id_and_its_creator_can_still_resume_it(
-        client_as, failed_run, project):
+    client_as, failed_run, project
+):
     before = snapshot(failed_run)
     body = {"project": project.slug, "external_id": failed_run.external_id, "resume": "allow"}
     response = client_as("member").post("/api/v1/runs/", body, format="json")
@@ -81,7 +88,9 @@ def test_an_ended_run_takes_no_new_checkpoint_on_either_api_even_from_its_creato
     assert "resume it before saving checkpoints" in native.json()["detail"]
     mlflow = client_as("creator").put(
         f"/api/2.0/mlflow-artifacts/artifacts/{project.pk}/{failed_run.external_id}/artifacts/checkpoints/step-99/w.pt",
-        b"weights", content_type="application/octet-stream")
+        b"weights",
+        content_type="application/octet-stream",
+    )
     assert mlflow.status_code == 409 and "has ended" in mlflow.json()["message"]
     assert snapshot(failed_run) == before
 
@@ -90,18 +99,29 @@ def test_a_resume_by_id_reopens_the_run_for_new_checkpoints(client_as, project, 
     run = Run.objects.create(project=project, created_by=creator, external_id="sdk-run", status=RunStatus.CRASHED)
     body = {"project": project.slug, "external_id": "sdk-run", "resume": "must"}
     assert client_as("creator").post("/api/v1/runs/", body, format="json").status_code == 200
-    assert client_as("creator").post(f"/api/v1/runs/{run.pk}/checkpoints/", {"step": 5}, format="json").status_code == 201
+    assert (
+        client_as("creator").post(f"/api/v1/runs/{run.pk}/checkpoints/", {"step": 5}, format="json").status_code == 201
+    )
 
 
-@pytest.mark.parametrize("opted_in, ran_as_job, expected", [
-    (False, False, 403), (True, False, 200), (True, True, 403),
-])
+@pytest.mark.parametrize(
+    "opted_in, ran_as_job, expected",
+    [
+        (False, False, 403),
+        (True, False, 200),
+        (True, True, 403),
+    ],
+)
 def test_other_members_resume_by_id_only_runs_without_a_job_of_an_opted_in_project(
-        client_as, project, creator, failed_run, opted_in, ran_as_job, expected):
+    client_as, project, creator, failed_run, opted_in, ran_as_job, expected
+):
     project.members_may_resume = opted_in
     project.save()
-    run = failed_run if ran_as_job else Run.objects.create(
-        project=project, created_by=creator, external_id="sdk-run", status=RunStatus.CRASHED)
+    run = (
+        failed_run
+        if ran_as_job
+        else Run.objects.create(project=project, created_by=creator, external_id="sdk-run", status=RunStatus.CRASHED)
+    )
     body = {"project": project.slug, "external_id": run.external_id, "resume": "allow"}
     response = client_as("member").post("/api/v1/runs/", body, format="json")
     assert response.status_code == expected, response.content
@@ -111,7 +131,8 @@ def test_other_members_resume_by_id_only_runs_without_a_job_of_an_opted_in_proje
 
 
 def test_the_member_whose_agent_holds_a_trial_writes_to_its_run_and_loses_it_with_the_claim(
-        client_as, project, creator, member, admin):
+    client_as, project, creator, member, admin
+):
     sweep = make_sweep(actor=creator, project=project)
     trial = sweep_claim(actor=creator, sweep=sweep, agent="a:1").trial
     run = start_program(actor=creator, trial=trial)

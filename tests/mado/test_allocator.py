@@ -61,10 +61,17 @@ print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
 
 
 def upload_faults(mode: str, **env: str) -> tuple[list[str], int]:
-    clean = {name: value for name, value in os.environ.items()
-             if name not in ("MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_THRESHOLD_", "GLIBC_TUNABLES")}
+    clean = {
+        name: value
+        for name, value in os.environ.items()
+        if name not in ("MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_THRESHOLD_", "GLIBC_TUNABLES")
+    }
     out = subprocess.run(
-        [sys.executable, "-c", UPLOAD, mode], capture_output=True, text=True, check=True, timeout=120,
+        [sys.executable, "-c", UPLOAD, mode],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
         env={**clean, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'sdk'}", **env},
     ).stdout.split()
     return out[:-1], int(out[-1])
@@ -89,6 +96,7 @@ def test_operator_malloc_settings_win():
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="mallopt is glibc's; other C libraries are left alone")
 def test_wsgi_application_tunes_the_web_process(tmp_path):
     _, untuned = upload_faults("plain")
-    _, served = upload_faults("wsgi", DJANGO_SETTINGS_MODULE="config.settings", MADO_SECRET_KEY="x" * 60,
-                              MADO_DATA_DIR=str(tmp_path))
+    _, served = upload_faults(
+        "wsgi", DJANGO_SETTINGS_MODULE="config.settings", MADO_SECRET_KEY="x" * 60, MADO_DATA_DIR=str(tmp_path)
+    )
     assert served * 3 < untuned, (served, untuned)

@@ -53,10 +53,14 @@ def assert_unavailable_json(response, body=None):
 @pytest.mark.django_db
 def test_every_api_request_during_a_database_outage_answers_503_json(api, member, run):
     client = api(member)
-    requests = [("get", "/api/v1/runs/", None), ("post", "/api/v1/runs/", {"project": "vision", "name": "x"}),
-                ("get", f"/api/v1/runs/{run.pk}/", None), ("get", "/api/v1/jobs/", None),
-                ("post", f"/api/v1/runs/{run.pk}/metrics/", {"points": [{"key": "loss", "value": 1, "step": 1}]}),
-                ("get", "/api/v1/projects/", None)]
+    requests = [
+        ("get", "/api/v1/runs/", None),
+        ("post", "/api/v1/runs/", {"project": "vision", "name": "x"}),
+        ("get", f"/api/v1/runs/{run.pk}/", None),
+        ("get", "/api/v1/jobs/", None),
+        ("post", f"/api/v1/runs/{run.pk}/metrics/", {"points": [{"key": "loss", "value": 1, "step": 1}]}),
+        ("get", "/api/v1/projects/", None),
+    ]
     with database_down():
         for method, path, body in requests:
             assert_unavailable_json(getattr(client, method)(path, body, format="json"))
@@ -64,17 +68,21 @@ def test_every_api_request_during_a_database_outage_answers_503_json(api, member
 
 
 @pytest.mark.django_db
-@pytest.mark.parametrize("path", [
-    "/api/2.0/mlflow/experiments/search?max_results=5",
-    "/mlflow/api/2.0/mlflow/runs/get?run_id=1",
-    "/api/2.0/mlflow-artifacts/artifacts?path=1/2",
-])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/api/2.0/mlflow/experiments/search?max_results=5",
+        "/mlflow/api/2.0/mlflow/runs/get?run_id=1",
+        "/api/2.0/mlflow-artifacts/artifacts?path=1/2",
+    ],
+)
 def test_mlflow_paths_answer_503_in_mlflows_shape(api, member, path):
     client = api(member)
     with database_down():
         response = client.get(path)
-    assert_unavailable_json(response, {"error_code": "TEMPORARILY_UNAVAILABLE",
-                                       "message": "database unavailable, retry"})
+    assert_unavailable_json(
+        response, {"error_code": "TEMPORARILY_UNAVAILABLE", "message": "database unavailable, retry"}
+    )
 
 
 @pytest.mark.django_db
@@ -115,8 +123,9 @@ def test_an_unexpected_error_on_an_api_path_answers_json_not_html(api, member, m
 
 
 @pytest.mark.django_db
-def test_a_full_volume_answers_507_and_the_reason_stays_on_the_checkpoint(api, creator, run, login, monkeypatch,
-                                                                          tmp_path):
+def test_a_full_volume_answers_507_and_the_reason_stays_on_the_checkpoint(
+    api, creator, run, login, monkeypatch, tmp_path
+):
     client = api(creator)
     pending = register(client, run, 10).json()
     real_open = open  # the volume fills up 100,000 bytes into the tar
@@ -150,19 +159,23 @@ def test_an_unknown_api_path_answers_json_404_and_an_unknown_page_the_404_page(c
 
 def _client_error(code: str, status: int) -> botocore.exceptions.ClientError:
     return botocore.exceptions.ClientError(
-        {"Error": {"Code": code, "Message": code}, "ResponseMetadata": {"HTTPStatusCode": status}}, "PutObject")
+        {"Error": {"Code": code, "Message": code}, "ResponseMetadata": {"HTTPStatusCode": status}}, "PutObject"
+    )
 
 
-@pytest.mark.parametrize(("error", "component", "status"), [
-    (OperationalError("could not connect to server"), "database", 503),
-    (kombu.exceptions.OperationalError("Error 111 connecting to 127.0.0.1:6379"), "broker", 503),
-    (redis.exceptions.ConnectionError("Connection refused"), "broker", 503),
-    (botocore.exceptions.EndpointConnectionError(endpoint_url="http://s3"), "storage", 503),
-    (_client_error("SlowDown", 503), "storage", 503),
-    (_client_error("InternalError", 500), "storage", 503),
-    (OSError(errno.ENOSPC, "No space left on device"), "storage", 507),
-    (OSError(errno.EDQUOT, "Disk quota exceeded"), "storage", 507),
-])
+@pytest.mark.parametrize(
+    ("error", "component", "status"),
+    [
+        (OperationalError("could not connect to server"), "database", 503),
+        (kombu.exceptions.OperationalError("Error 111 connecting to 127.0.0.1:6379"), "broker", 503),
+        (redis.exceptions.ConnectionError("Connection refused"), "broker", 503),
+        (botocore.exceptions.EndpointConnectionError(endpoint_url="http://s3"), "storage", 503),
+        (_client_error("SlowDown", 503), "storage", 503),
+        (_client_error("InternalError", 500), "storage", 503),
+        (OSError(errno.ENOSPC, "No space left on device"), "storage", 507),
+        (OSError(errno.EDQUOT, "Disk quota exceeded"), "storage", 507),
+    ],
+)
 def test_outages_are_named_by_component(error, component, status):
     outage = outage_of(error)
     assert (outage.component, outage.status) == (component, status)

@@ -26,8 +26,12 @@ def call(client):
 
 @pytest.fixture
 def mlrun(call, member, project):
-    answer = call(member, "POST", "runs/create", {"experiment_id": str(project.pk), "run_name": "r1",
-                                                  "tags": [{"key": "team", "value": "a"}]})
+    answer = call(
+        member,
+        "POST",
+        "runs/create",
+        {"experiment_id": str(project.pk), "run_name": "r1", "tags": [{"key": "team", "value": "a"}]},
+    )
     assert answer.status_code == 200, answer.content
     return answer.json()["run"]["info"]["run_id"]
 
@@ -79,11 +83,14 @@ def test_run_shape(call, member, project, mlrun):
 
 
 def test_log_batch_nan_strings_int64_strings_and_dedup(call, member, mlrun):
-    batch = {"run_id": mlrun, "metrics": [
-        {"key": "loss", "value": "NaN", "timestamp": "1700000000123", "step": "1"},
-        {"key": "loss", "value": 0.5, "timestamp": 1700000000124, "step": 2},
-        {"key": "loss", "value": "-Infinity", "timestamp": 1700000000125, "step": 3},
-    ]}
+    batch = {
+        "run_id": mlrun,
+        "metrics": [
+            {"key": "loss", "value": "NaN", "timestamp": "1700000000123", "step": "1"},
+            {"key": "loss", "value": 0.5, "timestamp": 1700000000124, "step": 2},
+            {"key": "loss", "value": "-Infinity", "timestamp": 1700000000125, "step": 3},
+        ],
+    }
     assert call(member, "POST", "runs/log-batch", batch).status_code == 200
     assert call(member, "POST", "runs/log-batch", batch).status_code == 200  # a retried POST
     partial = {"run_id": mlrun, "key": "loss", "value": 0.5, "timestamp": 1700000000124, "step": 2}
@@ -102,8 +109,12 @@ def test_metric_history_is_paginated(call, member, mlrun):
     call(member, "POST", "runs/log-batch", {"run_id": mlrun, "metrics": metrics})
     first = call(member, "GET", "metrics/get-history", {"run_id": mlrun, "metric_key": "m", "max_results": 3}).json()
     assert [m["step"] for m in first["metrics"]] == [0, 1, 2]
-    rest = call(member, "GET", "metrics/get-history",
-                {"run_id": mlrun, "metric_key": "m", "max_results": 3, "page_token": first["next_page_token"]}).json()
+    rest = call(
+        member,
+        "GET",
+        "metrics/get-history",
+        {"run_id": mlrun, "metric_key": "m", "max_results": 3, "page_token": first["next_page_token"]},
+    ).json()
     assert [m["step"] for m in rest["metrics"]] == [3, 4] and "next_page_token" not in rest
 
 
@@ -120,10 +131,17 @@ def test_search_filters_order_and_pages(call, member, project):
     ids = []
     for index in range(3):
         run_id = call(member, "POST", "runs/create", {"experiment_id": str(project.pk)}).json()["run"]["info"]["run_id"]
-        call(member, "POST", "runs/log-batch", {"run_id": run_id,
-             "params": [{"key": "opt", "value": "adam" if index else "sgd"}],
-             "tags": [{"key": "t.x", "value": str(index)}],
-             "metrics": [{"key": "acc", "value": index / 10, "timestamp": 1700000000000, "step": 0}]})
+        call(
+            member,
+            "POST",
+            "runs/log-batch",
+            {
+                "run_id": run_id,
+                "params": [{"key": "opt", "value": "adam" if index else "sgd"}],
+                "tags": [{"key": "t.x", "value": str(index)}],
+                "metrics": [{"key": "acc", "value": index / 10, "timestamp": 1700000000000, "step": 0}],
+            },
+        )
         ids.append(run_id)
     call(member, "POST", "runs/update", {"run_id": ids[0], "status": "KILLED"})
     assert Run.objects.get(external_id=ids[0]).status == "aborted"
@@ -136,8 +154,10 @@ def test_search_filters_order_and_pages(call, member, project):
     assert {r["info"]["run_id"] for r in search(filter="params.opt = 'adam'")["runs"]} == set(ids[1:])
     assert [r["info"]["run_id"] for r in search(filter="tags.`t.x` = '2'")["runs"]] == [ids[2]]
     assert [r["info"]["run_id"] for r in search(filter="attributes.status = 'KILLED'")["runs"]] == [ids[0]]
-    assert [r["info"]["run_id"] for r in search(filter="metrics.acc > 0.05 and params.opt = 'adam'",
-                                                order_by=["metrics.acc DESC"])["runs"]] == [ids[2], ids[1]]
+    assert [
+        r["info"]["run_id"]
+        for r in search(filter="metrics.acc > 0.05 and params.opt = 'adam'", order_by=["metrics.acc DESC"])["runs"]
+    ] == [ids[2], ids[1]]
     page = search(max_results=2, order_by=["metrics.acc ASC"])
     assert [r["info"]["run_id"] for r in page["runs"]] == ids[:2]
     rest = search(max_results=2, order_by=["metrics.acc ASC"], page_token=page["next_page_token"])
@@ -147,22 +167,36 @@ def test_search_filters_order_and_pages(call, member, project):
 
 
 def test_kind_from_tag_and_status_mapping(call, member, project):
-    answer = call(member, "POST", "runs/create", {"experiment_id": str(project.pk),
-                                                  "tags": [{"key": "mado.kind", "value": "fine_tuning"}]})
+    answer = call(
+        member,
+        "POST",
+        "runs/create",
+        {"experiment_id": str(project.pk), "tags": [{"key": "mado.kind", "value": "fine_tuning"}]},
+    )
     run_id = answer.json()["run"]["info"]["run_id"]
     assert Run.objects.get(external_id=run_id).kind == "fine_tuning"
     done = call(member, "POST", "runs/update", {"run_id": run_id, "status": "FINISHED", "end_time": "1700000000000"})
     assert done.json()["run_info"]["status"] == "FINISHED" and done.json()["run_info"]["end_time"]
-    assert call(member, "POST", "runs/update", {"run_id": run_id, "status": "FAILED"}).json()["error_code"] == "INVALID_STATE"
-    bad = call(member, "POST", "runs/create", {"experiment_id": str(project.pk),
-                                               "tags": [{"key": "mado.kind", "value": "weird"}]})
+    assert (
+        call(member, "POST", "runs/update", {"run_id": run_id, "status": "FAILED"}).json()["error_code"]
+        == "INVALID_STATE"
+    )
+    bad = call(
+        member,
+        "POST",
+        "runs/create",
+        {"experiment_id": str(project.pk), "tags": [{"key": "mado.kind", "value": "weird"}]},
+    )
     assert bad.status_code == 400
 
 
 def test_tags_delete_and_unknown_paths_answer_json(call, member, mlrun):
     assert call(member, "POST", "runs/delete-tag", {"run_id": mlrun, "key": "team"}).status_code == 200
     assert call(member, "POST", "runs/delete-tag", {"run_id": mlrun, "key": "team"}).status_code == 404
-    assert call(member, "POST", "experiments/delete", {"experiment_id": "1"}).json()["error_code"] == "INVALID_PARAMETER_VALUE"
+    assert (
+        call(member, "POST", "experiments/delete", {"experiment_id": "1"}).json()["error_code"]
+        == "INVALID_PARAMETER_VALUE"
+    )
     # MLflow's server: experiment_ids is required; a search of an experiment without models is an empty page
     assert call(member, "POST", "logged-models/search", {}).json()["error_code"] == "INVALID_PARAMETER_VALUE"
     assert call(member, "POST", "logged-models/search", {"experiment_ids": ["1"]}).json() == {"models": []}
@@ -174,5 +208,7 @@ def test_the_api_also_answers_under_the_mlflow_path_prefix(client, member, proje
     auth = {"HTTP_AUTHORIZATION": f"Bearer {Token.objects.get_or_create(user=member)[0].key}"}
     answer = client.get("/mlflow" + API + "runs/get", {"run_id": mlrun}, **auth)
     assert answer.status_code == 200 and answer.json()["run"]["info"]["run_id"] == mlrun
-    listing = client.get("/mlflow/api/2.0/mlflow-artifacts/artifacts", {"path": f"{project.pk}/{mlrun}/artifacts"}, **auth)
+    listing = client.get(
+        "/mlflow/api/2.0/mlflow-artifacts/artifacts", {"path": f"{project.pk}/{mlrun}/artifacts"}, **auth
+    )
     assert listing.status_code == 200

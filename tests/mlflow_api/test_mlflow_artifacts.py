@@ -51,13 +51,27 @@ def body(response) -> bytes:
 
 @pytest.fixture
 def users(admin, creator, member, viewer, outsider):
-    return {"admin": admin, "creator": creator, "member": member, "viewer": viewer, "outsider": outsider,
-            "anonymous": None}
+    return {
+        "admin": admin,
+        "creator": creator,
+        "member": member,
+        "viewer": viewer,
+        "outsider": outsider,
+        "anonymous": None,
+    }
 
 
-@pytest.mark.parametrize("role, status", [
-    ("admin", 200), ("creator", 200), ("member", 403), ("viewer", 403), ("outsider", 404), ("anonymous", 401),
-])
+@pytest.mark.parametrize(
+    "role, status",
+    [
+        ("admin", 200),
+        ("creator", 200),
+        ("member", 403),
+        ("viewer", 403),
+        ("outsider", 404),
+        ("anonymous", 401),
+    ],
+)
 def test_put_permissions_with_bearer(users, run, role, status):
     response = put(bearer(users[role]), run)
     assert response.status_code == status
@@ -114,14 +128,17 @@ def test_listing_in_mlflow_shape(creator, viewer, run):
         assert put(bearer(creator), run, path, data).status_code == 200
     listed = bearer(viewer).get(f"{BASE}/artifacts", {"path": root(run)})
     assert listed.status_code == 200
-    assert listed.json() == {"files": [
-        {"path": "a.txt", "is_dir": False, "file_size": 3},
-        {"path": "dir", "is_dir": True},
-        {"path": "dir 2", "is_dir": True},
-    ]}
+    assert listed.json() == {
+        "files": [
+            {"path": "a.txt", "is_dir": False, "file_size": 3},
+            {"path": "dir", "is_dir": True},
+            {"path": "dir 2", "is_dir": True},
+        ]
+    }
     listed = bearer(viewer).get(f"{BASE}/artifacts", {"path": f"{root(run)}/dir"})
-    assert listed.json() == {"files": [{"path": "b.bin", "is_dir": False, "file_size": 5},
-                                       {"path": "sub", "is_dir": True}]}
+    assert listed.json() == {
+        "files": [{"path": "b.bin", "is_dir": False, "file_size": 5}, {"path": "sub", "is_dir": True}]
+    }
     assert bearer(viewer).get(f"{BASE}/artifacts", {"path": f"{root(run)}/none"}).json() == {"files": []}
 
 
@@ -160,8 +177,9 @@ def test_a_run_token_acts_only_on_its_own_run(creator, project, run):
 
 @pytest.mark.parametrize("action", ["create", "complete", "abort"])
 def test_multipart_answers_the_message_that_makes_the_client_fall_back_to_one_put(creator, run, action):
-    response = bearer(creator).post(f"{BASE}/mpu/{action}/{root(run)}/big.bin", {"path": "big.bin", "num_parts": 3},
-                                   format="json")
+    response = bearer(creator).post(
+        f"{BASE}/mpu/{action}/{root(run)}/big.bin", {"path": "big.bin", "num_parts": 3}, format="json"
+    )
     assert response.status_code == 501
     from mlflow.exceptions import _UnsupportedMultipartUploadException
 
@@ -173,11 +191,35 @@ def test_multipart_answers_the_message_that_makes_the_client_fall_back_to_one_pu
 # What follows ``<experiment_id>/<run_id>/artifacts/`` in the URL, percent-encoded as a client would send it
 # (the server decodes once); ``{root}`` is replaced by the real run's root where the defect is elsewhere.
 CORPUS = [
-    "{root}/../../other/x", "{root}/a/../../x", "{root}/%2e%2e/x", "{root}/%2E%2E/%2E%2E/x", "{root}/%252e%252e/x",
-    "{root}/..%2fx", "{root}/a%2f..%2f..%2fx", "%2Fetc/passwd", "/etc/passwd", "{root}/a%5C..%5Cx", "{root}/a\\b",
-    "{root}/a//b", "{root}//a", "{root}/a%23b", "{root}/a%3Fb", "{root}/a;b", "{root}/a%3Bb", "{root}/a%00b",
-    "{root}/a%0Ab", "{root}/a%0Db", "{root}/a%09b", "{root}/a%7Fb", "{root}/./a", "{root}/a/.", "file:///etc/passwd",
-    "http://evil.example/x", "file:{root}/x", "C:%5Cwindows", "{root}/a%2500b",
+    "{root}/../../other/x",
+    "{root}/a/../../x",
+    "{root}/%2e%2e/x",
+    "{root}/%2E%2E/%2E%2E/x",
+    "{root}/%252e%252e/x",
+    "{root}/..%2fx",
+    "{root}/a%2f..%2f..%2fx",
+    "%2Fetc/passwd",
+    "/etc/passwd",
+    "{root}/a%5C..%5Cx",
+    "{root}/a\\b",
+    "{root}/a//b",
+    "{root}//a",
+    "{root}/a%23b",
+    "{root}/a%3Fb",
+    "{root}/a;b",
+    "{root}/a%3Bb",
+    "{root}/a%00b",
+    "{root}/a%0Ab",
+    "{root}/a%0Db",
+    "{root}/a%09b",
+    "{root}/a%7Fb",
+    "{root}/./a",
+    "{root}/a/.",
+    "file:///etc/passwd",
+    "http://evil.example/x",
+    "file:{root}/x",
+    "C:%5Cwindows",
+    "{root}/a%2500b",
 ]
 
 

@@ -9,8 +9,8 @@ from checkpoints.models import Artifact, Checkpoint, CheckpointLayout, Checkpoin
 from mlflow_api.artifacts.checkpoint_files import checkpoint_files_complete_for_run
 from runs.models import RunKind, RunStatus
 from runs.services import run_set_status
-from tests.mlflow_api.test_mlflow_artifacts import bearer, put
 from tests.factories import RunFactory
+from tests.mlflow_api.test_mlflow_artifacts import bearer, put
 
 pytestmark = pytest.mark.django_db
 FILES = {"model.pt": b"weights" * 100, "nested/dir/optim.pt": b"optim", "empty.bin": b"", "with space.txt": b"hi"}
@@ -27,7 +27,9 @@ def test_files_under_a_step_folder_form_a_pending_checkpoint_with_server_digests
     assert (checkpoint.layout, checkpoint.state) == (CheckpointLayout.FILES, CheckpointState.PENDING)
     assert checkpoint.file_count == 4 and checkpoint.total_bytes == sum(map(len, FILES.values()))
     manifest = {e.path: (e.size, e.sha256, e.artifact.path) for e in checkpoint.manifest.select_related("artifact")}
-    assert manifest == {p: (len(d), hashlib.sha256(d).hexdigest(), f"checkpoints/step-100/{p}") for p, d in FILES.items()}
+    assert manifest == {
+        p: (len(d), hashlib.sha256(d).hexdigest(), f"checkpoints/step-100/{p}") for p, d in FILES.items()
+    }
 
 
 def test_uploading_the_same_file_again_changes_nothing(creator, run):
@@ -81,8 +83,10 @@ def test_an_evaluation_run_stores_plain_files(creator, project):
 
 def test_a_checkpoint_file_cannot_be_deleted_as_a_plain_artifact(admin, creator, run):
     upload(creator, run, 100)
-    response = bearer(admin).delete(f"/api/2.0/mlflow-artifacts/artifacts/{run.project_id}/{run.external_id}"
-                                    "/artifacts/checkpoints/step-100/model.pt")
+    response = bearer(admin).delete(
+        f"/api/2.0/mlflow-artifacts/artifacts/{run.project_id}/{run.external_id}"
+        "/artifacts/checkpoints/step-100/model.pt"
+    )
     assert response.status_code == 409
     assert Artifact.objects.filter(run=run).count() == 4
 

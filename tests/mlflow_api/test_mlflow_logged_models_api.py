@@ -45,8 +45,14 @@ def error_of(answer) -> tuple[int, str]:
 
 @pytest.fixture
 def model(creator, project, run):
-    return create(creator, project, name="net", source_run_id=run.external_id, tags=[{"key": "team", "value": "a"}],
-                  params=[{"key": "lr", "value": "0.1"}])
+    return create(
+        creator,
+        project,
+        name="net",
+        source_run_id=run.external_id,
+        tags=[{"key": "team", "value": "a"}],
+        params=[{"key": "lr", "value": "0.1"}],
+    )
 
 
 def files_url(model_json, path="") -> str:
@@ -60,26 +66,41 @@ def test_create_answers_mlflows_logged_model_shape(model, project, run, creator)
     assert info["experiment_id"] == str(project.pk) and info["source_run_id"] == run.external_id
     assert info["status"] == "LOGGED_MODEL_PENDING" and info["creator_id"] == creator.pk
     assert info["artifact_uri"] == f"mlflow-artifacts:/{project.pk}/models/{info['model_id']}/artifacts"
-    assert info["tags"] == [{"key": "team", "value": "a"}] and model["data"]["params"] == [{"key": "lr", "value": "0.1"}]
+    assert info["tags"] == [{"key": "team", "value": "a"}] and model["data"]["params"] == [
+        {"key": "lr", "value": "0.1"}
+    ]
 
 
-@pytest.mark.parametrize("name", ["a/b", "..", "x.y", "m:1", "50%", 'q"', "q'", "new\nline", "nul\x00", "x" * 251,
-                                  123, ["a"], {"a": 1}, True])
+@pytest.mark.parametrize(
+    "name",
+    ["a/b", "..", "x.y", "m:1", "50%", 'q"', "q'", "new\nline", "nul\x00", "x" * 251, 123, ["a"], {"a": 1}, True],
+)
 def test_hostile_names_are_refused_and_nothing_is_stored(creator, project, name):
     answer = send(creator, "POST", "logged-models", {"experiment_id": str(project.pk), "name": name})
     assert error_of(answer) == (400, "INVALID_PARAMETER_VALUE"), name
     assert not LoggedModel.objects.exists()
 
 
-@pytest.mark.parametrize("body", [
-    {"tags": "team=a"}, {"tags": [["team", "a"]]}, {"tags": [{"key": "", "value": "a"}]},
-    {"params": [{"key": "k", "value": 1}]}, {"params": [{"key": f"k{i}", "value": "v"} for i in range(101)]},
-    {"model_type": 5}, {"experiment_id": 1.5}, {"experiment_id": "1 OR 1=1"}, {"source_run_id": ["x"]},
-])
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"tags": "team=a"},
+        {"tags": [["team", "a"]]},
+        {"tags": [{"key": "", "value": "a"}]},
+        {"params": [{"key": "k", "value": 1}]},
+        {"params": [{"key": f"k{i}", "value": "v"} for i in range(101)]},
+        {"model_type": 5},
+        {"experiment_id": 1.5},
+        {"experiment_id": "1 OR 1=1"},
+        {"source_run_id": ["x"]},
+    ],
+)
 def test_hostile_json_fields_are_refused(creator, project, body):
     answer = send(creator, "POST", "logged-models", {"experiment_id": str(project.pk), **body})
-    assert answer.status_code in (400, 404) and answer.json()["error_code"] in ("INVALID_PARAMETER_VALUE",
-                                                                                "RESOURCE_DOES_NOT_EXIST"), body
+    assert answer.status_code in (400, 404) and answer.json()["error_code"] in (
+        "INVALID_PARAMETER_VALUE",
+        "RESOURCE_DOES_NOT_EXIST",
+    ), body
     assert not LoggedModel.objects.exists()
 
 
@@ -122,26 +143,51 @@ def test_another_member_cannot_change_the_model_but_reads_it(model, member):
 
 def test_params_never_change_once_logged(model, creator):
     path = f"logged-models/{model['info']['model_id']}/params"
-    assert send(creator, "POST", path, {"params": [{"key": "lr", "value": "0.1"}, {"key": "wd", "value": "0"}]}).status_code == 200
-    assert error_of(send(creator, "POST", path, {"params": [{"key": "lr", "value": "0.2"}]})) == (400, "INVALID_PARAMETER_VALUE")
+    assert (
+        send(
+            creator, "POST", path, {"params": [{"key": "lr", "value": "0.1"}, {"key": "wd", "value": "0"}]}
+        ).status_code
+        == 200
+    )
+    assert error_of(send(creator, "POST", path, {"params": [{"key": "lr", "value": "0.2"}]})) == (
+        400,
+        "INVALID_PARAMETER_VALUE",
+    )
     assert LoggedModel.objects.get().params == {"lr": "0.1", "wd": "0"}
 
 
 def test_a_tag_key_with_slashes_is_deleted_by_its_path(model, creator):
     model_id = model["info"]["model_id"]
-    assert send(creator, "PATCH", f"logged-models/{model_id}/tags", {"tags": [{"key": "a/b", "value": "1"}]}).status_code == 200
+    assert (
+        send(creator, "PATCH", f"logged-models/{model_id}/tags", {"tags": [{"key": "a/b", "value": "1"}]}).status_code
+        == 200
+    )
     assert send(creator, "DELETE", f"logged-models/{model_id}/tags/a/b").status_code == 200
     assert LoggedModel.objects.get().tags == {"team": "a"}
 
 
-@pytest.mark.parametrize("body", [
-    {"filter": "name = 'net' OR 1=1"}, {"filter": "name = 'net'; DROP TABLE runs_loggedmodel"},
-    {"filter": "metrics.acc > 0.5"}, {"filter": "secret = 'x'"}, {"filter": "name LIKE"},
-    {"filter": "creation_time LIKE 'x'"}, {"order_by": [{"field_name": "password"}]}, {"order_by": "name"},
-    {"max_results": 0}, {"max_results": 5000}, {"max_results": "many"}, {"page_token": "forged!"},
-    {"experiment_ids": "not-a-list-of-strings", "filter": "name = 'x"}, {"experiment_ids": [1]},
-    {"datasets": [{"dataset_name": "d"}]}, {"filter": "name = 'a\x00b'"}, {"filter": ["name = 'a'"]},
-])
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"filter": "name = 'net' OR 1=1"},
+        {"filter": "name = 'net'; DROP TABLE runs_loggedmodel"},
+        {"filter": "metrics.acc > 0.5"},
+        {"filter": "secret = 'x'"},
+        {"filter": "name LIKE"},
+        {"filter": "creation_time LIKE 'x'"},
+        {"order_by": [{"field_name": "password"}]},
+        {"order_by": "name"},
+        {"max_results": 0},
+        {"max_results": 5000},
+        {"max_results": "many"},
+        {"page_token": "forged!"},
+        {"experiment_ids": "not-a-list-of-strings", "filter": "name = 'x"},
+        {"experiment_ids": [1]},
+        {"datasets": [{"dataset_name": "d"}]},
+        {"filter": "name = 'a\x00b'"},
+        {"filter": ["name = 'a'"]},
+    ],
+)
 def test_hostile_searches_are_refused(model, creator, project, body):
     answer = send(creator, "POST", "logged-models/search", {"experiment_ids": [str(project.pk)], **body})
     assert error_of(answer) == (400, "INVALID_PARAMETER_VALUE"), body
@@ -165,14 +211,24 @@ def test_search_filters_orders_and_pages(creator, project, run):
     assert ids(filter="status = 'LOGGED_MODEL_PENDING'") == [b, a]
     assert ids(filter=f"creation_time > {first['info']['creation_timestamp_ms'] - 1}") == [b, a]
     page = send(creator, "POST", "logged-models/search", {"experiment_ids": [str(project.pk)], "max_results": 1}).json()
-    rest = send(creator, "POST", "logged-models/search", {"experiment_ids": [str(project.pk)], "max_results": 1,
-                                                          "page_token": page["next_page_token"]}).json()
+    rest = send(
+        creator,
+        "POST",
+        "logged-models/search",
+        {"experiment_ids": [str(project.pk)], "max_results": 1, "page_token": page["next_page_token"]},
+    ).json()
     assert [m["info"]["model_id"] for m in page["models"] + rest["models"]] == [b, a] and "next_page_token" not in rest
 
 
 def test_outputs_link_the_model_to_its_run_and_step_and_its_metrics_are_that_steps(model, creator, project, run):
-    metrics_ingest(actor=creator, run=run, points=[{"key": "loss", "step": 3, "value": 0.5, "timestamp": 1},
-                                                   {"key": "loss", "step": 4, "value": 0.25, "timestamp": 2}])
+    metrics_ingest(
+        actor=creator,
+        run=run,
+        points=[
+            {"key": "loss", "step": 3, "value": 0.5, "timestamp": 1},
+            {"key": "loss", "step": 4, "value": 0.25, "timestamp": 2},
+        ],
+    )
     body = {"run_id": run.external_id, "models": [{"model_id": model["info"]["model_id"], "step": "3"}]}
     assert send(creator, "POST", "runs/outputs", body).status_code == 200
     got = send(creator, "GET", f"logged-models/{model['info']['model_id']}").json()["model"]
@@ -212,32 +268,50 @@ def test_a_run_token_creates_models_only_of_its_own_run(creator, project, run):
     bare = client.post(API + "logged-models", {"experiment_id": str(project.pk)}, format="json")
     assert error_of(bare) == (403, "PERMISSION_DENIED")
     other = RunFactory(project=project, created_by=creator)
-    foreign = client.post(API + "logged-models", {"experiment_id": str(project.pk), "source_run_id": other.external_id},
-                          format="json")
+    foreign = client.post(
+        API + "logged-models", {"experiment_id": str(project.pk), "source_run_id": other.external_id}, format="json"
+    )
     assert error_of(foreign) == (403, "PERMISSION_DENIED")
-    own = client.post(API + "logged-models", {"experiment_id": str(project.pk), "source_run_id": run.external_id},
-                      format="json")
+    own = client.post(
+        API + "logged-models", {"experiment_id": str(project.pk), "source_run_id": run.external_id}, format="json"
+    )
     assert own.status_code == 200 and LoggedModel.objects.get().run == run
 
 
 # --- the model's files through the artifact proxy ------------------------------------------------------------------
 
+
 def test_files_put_get_list_overwrite_and_delete(model, creator, admin, viewer):
     client = client_of(creator)
-    assert client.put(files_url(model, "data/model.pth"), b"v1", content_type="application/octet-stream").status_code == 200
-    assert client.put(files_url(model, "MLmodel"), b"flavors: {}", content_type="application/octet-stream").status_code == 200
+    assert (
+        client.put(files_url(model, "data/model.pth"), b"v1", content_type="application/octet-stream").status_code
+        == 200
+    )
+    assert (
+        client.put(files_url(model, "MLmodel"), b"flavors: {}", content_type="application/octet-stream").status_code
+        == 200
+    )
     assert b"".join(client_of(viewer).get(files_url(model, "data/model.pth")).streaming_content) == b"v1"
     listing = client.get(ART.rstrip("/"), {"path": files_url(model).removeprefix(ART)}).json()["files"]
     assert listing == [{"path": "MLmodel", "is_dir": False, "file_size": 11}, {"path": "data", "is_dir": True}]
-    directories = send(viewer, "GET", f"logged-models/{model['info']['model_id']}/artifacts/directories",
-                       {"artifact_directory_path": "data"}).json()
+    directories = send(
+        viewer,
+        "GET",
+        f"logged-models/{model['info']['model_id']}/artifacts/directories",
+        {"artifact_directory_path": "data"},
+    ).json()
     assert directories["files"] == [{"path": "data/model.pth", "is_dir": False, "file_size": 2}]
     assert directories["root_uri"] == model["info"]["artifact_uri"]
     # MLflow overwrites; the old digest stays in the history
-    assert client.put(files_url(model, "data/model.pth"), b"v2", content_type="application/octet-stream").status_code == 200
+    assert (
+        client.put(files_url(model, "data/model.pth"), b"v2", content_type="application/octet-stream").status_code
+        == 200
+    )
     stored = Artifact.objects.get(logged_model__model_id=model["info"]["model_id"], path="data/model.pth")
     assert stored.size == 2 and len(stored.history) == 1 and stored.run is None
-    assert client_of(viewer).put(files_url(model, "x"), b"no", content_type="application/octet-stream").status_code == 403
+    assert (
+        client_of(viewer).put(files_url(model, "x"), b"no", content_type="application/octet-stream").status_code == 403
+    )
     # deleting files: Project admins (docs/design/checkpoints.md#deletion)
     assert client.delete(files_url(model, "data")).status_code == 403
     assert client_of(admin).delete(files_url(model, "data")).status_code == 200
@@ -264,8 +338,12 @@ def test_files_of_a_deleted_or_foreign_model_are_not_found(model, creator, outsi
     assert client_of(creator).put(moved, b"x", content_type="application/octet-stream").status_code == 404
     assert client_of(outsider).get(files_url(model, "f")).status_code == 404
     assert send(creator, "DELETE", f"logged-models/{model['info']['model_id']}").status_code == 200
-    assert send(creator, "DELETE", f"logged-models/{model['info']['model_id']}").status_code == 200  # as MLflow: idempotent
-    assert client_of(creator).put(files_url(model, "f"), b"x", content_type="application/octet-stream").status_code == 404
+    assert (
+        send(creator, "DELETE", f"logged-models/{model['info']['model_id']}").status_code == 200
+    )  # as MLflow: idempotent
+    assert (
+        client_of(creator).put(files_url(model, "f"), b"x", content_type="application/octet-stream").status_code == 404
+    )
     allowed = send(creator, "GET", f"logged-models/{model['info']['model_id']}", {"allow_deleted": "true"})
     assert allowed.status_code == 200
 

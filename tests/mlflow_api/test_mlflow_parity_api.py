@@ -28,7 +28,10 @@ WRITES = [
     ("runs/delete", lambda project, run_id: {"run_id": run_id}),
     ("runs/restore", lambda project, run_id: {"run_id": run_id}),
     ("runs/update", lambda project, run_id: {"run_id": run_id, "status": "RUNNING"}),
-    ("experiments/set-experiment-tag", lambda project, run_id: {"experiment_id": str(project.pk), "key": "a", "value": "b"}),
+    (
+        "experiments/set-experiment-tag",
+        lambda project, run_id: {"experiment_id": str(project.pk), "key": "a", "value": "b"},
+    ),
     ("experiments/delete-experiment-tag", lambda project, run_id: {"experiment_id": str(project.pk), "key": "a"}),
 ]
 
@@ -44,13 +47,16 @@ def test_outsiders_get_404_and_viewers_403_on_every_new_write(call, outsider, vi
     assert (run.status, run.deleted_at, Project.objects.get(pk=project.pk).tags) == ("finished", None, {})
 
 
-@pytest.mark.parametrize("body, field", [
-    ({"key": "", "value": "x"}, "key"),
-    ({"key": "k" * 251, "value": "x"}, "key"),
-    ({"key": "k", "value": "v" * 5001}, "value"),
-    ({"key": "k\x00", "value": "x"}, "key"),
-    ({"key": ["k"], "value": "x"}, "key"),
-])
+@pytest.mark.parametrize(
+    "body, field",
+    [
+        ({"key": "", "value": "x"}, "key"),
+        ({"key": "k" * 251, "value": "x"}, "key"),
+        ({"key": "k", "value": "v" * 5001}, "value"),
+        ({"key": "k\x00", "value": "x"}, "key"),
+        ({"key": ["k"], "value": "x"}, "key"),
+    ],
+)
 def test_hostile_experiment_tags_are_refused_naming_the_field(call, member, project, body, field):
     answer = call(member, "experiments/set-experiment-tag", {"experiment_id": str(project.pk), **body})
     assert answer.status_code == 400 and field in answer.json()["message"]
@@ -83,14 +89,17 @@ def test_mlflow_writes_restart_the_silence_clock(call, member, mlrun):
     assert Run.objects.get(external_id=mlrun).last_write_at is not None
 
 
-@pytest.mark.parametrize("datasets, field", [
-    ("digits", "datasets must be a list"),
-    ([{"dataset": "x"}], "datasets[0].dataset must be an object"),
-    ([{"dataset": {"name": "", "digest": "v1"}}], "datasets[0].dataset.name"),
-    ([{"dataset": {"name": "d", "digest": "v" * 101}}], "datasets[0].dataset.digest"),
-    ([{"dataset": {"name": "d\x00", "digest": "v1"}}], "datasets[0].dataset.name"),
-    ([{"dataset": {"name": "d", "digest": "v1", "source": 3}}], "datasets[0].dataset.source"),
-])
+@pytest.mark.parametrize(
+    "datasets, field",
+    [
+        ("digits", "datasets must be a list"),
+        ([{"dataset": "x"}], "datasets[0].dataset must be an object"),
+        ([{"dataset": {"name": "", "digest": "v1"}}], "datasets[0].dataset.name"),
+        ([{"dataset": {"name": "d", "digest": "v" * 101}}], "datasets[0].dataset.digest"),
+        ([{"dataset": {"name": "d\x00", "digest": "v1"}}], "datasets[0].dataset.name"),
+        ([{"dataset": {"name": "d", "digest": "v1", "source": 3}}], "datasets[0].dataset.source"),
+    ],
+)
 def test_hostile_log_inputs_are_refused_naming_the_field(call, member, mlrun, datasets, field):
     answer = call(member, "runs/log-inputs", {"run_id": mlrun, "datasets": datasets})
     assert answer.status_code == 400 and field in answer.json()["message"]

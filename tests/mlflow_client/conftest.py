@@ -15,8 +15,13 @@ def mlflow_env(monkeypatch, live_server, member):
     monkeypatch.setenv("MLFLOW_TRACKING_URI", live_server.url)
     monkeypatch.setenv("MLFLOW_TRACKING_TOKEN", token)
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
-    for name in ("MLFLOW_EXPERIMENT_NAME", "MLFLOW_EXPERIMENT_ID", "MLFLOW_RUN_ID", "MLFLOW_TRACKING_USERNAME",
-                 "MLFLOW_TRACKING_PASSWORD"):
+    for name in (
+        "MLFLOW_EXPERIMENT_NAME",
+        "MLFLOW_EXPERIMENT_ID",
+        "MLFLOW_RUN_ID",
+        "MLFLOW_TRACKING_USERNAME",
+        "MLFLOW_TRACKING_PASSWORD",
+    ):
         monkeypatch.delenv(name, raising=False)
     mlflow.set_tracking_uri(live_server.url)
     yield live_server.url

@@ -97,7 +97,9 @@ def test_artifacts_round_trip_byte_exact_and_become_a_checkpoint(monkeypatch, tm
         checkpoints = client.request("GET", f"runs/{run['id']}/checkpoints/")["results"]
         assert [(c["step"], c["state"], c["file_count"]) for c in checkpoints] == [(100, "complete", len(files))]
         manifest = client.request("GET", f"checkpoints/{checkpoints[0]['id']}/")["manifest"]
-        assert {m["path"]: m["sha256"] for m in manifest} == {p: hashlib.sha256(d).hexdigest() for p, d in files.items()}
+        assert {m["path"]: m["sha256"] for m in manifest} == {
+            p: hashlib.sha256(d).hexdigest() for p, d in files.items()
+        }
 
 
 # --- One authentication on both MLflow APIs (docs/design/runs.md#write-rule): Run token, Basic with API token ---------
@@ -123,8 +125,9 @@ def _job_run(creator, project):
 
     code_version = CodeVersionFactory(code__project=project, code__created_by=creator, version=1)
     queue = Queue.objects.get_or_create(name="cpu")[0]
-    job = job_launch(actor=creator, code_version=code_version, queue=queue, parameters={}, dataset_version_ids=[],
-                     name="job-run")
+    job = job_launch(
+        actor=creator, code_version=code_version, queue=queue, parameters={}, dataset_version_ids=[], name="job-run"
+    )
     job_claim(job_id=job.pk, worker_host="gpu-1")
     run = run_start(actor=creator, project=project, external_id=job.run.external_id, resume="allow").run
     return run, run_token_issue(job=job).key
@@ -134,12 +137,16 @@ def _stored(run) -> tuple:
     from checkpoints.models import Artifact
 
     run.refresh_from_db()
-    return (run.parameters.get("seed"), list(MetricPoint.objects.filter(run=run).values_list("key", "step")),
-            Artifact.objects.get(run=run, path="reports/notes.txt").size)
+    return (
+        run.parameters.get("seed"),
+        list(MetricPoint.objects.filter(run=run).values_list("key", "step")),
+        Artifact.objects.get(run=run, path="reports/notes.txt").size,
+    )
 
 
-def test_a_jobs_run_token_logs_through_the_stock_client_on_its_own_run_only(mlflow_env, monkeypatch, tmp_path,
-                                                                          creator, project):
+def test_a_jobs_run_token_logs_through_the_stock_client_on_its_own_run_only(
+    mlflow_env, monkeypatch, tmp_path, creator, project
+):
     run, token = _job_run(creator, project)
     monkeypatch.setenv("MLFLOW_TRACKING_TOKEN", token)
     _log_everything(tmp_path, run)
@@ -151,10 +158,12 @@ def test_a_jobs_run_token_logs_through_the_stock_client_on_its_own_run_only(mlfl
         mlflow.set_experiment("Elsewhere")
 
 
-def test_basic_with_an_api_token_as_password_logs_to_tracking_and_artifacts(mlflow_env, monkeypatch, tmp_path,
-                                                                           creator, project):
-    run = Run.objects.create(project=project, created_by=creator, name="basic", external_id="basic-run",
-                             status="running")
+def test_basic_with_an_api_token_as_password_logs_to_tracking_and_artifacts(
+    mlflow_env, monkeypatch, tmp_path, creator, project
+):
+    run = Run.objects.create(
+        project=project, created_by=creator, name="basic", external_id="basic-run", status="running"
+    )
     monkeypatch.delenv("MLFLOW_TRACKING_TOKEN")
     monkeypatch.setenv("MLFLOW_TRACKING_USERNAME", creator.username)
     monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", Token.objects.get_or_create(user=creator)[0].key)

@@ -45,7 +45,9 @@ def test_pytorch_log_model_and_load_model_round_trip(mlflow_env, tmp_path):
     assert stored.run == Run.objects.get(external_id=run_id) and stored.step == 7
     names = set(Artifact.objects.filter(logged_model=stored).values_list("path", flat=True))
     assert "MLmodel" in names and any(name.startswith("data/") for name in names)
-    assert not Artifact.objects.filter(run=stored.run, path__startswith="net/").exists()  # not mixed into the run's files
+    assert not Artifact.objects.filter(
+        run=stored.run, path__startswith="net/"
+    ).exists()  # not mixed into the run's files
 
     for uri in (f"models:/{info.model_id}", f"runs:/{run_id}/net"):
         target = tmp_path / uri.replace(":", "").replace("/", "_")
@@ -78,8 +80,10 @@ def test_search_tags_finalize_and_delete_answer_as_mlflow_does(mlflow_env):
     assert [m.model_id for m in newest_first] == [second.model_id, first.model_id]
     page = client.search_logged_models(experiment_ids=[experiment_id], max_results=1)
     assert len(page) == 1 and page.token
-    assert [m.model_id for m in client.search_logged_models(experiment_ids=[experiment_id], max_results=1,
-                                                            page_token=page.token)] == [first.model_id]
+    assert [
+        m.model_id
+        for m in client.search_logged_models(experiment_ids=[experiment_id], max_results=1, page_token=page.token)
+    ] == [first.model_id]
 
     client.set_logged_model_tags(first.model_id, {"stage": "prod"})
     tags = client.get_logged_model(first.model_id).tags

@@ -137,7 +137,9 @@ def _dataset(digest: str):
     from mlflow.data.http_dataset_source import HTTPDatasetSource
     from mlflow.data.meta_dataset import MetaDataset
 
-    return MetaDataset(source=HTTPDatasetSource(f"https://data.example/digits-{digest}.csv"), name="digits", digest=digest)
+    return MetaDataset(
+        source=HTTPDatasetSource(f"https://data.example/digits-{digest}.csv"), name="digits", digest=digest
+    )
 
 
 def test_log_input_maps_datasets_onto_dataset_versions_and_data_stages(mlflow_env, api, member):
@@ -158,7 +160,9 @@ def test_log_input_maps_datasets_onto_dataset_versions_and_data_stages(mlflow_en
     # MLflow's server: get_run lists the run's dataset inputs with their name, digest, source and context.
     inputs = mlflow.tracking.MlflowClient().get_run(active.info.run_id).inputs.dataset_inputs
     assert sorted((i.dataset.name, i.dataset.digest, i.dataset.source_type) for i in inputs) == [
-        ("digits", "v3", "http"), ("digits", "v4", "http")]
+        ("digits", "v3", "http"),
+        ("digits", "v4", "http"),
+    ]
     assert {t.key: t.value for t in inputs[0].tags} == {"mlflow.data.context": "training"}
     history = api(member).get(f"/api/v1/runs/{run.pk}/data-stages/").json()["results"]
     assert [[v["version"] for v in entry["added"]] for entry in history] == [["v4"]]

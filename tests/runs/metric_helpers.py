@@ -5,17 +5,24 @@ import math
 
 from hypothesis import strategies as st
 
-from runs.metrics import metrics_ingest
 from runs.metric_rollup import ROLLUP_STEPS
+from runs.metrics import metrics_ingest
 from runs.models import MetricChunk, MetricPoint, MetricRollup, MetricSummary, Run, RunStatus
 from runs.resume import run_start
 from runs.services import run_set_status
 
 KEYS = ["loss", "acc", "lr"]
-VALUES = st.one_of(st.floats(allow_nan=False, width=64), st.sampled_from(["NaN", "Infinity", "-Infinity"]),
-                   st.integers(-10, 10))
-POINT = st.fixed_dictionaries({"key": st.sampled_from(KEYS), "step": st.integers(0, 3 * ROLLUP_STEPS), "value": VALUES,
-                               "timestamp": st.integers(1_700_000_000, 1_700_000_100)})
+VALUES = st.one_of(
+    st.floats(allow_nan=False, width=64), st.sampled_from(["NaN", "Infinity", "-Infinity"]), st.integers(-10, 10)
+)
+POINT = st.fixed_dictionaries(
+    {
+        "key": st.sampled_from(KEYS),
+        "step": st.integers(0, 3 * ROLLUP_STEPS),
+        "value": VALUES,
+        "timestamp": st.integers(1_700_000_000, 1_700_000_100),
+    }
+)
 OPERATION = st.one_of(
     st.tuples(st.just("write"), st.lists(POINT, min_size=1, max_size=12), st.booleans(), st.booleans()),
     st.tuples(st.just("retry")),
@@ -28,11 +35,21 @@ PROGRAM = st.lists(OPERATION, min_size=1, max_size=14)
 def store_points_directly(points: list[tuple]) -> None:
     """Store ``(run, key, step, value, timestamp)`` points one chunk each, in this order, bypassing ``metrics_ingest``
     (no summary or rollup): points stored before an upgrade that fills those in."""
-    MetricChunk.objects.bulk_create([
-        MetricChunk(run=run, key=key, first_step=step, last_step=step, count=1, steps=[step],
-                    values=[math.nan if value is None else value], timestamps=[ts])
-        for run, key, step, value, ts in points
-    ])
+    MetricChunk.objects.bulk_create(
+        [
+            MetricChunk(
+                run=run,
+                key=key,
+                first_step=step,
+                last_step=step,
+                count=1,
+                steps=[step],
+                values=[math.nan if value is None else value],
+                timestamps=[ts],
+            )
+            for run, key, step, value, ts in points
+        ]
+    )
 
 
 def recomputed(run_id: int) -> dict[str, tuple]:
@@ -50,8 +67,17 @@ def recomputed(run_id: int) -> dict[str, tuple]:
 
 def stored(run_id: int) -> dict[str, tuple]:
     """The summaries the write path kept, in the shape of ``recomputed``."""
-    fields = ("key", "count", "first_step", "last_step", "last_value", "min_value", "max_value", "first_timestamp",
-              "last_timestamp")
+    fields = (
+        "key",
+        "count",
+        "first_step",
+        "last_step",
+        "last_value",
+        "min_value",
+        "max_value",
+        "first_timestamp",
+        "last_timestamp",
+    )
     return {row[0]: row[1:] for row in MetricSummary.objects.filter(run_id=run_id).values_list(*fields)}
 
 
@@ -73,14 +99,28 @@ def recomputed_rollups(run_id: int) -> dict[tuple, tuple]:
 
 def stored_rollups(run_id: int) -> dict[tuple, tuple]:
     """The rollups the write path kept, in the shape of ``recomputed_rollups``."""
-    fields = ("key", "bucket", "count", "non_finite", "min_step", "min_value", "min_timestamp", "max_step",
-              "max_value", "max_timestamp")
+    fields = (
+        "key",
+        "bucket",
+        "count",
+        "non_finite",
+        "min_step",
+        "min_value",
+        "min_timestamp",
+        "max_step",
+        "max_value",
+        "max_timestamp",
+    )
     return {row[:2]: row[2:] for row in MetricRollup.objects.filter(run_id=run_id).values_list(*fields)}
 
 
 def _columnar(points: list[dict]) -> dict:
-    return {"keys": [p["key"] for p in points], "steps": [p["step"] for p in points],
-            "values": [p["value"] for p in points], "timestamps": [p["timestamp"] for p in points]}
+    return {
+        "keys": [p["key"] for p in points],
+        "steps": [p["step"] for p in points],
+        "values": [p["value"] for p in points],
+        "timestamps": [p["timestamp"] for p in points],
+    }
 
 
 def play(program, *, actor, project, name: str) -> None:
@@ -113,6 +153,8 @@ def play(program, *, actor, project, name: str) -> None:
 
 def _same(left: dict, right: dict) -> bool:
     """Equal, with NaN equal to NaN (``min``/``max`` of ±Infinity are plain floats, NaN is stored as None)."""
+
     def norm(row):
         return tuple("nan" if isinstance(v, float) and math.isnan(v) else v for v in row)
+
     return {k: norm(v) for k, v in left.items()} == {k: norm(v) for k, v in right.items()}

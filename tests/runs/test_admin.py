@@ -9,17 +9,20 @@ from django.contrib import admin
 from django.urls import reverse
 
 from checkpoints.models import Artifact, Checkpoint, CheckpointState, ManifestEntry
-from runs.metrics import metrics_ingest
 from mlflow_api.tracking.logged_models import logged_model_create
+from runs.metrics import metrics_ingest
 from runs.models import DataStage, Project, Run
 from runs.services import run_table_columns_save
 from sweeps.services import sweep_claim, sweep_create
 from tests.factories import CodeVersionFactory, DatasetVersionFactory, UserFactory
 
 # Every table; not views (MetricPoint unnests the registered MetricChunk's rows).
-MODELS = [model for label in ("runs", "checkpoints") for model in apps.get_app_config(label).get_models()
-          if model._meta.managed]
-
+MODELS = [
+    model
+    for label in ("runs", "checkpoints")
+    for model in apps.get_app_config(label).get_models()
+    if model._meta.managed
+]
 
 
 @pytest.fixture
@@ -44,8 +47,16 @@ def one_of_each(project, run, creator):
     stage.dataset_versions.set(run.input_dataset_versions.all())
     run.tags.create(key="team", value="vision")
     run.parameter_changes.create(key="lr", old_value=0.1, new_value=0.2, lease_token=2, changed_by=creator)
-    sweep = sweep_create(actor=creator, project=project, config={
-        "method": "grid", "metric": {"name": "loss"}, "parameters": {"lr": {"values": [0.1]}}, "program": "python t.py"})
+    sweep = sweep_create(
+        actor=creator,
+        project=project,
+        config={
+            "method": "grid",
+            "metric": {"name": "loss"},
+            "parameters": {"lr": {"values": [0.1]}},
+            "program": "python t.py",
+        },
+    )
     sweep_claim(actor=creator, sweep=sweep, agent="gpu-1:7")
     run_table_columns_save(user=creator, project=project, column_ids=["param:lr", "metric:loss:min"])
     logged_model_create(actor=creator, project=project, name="net", source_run=run)
@@ -88,12 +99,16 @@ def test_checkpoints_and_metric_points_are_read_only(client, superuser, one_of_e
 def test_metric_chunks_are_listed_in_index_order_without_a_page_per_chunk(client, superuser, one_of_each):
     run = Run.objects.first()
     # Stored in an order that newest-first (the admin's default) would not list as the index does.
-    metrics_ingest(actor=run.created_by, run=run, columns={"keys": ["alpha", "zeta", "alpha"], "steps": [5, 0, 1],
-                                                            "values": [1, 2, 3]})
+    metrics_ingest(
+        actor=run.created_by,
+        run=run,
+        columns={"keys": ["alpha", "zeta", "alpha"], "steps": [5, 0, 1], "values": [1, 2, 3]},
+    )
     client.force_login(superuser)
     response = client.get(reverse("admin:runs_metricchunk_changelist"))
     assert response.status_code == 200
-    listed = [(c.key, c.first_step, c.last_step, c.count) for c in response.context["cl"].result_list
-              if c.run_id == run.pk]
+    listed = [
+        (c.key, c.first_step, c.last_step, c.count) for c in response.context["cl"].result_list if c.run_id == run.pk
+    ]
     assert listed == [("alpha", 1, 5, 2), ("zeta", 0, 0, 1)]
     assert not re.search(r"/admin/runs/metricchunk/\d+/change/", response.content.decode())

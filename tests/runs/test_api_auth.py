@@ -50,11 +50,14 @@ def test_a_logged_in_browser_session_is_accepted(client, viewer, project):
     assert client.get("/api/v1/projects/").status_code == 200
 
 
-@pytest.mark.parametrize("call, status, code", [
-    (lambda c, run: c.get("/api/v1/runs/987654/"), 404, "not_found"),
-    (lambda c, run: c.post("/api/v1/runs/", {"project": "vision", "kind": "x"}, format="json"), 400, "invalid"),
-    (lambda c, run: c.patch(f"/api/v1/runs/{run.pk}/", {"status": "finished"}, format="json"), 403, "forbidden"),
-])
+@pytest.mark.parametrize(
+    "call, status, code",
+    [
+        (lambda c, run: c.get("/api/v1/runs/987654/"), 404, "not_found"),
+        (lambda c, run: c.post("/api/v1/runs/", {"project": "vision", "kind": "x"}, format="json"), 400, "invalid"),
+        (lambda c, run: c.patch(f"/api/v1/runs/{run.pk}/", {"status": "finished"}, format="json"), 403, "forbidden"),
+    ],
+)
 def test_every_error_has_the_json_shape_error_detail_field(api, viewer, run, call, status, code):
     response = call(api(viewer), run)
     assert response.status_code == status and response["Content-Type"] == "application/json"

@@ -89,7 +89,9 @@ def test_a_bad_entrypoint_names_the_field_and_keeps_no_bytes(client_as, code, en
 
 def test_a_json_entrypoint_list_is_accepted_without_an_archive(client_as, code):
     response = client_as("member").post(
-        f"/api/v1/codes/{code.pk}/versions/", json.dumps({"entrypoint": ["python", "-m", "train"]}), content_type="application/json"
+        f"/api/v1/codes/{code.pk}/versions/",
+        json.dumps({"entrypoint": ["python", "-m", "train"]}),
+        content_type="application/json",
     )
     assert response.status_code == 201 and response.json()["entrypoint"] == ["python", "-m", "train"]
     assert response.json()["archive_size"] is None

@@ -58,7 +58,9 @@ def test_dataset_version_create_permission_matrix(client_as, dataset, role, stat
 
 def test_a_duplicate_version_label_is_a_conflict_naming_version(client_as, dataset):
     DatasetVersionFactory(dataset=dataset, version="v1", uri="keep-me")
-    response = client_as("member").post(f"/api/v1/datasets/{dataset.pk}/versions/", {"version": "v1", "uri": "x"}, format="json")
+    response = client_as("member").post(
+        f"/api/v1/datasets/{dataset.pk}/versions/", {"version": "v1", "uri": "x"}, format="json"
+    )
     assert response.status_code == 409 and response.json()["field"] == "version"
     assert DatasetVersion.objects.get(dataset=dataset, version="v1").uri == "keep-me"
 

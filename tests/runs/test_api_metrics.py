@@ -16,11 +16,15 @@ WRITE = [("admin", 201), ("member", 403), ("creator", 201), ("viewer", 403), ("o
 
 
 def post_points(client, run, points):
-    return client.post(f"/api/v1/runs/{run.pk}/metrics/", json.dumps({"points": points}), content_type="application/json")
+    return client.post(
+        f"/api/v1/runs/{run.pk}/metrics/", json.dumps({"points": points}), content_type="application/json"
+    )
 
 
 def log(run, creator, count, key="loss", **extra):
-    metrics_ingest(actor=creator, run=run, points=[{"key": key, "value": i / 2, "step": i, **extra} for i in range(count)])
+    metrics_ingest(
+        actor=creator, run=run, points=[{"key": key, "value": i / 2, "step": i, **extra} for i in range(count)]
+    )
 
 
 @pytest.mark.parametrize("role, status", WRITE)
@@ -51,19 +55,22 @@ def test_metric_history_permission_matrix(client_as, run, creator, role, status)
         assert response.json()["results"][1] == {"step": 1, "value": 0.5, "timestamp": 1_700_000_000.25}
 
 
-@pytest.mark.parametrize("bad, field", [
-    ({"value": 1.0, "step": 0}, "points[1].key"),
-    ({"key": "loss", "value": "high", "step": 0}, "points[1].value"),
-    ({"key": "loss", "value": True, "step": 0}, "points[1].value"),
-    ({"key": "loss", "value": 1.0, "step": -1}, "points[1].step"),
-    ({"key": "loss", "value": 1.0, "step": 1.5}, "points[1].step"),
-    ({"key": "loss", "value": 1.0, "step": 2, "timestamp": "yesterday"}, "points[1].timestamp"),
-    ({"key": "loss", "value": 1.0, "step": 2, "timestamp": 10**400}, "points[1].timestamp"),
-    ({"key": "loss", "value": 10**400, "step": 2}, "points[1].value"),
-    ({"key": "loss", "value": 1.0, "step": 2**63}, "points[1].step"),
-    ({"key": "lo\u0000ss", "value": 1.0, "step": 2}, "points[1].key"),
-    ({"key": "k" * 251, "value": 1.0, "step": 2}, "points[1].key"),
-])
+@pytest.mark.parametrize(
+    "bad, field",
+    [
+        ({"value": 1.0, "step": 0}, "points[1].key"),
+        ({"key": "loss", "value": "high", "step": 0}, "points[1].value"),
+        ({"key": "loss", "value": True, "step": 0}, "points[1].value"),
+        ({"key": "loss", "value": 1.0, "step": -1}, "points[1].step"),
+        ({"key": "loss", "value": 1.0, "step": 1.5}, "points[1].step"),
+        ({"key": "loss", "value": 1.0, "step": 2, "timestamp": "yesterday"}, "points[1].timestamp"),
+        ({"key": "loss", "value": 1.0, "step": 2, "timestamp": 10**400}, "points[1].timestamp"),
+        ({"key": "loss", "value": 10**400, "step": 2}, "points[1].value"),
+        ({"key": "loss", "value": 1.0, "step": 2**63}, "points[1].step"),
+        ({"key": "lo\u0000ss", "value": 1.0, "step": 2}, "points[1].key"),
+        ({"key": "k" * 251, "value": 1.0, "step": 2}, "points[1].key"),
+    ],
+)
 def test_one_bad_point_refuses_the_batch_and_names_its_field(client_as, run, bad, field):
     response = post_points(client_as("creator"), run, [{"key": "loss", "value": 0.1, "step": 0}, bad])
     assert response.status_code == 400
@@ -92,8 +99,10 @@ def test_a_malformed_body_is_refused_with_a_json_error(client_as, run, body):
 
 def test_non_finite_values_are_stored_and_returned_as_strings(client_as, run):
     client = client_as("creator")
-    raw = '{"points": [{"key": "loss", "value": NaN, "step": 0}, {"key": "loss", "value": "Infinity", "step": 1},' \
-          ' {"key": "loss", "value": "-Infinity", "step": 2}, {"key": "loss", "value": 1e308, "step": 3}]}'
+    raw = (
+        '{"points": [{"key": "loss", "value": NaN, "step": 0}, {"key": "loss", "value": "Infinity", "step": 1},'
+        ' {"key": "loss", "value": "-Infinity", "step": 2}, {"key": "loss", "value": 1e308, "step": 3}]}'
+    )
     assert client.post(f"/api/v1/runs/{run.pk}/metrics/", raw, content_type="application/json").status_code == 201
     response = client.get(f"/api/v1/runs/{run.pk}/metrics/?key=loss")
     assert [p["value"] for p in response.json()["results"]] == ["NaN", "Infinity", "-Infinity", 1e308]
@@ -140,13 +149,20 @@ def test_page_size_is_capped_at_the_history_maximum(client_as, run, creator, set
 
 def test_a_hundred_thousand_point_page_comes_back_whole(client_as, run, creator, settings):
     settings.MADO_METRIC_BATCH_MAX = 100_000
-    metrics_ingest(actor=creator, run=run, points=[
-        {"key": "loss", "value": math.nan if i % 1000 == 0 else i * 0.5, "step": i, "timestamp": 1_700_000_000} for i in range(100_000)
-    ])
+    metrics_ingest(
+        actor=creator,
+        run=run,
+        points=[
+            {"key": "loss", "value": math.nan if i % 1000 == 0 else i * 0.5, "step": i, "timestamp": 1_700_000_000}
+            for i in range(100_000)
+        ],
+    )
     body = client_as("viewer").get(f"/api/v1/runs/{run.pk}/metrics/?key=loss&page_size=100000").json()
     assert body["count"] == 100_000 and len(body["results"]) == 100_000 and body["next"] is None
     assert body["results"][0]["value"] == "NaN" and body["results"][99_999] == {
-        "step": 99_999, "value": 49_999.5, "timestamp": 1_700_000_000.0
+        "step": 99_999,
+        "value": 49_999.5,
+        "timestamp": 1_700_000_000.0,
     }
 
 
@@ -167,10 +183,18 @@ def test_a_batch_repeated_with_its_idempotency_key_is_stored_once(client_as, run
 def test_a_refused_batch_does_not_burn_its_idempotency_key(client_as, run):
     client = client_as("creator")
     url = f"/api/v1/runs/{run.pk}/metrics/"
-    bad = client.post(url, json.dumps({"points": [{"key": "loss", "value": "x", "step": 0}]}),
-                      content_type="application/json", HTTP_IDEMPOTENCY_KEY="k")
-    good = client.post(url, json.dumps({"points": [{"key": "loss", "value": 1, "step": 0}]}),
-                       content_type="application/json", HTTP_IDEMPOTENCY_KEY="k")
+    bad = client.post(
+        url,
+        json.dumps({"points": [{"key": "loss", "value": "x", "step": 0}]}),
+        content_type="application/json",
+        HTTP_IDEMPOTENCY_KEY="k",
+    )
+    good = client.post(
+        url,
+        json.dumps({"points": [{"key": "loss", "value": 1, "step": 0}]}),
+        content_type="application/json",
+        HTTP_IDEMPOTENCY_KEY="k",
+    )
     assert bad.status_code == 400 and good.status_code == 201
 
 
@@ -182,8 +206,13 @@ def test_a_metrics_post_reads_its_run_and_the_writers_role_in_one_query(client_a
     client = client_as("creator")
     body = json.dumps({"keys": ["loss", "acc"], "steps": [1, 1], "values": [0.5, 0.25]})
     with CaptureQueriesContext(connection) as queries:
-        response = client.post(f"/api/v1/runs/{run.pk}/metrics/", body, content_type="application/json",
-                               HTTP_IDEMPOTENCY_KEY="batch-1", HTTP_MADO_FENCING_TOKEN=str(run.lease_token))
+        response = client.post(
+            f"/api/v1/runs/{run.pk}/metrics/",
+            body,
+            content_type="application/json",
+            HTTP_IDEMPOTENCY_KEY="batch-1",
+            HTTP_MADO_FENCING_TOKEN=str(run.lease_token),
+        )
     assert response.status_code == 201 and response.json()["stored"] == 2
     statements = [q["sql"] for q in queries.captured_queries]
     assert not [sql for sql in statements if "DISTINCT" in sql]

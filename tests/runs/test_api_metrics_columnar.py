@@ -16,14 +16,20 @@ def post(client, run, body):
 
 def test_a_columnar_batch_is_stored_like_the_same_points_as_rows(client_as, run):
     client = client_as("creator")
-    body = {"keys": ["loss", "acc", "loss"], "steps": [0, 0, 1], "values": [0.5, "NaN", "-Infinity"],
-            "timestamps": [1700000000.25, 1700000000.5, 1700000001]}
+    body = {
+        "keys": ["loss", "acc", "loss"],
+        "steps": [0, 0, 1],
+        "values": [0.5, "NaN", "-Infinity"],
+        "timestamps": [1700000000.25, 1700000000.5, 1700000001],
+    }
     response = post(client, run, body)
     assert response.status_code == 201 and response.json() == {"stored": 3, "dropped": 0, "dropped_keys": []}
     history = client.get(f"/api/v1/runs/{run.pk}/metrics/?key=loss").json()
     assert history["count"] == 2
-    assert history["results"] == [{"step": 0, "value": 0.5, "timestamp": 1700000000.25},
-                                  {"step": 1, "value": "-Infinity", "timestamp": 1700000001.0}]
+    assert history["results"] == [
+        {"step": 0, "value": 0.5, "timestamp": 1700000000.25},
+        {"step": 1, "value": "-Infinity", "timestamp": 1700000001.0},
+    ]
     assert client.get(f"/api/v1/runs/{run.pk}/metrics/").json() == {"keys": ["acc", "loss"]}
 
 
@@ -69,9 +75,14 @@ def test_a_bad_columnar_batch_is_refused_naming_the_field_and_nothing_is_stored(
     assert list(MetricSummary.objects.filter(run=run).values_list("key", "count")) == [("kept", 1)]
 
 
-@pytest.mark.parametrize("raw", ['{"keys": ["a"], "steps": [1e999], "values": [1]}',
-                                 '{"keys": ["a"], "steps": [123456789012345678901234567890], "values": [1]}',
-                                 '{"keys": ["a"], "steps": [0], "values": [NaN], "timestamps": [NaN]}'])
+@pytest.mark.parametrize(
+    "raw",
+    [
+        '{"keys": ["a"], "steps": [1e999], "values": [1]}',
+        '{"keys": ["a"], "steps": [123456789012345678901234567890], "values": [1]}',
+        '{"keys": ["a"], "steps": [0], "values": [NaN], "timestamps": [NaN]}',
+    ],
+)
 def test_hostile_numbers_in_a_columnar_batch_name_their_column(client_as, run, raw):
     response = post(client_as("creator"), run, raw)
     assert response.status_code == 400 and response.json()["field"] in {"steps[0]", "timestamps[0]"}

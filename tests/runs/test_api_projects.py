@@ -8,9 +8,15 @@ from tests.factories import UserFactory
 # --- projects ---------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("role, expected", [
-    ("admin", "admin"), ("member", "member"), ("creator", "member"), ("viewer", "viewer"),
-])
+@pytest.mark.parametrize(
+    "role, expected",
+    [
+        ("admin", "admin"),
+        ("member", "member"),
+        ("creator", "member"),
+        ("viewer", "viewer"),
+    ],
+)
 def test_project_list_shows_the_callers_role(client_as, project, role, expected):
     response = client_as(role).get("/api/v1/projects/")
     assert response.status_code == 200
@@ -27,9 +33,17 @@ def test_project_list_refuses_anonymous(client_as, project):
     assert client_as("anonymous").get("/api/v1/projects/").status_code == 401
 
 
-@pytest.mark.parametrize("role, status", [
-    ("admin", 200), ("member", 200), ("creator", 200), ("viewer", 200), ("outsider", 404), ("anonymous", 401),
-])
+@pytest.mark.parametrize(
+    "role, status",
+    [
+        ("admin", 200),
+        ("member", 200),
+        ("creator", 200),
+        ("viewer", 200),
+        ("outsider", 404),
+        ("anonymous", 401),
+    ],
+)
 def test_project_detail_permission_matrix(client_as, project, role, status):
     response = client_as(role).get("/api/v1/projects/vision/")
     assert response.status_code == status
@@ -71,9 +85,17 @@ def test_anonymous_cannot_create_a_project(client_as, db):
 # --- members ----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("role, status", [
-    ("admin", 200), ("member", 200), ("creator", 200), ("viewer", 200), ("outsider", 404), ("anonymous", 401),
-])
+@pytest.mark.parametrize(
+    "role, status",
+    [
+        ("admin", 200),
+        ("member", 200),
+        ("creator", 200),
+        ("viewer", 200),
+        ("outsider", 404),
+        ("anonymous", 401),
+    ],
+)
 def test_member_list_permission_matrix(client_as, admin, member, viewer, role, status):
     response = client_as(role).get("/api/v1/projects/vision/members/")
     assert response.status_code == status
@@ -83,18 +105,30 @@ def test_member_list_permission_matrix(client_as, admin, member, viewer, role, s
         assert set(rows[0]) == {"username", "role", "created_at"}
 
 
-@pytest.mark.parametrize("role, status", [
-    ("admin", 201), ("member", 403), ("creator", 403), ("viewer", 403), ("outsider", 404), ("anonymous", 401),
-])
+@pytest.mark.parametrize(
+    "role, status",
+    [
+        ("admin", 201),
+        ("member", 403),
+        ("creator", 403),
+        ("viewer", 403),
+        ("outsider", 404),
+        ("anonymous", 401),
+    ],
+)
 def test_adding_a_member_is_for_admins_only(client_as, project, admin, role, status):
     UserFactory(username="newbie")
-    response = client_as(role).post("/api/v1/projects/vision/members/", {"username": "newbie", "role": "viewer"}, format="json")
+    response = client_as(role).post(
+        "/api/v1/projects/vision/members/", {"username": "newbie", "role": "viewer"}, format="json"
+    )
     assert response.status_code == status
     assert project.memberships.filter(user__username="newbie").exists() == (status == 201)
 
 
 def test_adding_an_unknown_user_names_username(client_as, admin):
-    response = client_as("admin").post("/api/v1/projects/vision/members/", {"username": "ghost", "role": "member"}, format="json")
+    response = client_as("admin").post(
+        "/api/v1/projects/vision/members/", {"username": "ghost", "role": "member"}, format="json"
+    )
     assert response.status_code == 400 and response.json()["field"] == "username"
 
 
@@ -106,14 +140,24 @@ def test_adding_with_an_unknown_role_names_role(client_as, admin, outsider):
 
 
 def test_adding_an_existing_member_is_a_conflict(client_as, admin, viewer):
-    response = client_as("admin").post("/api/v1/projects/vision/members/", {"username": "vera-viewer", "role": "member"}, format="json")
+    response = client_as("admin").post(
+        "/api/v1/projects/vision/members/", {"username": "vera-viewer", "role": "member"}, format="json"
+    )
     assert response.status_code == 409
     assert Membership.objects.get(user=viewer).role == Role.VIEWER
 
 
-@pytest.mark.parametrize("role, status", [
-    ("admin", 200), ("member", 403), ("creator", 403), ("viewer", 403), ("outsider", 404), ("anonymous", 401),
-])
+@pytest.mark.parametrize(
+    "role, status",
+    [
+        ("admin", 200),
+        ("member", 403),
+        ("creator", 403),
+        ("viewer", 403),
+        ("outsider", 404),
+        ("anonymous", 401),
+    ],
+)
 def test_changing_a_role_is_for_admins_only(client_as, admin, member, viewer, creator, role, status):
     response = client_as(role).patch("/api/v1/projects/vision/members/vera-viewer/", {"role": "member"}, format="json")
     assert response.status_code == status
@@ -122,9 +166,17 @@ def test_changing_a_role_is_for_admins_only(client_as, admin, member, viewer, cr
         assert response.json()["role"] == "member"
 
 
-@pytest.mark.parametrize("role, status", [
-    ("admin", 204), ("member", 403), ("creator", 403), ("viewer", 403), ("outsider", 404), ("anonymous", 401),
-])
+@pytest.mark.parametrize(
+    "role, status",
+    [
+        ("admin", 204),
+        ("member", 403),
+        ("creator", 403),
+        ("viewer", 403),
+        ("outsider", 404),
+        ("anonymous", 401),
+    ],
+)
 def test_removing_a_member_is_for_admins_only(client_as, admin, member, viewer, creator, role, status):
     response = client_as(role).delete("/api/v1/projects/vision/members/mike-member/")
     assert response.status_code == status
@@ -140,5 +192,7 @@ def test_the_last_admin_can_be_neither_demoted_nor_removed(client_as, admin):
 
 
 def test_changing_a_non_member_answers_404(client_as, admin, outsider):
-    response = client_as("admin").patch("/api/v1/projects/vision/members/oscar-outsider/", {"role": "member"}, format="json")
+    response = client_as("admin").patch(
+        "/api/v1/projects/vision/members/oscar-outsider/", {"role": "member"}, format="json"
+    )
     assert response.status_code == 404 and response.json()["field"] == "username"

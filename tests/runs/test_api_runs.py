@@ -8,11 +8,36 @@ from tests.factories import CodeFactory, CodeVersionFactory, DatasetFactory, Dat
 READ = [("admin", 200), ("member", 200), ("creator", 200), ("viewer", 200), ("outsider", 404), ("anonymous", 401)]
 
 RUN_FIELDS = {
-    "id", "external_id", "project", "name", "kind", "status", "created_by", "parameters",
-    "input_dataset_version_ids", "code_version_id", "parent_id", "source_checkpoint_id",
-    "heartbeat_at", "created_at", "started_at", "ended_at", "ended_reason", "last_write_at", "url",
-    "fencing_token", "resumed", "resume_count", "last_step", "step_floor", "dropped_points",
-    "writer_host", "writer_pid", "writer_since", "heartbeat_interval", "crash_timeout",
+    "id",
+    "external_id",
+    "project",
+    "name",
+    "kind",
+    "status",
+    "created_by",
+    "parameters",
+    "input_dataset_version_ids",
+    "code_version_id",
+    "parent_id",
+    "source_checkpoint_id",
+    "heartbeat_at",
+    "created_at",
+    "started_at",
+    "ended_at",
+    "ended_reason",
+    "last_write_at",
+    "url",
+    "fencing_token",
+    "resumed",
+    "resume_count",
+    "last_step",
+    "step_floor",
+    "dropped_points",
+    "writer_host",
+    "writer_pid",
+    "writer_since",
+    "heartbeat_interval",
+    "crash_timeout",
 }
 
 
@@ -27,9 +52,16 @@ def test_run_detail_permission_matrix(client_as, run, role, status):
         assert body["url"] == f"http://testserver/runs/{run.pk}/"
 
 
-@pytest.mark.parametrize("role, visible", [
-    ("admin", True), ("member", True), ("creator", True), ("viewer", True), ("outsider", False),
-])
+@pytest.mark.parametrize(
+    "role, visible",
+    [
+        ("admin", True),
+        ("member", True),
+        ("creator", True),
+        ("viewer", True),
+        ("outsider", False),
+    ],
+)
 def test_run_list_shows_only_runs_of_the_users_projects(client_as, run, other_project, role, visible):
     foreign = RunFactory(project=other_project)
     ids = [r["id"] for r in client_as(role).get("/api/v1/runs/").json()["results"]]
@@ -62,9 +94,17 @@ def test_run_list_with_an_unknown_status_names_the_field(client_as, run):
     assert response.status_code == 400 and response.json()["field"] == "status"
 
 
-@pytest.mark.parametrize("role, status", [
-    ("admin", 201), ("member", 201), ("creator", 201), ("viewer", 403), ("outsider", 404), ("anonymous", 401),
-])
+@pytest.mark.parametrize(
+    "role, status",
+    [
+        ("admin", 201),
+        ("member", 201),
+        ("creator", 201),
+        ("viewer", 403),
+        ("outsider", 404),
+        ("anonymous", 401),
+    ],
+)
 def test_run_create_permission_matrix(client_as, project, role, status):
     response = client_as(role).post("/api/v1/runs/", {"project": "vision", "name": "lr-sweep"}, format="json")
     assert response.status_code == status
@@ -76,14 +116,24 @@ def test_run_create_records_its_inputs(client_as, project, member):
     code_version = CodeVersionFactory(code=CodeFactory(project=project, created_by=member))
     parent = RunFactory(project=project, created_by=member)
     body = {
-        "project": "vision", "name": "ft", "kind": "fine_tuning", "parameters": {"lr": 0.001},
-        "input_dataset_version_ids": [version.pk], "code_version_id": code_version.pk,
-        "parent_id": parent.pk, "external_id": "abc123",
+        "project": "vision",
+        "name": "ft",
+        "kind": "fine_tuning",
+        "parameters": {"lr": 0.001},
+        "input_dataset_version_ids": [version.pk],
+        "code_version_id": code_version.pk,
+        "parent_id": parent.pk,
+        "external_id": "abc123",
     }
     response = client_as("member").post("/api/v1/runs/", body, format="json")
     assert response.status_code == 201
     got = response.json()
-    assert (got["kind"], got["status"], got["created_by"], got["external_id"]) == ("fine_tuning", "running", "mike-member", "abc123")
+    assert (got["kind"], got["status"], got["created_by"], got["external_id"]) == (
+        "fine_tuning",
+        "running",
+        "mike-member",
+        "abc123",
+    )
     assert got["parameters"] == {"lr": 0.001} and got["input_dataset_version_ids"] == [version.pk]
     assert (got["code_version_id"], got["parent_id"]) == (code_version.pk, parent.pk)
     assert got["started_at"] is not None
@@ -99,7 +149,9 @@ def test_run_create_refuses_another_projects_dataset_version_naming_the_field(cl
 
 
 def test_run_create_with_a_taken_external_id_is_a_conflict(client_as, run):
-    response = client_as("member").post("/api/v1/runs/", {"project": "vision", "external_id": run.external_id}, format="json")
+    response = client_as("member").post(
+        "/api/v1/runs/", {"project": "vision", "external_id": run.external_id}, format="json"
+    )
     assert response.status_code == 409 and response.json()["field"] == "external_id"
 
 
@@ -108,9 +160,17 @@ def test_run_create_with_a_bad_kind_names_kind(client_as, project):
     assert response.status_code == 400 and response.json()["field"] == "kind"
 
 
-@pytest.mark.parametrize("role, status", [
-    ("admin", 200), ("member", 403), ("creator", 200), ("viewer", 403), ("outsider", 404), ("anonymous", 401),
-])
+@pytest.mark.parametrize(
+    "role, status",
+    [
+        ("admin", 200),
+        ("member", 403),
+        ("creator", 200),
+        ("viewer", 403),
+        ("outsider", 404),
+        ("anonymous", 401),
+    ],
+)
 def test_run_status_change_permission_matrix(client_as, run, role, status):
     response = client_as(role).patch(f"/api/v1/runs/{run.pk}/", {"status": "finished"}, format="json")
     assert response.status_code == status

@@ -32,11 +32,17 @@ def staged_run(run, creator, versions):
     """``run`` (running) started on digits:v1; at step 100 synthetic:s1 was added, at 200 digits:v1 → v2."""
     run.input_dataset_versions.set([versions["v1"]])
     ckpt = Checkpoint.objects.create(run=run, step=100, state=CheckpointState.COMPLETE, file_count=1, total_bytes=1)
-    services.data_stage_record(actor=creator, run=run, start_step=100, checkpoint_id=ckpt.pk,
-                               dataset_version_ids=[versions["v1"].pk, versions["s1"].pk],
-                               metadata={"note": "add synthetic"})
-    services.data_stage_record(actor=creator, run=run, start_step=200,
-                               dataset_version_ids=[versions["v2"].pk, versions["s1"].pk])
+    services.data_stage_record(
+        actor=creator,
+        run=run,
+        start_step=100,
+        checkpoint_id=ckpt.pk,
+        dataset_version_ids=[versions["v1"].pk, versions["s1"].pk],
+        metadata={"note": "add synthetic"},
+    )
+    services.data_stage_record(
+        actor=creator, run=run, start_step=200, dataset_version_ids=[versions["v2"].pk, versions["s1"].pk]
+    )
     return run
 
 
@@ -87,9 +93,14 @@ def test_the_form_is_preloaded_with_the_current_composition(login, creator, stag
 
 def test_recording_a_change_adds_a_row_and_never_touches_the_initial_inputs(login, creator, staged_run, versions):
     client = login(creator)
-    response = client.post(url(staged_run), {
-        "start_step": "300", "input_dataset_version_ids": [versions["v2"].pk], "note": "drop synthetic",
-    })
+    response = client.post(
+        url(staged_run),
+        {
+            "start_step": "300",
+            "input_dataset_version_ids": [versions["v2"].pk],
+            "note": "drop synthetic",
+        },
+    )
     assert response.status_code == 302 and response["Location"] == url(staged_run)
     stage = DataStage.objects.get(run=staged_run, start_step=300)
     assert list(stage.dataset_versions.all()) == [versions["v2"]]
@@ -101,9 +112,13 @@ def test_recording_a_change_adds_a_row_and_never_touches_the_initial_inputs(logi
 
 
 def test_a_different_set_at_a_recorded_step_is_a_conflict_shown_on_the_form(login, creator, staged_run, versions):
-    response = login(creator).post(url(staged_run), {
-        "start_step": "200", "input_dataset_version_ids": [versions["v1"].pk],
-    })
+    response = login(creator).post(
+        url(staged_run),
+        {
+            "start_step": "200",
+            "input_dataset_version_ids": [versions["v1"].pk],
+        },
+    )
     assert response.status_code == 409
     assert "step 200 already has a data stage" in body(response)
     assert DataStage.objects.filter(run=staged_run).count() == 2
@@ -159,15 +174,19 @@ def test_another_projects_dataset_version_is_not_offered_nor_accepted(login, cre
 
 
 def test_the_charts_mark_each_data_stage_at_its_start_step(login, creator, staged_run):
-    metrics_ingest(actor=creator, run=staged_run, points=[
-        {"key": "train.loss", "value": 1.0 / (step + 1), "step": step} for step in range(0, 260, 10)
-    ])
+    metrics_ingest(
+        actor=creator,
+        run=staged_run,
+        points=[{"key": "train.loss", "value": 1.0 / (step + 1), "step": step} for step in range(0, 260, 10)],
+    )
     client = login(creator)
     for page in (reverse("runs:run-detail", args=[staged_run.pk]), reverse("runs:run-charts", args=[staged_run.pk])):
         html = body(client.get(page))
         markers = re.findall(r'<li class="data-stage-marker" data-step="(\d+)">([^<]*)</li>', html)
-        assert markers == [("100", "Data change at step 100: +synthetic:s1"),
-                           ("200", "Data change at step 200: +digits:v2 −digits:v1")]
+        assert markers == [
+            ("100", "Data change at step 100: +synthetic:s1"),
+            ("200", "Data change at step 200: +digits:v2 −digits:v1"),
+        ]
 
 
 def test_a_marker_outside_the_logged_steps_is_not_drawn(login, creator, staged_run):

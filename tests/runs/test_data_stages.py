@@ -18,8 +18,11 @@ pytestmark = pytest.mark.django_db
 def versions(project):
     digits = DatasetFactory(project=project, name="digits")
     synth = DatasetFactory(project=project, name="synth")
-    return [DatasetVersionFactory(dataset=digits, version="v1"), DatasetVersionFactory(dataset=synth, version="v1"),
-            DatasetVersionFactory(dataset=synth, version="v2")]
+    return [
+        DatasetVersionFactory(dataset=digits, version="v1"),
+        DatasetVersionFactory(dataset=synth, version="v1"),
+        DatasetVersionFactory(dataset=synth, version="v2"),
+    ]
 
 
 @pytest.fixture
@@ -46,10 +49,16 @@ def test_identical_content_returns_the_same_record(started, creator, versions):
     assert DataStage.objects.count() == 1
 
 
-@pytest.mark.parametrize("change", [
-    {"versions": slice(0, 1)}, {"metadata": {"note": "other"}},
-])
-def test_different_content_at_a_recorded_step_is_a_conflict_showing_the_recorded_set(started, creator, versions, change):
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"versions": slice(0, 1)},
+        {"metadata": {"note": "other"}},
+    ],
+)
+def test_different_content_at_a_recorded_step_is_a_conflict_showing_the_recorded_set(
+    started, creator, versions, change
+):
     first, _ = record(started, creator, 15, versions[:2])
     with pytest.raises(Conflict) as error:
         record(started, creator, 15, versions[change.get("versions", slice(0, 2))], metadata=change.get("metadata"))
@@ -67,8 +76,9 @@ def test_the_full_set_is_required(started, creator):
 def test_unknown_and_other_project_ids_are_named(started, creator, versions, other_project):
     foreign = DatasetVersionFactory(dataset__project=other_project)
     with pytest.raises(ValidationFailed) as error:
-        data_stage_record(actor=creator, run=started, start_step=1,
-                          dataset_version_ids=[versions[0].pk, foreign.pk, 999999])
+        data_stage_record(
+            actor=creator, run=started, start_step=1, dataset_version_ids=[versions[0].pk, foreign.pk, 999999]
+        )
     assert error.value.field == "input_dataset_version_ids"
     assert str(foreign.pk) in error.value.detail and "999999" in error.value.detail
     assert not DataStage.objects.exists()
@@ -125,8 +135,14 @@ def test_it_is_refused_once_the_run_is_final(started, creator, versions, status)
 
 def test_it_is_refused_once_the_runs_job_has_ended(started, creator, versions):
     """The jobs app writes "its Job ended" onto the Run (``record_job_ended``); the Run itself may still be live."""
-    create_job(run=started, code_version=CodeVersionFactory(code__project=started.project),
-               queue=Queue.objects.get_or_create(name="cpu")[0], kind=JobKind.NEW, created_by=creator, max_retries=0)
+    create_job(
+        run=started,
+        code_version=CodeVersionFactory(code__project=started.project),
+        queue=Queue.objects.get_or_create(name="cpu")[0],
+        kind=JobKind.NEW,
+        created_by=creator,
+        max_retries=0,
+    )
     record_job_ended(run_id=started.pk)
     started.refresh_from_db()
     with pytest.raises(Conflict, match="the Job has ended"):

@@ -25,9 +25,17 @@ def body(versions, step=15, **extra):
     return {"start_step": step, "input_dataset_version_ids": [v.pk for v in versions], **extra}
 
 
-@pytest.mark.parametrize("role, expected", [
-    ("creator", 201), ("member", 403), ("admin", 201), ("viewer", 403), ("outsider", 404), ("anonymous", 401),
-])
+@pytest.mark.parametrize(
+    "role, expected",
+    [
+        ("creator", 201),
+        ("member", 403),
+        ("admin", 201),
+        ("viewer", 403),
+        ("outsider", 404),
+        ("anonymous", 401),
+    ],
+)
 def test_post_permissions(client_as, run, versions, role, expected):
     response = client_as(role).post(url(run), body(versions), format="json")
     assert response.status_code == expected, response.content

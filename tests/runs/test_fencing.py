@@ -23,10 +23,20 @@ TAR = make_tar({"model.pt": b"weights"})
 @pytest.fixture
 def taken_over(api, project, creator):
     """Run exp-42 started by process 1 (token 1), then taken over by process 2 (token 2) after it stopped beating."""
-    run = RunFactory(project=project, created_by=creator, external_id="exp-42", status=RunStatus.CRASHED,
-                     started_at=timezone.now() - timedelta(hours=1), lease_token=1, writer_host="old-host")
-    response = api(creator).post("/api/v1/runs/", {"project": "vision", "external_id": "exp-42", "resume": "allow",
-                                                   "host": "new-host", "pid": 2}, format="json")
+    run = RunFactory(
+        project=project,
+        created_by=creator,
+        external_id="exp-42",
+        status=RunStatus.CRASHED,
+        started_at=timezone.now() - timedelta(hours=1),
+        lease_token=1,
+        writer_host="old-host",
+    )
+    response = api(creator).post(
+        "/api/v1/runs/",
+        {"project": "vision", "external_id": "exp-42", "resume": "allow", "host": "new-host", "pid": 2},
+        format="json",
+    )
     assert response.status_code == 200 and response.json()["fencing_token"] == 2
     return Run.objects.get(pk=run.pk)
 
@@ -65,7 +75,9 @@ def test_metrics_from_the_old_process_are_refused(client, taken_over):
     assert_lease_lost(client.post(f"/api/v1/runs/{taken_over.pk}/metrics/", points, format="json", **OLD))
     assert not MetricPoint.objects.filter(run=taken_over).exists()
     assert client.post(f"/api/v1/runs/{taken_over.pk}/metrics/", points, format="json", **NEW).status_code == 201
-    assert client.post(f"/api/v1/runs/{taken_over.pk}/metrics/", points, format="json").status_code == 201, "no header: not fenced"
+    assert client.post(f"/api/v1/runs/{taken_over.pk}/metrics/", points, format="json").status_code == 201, (
+        "no header: not fenced"
+    )
 
 
 def test_a_bad_fencing_header_is_400_naming_it(client, taken_over):
@@ -92,7 +104,9 @@ def test_a_tar_upload_from_the_old_process_is_refused_and_keeps_no_bytes(client,
 
 def test_upload_parts_from_the_old_process_is_refused(client, taken_over):
     checkpoint = Checkpoint.objects.create(run=taken_over, step=10, lease_token=2)
-    response = client.post(f"/api/v1/checkpoints/{checkpoint.pk}/upload-parts/", {"tar_size": 100}, format="json", **OLD)
+    response = client.post(
+        f"/api/v1/checkpoints/{checkpoint.pk}/upload-parts/", {"tar_size": 100}, format="json", **OLD
+    )
     assert_lease_lost(response)
     checkpoint.refresh_from_db()
     assert checkpoint.received == {}

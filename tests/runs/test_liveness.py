@@ -5,11 +5,11 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from jobs.services._common import record_job_alive, record_job_ended
 from jobs.models import Job, JobStatus, Queue
-from runs.tasks import reap_crashed_runs
+from jobs.services._common import record_job_alive, record_job_ended
 from runs.liveness import runs_reap_crashed
 from runs.models import Run, RunStatus
+from runs.tasks import reap_crashed_runs
 from tests.factories import CodeVersionFactory, RunFactory
 
 FENCE = "HTTP_MADO_FENCING_TOKEN"
@@ -163,9 +163,13 @@ def _job(run, creator, *, status, job_beat_age):
     """A Job of ``run`` whose worker last beat ``job_beat_age`` s ago, with the facts the jobs app writes."""
     beat = timezone.now() - timedelta(seconds=job_beat_age)
     job = Job.objects.create(
-        run=run, code_version=CodeVersionFactory(code__project=run.project, code__created_by=creator),
-        queue=Queue.objects.get_or_create(name="cpu")[0], status=status, created_by=creator,
-        started_at=timezone.now() - timedelta(hours=1), heartbeat_at=beat,
+        run=run,
+        code_version=CodeVersionFactory(code__project=run.project, code__created_by=creator),
+        queue=Queue.objects.get_or_create(name="cpu")[0],
+        status=status,
+        created_by=creator,
+        started_at=timezone.now() - timedelta(hours=1),
+        heartbeat_at=beat,
         ended_at=None if status == JobStatus.RUNNING else timezone.now(),
     )
     record_job_alive(run_id=run.pk, now=beat)

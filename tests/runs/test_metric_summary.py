@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 
 from runs import selectors
 from runs.metrics import metrics_ingest
-from runs.models import MetricPoint, MetricSummary, Run
+from runs.models import MetricSummary, Run
 from runs.resume import run_last_step
 from tests.runs.metric_helpers import PROGRAM, play, recomputed, store_points_directly, stored
 
@@ -21,12 +21,16 @@ NAMES = itertools.count()
 
 
 def test_a_batch_leaves_per_key_figures_that_match_the_points(run, creator):
-    metrics_ingest(actor=creator, run=run, points=[
-        {"key": "loss", "value": 3.0, "step": 5, "timestamp": 10},
-        {"key": "loss", "value": "NaN", "step": 7, "timestamp": 12},
-        {"key": "loss", "value": 1.0, "step": 7, "timestamp": 11},
-        {"key": "acc", "value": "-Infinity", "step": 2, "timestamp": 9},
-    ])
+    metrics_ingest(
+        actor=creator,
+        run=run,
+        points=[
+            {"key": "loss", "value": 3.0, "step": 5, "timestamp": 10},
+            {"key": "loss", "value": "NaN", "step": 7, "timestamp": 12},
+            {"key": "loss", "value": 1.0, "step": 7, "timestamp": 11},
+            {"key": "acc", "value": "-Infinity", "step": 2, "timestamp": 9},
+        ],
+    )
     summary = {s.key: s for s in MetricSummary.objects.filter(run=run)}
     loss = summary["loss"]
     assert (loss.count, loss.first_step, loss.last_step) == (3, 5, 7)
@@ -52,8 +56,11 @@ def test_a_replayed_batch_and_dropped_points_leave_the_summary_alone(run, creato
     metrics_ingest(actor=creator, run=run, points=batch, idempotency_key="k1")
     metrics_ingest(actor=creator, run=run, points=batch, idempotency_key="k1")
     run.step_floor = 10
-    metrics_ingest(actor=creator, run=run, points=[{"key": "loss", "value": 9.0, "step": 2},
-                                                   {"key": "new", "value": 9.0, "step": 4}])
+    metrics_ingest(
+        actor=creator,
+        run=run,
+        points=[{"key": "loss", "value": 9.0, "step": 2}, {"key": "new", "value": 9.0, "step": 4}],
+    )
     assert stored(run.pk) == recomputed(run.pk)
     assert selectors.metric_keys(run=run) == ["loss"] and selectors.metric_count(run=run, key="loss") == 1
 

@@ -16,21 +16,28 @@ def test_it_stores_a_batch_and_reads_history_in_step_order(run, creator):
 
 
 def test_nan_and_infinity_are_stored_as_information(run, creator):
-    metrics_ingest(actor=creator, run=run, points=[
-        {"key": "loss", "value": "NaN", "step": 0},
-        {"key": "loss", "value": "Infinity", "step": 1},
-        {"key": "loss", "value": float("-inf"), "step": 2},
-    ])
+    metrics_ingest(
+        actor=creator,
+        run=run,
+        points=[
+            {"key": "loss", "value": "NaN", "step": 0},
+            {"key": "loss", "value": "Infinity", "step": 1},
+            {"key": "loss", "value": float("-inf"), "step": 2},
+        ],
+    )
     values = [p[1] for p in selectors.metric_history(run=run, key="loss")]
     assert math.isnan(values[0]) and values[1] == math.inf and values[2] == -math.inf
 
 
-@pytest.mark.parametrize("bad, field", [
-    ({"value": 1.0, "step": 0}, "points[1].key"),
-    ({"key": "loss", "value": "high", "step": 0}, "points[1].value"),
-    ({"key": "loss", "value": 1.0, "step": -1}, "points[1].step"),
-    ({"key": "loss", "step": 0}, "points[1].value"),
-])
+@pytest.mark.parametrize(
+    "bad, field",
+    [
+        ({"value": 1.0, "step": 0}, "points[1].key"),
+        ({"key": "loss", "value": "high", "step": 0}, "points[1].value"),
+        ({"key": "loss", "value": 1.0, "step": -1}, "points[1].step"),
+        ({"key": "loss", "step": 0}, "points[1].value"),
+    ],
+)
 def test_a_bad_point_refuses_the_whole_batch_naming_the_field(run, creator, bad, field):
     good = {"key": "loss", "value": 0.5, "step": 0}
     with pytest.raises(ValidationFailed) as caught:

@@ -25,16 +25,31 @@ def start(client, run_id=None, resume=None, **extra):
 
 def stopped(project, creator, run_id="exp-42", status=RunStatus.FAILED, **fields):
     """A Run that was started and stopped (its writer gone)."""
-    return RunFactory(project=project, created_by=creator, external_id=run_id, status=status,
-                      started_at=timezone.now() - timedelta(hours=1), **fields)
+    return RunFactory(
+        project=project,
+        created_by=creator,
+        external_id=run_id,
+        status=status,
+        started_at=timezone.now() - timedelta(hours=1),
+        **fields,
+    )
 
 
 def live(project, creator, run_id="exp-42", seconds_ago=5):
     """A running Run whose writer heartbeated ``seconds_ago``."""
     now = timezone.now()
-    return RunFactory(project=project, created_by=creator, external_id=run_id, status=RunStatus.RUNNING,
-                      started_at=now - timedelta(hours=1), heartbeat_at=now - timedelta(seconds=seconds_ago),
-                      writer_host="gpu-7", writer_pid=4242, writer_since=now - timedelta(hours=1), lease_token=3)
+    return RunFactory(
+        project=project,
+        created_by=creator,
+        external_id=run_id,
+        status=RunStatus.RUNNING,
+        started_at=now - timedelta(hours=1),
+        heartbeat_at=now - timedelta(seconds=seconds_ago),
+        writer_host="gpu-7",
+        writer_pid=4242,
+        writer_since=now - timedelta(hours=1),
+        lease_token=3,
+    )
 
 
 # --- the matrix ----------------------------------------------------------------------------
@@ -61,7 +76,12 @@ def test_an_absent_id_is_created_by_allow_never_and_absent(api, member, resume):
     response = start(api(member), "exp-42", resume)
     assert response.status_code == 201, response.content
     body = response.json()
-    assert (body["external_id"], body["status"], body["resumed"], body["fencing_token"]) == ("exp-42", "running", False, 1)
+    assert (body["external_id"], body["status"], body["resumed"], body["fencing_token"]) == (
+        "exp-42",
+        "running",
+        False,
+        1,
+    )
     assert (body["last_step"], body["step_floor"], body["resume_count"]) == (None, 0, 0)
 
 
@@ -73,7 +93,9 @@ def test_must_on_an_absent_id_is_404_naming_the_project(api, member):
     assert not Run.objects.filter(external_id="exp-42").exists()
 
 
-def test_must_on_an_id_of_another_project_is_404_naming_the_project_searched(api, project, member, other_project, outsider):
+def test_must_on_an_id_of_another_project_is_404_naming_the_project_searched(
+    api, project, member, other_project, outsider
+):
     stopped(other_project, outsider, run_id="theirs-1")
     response = start(api(member), "theirs-1", "must")
     assert response.status_code == 404
@@ -89,26 +111,39 @@ def test_allow_on_an_id_of_another_project_creates_one_here(api, project, member
 
 @pytest.mark.parametrize("resume", ["allow", "never", None])
 def test_a_pending_run_is_attached_by_its_creator(api, project, creator, resume):
-    pending = RunFactory(project=project, created_by=creator, external_id="trial-3", status=RunStatus.PENDING,
-                         parameters={"lr": 0.1})
+    pending = RunFactory(
+        project=project, created_by=creator, external_id="trial-3", status=RunStatus.PENDING, parameters={"lr": 0.1}
+    )
     response = start(api(creator), "trial-3", resume, parameters={"lr": 0.5}, host="node-1", pid=77)
     assert response.status_code == 200, response.content
     body = response.json()
-    assert (body["id"], body["status"], body["resumed"], body["parameters"]) == (pending.pk, "running", False, {"lr": 0.1})
+    assert (body["id"], body["status"], body["resumed"], body["parameters"]) == (
+        pending.pk,
+        "running",
+        False,
+        {"lr": 0.1},
+    )
     assert (body["fencing_token"], body["writer_host"], body["writer_pid"]) == (1, "node-1", 77)
     assert body["heartbeat_at"] and body["last_step"] is None
 
 
 def test_attaching_fills_the_name_and_parameters_the_job_left_open(api, project, creator):
-    pending = RunFactory(project=project, created_by=creator, external_id="job-run", status=RunStatus.PENDING,
-                         name="", parameters={"lr": 0.1})
+    pending = RunFactory(
+        project=project,
+        created_by=creator,
+        external_id="job-run",
+        status=RunStatus.PENDING,
+        name="",
+        parameters={"lr": 0.1},
+    )
     response = start(api(creator), "job-run", None, name="resnet50", parameters={"lr": 0.5, "epochs": 3})
     assert response.status_code == 200, response.content
     assert (response.json()["name"], response.json()["parameters"]) == ("resnet50", {"lr": 0.1, "epochs": 3})
     pending.refresh_from_db()
     assert (pending.name, pending.parameters) == ("resnet50", {"lr": 0.1, "epochs": 3})
-    named = RunFactory(project=project, created_by=creator, external_id="named", status=RunStatus.PENDING,
-                       name="from the job")
+    named = RunFactory(
+        project=project, created_by=creator, external_id="named", status=RunStatus.PENDING, name="from the job"
+    )
     assert start(api(creator), "named", None, name="from code").json()["name"] == "from the job"
 
 
@@ -196,8 +231,12 @@ def test_a_resume_continues_after_the_last_logged_step_and_drops_lower_steps(api
 
     client = api(creator)
     token = {"HTTP_MADO_FENCING_TOKEN": str(body["fencing_token"])}
-    points = [{"key": "loss", "value": 0.5, "step": 48}, {"key": "acc", "value": 0.1, "step": 10},
-              {"key": "acc", "value": 0.2, "step": 11}, {"key": "loss", "value": 0.4, "step": 50}]
+    points = [
+        {"key": "loss", "value": 0.5, "step": 48},
+        {"key": "acc", "value": 0.1, "step": 10},
+        {"key": "acc", "value": 0.2, "step": 11},
+        {"key": "loss", "value": 0.4, "step": 50},
+    ]
     response = client.post(f"{URL}{run.pk}/metrics/", {"points": points}, format="json", **token)
     assert response.status_code == 201
     assert response.json() == {"stored": 1, "dropped": 3, "dropped_keys": ["acc", "loss"]}
@@ -279,7 +318,12 @@ def test_allow_param_change_changes_the_value_and_records_the_change(api, projec
     assert response.json()["parameters"] == {"lr": 0.2, "opt": "sgd"}
     change = ParameterChange.objects.get(run=run)
     assert (change.key, change.old_value, change.new_value, change.lease_token, change.changed_by) == (
-        "lr", 0.1, 0.2, 1, admin)
+        "lr",
+        0.1,
+        0.2,
+        1,
+        admin,
+    )
 
 
 # --- single writer --------------------------------------------------------------------------

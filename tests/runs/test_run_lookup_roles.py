@@ -14,7 +14,8 @@ def test_the_role_read_with_the_run_answers_the_policy_without_a_query(run, crea
 
 
 def test_another_users_role_on_the_same_project_is_still_read_from_the_database(
-        run, member, admin, django_assert_num_queries):
+    run, member, admin, django_assert_num_queries
+):
     found = selectors.run_get_for_user(user=member, run_id=run.pk)
     with django_assert_num_queries(1):
         assert policy.role_in(admin, found.project) == Role.ADMIN

@@ -16,8 +16,15 @@ def resumed_run(run, creator):
     """``run`` after two resumes on host gpu-7, with 12 points dropped below step 101 and one parameter changed."""
     since = timezone.now() - timedelta(minutes=5)
     Run.objects.filter(pk=run.pk).update(
-        resume_count=2, writer_host="gpu-7", writer_pid=4242, writer_since=since, heartbeat_at=since,
-        step_floor=101, dropped_points=12, lease_token=3, started_at=since,
+        resume_count=2,
+        writer_host="gpu-7",
+        writer_pid=4242,
+        writer_since=since,
+        heartbeat_at=since,
+        step_floor=101,
+        dropped_points=12,
+        lease_token=3,
+        started_at=since,
     )
     ParameterChange.objects.create(run=run, key="lr", old_value=0.1, new_value=0.05, lease_token=3, changed_by=creator)
     run.refresh_from_db()
@@ -52,8 +59,13 @@ def test_a_run_never_resumed_shows_no_dropped_points_or_changes(login, viewer, r
 
 def test_a_trials_run_links_to_its_sweep_and_names_the_trial(login, viewer, resumed_run, project, creator):
     sweep = Sweep.objects.create(
-        project=project, name="lr-search", method="grid", parameters={"lr": {"values": [0.1, 0.05]}},
-        metric_name="loss", program=["python", "train.py"], created_by=creator,
+        project=project,
+        name="lr-search",
+        method="grid",
+        parameters={"lr": {"values": [0.1, 0.05]}},
+        metric_name="loss",
+        program=["python", "train.py"],
+        created_by=creator,
     )
     SweepTrial.objects.create(sweep=sweep, number=3, run=resumed_run, parameters={"lr": 0.05})
     html = page(login(viewer), resumed_run)

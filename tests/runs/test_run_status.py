@@ -41,10 +41,15 @@ def test_preempting_is_sticky(sdk, run):
     assert status_of(run) == RunStatus.PREEMPTING
 
 
-@pytest.mark.parametrize("asked, final", [
-    ("finished", RunStatus.FINISHED), ("failed", RunStatus.PREEMPTED),
-    ("crashed", RunStatus.PREEMPTED), ("preempted", RunStatus.PREEMPTED),
-])
+@pytest.mark.parametrize(
+    "asked, final",
+    [
+        ("finished", RunStatus.FINISHED),
+        ("failed", RunStatus.PREEMPTED),
+        ("crashed", RunStatus.PREEMPTED),
+        ("preempted", RunStatus.PREEMPTED),
+    ],
+)
 def test_from_preempting_exit_zero_finishes_anything_else_is_preempted(sdk, run, ended, asked, final):
     sdk("preempting")
     response = sdk(asked)
@@ -105,7 +110,11 @@ def test_finishing_answers_the_run_as_stored_without_reading_its_project_or_crea
         response = sdk("finished")
     assert response.status_code == 200
     body = response.json()
-    assert body["status"] == "finished" and body["ended_at"] == Run.objects.get(pk=run.pk).ended_at.isoformat().replace("+00:00", "Z")
+    assert body["status"] == "finished" and body["ended_at"] == Run.objects.get(pk=run.pk).ended_at.isoformat().replace(
+        "+00:00", "Z"
+    )
     assert body["project"] == run.project.slug and body["created_by"] == run.created_by.username
     statements = [q["sql"] for q in queries.captured_queries]
-    assert not [sql for sql in statements if sql.startswith('SELECT "runs_project"') or sql.startswith('SELECT "auth_user"')]
+    assert not [
+        sql for sql in statements if sql.startswith('SELECT "runs_project"') or sql.startswith('SELECT "auth_user"')
+    ]

@@ -19,12 +19,19 @@ def three(project, creator):
     """Three runs: lr 0.1 / 0.01 / 0.001 (batch 32 in all), loss ending at 0.3 / 0.1 / 0.2."""
     runs = []
     for index, (lr, loss) in enumerate([(0.1, 0.3), (0.01, 0.1), (0.001, 0.2)]):
-        run = RunFactory(project=project, created_by=creator, name=f"run-{index}",
-                         parameters={"lr": lr, "batch": 32, "opt": "adam" if index else "sgd"},
-                         status=RunStatus.FINISHED if index < 2 else RunStatus.RUNNING)
-        metrics_ingest(actor=creator, run=run, points=[
-            {"key": "loss", "value": loss + (9 - s) / 10, "step": s} for s in range(10)
-        ] + [{"key": "acc", "value": 0.5, "step": 9}])
+        run = RunFactory(
+            project=project,
+            created_by=creator,
+            name=f"run-{index}",
+            parameters={"lr": lr, "batch": 32, "opt": "adam" if index else "sgd"},
+            status=RunStatus.FINISHED if index < 2 else RunStatus.RUNNING,
+        )
+        metrics_ingest(
+            actor=creator,
+            run=run,
+            points=[{"key": "loss", "value": loss + (9 - s) / 10, "step": s} for s in range(10)]
+            + [{"key": "acc", "value": 0.5, "step": 9}],
+        )
         runs.append(run)
     return runs
 
@@ -40,7 +47,11 @@ def names(response) -> list[str]:
 def test_default_columns_are_the_varying_parameters_and_shared_metrics(login, viewer, project, three):
     response = page(login(viewer), project)
     assert [c.id for c in response.context["columns"]] == [
-        "param:lr", "param:opt", "metric:acc:last", "metric:loss:last"]
+        "param:lr",
+        "param:opt",
+        "metric:acc:last",
+        "metric:loss:last",
+    ]
     body = response.content.decode()
     assert 'data-column="param:batch"' not in body  # the same in every run
     assert 'data-column="metric:loss:last">0.1<' in body
@@ -55,27 +66,33 @@ def test_sorting_by_a_metric_column_orders_the_runs_by_its_value(login, viewer, 
     assert response.status_code == 400 and "cannot sort by" in response.content.decode()
 
 
-@pytest.mark.parametrize(("query", "expected"), [
-    ("lr>0.005", ["run-1", "run-0"]),
-    ("lr>0.005 and status=finished", ["run-1", "run-0"]),
-    ("lr<=0.01 AND status!=finished", ["run-2"]),
-    ("opt=adam", ["run-2", "run-1"]),
-    ("opt~AD", ["run-2", "run-1"]),
-    ("run-1", ["run-1"]),
-    ("sgd", ["run-0"]),
-    ("creator=carol-creator and name~run-0", ["run-0"]),
-])
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        ("lr>0.005", ["run-1", "run-0"]),
+        ("lr>0.005 and status=finished", ["run-1", "run-0"]),
+        ("lr<=0.01 AND status!=finished", ["run-2"]),
+        ("opt=adam", ["run-2", "run-1"]),
+        ("opt~AD", ["run-2", "run-1"]),
+        ("run-1", ["run-1"]),
+        ("sgd", ["run-0"]),
+        ("creator=carol-creator and name~run-0", ["run-0"]),
+    ],
+)
 def test_the_search_language_filters_runs(login, viewer, project, three, query, expected):
     assert names(page(login(viewer), project, q=query)) == expected
 
 
-@pytest.mark.parametrize(("query", "message"), [
-    ("lr>", "no value after"),
-    ("status>finished", "status is text"),
-    ("lr>0.1 and and x=1", "write FIELD OP VALUE"),
-    ("=5", "write FIELD OP VALUE"),
-    ("tag>x", "tags take = or !="),
-])
+@pytest.mark.parametrize(
+    ("query", "message"),
+    [
+        ("lr>", "no value after"),
+        ("status>finished", "status is text"),
+        ("lr>0.1 and and x=1", "write FIELD OP VALUE"),
+        ("=5", "write FIELD OP VALUE"),
+        ("tag>x", "tags take = or !="),
+    ],
+)
 def test_a_bad_search_says_which_term_and_why(login, viewer, project, three, query, message):
     response = page(login(viewer), project, q=query)
     assert response.status_code == 400 and message in response.content.decode()
@@ -99,12 +116,17 @@ def test_chosen_columns_show_min_and_max_and_bad_ones_are_refused(login, viewer,
 
 
 def test_csv_export_has_every_matching_run_with_the_columns(login, viewer, project, three):
-    response = login(viewer).get(reverse("runs:project-runs-csv", args=[project.slug]),
-                                 {"sort": "metric:loss:last", "col": ["param:lr", "metric:loss:last"]})
+    response = login(viewer).get(
+        reverse("runs:project-runs-csv", args=[project.slug]),
+        {"sort": "metric:loss:last", "col": ["param:lr", "metric:loss:last"]},
+    )
     rows = list(csv.reader(io.StringIO(b"".join(response.streaming_content).decode())))
     assert rows[0] == ["id", "name", "status", "kind", "creator", "started_at", "lr", "loss (last)"]
-    assert [(r[1], r[6], r[7]) for r in rows[1:]] == [("run-1", "0.01", "0.1"), ("run-2", "0.001", "0.2"),
-                                                      ("run-0", "0.1", "0.3")]
+    assert [(r[1], r[6], r[7]) for r in rows[1:]] == [
+        ("run-1", "0.01", "0.1"),
+        ("run-2", "0.001", "0.2"),
+        ("run-0", "0.1", "0.3"),
+    ]
 
 
 def test_the_table_has_a_checkbox_per_run_and_a_compare_button(login, viewer, project, three):
@@ -117,7 +139,9 @@ def test_parse_columns_refuses_hostile_values():
     with pytest.raises(Exception, match="param:NAME"):
         table.parse_columns(["'; drop table runs; --"])
     assert [c.id for c in table.parse_columns(["param:a", "param:a", "metric:x:y:last"])] == [
-        "param:a", "metric:x:y:last"]
+        "param:a",
+        "metric:x:y:last",
+    ]
 
 
 # --- Compare -----------------------------------------------------------------------------------------------
@@ -186,7 +210,9 @@ def test_the_workspace_pages_are_translated_to_japanese(login, viewer, project, 
     assert "Runの比較" in compared and "拡大を戻す" in compared and "対数目盛り (y)" in compared
 
 
-def test_sorting_by_a_metric_puts_runs_without_it_last_either_way_and_keeps_filters(login, viewer, project, three, creator):
+def test_sorting_by_a_metric_puts_runs_without_it_last_either_way_and_keeps_filters(
+    login, viewer, project, three, creator
+):
     RunFactory(project=project, created_by=creator, name="no-loss", parameters={"lr": 0.5})
     RunTag.objects.create(run=three[0], key="team", value="vision")
     RunTag.objects.create(run=three[2], key="team", value="vision")
@@ -199,7 +225,8 @@ def test_sorting_by_a_metric_puts_runs_without_it_last_either_way_and_keeps_filt
 
 
 def test_compare_lists_each_runs_checkpoints_and_stages_in_the_same_queries_for_more_runs(
-        login, viewer, project, creator, django_assert_max_num_queries):
+    login, viewer, project, creator, django_assert_max_num_queries
+):
     from checkpoints.models import Checkpoint
     from runs.models import DataStage
 

@@ -13,8 +13,9 @@ from tests.factories import RunFactory
 
 
 def post_points(client, run, points, **headers):
-    return client.post(f"/api/v1/runs/{run.pk}/metrics/", json.dumps({"points": points}),
-                       content_type="application/json", **headers)
+    return client.post(
+        f"/api/v1/runs/{run.pk}/metrics/", json.dumps({"points": points}), content_type="application/json", **headers
+    )
 
 
 @pytest.fixture

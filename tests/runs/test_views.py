@@ -20,21 +20,23 @@ from tests.factories import (
     UserFactory,
 )
 
-
 # --- access --------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name, kwargs", [
-    ("runs:project-list", {}),
-    ("runs:project-detail", {"slug": "vision"}),
-    ("runs:project-members", {"slug": "vision"}),
-    ("runs:run-detail", "run"),
-    ("runs:run-charts", "run"),
-    ("runs:run-logs", "run"),
-    ("runs:run-system", "run"),
-    ("runs:project-compare", {"slug": "vision"}),
-    ("runs:project-runs-csv", {"slug": "vision"}),
-])
+@pytest.mark.parametrize(
+    "name, kwargs",
+    [
+        ("runs:project-list", {}),
+        ("runs:project-detail", {"slug": "vision"}),
+        ("runs:project-members", {"slug": "vision"}),
+        ("runs:run-detail", "run"),
+        ("runs:run-charts", "run"),
+        ("runs:run-logs", "run"),
+        ("runs:run-system", "run"),
+        ("runs:project-compare", {"slug": "vision"}),
+        ("runs:project-runs-csv", {"slug": "vision"}),
+    ],
+)
 def test_anonymous_is_redirected_to_login(client, run, name, kwargs):
     url = reverse(name, kwargs={"pk": run.pk} if kwargs == "run" else kwargs)
     response = client.get(url)
@@ -99,8 +101,13 @@ def test_wrong_password_shows_a_form_error(client, member):
 def test_runs_table_lists_runs_with_status_kind_creator_and_duration(login, member, project, creator):
     started = timezone.now() - timedelta(minutes=5)
     RunFactory(
-        project=project, created_by=creator, name="long-one", status=RunStatus.FINISHED,
-        kind=RunKind.FINE_TUNING, started_at=started, ended_at=started + timedelta(minutes=3, seconds=7),
+        project=project,
+        created_by=creator,
+        name="long-one",
+        status=RunStatus.FINISHED,
+        kind=RunKind.FINE_TUNING,
+        started_at=started,
+        ended_at=started + timedelta(minutes=3, seconds=7),
     )
     body = login(member).get(reverse("runs:project-detail", args=["vision"])).content.decode()
     assert "long-one" in body
@@ -111,8 +118,12 @@ def test_runs_table_lists_runs_with_status_kind_creator_and_duration(login, memb
 
 
 def test_a_running_runs_duration_counts_up_to_now(login, member, project, creator):
-    RunFactory(project=project, created_by=creator, status=RunStatus.RUNNING,
-               started_at=timezone.now() - timedelta(hours=2, minutes=5, seconds=10))
+    RunFactory(
+        project=project,
+        created_by=creator,
+        status=RunStatus.RUNNING,
+        started_at=timezone.now() - timedelta(hours=2, minutes=5, seconds=10),
+    )
     body = login(member).get(reverse("runs:project-detail", args=["vision"])).content.decode()
     assert "2h 05m" in body
 
@@ -168,8 +179,13 @@ def test_run_page_shows_overview_lineage_parameters_datasets_and_code(login, vie
     code_version = CodeVersionFactory(code__project=project, code__name="trainer", code__created_by=creator)
     parent = RunFactory(project=project, created_by=creator, name="the-parent")
     run = RunFactory(
-        project=project, created_by=creator, name="the-child", parent=parent, code_version=code_version,
-        parameters={"lr": 0.001, "layers": [64, 32], "optimizer": "adam"}, external_id="abc12345",
+        project=project,
+        created_by=creator,
+        name="the-child",
+        parent=parent,
+        code_version=code_version,
+        parameters={"lr": 0.001, "layers": [64, 32], "optimizer": "adam"},
+        external_id="abc12345",
     )
     run.input_dataset_versions.set([version])
     RunFactory(project=project, created_by=creator, name="the-grandchild", parent=run)
@@ -185,12 +201,15 @@ def test_run_page_shows_overview_lineage_parameters_datasets_and_code(login, vie
         assert tab in body
 
 
-@pytest.mark.parametrize("name, sentence", [
-    ("runs:run-checkpoints", "No checkpoints to show yet"),
-    ("runs:run-data-history", "No data changes have been recorded"),
-    ("runs:run-logs", "No logs yet"),
-    ("runs:run-system", "No system metrics were recorded"),
-])
+@pytest.mark.parametrize(
+    "name, sentence",
+    [
+        ("runs:run-checkpoints", "No checkpoints to show yet"),
+        ("runs:run-data-history", "No data changes have been recorded"),
+        ("runs:run-logs", "No logs yet"),
+        ("runs:run-system", "No system metrics were recorded"),
+    ],
+)
 def test_later_tabs_show_an_empty_state_sentence(login, viewer, run, name, sentence):
     response = login(viewer).get(reverse(name, args=[run.pk]))
     assert sentence in response.content.decode()
@@ -212,12 +231,16 @@ def test_run_page_sends_one_uplot_chart_per_metric_key(login, viewer, run, creat
 
 
 def test_non_finite_points_are_skipped_and_counted(login, viewer, run, creator):
-    metrics_ingest(actor=creator, run=run, points=[
-        {"key": "loss", "value": 1.0, "step": 0},
-        {"key": "loss", "value": "NaN", "step": 1},
-        {"key": "loss", "value": "Infinity", "step": 2},
-        {"key": "loss", "value": 0.5, "step": 3},
-    ])
+    metrics_ingest(
+        actor=creator,
+        run=run,
+        points=[
+            {"key": "loss", "value": 1.0, "step": 0},
+            {"key": "loss", "value": "NaN", "step": 1},
+            {"key": "loss", "value": "Infinity", "step": 2},
+            {"key": "loss", "value": 0.5, "step": 3},
+        ],
+    )
     body = login(viewer).get(reverse("runs:run-detail", args=[run.pk])).content.decode()
     assert 'data-skipped="2"' in body
     assert "2 non-finite values" in body
@@ -226,9 +249,11 @@ def test_non_finite_points_are_skipped_and_counted(login, viewer, run, creator):
 
 
 def test_system_metrics_are_on_the_system_tab_not_among_the_training_charts(login, viewer, run, creator):
-    metrics_ingest(actor=creator, run=run, points=[
-        {"key": key, "value": 1.0, "step": s} for key in ("loss", "system/cpu_percent") for s in range(3)
-    ])
+    metrics_ingest(
+        actor=creator,
+        run=run,
+        points=[{"key": key, "value": 1.0, "step": s} for key in ("loss", "system/cpu_percent") for s in range(3)],
+    )
     client = login(viewer)
     overview = chart_data(client.get(reverse("runs:run-detail", args=[run.pk])).content.decode())
     assert [c["key"] for c in overview["charts"]] == ["loss"]
@@ -327,11 +352,14 @@ def test_admin_adds_a_member_by_username(login, admin, project):
     assert Membership.objects.get(project=project, user__username="newbie").role == Role.VIEWER
 
 
-@pytest.mark.parametrize("username, role, message", [
-    ("ghost", "member", "no user named"),
-    ("mike-member", "member", "already a member"),
-    ("mike-member", "owner", "Select a valid choice"),
-])
+@pytest.mark.parametrize(
+    "username, role, message",
+    [
+        ("ghost", "member", "no user named"),
+        ("mike-member", "member", "already a member"),
+        ("mike-member", "owner", "Select a valid choice"),
+    ],
+)
 def test_adding_a_bad_member_is_a_form_error(login, admin, member, username, role, message):
     response = login(admin).post(reverse("runs:project-members", args=["vision"]), {"username": username, "role": role})
     assert response.status_code in (400, 409)

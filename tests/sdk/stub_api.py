@@ -61,14 +61,21 @@ class HttpStub:
 
 class StubApi(HttpStub):
     """Records what it receives: ``runs`` (create bodies), ``posts`` (status answered per metric post),
-    ``batch_sizes`` (points per metric post), ``points`` (stored points, in arrival order) and
-    ``statuses`` (PATCHed statuses), ``batch_keys`` (the ``Idempotency-Key`` of each metric post).
-While ``release`` is clear, metric posts hang; each takes ``metrics_delay_s`` at least; ``most_in_flight`` is the
-    most metric posts seen at once.
-    ``lose_create_answers``: that many run creations are stored but answered 503 (the answer got lost)."""
+        ``batch_sizes`` (points per metric post), ``points`` (stored points, in arrival order) and
+        ``statuses`` (PATCHed statuses), ``batch_keys`` (the ``Idempotency-Key`` of each metric post).
+    While ``release`` is clear, metric posts hang; each takes ``metrics_delay_s`` at least; ``most_in_flight`` is the
+        most metric posts seen at once.
+        ``lose_create_answers``: that many run creations are stored but answered 503 (the answer got lost)."""
 
-    def __init__(self, *, fail_metrics: int = 0, fail_status: int = 503, refuse: dict | None = None,
-                 lose_create_answers: int = 0, metrics_delay_s: float = 0.0):
+    def __init__(
+        self,
+        *,
+        fail_metrics: int = 0,
+        fail_status: int = 503,
+        refuse: dict | None = None,
+        lose_create_answers: int = 0,
+        metrics_delay_s: float = 0.0,
+    ):
         self.fail_metrics = fail_metrics
         self.lose_create_answers = lose_create_answers
         self.fail_status = fail_status
@@ -94,8 +101,12 @@ While ``release`` is clear, metric posts hang; each takes ``metrics_delay_s`` at
         with self.lock:
             self.in_flight -= 1
         if "keys" in body:  # the columnar form the SDK sends, as the rows the tests compare
-            body = {"points": [{"key": k, "step": s, "value": v, "timestamp": t} for k, s, v, t
-                               in zip(body["keys"], body["steps"], body["values"], body["timestamps"], strict=True)]}
+            body = {
+                "points": [
+                    {"key": k, "step": s, "value": v, "timestamp": t}
+                    for k, s, v, t in zip(body["keys"], body["steps"], body["values"], body["timestamps"], strict=True)
+                ]
+            }
         with self.lock:
             self.batch_keys.append(key)
             self.batch_sizes.append(len(body["points"]))
@@ -116,9 +127,16 @@ While ``release`` is clear, metric posts hang; each takes ``metrics_delay_s`` at
 
         class Handler(JsonHandler):
             def _run(self, body: dict, status: str = "running") -> dict:
-                return {"id": 1, "external_id": body.get("external_id", "stubrun1"), "project": body.get("project"),
-                        "name": body.get("name", ""), "kind": body.get("kind", "training"), "status": status,
-                        "parameters": body.get("parameters", {}), "url": f"{stub.url}/runs/1/"}
+                return {
+                    "id": 1,
+                    "external_id": body.get("external_id", "stubrun1"),
+                    "project": body.get("project"),
+                    "name": body.get("name", ""),
+                    "kind": body.get("kind", "training"),
+                    "status": status,
+                    "parameters": body.get("parameters", {}),
+                    "url": f"{stub.url}/runs/1/",
+                }
 
             def do_POST(self):
                 body = self._body()

@@ -26,24 +26,44 @@ def executable(path: Path, text: str) -> Path:
 
 def bare_python(directory: Path) -> Path:
     """A ``python3`` on its own ``PATH`` entry that, like a system Python without the SDK, cannot import it."""
-    return executable(directory / "python3", "#!/bin/sh\n"
-                      "echo \"ModuleNotFoundError: No module named 'mado_tracking'\" >&2\nexit 1\n")
+    return executable(
+        directory / "python3", "#!/bin/sh\necho \"ModuleNotFoundError: No module named 'mado_tracking'\" >&2\nexit 1\n"
+    )
 
 
 def agent_environment(api, path: str) -> dict[str, str]:
-    return {**{k: v for k, v in os.environ.items() if not k.startswith("MMT_")},
-            "MMT_API_URL": api.url, "MMT_API_TOKEN": TOKEN, "PATH": path}
+    return {
+        **{k: v for k, v in os.environ.items() if not k.startswith("MMT_")},
+        "MMT_API_URL": api.url,
+        "MMT_API_TOKEN": TOKEN,
+        "PATH": path,
+    }
 
 
-CLAIM = {"trial": {"number": 1, "parameters": {"lr": 0.1}, "run_id": 101, "external_id": "trial-1",
-                   "requeue_count": 0, "lease_expires_at": None, "latest_checkpoint": None}, "done": False}
+CLAIM = {
+    "trial": {
+        "number": 1,
+        "parameters": {"lr": 0.1},
+        "run_id": 101,
+        "external_id": "trial-1",
+        "requeue_count": 0,
+        "lease_expires_at": None,
+        "latest_checkpoint": None,
+    },
+    "done": False,
+}
 
 
 def test_an_agent_whose_python_lacks_the_sdk_stops_before_claiming_naming_the_interpreter_and_the_fix(tmp_path):
     python = bare_python(tmp_path / "bin")
     with SweepStub(program=["python3", "train.py"], claims=[CLAIM]) as api:
-        agent = subprocess.run([MADO, "agent", "7"], env=agent_environment(api, f"{python.parent}:/usr/bin:/bin"),
-                               capture_output=True, text=True, timeout=60)
+        agent = subprocess.run(
+            [MADO, "agent", "7"],
+            env=agent_environment(api, f"{python.parent}:/usr/bin:/bin"),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         claimed, reports = list(api.agents), list(api.reports)
     assert agent.returncode == 1, agent.stderr
     assert f"the sweep's program runs {python} ('python3' on PATH), which cannot import the mado SDK" in agent.stderr
@@ -55,8 +75,9 @@ def test_an_agent_whose_python_lacks_the_sdk_stops_before_claiming_naming_the_in
 
 def test_an_agent_whose_python_is_not_on_path_stops_before_claiming(tmp_path):
     with SweepStub(program=["python3.99", "train.py"], claims=[CLAIM]) as api:
-        agent = subprocess.run([MADO, "agent", "7"], env=agent_environment(api, str(tmp_path)),
-                               capture_output=True, text=True, timeout=60)
+        agent = subprocess.run(
+            [MADO, "agent", "7"], env=agent_environment(api, str(tmp_path)), capture_output=True, text=True, timeout=60
+        )
         claimed = list(api.agents)
     assert agent.returncode == 1
     assert "runs 'python3.99', which is not found on PATH" in agent.stderr
@@ -72,14 +93,17 @@ def test_the_interpreter_of_a_script_is_read_from_its_shebang_line(tmp_path):
         check_interpreter([str(script)], env={"PATH": path})
 
 
-@pytest.mark.parametrize("argv, expected", [
-    (["python", "train.py"], "python"),
-    (["/opt/venv/bin/python3.12", "-m", "train"], "/opt/venv/bin/python3.12"),
-    (["env", "OMP_NUM_THREADS=1", "python3", "train.py"], "python3"),
-    (["bash", "train.sh"], None),
-    (["./no-such-program"], None),
-    ([], None),
-])
+@pytest.mark.parametrize(
+    "argv, expected",
+    [
+        (["python", "train.py"], "python"),
+        (["/opt/venv/bin/python3.12", "-m", "train"], "/opt/venv/bin/python3.12"),
+        (["env", "OMP_NUM_THREADS=1", "python3", "train.py"], "python3"),
+        (["bash", "train.sh"], None),
+        (["./no-such-program"], None),
+        ([], None),
+    ],
+)
 def test_the_program_interpreter_is_its_python_word_or_none(argv, expected):
     assert program_interpreter(argv, path="/usr/bin:/bin") == expected
 
@@ -95,6 +119,7 @@ def test_the_checked_imports_cover_every_runtime_dependency_of_the_sdk():
 
     names = {"PyYAML": "yaml"}
     dependencies = tomllib.loads(SDK_PYPROJECT.read_text())["project"]["dependencies"]
-    wanted = {names.get(spec.split(">")[0].split("=")[0].strip(), spec.split(">")[0].strip().lower())
-              for spec in dependencies}
+    wanted = {
+        names.get(spec.split(">")[0].split("=")[0].strip(), spec.split(">")[0].strip().lower()) for spec in dependencies
+    }
     assert wanted <= set(SDK_IMPORTS), wanted - set(SDK_IMPORTS)

@@ -12,18 +12,31 @@ MADO = str(Path(sys.executable).parent / "mado")
 
 
 def trial(number: int) -> dict:
-    return {"trial": {"number": number, "parameters": {"lr": 0.01}, "run_id": 100 + number,
-                      "external_id": f"trial-{number}", "requeue_count": 0, "lease_expires_at": None,
-                      "latest_checkpoint": None}, "done": False}
+    return {
+        "trial": {
+            "number": number,
+            "parameters": {"lr": 0.01},
+            "run_id": 100 + number,
+            "external_id": f"trial-{number}",
+            "requeue_count": 0,
+            "lease_expires_at": None,
+            "latest_checkpoint": None,
+        },
+        "done": False,
+    }
 
 
 def test_a_program_that_cannot_start_requeues_its_trial_and_stops_the_agent(tmp_path):
     missing = str(tmp_path / "train.py")  # not there: Popen raises FileNotFoundError
     with SweepStub(program=[missing], claims=[trial(1), trial(2), trial(3)]) as api:
-        environment = {**{k: v for k, v in os.environ.items() if not k.startswith("MMT_")},
-                       "MMT_API_URL": api.url, "MMT_API_TOKEN": TOKEN}
-        agent = subprocess.run([MADO, "agent", "7", "--poll-interval", "0.05"], env=environment,
-                               capture_output=True, text=True, timeout=60)
+        environment = {
+            **{k: v for k, v in os.environ.items() if not k.startswith("MMT_")},
+            "MMT_API_URL": api.url,
+            "MMT_API_TOKEN": TOKEN,
+        }
+        agent = subprocess.run(
+            [MADO, "agent", "7", "--poll-interval", "0.05"], env=environment, capture_output=True, text=True, timeout=60
+        )
         reports, agents = list(api.reports), list(api.agents)
     assert agent.returncode == 1, agent.stderr
     assert f"trial 1: cannot start {missing!r}" in agent.stderr

@@ -38,12 +38,27 @@ def s3(moto_endpoint, settings, monkeypatch):
 
     for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
         monkeypatch.delenv(name, raising=False)
-    client = boto3.client("s3", endpoint_url=moto_endpoint, region_name="us-east-1",
-                          aws_access_key_id="testing", aws_secret_access_key="testing")
+    client = boto3.client(
+        "s3",
+        endpoint_url=moto_endpoint,
+        region_name="us-east-1",
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    )
     client.create_bucket(Bucket=BUCKET)
-    storage = {"BACKEND": "storages.backends.s3.S3Storage", "OPTIONS": {
-        "bucket_name": BUCKET, "endpoint_url": moto_endpoint, "region_name": "us-east-1", "access_key": "testing",
-        "secret_key": "testing", "location": "prefix", "file_overwrite": False, "default_acl": None}}
+    storage = {
+        "BACKEND": "storages.backends.s3.S3Storage",
+        "OPTIONS": {
+            "bucket_name": BUCKET,
+            "endpoint_url": moto_endpoint,
+            "region_name": "us-east-1",
+            "access_key": "testing",
+            "secret_key": "testing",
+            "location": "prefix",
+            "file_overwrite": False,
+            "default_acl": None,
+        },
+    }
     settings.STORAGES = {**settings.STORAGES, "default": storage, "artifacts": storage}
     settings.MADO_CHECKPOINT_PART_SIZE = 8 * MIB
     queued = []
@@ -65,8 +80,9 @@ def s3(moto_endpoint, settings, monkeypatch):
 
 
 @pytest.mark.parametrize("wait", [True, False])
-def test_a_checkpoint_goes_to_the_bucket_in_parts_and_completes_after_verification(mmt_env, s3, tmp_path,
-                                                                                   monkeypatch, wait):
+def test_a_checkpoint_goes_to_the_bucket_in_parts_and_completes_after_verification(
+    mmt_env, s3, tmp_path, monkeypatch, wait
+):
     ckpt = tmp_path / "ckpt"
     ckpt.mkdir()
     (ckpt / "model.pt").write_bytes(os.urandom(17 * MIB + 5))
@@ -88,9 +104,13 @@ def test_a_checkpoint_goes_to_the_bucket_in_parts_and_completes_after_verificati
     assert stored.state == CheckpointState.COMPLETE and stored.tar_sha256 == saved.sha256
     assert list(stored.manifest.order_by("path").values_list("path", "sha256")) == [
         ("model.pt", hashlib.sha256((ckpt / "model.pt").read_bytes()).hexdigest()),
-        ("optim.pt", hashlib.sha256(b"o" * 1000).hexdigest())]
-    body = requests.get(f"{mmt_env['MMT_API_URL']}/api/v1/checkpoints/{saved.id}/tar",
-                        headers={"Authorization": f"Bearer {mmt_env['MMT_API_TOKEN']}"}, timeout=60).content
+        ("optim.pt", hashlib.sha256(b"o" * 1000).hexdigest()),
+    ]
+    body = requests.get(
+        f"{mmt_env['MMT_API_URL']}/api/v1/checkpoints/{saved.id}/tar",
+        headers={"Authorization": f"Bearer {mmt_env['MMT_API_TOKEN']}"},
+        timeout=60,
+    ).content
     assert hashlib.sha256(body).hexdigest() == saved.sha256
 
 

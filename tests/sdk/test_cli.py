@@ -23,8 +23,14 @@ def test_version_prints_the_package_version():
 
 def test_runs_list_prints_a_table_of_visible_runs(mmt_env, project, creator, other_project, outsider):
     RunFactory(project=project, created_by=creator, name="baseline", external_id="base0001")
-    RunFactory(project=project, created_by=creator, name="wider", external_id="wide0002",
-               status=RunStatus.FAILED, kind="fine_tuning")
+    RunFactory(
+        project=project,
+        created_by=creator,
+        name="wider",
+        external_id="wide0002",
+        status=RunStatus.FAILED,
+        kind="fine_tuning",
+    )
     RunFactory(project=other_project, created_by=outsider, name="secret", external_id="secr0003")
     result = _mado("runs", "list", env={"MMT_PROJECT": None})
     assert result.exit_code == 0, result.output

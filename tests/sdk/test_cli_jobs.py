@@ -70,12 +70,22 @@ def code_version(project, creator):
 
 
 def _failed_job(actor, code_version, queue, *, steps=(10, 20)) -> tuple[Job, dict[int, Checkpoint]]:
-    job = services.job_launch(actor=actor, code_version=code_version, queue=queue, parameters={"lr": 0.1},
-                              dataset_version_ids=[], name="baseline")
+    job = services.job_launch(
+        actor=actor,
+        code_version=code_version,
+        queue=queue,
+        parameters={"lr": 0.1},
+        dataset_version_ids=[],
+        name="baseline",
+    )
     services.job_claim(job_id=job.pk, worker_host="gpu-1")
     job = services.job_finish(job_id=job.pk, exit_code=1)
-    checkpoints = {step: Checkpoint.objects.create(run=job.run, step=step, state=CheckpointState.COMPLETE,
-                                                   file_count=1, total_bytes=10) for step in steps}
+    checkpoints = {
+        step: Checkpoint.objects.create(
+            run=job.run, step=step, state=CheckpointState.COMPLETE, file_count=1, total_bytes=10
+        )
+        for step in steps
+    }
     return job, checkpoints
 
 
@@ -101,12 +111,14 @@ def source_dir(tmp_path):
 
 def test_code_push_registers_the_folder_as_version_1_of_a_new_code_then_version_2(mado, creator, project, source_dir):
     entrypoint = "python train.py --steps 40 --note 'two words'"
-    first = mado("code", "push", source_dir, "--project", "vision", "--name", "trainer", "--entrypoint", entrypoint,
-                 user=creator)
+    first = mado(
+        "code", "push", source_dir, "--project", "vision", "--name", "trainer", "--entrypoint", entrypoint, user=creator
+    )
     assert first.exit_code == 0, first.output
     version = CodeVersion.objects.get()
     assert first.output.splitlines()[0] == (
-        f"code version {version.pk}: trainer v1 (code {version.code_id}, new) in project vision")
+        f"code version {version.pk}: trainer v1 (code {version.code_id}, new) in project vision"
+    )
     assert "entrypoint: python train.py --steps 40 --note 'two words'" in first.output
     assert version.entrypoint == ["python", "train.py", "--steps", "40", "--note", "two words"]
     archive = _stored_archive(version)
@@ -116,8 +128,19 @@ def test_code_push_registers_the_folder_as_version_1_of_a_new_code_then_version_
         assert tar.extractfile("train.py").read() == b"print('hello')\n"
         assert {member.uid for member in tar.getmembers()} == {0}
 
-    again = mado("code", "push", source_dir, "--project", "vision", "--name", "trainer",
-                 "--entrypoint", "python train.py", "--quiet", user=creator)
+    again = mado(
+        "code",
+        "push",
+        source_dir,
+        "--project",
+        "vision",
+        "--name",
+        "trainer",
+        "--entrypoint",
+        "python train.py",
+        "--quiet",
+        user=creator,
+    )
     assert again.exit_code == 0, again.output
     second = CodeVersion.objects.get(version=2)
     assert again.output == f"{second.pk}\n"
@@ -126,8 +149,18 @@ def test_code_push_registers_the_folder_as_version_1_of_a_new_code_then_version_
 
 def test_code_push_refuses_a_symbolic_link_before_sending_anything(mado, creator, project, source_dir):
     (source_dir / "data").symlink_to("/etc")
-    result = mado("code", "push", source_dir, "--project", "vision", "--name", "trainer",
-                  "--entrypoint", "python train.py", user=creator)
+    result = mado(
+        "code",
+        "push",
+        source_dir,
+        "--project",
+        "vision",
+        "--name",
+        "trainer",
+        "--entrypoint",
+        "python train.py",
+        user=creator,
+    )
     assert result.exit_code == 1
     assert f"{source_dir / 'data'}: symbolic links cannot be pushed" in result.output
     assert not Code.objects.exists()
@@ -135,21 +168,33 @@ def test_code_push_refuses_a_symbolic_link_before_sending_anything(mado, creator
 
 @pytest.mark.parametrize(("entrypoint", "reason"), [("", "is empty"), ("python 'train.py", "No closing quotation")])
 def test_code_push_refuses_an_entrypoint_that_is_not_a_command(mado, creator, project, source_dir, entrypoint, reason):
-    result = mado("code", "push", source_dir, "--project", "vision", "--name", "t", "--entrypoint", entrypoint,
-                  user=creator)
+    result = mado(
+        "code", "push", source_dir, "--project", "vision", "--name", "t", "--entrypoint", entrypoint, user=creator
+    )
     assert result.exit_code == 2
     assert "--entrypoint" in result.output and reason in result.output
     assert not Code.objects.exists()
 
 
 def test_code_push_says_why_the_server_refused(mado, viewer, outsider, project, source_dir):
-    result = mado("code", "push", source_dir, "--project", "vision", "--name", "t", "--entrypoint", "python train.py",
-                  user=viewer)
+    result = mado(
+        "code", "push", source_dir, "--project", "vision", "--name", "t", "--entrypoint", "python train.py", user=viewer
+    )
     assert result.exit_code == 1
     assert result.output.startswith(f"Error: cannot push {source_dir} as code 't': ")
     assert "HTTP 403 forbidden" in result.output
-    hidden = mado("code", "push", source_dir, "--project", "vision", "--name", "t", "--entrypoint", "python train.py",
-                  user=outsider)
+    hidden = mado(
+        "code",
+        "push",
+        source_dir,
+        "--project",
+        "vision",
+        "--name",
+        "t",
+        "--entrypoint",
+        "python train.py",
+        user=outsider,
+    )
     assert hidden.exit_code == 1 and "HTTP 404 not_found" in hidden.output
     assert not Code.objects.exists()
 
@@ -161,19 +206,43 @@ def test_job_launch_creates_the_run_and_sends_the_job_to_its_queue(mado, creator
     gpu = Queue.objects.create(name="gpu-a100")
     dataset = DatasetFactory(project=project, name="digits")
     data_version = DatasetVersionFactory(dataset=dataset, version="v1")
-    result = mado("job", "launch", "--project", "vision", "--code-version", "trainer:1", "--param", "lr=0.05",
-                  "--param", "optimizer=adam", "--param", "layers=[64, 32]", "--param", "note=", "--dataset-version",
-                  data_version.pk, "--queue", "gpu-a100", "--max-retries", "2", "--name", "wide", user=creator)
+    result = mado(
+        "job",
+        "launch",
+        "--project",
+        "vision",
+        "--code-version",
+        "trainer:1",
+        "--param",
+        "lr=0.05",
+        "--param",
+        "optimizer=adam",
+        "--param",
+        "layers=[64, 32]",
+        "--param",
+        "note=",
+        "--dataset-version",
+        data_version.pk,
+        "--queue",
+        "gpu-a100",
+        "--max-retries",
+        "2",
+        "--name",
+        "wide",
+        user=creator,
+    )
     assert result.exit_code == 0, result.output
     job = Job.objects.select_related("run").get()
     assert (job.queue, job.max_retries, job.kind, job.status) == (gpu, 2, JobKind.NEW, JobStatus.QUEUED)
     assert job.run.parameters == {"lr": 0.05, "optimizer": "adam", "layers": [64, 32], "note": ""}
     assert list(job.run.input_dataset_versions.all()) == [data_version] and job.run.name == "wide"
     assert result.output.splitlines()[0] == (
-        f"job {job.pk} queued on gpu-a100: run {job.run_id} ({job.run.external_id}) in project vision")
+        f"job {job.pk} queued on gpu-a100: run {job.run_id} ({job.run.external_id}) in project vision"
+    )
     assert result.output.splitlines()[1].endswith(f"/runs/{job.run_id}/")
     assert [(call["name"], call["args"], call["queue"]) for call in sent] == [
-        ("worker.tasks.run_job", [job.pk], "gpu-a100")]
+        ("worker.tasks.run_job", [job.pk], "gpu-a100")
+    ]
 
     by_id = mado("job", "launch", "--code-version", code_version.pk, "-q", user=creator)
     assert by_id.exit_code == 0, by_id.output
@@ -222,8 +291,10 @@ def test_job_list_and_show(mado, creator, member, project, code_version, cpu):
     assert listed.exit_code == 0, listed.output
     header, *rows = listed.output.strip().splitlines()
     assert header.split()[:5] == ["ID", "STATUS", "KIND", "QUEUE", "RUN"]
-    assert [row.split()[:4] for row in rows] == [[str(resumed.pk), "queued", "resume", "cpu"],
-                                                  [str(failed.pk), "failed", "new", "cpu"]]
+    assert [row.split()[:4] for row in rows] == [
+        [str(resumed.pk), "queued", "resume", "cpu"],
+        [str(failed.pk), "failed", "new", "cpu"],
+    ]
     assert all("trainer:1" in row.split() for row in rows)  # CODE as --code-version takes it back
     assert mado("job", "list", "--status", "succeeded", user=member).output.strip() == "no jobs"
 
@@ -234,16 +305,18 @@ def test_job_list_and_show(mado, creator, member, project, code_version, cpu):
     # the reason shown in place of the button (docs/design/resume.md#who-may-resume)
     assert "resume: This is not your run" in shown.output
     resumed_line = mado("job", "show", resumed.pk, user=creator).output.splitlines()[0]
-    assert resumed_line.endswith(f", resume of run {failed.run_id} from checkpoint "
-                                 f"{resumed.run.source_checkpoint_id} (step 20)")
+    assert resumed_line.endswith(
+        f", resume of run {failed.run_id} from checkpoint {resumed.run.source_checkpoint_id} (step 20)"
+    )
 
 
 # --- abort / resume --------------------------------------------------------------------------------
 
 
 def test_job_abort_by_its_creator_and_refused_to_another_member(mado, creator, member, project, code_version, cpu):
-    job = services.job_launch(actor=creator, code_version=code_version, queue=cpu, parameters={},
-                              dataset_version_ids=[])
+    job = services.job_launch(
+        actor=creator, code_version=code_version, queue=cpu, parameters={}, dataset_version_ids=[]
+    )
     refused = mado("job", "abort", job.pk, user=member)
     assert refused.exit_code == 1
     assert f"cannot abort job {job.pk}: This is not your run" in refused.output and "HTTP 403" in refused.output
@@ -256,9 +329,14 @@ def test_job_abort_by_its_creator_and_refused_to_another_member(mado, creator, m
     job.refresh_from_db()
     assert job.status == JobStatus.ABORTED
 
-    services.job_claim(job_id=(running := services.job_launch(
-        actor=creator, code_version=code_version, queue=cpu, parameters={}, dataset_version_ids=[])).pk,
-        worker_host="gpu-1")
+    services.job_claim(
+        job_id=(
+            running := services.job_launch(
+                actor=creator, code_version=code_version, queue=cpu, parameters={}, dataset_version_ids=[]
+            )
+        ).pk,
+        worker_host="gpu-1",
+    )
     requested = mado("job", "abort", running.pk, user=creator)
     assert requested.exit_code == 0 and "abort requested" in requested.output
     assert Job.objects.get(pk=running.pk).abort_requested_at is not None
@@ -274,7 +352,8 @@ def test_job_resume_latest_then_from_a_chosen_checkpoint(mado, creator, project,
     assert (resumed.run.parent_id, resumed.run.source_checkpoint_id) == (failed.run_id, checkpoints[20].pk)
     assert latest.output.splitlines()[0] == (
         f"job {resumed.pk} queued on cpu: run {resumed.run_id} ({resumed.run.external_id}) in project vision, "
-        f"resume of run {failed.run_id} from checkpoint {checkpoints[20].pk} (step 20)")
+        f"resume of run {failed.run_id} from checkpoint {checkpoints[20].pk} (step 20)"
+    )
     assert sent[-1]["args"] == [resumed.pk]
 
     twice = mado("job", "resume", failed.pk, "--latest", user=creator)
@@ -298,12 +377,15 @@ def test_job_resume_refusals(mado, creator, member, project, code_version, cpu):
         assert usage.exit_code == 2 and "give either --latest or --checkpoint ID" in usage.output
     foreign = mado("job", "resume", failed.pk, "--checkpoint", other_checkpoints[5].pk, user=creator)
     assert foreign.exit_code == 1
-    assert (f"checkpoint {other_checkpoints[5].pk} belongs to run {other.run_id}, not to run {failed.run_id}"
-            in foreign.output)
+    assert (
+        f"checkpoint {other_checkpoints[5].pk} belongs to run {other.run_id}, not to run {failed.run_id}"
+        in foreign.output
+    )
     not_yours = mado("job", "resume", failed.pk, "--latest", user=member)
     assert not_yours.exit_code == 1 and "This is not your run" in not_yours.output and "HTTP 403" in not_yours.output
-    running = services.job_launch(actor=creator, code_version=code_version, queue=cpu, parameters={},
-                                  dataset_version_ids=[])
+    running = services.job_launch(
+        actor=creator, code_version=code_version, queue=cpu, parameters={}, dataset_version_ids=[]
+    )
     services.job_claim(job_id=running.pk, worker_host="gpu-1")
     busy = mado("job", "resume", running.pk, "--latest", user=creator)
     assert busy.exit_code == 1 and "HTTP 409" in busy.output
@@ -314,33 +396,58 @@ def _finished_job_with_data(actor, code_version, queue, project):
     """A succeeded Job trained on ``digits:v1`` then, from step 15, ``digits:v1`` + ``labels:v1``; a checkpoint at 20."""
     first = DatasetVersionFactory(dataset=DatasetFactory(project=project, name="digits"), version="v1")
     second = DatasetVersionFactory(dataset=DatasetFactory(project=project, name="labels"), version="v1")
-    job = services.job_launch(actor=actor, code_version=code_version, queue=queue, parameters={"lr": 0.1, "depth": 4},
-                              dataset_version_ids=[first.pk], name="baseline")
+    job = services.job_launch(
+        actor=actor,
+        code_version=code_version,
+        queue=queue,
+        parameters={"lr": 0.1, "depth": 4},
+        dataset_version_ids=[first.pk],
+        name="baseline",
+    )
     services.job_claim(job_id=job.pk, worker_host="gpu-1")
     data_stage_record(actor=actor, run=job.run, start_step=15, dataset_version_ids=[first.pk, second.pk])
     job = services.job_finish(job_id=job.pk, exit_code=0)
-    checkpoint = Checkpoint.objects.create(run=job.run, step=20, state=CheckpointState.COMPLETE, file_count=1,
-                                           total_bytes=10)
+    checkpoint = Checkpoint.objects.create(
+        run=job.run, step=20, state=CheckpointState.COMPLETE, file_count=1, total_bytes=10
+    )
     return job, checkpoint, first, second
 
 
 def test_job_continue_from_a_finished_run_keeps_its_data_at_the_step_and_adds_new_data(
-        mado, creator, project, code_version, cpu, sent):
+    mado, creator, project, code_version, cpu, sent
+):
     gpu = Queue.objects.get_or_create(name="gpu")[0]
     finished, checkpoint, first, second = _finished_job_with_data(creator, code_version, gpu, project)
     added = DatasetVersionFactory(dataset=DatasetFactory(project=project, name="fresh"), version="v1")
-    result = mado("job", "continue", checkpoint.pk, "--add-dataset-version", added.pk, "--param", "lr=0.01",
-                  "--name", "more data", user=creator)
+    result = mado(
+        "job",
+        "continue",
+        checkpoint.pk,
+        "--add-dataset-version",
+        added.pk,
+        "--param",
+        "lr=0.01",
+        "--name",
+        "more data",
+        user=creator,
+    )
     assert result.exit_code == 0, result.output
     job = Job.objects.select_related("run").latest("pk")
     assert (job.kind, job.code_version_id, job.run.parent_id, job.run.source_checkpoint_id, job.queue) == (
-        JobKind.CONTINUE, code_version.pk, finished.run_id, checkpoint.pk, gpu)  # the source Job's queue
+        JobKind.CONTINUE,
+        code_version.pk,
+        finished.run_id,
+        checkpoint.pk,
+        gpu,
+    )  # the source Job's queue
     assert sorted(job.run.input_dataset_versions.values_list("pk", flat=True)) == sorted(
-        [first.pk, second.pk, added.pk])  # the composition at step 20 (the stage from 15 on) + the new set
+        [first.pk, second.pk, added.pk]
+    )  # the composition at step 20 (the stage from 15 on) + the new set
     assert job.run.parameters == {"lr": 0.01, "depth": 4} and job.run.name == "more data"
     assert result.output.splitlines()[0] == (
         f"job {job.pk} queued on gpu: run {job.run_id} ({job.run.external_id}) in project vision, "
-        f"continue of run {finished.run_id} from checkpoint {checkpoint.pk} (step 20)")
+        f"continue of run {finished.run_id} from checkpoint {checkpoint.pk} (step 20)"
+    )
     assert sent[-1]["args"] == [job.pk]
     finished.run.refresh_from_db()
     assert finished.run.status == "finished"  # only read
@@ -375,8 +482,10 @@ def test_checkpoint_list_prints_the_ids_that_resume_and_continue_take(mado, crea
     assert listed.exit_code == 0, listed.output
     header, *rows = listed.output.strip().splitlines()
     assert header.split() == ["ID", "STEP", "STATE", "FILES", "MB", "FRAMEWORK", "OPTIMIZER", "CREATED"]
-    assert [row.split()[:3] for row in rows] == [[str(checkpoints[20].pk), "20", "complete"],
-                                                 [str(checkpoints[10].pk), "10", "complete"]]
+    assert [row.split()[:3] for row in rows] == [
+        [str(checkpoints[20].pk), "20", "complete"],
+        [str(checkpoints[10].pk), "10", "complete"],
+    ]
     other = mado("checkpoint", "list", failed.run_id + 1000, user=viewer)
     assert other.exit_code == 1 and "HTTP 404" in other.output
 
@@ -385,8 +494,9 @@ def test_checkpoint_list_prints_the_ids_that_resume_and_continue_take(mado, crea
 
 
 def test_job_logs_prints_the_output_and_follows_it_until_the_job_ends(mado, creator, project, code_version, cpu):
-    job = services.job_launch(actor=creator, code_version=code_version, queue=cpu, parameters={},
-                              dataset_version_ids=[])
+    job = services.job_launch(
+        actor=creator, code_version=code_version, queue=cpu, parameters={}, dataset_version_ids=[]
+    )
     services.job_claim(job_id=job.pk, worker_host="gpu-1")
     services.job_append_log(job_id=job.pk, text="step 0\nstep 1\n")
     now = mado("job", "logs", job.pk, user=creator)

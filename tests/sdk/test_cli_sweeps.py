@@ -54,9 +54,19 @@ if mode:
 
 
 def trial(number: int, **extra) -> dict:
-    return {"trial": {"number": number, "parameters": {"lr": 0.01, "hidden": 32}, "run_id": 100 + number,
-                      "external_id": f"trial-{number}", "requeue_count": 0, "lease_expires_at": None,
-                      "latest_checkpoint": None, **extra}, "done": False}
+    return {
+        "trial": {
+            "number": number,
+            "parameters": {"lr": 0.01, "hidden": 32},
+            "run_id": 100 + number,
+            "external_id": f"trial-{number}",
+            "requeue_count": 0,
+            "lease_expires_at": None,
+            "latest_checkpoint": None,
+            **extra,
+        },
+        "done": False,
+    }
 
 
 @pytest.fixture
@@ -83,12 +93,24 @@ def stub(tmp_path):
         found.__exit__(None, None, None)
 
 
-def start_agent(stub: SweepStub, trial_out: Path, *args: str, mode: str = "", sweep: int = 7,
-                **env: str) -> subprocess.Popen:
-    environment = {**{k: v for k, v in os.environ.items() if not k.startswith("MMT_")}, "MMT_API_URL": stub.url,
-                   "MMT_API_TOKEN": TOKEN, "TRIAL_OUT": str(trial_out), "TRIAL_MODE": mode, **env}
-    return subprocess.Popen([MADO, "agent", str(sweep), "--poll-interval", "0.05", *args], env=environment,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+def start_agent(
+    stub: SweepStub, trial_out: Path, *args: str, mode: str = "", sweep: int = 7, **env: str
+) -> subprocess.Popen:
+    environment = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("MMT_")},
+        "MMT_API_URL": stub.url,
+        "MMT_API_TOKEN": TOKEN,
+        "TRIAL_OUT": str(trial_out),
+        "TRIAL_MODE": mode,
+        **env,
+    }
+    return subprocess.Popen(
+        [MADO, "agent", str(sweep), "--poll-interval", "0.05", *args],
+        env=environment,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def finish(agent: subprocess.Popen) -> tuple[int, str, str]:
@@ -104,23 +126,35 @@ def wait_for(path: Path, timeout: float = 30.0) -> dict:
     return json.loads(path.read_text())
 
 
-def test_the_agent_runs_each_claimed_trial_with_its_parameters_and_run_id_until_the_sweep_is_done(
-        stub, trial_out):
-    api = stub([trial(1, parameters={"lr": 0.01, "hidden": 32, "act": "relu", "wide": True}),
-                {"trial": None, "done": False}, trial(2)])
+def test_the_agent_runs_each_claimed_trial_with_its_parameters_and_run_id_until_the_sweep_is_done(stub, trial_out):
+    api = stub(
+        [
+            trial(1, parameters={"lr": 0.01, "hidden": 32, "act": "relu", "wide": True}),
+            {"trial": None, "done": False},
+            trial(2),
+        ]
+    )
     code, out, err = finish(start_agent(api, trial_out, MMT_RESUME_STEP="3", MMT_MODE="offline"))
     assert code == 0, err
     assert "sweep 7 is done: cap reached" in out
     first = json.loads((trial_out / "trial-1.json").read_text())
     assert first["argv"] == ["--lr=0.01", "--hidden=32", "--act=relu", "--wide=true"]
-    assert first["env"] == {"MMT_RUN_ID": "trial-1", "MMT_RESUME": "allow", "MMT_SWEEP_ID": "7",
-                            "MMT_PROJECT": "vision", "MMT_API_URL": api.url, "MMT_API_TOKEN": TOKEN}
+    assert first["env"] == {
+        "MMT_RUN_ID": "trial-1",
+        "MMT_RESUME": "allow",
+        "MMT_SWEEP_ID": "7",
+        "MMT_PROJECT": "vision",
+        "MMT_API_URL": api.url,
+        "MMT_API_TOKEN": TOKEN,
+    }
     assert (trial_out / "trial-2.json").exists()
     name = api.agents[0]
     host, pid = name.rsplit(":", 1)
     assert host and int(pid) > 0
-    assert api.reports == [(1, {"exit_code": 0, "preempted": False, "agent": name}),
-                           (2, {"exit_code": 0, "preempted": False, "agent": name})]
+    assert api.reports == [
+        (1, {"exit_code": 0, "preempted": False, "agent": name}),
+        (2, {"exit_code": 0, "preempted": False, "agent": name}),
+    ]
     assert api.agents == [name] * 4  # two trials, one empty answer, then done
 
 
@@ -140,8 +174,7 @@ def test_the_agent_stops_after_max_failures_trials_in_a_row_failed(stub, trial_o
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGUSR1])
-def test_a_forwarded_preemption_signal_reaches_the_program_is_reported_and_ends_the_agent(
-        stub, trial_out, signum):
+def test_a_forwarded_preemption_signal_reaches_the_program_is_reported_and_ends_the_agent(stub, trial_out, signum):
     api = stub([trial(1), trial(2)])
     agent = start_agent(api, trial_out, "--forward-signals", mode="record")
     wait_for(trial_out / "trial-1.json")
@@ -171,8 +204,10 @@ def test_a_program_that_ignores_sigterm_is_killed_after_the_grace(stub, trial_ou
     agent.send_signal(signal.SIGTERM)
     code, _, err = finish(agent)
     assert time.monotonic() - started < 10
-    assert (code, api.reports) == (143, [(1, {"exit_code": -signal.SIGKILL, "preempted": True,
-                                               "agent": api.agents[0]})])
+    assert (code, api.reports) == (
+        143,
+        [(1, {"exit_code": -signal.SIGKILL, "preempted": True, "agent": api.agents[0]})],
+    )
     assert "still running 0.3 s after SIGTERM; SIGKILL" in err
 
 
@@ -204,8 +239,7 @@ def test_a_requeued_trial_resumes_from_its_checkpoint_downloaded_verified_and_ex
     code, out, err = finish(start_agent(api, trial_out, MMT_RESUME_STEP="7"))
     assert code == 0, err
     resume = json.loads((trial_out / "trial-3.json").read_text())["resume"]
-    assert {key: resume[key] for key in ("step", "id", "source_run_id")} == {"step": 20, "id": 55,
-                                                                              "source_run_id": 103}
+    assert {key: resume[key] for key in ("step", "id", "source_run_id")} == {"step": 20, "id": 55, "source_run_id": 103}
     assert resume["files"] == {"model.pt": "weights at step 20", "nested/rng.pt": "rng state"}
     assert not Path(resume["path"]).exists()  # the agent removes it once the trial has ended
     assert "trial 3: resuming run trial-3 from checkpoint 55 (step 20)" in out
@@ -213,7 +247,8 @@ def test_a_requeued_trial_resumes_from_its_checkpoint_downloaded_verified_and_ex
 
 
 def test_sigterm_while_the_checkpoint_downloads_requeues_the_trial_without_starting_the_program(
-        stub, trial_out, tmp_path):
+    stub, trial_out, tmp_path
+):
     saved = tmp_path / "saved"
     saved.mkdir()
     (saved / "model.pt").write_text("weights at step 20")
@@ -225,21 +260,26 @@ def test_sigterm_while_the_checkpoint_downloads_requeues_the_trial_without_start
     assert api.tar_requested.wait(30)
     agent.send_signal(signal.SIGTERM)
     code, out, _ = finish(agent)
-    assert (code, api.reports) == (143, [(3, {"exit_code": -signal.SIGTERM, "preempted": True,
-                                               "agent": api.agents[0]})])
+    assert (code, api.reports) == (
+        143,
+        [(3, {"exit_code": -signal.SIGTERM, "preempted": True, "agent": api.agents[0]})],
+    )
     assert "trial 3 was not started: SIGTERM came first (preempted)" in out
     assert not (trial_out / "trial-3.json").exists() and len(api.agents) == 1
 
 
 def test_a_checkpoint_that_does_not_match_its_sha256_stops_the_agent_before_the_program_starts(
-        stub, trial_out, tmp_path):
+    stub, trial_out, tmp_path
+):
     saved = tmp_path / "saved"
     saved.mkdir()
     (saved / "model.pt").write_text("weights at step 20")
     data, described = checkpoint_tar(saved)
     api = stub([trial(3, latest_checkpoint={"id": 55, "step": 20})])
-    api.checkpoints[55] = ({"id": 55, "run_id": 103, "step": 20, "state": "complete", **described},
-                           data.replace(b"weights", b"WEIGHTS"))
+    api.checkpoints[55] = (
+        {"id": 55, "run_id": 103, "step": 20, "state": "complete", **described},
+        data.replace(b"weights", b"WEIGHTS"),
+    )
     code, _, err = finish(start_agent(api, trial_out))
     assert code == 1
     assert "Checkpoint 55 sha256 mismatch: 'model.pt'" in err
@@ -284,8 +324,16 @@ def test_sweep_create_prints_the_id_page_and_agent_command(mado, live_server):
 @pytest.mark.django_db(transaction=True)
 def test_sweep_create_shows_the_refused_field(mado, tmp_path):
     config = tmp_path / "bad.json"
-    config.write_text(json.dumps({"method": "annealing", "metric": {"name": "val_loss", "goal": "minimize"},
-                                  "parameters": {"lr": {"values": [0.1]}}, "program": "python train.py"}))
+    config.write_text(
+        json.dumps(
+            {
+                "method": "annealing",
+                "metric": {"name": "val_loss", "goal": "minimize"},
+                "parameters": {"lr": {"values": [0.1]}},
+                "program": "python train.py",
+            }
+        )
+    )
     refused = mado("sweep", "create", config, "--project", "vision")
     assert refused.exit_code == 1
     assert f"cannot create a sweep from {config}:" in refused.output and "field method; HTTP 400" in refused.output
@@ -294,8 +342,11 @@ def test_sweep_create_shows_the_refused_field(mado, tmp_path):
 def test_sweep_create_refuses_a_file_that_is_not_a_mapping_naming_it(tmp_path):
     config = tmp_path / "list.yaml"
     config.write_text("- method: grid\n")
-    refused = CliRunner().invoke(main, ["sweep", "create", str(config), "--project", "vision"],
-                                 env={"MMT_API_URL": "http://127.0.0.1:9", "MMT_API_TOKEN": "x"})
+    refused = CliRunner().invoke(
+        main,
+        ["sweep", "create", str(config), "--project", "vision"],
+        env={"MMT_API_URL": "http://127.0.0.1:9", "MMT_API_TOKEN": "x"},
+    )
     assert refused.exit_code == 2
     assert f"{config}: must hold a mapping" in refused.output
 
@@ -304,13 +355,21 @@ def test_sweep_create_refuses_a_file_that_is_not_a_mapping_naming_it(tmp_path):
 def test_sweep_show_lists_the_trials_and_the_best_one(mado, api, member):
     sweep_id = int(mado("sweep", "create", EXAMPLE_CONFIG, "--project", "vision", "-q").output)
     client = api(member)
-    claims = [client.post(f"/api/v1/sweeps/{sweep_id}/claim/", {"agent": "box:1"}, format="json").json()["trial"]
-              for _ in range(2)]
-    started = client.post("/api/v1/runs/", {"project": "vision", "external_id": claims[1]["external_id"],
-                                            "resume": "allow"}, format="json")
+    claims = [
+        client.post(f"/api/v1/sweeps/{sweep_id}/claim/", {"agent": "box:1"}, format="json").json()["trial"]
+        for _ in range(2)
+    ]
+    started = client.post(
+        "/api/v1/runs/",
+        {"project": "vision", "external_id": claims[1]["external_id"], "resume": "allow"},
+        format="json",
+    )
     assert started.status_code == 200, started.content
-    logged = client.post(f"/api/v1/runs/{claims[1]['run_id']}/metrics/",
-                         {"points": [{"key": "val_loss", "step": 0, "value": 0.25}]}, format="json")
+    logged = client.post(
+        f"/api/v1/runs/{claims[1]['run_id']}/metrics/",
+        {"points": [{"key": "val_loss", "step": 0, "value": 0.25}]},
+        format="json",
+    )
     assert logged.status_code == 201, logged.content
     finished = client.patch(f"/api/v1/runs/{claims[1]['run_id']}/", {"status": "finished"}, format="json")
     assert finished.status_code == 200, finished.content
@@ -332,16 +391,18 @@ def test_sweep_retry_queues_a_failed_trial_again_and_refuses_a_second_retry(mado
     sweep_id = int(mado("sweep", "create", EXAMPLE_CONFIG, "--project", "vision", "-q").output)
     client = api(member)
     claimed = client.post(f"/api/v1/sweeps/{sweep_id}/claim/", {"agent": "box:1"}, format="json").json()["trial"]
-    client.post("/api/v1/runs/", {"project": "vision", "external_id": claimed["external_id"], "resume": "allow"},
-                format="json")
+    client.post(
+        "/api/v1/runs/", {"project": "vision", "external_id": claimed["external_id"], "resume": "allow"}, format="json"
+    )
     assert client.patch(f"/api/v1/runs/{claimed['run_id']}/", {"status": "failed"}, format="json").status_code == 200
     retried = mado("sweep", "retry", sweep_id, 1)
     assert retried.exit_code == 0, retried.output
     trial = client.get(f"/api/v1/sweeps/{sweep_id}/").json()["trials"][0]
     assert (trial["state"], trial["run_status"], trial["retry_count"]) == ("queued", "pending", 1)
     assert trial["external_id"] != claimed["external_id"]
-    assert retried.output.strip() == (f"trial 1 queued again as run {trial['external_id']} (retry 1); "
-                                      f"run it with: mado agent {sweep_id}")
+    assert retried.output.strip() == (
+        f"trial 1 queued again as run {trial['external_id']} (retry 1); run it with: mado agent {sweep_id}"
+    )
     again = mado("sweep", "retry", sweep_id, 1)
     assert again.exit_code == 1
     assert f"cannot retry trial 1 of sweep {sweep_id}: trial 1 was already retried" in again.output

@@ -16,7 +16,10 @@ pytestmark = pytest.mark.django_db(transaction=True)
 @pytest.fixture
 def ids(project):
     dataset = DatasetFactory(project=project, name="digits")
-    return [DatasetVersionFactory(dataset=dataset, version="v1").pk, DatasetVersionFactory(dataset=dataset, version="noisy").pk]
+    return [
+        DatasetVersionFactory(dataset=dataset, version="v1").pk,
+        DatasetVersionFactory(dataset=dataset, version="noisy").pk,
+    ]
 
 
 def test_it_records_the_stage(mmt_env, ids):
@@ -76,8 +79,18 @@ def test_the_example_switches_its_loader_and_records_the_stage(mmt_env, ids):
     from pathlib import Path
 
     example = Path(__file__).resolve().parents[2] / "examples" / "training.py"
-    argv = [sys.executable, str(example), "--steps", "20", "--checkpoint-every", "10", "--add-dataset-at-step", "15",
-            "--dataset-version-ids", ",".join(map(str, ids))]
+    argv = [
+        sys.executable,
+        str(example),
+        "--steps",
+        "20",
+        "--checkpoint-every",
+        "10",
+        "--add-dataset-at-step",
+        "15",
+        "--dataset-version-ids",
+        ",".join(map(str, ids)),
+    ]
     done = subprocess.run(argv, env={**os.environ, **mmt_env}, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     stage = DataStage.objects.get()

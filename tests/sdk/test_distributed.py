@@ -19,7 +19,7 @@ import torch
 
 from checkpoints.models import Checkpoint, CheckpointState
 from mado_tracking import ResumeError, start_run
-from mado_tracking.distributed import ranks_from_environment, rank_keys
+from mado_tracking.distributed import rank_keys, ranks_from_environment
 from mado_tracking.errors import MadoError
 from mado_tracking.torch import load_distributed
 from runs.models import MetricPoint, Run, RunStatus
@@ -54,21 +54,31 @@ PROGRAM = textwrap.dedent("""
 """)
 
 
-@pytest.mark.parametrize(("environ", "expected"), [
-    ({}, None),
-    ({"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1"}, None),
-    ({"RANK": "1", "LOCAL_RANK": "1", "WORLD_SIZE": "4"}, (1, 1, 4)),
-])
+@pytest.mark.parametrize(
+    ("environ", "expected"),
+    [
+        ({}, None),
+        ({"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1"}, None),
+        ({"RANK": "1", "LOCAL_RANK": "1", "WORLD_SIZE": "4"}, (1, 1, 4)),
+    ],
+)
 def test_ranks_come_from_torchrun_variables(environ, expected):
     ranks = ranks_from_environment(environ)
     assert (ranks and (ranks.rank, ranks.local_rank, ranks.world_size)) == expected
 
 
-@pytest.mark.parametrize("environ", [
-    {"RANK": "1"}, {"RANK": "one", "LOCAL_RANK": "0", "WORLD_SIZE": "2"},
-    {"RANK": "2", "LOCAL_RANK": "0", "WORLD_SIZE": "2"}, {"RANK": "0", "LOCAL_RANK": "-1", "WORLD_SIZE": "2"},
-    {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "0"}, {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "9" * 5000},
-], ids=["partial", "not a number", "rank too high", "negative", "zero world", "huge"])
+@pytest.mark.parametrize(
+    "environ",
+    [
+        {"RANK": "1"},
+        {"RANK": "one", "LOCAL_RANK": "0", "WORLD_SIZE": "2"},
+        {"RANK": "2", "LOCAL_RANK": "0", "WORLD_SIZE": "2"},
+        {"RANK": "0", "LOCAL_RANK": "-1", "WORLD_SIZE": "2"},
+        {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "0"},
+        {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "9" * 5000},
+    ],
+    ids=["partial", "not a number", "rank too high", "negative", "zero world", "huge"],
+)
 def test_broken_torchrun_variables_are_named(environ):
     with pytest.raises(ValueError, match="WORLD_SIZE"):
         ranks_from_environment(environ)
@@ -106,26 +116,53 @@ def test_two_ranks_share_one_run_and_save_one_sharded_checkpoint(mmt_env, tmp_pa
     program, weights = tmp_path / "program.py", tmp_path / "weights.json"
     program.write_text(PROGRAM)
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("MMT_")}, **mmt_env}
-    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-                           str(program), str(weights)], env=env, cwd=tmp_path, capture_output=True, text=True,
-                          timeout=300)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node",
+            "2",
+            str(program),
+            str(weights),
+        ],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    lines = sorted((json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")),
-                   key=lambda line: line["rank"])
+    lines = sorted(
+        (json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")), key=lambda line: line["rank"]
+    )
     assert [(line["rank"], line["step"], line["world_size"]) for line in lines] == [(0, 3, 2), (1, 3, 2)]
     assert lines[0]["run"] == lines[1]["run"] and lines[0]["checkpoint"] == lines[1]["checkpoint"]
-    assert dict(Run.objects.values_list("name", "status")) == {"ddp": RunStatus.FINISHED,
-                                                               "rank 0 only": RunStatus.FINISHED}
+    assert dict(Run.objects.values_list("name", "status")) == {
+        "ddp": RunStatus.FINISHED,
+        "rank 0 only": RunStatus.FINISHED,
+    }
     run = Run.objects.get(name="ddp")
     assert run.pk == lines[0]["run"]
     points = {(p.key, p.step): p.value for p in MetricPoint.objects.filter(run=run)}
-    assert points == {**{("loss", s): float(s) for s in range(3)},
-                      **{(f"rank{r}/loss", s): 10.0 * r + s for r in range(2) for s in range(3)}}
+    assert points == {
+        **{("loss", s): float(s) for s in range(3)},
+        **{(f"rank{r}/loss", s): 10.0 * r + s for r in range(2) for s in range(3)},
+    }
     checkpoint = Checkpoint.objects.get()
     assert (checkpoint.pk, checkpoint.state, checkpoint.framework, checkpoint.world_size) == (
-        lines[0]["checkpoint"], CheckpointState.COMPLETE, "torch-dcp", 2)
+        lines[0]["checkpoint"],
+        CheckpointState.COMPLETE,
+        "torch-dcp",
+        2,
+    )
     assert set(checkpoint.manifest.values_list("path", flat=True)) == {
-        ".metadata", "__0_0.distcp", "__1_0.distcp", "mado-checkpoint.json"}
+        ".metadata",
+        "__0_0.distcp",
+        "__1_0.distcp",
+        "mado-checkpoint.json",
+    }
     assert not list((tmp_path / ".mado" / "dcp").rglob("*.distcp")), "the staging directory is left behind"
 
     restored = tmp_path / "restored"

@@ -17,8 +17,13 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "training.py"
 
 def test_the_example_logs_loss_and_accuracy_for_every_step(mmt_env):
     env = {**os.environ, **mmt_env}
-    done = subprocess.run([sys.executable, str(EXAMPLE), "--steps", "5", "--name", "example"], env=env,
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLE), "--steps", "5", "--name", "example"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     run = Run.objects.get()
     assert (run.name, run.kind, run.status) == ("example", "training", RunStatus.FINISHED)

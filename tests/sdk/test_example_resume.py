@@ -23,15 +23,23 @@ ARGS = ["--steps", "40", "--checkpoint-every", "10"]
 
 def _example(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     environment = {key: value for key, value in os.environ.items() if not key.startswith("MMT_")}
-    return subprocess.run([sys.executable, str(EXAMPLE), *args], env={**environment, **(env or {})},
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, str(EXAMPLE), *args],
+        env={**environment, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def _resume_env(directory: Path, info_dir: Path, checkpoint_id, source_run_id, step: int = 20) -> dict:
     info = info_dir / "resume-checkpoint.json"
     info.write_text(json.dumps({"checkpointId": checkpoint_id, "sourceRunId": source_run_id, "step": step}))
-    return {"MMT_RESUME_CHECKPOINT_DIR": str(directory), "MMT_RESUME_STEP": str(step),
-            "MMT_RESUME_CHECKPOINT_FILE": str(info)}
+    return {
+        "MMT_RESUME_CHECKPOINT_DIR": str(directory),
+        "MMT_RESUME_STEP": str(step),
+        "MMT_RESUME_CHECKPOINT_FILE": str(info),
+    }
 
 
 @pytest.fixture(scope="module")
@@ -53,12 +61,20 @@ def test_offline_a_run_failing_at_step_27_resumed_from_step_20_ends_with_the_uni
     assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step-10", "step-20"]
     assert not (out / "weights.json").exists()
 
-    resumed = _example("--offline", *ARGS, "--output", str(out / "resumed.json"),
-                       env=_resume_env(out / "checkpoints" / "step-20", tmp_path, "local", "local"))
+    resumed = _example(
+        "--offline",
+        *ARGS,
+        "--output",
+        str(out / "resumed.json"),
+        env=_resume_env(out / "checkpoints" / "step-20", tmp_path, "local", "local"),
+    )
     assert resumed.returncode == 0, resumed.stderr
     assert (out / "resumed.json").read_bytes() == uninterrupted
-    steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()
-             if json.loads(line)["key"] == "train.loss"]
+    steps = [
+        json.loads(line)["step"]
+        for line in (out / "metrics.jsonl").read_text().splitlines()
+        if json.loads(line)["key"] == "train.loss"
+    ]
     assert steps == [*range(27), *range(20, 40)]  # the resumed attempt continues at 20, never restarts at 0
     assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step-10", "step-20", "step-30", "step-40"]
     record = json.loads((out / "run.json").read_text())
@@ -87,8 +103,11 @@ def test_online_checkpoints_are_stored_complete_and_a_downloaded_one_resumes_to_
     assert max(MetricPoint.objects.filter(run=source, key="train.loss").values_list("step", flat=True)) == 26
 
     checkpoint = saved[20]
-    answer = requests.get(f"{mmt_env['MMT_API_URL']}/api/v1/checkpoints/{checkpoint.pk}/tar",
-                          headers={"Authorization": f"Bearer {mmt_env['MMT_API_TOKEN']}"}, timeout=60)
+    answer = requests.get(
+        f"{mmt_env['MMT_API_URL']}/api/v1/checkpoints/{checkpoint.pk}/tar",
+        headers={"Authorization": f"Bearer {mmt_env['MMT_API_TOKEN']}"},
+        timeout=60,
+    )
     assert answer.status_code == 200
     assert hashlib.sha256(answer.content).hexdigest() == checkpoint.tar_sha256
     (tmp_path / "step-20.tar").write_bytes(answer.content)
@@ -96,9 +115,14 @@ def test_online_checkpoints_are_stored_complete_and_a_downloaded_one_resumes_to_
     with tarfile.open(tmp_path / "step-20.tar") as tar:
         tar.extractall(extracted, filter="data")
     files = sorted(p for p in extracted.rglob("*") if p.is_file())
-    assert [{"path": p.relative_to(extracted).as_posix(), "size": p.stat().st_size,
-             "sha256": hashlib.sha256(p.read_bytes()).hexdigest()} for p in files] == list(
-        checkpoint.manifest.order_by("path").values("path", "size", "sha256"))
+    assert [
+        {
+            "path": p.relative_to(extracted).as_posix(),
+            "size": p.stat().st_size,
+            "sha256": hashlib.sha256(p.read_bytes()).hexdigest(),
+        }
+        for p in files
+    ] == list(checkpoint.manifest.order_by("path").values("path", "size", "sha256"))
     assert {p.name for p in files} == {"model.pt", "optimizer.pt", "rng.pt", "mado-checkpoint.json", "data.json"}
 
     env = {**mmt_env, **_resume_env(extracted, tmp_path, checkpoint.pk, source.pk)}

@@ -19,9 +19,15 @@ def entry(path: str, data: bytes) -> dict:
 
 
 def extract(data: bytes, target, manifest):
-    chunks = [data[i:i + 1000] for i in range(0, len(data), 1000)]
-    return extract_checkpoint_stream(chunks, target, checkpoint_id=4, manifest=manifest, tar_size=len(data),
-                                     tar_sha256=hashlib.sha256(data).hexdigest())
+    chunks = [data[i : i + 1000] for i in range(0, len(data), 1000)]
+    return extract_checkpoint_stream(
+        chunks,
+        target,
+        checkpoint_id=4,
+        manifest=manifest,
+        tar_size=len(data),
+        tar_sha256=hashlib.sha256(data).hexdigest(),
+    )
 
 
 def crafted(members: list[tarfile.TarInfo | tuple[str, bytes]]) -> bytes:
@@ -58,19 +64,33 @@ def link(name: str, kind: bytes) -> tarfile.TarInfo:
     return info
 
 
-@pytest.mark.parametrize("members, manifest, message", [
-    ([link("evil", tarfile.SYMTYPE)], [], "Checkpoint 4 tar mismatch: member 1 'evil' is a symbolic link"),
-    ([("model.pt", b"m"), link("hard", tarfile.LNKTYPE)], [entry("model.pt", b"m")], "'hard' is a hard link"),
-    ([("../escape", b"x")], [entry("../escape", b"x")], "Checkpoint 4 path mismatch: member 1 '../escape' is not a"),
-    ([("/etc/x", b"x")], [entry("/etc/x", b"x")], "'/etc/x': the path is empty, absolute"),
-    ([("a//b", b"x")], [entry("a//b", b"x")], "'a//b' is not a normalised relative path"),
-    ([("model.pt", b"m"), ("extra.pt", b"e")], [entry("model.pt", b"m")],
-     "Checkpoint 4 manifest mismatch: extra file 'extra.pt'"),
-    ([("model.pt", b"m")], [entry("model.pt", b"m"), entry("rng.pt", b"r")], "missing from the tar: 'rng.pt'"),
-    ([("model.pt", b"m"), ("model.pt", b"m")], [entry("model.pt", b"m")], "'model.pt' appears twice"),
-    ([("model.pt", b"mm")], [entry("model.pt", b"m")], "Checkpoint 4 size mismatch: 'model.pt' is 2 bytes in the tar"),
-    ([("model.pt", b"x")], [entry("model.pt", b"m")], "Checkpoint 4 sha256 mismatch: 'model.pt' has SHA-256"),
-])
+@pytest.mark.parametrize(
+    "members, manifest, message",
+    [
+        ([link("evil", tarfile.SYMTYPE)], [], "Checkpoint 4 tar mismatch: member 1 'evil' is a symbolic link"),
+        ([("model.pt", b"m"), link("hard", tarfile.LNKTYPE)], [entry("model.pt", b"m")], "'hard' is a hard link"),
+        (
+            [("../escape", b"x")],
+            [entry("../escape", b"x")],
+            "Checkpoint 4 path mismatch: member 1 '../escape' is not a",
+        ),
+        ([("/etc/x", b"x")], [entry("/etc/x", b"x")], "'/etc/x': the path is empty, absolute"),
+        ([("a//b", b"x")], [entry("a//b", b"x")], "'a//b' is not a normalised relative path"),
+        (
+            [("model.pt", b"m"), ("extra.pt", b"e")],
+            [entry("model.pt", b"m")],
+            "Checkpoint 4 manifest mismatch: extra file 'extra.pt'",
+        ),
+        ([("model.pt", b"m")], [entry("model.pt", b"m"), entry("rng.pt", b"r")], "missing from the tar: 'rng.pt'"),
+        ([("model.pt", b"m"), ("model.pt", b"m")], [entry("model.pt", b"m")], "'model.pt' appears twice"),
+        (
+            [("model.pt", b"mm")],
+            [entry("model.pt", b"m")],
+            "Checkpoint 4 size mismatch: 'model.pt' is 2 bytes in the tar",
+        ),
+        ([("model.pt", b"x")], [entry("model.pt", b"m")], "Checkpoint 4 sha256 mismatch: 'model.pt' has SHA-256"),
+    ],
+)
 def test_it_refuses_a_tar_that_is_unsafe_or_differs_from_the_manifest(tmp_path, members, manifest, message):
     with pytest.raises(CheckpointError, match=message.replace("(", r"\(")):
         extract(crafted(members), tmp_path / "out", manifest)

@@ -74,15 +74,22 @@ def test_each_beat_waits_a_jittered_part_of_the_interval(mmt_env, monkeypatch):
 
 
 @pytest.mark.parametrize(("interval", "warned"), [("300", True), ("299", False)])
-def test_an_interval_outside_the_crash_timeout_is_warned_about(mmt_env, monkeypatch, settings, caplog, interval,
-                                                               warned):
+def test_an_interval_outside_the_crash_timeout_is_warned_about(
+    mmt_env, monkeypatch, settings, caplog, interval, warned
+):
     settings.MMT_CRASH_TIMEOUT = 300
     monkeypatch.setenv("MMT_HEARTBEAT_INTERVAL", interval)
     with caplog.at_level(logging.WARNING, logger="mado_tracking"), mado_tracking.start_run(id="slow-beats") as run:
         pass
     said = [r.getMessage() for r in caplog.records if "crash timeout" in r.getMessage()]
-    assert said == ([f"mado: heartbeats every {interval} s (MMT_HEARTBEAT_INTERVAL) are not within the server's "
-                     "crash timeout of 300 s: run slow-beats will be marked crashed between them"] if warned else [])
+    assert said == (
+        [
+            f"mado: heartbeats every {interval} s (MMT_HEARTBEAT_INTERVAL) are not within the server's "
+            "crash timeout of 300 s: run slow-beats will be marked crashed between them"
+        ]
+        if warned
+        else []
+    )
     assert run.status == "finished"
 
 
@@ -101,8 +108,15 @@ def test_a_process_taken_over_loses_its_writes_and_says_so_once(mmt_env, monkeyp
         "print('lost' if run.lost else 'not lost', flush=True)\n"
     )
     env = {**os.environ, **mmt_env, "MMT_HEARTBEAT_INTERVAL": "60"}
-    a = subprocess.Popen([sys.executable, "-c", script], env=env, cwd=tmp_path, stdin=subprocess.PIPE,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    a = subprocess.Popen(
+        [sys.executable, "-c", script],
+        env=env,
+        cwd=tmp_path,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert a.stdout.readline().strip() == "started"
         stored = Run.objects.get(external_id="exp-f")

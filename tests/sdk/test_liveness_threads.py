@@ -64,7 +64,9 @@ def test_a_live_process_stays_running_through_a_metrics_outage_longer_than_the_c
         metrics_outage.clear()
     stored = Run.objects.get(pk=run.id)
     assert stored.status == RunStatus.FINISHED and not run.lost
-    assert list(MetricPoint.objects.filter(run=stored).order_by("step").values_list("step", flat=True)) == list(range(50))
+    assert list(MetricPoint.objects.filter(run=stored).order_by("step").values_list("step", flat=True)) == list(
+        range(50)
+    )
 
 
 def test_points_refused_for_a_crashed_run_are_kept_and_sent_by_its_resume(mmt_env, monkeypatch, tmp_path, caplog):
@@ -108,14 +110,31 @@ def test_kept_points_round_trip_non_finite_values_and_lines_of_earlier_sdks(tmp_
     unsent.keep(tmp_path, [("a", math.inf, 1, 2.5), ("b", -math.inf, 1, 2.5), ("c", math.nan, 1, 2.5)], run_label="r")
     with open(tmp_path / unsent.FILE_NAME, "a") as spool:  # an earlier SDK kept each field's JSON text
         spool.write('["\\"loss\\"", "\\"NaN\\"", "3", "1700000000.5"]\n["\\"lr\\"", "0.5", "3", "1700000000.5"]\n')
-        for garbage in (["x", "not a number", 1, 2.5], ["x", 1.0, "one", 2.5], {"key": "x"}, ["x", 10**400, 1, 2.5],
-                        ["x\ud800", 1.0, 1, 2.5], ["", 1.0, 1, 2.5], ["x\x00", 1.0, 1, 2.5], ["x", 1.0, -5, 2.5],
-                        ["x", 1.0, 2**63, 2.5], ["x", 1.0, 1, -3], ["x", 1.0, 1, True], ["x", True, 1, 2.5],
-                        ['"x"', '"NaN"', '" 3_0 "', '"1"'], ['"x"', "1" * 400, '"1"', '"1"']):
+        for garbage in (
+            ["x", "not a number", 1, 2.5],
+            ["x", 1.0, "one", 2.5],
+            {"key": "x"},
+            ["x", 10**400, 1, 2.5],
+            ["x\ud800", 1.0, 1, 2.5],
+            ["", 1.0, 1, 2.5],
+            ["x\x00", 1.0, 1, 2.5],
+            ["x", 1.0, -5, 2.5],
+            ["x", 1.0, 2**63, 2.5],
+            ["x", 1.0, 1, -3],
+            ["x", 1.0, 1, True],
+            ["x", True, 1, 2.5],
+            ['"x"', '"NaN"', '" 3_0 "', '"1"'],
+            ['"x"', "1" * 400, '"1"', '"1"'],
+        ):
             spool.write(json.dumps(garbage) + "\n")  # not points the server would take: skipped, never a crash
     taken = unsent.take(tmp_path)
     assert [(key, step, stamp) for key, _, step, stamp in taken] == [
-        ("a", 1, 2.5), ("b", 1, 2.5), ("c", 1, 2.5), ("loss", 3, 1700000000.5), ("lr", 3, 1700000000.5)]
+        ("a", 1, 2.5),
+        ("b", 1, 2.5),
+        ("c", 1, 2.5),
+        ("loss", 3, 1700000000.5),
+        ("lr", 3, 1700000000.5),
+    ]
     values = [value for _, value, _, _ in taken]
     assert values[:2] == [math.inf, -math.inf] and math.isnan(values[2]) and math.isnan(values[3])
     assert values[4] == 0.5

@@ -40,8 +40,14 @@ def ckpt(tmp_path):
 
 def _manifest(root) -> list[dict]:
     files = sorted(p for p in root.rglob("*") if p.is_file())
-    return [{"path": p.relative_to(root).as_posix(), "size": p.stat().st_size,
-             "sha256": hashlib.sha256(p.read_bytes()).hexdigest()} for p in files]
+    return [
+        {
+            "path": p.relative_to(root).as_posix(),
+            "size": p.stat().st_size,
+            "sha256": hashlib.sha256(p.read_bytes()).hexdigest(),
+        }
+        for p in files
+    ]
 
 
 class RequestCounter:
@@ -73,8 +79,11 @@ def test_a_checkpoint_is_stored_complete_with_the_manifest_of_its_files(mmt_env,
 def test_the_downloaded_tar_is_the_one_the_sdk_hashed(mmt_env, ckpt):
     with mado_tracking.start_run() as run:
         saved = run.log_checkpoint(ckpt, step=0)
-    answer = requests.get(f"{mmt_env['MMT_API_URL']}/api/v1/checkpoints/{saved.id}/tar",
-                          headers={"Authorization": f"Bearer {mmt_env['MMT_API_TOKEN']}"}, timeout=30)
+    answer = requests.get(
+        f"{mmt_env['MMT_API_URL']}/api/v1/checkpoints/{saved.id}/tar",
+        headers={"Authorization": f"Bearer {mmt_env['MMT_API_TOKEN']}"},
+        timeout=30,
+    )
     assert answer.status_code == 200
     assert hashlib.sha256(answer.content).hexdigest() == saved.sha256
 
@@ -139,9 +148,12 @@ def test_saving_a_step_twice_in_a_run_is_refused_without_a_second_upload(mmt_env
 
 def test_a_step_saved_by_another_process_is_a_clear_error_from_the_server(mmt_env, ckpt):
     with mado_tracking.start_run() as run:
-        other = requests.post(f"{mmt_env['MMT_API_URL']}/api/v1/runs/{run.id}/checkpoints/", json={"step": 7},
-                              headers={"Authorization": f"Bearer {mmt_env['MMT_API_TOKEN']}",
-                                       "Idempotency-Key": "another-process"}, timeout=30)
+        other = requests.post(
+            f"{mmt_env['MMT_API_URL']}/api/v1/runs/{run.id}/checkpoints/",
+            json={"step": 7},
+            headers={"Authorization": f"Bearer {mmt_env['MMT_API_TOKEN']}", "Idempotency-Key": "another-process"},
+            timeout=30,
+        )
         assert other.status_code == 201
         with pytest.raises(CheckpointError, match="step 7 is already saved in this run") as caught:
             run.log_checkpoint(ckpt, step=7)
@@ -152,9 +164,11 @@ def test_a_step_saved_by_another_process_is_a_clear_error_from_the_server(mmt_en
 def _cut_put(session: requests.Session, url: str, tar) -> None:
     """Send the headers and half of the body over a raw socket, then drop the connection (a broken upload)."""
     parts = urlsplit(url)
-    head = (f"PUT {parts.path} HTTP/1.1\r\nHost: {parts.netloc}\r\n"
-            f"Authorization: {session.headers['Authorization']}\r\nContent-Type: application/x-tar\r\n"
-            f"Content-Length: {len(tar)}\r\n\r\n")
+    head = (
+        f"PUT {parts.path} HTTP/1.1\r\nHost: {parts.netloc}\r\n"
+        f"Authorization: {session.headers['Authorization']}\r\nContent-Type: application/x-tar\r\n"
+        f"Content-Length: {len(tar)}\r\n\r\n"
+    )
     with socket.create_connection((parts.hostname, parts.port)) as sock:
         sock.sendall(head.encode())
         sent = 0
@@ -275,8 +289,12 @@ def test_download_checkpoint_resumes_a_broken_download_and_checks_the_digest(mmt
 
 def test_download_checkpoint_refuses_a_pending_checkpoint(mmt_env, tmp_path):
     with mado_tracking.start_run() as run:
-        pending = requests.post(f"{mmt_env['MMT_API_URL']}/api/v1/runs/{run.id}/checkpoints/", json={"step": 1},
-                                headers={"Authorization": f"Bearer {mmt_env['MMT_API_TOKEN']}"}, timeout=30).json()
+        pending = requests.post(
+            f"{mmt_env['MMT_API_URL']}/api/v1/runs/{run.id}/checkpoints/",
+            json={"step": 1},
+            headers={"Authorization": f"Bearer {mmt_env['MMT_API_TOKEN']}"},
+            timeout=30,
+        ).json()
     with pytest.raises(CheckpointError, match="is pending"):
         mado_tracking.download_checkpoint(pending["id"], tmp_path / "x.tar")
 
@@ -293,9 +311,11 @@ def spy_gets(monkeypatch, *, strip_range=False, cut_call=None):
         sent = {} if strip_range else headers
         response = get(session, url, headers=sent, **kwargs)
         if number == cut_call:
+
             def cut(size):
                 raise requests.ConnectionError("cut by the test")
                 yield  # noqa: unreachable - a generator
+
             response.iter_content = cut
         return response
 

@@ -57,7 +57,11 @@ def test_a_background_save_returns_a_future_and_the_checkpoint_completes_by_fini
     saved = future.result(timeout=0)
     stored = Checkpoint.objects.get(pk=saved.id)
     assert (stored.step, stored.state, stored.framework, stored.includes_optimizer) == (
-        10, CheckpointState.COMPLETE, "torch", True)
+        10,
+        CheckpointState.COMPLETE,
+        "torch",
+        True,
+    )
     assert _stored_manifest(saved.id) == expected
     assert _staged_steps(tmp_path) == []  # the snapshot is gone once complete
 
@@ -99,8 +103,12 @@ def test_a_bad_queue_size_is_refused_naming_the_variable(mmt_env, ckpt, monkeypa
 
 
 def _register_as_another_process(mmt_env, run_id: int, *, step: int) -> None:
-    answer = requests.post(f"{mmt_env['MMT_API_URL']}/api/v1/runs/{run_id}/checkpoints/", json={"step": step},
-                           headers={"Authorization": f"Bearer {mmt_env['MMT_API_TOKEN']}"}, timeout=30)
+    answer = requests.post(
+        f"{mmt_env['MMT_API_URL']}/api/v1/runs/{run_id}/checkpoints/",
+        json={"step": step},
+        headers={"Authorization": f"Bearer {mmt_env['MMT_API_TOKEN']}"},
+        timeout=30,
+    )
     assert answer.status_code == 201
 
 
@@ -162,8 +170,10 @@ def test_a_full_queue_blocks_the_next_save_and_says_so_and_finish_waits(mmt_env,
     finisher.join(60)
     assert not finisher.is_alive()
     assert first.result(timeout=0).step == 1 and second[0].result(timeout=0).step == 2
-    assert set(Checkpoint.objects.values_list("step", "state")) == {(1, CheckpointState.COMPLETE),
-                                                                    (2, CheckpointState.COMPLETE)}
+    assert set(Checkpoint.objects.values_list("step", "state")) == {
+        (1, CheckpointState.COMPLETE),
+        (2, CheckpointState.COMPLETE),
+    }
     assert Run.objects.get(pk=run.id).status == "finished"
 
 
@@ -190,8 +200,14 @@ CHILD = textwrap.dedent("""
 
 def test_a_process_killed_mid_upload_leaves_pending_and_the_same_run_resumed_completes_it(mmt_env, ckpt, tmp_path):
     expected = _manifest(ckpt)
-    child = subprocess.Popen([sys.executable, "-c", CHILD, str(ckpt)], cwd=tmp_path, env={**os.environ, **mmt_env},
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD, str(ckpt)],
+        cwd=tmp_path,
+        env={**os.environ, **mmt_env},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         lines = [child.stdout.readline().strip() for _ in range(2)]
         assert sorted(lines) == ["returned", "sending"], child.stderr.read() if child.poll() is not None else lines

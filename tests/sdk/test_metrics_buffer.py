@@ -114,11 +114,15 @@ def test_a_backlog_goes_out_two_batches_at_a_time_each_point_once():
     [(1.5, 1.5), (math.nan, "NaN"), (math.inf, "Infinity"), (-math.inf, "-Infinity"), (0.0, 0.0)],
 )
 def test_non_finite_values_travel_as_strings(value, wire):
-    point = json.loads(points.point_json(("a \"quoted\" ключ", value, 3, 1700000000.25)))
+    point = json.loads(points.point_json(('a "quoted" ключ', value, 3, 1700000000.25)))
     assert point == {"key": 'a "quoted" ключ', "value": wire, "step": 3, "timestamp": 1700000000.25}
-    body = json.loads(metrics.batch_body([("ok", 2.0, 3, 1.0), ("a \"quoted\" ключ", value, 4, 1700000000.25)]))
-    assert body == {"keys": ["ok", 'a "quoted" ключ'], "steps": [3, 4], "values": [2.0, wire],
-                    "timestamps": [1.0, 1700000000.25]}
+    body = json.loads(metrics.batch_body([("ok", 2.0, 3, 1.0), ('a "quoted" ключ', value, 4, 1700000000.25)]))
+    assert body == {
+        "keys": ["ok", 'a "quoted" ключ'],
+        "steps": [3, 4],
+        "values": [2.0, wire],
+        "timestamps": [1.0, 1700000000.25],
+    }
 
 
 def test_the_run_is_created_with_a_client_chosen_run_id_and_the_token():
@@ -126,8 +130,15 @@ def test_the_run_is_created_with_a_client_chosen_run_id_and_the_token():
         with _start(stub, name="n1", parameters={"lr": 0.1}) as run:
             pass
     (body,) = stub.runs
-    assert body == {"project": "vision", "kind": "training", "parameters": {"lr": 0.1}, "name": "n1",
-                    "external_id": run.external_id, "host": socket.gethostname(), "pid": os.getpid()}
+    assert body == {
+        "project": "vision",
+        "kind": "training",
+        "parameters": {"lr": 0.1},
+        "name": "n1",
+        "external_id": run.external_id,
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+    }
     assert len(run.external_id) == 8
 
 

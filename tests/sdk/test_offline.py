@@ -34,8 +34,9 @@ def _lines(path) -> list[dict]:
 
 def test_an_offline_run_writes_run_json_metrics_and_checkpoints(tmp_path, ckpt):
     out = tmp_path / "out"
-    with mado_tracking.start_run("vision", name="local", kind="fine_tuning", parameters={"lr": 0.1},
-                                 offline=True, output=out) as run:
+    with mado_tracking.start_run(
+        "vision", name="local", kind="fine_tuning", parameters={"lr": 0.1}, offline=True, output=out
+    ) as run:
         assert isinstance(run, OfflineRun) and run.id is None
         record = json.loads((out / "run.json").read_text())
         assert record["status"] == "running" and record["ended_at"] is None
@@ -45,20 +46,36 @@ def test_an_offline_run_writes_run_json_metrics_and_checkpoints(tmp_path, ckpt):
         saved = run.log_checkpoint(ckpt, step=10, includes_optimizer=True, framework="torch")
     record = json.loads((out / "run.json").read_text())
     assert {k: record[k] for k in ("project", "name", "kind", "parameters", "external_id", "status")} == {
-        "project": "vision", "name": "local", "kind": "fine_tuning", "parameters": {"lr": 0.1},
-        "external_id": run.external_id, "status": "finished"}
+        "project": "vision",
+        "name": "local",
+        "kind": "fine_tuning",
+        "parameters": {"lr": 0.1},
+        "external_id": run.external_id,
+        "status": "finished",
+    }
     assert record["created_at"] and record["started_at"] and record["ended_at"]
     points = _lines(out / "metrics.jsonl")
     assert [(p["key"], p["value"], p["step"]) for p in points] == [
-        ("train.loss", 0.5, 0), ("grad", "Infinity", 0), ("train.loss", "NaN", 1), ("val/λ", 0.25, 1)]
+        ("train.loss", 0.5, 0),
+        ("grad", "Infinity", 0),
+        ("train.loss", "NaN", 1),
+        ("val/λ", 0.25, 1),
+    ]
     assert all(isinstance(p["timestamp"], float) for p in points)
     copied = out / "checkpoints" / "step-10"
     assert (copied / "model.pt").read_bytes() == b"w" * 5000
     assert (copied / "sub" / "state.pt").read_bytes() == b"s" * 10
     assert saved.id is None and saved.step == 10 and len(saved.sha256) == 64
     assert record["checkpoints"][0] | {"created_at": None} == {
-        "step": 10, "framework": "torch", "includes_optimizer": True, "file_count": 2, "total_bytes": 5010,
-        "tar_size": saved.tar_size, "tar_sha256": saved.sha256, "created_at": None}
+        "step": 10,
+        "framework": "torch",
+        "includes_optimizer": True,
+        "file_count": 2,
+        "total_bytes": 5010,
+        "tar_size": saved.tar_size,
+        "tar_sha256": saved.sha256,
+        "created_at": None,
+    }
     assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step-10"]  # no temporary left
 
 

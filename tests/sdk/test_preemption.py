@@ -18,14 +18,26 @@ HEADER = "import signal, sys, mado_tracking\n"
 
 
 def _run_script(body: str, env: dict, cwd, stdin: str = "") -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", HEADER + body], env={**os.environ, **env}, cwd=cwd, input=stdin,
-                          capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-c", HEADER + body],
+        env={**os.environ, **env},
+        cwd=cwd,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 @pytest.mark.parametrize(
     ("ending", "status"),
-    [("sys.exit(1)", RunStatus.PREEMPTED), ("sys.exit(0)", RunStatus.FINISHED), ("pass", RunStatus.FINISHED),
-     ("raise KeyboardInterrupt", RunStatus.PREEMPTED), ("raise RuntimeError('x')", RunStatus.PREEMPTED)],
+    [
+        ("sys.exit(1)", RunStatus.PREEMPTED),
+        ("sys.exit(0)", RunStatus.FINISHED),
+        ("pass", RunStatus.FINISHED),
+        ("raise KeyboardInterrupt", RunStatus.PREEMPTED),
+        ("raise RuntimeError('x')", RunStatus.PREEMPTED),
+    ],
 )
 def test_leaving_the_block_after_mark_preempting(mmt_env, tmp_path, ending, status):
     script = (
@@ -54,8 +66,15 @@ def test_a_sigterm_handler_marks_preempting_and_the_nonzero_exit_ends_preempted(
         "    run.log_metrics({'loss': 1.0})\n"
         "    signal.pause()\n"
     )
-    child = subprocess.Popen([sys.executable, "-c", HEADER + script], env={**os.environ, **mmt_env}, cwd=tmp_path,
-                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    child = subprocess.Popen(
+        [sys.executable, "-c", HEADER + script],
+        env={**os.environ, **mmt_env},
+        cwd=tmp_path,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert child.stdout.readline().strip() == "ready"
         child.send_signal(signal.SIGTERM)
@@ -68,11 +87,14 @@ def test_a_sigterm_handler_marks_preempting_and_the_nonzero_exit_ends_preempted(
     assert Run.objects.get(external_id="pre-2").status == RunStatus.PREEMPTED, err
 
 
-@pytest.mark.parametrize(("ending", "status"), [("", RunStatus.PREEMPTED), ("sys.exit(1)", RunStatus.PREEMPTED),
-                                                ("sys.exit(0)", RunStatus.FINISHED)])
+@pytest.mark.parametrize(
+    ("ending", "status"),
+    [("", RunStatus.PREEMPTED), ("sys.exit(1)", RunStatus.PREEMPTED), ("sys.exit(0)", RunStatus.FINISHED)],
+)
 def test_a_preempting_run_left_open_ends_by_its_exit_code(mmt_env, tmp_path, ending, status):
-    done = _run_script(f"run = mado_tracking.start_run(id='pre-3')\nrun.mark_preempting()\n{ending}\n", mmt_env,
-                       tmp_path)
+    done = _run_script(
+        f"run = mado_tracking.start_run(id='pre-3')\nrun.mark_preempting()\n{ending}\n", mmt_env, tmp_path
+    )
     assert Run.objects.get(external_id="pre-3").status == status, done.stderr
     # resume="auto" picks an unfinished run up again
     assert (tmp_path / ".mado" / "resume.json").exists() is (status != RunStatus.FINISHED)

@@ -59,8 +59,16 @@ def test_only_some_of_the_variables_is_an_error_naming_the_missing_one(resume_en
     [
         ("MMT_RESUME_STEP", "twenty", "MMT_RESUME_STEP must be an int >= 0"),
         ("MMT_RESUME_STEP", "-1", "MMT_RESUME_STEP must be an int >= 0"),
-        ("MMT_RESUME_CHECKPOINT_DIR", "/nonexistent/ckpt", "MMT_RESUME_CHECKPOINT_DIR=/nonexistent/ckpt: not a directory"),
-        ("MMT_RESUME_CHECKPOINT_FILE", "/nonexistent/r.json", "MMT_RESUME_CHECKPOINT_FILE=/nonexistent/r.json: cannot be read"),
+        (
+            "MMT_RESUME_CHECKPOINT_DIR",
+            "/nonexistent/ckpt",
+            "MMT_RESUME_CHECKPOINT_DIR=/nonexistent/ckpt: not a directory",
+        ),
+        (
+            "MMT_RESUME_CHECKPOINT_FILE",
+            "/nonexistent/r.json",
+            "MMT_RESUME_CHECKPOINT_FILE=/nonexistent/r.json: cannot be read",
+        ),
     ],
 )
 def test_bad_values_are_errors_naming_the_variable(resume_env, monkeypatch, name, value, message):
@@ -69,8 +77,10 @@ def test_bad_values_are_errors_naming_the_variable(resume_env, monkeypatch, name
         mado_tracking.resume_checkpoint()
 
 
-@pytest.mark.parametrize(("content", "message"), [("not json", "not valid JSON"), ("[20]", "JSON object"),
-                                                  ('{"checkpointId": 1}', '"step" must be an int')])
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [("not json", "not valid JSON"), ("[20]", "JSON object"), ('{"checkpointId": 1}', '"step" must be an int')],
+)
 def test_a_malformed_json_file_is_an_error(resume_env, content, message):
     resume_env["file"].write_text(content)
     with pytest.raises(ResumeError, match=message):

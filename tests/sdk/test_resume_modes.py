@@ -46,8 +46,13 @@ def test_must_and_allow_resume_a_stopped_run_and_continue_its_steps(mmt_env, mod
 
 
 def test_must_with_an_unknown_id_names_the_project_searched(mmt_env, other_project, member):
-    RunFactory(project=other_project, created_by=member, external_id="elsewhere", status=RunStatus.FAILED,
-               started_at=timezone.now())
+    RunFactory(
+        project=other_project,
+        created_by=member,
+        external_id="elsewhere",
+        status=RunStatus.FAILED,
+        started_at=timezone.now(),
+    )
     with pytest.raises(ApiError) as caught:
         mado_tracking.start_run(id="elsewhere", resume="must")
     assert caught.value.status == 404
@@ -117,8 +122,9 @@ def test_a_changed_parameter_is_refused_unless_allowed_and_recorded(mmt_env):
         mado_tracking.start_run(id="params", resume="allow", parameters={"lr": 0.2})
     assert (caught.value.status, caught.value.field) == (409, "parameters.lr")
     assert "allow_param_change=True" in str(caught.value)
-    with mado_tracking.start_run(id="params", resume="allow", parameters={"lr": 0.2, "wd": 0.01},
-                                 allow_param_change=True):
+    with mado_tracking.start_run(
+        id="params", resume="allow", parameters={"lr": 0.2, "wd": 0.01}, allow_param_change=True
+    ):
         pass
     assert Run.objects.get(pk=first.pk).parameters == {"lr": 0.2, "wd": 0.01}
     assert ParameterChange.objects.filter(run=first).count() == 1
@@ -227,8 +233,15 @@ class _LostAnswerClient:
 
 @pytest.mark.parametrize("code", ["conflict", "run_live"])
 def test_a_retried_start_returns_its_own_run_but_not_another_writers(code):
-    body = start_body(project="vision", kind="training", parameters={}, name=None, run_id="exp-1", resume="allow",
-                      allow_param_change=False)
+    body = start_body(
+        project="vision",
+        kind="training",
+        parameters={},
+        name=None,
+        run_id="exp-1",
+        resume="allow",
+        allow_param_change=False,
+    )
     own = {"external_id": "exp-1", "writer_host": body["host"], "writer_pid": body["pid"], "fencing_token": 3}
     assert create_run(_LostAnswerClient(own, code), body) == own
     other = {**own, "writer_pid": body["pid"] + 1}

@@ -88,8 +88,9 @@ def register_answer(direct_upload: bool) -> tuple:
 
 
 def test_a_4xx_is_final_and_sent_once(api):
-    api.script[("POST", "/api/v1/runs/1/metrics/")] = [(400, {"error": "invalid", "detail": "value must be a number",
-                                                             "field": "points[0].value"})]
+    api.script[("POST", "/api/v1/runs/1/metrics/")] = [
+        (400, {"error": "invalid", "detail": "value must be a number", "field": "points[0].value"})
+    ]
     with pytest.raises(ApiError) as raised:
         api_client(api).request("POST", "runs/1/metrics/", body={"points": [{"key": "loss", "value": "x"}]})
     assert raised.value.status == 400 and raised.value.field == "points[0].value"
@@ -172,8 +173,12 @@ def test_a_checkpoint_upload_rides_out_503s(api, ckpt, monkeypatch):
 def test_giving_up_aborts_the_multipart_upload_it_started(api, ckpt, monkeypatch):
     monkeypatch.setenv("MMT_RETRY_TIMEOUT", "1")
     api.script[("POST", "/api/v1/runs/1/checkpoints/")] = [register_answer(direct_upload=True)]
-    plan = {"upload_id": "up-1", "part_size": 8 << 20, "urls": [f"{api.url}/bucket/part1"],
-            "abort_url": f"{api.url}/bucket/abort-up-1"}
+    plan = {
+        "upload_id": "up-1",
+        "part_size": 8 << 20,
+        "urls": [f"{api.url}/bucket/part1"],
+        "abort_url": f"{api.url}/bucket/abort-up-1",
+    }
     api.script[("POST", "/api/v1/checkpoints/7/upload-parts/")] = [(200, plan)]
     api.script[("PUT", "/bucket/part1")] = [(503, b"<Error><Code>SlowDown</Code></Error>")]
     api.script[("DELETE", "/bucket/abort-up-1")] = [(204, b"")]
@@ -186,8 +191,12 @@ def test_giving_up_aborts_the_multipart_upload_it_started(api, ckpt, monkeypatch
 
 def test_a_completed_direct_upload_is_not_aborted(api, ckpt):
     api.script[("POST", "/api/v1/runs/1/checkpoints/")] = [register_answer(direct_upload=True)]
-    plan = {"upload_id": "up-1", "part_size": 8 << 20, "urls": [f"{api.url}/bucket/part1"],
-            "abort_url": f"{api.url}/bucket/abort-up-1"}
+    plan = {
+        "upload_id": "up-1",
+        "part_size": 8 << 20,
+        "urls": [f"{api.url}/bucket/part1"],
+        "abort_url": f"{api.url}/bucket/abort-up-1",
+    }
     api.script[("POST", "/api/v1/checkpoints/7/upload-parts/")] = [(200, plan)]
     api.script[("PUT", "/bucket/part1")] = [(200, b"", {"ETag": '"e1"'})]
     verified = {"id": 7, "step": 3, "state": "complete", "tar_sha256": "ab", "tar_size": 1, "error": ""}

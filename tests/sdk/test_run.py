@@ -37,8 +37,9 @@ def test_start_run_creates_a_run_with_its_parameters(mmt_env, member, project):
 def test_arguments_win_over_the_environment(monkeypatch, live_server, member, project, other_project, token_of):
     monkeypatch.setenv("MMT_API_URL", "http://127.0.0.1:9")  # nothing listens there
     monkeypatch.setenv("MMT_PROJECT", "other")
-    with mado_tracking.start_run("vision", kind="evaluation", api_url=live_server.url + "/api/v1/",
-                                 api_token=token_of(member)) as run:
+    with mado_tracking.start_run(
+        "vision", kind="evaluation", api_url=live_server.url + "/api/v1/", api_token=token_of(member)
+    ) as run:
         pass
     assert Run.objects.get(pk=run.id).kind == "evaluation"
     assert run.project == "vision"
@@ -155,9 +156,14 @@ def test_another_projects_slug_is_not_found(monkeypatch, live_server, outsider, 
 
 @pytest.mark.parametrize(
     ("ending", "status"),
-    [("pass", RunStatus.FINISHED), ("raise RuntimeError('diverged')", RunStatus.FAILED),
-     ("sys.exit(1)", RunStatus.FAILED), ("sys.exit('diverged at step 3')", RunStatus.FAILED),
-     ("sys.exit(0)", RunStatus.FINISHED), ("sys.exit()", RunStatus.FINISHED)],
+    [
+        ("pass", RunStatus.FINISHED),
+        ("raise RuntimeError('diverged')", RunStatus.FAILED),
+        ("sys.exit(1)", RunStatus.FAILED),
+        ("sys.exit('diverged at step 3')", RunStatus.FAILED),
+        ("sys.exit(0)", RunStatus.FINISHED),
+        ("sys.exit()", RunStatus.FINISHED),
+    ],
 )
 def test_a_run_left_open_is_finished_at_interpreter_exit(mmt_env, ending, status):
     script = (
@@ -166,19 +172,20 @@ def test_a_run_left_open_is_finished_at_interpreter_exit(mmt_env, ending, status
         "run.log_metrics({'loss': 1.5}, step=3)\n"
         f"{ending}\n"
     )
-    done = subprocess.run([sys.executable, "-c", script], env={**os.environ, **mmt_env},
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-c", script], env={**os.environ, **mmt_env}, capture_output=True, text=True, timeout=60
+    )
     run = Run.objects.get(name="open")
     assert run.status == status, done.stderr
     assert _points(run.pk, "loss") == [(3, 1.5)]
 
 
-def test_a_jobs_code_attaches_to_its_pre_created_pending_run_through_mmt_run_id(mmt_env, monkeypatch, member,
-                                                                                  project):
+def test_a_jobs_code_attaches_to_its_pre_created_pending_run_through_mmt_run_id(mmt_env, monkeypatch, member, project):
     from tests.factories import RunFactory
 
-    pending = RunFactory(project=project, created_by=member, status=RunStatus.PENDING, external_id="job-run-1",
-                         name="queued by a job")
+    pending = RunFactory(
+        project=project, created_by=member, status=RunStatus.PENDING, external_id="job-run-1", name="queued by a job"
+    )
     monkeypatch.setenv("MMT_RUN_ID", "job-run-1")
     with mado_tracking.start_run(name="ignored") as run:
         run.log_metrics({"loss": 1.0}, step=0)

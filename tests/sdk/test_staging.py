@@ -13,8 +13,15 @@ from mado_tracking.torch import load_checkpoint, save_checkpoint
 
 
 def _stage(source, root, step=1):
-    return stage(source, root=root, step=step, run_id=7, idempotency_key=f"key-{step}", includes_optimizer=True,
-                 framework="torch")
+    return stage(
+        source,
+        root=root,
+        step=step,
+        run_id=7,
+        idempotency_key=f"key-{step}",
+        includes_optimizer=True,
+        framework="torch",
+    )
 
 
 def test_read_only_files_are_linked_and_writable_ones_copied(tmp_path):

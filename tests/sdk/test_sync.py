@@ -36,8 +36,9 @@ def offline_run(tmp_path):
 
 
 def _config(mmt_env) -> config_module.Config:
-    return config_module.resolve(api_url=mmt_env["MMT_API_URL"], api_token=mmt_env["MMT_API_TOKEN"],
-                                 require_project=False)
+    return config_module.resolve(
+        api_url=mmt_env["MMT_API_URL"], api_token=mmt_env["MMT_API_TOKEN"], require_project=False
+    )
 
 
 def _stored(run_id: int) -> Counter:
@@ -53,14 +54,20 @@ def test_a_sync_creates_the_run_with_its_metrics_checkpoints_and_status(mmt_env,
     report = sync_module.sync_offline_run(out, _config(mmt_env), batch_max=10)
     run = Run.objects.get()
     assert report.created and report.run["id"] == run.pk
-    assert (run.external_id, run.name, run.parameters, run.status) == (external_id, "offline", {"lr": 0.1},
-                                                                      RunStatus.FINISHED)
+    assert (run.external_id, run.name, run.parameters, run.status) == (
+        external_id,
+        "offline",
+        {"lr": 0.1},
+        RunStatus.FINISHED,
+    )
     assert run.project.slug == "vision"
     assert _stored(run.pk) == _expected()
     assert MetricPoint.objects.get(run=run, key="loss", step=3).value == 0.25
     stored = Checkpoint.objects.filter(run=run).order_by("step")
     assert [(c.step, c.state, c.framework, c.includes_optimizer) for c in stored] == [
-        (10, CheckpointState.COMPLETE, "torch", True), (20, CheckpointState.COMPLETE, "torch", True)]
+        (10, CheckpointState.COMPLETE, "torch", True),
+        (20, CheckpointState.COMPLETE, "torch", True),
+    ]
     record = json.loads((out / "run.json").read_text())
     assert [c.tar_sha256 for c in stored] == [c["tar_sha256"] for c in record["checkpoints"]]
     assert (report.points_sent, report.checkpoints_uploaded) == (2 * POINTS, [10, 20])

@@ -13,9 +13,16 @@ from mado_tracking import system
 from runs.models import MetricPoint
 
 pytestmark = pytest.mark.django_db(transaction=True)
-HOST_KEYS = {"system/cpu_percent", "system/memory_percent", "system/memory_used_bytes", "system/disk_percent",
-             "system/disk_read_bytes", "system/disk_write_bytes", "system/network_sent_bytes",
-             "system/network_received_bytes"}
+HOST_KEYS = {
+    "system/cpu_percent",
+    "system/memory_percent",
+    "system/memory_used_bytes",
+    "system/disk_percent",
+    "system/disk_read_bytes",
+    "system/disk_write_bytes",
+    "system/network_sent_bytes",
+    "system/network_received_bytes",
+}
 
 
 def fake_nvml(gpus: int, *, fail_init: bool = False) -> types.ModuleType:
@@ -53,14 +60,19 @@ def test_a_run_records_host_and_gpu_metrics_on_its_own_thread(mmt_env, monkeypat
         assert run.step == 8  # sampling never moves the training step
     keys = set(MetricPoint.objects.filter(run_id=run.id).values_list("key", flat=True))
     assert HOST_KEYS <= keys
-    assert {f"system/gpu{i}/{name}" for i in (0, 1) for name in
-            ("utilization_percent", "memory_used_bytes", "memory_percent", "temperature_c")} <= keys
+    assert {
+        f"system/gpu{i}/{name}"
+        for i in (0, 1)
+        for name in ("utilization_percent", "memory_used_bytes", "memory_percent", "temperature_c")
+    } <= keys
     gpu1 = MetricPoint.objects.filter(run_id=run.id, key__startswith="system/gpu1/").order_by("id")
     values = {p.key: p.value for p in gpu1}
     assert values["system/gpu1/utilization_percent"] == 41 and values["system/gpu1/memory_percent"] == 12.5
     assert values["system/gpu1/memory_used_bytes"] == 2 * 2**30
-    assert set(MetricPoint.objects.filter(run_id=run.id, key__startswith="system/").values_list("step", flat=True)) \
-        <= {0, 7}
+    assert set(MetricPoint.objects.filter(run_id=run.id, key__startswith="system/").values_list("step", flat=True)) <= {
+        0,
+        7,
+    }
     assert 0 <= MetricPoint.objects.filter(run_id=run.id, key="system/cpu_percent").first().value <= 100
 
 

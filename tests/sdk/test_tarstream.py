@@ -4,8 +4,8 @@ import hashlib
 import os
 
 import pytest
-from mado_tracking.tarstream import CheckpointError, CheckpointTar
 
+from mado_tracking.tarstream import CheckpointError, CheckpointTar
 from mado_tracking.tarverify import CheckpointVerifier, ManifestFile
 
 

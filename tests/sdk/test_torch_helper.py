@@ -34,15 +34,28 @@ def _train(model, optimizer, scheduler, generator, steps: int) -> list[float]:
 
 
 def _draws(generator) -> tuple:
-    return (random.random(), random.gauss(0, 1), float(np.random.rand()), float(np.random.randn()),
-            torch.rand(3).tolist(), torch.rand(2, generator=generator).tolist())
+    return (
+        random.random(),
+        random.gauss(0, 1),
+        float(np.random.rand()),
+        float(np.random.randn()),
+        torch.rand(3).tolist(),
+        torch.rand(2, generator=generator).tolist(),
+    )
 
 
 def test_a_restored_run_continues_bit_for_bit(tmp_path):
     model, optimizer, scheduler, generator = _setup(0)
     _train(model, optimizer, scheduler, generator, 3)
-    save_checkpoint(tmp_path / "ckpt", model=model, optimizer=optimizer, scheduler=scheduler, step=3,
-                    extra={"epoch": 1, "best": torch.tensor([0.5])}, generators={"batches": generator})
+    save_checkpoint(
+        tmp_path / "ckpt",
+        model=model,
+        optimizer=optimizer,
+        scheduler=scheduler,
+        step=3,
+        extra={"epoch": 1, "best": torch.tensor([0.5])},
+        generators={"batches": generator},
+    )
     expected_losses = _train(model, optimizer, scheduler, generator, 4)
     expected_draws = _draws(generator)
     expected_weights = [p.detach().clone() for p in model.parameters()]
@@ -50,8 +63,9 @@ def test_a_restored_run_continues_bit_for_bit(tmp_path):
     random.seed(99)
     np.random.seed(99)
     model, optimizer, scheduler, generator = _setup(1)  # everything different until loaded
-    step = load_checkpoint(tmp_path / "ckpt", model=model, optimizer=optimizer, scheduler=scheduler,
-                           generators={"batches": generator})
+    step = load_checkpoint(
+        tmp_path / "ckpt", model=model, optimizer=optimizer, scheduler=scheduler, generators={"batches": generator}
+    )
     assert step == 3
     assert _train(model, optimizer, scheduler, generator, 4) == expected_losses
     assert _draws(generator) == expected_draws

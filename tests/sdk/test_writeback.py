@@ -5,11 +5,14 @@ import errno
 import os
 
 import pytest
+
 from mado_tracking import writeback
 from mado_tracking.writeback import copy_windowed
 
-pytestmark = pytest.mark.skipif(not writeback.AVAILABLE or not hasattr(os, "copy_file_range"),
-                                reason="sync_file_range and copy_file_range are Linux's")
+pytestmark = pytest.mark.skipif(
+    not writeback.AVAILABLE or not hasattr(os, "copy_file_range"),
+    reason="sync_file_range and copy_file_range are Linux's",
+)
 
 
 def test_a_copy_is_exact_and_leaves_the_cache_window_by_window(tmp_path, dropped_windows):

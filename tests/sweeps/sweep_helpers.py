@@ -32,8 +32,9 @@ def make_sweep(*, actor, project, base=GRID, **changes):
 
 def start_program(*, actor, trial, pid=4242):
     """What the trial's program does: ``start_run`` with ``MMT_RUN_ID`` and ``MMT_RESUME=allow``."""
-    return run_start(actor=actor, project=trial.run.project, external_id=trial.run.external_id, resume="allow",
-                     host="gpu-1", pid=pid).run
+    return run_start(
+        actor=actor, project=trial.run.project, external_id=trial.run.external_id, resume="allow", host="gpu-1", pid=pid
+    ).run
 
 
 def log_metric(*, actor, run, key, values):

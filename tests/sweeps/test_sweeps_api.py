@@ -33,7 +33,12 @@ def test_a_member_creates_a_sweep_from_yaml_text(api, project, member):
     response = api(member).post("/api/v1/sweeps/", {"project": "vision", "config": YAML}, format="json")
     assert response.status_code == 201, response.json()
     body = response.json()
-    assert (body["project"], body["method"], body["metric_name"], body["metric_goal"]) == ("vision", "grid", "val_loss", "minimize")
+    assert (body["project"], body["method"], body["metric_name"], body["metric_goal"]) == (
+        "vision",
+        "grid",
+        "val_loss",
+        "minimize",
+    )
     assert body["program"] == ["python", "train.py"]
     assert body["run_cap"] == 2 and body["parameters"] == {"lr": {"values": [0.1, 0.01]}}
     assert body["trial_counts"] == {"queued": 0, "leased": 0, "running": 0, "done": 0, "total": 0}
@@ -66,7 +71,9 @@ def test_a_bad_config_is_a_400_naming_the_field(api, project, member, changes, f
 
 def test_a_viewer_cannot_create_and_an_outsider_does_not_see_the_project(api, project, viewer, outsider):
     assert api(viewer).post("/api/v1/sweeps/", {"project": "vision", "config": GRID}, format="json").status_code == 403
-    assert api(outsider).post("/api/v1/sweeps/", {"project": "vision", "config": GRID}, format="json").status_code == 404
+    assert (
+        api(outsider).post("/api/v1/sweeps/", {"project": "vision", "config": GRID}, format="json").status_code == 404
+    )
     assert api(None).get("/api/v1/sweeps/").status_code == 401
 
 
@@ -108,8 +115,13 @@ def test_claims_end_with_done_once_every_trial_ended(api, project, member):
     sweep = make_sweep(actor=member, project=project, run_cap=1)
     client = api(member)
     claim(client, sweep)
-    assert claim(client, sweep).json() | {"reason": ""} == {"trial": None, "program": sweep.program, "project": "vision",
-                                                            "done": False, "reason": ""}
+    assert claim(client, sweep).json() | {"reason": ""} == {
+        "trial": None,
+        "program": sweep.program,
+        "project": "vision",
+        "done": False,
+        "reason": "",
+    }
     trial = SweepTrial.objects.get()
     response = client.post(f"/api/v1/sweeps/{sweep.pk}/trials/1/report/", {"exit_code": 0}, format="json")
     assert response.status_code == 200
@@ -122,9 +134,11 @@ def test_claims_end_with_done_once_every_trial_ended(api, project, member):
 def test_a_preempted_report_requeues_the_trial(api, grid, member):
     claim(api(member), grid)
     start_program(actor=member, trial=SweepTrial.objects.get())
-    body = api(member).post(
-        f"/api/v1/sweeps/{grid.pk}/trials/1/report/", {"exit_code": -15, "preempted": True}, format="json"
-    ).json()
+    body = (
+        api(member)
+        .post(f"/api/v1/sweeps/{grid.pk}/trials/1/report/", {"exit_code": -15, "preempted": True}, format="json")
+        .json()
+    )
     assert (body["state"], body["run_status"], body["requeue_count"], body["agent"]) == ("queued", "preempted", 1, "")
 
 
@@ -135,7 +149,10 @@ def test_claim_and_report_need_member_or_admin(api, grid, member, viewer, outsid
     url = f"/api/v1/sweeps/{grid.pk}/trials/1/report/"
     assert api(viewer).post(url, {"exit_code": 0}, format="json").status_code == 403
     assert api(outsider).post(url, {"exit_code": 0}, format="json").status_code == 404
-    assert api(member).post(f"/api/v1/sweeps/{grid.pk}/trials/9/report/", {"exit_code": 0}, format="json").status_code == 404
+    assert (
+        api(member).post(f"/api/v1/sweeps/{grid.pk}/trials/9/report/", {"exit_code": 0}, format="json").status_code
+        == 404
+    )
     bad = api(member).post(url, {"exit_code": "zero"}, format="json")
     assert (bad.status_code, bad.json()["field"]) == (400, "exit_code")
     assert SweepTrial.objects.get().state == TrialState.LEASED
@@ -144,7 +161,9 @@ def test_claim_and_report_need_member_or_admin(api, grid, member, viewer, outsid
 def test_the_programs_start_marks_the_trial_running(api, grid, member):
     body = claim(api(member), grid).json()
     response = api(member).post(
-        "/api/v1/runs/", {"project": "vision", "external_id": body["trial"]["external_id"], "resume": "allow"}, format="json"
+        "/api/v1/runs/",
+        {"project": "vision", "external_id": body["trial"]["external_id"], "resume": "allow"},
+        format="json",
     )
     assert response.status_code == 200, response.json()
     trial = SweepTrial.objects.get()

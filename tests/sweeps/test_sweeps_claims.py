@@ -48,8 +48,10 @@ def test_grid_covers_every_point_once_then_is_done(grid, member):
 
 
 def test_the_grid_order_is_deterministic(project, member):
-    first = [sweep_claim(actor=member, sweep=make_sweep(actor=member, project=project), agent="a").trial.parameters
-             for _ in range(2)]
+    first = [
+        sweep_claim(actor=member, sweep=make_sweep(actor=member, project=project), agent="a").trial.parameters
+        for _ in range(2)
+    ]
     assert first[0] == first[1] == {"epochs": 3, "hidden": 32, "lr": 0.1}
 
 
@@ -58,8 +60,16 @@ def test_a_claim_creates_a_pending_run_of_the_claimer_with_the_trial_parameters(
     trial = sweep_claim(actor=member, sweep=grid, agent="gpu-1:77", now=now).trial
     run = trial.run
     assert (run.status, run.created_by, run.parameters, run.name) == (
-        RunStatus.PENDING, member, trial.parameters, "digits-1")
-    assert (trial.state, trial.agent, trial.lease_expires_at) == (TrialState.LEASED, "gpu-1:77", now + timedelta(seconds=3600))
+        RunStatus.PENDING,
+        member,
+        trial.parameters,
+        "digits-1",
+    )
+    assert (trial.state, trial.agent, trial.lease_expires_at) == (
+        TrialState.LEASED,
+        "gpu-1:77",
+        now + timedelta(seconds=3600),
+    )
 
 
 def test_random_suggestions_stay_within_bounds_and_differ(project, member):

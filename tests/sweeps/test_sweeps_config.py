@@ -24,7 +24,12 @@ run_cap: 12
 
 def test_a_yaml_config_is_normalised():
     config = sweep_config_parse(config=YAML)
-    assert (config.name, config.method, config.metric_name, config.metric_goal) == ("digits-lr", "bayes", "val_loss", "minimize")
+    assert (config.name, config.method, config.metric_name, config.metric_goal) == (
+        "digits-lr",
+        "bayes",
+        "val_loss",
+        "minimize",
+    )
     assert config.parameters == {
         "lr": {"min": 0.0001, "max": 0.1, "distribution": "log_uniform_values"},
         "hidden": {"min": 16, "max": 128, "distribution": "int_uniform"},

@@ -18,7 +18,9 @@ pytestmark = pytest.mark.django_db
 
 def scatter_data(body: str) -> dict:
     """The scatter plots' JSON payload (``json_script`` "scatter-data") of a Sweep page ``body``."""
-    return json.loads(re.search(r'<script id="scatter-data" type="application/json">(.*?)</script>', body, re.S).group(1))
+    return json.loads(
+        re.search(r'<script id="scatter-data" type="application/json">(.*?)</script>', body, re.S).group(1)
+    )
 
 
 @pytest.fixture
@@ -30,7 +32,10 @@ def grid(project, member):
 def scored(grid, member):
     """Trials 1–3 of the grid: 1 finished (val_loss 0.5), 2 preempted and requeued (0.2), 3 claimed (none)."""
     trials = [sweep_claim(actor=member, sweep=grid, agent=f"gpu:{i}").trial for i in range(3)]
-    for trial, values, status in ((trials[0], [0.9, 0.5], RunStatus.FINISHED), (trials[1], [0.7, 0.2], RunStatus.PREEMPTED)):
+    for trial, values, status in (
+        (trials[0], [0.9, 0.5], RunStatus.FINISHED),
+        (trials[1], [0.7, 0.2], RunStatus.PREEMPTED),
+    ):
         run = start_program(actor=member, trial=trial)
         log_metric(actor=member, run=run, key="val_loss", values=values)
         run_set_status(actor=member, run=run, status=status)
@@ -123,7 +128,10 @@ def test_a_range_parameter_is_plotted_on_a_numeric_axis(login, project, member):
     # A numeric axis spans the searched range, whatever the two trials drew; lr is searched on a log scale.
     assert (scatters["lr"]["log"], scatters["lr"]["domain"]) == (True, [0.0001, 0.1])
     assert (scatters["hidden"]["log"], scatters["hidden"]["domain"][0], scatters["hidden"]["domain"][1]) == (
-        False, 8, 128)
+        False,
+        8,
+        128,
+    )
     # Listed non-numeric values: one labelled slot each, x = the slot's index.
     assert scatters["optimizer"]["categories"] == ["adam", "sgd"]
     assert {p["x"] for p in scatters["optimizer"]["points"]} <= {0, 1}

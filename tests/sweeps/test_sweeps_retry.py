@@ -64,14 +64,14 @@ def test_a_second_retry_is_refused_naming_the_queued_run_and_queues_nothing_more
     assert again.status_code == 409
     new_run = SweepTrial.objects.get(pk=failed.pk).run
     assert again.json()["detail"] == (
-        f"trial 1 was already retried: its new run {new_run.external_id} is waiting for an agent")
+        f"trial 1 was already retried: its new run {new_run.external_id} is waiting for an agent"
+    )
     assert again.json()["field"] == "trial"
     assert Run.objects.count() == runs_before
     assert SweepTrial.objects.get(pk=failed.pk).retry_count == 1
 
 
-@pytest.mark.parametrize("end, status", [(RunStatus.CRASHED, 200), (RunStatus.ABORTED, 200),
-                                         (RunStatus.FINISHED, 409)])
+@pytest.mark.parametrize("end, status", [(RunStatus.CRASHED, 200), (RunStatus.ABORTED, 200), (RunStatus.FINISHED, 409)])
 def test_crashed_and_aborted_trials_may_be_retried_a_finished_one_not(api, project, member, end, status):
     sweep = make_sweep(actor=member, project=project)
     trial = sweep_claim(actor=member, sweep=sweep, agent="a").trial
@@ -80,7 +80,8 @@ def test_crashed_and_aborted_trials_may_be_retried_a_finished_one_not(api, proje
     assert response.status_code == status
     if status == 409:
         assert response.json()["detail"] == (
-            "trial 1 ended finished: only a failed, crashed or aborted trial can be retried")
+            "trial 1 ended finished: only a failed, crashed or aborted trial can be retried"
+        )
 
 
 def test_a_trial_still_claimed_is_not_retried(api, project, member):

@@ -14,7 +14,6 @@ from tests.factories import CodeFactory
 from tests.worker.helpers import code_archive
 
 
-
 @pytest.fixture(autouse=True)
 def worker_settings(settings, tmp_path):
     settings.MADO_WORKER_WORKDIR = tmp_path / "jobs"
@@ -45,11 +44,16 @@ def queue(db):
 @pytest.fixture
 def make_code_version(project, creator, tmp_path):
     def make(archive: bytes | None = None, entrypoint: list[str] | None = None):
-        code = CodeFactory(project=project, created_by=creator, name=f"trainer-{CodeFactory._meta.model.objects.count()}")
+        code = CodeFactory(
+            project=project, created_by=creator, name=f"trainer-{CodeFactory._meta.model.objects.count()}"
+        )
         archive = code_archive() if archive is None else archive
         return code_version_create_with_archive(
-            actor=creator, code=code, entrypoint=entrypoint or [sys.executable, "train.py", str(tmp_path / "control.json")],
-            archive=io.BytesIO(archive), archive_name="code.tar.gz",
+            actor=creator,
+            code=code,
+            entrypoint=entrypoint or [sys.executable, "train.py", str(tmp_path / "control.json")],
+            archive=io.BytesIO(archive),
+            archive_name="code.tar.gz",
         )
 
     return make
@@ -63,8 +67,14 @@ def code_version(make_code_version):
 @pytest.fixture
 def launch(creator, queue, code_version):
     def make(**overrides):
-        arguments = dict(actor=creator, code_version=code_version, queue=queue, parameters={"lr": 0.1},
-                         dataset_version_ids=[], name="trainer")
+        arguments = dict(
+            actor=creator,
+            code_version=code_version,
+            queue=queue,
+            parameters={"lr": 0.1},
+            dataset_version_ids=[],
+            name="trainer",
+        )
         arguments.update(overrides)
         return job_launch(**arguments)
 

@@ -16,7 +16,19 @@ from checkpoints.models import Artifact, Checkpoint, CheckpointState, ManifestEn
 from mado_tracking.tarverify import ManifestFile
 from tests.checkpoints.checkpoint_helpers import FILES, make_tar, member, sha
 
-__all__ = ["TRAIN_PY", "code_archive", "FILES", "make_tar", "member", "sha", "stored_checkpoint", "manifest", "tar_gz", "zip_bytes", "store_blob"]
+__all__ = [
+    "TRAIN_PY",
+    "code_archive",
+    "FILES",
+    "make_tar",
+    "member",
+    "sha",
+    "stored_checkpoint",
+    "manifest",
+    "tar_gz",
+    "zip_bytes",
+    "store_blob",
+]
 
 
 def manifest(files: dict[str, bytes]) -> list[ManifestFile]:
@@ -27,21 +39,40 @@ def store_blob(data: bytes, prefix: str = "tests") -> str:
     return storage.blob_write(source=io.BytesIO(data), prefix=prefix).key
 
 
-def stored_checkpoint(run, step: int, files: dict[str, bytes] | None = None, *, stored: bytes | None = None,
-                      state: str = CheckpointState.COMPLETE, recorded: bytes | None = None) -> Checkpoint:
+def stored_checkpoint(
+    run,
+    step: int,
+    files: dict[str, bytes] | None = None,
+    *,
+    stored: bytes | None = None,
+    state: str = CheckpointState.COMPLETE,
+    recorded: bytes | None = None,
+) -> Checkpoint:
     """A complete checkpoint of ``run`` at ``step`` recorded for ``files`` and the tar ``recorded`` (size and
     SHA-256; default: the good tar of ``files``); the storage holds ``stored`` (default: that tar)."""
     files = FILES if files is None else files
     good = make_tar(files) if recorded is None else recorded
     key = store_blob(good if stored is None else stored, prefix=f"runs/{run.pk}")
     artifact = Artifact.objects.create(
-        project=run.project, run=run, path=f"checkpoints/step-{step}.tar", size=len(good), sha256=sha(good),
+        project=run.project,
+        run=run,
+        path=f"checkpoints/step-{step}.tar",
+        size=len(good),
+        sha256=sha(good),
         storage_key=key,
     )
     checkpoint = Checkpoint.objects.create(
-        run=run, step=step, framework="pytorch", includes_optimizer=True, file_count=len(files),
-        total_bytes=sum(len(d) for d in files.values()), artifact=artifact, tar_size=len(good), tar_sha256=sha(good),
-        state=state, received={"size": len(good), "sha256": sha(good)},
+        run=run,
+        step=step,
+        framework="pytorch",
+        includes_optimizer=True,
+        file_count=len(files),
+        total_bytes=sum(len(d) for d in files.values()),
+        artifact=artifact,
+        tar_size=len(good),
+        tar_sha256=sha(good),
+        state=state,
+        received={"size": len(good), "sha256": sha(good)},
     )
     ManifestEntry.objects.bulk_create(
         [ManifestEntry(checkpoint=checkpoint, path=f.path, size=f.size, sha256=f.sha256) for f in manifest(files)]
@@ -76,7 +107,7 @@ def zip_bytes(files: dict[str, bytes], *, symlinks: dict[str, str] | None = None
             archive.writestr(name, data)
         for name, target in (symlinks or {}).items():
             info = zipfile.ZipInfo(name)
-            info.external_attr = (0o120777 << 16)
+            info.external_attr = 0o120777 << 16
             archive.writestr(info, target)
     return buffer.getvalue()
 
@@ -84,7 +115,7 @@ def zip_bytes(files: dict[str, bytes], *, symlinks: dict[str, str] | None = None
 # The training code: reads its control file (argv[1]), records what it saw into the marker file (``marker``,
 # or ``<marker_dir>/<MMT_RUN_ID>.json``), then prints, waits to be stopped or exits as told. The marker file
 # only exists if the code started. Under torchrun the ranks wait for each other after the SIGTERM set-up.
-TRAIN_PY = textwrap.dedent('''
+TRAIN_PY = textwrap.dedent("""
     import json, os, pathlib, signal, stat, sys, time
     from lib.util import describe
 
@@ -123,11 +154,18 @@ TRAIN_PY = textwrap.dedent('''
         print("ready", flush=True)
         time.sleep(120)
     sys.exit(control.get("exit", 0))
-''')
+""")
 UTIL_PY = "def describe():\n    return 'training code started'\n"
 
 
 def code_archive() -> bytes:
     """The training code above as a Code version archive (tar.gz with ``./`` paths and a package)."""
-    return tar_gz([("./", None), ("./lib", None), ("./train.py", TRAIN_PY.encode()), ("./lib/__init__.py", b""),
-                   ("./lib/util.py", UTIL_PY.encode())])
+    return tar_gz(
+        [
+            ("./", None),
+            ("./lib", None),
+            ("./train.py", TRAIN_PY.encode()),
+            ("./lib/__init__.py", b""),
+            ("./lib/util.py", UTIL_PY.encode()),
+        ]
+    )

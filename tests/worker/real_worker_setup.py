@@ -38,11 +38,15 @@ def main(directory: Path) -> dict:
         control = directory / f"control-{label}.json"
         control.write_text(json.dumps({"marker_dir": str(directory / "markers"), **options}))
         version = code_version_create_with_archive(
-            actor=user, code=code, entrypoint=[sys.executable, "train.py", str(control)],
-            archive=io.BytesIO(code_archive()), archive_name="code.tar.gz",
+            actor=user,
+            code=code,
+            entrypoint=[sys.executable, "train.py", str(control)],
+            archive=io.BytesIO(code_archive()),
+            archive_name="code.tar.gz",
         )
-        job = job_launch(actor=user, code_version=version, queue=queue, parameters={}, dataset_version_ids=[],
-                         name=label)
+        job = job_launch(
+            actor=user, code_version=version, queue=queue, parameters={}, dataset_version_ids=[], name=label
+        )
         if label == "waiting":
             ids[label] = {"job": job.pk, "run_external_id": job.run.external_id}
             continue
@@ -51,8 +55,13 @@ def main(directory: Path) -> dict:
         stored = make_tar({**FILES, "model.pt": b"X" + FILES["model.pt"][1:]}) if label == "tampered" else None
         checkpoint = stored_checkpoint(job.run, 20, stored=stored)
         resumed = run_resume_from_checkpoint(actor=user, checkpoint=checkpoint)
-        ids[label] = {"source_job": job.pk, "source_run": job.run_id, "checkpoint": checkpoint.pk,
-                      "job": resumed.pk, "run_external_id": resumed.run.external_id}
+        ids[label] = {
+            "source_job": job.pk,
+            "source_run": job.run_id,
+            "checkpoint": checkpoint.pk,
+            "job": resumed.pk,
+            "run_external_id": resumed.run.external_id,
+        }
     return ids
 
 

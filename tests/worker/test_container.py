@@ -23,9 +23,14 @@ WORK = Path("/var/mado/jobs/job-42")
 
 def build(**overrides):
     arguments = dict(
-        job_id=42, image="ghcr.io/acme/train:1.2", argv=["python", "train.py", "--steps", "40"],
-        env_names=["MMT_API_URL", "MMT_API_TOKEN", "MMT_RUN_ID", "PYTHONUNBUFFERED"], code_dir=WORK / "code",
-        checkpoint_dir=WORK / "checkpoint", resume_file=WORK / "resume-checkpoint.json", gpus="0,1",
+        job_id=42,
+        image="ghcr.io/acme/train:1.2",
+        argv=["python", "train.py", "--steps", "40"],
+        env_names=["MMT_API_URL", "MMT_API_TOKEN", "MMT_RUN_ID", "PYTHONUNBUFFERED"],
+        code_dir=WORK / "code",
+        checkpoint_dir=WORK / "checkpoint",
+        resume_file=WORK / "resume-checkpoint.json",
+        gpus="0,1",
     )
     arguments.update(overrides)
     return docker_run_argv(**arguments)
@@ -63,11 +68,20 @@ def test_a_new_job_mounts_no_checkpoint():
 
 
 def test_inside_the_container_the_resume_variables_point_at_the_mounts():
-    variables = {"MMT_RUN_ID": "r1", "MMT_RESUME_CHECKPOINT_DIR": str(WORK / "checkpoint"), "MMT_RESUME_STEP": "20",
-                 "MMT_RESUME_CHECKPOINT_FILE": str(WORK / "resume-checkpoint.json"), "CUDA_VISIBLE_DEVICES": "3"}
+    variables = {
+        "MMT_RUN_ID": "r1",
+        "MMT_RESUME_CHECKPOINT_DIR": str(WORK / "checkpoint"),
+        "MMT_RESUME_STEP": "20",
+        "MMT_RESUME_CHECKPOINT_FILE": str(WORK / "resume-checkpoint.json"),
+        "CUDA_VISIBLE_DEVICES": "3",
+    }
     inside = container_env(variables)
-    assert inside == {"MMT_RUN_ID": "r1", "MMT_RESUME_CHECKPOINT_DIR": "/mmt/inputs/checkpoint", "MMT_RESUME_STEP": "20",
-                      "MMT_RESUME_CHECKPOINT_FILE": "/mmt/inputs/resume-checkpoint.json"}
+    assert inside == {
+        "MMT_RUN_ID": "r1",
+        "MMT_RESUME_CHECKPOINT_DIR": "/mmt/inputs/checkpoint",
+        "MMT_RESUME_STEP": "20",
+        "MMT_RESUME_CHECKPOINT_FILE": "/mmt/inputs/resume-checkpoint.json",
+    }
 
 
 def test_the_docker_client_gets_the_values_and_its_own_variables_only(monkeypatch):
@@ -78,14 +92,17 @@ def test_the_docker_client_gets_the_values_and_its_own_variables_only(monkeypatc
     assert "MADO_SECRET_KEY" not in env
 
 
-@pytest.mark.parametrize("setting, worker_env, devices, gpus", [
-    ("0,1", {}, "0,1", ['"device=0,1"']),
-    ("GPU-8a1b-22", {}, "GPU-8a1b-22", ['"device=GPU-8a1b-22"']),
-    ("all", {"CUDA_VISIBLE_DEVICES": "2"}, None, ["all"]),
-    ("none", {"CUDA_VISIBLE_DEVICES": "2"}, "", []),
-    ("", {"CUDA_VISIBLE_DEVICES": "2,3"}, "2,3", ['"device=2,3"']),
-    ("", {}, None, []),
-])
+@pytest.mark.parametrize(
+    "setting, worker_env, devices, gpus",
+    [
+        ("0,1", {}, "0,1", ['"device=0,1"']),
+        ("GPU-8a1b-22", {}, "GPU-8a1b-22", ['"device=GPU-8a1b-22"']),
+        ("all", {"CUDA_VISIBLE_DEVICES": "2"}, None, ["all"]),
+        ("none", {"CUDA_VISIBLE_DEVICES": "2"}, "", []),
+        ("", {"CUDA_VISIBLE_DEVICES": "2,3"}, "2,3", ['"device=2,3"']),
+        ("", {}, None, []),
+    ],
+)
 def test_gpu_assignment_follows_the_worker_setting(setting, worker_env, devices, gpus):
     assert cuda_visible_devices(setting, worker_env) == devices
     assert option_values(docker_gpus_args(setting, worker_env), "--gpus") == gpus
@@ -97,10 +114,17 @@ def test_a_bad_gpu_setting_is_refused(bad):
         check_gpus_setting(bad)
 
 
-@pytest.mark.parametrize("overrides", [
-    {"image": ""}, {"image": "--privileged"}, {"argv": []}, {"argv": "python train.py"},
-    {"code_dir": Path("/work/a,b")}, {"checkpoint_dir": Path("relative/dir")},
-])
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {"image": ""},
+        {"image": "--privileged"},
+        {"argv": []},
+        {"argv": "python train.py"},
+        {"code_dir": Path("/work/a,b")},
+        {"checkpoint_dir": Path("relative/dir")},
+    ],
+)
 def test_unusable_input_is_refused(overrides):
     with pytest.raises(ValueError):
         build(**overrides)
@@ -123,8 +147,9 @@ def test_a_container_queue_runs_the_entrypoint_through_docker_run(failed_source_
     checkpoint = stored_checkpoint(failed_source_job.run, 20)
     job = run_resume_from_checkpoint(actor=creator, checkpoint=checkpoint, queue=gpu)
     work = settings.MADO_WORKER_WORKDIR / f"job-{job.pk}"
-    prepared = Prepared(code_dir=work / "code", checkpoint_dir=work / "checkpoint",
-                        resume_file=work / "resume-checkpoint.json", step=20)
+    prepared = Prepared(
+        code_dir=work / "code", checkpoint_dir=work / "checkpoint", resume_file=work / "resume-checkpoint.json", step=20
+    )
     variables = code_variables(job, prepared, "run-token")
     assert variables["CUDA_VISIBLE_DEVICES"] == "2,3" and variables["MMT_RESUME_STEP"] == "20"
     argv, env, on_kill = command(job, prepared, variables)

@@ -14,8 +14,12 @@ from tests.worker.test_tasks import abort_when_logged, log_of, workdir_is_gone
 from worker.distributed import RankExits, torchrun_argv
 from worker.tasks import run_job
 
-SHARDS = {".metadata": b"plan" * 50, "__0_0.distcp": b"rank zero" * 100, "__1_0.distcp": b"rank one" * 100,
-          "mado-checkpoint.json": b'{"format": 1, "framework": "torch-dcp", "step": 20, "world_size": 2}'}
+SHARDS = {
+    ".metadata": b"plan" * 50,
+    "__0_0.distcp": b"rank zero" * 100,
+    "__1_0.distcp": b"rank one" * 100,
+    "mado-checkpoint.json": b'{"format": 1, "framework": "torch-dcp", "step": 20, "world_size": 2}',
+}
 
 # What torchrun 2.13 prints when rank 1 exits 3 and it stops rank 0 (trimmed to the report).
 REPORT = """\
@@ -44,16 +48,46 @@ Root Cause (first observed failure):
 """
 
 
-@pytest.mark.parametrize(("entrypoint", "expected"), [
-    (["python", "train.py", "--lr", "1"],
-     ["python", "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "4", "train.py", "--lr", "1"]),
-    (["/venv/bin/python3", "-u", "-X", "dev", "train.py"],
-     ["/venv/bin/python3", "-u", "-X", "dev", "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "4",
-      "train.py"]),
-    (["python", "-m", "trainer.main", "--x"],
-     ["python", "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "4", "-m", "trainer.main", "--x"]),
-    (["./train.sh", "a"], ["torchrun", "--standalone", "--nproc-per-node", "4", "--no-python", "./train.sh", "a"]),
-], ids=["script", "interpreter options", "module", "not python"])
+@pytest.mark.parametrize(
+    ("entrypoint", "expected"),
+    [
+        (
+            ["python", "train.py", "--lr", "1"],
+            ["python", "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "4", "train.py", "--lr", "1"],
+        ),
+        (
+            ["/venv/bin/python3", "-u", "-X", "dev", "train.py"],
+            [
+                "/venv/bin/python3",
+                "-u",
+                "-X",
+                "dev",
+                "-m",
+                "torch.distributed.run",
+                "--standalone",
+                "--nproc-per-node",
+                "4",
+                "train.py",
+            ],
+        ),
+        (
+            ["python", "-m", "trainer.main", "--x"],
+            [
+                "python",
+                "-m",
+                "torch.distributed.run",
+                "--standalone",
+                "--nproc-per-node",
+                "4",
+                "-m",
+                "trainer.main",
+                "--x",
+            ],
+        ),
+        (["./train.sh", "a"], ["torchrun", "--standalone", "--nproc-per-node", "4", "--no-python", "./train.sh", "a"]),
+    ],
+    ids=["script", "interpreter options", "module", "not python"],
+)
 def test_the_entrypoint_runs_under_torchrun_with_its_own_interpreter(entrypoint, expected):
     assert torchrun_argv(entrypoint, 4) == expected
 
@@ -61,21 +95,36 @@ def test_the_entrypoint_runs_under_torchrun_with_its_own_interpreter(entrypoint,
 def test_several_nodes_meet_where_the_rendezvous_options_say():
     rendezvous = ["--nnodes=2", "--master-addr=job-node-0-0.job", "--master-port=29500"]
     assert torchrun_argv(["./train.sh"], 8, rendezvous=rendezvous) == [
-        "torchrun", *rendezvous, "--nproc-per-node", "8", "--no-python", "./train.sh"]
+        "torchrun",
+        *rendezvous,
+        "--nproc-per-node",
+        "8",
+        "--no-python",
+        "./train.sh",
+    ]
 
 
 def test_torchrun_report_names_each_rank_first_failure_first():
     exits = RankExits()
     for start in range(0, len(REPORT), 100):  # the log arrives in pieces
-        exits.feed(REPORT[start:start + 100])
-    assert exits.summary(2, 1) == ("torchrun (2 processes) exited with code 1: rank 1 (local rank 1) exited with "
-                                   "code 3 (first failure); rank 0 (local rank 0) was stopped by SIGTERM.")
+        exits.feed(REPORT[start : start + 100])
+    assert exits.summary(2, 1) == (
+        "torchrun (2 processes) exited with code 1: rank 1 (local rank 1) exited with "
+        "code 3 (first failure); rank 0 (local rank 0) was stopped by SIGTERM."
+    )
 
 
-@pytest.mark.parametrize("text", [
-    "", "rank      : x (local_rank: 0)\n  exitcode  : 1\n", "rank : 1 (local_rank: 1)\n" + "exitcode : " + "9" * 5000,
-    "\x00\xff" * 50_000, REPORT[: len(REPORT) // 2],
-], ids=["empty", "not a number", "huge exit code", "binary", "cut in half"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "rank      : x (local_rank: 0)\n  exitcode  : 1\n",
+        "rank : 1 (local_rank: 1)\n" + "exitcode : " + "9" * 5000,
+        "\x00\xff" * 50_000,
+        REPORT[: len(REPORT) // 2],
+    ],
+    ids=["empty", "not a number", "huge exit code", "binary", "cut in half"],
+)
 def test_a_garbled_or_missing_report_still_gives_one_line(text):
     exits = RankExits()
     exits.feed(text)

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from mado_tracking.tarverify import ManifestFile, manifest_digest
 from mado_tracking.extractdir import ExtractionDir
+from mado_tracking.tarverify import ManifestFile, manifest_digest
 from tests.worker.helpers import FILES, make_tar, manifest, member, sha, stored_checkpoint, tar_gz, zip_bytes
 from worker import extract as extract_module
 from worker.errors import ArchiveRejected, CheckpointMismatch
@@ -23,8 +23,12 @@ from worker.extract import (
 )
 from worker.fetch import restore_checkpoint
 
-DEEP = {"model.pt": b"weights" * 1000, "optim/state.pt": b"s" * 700, "empty.bin": b"",
-        "a/b/c/" + "long" * 40 + ".bin": b"deep" * 100}
+DEEP = {
+    "model.pt": b"weights" * 1000,
+    "optim/state.pt": b"s" * 700,
+    "empty.bin": b"",
+    "a/b/c/" + "long" * 40 + ".bin": b"deep" * 100,
+}
 
 
 @pytest.fixture
@@ -93,15 +97,18 @@ def refused(extract):
     return check
 
 
-@pytest.mark.parametrize("extra, what", [
-    (member("extra.txt", b"x"), "manifest"),
-    (member("../outside.txt", b"x"), "path"),
-    (member("/tmp/absolute.txt", b"x"), "path"),
-    (member("link", kind=tarfile.SYMTYPE, linkname="/etc"), "tar"),
-    (member("hard", kind=tarfile.LNKTYPE, linkname="model.pt"), "tar"),
-    (member("fifo", kind=tarfile.FIFOTYPE), "tar"),
-    (member("model.pt", b"weights" * 1000), "path"),  # a duplicate
-])
+@pytest.mark.parametrize(
+    "extra, what",
+    [
+        (member("extra.txt", b"x"), "manifest"),
+        (member("../outside.txt", b"x"), "path"),
+        (member("/tmp/absolute.txt", b"x"), "path"),
+        (member("link", kind=tarfile.SYMTYPE, linkname="/etc"), "tar"),
+        (member("hard", kind=tarfile.LNKTYPE, linkname="model.pt"), "tar"),
+        (member("fifo", kind=tarfile.FIFOTYPE), "tar"),
+        (member("model.pt", b"weights" * 1000), "path"),  # a duplicate
+    ],
+)
 def test_a_bad_header_is_refused_and_nothing_stays_behind(workdir, refused, extra, what):
     files = {**DEEP, extra[0]: extra[1]} if extra[0] in ("../outside.txt", "/tmp/absolute.txt") else DEEP
     error = refused(workdir, make_tar(DEEP, extra=[extra]), files)
@@ -172,8 +179,12 @@ def test_resume_info_names_the_checkpoint_and_its_manifest_digest(workdir, run):
     assert path == workdir / "resume-checkpoint.json"
     assert stat.S_IMODE(path.stat().st_mode) == 0o444
     assert json.loads(path.read_text()) == {
-        "checkpointId": checkpoint.pk, "sourceRunId": run.pk, "step": 20, "manifestSha256": manifest_digest(manifest(FILES)),
-        "framework": "pytorch", "includesOptimizer": True,
+        "checkpointId": checkpoint.pk,
+        "sourceRunId": run.pk,
+        "step": 20,
+        "manifestSha256": manifest_digest(manifest(FILES)),
+        "framework": "pytorch",
+        "includesOptimizer": True,
     }
 
 
@@ -209,8 +220,19 @@ def code_refused(workdir, data: bytes, match: str):
 
 @pytest.mark.parametrize("mode", ["w:gz", "w:bz2", "w:xz", "w"])
 def test_a_code_tar_is_extracted_with_its_directories_and_executable_bits(workdir, mode):
-    target = code(workdir, tar_gz([("./", None), ("./pkg", None), ("./train.py", b"print('hi')\n"),
-                                   ("./pkg/__init__.py", b""), ("./run.sh", b"#!/bin/sh\n")], mode=mode))
+    target = code(
+        workdir,
+        tar_gz(
+            [
+                ("./", None),
+                ("./pkg", None),
+                ("./train.py", b"print('hi')\n"),
+                ("./pkg/__init__.py", b""),
+                ("./run.sh", b"#!/bin/sh\n"),
+            ],
+            mode=mode,
+        ),
+    )
     assert (target / "train.py").read_text() == "print('hi')\n"
     assert (target / "pkg" / "__init__.py").exists()
     assert stat.S_IMODE((target / "run.sh").stat().st_mode) == 0o755
@@ -223,14 +245,17 @@ def test_a_code_zip_is_extracted(workdir):
     assert (target / "lib" / "util.py").read_text() == "x = 1\n"
 
 
-@pytest.mark.parametrize("entries, match", [
-    ([("train.py", b"x"), ("evil", b"", tarfile.SYMTYPE, "/etc/passwd")], "symbolic link"),
-    ([("train.py", b"x"), ("hard", b"", tarfile.LNKTYPE, "train.py")], "hard link"),
-    ([("../escape.py", b"x")], r"\.\."),
-    ([("/abs.py", b"x")], "absolute"),
-    ([("a.py", b"x"), ("a.py", b"y")], "appears twice"),
-    ([("a", b"x"), ("a/b.py", b"y")], "is a file"),
-])
+@pytest.mark.parametrize(
+    "entries, match",
+    [
+        ([("train.py", b"x"), ("evil", b"", tarfile.SYMTYPE, "/etc/passwd")], "symbolic link"),
+        ([("train.py", b"x"), ("hard", b"", tarfile.LNKTYPE, "train.py")], "hard link"),
+        ([("../escape.py", b"x")], r"\.\."),
+        ([("/abs.py", b"x")], "absolute"),
+        ([("a.py", b"x"), ("a.py", b"y")], "appears twice"),
+        ([("a", b"x"), ("a/b.py", b"y")], "is a file"),
+    ],
+)
 def test_an_unsafe_code_tar_is_rejected_and_leaves_nothing(workdir, entries, match):
     code_refused(workdir, tar_gz(entries), match)
     assert not (workdir.parent / "escape.py").exists()

@@ -52,17 +52,26 @@ def test_a_good_checkpoint_is_extracted_verified_and_written_once(run, tmp_path)
 
 TAMPERED = {
     "extra file": (make_tar({**FILES, "extra.txt": b"x"}), "manifest", "extra file 'extra.txt'"),
-    "missing file": (make_tar({k: v for k, v in FILES.items() if k != "optim/state.pt"}), "manifest",
-                     "missing from the tar: 'optim/state.pt'"),
+    "missing file": (
+        make_tar({k: v for k, v in FILES.items() if k != "optim/state.pt"}),
+        "manifest",
+        "missing from the tar: 'optim/state.pt'",
+    ),
     "size": (make_tar({**FILES, "model.pt": b"weights" * 999}), "size", "'model.pt' is 6993 bytes in the tar"),
     "sha256": (make_tar({**FILES, "model.pt": b"X" + (b"weights" * 1000)[1:]}), "sha256", "'model.pt' has SHA-256"),
     "dot-dot": (make_tar(FILES, extra=[member("../evil.sh", b"rm -rf ~")]), "path", "'../evil.sh'"),
     "nested dot-dot": (make_tar(FILES, extra=[member("optim/../../evil", b"x")]), "path", "optim/../../evil"),
     "absolute": (make_tar(FILES, extra=[member("/etc/cron.d/evil", b"x")]), "path", "'/etc/cron.d/evil'"),
-    "symlink": (make_tar(FILES, extra=[member("link", kind=tarfile.SYMTYPE, linkname="/etc/passwd")]), "tar",
-                "'link' is a symbolic link"),
-    "hardlink": (make_tar(FILES, extra=[member("hard", kind=tarfile.LNKTYPE, linkname="model.pt")]), "tar",
-                 "'hard' is a hard link"),
+    "symlink": (
+        make_tar(FILES, extra=[member("link", kind=tarfile.SYMTYPE, linkname="/etc/passwd")]),
+        "tar",
+        "'link' is a symbolic link",
+    ),
+    "hardlink": (
+        make_tar(FILES, extra=[member("hard", kind=tarfile.LNKTYPE, linkname="model.pt")]),
+        "tar",
+        "'hard' is a hard link",
+    ),
     "contiguous": (make_tar(FILES, extra=[member("c", kind=tarfile.CONTTYPE)]), "tar", "'c' is a contiguous file"),
     "fifo": (make_tar(FILES, extra=[member("pipe", kind=tarfile.FIFOTYPE)]), "tar", "'pipe' is a FIFO"),
     "device": (make_tar(FILES, extra=[member("dev", kind=tarfile.CHRTYPE)]), "tar", "'dev' is a character device"),
@@ -115,8 +124,10 @@ def test_a_missing_object_is_refused(run, tmp_path):
     checkpoint = stored_checkpoint(run, 10)
     storage.artifact_storage().delete(checkpoint.artifact.storage_key)
     message = refused(checkpoint, tmp_path)
-    assert message == (f"Checkpoint {checkpoint.pk} artifact mismatch: object missing: "
-                       f"{checkpoint.artifact.storage_key} is not in the storage")
+    assert message == (
+        f"Checkpoint {checkpoint.pk} artifact mismatch: object missing: "
+        f"{checkpoint.artifact.storage_key} is not in the storage"
+    )
 
 
 def test_a_checkpoint_that_is_not_complete_is_refused(run, tmp_path):
@@ -220,8 +231,14 @@ def code_artifact(project, data: bytes, *, recorded: bytes | None = None):
     from checkpoints.models import Artifact
 
     recorded = data if recorded is None else recorded
-    return Artifact.objects.create(project=project, run=None, path="codes/1/code.tar.gz", size=len(recorded),
-                                   sha256=sha(recorded), storage_key=store_blob(data, "codes/1"))
+    return Artifact.objects.create(
+        project=project,
+        run=None,
+        path="codes/1/code.tar.gz",
+        size=len(recorded),
+        sha256=sha(recorded),
+        storage_key=store_blob(data, "codes/1"),
+    )
 
 
 def test_an_artifact_is_fetched_with_its_size_and_sha256_checked(project, tmp_path):
@@ -230,11 +247,14 @@ def test_an_artifact_is_fetched_with_its_size_and_sha256_checked(project, tmp_pa
     assert (tmp_path / "code.tar.gz").read_bytes() == b"code bytes" * 1000
 
 
-@pytest.mark.parametrize("stored, detail", [
-    (b"code bytes" * 999, "size mismatch"),
-    (b"code bytes" * 1001, "size mismatch"),
-    (b"CODE BYTES" * 1000, "sha256 mismatch"),
-])
+@pytest.mark.parametrize(
+    "stored, detail",
+    [
+        (b"code bytes" * 999, "size mismatch"),
+        (b"code bytes" * 1001, "size mismatch"),
+        (b"CODE BYTES" * 1000, "sha256 mismatch"),
+    ],
+)
 def test_an_artifact_that_differs_is_rejected(project, tmp_path, stored, detail):
     artifact = code_artifact(project, stored, recorded=b"code bytes" * 1000)
     with pytest.raises(ArchiveRejected, match=f"Code version 1 archive {detail}"):

@@ -9,9 +9,9 @@ import pytest
 
 from checkpoints import storage
 from checkpoints.models import Checkpoint, ManifestEntry
-from mlflow_api.artifacts.checkpoint_files import checkpoint_files_complete_for_run, mlflow_artifact_put
 from jobs.models import Job, JobStatus
 from jobs.services import job_claim, job_finish, run_resume_from_checkpoint
+from mlflow_api.artifacts.checkpoint_files import checkpoint_files_complete_for_run, mlflow_artifact_put
 from tests.worker.helpers import FILES
 from worker.tasks import run_job
 
@@ -23,8 +23,13 @@ def files_checkpoint(launch, creator):
     """A Job whose code logged ``FILES`` MLflow-style at step 30, then failed; its checkpoint is complete."""
     job = launch()
     for path, data in FILES.items():
-        mlflow_artifact_put(actor=creator, run=job.run, path=f"checkpoints/step-30/{path}", source=io.BytesIO(data),
-                            expected_size=len(data))
+        mlflow_artifact_put(
+            actor=creator,
+            run=job.run,
+            path=f"checkpoints/step-30/{path}",
+            source=io.BytesIO(data),
+            expected_size=len(data),
+        )
     job_claim(job_id=job.pk, worker_host="earlier-worker")
     job_finish(job_id=job.pk, exit_code=1)
     checkpoint_files_complete_for_run(run_id=job.run_id)
@@ -40,8 +45,13 @@ def test_a_job_resumes_from_a_files_checkpoint_read_only(files_checkpoint, creat
     assert seen["env"]["MMT_RESUME_CHECKPOINT_DIR"] == str(workdir / "checkpoint")
     assert seen["env"]["MMT_RESUME_STEP"] == "30"
     assert {path: data.encode("latin-1") for path, data in seen["files"].items()} == FILES
-    assert seen["modes"] == {".": "0o555", "optim": "0o555", "model.pt": "0o444", "empty.bin": "0o444",
-                             "optim/state.pt": "0o444"}
+    assert seen["modes"] == {
+        ".": "0o555",
+        "optim": "0o555",
+        "model.pt": "0o444",
+        "empty.bin": "0o444",
+        "optim/state.pt": "0o444",
+    }
     info = seen["resume_file"]
     assert (info["checkpointId"], info["step"]) == (files_checkpoint.pk, 30)
 
@@ -55,11 +65,16 @@ def _overwrite(key, data):
         out.write(data)
 
 
-@pytest.mark.parametrize("tamper, what", [
-    (lambda data: b"X" + data[1:], "sha256"),
-    (lambda data: data + b"!", "size"),
-])
-def test_a_tampered_file_fails_the_job_before_the_code_starts(files_checkpoint, creator, control, settings, tamper, what):
+@pytest.mark.parametrize(
+    "tamper, what",
+    [
+        (lambda data: b"X" + data[1:], "sha256"),
+        (lambda data: data + b"!", "size"),
+    ],
+)
+def test_a_tampered_file_fails_the_job_before_the_code_starts(
+    files_checkpoint, creator, control, settings, tamper, what
+):
     marker = control()
     _overwrite(_stored_key(files_checkpoint, "model.pt"), tamper(FILES["model.pt"]))
     job = run_resume_from_checkpoint(actor=creator, checkpoint=files_checkpoint)
@@ -75,7 +90,9 @@ def test_a_missing_file_fails_the_job(files_checkpoint, creator, control):
     storage.artifact_storage().delete(_stored_key(files_checkpoint, "optim/state.pt"))
     job = run_resume_from_checkpoint(actor=creator, checkpoint=files_checkpoint)
     assert run_job(job.pk) == JobStatus.FAILED
-    assert Job.objects.get(pk=job.pk).error.startswith(f"Checkpoint {files_checkpoint.pk} artifact mismatch: object missing")
+    assert Job.objects.get(pk=job.pk).error.startswith(
+        f"Checkpoint {files_checkpoint.pk} artifact mismatch: object missing"
+    )
     assert not marker.exists()
 
 

@@ -24,9 +24,18 @@ def s3(settings, monkeypatch):
     with mock_aws():
         client = boto3.client("s3", region_name="us-east-1", aws_access_key_id="k", aws_secret_access_key="s")
         client.create_bucket(Bucket=BUCKET)
-        backend = {"BACKEND": "storages.backends.s3.S3Storage", "OPTIONS": {
-            "bucket_name": BUCKET, "region_name": "us-east-1", "access_key": "k", "secret_key": "s",
-            "location": "prefix", "file_overwrite": False, "default_acl": None}}
+        backend = {
+            "BACKEND": "storages.backends.s3.S3Storage",
+            "OPTIONS": {
+                "bucket_name": BUCKET,
+                "region_name": "us-east-1",
+                "access_key": "k",
+                "secret_key": "s",
+                "location": "prefix",
+                "file_overwrite": False,
+                "default_acl": None,
+            },
+        }
         settings.STORAGES = {**settings.STORAGES, "default": backend, "artifacts": backend}
         yield client
 
@@ -83,6 +92,10 @@ def test_a_long_s3_range_is_read_as_parallel_ranged_gets_and_a_failed_part_resum
     assert {p.name: p.read_bytes() for p in restored.checkpoint_dir.iterdir()} == BIG
     size = len(make_tar(BIG))
     assert ranges[0] == "bytes=0-299999"  # read before the parts in flight are started
-    assert set(ranges[1:5]) == {"bytes=300000-599999", "bytes=600000-899999", "bytes=900000-1199999",
-                                "bytes=1200000-1499999"}
+    assert set(ranges[1:5]) == {
+        "bytes=300000-599999",
+        "bytes=600000-899999",
+        "bytes=900000-1199999",
+        "bytes=1200000-1499999",
+    }
     assert f"bytes=1200000-{min(1499999, size - 1)}" in ranges[5:], "the failed part is read again from its first byte"

@@ -59,12 +59,22 @@ def test_the_manifest_is_a_secret_and_a_jobset_whose_pods_the_client_models_acce
     (node,) = pod["containers"]
     assert pod["restartPolicy"] == "Never" and node["image"] == OPTIONS.image
     python, script, *rest = job.code_version.entrypoint  # [python, train.py, …]: torchrun with that interpreter
-    assert node["command"] == [python, "-m", "torch.distributed.run", "--nnodes=3",
-                               f"--master-addr=mado-job-{job.pk}-node-0-0.mado-job-{job.pk}", "--master-port=29500",
-                               "--nproc-per-node", "4", script, *rest]
+    assert node["command"] == [
+        python,
+        "-m",
+        "torch.distributed.run",
+        "--nnodes=3",
+        f"--master-addr=mado-job-{job.pk}-node-0-0.mado-job-{job.pk}",
+        "--master-port=29500",
+        "--nproc-per-node",
+        "4",
+        script,
+        *rest,
+    ]
     assert node["resources"] == {"limits": {"nvidia.com/gpu": "4"}}
     assert env_of(node)["PET_NODE_RANK"] == {
-        "fieldRef": {"fieldPath": "metadata.annotations['batch.kubernetes.io/job-completion-index']"}}
+        "fieldRef": {"fieldPath": "metadata.annotations['batch.kubernetes.io/job-completion-index']"}
+    }
     assert len(f"{jobset['metadata']['name']}-node-0-0") <= 63, "a pod's host name must be a DNS label"
 
 
@@ -85,12 +95,22 @@ def test_the_code_gets_the_variables_the_worker_gives_a_container_and_the_restor
     job, checkpoint = resumed
     _, jobset = build_manifest(job, OPTIONS)
     pod = pod_of(jobset)
-    expected = container.container_env(code_variables(job, Prepared(
-        code_dir=None, checkpoint_dir=container.CONTAINER_CHECKPOINT_DIR, resume_file=container.CONTAINER_RESUME_FILE,
-        step=20), "token"))
+    expected = container.container_env(
+        code_variables(
+            job,
+            Prepared(
+                code_dir=None,
+                checkpoint_dir=container.CONTAINER_CHECKPOINT_DIR,
+                resume_file=container.CONTAINER_RESUME_FILE,
+                step=20,
+            ),
+            "token",
+        )
+    )
     env = env_of(pod["containers"][0])
     assert {name: env[name] for name in expected if name != "MMT_API_TOKEN"} == {
-        name: value for name, value in expected.items() if name != "MMT_API_TOKEN"}
+        name: value for name, value in expected.items() if name != "MMT_API_TOKEN"
+    }
     assert env["MMT_RESUME_CHECKPOINT_DIR"] == "/mmt/inputs/checkpoint" and env["MMT_RESUME_STEP"] == "20"
     assert env["MMT_RUN_ID"] == job.run.external_id and env["MMT_START_KIND"] == "resume"
     (init,) = pod["initContainers"]
@@ -106,13 +126,19 @@ def test_a_new_job_on_one_node_has_no_restore_step_and_uses_a_standalone_rendezv
     _, jobset = build_manifest(job, ManifestOptions(image="train:1", nnodes=1, nproc_per_node=2, gpus_per_node=0))
     pod = pod_of(jobset)
     assert "initContainers" not in pod and "resources" not in pod["containers"][0]
-    assert pod["containers"][0]["command"][1:6] == ["-m", "torch.distributed.run", "--standalone",
-                                                    "--nproc-per-node", "2"]
+    assert pod["containers"][0]["command"][1:6] == [
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        "2",
+    ]
     assert "MMT_RESUME_CHECKPOINT_DIR" not in env_of(pod["containers"][0])
 
 
-@pytest.mark.parametrize("name", ["Mado-Job", "mado_job", "job.1", "-job", "job-", "ジョブ", "a" * 41, "a b", "",
-                                  "x\nmetadata: {}"])
+@pytest.mark.parametrize(
+    "name", ["Mado-Job", "mado_job", "job.1", "-job", "job-", "ジョブ", "a" * 41, "a b", "", "x\nmetadata: {}"]
+)
 def test_a_name_kubernetes_would_refuse_is_refused_naming_the_option(launch, name):
     with pytest.raises(ValueError, match=r"^name: .* is not a valid name"):
         build_manifest(launch(), ManifestOptions(name=name, image="train:1", nnodes=2, nproc_per_node=1))
@@ -124,12 +150,18 @@ def test_a_bad_namespace_is_refused(launch, namespace):
         build_manifest(launch(), ManifestOptions(namespace=namespace, image="train:1", nnodes=2, nproc_per_node=1))
 
 
-@pytest.mark.parametrize("field, value, message", [
-    ("image", "train:1\nkind: Pod", "is not an image reference"), ("image", "-it", "is not an image reference"),
-    ("image", "train 1", "is not an image reference"), ("init_image", "", "is not an image reference"),
-    ("service_account", "Admin", "is not a valid name"), ("service_account", "a..b", "is not a valid name"),
-    ("service_account", "x" * 254, "at most 253"),
-])
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        ("image", "train:1\nkind: Pod", "is not an image reference"),
+        ("image", "-it", "is not an image reference"),
+        ("image", "train 1", "is not an image reference"),
+        ("init_image", "", "is not an image reference"),
+        ("service_account", "Admin", "is not a valid name"),
+        ("service_account", "a..b", "is not a valid name"),
+        ("service_account", "x" * 254, "at most 253"),
+    ],
+)
 def test_bad_images_and_service_accounts_are_refused_naming_the_option(launch, field, value, message):
     options = {"image": "train:1", "nnodes": 2, "nproc_per_node": 1, field: value}
     with pytest.raises(ValueError, match=rf"^{field}: .*{message}"):
@@ -137,13 +169,16 @@ def test_bad_images_and_service_accounts_are_refused_naming_the_option(launch, f
 
 
 def test_a_service_account_with_dots_is_taken(launch):
-    _, jobset = build_manifest(launch(), ManifestOptions(image="train:1", nnodes=2, nproc_per_node=1,
-                                                         service_account="trainer.team-a"))
+    _, jobset = build_manifest(
+        launch(), ManifestOptions(image="train:1", nnodes=2, nproc_per_node=1, service_account="trainer.team-a")
+    )
     assert pod_of(jobset)["serviceAccountName"] == "trainer.team-a"
 
 
-@pytest.mark.parametrize("field, value", [("nnodes", 0), ("nproc_per_node", -1), ("nnodes", True),
-                                          ("gpus_per_node", -2), ("nproc_per_node", 2.5)])
+@pytest.mark.parametrize(
+    "field, value",
+    [("nnodes", 0), ("nproc_per_node", -1), ("nnodes", True), ("gpus_per_node", -2), ("nproc_per_node", 2.5)],
+)
 def test_bad_counts_are_refused_naming_the_field(launch, field, value):
     options = {"image": "train:1", "nnodes": 2, "nproc_per_node": 1, field: value}
     with pytest.raises(ValueError, match=rf"^{field}: must be an integer"):
@@ -176,8 +211,18 @@ def test_labels_of_a_hostile_queue_name_are_valid(launch, queue):
 
 def test_the_command_prints_the_two_documents(resumed, capsys):
     job, _ = resumed
-    call_command("job_manifest", str(job.pk), "--image", "train:1", "--nnodes", "2", "--nproc-per-node", "8",
-                 "--namespace", "training")
+    call_command(
+        "job_manifest",
+        str(job.pk),
+        "--image",
+        "train:1",
+        "--nnodes",
+        "2",
+        "--nproc-per-node",
+        "8",
+        "--namespace",
+        "training",
+    )
     secret, jobset = yaml.safe_load_all(capsys.readouterr().out)
     assert secret["kind"] == "Secret" and jobset["kind"] == "JobSet"
     assert jobset["metadata"]["namespace"] == secret["metadata"]["namespace"] == "training"

@@ -55,10 +55,14 @@ def test_the_init_container_restores_a_good_checkpoint_read_only(resume_with, tm
     assert again.returncode == 0, again.stderr
 
 
-@pytest.mark.parametrize("tampered", [
-    make_tar({**FILES, "model.pt": b"X" + FILES["model.pt"][1:]}),
-    make_tar({**FILES, "extra.bin": b"x"}),
-], ids=["changed byte", "extra file"])
+@pytest.mark.parametrize(
+    "tampered",
+    [
+        make_tar({**FILES, "model.pt": b"X" + FILES["model.pt"][1:]}),
+        make_tar({**FILES, "extra.bin": b"x"}),
+    ],
+    ids=["changed byte", "extra file"],
+)
 def test_the_init_container_refuses_a_tampered_checkpoint(resume_with, tmp_path, tampered):
     job, checkpoint = resume_with(stored=tampered)
     inputs = tmp_path / "inputs"

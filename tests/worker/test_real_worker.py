@@ -58,36 +58,78 @@ def process_alive(pid: int) -> bool:
 def deployment(tmp_path):
     """A migrated, seeded ``MADO_DATA_DIR`` and the environment of processes that use it."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MADO_", "CELERY_", "DJANGO_", "MMT_"))}
-    env.update({
-        "MADO_DATA_DIR": str(tmp_path / "data"), "DJANGO_SETTINGS_MODULE": "config.settings",
-        "MADO_WORKER_GPUS": "none", "MADO_JOB_KILL_GRACE": "2", "MADO_PUBLIC_URL": "http://mado.test:8000",
-        "MADO_SECRET_KEY": "worker-only-secret-value", "MADO_LOG_LEVEL": "INFO",
-    })
+    env.update(
+        {
+            "MADO_DATA_DIR": str(tmp_path / "data"),
+            "DJANGO_SETTINGS_MODULE": "config.settings",
+            "MADO_WORKER_GPUS": "none",
+            "MADO_JOB_KILL_GRACE": "2",
+            "MADO_PUBLIC_URL": "http://mado.test:8000",
+            "MADO_SECRET_KEY": "worker-only-secret-value",
+            "MADO_LOG_LEVEL": "INFO",
+        }
+    )
     python = [sys.executable]
     subprocess.run([*python, "manage.py", "migrate", "--noinput"], cwd=ROOT, env=env, check=True, capture_output=True)
-    seeded = subprocess.run([*python, "-m", "tests.worker.real_worker_setup", str(tmp_path)], cwd=ROOT, env=env,
-                            check=True, capture_output=True, text=True)
+    seeded = subprocess.run(
+        [*python, "-m", "tests.worker.real_worker_setup", str(tmp_path)],
+        cwd=ROOT,
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     ids = json.loads(seeded.stdout.strip().splitlines()[-1])
     return env, ids, tmp_path / "data" / "mado.sqlite3", tmp_path / "markers"
 
 
 def test_a_real_worker_runs_resumes_refuses_tampering_and_dies_cleanly(deployment, tmp_path):
     env, ids, database, markers = deployment
-    sources_before = rows(database, "SELECT * FROM runs_run WHERE id IN (?, ?) ORDER BY id",
-                          ids["good"]["source_run"], ids["tampered"]["source_run"])
+    sources_before = rows(
+        database,
+        "SELECT * FROM runs_run WHERE id IN (?, ?) ORDER BY id",
+        ids["good"]["source_run"],
+        ids["tampered"]["source_run"],
+    )
     checkpoints_before = rows(database, "SELECT * FROM checkpoints_checkpoint ORDER BY id")
     log = tmp_path / "worker.log"
     with open(log, "wb") as output:
         worker = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "config", "worker", "-Q", "cpu", "--pool", "solo",
-             "--concurrency", "1", "--hostname", "wtest@%h", "--without-gossip", "--without-mingle",
-             "--without-heartbeat", "--loglevel", "INFO"],
-            cwd=ROOT, env=env, stdout=output, stderr=subprocess.STDOUT, start_new_session=True,
+            [
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "config",
+                "worker",
+                "-Q",
+                "cpu",
+                "--pool",
+                "solo",
+                "--concurrency",
+                "1",
+                "--hostname",
+                "wtest@%h",
+                "--without-gossip",
+                "--without-mingle",
+                "--without-heartbeat",
+                "--loglevel",
+                "INFO",
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
     try:
         good, tampered, waiting = ids["good"], ids["tampered"], ids["waiting"]
-        wait_until(lambda: job(database, good["job"])["status"] in FINAL and
-                   job(database, tampered["job"])["status"] in FINAL, "the two resumed Jobs", worker, log)
+        wait_until(
+            lambda: job(database, good["job"])["status"] in FINAL and job(database, tampered["job"])["status"] in FINAL,
+            "the two resumed Jobs",
+            worker,
+            log,
+        )
 
         done = job(database, good["job"])
         assert (done["status"], done["exit_code"], done["error"]) == ("succeeded", 0, "")
@@ -97,9 +139,15 @@ def test_a_real_worker_runs_resumes_refuses_tampering_and_dies_cleanly(deploymen
         assert {path: data.encode("latin-1") for path, data in seen["files"].items()} == FILES
         assert seen["resume_file"]["checkpointId"] == good["checkpoint"]
         assert "worker-only-secret-value" not in json.dumps(seen["env"])
-        logged = "".join(text for (text,) in rows(
-            database, "SELECT text FROM jobs_runlogchunk c JOIN jobs_job j ON j.run_id = c.run_id "
-                      "WHERE j.id = ? ORDER BY seq", good["job"]))
+        logged = "".join(
+            text
+            for (text,) in rows(
+                database,
+                "SELECT text FROM jobs_runlogchunk c JOIN jobs_job j ON j.run_id = c.run_id "
+                "WHERE j.id = ? ORDER BY seq",
+                good["job"],
+            )
+        )
         assert "training code started" in logged
 
         refused = job(database, tampered["job"])
@@ -110,8 +158,15 @@ def test_a_real_worker_runs_resumes_refuses_tampering_and_dies_cleanly(deploymen
         # The source Jobs' own messages reached the worker after they had ended: never run.
         for label in ("good", "tampered"):
             assert job(database, ids[label]["source_job"])["worker_host"] == "an-earlier-worker"
-        assert rows(database, "SELECT * FROM runs_run WHERE id IN (?, ?) ORDER BY id",
-                    good["source_run"], tampered["source_run"]) == sources_before
+        assert (
+            rows(
+                database,
+                "SELECT * FROM runs_run WHERE id IN (?, ?) ORDER BY id",
+                good["source_run"],
+                tampered["source_run"],
+            )
+            == sources_before
+        )
         assert rows(database, "SELECT * FROM checkpoints_checkpoint ORDER BY id") == checkpoints_before
 
         # SIGKILL the worker while the code runs: the code dies with it, the Job is not started again.
@@ -126,10 +181,13 @@ def test_a_real_worker_runs_resumes_refuses_tampering_and_dies_cleanly(deploymen
             time.sleep(0.1)
         assert not process_alive(code_pid), "the code outlived its SIGKILLed worker"
         assert job(database, waiting["job"])["status"] == "running"  # until the reaper sees no heartbeat
-        reaper = ("from datetime import timedelta; from django.utils import timezone; "
-                  "from jobs.services import job_reap_stale; print(job_reap_stale(now=timezone.now() + timedelta(hours=1)))")
-        subprocess.run([sys.executable, "manage.py", "shell", "-c", reaper], cwd=ROOT, env=env, check=True,
-                       capture_output=True)
+        reaper = (
+            "from datetime import timedelta; from django.utils import timezone; "
+            "from jobs.services import job_reap_stale; print(job_reap_stale(now=timezone.now() + timedelta(hours=1)))"
+        )
+        subprocess.run(
+            [sys.executable, "manage.py", "shell", "-c", reaper], cwd=ROOT, env=env, check=True, capture_output=True
+        )
         lost = job(database, waiting["job"])
         assert lost["status"] == "failed" and lost["error"].startswith("Worker lost: no heartbeat from wtest@")
     finally:

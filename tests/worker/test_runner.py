@@ -50,12 +50,18 @@ def wait_for(predicate, timeout: float = 10.0) -> bool:
 
 
 def test_it_returns_the_exit_code_and_merges_stdout_and_stderr(tmp_path):
-    outcome, log, _ = run(script(tmp_path, """
+    outcome, log, _ = run(
+        script(
+            tmp_path,
+            """
         import sys
         print("to stdout")
         print("to stderr", file=sys.stderr)
         sys.exit(3)
-    """), tmp_path)
+    """,
+        ),
+        tmp_path,
+    )
     assert outcome == (3, False)
     assert "to stdout\n" in log and "to stderr\n" in log
 
@@ -63,10 +69,13 @@ def test_it_returns_the_exit_code_and_merges_stdout_and_stderr(tmp_path):
 def test_it_runs_in_the_given_directory_without_a_shell(tmp_path):
     work = tmp_path / "code"
     work.mkdir()
-    argv = script(tmp_path, """
+    argv = script(
+        tmp_path,
+        """
         import json, os, sys
         print(json.dumps({"cwd": os.getcwd(), "argv": sys.argv[1:]}))
-    """) + ["; touch hacked", "$(id)"]
+    """,
+    ) + ["; touch hacked", "$(id)"]
     outcome, log, _ = run(argv, work)
     assert outcome.exit_code == 0
     seen = json.loads(log)
@@ -77,14 +86,17 @@ def test_it_runs_in_the_given_directory_without_a_shell(tmp_path):
 def test_the_log_streams_while_the_code_runs(tmp_path):
     """The code waits for a file that only the log callback creates, once it saw the code's first line."""
     flag = tmp_path / "seen"
-    argv = script(tmp_path, f"""
+    argv = script(
+        tmp_path,
+        f"""
         import os, time
         print("first line")
         deadline = time.time() + 20
         while not os.path.exists({str(flag)!r}) and time.time() < deadline:
             time.sleep(0.05)
         print("streamed" if os.path.exists({str(flag)!r}) else "not streamed")
-    """)
+    """,
+    )
 
     def on_output(text):
         chunks.append(text)
@@ -99,12 +111,19 @@ def test_the_log_streams_while_the_code_runs(tmp_path):
 
 
 def test_the_log_is_capped_and_the_code_still_finishes(tmp_path):
-    outcome, log, chunks = run(script(tmp_path, """
+    outcome, log, chunks = run(
+        script(
+            tmp_path,
+            """
         import sys
         for i in range(20000):
             print(f"line {i:05d} " + "x" * 90)
         print("last", file=sys.stderr)
-    """), tmp_path, log_max_bytes=5000)
+    """,
+        ),
+        tmp_path,
+        log_max_bytes=5000,
+    )
     assert outcome.exit_code == 0
     assert log.endswith(TRUNCATED_LINE)
     assert len(log.encode()) <= 5000 + len(TRUNCATED_LINE) + 1
@@ -113,10 +132,16 @@ def test_the_log_is_capped_and_the_code_still_finishes(tmp_path):
 
 
 def test_a_partial_last_line_and_bad_utf8_are_still_delivered(tmp_path):
-    outcome, log, _ = run(script(tmp_path, r"""
+    outcome, log, _ = run(
+        script(
+            tmp_path,
+            r"""
         import sys
         sys.stdout.buffer.write("日本".encode() + b"\xff no newline")
-    """), tmp_path)
+    """,
+        ),
+        tmp_path,
+    )
     assert outcome.exit_code == 0
     assert log == "日本\ufffd no newline"
 
@@ -129,10 +154,17 @@ def test_only_allowlisted_variables_reach_the_code(tmp_path, monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2,3")
     monkeypatch.setenv("LANG", "C.UTF-8")
     env = child_env({"MMT_RUN_ID": "abc", "MMT_API_TOKEN": "run-token", "CUDA_VISIBLE_DEVICES": "1"})
-    outcome, log, _ = run(script(tmp_path, """
+    outcome, log, _ = run(
+        script(
+            tmp_path,
+            """
         import json, os
         print(json.dumps(dict(os.environ)))
-    """), tmp_path, env=env)
+    """,
+        ),
+        tmp_path,
+        env=env,
+    )
     assert outcome.exit_code == 0
     seen = json.loads(log)
     assert "server-secret" not in log and "s3-secret" not in log and "pw@db" not in log and "redis" not in log
@@ -140,8 +172,18 @@ def test_only_allowlisted_variables_reach_the_code(tmp_path, monkeypatch):
     assert seen["MMT_RUN_ID"] == "abc" and seen["MMT_API_TOKEN"] == "run-token"
     assert seen["CUDA_VISIBLE_DEVICES"] == "1"
     assert seen["PYTHONUNBUFFERED"] == "1" and seen["LANG"] == "C.UTF-8" and seen["PATH"] == os.environ["PATH"]
-    assert set(seen) <= {"PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "PYTHONUNBUFFERED", "MMT_RUN_ID",
-                         "MMT_API_TOKEN", "CUDA_VISIBLE_DEVICES", "LC_CTYPE"}
+    assert set(seen) <= {
+        "PATH",
+        "HOME",
+        "LANG",
+        "LC_ALL",
+        "TMPDIR",
+        "PYTHONUNBUFFERED",
+        "MMT_RUN_ID",
+        "MMT_API_TOKEN",
+        "CUDA_VISIBLE_DEVICES",
+        "LC_CTYPE",
+    }
 
 
 @pytest.mark.parametrize("name", ["MADO_SECRET_KEY", "LD_PRELOAD", "PYTHONPATH", "mmt_lower"])
@@ -157,7 +199,9 @@ def test_a_missing_program_raises_before_anything_runs(tmp_path):
 
 def test_stop_sends_sigterm_and_the_code_may_exit_cleanly(tmp_path):
     marker = tmp_path / "terminated"
-    argv = script(tmp_path, f"""
+    argv = script(
+        tmp_path,
+        f"""
         import signal, sys, time
         def on_term(signum, frame):
             open({str(marker)!r}, "w").write("SIGTERM")
@@ -166,7 +210,8 @@ def test_stop_sends_sigterm_and_the_code_may_exit_cleanly(tmp_path):
         signal.signal(signal.SIGTERM, on_term)
         print("ready", flush=True)
         time.sleep(60)
-    """)
+    """,
+    )
     seen: list[str] = []
     asked = []
 
@@ -175,8 +220,9 @@ def test_stop_sends_sigterm_and_the_code_may_exit_cleanly(tmp_path):
         return "ready" in "".join(seen)
 
     started = time.monotonic()
-    outcome = run_process(argv, cwd=tmp_path, env=child_env({}), on_output=seen.append, should_stop=should_stop,
-                          grace_s=30, poll_s=0.1)
+    outcome = run_process(
+        argv, cwd=tmp_path, env=child_env({}), on_output=seen.append, should_stop=should_stop, grace_s=30, poll_s=0.1
+    )
     assert outcome == (7, True)
     assert marker.read_text() == "SIGTERM"
     assert "got SIGTERM, saving" in "".join(seen)
@@ -185,19 +231,29 @@ def test_stop_sends_sigterm_and_the_code_may_exit_cleanly(tmp_path):
 
 
 def test_code_that_ignores_sigterm_is_killed_after_the_grace_period(tmp_path):
-    argv = script(tmp_path, """
+    argv = script(
+        tmp_path,
+        """
         import signal, time
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         print("ready", flush=True)
         while True:
             time.sleep(0.1)
-    """)
+    """,
+    )
     seen: list[str] = []
     killed = []
     started = time.monotonic()
-    outcome = run_process(argv, cwd=tmp_path, env=child_env({}), on_output=seen.append,
-                          should_stop=lambda: "ready" in "".join(seen), grace_s=1.0, poll_s=0.1,
-                          on_kill=lambda: killed.append(True))
+    outcome = run_process(
+        argv,
+        cwd=tmp_path,
+        env=child_env({}),
+        on_output=seen.append,
+        should_stop=lambda: "ready" in "".join(seen),
+        grace_s=1.0,
+        poll_s=0.1,
+        on_kill=lambda: killed.append(True),
+    )
     elapsed = time.monotonic() - started
     assert outcome == (-signal.SIGKILL, True)
     assert killed == [True]
@@ -207,17 +263,27 @@ def test_code_that_ignores_sigterm_is_killed_after_the_grace_period(tmp_path):
 
 def test_stop_kills_the_whole_process_group_grandchildren_included(tmp_path):
     pid_file = tmp_path / "grandchild.pid"
-    argv = script(tmp_path, f"""
+    argv = script(
+        tmp_path,
+        f"""
         import subprocess, sys, time
         child = subprocess.Popen([sys.executable, "-c",
             "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(120)"])
         open({str(pid_file)!r}, "w").write(str(child.pid))
         print("ready", flush=True)
         time.sleep(120)
-    """)
+    """,
+    )
     seen: list[str] = []
-    outcome = run_process(argv, cwd=tmp_path, env=child_env({}), on_output=seen.append,
-                          should_stop=lambda: "ready" in "".join(seen), grace_s=1.0, poll_s=0.1)
+    outcome = run_process(
+        argv,
+        cwd=tmp_path,
+        env=child_env({}),
+        on_output=seen.append,
+        should_stop=lambda: "ready" in "".join(seen),
+        grace_s=1.0,
+        poll_s=0.1,
+    )
     grandchild = int(pid_file.read_text())
     assert outcome.stopped
     assert wait_for(lambda: not alive(grandchild), timeout=5), "the grandchild survived the stop"
@@ -225,12 +291,15 @@ def test_stop_kills_the_whole_process_group_grandchildren_included(tmp_path):
 
 def test_what_finished_code_leaves_running_in_its_group_is_killed(tmp_path):
     pid_file = tmp_path / "daemon.pid"
-    argv = script(tmp_path, f"""
+    argv = script(
+        tmp_path,
+        f"""
         import subprocess, sys
         child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"],
                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         open({str(pid_file)!r}, "w").write(str(child.pid))
-    """)
+    """,
+    )
     started = time.monotonic()
     outcome, _, _ = run(argv, tmp_path)
     assert outcome == (0, False)
@@ -240,12 +309,15 @@ def test_what_finished_code_leaves_running_in_its_group_is_killed(tmp_path):
 
 def test_an_error_in_a_callback_kills_the_code_and_propagates(tmp_path):
     pid_file = tmp_path / "pid"
-    argv = script(tmp_path, f"""
+    argv = script(
+        tmp_path,
+        f"""
         import os, time
         open({str(pid_file)!r}, "w").write(str(os.getpid()))
         print("ready", flush=True)
         time.sleep(120)
-    """)
+    """,
+    )
 
     def should_stop():
         if pid_file.exists():
@@ -253,16 +325,23 @@ def test_an_error_in_a_callback_kills_the_code_and_propagates(tmp_path):
         return False
 
     with pytest.raises(RuntimeError, match="database gone"):
-        run_process(argv, cwd=tmp_path, env=child_env({}), on_output=lambda text: None, should_stop=should_stop,
-                    poll_s=0.1)
+        run_process(
+            argv, cwd=tmp_path, env=child_env({}), on_output=lambda text: None, should_stop=should_stop, poll_s=0.1
+        )
     assert wait_for(lambda: not alive(int(pid_file.read_text())), timeout=5)
 
 
 def test_the_code_leads_its_own_process_group(tmp_path):
-    outcome, log, _ = run(script(tmp_path, """
+    outcome, log, _ = run(
+        script(
+            tmp_path,
+            """
         import os
         print(os.getpgid(0) == os.getpid(), os.getsid(0) == os.getpid())
-    """), tmp_path)
+    """,
+        ),
+        tmp_path,
+    )
     assert log == "True True\n"
     assert os.getpgid(0) != 0
 
@@ -270,17 +349,25 @@ def test_the_code_leads_its_own_process_group(tmp_path):
 def test_the_code_dies_with_the_worker_that_started_it(tmp_path):
     """A worker killed by SIGKILL (OOM, lost host) must not leave the code running: the kernel kills it."""
     pid_file = tmp_path / "code.pid"
-    code = script(tmp_path, f"""
+    code = script(
+        tmp_path,
+        f"""
         import os, time
         open({str(pid_file)!r}, "w").write(str(os.getpid()))
         time.sleep(120)
-    """, name="code.py")
-    worker = script(tmp_path, f"""
+    """,
+        name="code.py",
+    )
+    worker = script(
+        tmp_path,
+        f"""
         import sys
         sys.path.insert(0, {str(Path(__file__).resolve().parents[2])!r})
         from worker.runner import child_env, run_process
         run_process({code!r}, cwd={str(tmp_path)!r}, env=child_env({{}}), on_output=lambda text: None)
-    """, name="fake_worker.py")
+    """,
+        name="fake_worker.py",
+    )
     import subprocess
 
     fake_worker = subprocess.Popen(worker)

@@ -184,8 +184,13 @@ def test_a_resumed_job_gets_the_verified_checkpoint_read_only(failed_source_job,
     assert env["MMT_RESUME_STEP"] == "20"
     assert env["MMT_RESUME_CHECKPOINT_FILE"] == str(workdir / "resume-checkpoint.json")
     assert {path: data.encode("latin-1") for path, data in seen["files"].items()} == FILES
-    assert seen["modes"] == {".": "0o555", "optim": "0o555", "model.pt": "0o444", "empty.bin": "0o444",
-                             "optim/state.pt": "0o444"}
+    assert seen["modes"] == {
+        ".": "0o555",
+        "optim": "0o555",
+        "model.pt": "0o444",
+        "empty.bin": "0o444",
+        "optim/state.pt": "0o444",
+    }
     info = seen["resume_file"]
     assert (info["checkpointId"], info["sourceRunId"], info["step"]) == (checkpoint.pk, failed_source_job.run_id, 20)
     assert len(info["manifestSha256"]) == 64 and info["includesOptimizer"] is True
@@ -196,10 +201,16 @@ def test_a_resumed_job_gets_the_verified_checkpoint_read_only(failed_source_job,
 
 TAMPERING = {
     "extra file": (dict(stored=make_tar({**FILES, "extra.bin": b"x"})), "manifest", "extra file 'extra.bin'"),
-    "changed byte": (dict(stored=make_tar({**FILES, "model.pt": b"X" + FILES["model.pt"][1:]})), "sha256",
-                     "'model.pt' has SHA-256"),
-    "symlink": (dict(stored=make_tar(FILES, extra=[member("ln", kind=b"2", linkname="/etc/passwd")])), "tar",
-                "'ln' is a symbolic link"),
+    "changed byte": (
+        dict(stored=make_tar({**FILES, "model.pt": b"X" + FILES["model.pt"][1:]})),
+        "sha256",
+        "'model.pt' has SHA-256",
+    ),
+    "symlink": (
+        dict(stored=make_tar(FILES, extra=[member("ln", kind=b"2", linkname="/etc/passwd")])),
+        "tar",
+        "'ln' is a symbolic link",
+    ),
     "dot-dot": (dict(stored=make_tar(FILES, extra=[member("../escape", b"x")])), "path", "'../escape'"),
     "truncated": (dict(stored=make_tar(FILES)[:5000]), "tar", "truncated"),
 }
@@ -283,7 +294,9 @@ def test_an_abort_during_the_download_stops_it_and_the_code_never_starts(
 
 def test_extraction_never_leaves_a_checkpoint_directory_behind(failed_source_job, creator, control, settings):
     control()
-    job, _ = resume_job(failed_source_job, creator, stored=make_tar({**FILES, "model.pt": b"Y" * len(FILES["model.pt"])}))
+    job, _ = resume_job(
+        failed_source_job, creator, stored=make_tar({**FILES, "model.pt": b"Y" * len(FILES["model.pt"])})
+    )
     run_job(job.pk)
     assert not any(settings.MADO_WORKER_WORKDIR.rglob("checkpoint*"))
     assert not any(p for p in settings.MADO_WORKER_WORKDIR.rglob("*") if stat.S_ISDIR(p.lstat().st_mode))

@@ -68,20 +68,55 @@ def child_env(base_url: str) -> dict[str, str]:
 
 def start_process(argv: list[str], *, env: dict[str, str], stdout=None) -> subprocess.Popen:
     """Start ``argv`` in the repository in its own process group (Ctrl-C reaches us, and we stop it in order)."""
-    return subprocess.Popen(argv, cwd=settings.BASE_DIR, env=env, stdout=stdout,
-                            stderr=subprocess.STDOUT if stdout else None, start_new_session=True)
+    return subprocess.Popen(
+        argv,
+        cwd=settings.BASE_DIR,
+        env=env,
+        stdout=stdout,
+        stderr=subprocess.STDOUT if stdout else None,
+        start_new_session=True,
+    )
 
 
 def web_argv(host: str, port: int) -> list[str]:
-    return [sys.executable, "-m", "gunicorn", "config.wsgi:application", "--bind", f"{host}:{port}", "--workers", "2",
-            "--threads", "4", "--log-level", "warning"]
+    return [
+        sys.executable,
+        "-m",
+        "gunicorn",
+        "config.wsgi:application",
+        "--bind",
+        f"{host}:{port}",
+        "--workers",
+        "2",
+        "--threads",
+        "4",
+        "--log-level",
+        "warning",
+    ]
 
 
 def worker_argv(queues: list[str], hostname: str = "demo@%h", loglevel: str = "WARNING") -> list[str]:
     """One worker process running one Job at a time (prefork is not needed: the Job's code is a subprocess)."""
-    return [sys.executable, "-m", "celery", "-A", "config", "worker", "--queues", ",".join(dict.fromkeys(queues)),
-            "--concurrency", "1", "--pool", "solo", "--hostname", hostname, "--without-gossip", "--without-mingle",
-            "--loglevel", loglevel]
+    return [
+        sys.executable,
+        "-m",
+        "celery",
+        "-A",
+        "config",
+        "worker",
+        "--queues",
+        ",".join(dict.fromkeys(queues)),
+        "--concurrency",
+        "1",
+        "--pool",
+        "solo",
+        "--hostname",
+        hostname,
+        "--without-gossip",
+        "--without-mingle",
+        "--loglevel",
+        loglevel,
+    ]
 
 
 def wait_for_web(base_url: str, children, timeout: float = 60.0) -> None:
@@ -128,16 +163,25 @@ def examples_archive() -> io.BytesIO:
 
 
 class Command(BaseCommand):
-    help = ("Run mado locally (SQLite, filesystem storage and broker): a Job fails at step 27, is resumed from its "
-            "step-20 checkpoint as a new Run that finishes; keep serving.")
+    help = (
+        "Run mado locally (SQLite, filesystem storage and broker): a Job fails at step 27, is resumed from its "
+        "step-20 checkpoint as a new Run that finishes; keep serving."
+    )
 
     def add_arguments(self, parser):
         parser.add_argument("--host", default="127.0.0.1")
         parser.add_argument("--port", type=int, default=8000)
-        parser.add_argument("--steps", type=int, default=40,
-                            help=f"training steps of the example (more than {FAIL_AT_STEP}; default 40)")
-        parser.add_argument("--exit-after-run", action="store_true",
-                            help="stop once the resumed Job finished (instead of serving until Ctrl-C)")
+        parser.add_argument(
+            "--steps",
+            type=int,
+            default=40,
+            help=f"training steps of the example (more than {FAIL_AT_STEP}; default 40)",
+        )
+        parser.add_argument(
+            "--exit-after-run",
+            action="store_true",
+            help="stop once the resumed Job finished (instead of serving until Ctrl-C)",
+        )
 
     def handle(self, *args, host, port, steps, exit_after_run, **options):
         if steps <= FAIL_AT_STEP:
@@ -156,16 +200,23 @@ class Command(BaseCommand):
             children.append(start_process(worker_argv([queue.name, settings.MADO_MAINTENANCE_QUEUE]), env=env))
             wait_for_web(base_url, children)
             failed, resumed = self._fail_then_resume(user, project, queue, steps, children)
-            self.stdout.write(self.style.SUCCESS(
-                f"Failed run (job {failed.pk}, stopped at step {FAIL_AT_STEP}): {self._run_url(base_url, failed)}"))
-            self.stdout.write(self.style.SUCCESS(
-                f"Resumed run (job {resumed.pk}, from the checkpoint at step {resumed.run.source_checkpoint.step}, "
-                f"{resumed.run.status}): {self._run_url(base_url, resumed)}"))
+            self.stdout.write(
+                self.style.SUCCESS(
+                    f"Failed run (job {failed.pk}, stopped at step {FAIL_AT_STEP}): {self._run_url(base_url, failed)}"
+                )
+            )
+            self.stdout.write(
+                self.style.SUCCESS(
+                    f"Resumed run (job {resumed.pk}, from the checkpoint at step {resumed.run.source_checkpoint.step}, "
+                    f"{resumed.run.status}): {self._run_url(base_url, resumed)}"
+                )
+            )
             self.stdout.write(f"Log in as {DEMO_USER} / {DEMO_PASSWORD}")
             if exit_after_run:
                 return
-            self.stdout.write(self.style.SUCCESS(
-                f"serving on {base_url}/ (Ctrl-C stops the web server and the worker)"))
+            self.stdout.write(
+                self.style.SUCCESS(f"serving on {base_url}/ (Ctrl-C stops the web server and the worker)")
+            )
             while all(child.poll() is None for child in children):
                 time.sleep(1)
             raise CommandError("a child process exited; see its output above")
@@ -188,18 +239,29 @@ class Command(BaseCommand):
         argv = ["python", "training.py", "--steps", str(steps), "--checkpoint-every", str(CHECKPOINT_EVERY)]
         failing = self._push(user, code, [*argv, "--fail-at-step", str(FAIL_AT_STEP)])
         fixed = self._push(user, code, argv)
-        self.stdout.write(f"registered examples/ as {code.name} v{failing.version} (fails at step {FAIL_AT_STEP}) "
-                          f"and v{fixed.version}")
+        self.stdout.write(
+            f"registered examples/ as {code.name} v{failing.version} (fails at step {FAIL_AT_STEP}) "
+            f"and v{fixed.version}"
+        )
         parameters = {"steps": steps, "checkpoint_every": CHECKPOINT_EVERY}
-        first = job_launch(actor=user, code_version=failing, queue=queue, parameters=parameters,
-                           dataset_version_ids=[], name=f"demo: fails at step {FAIL_AT_STEP}")
+        first = job_launch(
+            actor=user,
+            code_version=failing,
+            queue=queue,
+            parameters=parameters,
+            dataset_version_ids=[],
+            name=f"demo: fails at step {FAIL_AT_STEP}",
+        )
         first = self._wait(first, children)
         if first.status != JobStatus.FAILED:
             raise CommandError(
-                f"job {first.pk} ended {first.status}, expected failed at step {FAIL_AT_STEP}: {first.error}")
+                f"job {first.pk} ended {first.status}, expected failed at step {FAIL_AT_STEP}: {first.error}"
+            )
         resumed = job_resume_from_latest(actor=user, job=first, code_version=fixed)
-        self.stdout.write(f"resuming job {first.pk} from its latest checkpoint (step "
-                          f"{resumed.run.source_checkpoint.step}) as job {resumed.pk} on {code.name} v{fixed.version}")
+        self.stdout.write(
+            f"resuming job {first.pk} from its latest checkpoint (step "
+            f"{resumed.run.source_checkpoint.step}) as job {resumed.pk} on {code.name} v{fixed.version}"
+        )
         resumed = self._wait(resumed, children)
         if resumed.status != JobStatus.SUCCEEDED:
             raise CommandError(f"the resumed job {resumed.pk} ended {resumed.status}: {resumed.error}")
@@ -207,8 +269,9 @@ class Command(BaseCommand):
 
     @staticmethod
     def _push(user, code: Code, entrypoint: list[str]):
-        return code_version_create_with_archive(actor=user, code=code, entrypoint=entrypoint,
-                                                archive=examples_archive(), archive_name="examples.tar.gz")
+        return code_version_create_with_archive(
+            actor=user, code=code, entrypoint=entrypoint, archive=examples_archive(), archive_name="examples.tar.gz"
+        )
 
     def _wait(self, job: Job, children, timeout: float = JOB_TIMEOUT_S) -> Job:
         """Echo the Job's log while it runs; return it once final. ``CommandError`` on a dead child or timeout."""

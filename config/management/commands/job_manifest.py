@@ -27,21 +27,31 @@ def _count(text: str) -> int:
 
 
 class Command(BaseCommand):
-    help = ("Print the Kubernetes objects (a Secret with the Run's token and a JobSet running torchrun on every "
-            "node) that run JOB on a cluster, or create them with --submit.")
+    help = (
+        "Print the Kubernetes objects (a Secret with the Run's token and a JobSet running torchrun on every "
+        "node) that run JOB on a cluster, or create them with --submit."
+    )
 
     def add_arguments(self, parser):
         parser.add_argument("job", help="the Job's id")
         parser.add_argument("--name", default=None, help="the JobSet's name (default mado-job-<id>)")
         parser.add_argument("--namespace", default="default", help="Kubernetes namespace (default: default)")
         parser.add_argument("--image", default=None, help="image to run the code in (default: the queue's image)")
-        parser.add_argument("--init-image", default=None,
-                            help="image of the checkpoint restore step; needs the mado command (default: --image)")
+        parser.add_argument(
+            "--init-image",
+            default=None,
+            help="image of the checkpoint restore step; needs the mado command (default: --image)",
+        )
         parser.add_argument("--nnodes", type=_count, default=None, help="number of nodes (default: the Job's)")
-        parser.add_argument("--nproc-per-node", type=_count, default=None,
-                            help="processes per node (default: the Job's)")
-        parser.add_argument("--gpus-per-node", type=_count, default=None,
-                            help="GPUs each node requests (default: processes per node; 0: none)")
+        parser.add_argument(
+            "--nproc-per-node", type=_count, default=None, help="processes per node (default: the Job's)"
+        )
+        parser.add_argument(
+            "--gpus-per-node",
+            type=_count,
+            default=None,
+            help="GPUs each node requests (default: processes per node; 0: none)",
+        )
         parser.add_argument("--service-account", default="", help="service account of the pods")
         parser.add_argument("--submit", action="store_true", help="create the objects in the cluster")
 
@@ -53,14 +63,22 @@ class Command(BaseCommand):
         job_id = options["job"].strip()
         if not _JOB_ID.match(job_id):
             raise CommandError(f"job: {options['job']!r} is not a Job id (a number such as 42)")
-        job = Job.objects.select_related("run__project", "run__source_checkpoint", "queue", "code_version").filter(
-            pk=int(job_id)).first()
+        job = (
+            Job.objects.select_related("run__project", "run__source_checkpoint", "queue", "code_version")
+            .filter(pk=int(job_id))
+            .first()
+        )
         if job is None:
             raise CommandError(f"job: there is no Job {job_id}")
         choices = kubernetes.ManifestOptions(
-            name=options["name"], namespace=options["namespace"], image=options["image"],
-            init_image=options["init_image"], nnodes=options["nnodes"], nproc_per_node=options["nproc_per_node"],
-            gpus_per_node=options["gpus_per_node"], service_account=options["service_account"],
+            name=options["name"],
+            namespace=options["namespace"],
+            image=options["image"],
+            init_image=options["init_image"],
+            nnodes=options["nnodes"],
+            nproc_per_node=options["nproc_per_node"],
+            gpus_per_node=options["gpus_per_node"],
+            service_account=options["service_account"],
         )
         try:
             documents = kubernetes.build_manifest(job, choices)
@@ -68,7 +86,9 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from None
         if options["submit"]:
             kubernetes.submit(documents)
-            self.stdout.write(f"created Secret {documents[0]['metadata']['name']} and JobSet "
-                              f"{documents[1]['metadata']['name']} in namespace {options['namespace']}")
+            self.stdout.write(
+                f"created Secret {documents[0]['metadata']['name']} and JobSet "
+                f"{documents[1]['metadata']['name']} in namespace {options['namespace']}"
+            )
             return
         self.stdout.write(yaml.safe_dump_all(documents, sort_keys=False), ending="")

@@ -30,16 +30,20 @@ def api_options(func):
 
 
 def project_option(required: bool = False, help_text: str = "project slug [env MMT_PROJECT]"):
-    return click.option("--project", envvar="MMT_PROJECT", default=None, required=required, show_envvar=False,
-                        help=help_text)
+    return click.option(
+        "--project", envvar="MMT_PROJECT", default=None, required=required, show_envvar=False, help=help_text
+    )
 
 
 def resolve_config(ctx: click.Context, api_url: str | None, api_token: str | None) -> config_module.Config:
     """The server and token: the command's options, else ``mado``'s, else ``MMT_API_URL`` / ``MMT_API_TOKEN``."""
     parent = ctx.find_root().obj or {}
     try:
-        return config_module.resolve(api_url=api_url or parent.get("api_url"),
-                                     api_token=api_token or parent.get("api_token"), require_project=False)
+        return config_module.resolve(
+            api_url=api_url or parent.get("api_url"),
+            api_token=api_token or parent.get("api_token"),
+            require_project=False,
+        )
     except MadoError as error:
         raise click.ClickException(str(error)) from None
 
@@ -98,5 +102,6 @@ def table(header: list[str], rows: list[list[str]], empty: str) -> str:
     if not rows:
         return empty
     widths = [max(len(str(cell)) for cell in column) for column in zip(header, *rows)]
-    return "\n".join("  ".join(str(cell).ljust(width) for cell, width in zip(line, widths)).rstrip()
-                     for line in [header, *rows])
+    return "\n".join(
+        "  ".join(str(cell).ljust(width) for cell, width in zip(line, widths)).rstrip() for line in [header, *rows]
+    )

@@ -68,8 +68,9 @@ def parameter_argv(parameters: dict) -> list[str]:
     return [f"--{name}={value if isinstance(value, str) else json.dumps(value)}" for name, value in parameters.items()]
 
 
-def trial_environment(config: Config, *, sweep_id: int, project: str, external_id: str,
-                      resume: dict[str, str]) -> dict[str, str]:
+def trial_environment(
+    config: Config, *, sweep_id: int, project: str, external_id: str, resume: dict[str, str]
+) -> dict[str, str]:
     """The program's environment: ours, plus the trial's run id and server; ``resume`` = the ``MMT_RESUME_*`` variables
     or {}.
 
@@ -77,8 +78,17 @@ def trial_environment(config: Config, *, sweep_id: int, project: str, external_i
     online run and resumes only from its own checkpoint.
     """
     env = {name: value for name, value in os.environ.items() if name not in (*RESUME_ENV_NAMES, "MMT_MODE")}
-    env.update({"MMT_RUN_ID": external_id, "MMT_RESUME": "allow", ENV_SWEEP_ID: str(sweep_id), ENV_PROJECT: project,
-                ENV_API_URL: config.api_url, ENV_API_TOKEN: config.api_token, **resume})
+    env.update(
+        {
+            "MMT_RUN_ID": external_id,
+            "MMT_RESUME": "allow",
+            ENV_SWEEP_ID: str(sweep_id),
+            ENV_PROJECT: project,
+            ENV_API_URL: config.api_url,
+            ENV_API_TOKEN: config.api_token,
+            **resume,
+        }
+    )
     return env
 
 
@@ -92,8 +102,17 @@ def describe_exit(returncode: int) -> str:
 class Agent:
     """One agent process: claims trials of ``sweep_id`` and runs them (see the module docstring)."""
 
-    def __init__(self, client: ApiClient, config: Config, sweep_id: int, *, forward_signals: bool,
-                 poll_interval: float, kill_grace: float, max_failures: int = 3):
+    def __init__(
+        self,
+        client: ApiClient,
+        config: Config,
+        sweep_id: int,
+        *,
+        forward_signals: bool,
+        poll_interval: float,
+        kill_grace: float,
+        max_failures: int = 3,
+    ):
         self.client = client
         self.config = config
         self.sweep_id = sweep_id
@@ -118,8 +137,9 @@ class Agent:
             while count is None or ran < count:
                 if self.stop_signal is not None:
                     break
-                answer = self.client.request("POST", f"sweeps/{self.sweep_id}/claim/", body={"agent": self.name},
-                                             attempts=3)
+                answer = self.client.request(
+                    "POST", f"sweeps/{self.sweep_id}/claim/", body={"agent": self.name}, attempts=3
+                )
                 if answer["trial"] is None:
                     if answer["done"]:
                         click.echo(f"sweep {self.sweep_id} is done: {answer.get('reason') or 'no trial left'}")
@@ -131,7 +151,8 @@ class Agent:
                 if self.failures >= self.max_failures:
                     raise click.ClickException(
                         f"{self.failures} trials in a row failed; stopping this agent (--max-failures "
-                        f"{self.max_failures}). Run the program by hand to see why: {shlex.join(answer['program'])}")
+                        f"{self.max_failures}). Run the program by hand to see why: {shlex.join(answer['program'])}"
+                    )
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
@@ -149,27 +170,38 @@ class Agent:
         with tempfile.TemporaryDirectory(prefix=f"mado-agent-{self.sweep_id}-{number}-") as scratch:
             try:
                 resume = self._checkpoint(trial, Path(scratch))
-                env = trial_environment(self.config, sweep_id=self.sweep_id, project=answer["project"],
-                                        external_id=trial["external_id"], resume=resume)
+                env = trial_environment(
+                    self.config,
+                    sweep_id=self.sweep_id,
+                    project=answer["project"],
+                    external_id=trial["external_id"],
+                    resume=resume,
+                )
                 returncode = self._execute(number, trial, argv, env)
             finally:
                 _make_removable(Path(scratch))
         # A program that cannot be started (not found, not executable) never started its Run: the trial goes
         # back to the queue (its Run stays pending) and the agent stops, instead of failing trial after trial.
-        preempted = (returncode is None or self.unstartable is not None
-                     or any(sig in PREEMPTING for sig in self.forwarded))
+        preempted = (
+            returncode is None or self.unstartable is not None or any(sig in PREEMPTING for sig in self.forwarded)
+        )
         if returncode is None:  # never started: reported as stopped by the signal that came first
             returncode = -self.stop_signal
             outcome = f"was not started: {signal.Signals(self.stop_signal).name} came first"
         else:
             outcome = describe_exit(returncode)
-        self.client.request("POST", f"sweeps/{self.sweep_id}/trials/{number}/report/",
-                            body={"exit_code": returncode, "preempted": preempted, "agent": self.name}, attempts=5)
+        self.client.request(
+            "POST",
+            f"sweeps/{self.sweep_id}/trials/{number}/report/",
+            body={"exit_code": returncode, "preempted": preempted, "agent": self.name},
+            attempts=5,
+        )
         if self.unstartable is not None:
             raise click.ClickException(
                 f"trial {number}: cannot start {argv[0]!r}: {self.unstartable}; the trial goes back to the queue "
                 "and this agent stops. The sweep's program must be a command this machine can run, e.g. "
-                "'python train.py' rather than 'train.py'")
+                "'python train.py' rather than 'train.py'"
+            )
         self.failures = self.failures + 1 if returncode != 0 and not preempted else 0
         click.echo(f"trial {number} {outcome}" + (" (preempted)" if preempted else ""))
 
@@ -181,8 +213,10 @@ class Agent:
             resume = restore_checkpoint(self.client, latest["id"], scratch)
         except CheckpointError as error:
             raise click.ClickException(f"trial {trial['number']}: {error}") from None
-        click.echo(f"trial {trial['number']}: resuming run {trial['external_id']} from checkpoint {latest['id']} "
-                   f"(step {latest['step']})")
+        click.echo(
+            f"trial {trial['number']}: resuming run {trial['external_id']} from checkpoint {latest['id']} "
+            f"(step {latest['step']})"
+        )
         return resume
 
     def _execute(self, number: int, trial: dict, argv: list[str], env: dict[str, str]) -> int | None:
@@ -202,8 +236,7 @@ class Agent:
         try:
             while self.child.poll() is None:
                 if self.kill_at is not None and time.monotonic() >= self.kill_at:
-                    click.echo(f"trial {number}: still running {self.kill_grace:g} s after SIGTERM; SIGKILL",
-                               err=True)
+                    click.echo(f"trial {number}: still running {self.kill_grace:g} s after SIGTERM; SIGKILL", err=True)
                     os.killpg(self.child.pid, signal.SIGKILL)
                     self.kill_at = None
                 time.sleep(TICK_S)
@@ -241,19 +274,46 @@ def _make_removable(directory: Path) -> None:
 @click.command("agent")
 @click.argument("sweep_id", metavar="SWEEP_ID", type=click.IntRange(min=1))
 @click.option("--count", type=click.IntRange(min=1), default=None, help="run at most N trials, then stop")
-@click.option("--forward-signals", is_flag=True,
-              help="pass SIGTERM, SIGUSR1 and SIGINT on to the program; after one, claim nothing more "
-                   "(SIGTERM / SIGUSR1: the trial is reported preempted and requeued)")
-@click.option("--poll-interval", type=click.FloatRange(min=0.05), default=10.0, show_default=True,
-              help="seconds between claims while every trial is taken but the sweep is not done")
-@click.option("--kill-grace", type=click.FloatRange(min=0), default=30.0, show_default=True,
-              help="with --forward-signals: SIGKILL the program this many seconds after a forwarded SIGTERM")
-@click.option("--max-failures", type=click.IntRange(min=1), default=3, show_default=True,
-              help="stop after this many trials in a row failed (non-zero exit, not preempted)")
+@click.option(
+    "--forward-signals",
+    is_flag=True,
+    help="pass SIGTERM, SIGUSR1 and SIGINT on to the program; after one, claim nothing more "
+    "(SIGTERM / SIGUSR1: the trial is reported preempted and requeued)",
+)
+@click.option(
+    "--poll-interval",
+    type=click.FloatRange(min=0.05),
+    default=10.0,
+    show_default=True,
+    help="seconds between claims while every trial is taken but the sweep is not done",
+)
+@click.option(
+    "--kill-grace",
+    type=click.FloatRange(min=0),
+    default=30.0,
+    show_default=True,
+    help="with --forward-signals: SIGKILL the program this many seconds after a forwarded SIGTERM",
+)
+@click.option(
+    "--max-failures",
+    type=click.IntRange(min=1),
+    default=3,
+    show_default=True,
+    help="stop after this many trials in a row failed (non-zero exit, not preempted)",
+)
 @api_options
 @click.pass_context
-def agent(ctx: click.Context, sweep_id: int, count: int | None, forward_signals: bool, poll_interval: float,
-          kill_grace: float, max_failures: int, api_url: str | None, api_token: str | None) -> None:
+def agent(
+    ctx: click.Context,
+    sweep_id: int,
+    count: int | None,
+    forward_signals: bool,
+    poll_interval: float,
+    kill_grace: float,
+    max_failures: int,
+    api_url: str | None,
+    api_token: str | None,
+) -> None:
     """Claim trials of sweep SWEEP_ID and run its program for each, until the sweep is done.
 
     A preempted trial comes back first and resumes under its own run id from
@@ -271,6 +331,13 @@ def agent(ctx: click.Context, sweep_id: int, count: int | None, forward_signals:
             check_interpreter(program, env=dict(os.environ))
         except InterpreterUnfit as unfit:
             raise click.ClickException(f"{unfit} No trial was claimed.") from None
-        status = Agent(client, config, sweep_id, forward_signals=forward_signals, poll_interval=poll_interval,
-                       kill_grace=kill_grace, max_failures=max_failures).run(count)
+        status = Agent(
+            client,
+            config,
+            sweep_id,
+            forward_signals=forward_signals,
+            poll_interval=poll_interval,
+            kill_grace=kill_grace,
+            max_failures=max_failures,
+        ).run(count)
     ctx.exit(status)

@@ -40,25 +40,47 @@ def checkpoint_list(ctx: click.Context, run_id: int, api_url: str | None, api_to
     """List the checkpoints of run RUN (its id, as `mado runs list` prints it), highest step first."""
     with api_client(ctx, api_url, api_token, f"cannot list the checkpoints of run {run_id}") as client:
         rows = sorted(pages(client, f"runs/{run_id}/checkpoints/"), key=lambda c: (c["step"], c["id"]), reverse=True)
-    click.echo(table(
-        ["ID", "STEP", "STATE", "FILES", "MB", "FRAMEWORK", "OPTIMIZER", "CREATED"],
-        [[str(c["id"]), str(c["step"]), c["state"], str(c["file_count"]), f"{c['total_bytes'] / 1e6:,.1f}",
-          c.get("framework") or "", "yes" if c.get("includes_optimizer") else "no", local_time(c.get("created_at"))]
-         for c in rows],
-        empty=f"run {run_id} has no checkpoints",
-    ))
+    click.echo(
+        table(
+            ["ID", "STEP", "STATE", "FILES", "MB", "FRAMEWORK", "OPTIMIZER", "CREATED"],
+            [
+                [
+                    str(c["id"]),
+                    str(c["step"]),
+                    c["state"],
+                    str(c["file_count"]),
+                    f"{c['total_bytes'] / 1e6:,.1f}",
+                    c.get("framework") or "",
+                    "yes" if c.get("includes_optimizer") else "no",
+                    local_time(c.get("created_at")),
+                ]
+                for c in rows
+            ],
+            empty=f"run {run_id} has no checkpoints",
+        )
+    )
 
 
 @checkpoint.command("restore")
 @click.argument("checkpoint_id", type=click.IntRange(min=1), metavar="CHECKPOINT_ID")
-@click.option("--into", "directory", required=True, type=click.Path(file_okay=False, path_type=Path),
-              help="directory to restore into (created if missing; must be empty unless --clean)")
-@click.option("--clean", is_flag=True, default=False,
-              help="first remove what an earlier restore left in the directory (a restarted init container)")
+@click.option(
+    "--into",
+    "directory",
+    required=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="directory to restore into (created if missing; must be empty unless --clean)",
+)
+@click.option(
+    "--clean",
+    is_flag=True,
+    default=False,
+    help="first remove what an earlier restore left in the directory (a restarted init container)",
+)
 @api_options
 @click.pass_context
-def checkpoint_restore(ctx: click.Context, checkpoint_id: int, directory: Path, clean: bool,
-                       api_url: str | None, api_token: str | None) -> None:
+def checkpoint_restore(
+    ctx: click.Context, checkpoint_id: int, directory: Path, clean: bool, api_url: str | None, api_token: str | None
+) -> None:
     """Download, verify and extract checkpoint CHECKPOINT_ID into DIR/checkpoint, read-only.
 
     Refuses (exit status 1, nothing left behind) a checkpoint that is not
@@ -74,14 +96,16 @@ def checkpoint_restore(ctx: click.Context, checkpoint_id: int, directory: Path, 
         raise
 
 
-def _restore_into(ctx: click.Context, checkpoint_id: int, directory: Path, clean: bool, api_url: str | None,
-                  api_token: str | None) -> None:
+def _restore_into(
+    ctx: click.Context, checkpoint_id: int, directory: Path, clean: bool, api_url: str | None, api_token: str | None
+) -> None:
     if clean:
         for child in directory.iterdir():
             remove_tree(child)
     if any(directory.iterdir()):
-        raise click.BadParameter(f"{directory} is not empty (use --clean to replace an earlier restore)",
-                                 param_hint="--into")
+        raise click.BadParameter(
+            f"{directory} is not empty (use --clean to replace an earlier restore)", param_hint="--into"
+        )
     with api_client(ctx, api_url, api_token, f"cannot restore checkpoint {checkpoint_id}") as client:
         try:
             variables = restore_checkpoint(client, checkpoint_id, directory)

@@ -46,8 +46,9 @@ def _members(root: Path) -> Iterator[tuple[Path, str]]:
             rel = path.relative_to(root).as_posix()
             mode = path.lstat().st_mode
             if stat.S_ISLNK(mode):
-                raise PackError(f"{path}: symbolic links cannot be pushed (the worker refuses them); "
-                                "copy the target in")
+                raise PackError(
+                    f"{path}: symbolic links cannot be pushed (the worker refuses them); copy the target in"
+                )
             if stat.S_ISDIR(mode):
                 yield path, rel
             elif stat.S_ISREG(mode):
@@ -88,10 +89,14 @@ class MultipartBody:
 
     def __init__(self, fields: dict[str, str], file_field: str, filename: str, fileobj, size: int):
         self.boundary = uuid.uuid4().hex
-        parts = [f'--{self.boundary}\r\nContent-Disposition: form-data; name="{name}"\r\n\r\n{value}\r\n'.encode()
-                 for name, value in fields.items()]
-        parts.append(f'--{self.boundary}\r\nContent-Disposition: form-data; name="{file_field}"; '
-                     f'filename="{filename}"\r\nContent-Type: application/gzip\r\n\r\n'.encode())
+        parts = [
+            f'--{self.boundary}\r\nContent-Disposition: form-data; name="{name}"\r\n\r\n{value}\r\n'.encode()
+            for name, value in fields.items()
+        ]
+        parts.append(
+            f'--{self.boundary}\r\nContent-Disposition: form-data; name="{file_field}"; '
+            f'filename="{filename}"\r\nContent-Type: application/gzip\r\n\r\n'.encode()
+        )
         self.head = b"".join(parts)
         self.tail = f"\r\n--{self.boundary}--\r\n".encode()
         self.fileobj = fileobj
@@ -138,11 +143,17 @@ def upload_version(client: ApiClient, code_id: int, entrypoint: list[str], archi
     path = f"codes/{code_id}/versions/"
     body = MultipartBody({"entrypoint": json.dumps(entrypoint)}, "archive", "code.tar.gz", archive, size)
     try:
-        response = client.session.post(client.url(path), data=body, headers={"Content-Type": body.content_type},
-                                        timeout=(CONNECT_TIMEOUT_S, UPLOAD_READ_TIMEOUT_S))
+        response = client.session.post(
+            client.url(path),
+            data=body,
+            headers={"Content-Type": body.content_type},
+            timeout=(CONNECT_TIMEOUT_S, UPLOAD_READ_TIMEOUT_S),
+        )
     except requests.RequestException as exc:
-        raise ApiError(f"cannot reach the mado API at {client.config.api_url} ({type(exc).__name__}: {exc}); "
-                       "the version was probably not added: push again") from None
+        raise ApiError(
+            f"cannot reach the mado API at {client.config.api_url} ({type(exc).__name__}: {exc}); "
+            "the version was probably not added: push again"
+        ) from None
     if response.status_code >= 400:
         raise client.error_from(response, "POST", path)
     return client.decode(response, "POST", path)
@@ -155,8 +166,7 @@ def parse_entrypoint(text: str) -> list[str]:
     except ValueError as exc:
         raise click.BadParameter(f"cannot be split into arguments: {exc}", param_hint="--entrypoint") from None
     if not argv:
-        raise click.BadParameter("is empty; e.g. --entrypoint 'python train.py --steps 100'",
-                                 param_hint="--entrypoint")
+        raise click.BadParameter("is empty; e.g. --entrypoint 'python train.py --steps 100'", param_hint="--entrypoint")
     return argv
 
 
@@ -169,14 +179,26 @@ def code() -> None:
 @click.argument("directory", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @project_option(required=True)
 @click.option("--name", required=True, help="the Code's name in the Project (registered when new)")
-@click.option("--entrypoint", required=True, metavar="COMMAND",
-              help="command run in the unpacked folder, e.g. \"python train.py --steps 100\" (split like a shell, "
-                   "no shell features)")
+@click.option(
+    "--entrypoint",
+    required=True,
+    metavar="COMMAND",
+    help='command run in the unpacked folder, e.g. "python train.py --steps 100" (split like a shell, '
+    "no shell features)",
+)
 @click.option("--quiet", "-q", is_flag=True, help="print only the new code version's id")
 @api_options
 @click.pass_context
-def code_push(ctx: click.Context, directory: Path, project: str, name: str, entrypoint: str, quiet: bool,
-              api_url: str | None, api_token: str | None) -> None:
+def code_push(
+    ctx: click.Context,
+    directory: Path,
+    project: str,
+    name: str,
+    entrypoint: str,
+    quiet: bool,
+    api_url: str | None,
+    api_token: str | None,
+) -> None:
     """Pack DIRECTORY (tar.gz) and register it as the next version of Code NAME; print the version's id.
 
     Launch it with ``mado job launch --code-version ID``.
@@ -192,8 +214,12 @@ def code_push(ctx: click.Context, directory: Path, project: str, name: str, entr
     if quiet:
         click.echo(version["id"])
         return
-    click.echo(f"code version {version['id']}: {name} v{version['version']} (code {code_row['id']}"
-               f"{', new' if created else ''}) in project {project}")
-    click.echo(f"  archive: {files} file{'s' if files != 1 else ''}, {version.get('archive_size') or size} bytes, "
-               f"sha256 {version.get('archive_sha256') or '?'}")
+    click.echo(
+        f"code version {version['id']}: {name} v{version['version']} (code {code_row['id']}"
+        f"{', new' if created else ''}) in project {project}"
+    )
+    click.echo(
+        f"  archive: {files} file{'s' if files != 1 else ''}, {version.get('archive_size') or size} bytes, "
+        f"sha256 {version.get('archive_sha256') or '?'}"
+    )
     click.echo(f"  entrypoint: {shlex.join(version.get('entrypoint') or argv)}")

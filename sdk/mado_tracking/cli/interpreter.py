@@ -63,21 +63,27 @@ def check_interpreter(argv: list[str], *, env: dict[str, str]) -> str | None:
     if interpreter is None:
         return None
     resolved = shutil.which(interpreter, path=env.get("PATH"))
-    fix = ("Start the agent from a shell where the project's virtual environment is active "
-           "(source .venv/bin/activate), or install the SDK into that interpreter "
-           f"({resolved or interpreter} -m pip install -e ./sdk).")
+    fix = (
+        "Start the agent from a shell where the project's virtual environment is active "
+        "(source .venv/bin/activate), or install the SDK into that interpreter "
+        f"({resolved or interpreter} -m pip install -e ./sdk)."
+    )
     if resolved is None:
         raise InterpreterUnfit(f"the sweep's program runs {interpreter!r}, which is not found on PATH. {fix}")
     code = "import " + ", ".join(SDK_IMPORTS)
     try:
-        done = subprocess.run([resolved, "-c", code], env=env, capture_output=True, text=True,
-                              timeout=CHECK_TIMEOUT_S, check=False)
+        done = subprocess.run(
+            [resolved, "-c", code], env=env, capture_output=True, text=True, timeout=CHECK_TIMEOUT_S, check=False
+        )
     except (OSError, subprocess.TimeoutExpired) as error:
-        raise InterpreterUnfit(f"the sweep's program runs {resolved}, which could not be started ({error}). "
-                               f"{fix}") from None
+        raise InterpreterUnfit(
+            f"the sweep's program runs {resolved}, which could not be started ({error}). {fix}"
+        ) from None
     if done.returncode != 0:
         lines = [line for line in done.stderr.strip().splitlines() if line.strip()]
         why = lines[-1] if lines else f"exit status {done.returncode}"
-        raise InterpreterUnfit(f"the sweep's program runs {resolved} ({interpreter!r} on PATH), which cannot import "
-                               f"the mado SDK: {why}. {fix}")
+        raise InterpreterUnfit(
+            f"the sweep's program runs {resolved} ({interpreter!r} on PATH), which cannot import "
+            f"the mado SDK: {why}. {fix}"
+        )
     return os.path.realpath(resolved)

@@ -47,21 +47,25 @@ def resolve_code_version(client: ApiClient, spec: str, project: str | None) -> i
     if spec.isdigit():
         version_id = int(spec)
         codes = pages(client, f"projects/{project}/codes/") if project is not None else None
-        if codes is not None and not any(version["id"] == version_id for code in codes
-                                         for version in pages(client, f"codes/{code['id']}/versions/")):
-            raise _not_found(f"code version {version_id} is not a version of a Code of project {project!r}",
-                             "code_version")
+        if codes is not None and not any(
+            version["id"] == version_id for code in codes for version in pages(client, f"codes/{code['id']}/versions/")
+        ):
+            raise _not_found(
+                f"code version {version_id} is not a version of a Code of project {project!r}", "code_version"
+            )
         return version_id
     if project is None:
-        raise click.BadParameter(f"{spec!r} names a Code: give --project too (or the version's id)",
-                                 param_hint="--code-version")
+        raise click.BadParameter(
+            f"{spec!r} names a Code: give --project too (or the version's id)", param_hint="--code-version"
+        )
     name, _, number = spec.rpartition(":") if ":" in spec else (spec, "", "")
     if number and not number.isdigit():
         raise click.BadParameter(f"{spec!r}: use ID, NAME or NAME:VERSION", param_hint="--code-version")
     code = find_code(client, project, name)
     if code is None:
-        raise _not_found(f"project {project!r} has no Code named {name!r} (mado code push registers one)",
-                         "code_version")
+        raise _not_found(
+            f"project {project!r} has no Code named {name!r} (mado code push registers one)", "code_version"
+        )
     for version in pages(client, f"codes/{code['id']}/versions/"):  # highest version first
         if not number or version["version"] == int(number):
             return version["id"]
@@ -88,10 +92,14 @@ def parse_parameters(items: tuple[str, ...]) -> dict:
 def _job_line(job: dict) -> str:
     resumed = ""
     if job.get("kind") in ("resume", "continue") and job.get("source_checkpoint_id") is not None:
-        resumed = (f", {job['kind']} of run {job.get('resumed_from_run_id')} from checkpoint "
-                   f"{job['source_checkpoint_id']} (step {job.get('source_checkpoint_step')})")
-    return (f"job {job['id']} {job['status']} on {job['queue']}: run {job['run_id']} ({job.get('run_external_id', '')})"
-            f" in project {job.get('project', '')}{resumed}")
+        resumed = (
+            f", {job['kind']} of run {job.get('resumed_from_run_id')} from checkpoint "
+            f"{job['source_checkpoint_id']} (step {job.get('source_checkpoint_step')})"
+        )
+    return (
+        f"job {job['id']} {job['status']} on {job['queue']}: run {job['run_id']} ({job.get('run_external_id', '')})"
+        f" in project {job.get('project', '')}{resumed}"
+    )
 
 
 def _print_job(job: dict, quiet: bool) -> None:
@@ -109,28 +117,68 @@ def job() -> None:
 
 
 @job.command("launch")
-@project_option(help_text="project slug: needed to name the code version as NAME[:VERSION]; checks an id "
-                          "[env MMT_PROJECT]")
-@click.option("--code-version", "code_version", required=True, metavar="ID|NAME[:VERSION]",
-              help="the code version to run (mado code push prints its id)")
-@click.option("--param", "params", multiple=True, metavar="KEY=VALUE",
-              help="a parameter recorded on the Run (repeatable; JSON values such as 0.05, true, [1,2] are decoded); "
-                   "the code gets its arguments from the entrypoint")
-@click.option("--dataset-version", "dataset_versions", multiple=True, type=click.IntRange(min=1), metavar="ID",
-              help="an input dataset version id (repeatable)")
+@project_option(
+    help_text="project slug: needed to name the code version as NAME[:VERSION]; checks an id [env MMT_PROJECT]"
+)
+@click.option(
+    "--code-version",
+    "code_version",
+    required=True,
+    metavar="ID|NAME[:VERSION]",
+    help="the code version to run (mado code push prints its id)",
+)
+@click.option(
+    "--param",
+    "params",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="a parameter recorded on the Run (repeatable; JSON values such as 0.05, true, [1,2] are decoded); "
+    "the code gets its arguments from the entrypoint",
+)
+@click.option(
+    "--dataset-version",
+    "dataset_versions",
+    multiple=True,
+    type=click.IntRange(min=1),
+    metavar="ID",
+    help="an input dataset version id (repeatable)",
+)
 @click.option("--queue", default=None, help="execution target (default: the server's default queue)")
-@click.option("--max-retries", type=click.IntRange(0, 10), default=0, show_default=True,
-              help="automatic fresh attempts after a failure; a retry starts from scratch, never from a checkpoint")
-@click.option("--nproc-per-node", "nproc_per_node", type=click.IntRange(1, 256), default=1, show_default=True,
-              help="processes on the worker: above 1 the code runs under torchrun, one Run for all ranks")
+@click.option(
+    "--max-retries",
+    type=click.IntRange(0, 10),
+    default=0,
+    show_default=True,
+    help="automatic fresh attempts after a failure; a retry starts from scratch, never from a checkpoint",
+)
+@click.option(
+    "--nproc-per-node",
+    "nproc_per_node",
+    type=click.IntRange(1, 256),
+    default=1,
+    show_default=True,
+    help="processes on the worker: above 1 the code runs under torchrun, one Run for all ranks",
+)
 @click.option("--name", default="", help="name of the Run")
 @click.option("--kind", type=click.Choice(RUN_KINDS), default="training", show_default=True, help="run kind")
 @click.option("--quiet", "-q", is_flag=True, help="print only the new Job's id")
 @api_options
 @click.pass_context
-def job_launch(ctx: click.Context, project: str | None, code_version: str, params: tuple[str, ...],
-               dataset_versions: tuple[int, ...], queue: str | None, max_retries: int, nproc_per_node: int, name: str,
-               kind: str, quiet: bool, api_url: str | None, api_token: str | None) -> None:
+def job_launch(
+    ctx: click.Context,
+    project: str | None,
+    code_version: str,
+    params: tuple[str, ...],
+    dataset_versions: tuple[int, ...],
+    queue: str | None,
+    max_retries: int,
+    nproc_per_node: int,
+    name: str,
+    kind: str,
+    quiet: bool,
+    api_url: str | None,
+    api_token: str | None,
+) -> None:
     """Launch a Job: a new Run of the code version, sent to a worker of the queue.
 
     \f
@@ -138,9 +186,15 @@ def job_launch(ctx: click.Context, project: str | None, code_version: str, param
     """
     parameters = parse_parameters(params)
     with api_client(ctx, api_url, api_token, "cannot launch the job") as client:
-        body = {"code_version_id": resolve_code_version(client, code_version, project), "parameters": parameters,
-                "input_dataset_version_ids": list(dataset_versions), "name": name, "kind": kind,
-                "max_retries": max_retries, "nproc_per_node": nproc_per_node}
+        body = {
+            "code_version_id": resolve_code_version(client, code_version, project),
+            "parameters": parameters,
+            "input_dataset_version_ids": list(dataset_versions),
+            "name": name,
+            "kind": kind,
+            "max_retries": max_retries,
+            "nproc_per_node": nproc_per_node,
+        }
         if queue:
             body["queue"] = queue
         created = client.request("POST", "jobs/", body=body, attempts=1)
@@ -153,19 +207,34 @@ def job_launch(ctx: click.Context, project: str | None, code_version: str, param
 @click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True, help="at most this many jobs")
 @api_options
 @click.pass_context
-def job_list(ctx: click.Context, project: str | None, status: str | None, limit: int, api_url: str | None,
-             api_token: str | None) -> None:
+def job_list(
+    ctx: click.Context, project: str | None, status: str | None, limit: int, api_url: str | None, api_token: str | None
+) -> None:
     """List jobs, newest first (a resumed Job has kind resume); CODE is NAME:VERSION, as --code-version takes it."""
     params = {key: value for key, value in {"project": project, "status": status}.items() if value}
     with api_client(ctx, api_url, api_token, "cannot list jobs") as client:
         rows = list(pages(client, "jobs/", params, limit=limit))
-    click.echo(table(
-        ["ID", "STATUS", "KIND", "QUEUE", "RUN", "NAME", "CODE", "BY", "ATTEMPT", "CREATED"],
-        [[str(j["id"]), j["status"], j["kind"], j["queue"], str(j["run_id"]), j.get("run_name", ""),
-          f"{j.get('code')}:{j.get('code_version')}", j.get("created_by", ""), str(j.get("attempt", "")),
-          local_time(j.get("created_at"))] for j in rows],
-        empty="no jobs",
-    ))
+    click.echo(
+        table(
+            ["ID", "STATUS", "KIND", "QUEUE", "RUN", "NAME", "CODE", "BY", "ATTEMPT", "CREATED"],
+            [
+                [
+                    str(j["id"]),
+                    j["status"],
+                    j["kind"],
+                    j["queue"],
+                    str(j["run_id"]),
+                    j.get("run_name", ""),
+                    f"{j.get('code')}:{j.get('code_version')}",
+                    j.get("created_by", ""),
+                    str(j.get("attempt", "")),
+                    local_time(j.get("created_at")),
+                ]
+                for j in rows
+            ],
+            empty="no jobs",
+        )
+    )
 
 
 @job.command("show")
@@ -177,9 +246,15 @@ def job_show(ctx: click.Context, job_id: int, api_url: str | None, api_token: st
     with api_client(ctx, api_url, api_token, f"cannot read job {job_id}") as client:
         found = client.request("GET", f"jobs/{job_id}/", attempts=3)
     click.echo(_job_line(found))
-    for label, key in (("error", "error"), ("exit code", "exit_code"), ("worker", "worker_host"),
-                       ("created by", "created_by"), ("attempt", "attempt"), ("max retries", "max_retries"),
-                       ("processes per node", "nproc_per_node")):
+    for label, key in (
+        ("error", "error"),
+        ("exit code", "exit_code"),
+        ("worker", "worker_host"),
+        ("created by", "created_by"),
+        ("attempt", "attempt"),
+        ("max retries", "max_retries"),
+        ("processes per node", "nproc_per_node"),
+    ):
         if found.get(key) not in (None, ""):
             click.echo(f"  {label}: {found[key]}")
     for label, key in (("created", "created_at"), ("started", "started_at"), ("ended", "ended_at")):
@@ -209,19 +284,44 @@ def job_abort(ctx: click.Context, job_id: int, api_url: str | None, api_token: s
 @job.command("resume")
 @click.argument("job_id", metavar="JOB", type=click.IntRange(min=1))
 @click.option("--latest", is_flag=True, help="from the Run's checkpoint with the highest step")
-@click.option("--checkpoint", "checkpoint_id", type=click.IntRange(min=1), default=None, metavar="ID",
-              help="from this checkpoint of the Job's Run")
-@click.option("--code-version", "code_version", default=None, metavar="ID|NAME[:VERSION]",
-              help="another version of the same Code (default: the Job's)")
+@click.option(
+    "--checkpoint",
+    "checkpoint_id",
+    type=click.IntRange(min=1),
+    default=None,
+    metavar="ID",
+    help="from this checkpoint of the Job's Run",
+)
+@click.option(
+    "--code-version",
+    "code_version",
+    default=None,
+    metavar="ID|NAME[:VERSION]",
+    help="another version of the same Code (default: the Job's)",
+)
 @click.option("--queue", default=None, help="execution target (default: the Job's)")
-@click.option("--nproc-per-node", "nproc_per_node", type=click.IntRange(1, 256), default=None,
-              help="processes on the worker (default: the Job's); a sharded checkpoint is resharded to it")
+@click.option(
+    "--nproc-per-node",
+    "nproc_per_node",
+    type=click.IntRange(1, 256),
+    default=None,
+    help="processes on the worker (default: the Job's); a sharded checkpoint is resharded to it",
+)
 @click.option("--quiet", "-q", is_flag=True, help="print only the new Job's id")
 @api_options
 @click.pass_context
-def job_resume(ctx: click.Context, job_id: int, latest: bool, checkpoint_id: int | None, code_version: str | None,
-               queue: str | None, nproc_per_node: int | None, quiet: bool, api_url: str | None,
-               api_token: str | None) -> None:
+def job_resume(
+    ctx: click.Context,
+    job_id: int,
+    latest: bool,
+    checkpoint_id: int | None,
+    code_version: str | None,
+    queue: str | None,
+    nproc_per_node: int | None,
+    quiet: bool,
+    api_url: str | None,
+    api_token: str | None,
+) -> None:
     """Resume a failed or aborted Job as a new Run and Job, from a checkpoint of its Run.
 
     The new Run records the Job's Run as its parent and the checkpoint as its
@@ -244,32 +344,71 @@ def job_resume(ctx: click.Context, job_id: int, latest: bool, checkpoint_id: int
             if checkpoint["run_id"] != source["run_id"]:
                 raise click.ClickException(
                     f"cannot resume job {job_id}: checkpoint {checkpoint_id} belongs to run {checkpoint['run_id']}, "
-                    f"not to run {source['run_id']} of the job (--latest also finds a resumed Run's source checkpoint)")
+                    f"not to run {source['run_id']} of the job (--latest also finds a resumed Run's source checkpoint)"
+                )
             created = client.request("POST", f"checkpoints/{checkpoint_id}/resume/", body=body, attempts=1)
     _print_job(created, quiet)
 
 
 @job.command("continue")
 @click.argument("checkpoint_id", metavar="CHECKPOINT", type=click.IntRange(min=1))
-@click.option("--dataset-version", "dataset_versions", multiple=True, type=click.IntRange(min=1), metavar="ID",
-              help="the new Run's whole data set (repeatable; default: the source Run's data at the checkpoint's step)")
-@click.option("--add-dataset-version", "added", multiple=True, type=click.IntRange(min=1), metavar="ID",
-              help="a dataset version added to that set (repeatable): the data mix changed")
-@click.option("--code-version", "code_version", default=None, metavar="ID|NAME[:VERSION]",
-              help="a version of the source Run's Code (default: the version the source Run ran)")
-@click.option("--param", "params", multiple=True, metavar="KEY=VALUE",
-              help="change a parameter of the source Run's, recorded on the new Run (repeatable; JSON values are "
-                   "decoded); the code reads run.parameters, its command line comes from the entrypoint")
+@click.option(
+    "--dataset-version",
+    "dataset_versions",
+    multiple=True,
+    type=click.IntRange(min=1),
+    metavar="ID",
+    help="the new Run's whole data set (repeatable; default: the source Run's data at the checkpoint's step)",
+)
+@click.option(
+    "--add-dataset-version",
+    "added",
+    multiple=True,
+    type=click.IntRange(min=1),
+    metavar="ID",
+    help="a dataset version added to that set (repeatable): the data mix changed",
+)
+@click.option(
+    "--code-version",
+    "code_version",
+    default=None,
+    metavar="ID|NAME[:VERSION]",
+    help="a version of the source Run's Code (default: the version the source Run ran)",
+)
+@click.option(
+    "--param",
+    "params",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="change a parameter of the source Run's, recorded on the new Run (repeatable; JSON values are "
+    "decoded); the code reads run.parameters, its command line comes from the entrypoint",
+)
 @click.option("--queue", default=None, help="execution target (default: the source Run's Job's, else the server's)")
-@click.option("--nproc-per-node", "nproc_per_node", type=click.IntRange(1, 256), default=None,
-              help="processes on the worker (default: the source Run's Job's, else 1)")
+@click.option(
+    "--nproc-per-node",
+    "nproc_per_node",
+    type=click.IntRange(1, 256),
+    default=None,
+    help="processes on the worker (default: the source Run's Job's, else 1)",
+)
 @click.option("--name", default="", help="name of the new Run")
 @click.option("--quiet", "-q", is_flag=True, help="print only the new Job's id")
 @api_options
 @click.pass_context
-def job_continue(ctx: click.Context, checkpoint_id: int, dataset_versions: tuple[int, ...], added: tuple[int, ...],
-                 code_version: str | None, params: tuple[str, ...], queue: str | None, nproc_per_node: int | None,
-                 name: str, quiet: bool, api_url: str | None, api_token: str | None) -> None:
+def job_continue(
+    ctx: click.Context,
+    checkpoint_id: int,
+    dataset_versions: tuple[int, ...],
+    added: tuple[int, ...],
+    code_version: str | None,
+    params: tuple[str, ...],
+    queue: str | None,
+    nproc_per_node: int | None,
+    name: str,
+    quiet: bool,
+    api_url: str | None,
+    api_token: str | None,
+) -> None:
     """Continue training from checkpoint CHECKPOINT as a new Run and Job, with the same or a changed data mix.
 
     The source Run may be in any state (a finished one too) and is only read.
@@ -293,11 +432,17 @@ def job_continue(ctx: click.Context, checkpoint_id: int, dataset_versions: tuple
             raise click.UsageError(f"run {source['id']} ran no registered Code: give --code-version")
         data = list(dataset_versions)
         if not data:
-            data = client.request("GET", f"runs/{source['id']}/data-stages/", params={"at_step": checkpoint["step"]},
-                                  attempts=3)["dataset_version_ids"]
-        body = {"code_version_id": version_id, "input_dataset_version_ids": list(dict.fromkeys([*data, *added])),
-                "parameters": {**(source.get("parameters") or {}), **changed} if changed else None,
-                "queue": queue, "nproc_per_node": nproc_per_node, "name": name}
+            data = client.request(
+                "GET", f"runs/{source['id']}/data-stages/", params={"at_step": checkpoint["step"]}, attempts=3
+            )["dataset_version_ids"]
+        body = {
+            "code_version_id": version_id,
+            "input_dataset_version_ids": list(dict.fromkeys([*data, *added])),
+            "parameters": {**(source.get("parameters") or {}), **changed} if changed else None,
+            "queue": queue,
+            "nproc_per_node": nproc_per_node,
+            "name": name,
+        }
         created = client.request("POST", f"checkpoints/{checkpoint_id}/continue/", body=body, attempts=1)
     _print_job(created, quiet)
 
@@ -305,14 +450,30 @@ def job_continue(ctx: click.Context, checkpoint_id: int, dataset_versions: tuple
 @job.command("logs")
 @click.argument("job_id", metavar="JOB", type=click.IntRange(min=1))
 @click.option("--follow", "-f", is_flag=True, help="keep printing until the Job has ended")
-@click.option("--interval", type=click.FloatRange(min=0.05), default=1.0, show_default=True,
-              help="seconds between polls with --follow")
-@click.option("--timeout", type=click.FloatRange(min=0), default=None,
-              help="with --follow: give up after this many seconds (exit 4)")
+@click.option(
+    "--interval",
+    type=click.FloatRange(min=0.05),
+    default=1.0,
+    show_default=True,
+    help="seconds between polls with --follow",
+)
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0),
+    default=None,
+    help="with --follow: give up after this many seconds (exit 4)",
+)
 @api_options
 @click.pass_context
-def job_logs(ctx: click.Context, job_id: int, follow: bool, interval: float, timeout: float | None,
-             api_url: str | None, api_token: str | None) -> None:
+def job_logs(
+    ctx: click.Context,
+    job_id: int,
+    follow: bool,
+    interval: float,
+    timeout: float | None,
+    api_url: str | None,
+    api_token: str | None,
+) -> None:
     """Print the Job's output (the code's stdout and stderr, and the worker's [mado] lines).
 
     With --follow, polls until the Job has ended, then prints its final state

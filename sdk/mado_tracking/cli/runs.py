@@ -22,16 +22,36 @@ def runs() -> None:
 @click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True, help="at most this many runs")
 @api_options
 @click.pass_context
-def runs_list(ctx: click.Context, project: str | None, status: str | None, kind: str | None, limit: int,
-              api_url: str | None, api_token: str | None) -> None:
+def runs_list(
+    ctx: click.Context,
+    project: str | None,
+    status: str | None,
+    kind: str | None,
+    limit: int,
+    api_url: str | None,
+    api_token: str | None,
+) -> None:
     """List runs, newest first: id, run id, name, status, kind, created (local time)."""
     params = {key: value for key, value in {"project": project, "status": status, "kind": kind}.items() if value}
     with api_client(ctx, api_url, api_token, "cannot list runs") as client:
         rows = list(pages(client, "runs/", params, limit=limit))
-    click.echo(table(["ID", "RUN ID", "NAME", "STATUS", "KIND", "CREATED"],
-                     [[str(run.get("id", "")), run.get("external_id", ""), run.get("name", ""),
-                       run.get("status", ""), run.get("kind", ""), local_time(run.get("created_at"))]
-                      for run in rows], empty="no runs"))
+    click.echo(
+        table(
+            ["ID", "RUN ID", "NAME", "STATUS", "KIND", "CREATED"],
+            [
+                [
+                    str(run.get("id", "")),
+                    run.get("external_id", ""),
+                    run.get("name", ""),
+                    run.get("status", ""),
+                    run.get("kind", ""),
+                    local_time(run.get("created_at")),
+                ]
+                for run in rows
+            ],
+            empty="no runs",
+        )
+    )
 
 
 @click.command("sync")
@@ -39,8 +59,7 @@ def runs_list(ctx: click.Context, project: str | None, status: str | None, kind:
 @click.option("--project", default=None, help="project slug (default: the offline run's, else $MMT_PROJECT)")
 @api_options
 @click.pass_context
-def sync(ctx: click.Context, directory: str, project: str | None, api_url: str | None,
-         api_token: str | None) -> None:
+def sync(ctx: click.Context, directory: str, project: str | None, api_url: str | None, api_token: str | None) -> None:
     """Upload the offline run in DIRECTORY (metrics, checkpoints, final status); safe to run again."""
     config = resolve_config(ctx, api_url, api_token)
     try:
@@ -48,9 +67,11 @@ def sync(ctx: click.Context, directory: str, project: str | None, api_url: str |
     except MadoError as error:
         raise click.ClickException(f"{error} (nothing sent is lost: run mado sync again)") from None
     run = report.run
-    click.echo(f"run {run['id']} ({run.get('external_id', '')}) {'created' if report.created else 'found'}: "
-               f"{report.points_sent} new metric points of {report.points_total}; checkpoints uploaded "
-               f"{report.checkpoints_uploaded or 'none'}, already there {report.checkpoints_present or 'none'}; "
-               f"status {report.status}")
+    click.echo(
+        f"run {run['id']} ({run.get('external_id', '')}) {'created' if report.created else 'found'}: "
+        f"{report.points_sent} new metric points of {report.points_total}; checkpoints uploaded "
+        f"{report.checkpoints_uploaded or 'none'}, already there {report.checkpoints_present or 'none'}; "
+        f"status {report.status}"
+    )
     if run.get("url"):
         click.echo(run["url"])

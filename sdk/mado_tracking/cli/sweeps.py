@@ -36,8 +36,10 @@ def read_config(path: Path) -> dict:
     except yaml.YAMLError as error:
         raise click.BadParameter(f"{path}: not valid YAML or JSON ({error})", param_hint="CONFIG") from None
     if not isinstance(config, dict):
-        raise click.BadParameter(f"{path}: must hold a mapping (method, metric, parameters, program), "
-                                 f"not {type(config).__name__}", param_hint="CONFIG")
+        raise click.BadParameter(
+            f"{path}: must hold a mapping (method, metric, parameters, program), not {type(config).__name__}",
+            param_hint="CONFIG",
+        )
     return config
 
 
@@ -49,8 +51,10 @@ def describe_sweep(sweep: dict) -> str:
     """One line: ``sweep 3 'digits' in project vision: grid search, minimize val_loss, at most 4 trials``."""
     cap = "no trial limit" if sweep.get("run_cap") is None else f"at most {sweep['run_cap']} trials"
     name = f" {sweep['name']!r}" if sweep.get("name") else ""
-    return (f"sweep {sweep['id']}{name} in project {sweep['project']}: {sweep['method']} search, "
-            f"{sweep['metric_goal']} {sweep['metric_name']}, {cap}")
+    return (
+        f"sweep {sweep['id']}{name} in project {sweep['project']}: {sweep['method']} search, "
+        f"{sweep['metric_goal']} {sweep['metric_name']}, {cap}"
+    )
 
 
 @click.group()
@@ -64,8 +68,9 @@ def sweep() -> None:
 @click.option("--quiet", "-q", is_flag=True, help="print only the new sweep's id")
 @api_options
 @click.pass_context
-def sweep_create(ctx: click.Context, config_path: Path, project: str | None, quiet: bool, api_url: str | None,
-                 api_token: str | None) -> None:
+def sweep_create(
+    ctx: click.Context, config_path: Path, project: str | None, quiet: bool, api_url: str | None, api_token: str | None
+) -> None:
     """Create a sweep from CONFIG (YAML or JSON); print its id, its page and the agent command."""
     config = read_config(config_path)
     project = project or config.pop("project", None)  # the server's config has no `project`: it is a field of the sweep
@@ -95,17 +100,30 @@ def sweep_show(ctx: click.Context, sweep_id: int, api_url: str | None, api_token
     if found.get("url"):
         click.echo(f"  {found['url']}")
     metric = found["metric_name"]
-    click.echo(table(
-        ["#", "STATE", "RUN STATUS", "REQUEUES", "RUN", "AGENT", metric.upper(), "PARAMETERS"],
-        [[str(t["number"]), t["state"], t.get("run_status") or "", str(t.get("requeue_count", 0)),
-          t.get("external_id") or "", t.get("agent") or "", "" if t.get("metric") is None else f"{t['metric']:.6g}",
-          format_parameters(t["parameters"])] for t in found.get("trials", [])],
-        empty=f"no trials yet (start them with: mado agent {sweep_id})",
-    ))
+    click.echo(
+        table(
+            ["#", "STATE", "RUN STATUS", "REQUEUES", "RUN", "AGENT", metric.upper(), "PARAMETERS"],
+            [
+                [
+                    str(t["number"]),
+                    t["state"],
+                    t.get("run_status") or "",
+                    str(t.get("requeue_count", 0)),
+                    t.get("external_id") or "",
+                    t.get("agent") or "",
+                    "" if t.get("metric") is None else f"{t['metric']:.6g}",
+                    format_parameters(t["parameters"]),
+                ]
+                for t in found.get("trials", [])
+            ],
+            empty=f"no trials yet (start them with: mado agent {sweep_id})",
+        )
+    )
     best = next((t for t in found.get("trials", []) if t["number"] == found.get("best_trial")), None)
     if best is not None:
-        click.echo(f"best: trial {best['number']} ({metric} {best['metric']:.6g}; "
-                   f"{format_parameters(best['parameters'])})")
+        click.echo(
+            f"best: trial {best['number']} ({metric} {best['metric']:.6g}; {format_parameters(best['parameters'])})"
+        )
 
 
 @sweep.command("retry")
@@ -123,5 +141,7 @@ def sweep_retry(ctx: click.Context, sweep_id: int, number: int, api_url: str | N
     """
     with api_client(ctx, api_url, api_token, f"cannot retry trial {number} of sweep {sweep_id}") as client:
         trial = client.request("POST", f"sweeps/{sweep_id}/trials/{number}/retry/", body={}, attempts=1)
-    click.echo(f"trial {trial['number']} queued again as run {trial['external_id']} "
-               f"(retry {trial['retry_count']}); run it with: mado agent {sweep_id}")
+    click.echo(
+        f"trial {trial['number']} queued again as run {trial['external_id']} "
+        f"(retry {trial['retry_count']}); run it with: mado agent {sweep_id}"
+    )
