@@ -219,7 +219,8 @@ def cpu_share(before: list[int], after: list[int]) -> str:
     total = max(user + nice + system + idle + iowait + irq + softirq + steal, 1)
     busy = user + nice + system + irq + softirq
     return (
-        f"busy {100 * busy / total:.0f} % (nice'd {100 * nice / total:.0f} %), idle {100 * (idle + iowait) / total:.0f} %, "
+        f"busy {100 * busy / total:.0f} % (nice'd {100 * nice / total:.0f} %), "
+        f"idle {100 * (idle + iowait) / total:.0f} %, "
         f"steal {100 * steal / total:.0f} % of {os.cpu_count()} CPUs"
     )
 
@@ -250,8 +251,8 @@ def writer(
     timings, POST latencies, the Run id. A paced writer starts ``offset`` seconds after the others are told to.
     It exits once ``done`` is set (every writer has reported): twenty exits (interpreter teardown, the SDK's
     exit handlers, closed connections) in the last second shared the cores with the last writers' POSTs and
-    raised the POST p99 (docs/design/resume.md#steps-continue; docs/deploy.md, "Measured: the ingest benchmark's writers"); jobs on other
-    machines take no server core.
+    raised the POST p99 (docs/design/resume.md#steps-continue; docs/deploy.md, "Measured: the ingest benchmark's
+    writers"); jobs on other machines take no server core.
     Its metrics POSTs go to ``ingest_url`` and every other request (the Run's start, heartbeats, its finish) to
     ``url``, as docs/deploy.md's proxy routes them: twenty finishes and last heartbeats landing in the ingest
     pool within the run's last second would queue the last batches behind requests that

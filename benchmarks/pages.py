@@ -10,8 +10,8 @@ the runs table's first page (default columns), the same sorted by a metric,
 Compare of 20 runs, the big run's page (also with Django's cache emptied
 before each request: a first view), its charts partial (what a live page
 reloads every 5 s) and the history API with ``max_points=2000`` (time and
-bytes, target 100 KB; its default ``shape=columns``, and ``shape=points`` for comparison). The targets of the workspace issue are printed next to each figure.
-A same-run reference (hashing 64 MiB with SHA-256) and the load average say
+bytes, target 100 KB; its default ``shape=columns``, and ``shape=points`` for comparison). The targets of the workspace
+issue are printed next to each figure. A same-run reference (hashing 64 MiB with SHA-256) and the load average say
 how busy the machine was.
 
     .venv/bin/python benchmarks/pages.py --database-url postgresql://postgres@127.0.0.1:5432/mado_bench_pages
@@ -97,7 +97,8 @@ def build(args) -> tuple:
             INSERT INTO {runs} (project_id, external_id, name, kind, status, created_by_id, parameters, created_at,
                                 started_at, lease_token, writer_host, resume_count, step_floor, dropped_points,
                                 ended_reason)
-            VALUES (%s, 'big', 'big-run', 'training', 'running', %s, '{{"lr": 0.001}}', now(), now(), 0, '', 0, 0, 0, '')
+            VALUES (%s, 'big', 'big-run', 'training', 'running', %s, '{{"lr": 0.001}}', now(), now(), 0, '', 0, 0, 0,
+                    '')
             RETURNING id
         """,
             [project.pk, user.pk],
@@ -226,7 +227,9 @@ def main() -> None:
         "run page, first view": f"/runs/{big.pk}/",
         "charts partial (1M-point key)": f"/runs/{big.pk}/charts/",
         "history max_points=2000": f"/api/v1/runs/{big.pk}/metrics/?key=train.loss&max_points=2000",
-        "history max_points=2000 shape=points": f"/api/v1/runs/{big.pk}/metrics/?key=train.loss&max_points=2000&shape=points",
+        "history max_points=2000 shape=points": (
+            f"/api/v1/runs/{big.pk}/metrics/?key=train.loss&max_points=2000&shape=points"
+        ),
     }
     print(
         f"reference: SHA-256 of 64 MiB in {reference_ms():.0f} ms; load average {os.getloadavg()[0]:.2f} "

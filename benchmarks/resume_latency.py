@@ -323,7 +323,8 @@ def report(result: dict) -> None:
     )
     io = ", ".join(f"{name} +{value:,}" for name, value in result["io"].items()) or "not exposed"
     print(
-        f"      bytes written by the worker: {result['written']:,} file bytes ({result['written'] / result['tar_bytes']:.2f}"
+        f"      bytes written by the worker: {result['written']:,} file bytes "
+        f"({result['written'] / result['tar_bytes']:.2f}"
         f" x the tar); worker process /proc io across the resume: {io}"
     )
     print(f"      worker peak RSS (VmHWM since it started): {result['worker_peak_mib']:.0f} MiB")

@@ -10,7 +10,8 @@ from runs.models import LoggedModel, Project, Run, VisibleQuerySet
 
 
 class Artifact(models.Model):
-    """A stored file: a Run's (``run``), a logged model's (``logged_model``), or a Code version's source archive (both NULL).
+    """A stored file: a Run's (``run``), a logged model's (``logged_model``), or a Code version's source archive (both
+    NULL).
 
     ``storage_key`` names the bytes in the artifact storage; it is unique so two
     rows never share (and a delete never removes) another row's bytes.

@@ -73,7 +73,8 @@ def artifact_delete_blockers(*, user, run: Run, artifacts) -> dict[int, str | No
 
 
 def checkpoint_keep_count() -> int:
-    """K: how many of a Run's newest complete checkpoints are kept in view and protected (``MMT_CHECKPOINT_KEEP_COUNT``)."""
+    """K: how many of a Run's newest complete checkpoints are kept in view and protected
+    (``MMT_CHECKPOINT_KEEP_COUNT``)."""
     return settings.MMT_CHECKPOINT_KEEP_COUNT
 
 

@@ -357,7 +357,8 @@ def s3_multipart_abort_quietly(*, key: str, upload_id: str) -> None:
 
 
 def blob_stat(key: str) -> StoredBlob:
-    """Size (a stat or S3 HEAD) and SHA-256 of stored blob ``key``, read back in ``CHUNK_SIZE`` chunks (constant memory).
+    """Size (a stat or S3 HEAD) and SHA-256 of stored blob ``key``, read back in ``CHUNK_SIZE`` chunks (constant
+    memory).
 
     For bytes that reached the storage without passing through the server
     (an MLflow multipart upload straight to S3); a broken read resumes.

@@ -17,6 +17,6 @@ tune_allocator()  # checkpoint uploads stream 1 MiB chunks through three threads
 # full collection, run in whichever request thread triggers it, walks only what requests left behind
 # (docs/design/resume.md#steps-continue; figures in docs/deploy.md, "Web process garbage collector"). The URL
 # patterns come first, so the view modules they import are frozen too.
-get_resolver().url_patterns
+get_resolver().url_patterns  # noqa: B018 - loads every view module before the freeze
 gc.collect()
 gc.freeze()

@@ -13,10 +13,10 @@ from django.utils.translation import gettext_lazy as _
 
 from jobs import selectors
 from jobs.services._common import MAX_RETRIES_LIMIT, NPROC_PER_NODE_LIMIT
+from mado.templatetags.mado_ui import LABELS
 from runs import selectors as run_selectors
 from runs.forms import DatasetVersionChoiceField
 from runs.models import CodeVersion, RunKind
-from runs.templatetags.mado_ui import LABELS
 
 RETRY_HELP = _(
     "A retry starts the code again from scratch, without any checkpoint. To continue from a checkpoint after a "
@@ -148,8 +148,8 @@ class JobLaunchForm(ParametersMixin, forms.Form):
 
 
 class CheckpointResumeForm(forms.Form):
-    """ "Resume in a new Run" (docs/design/resume.md#from-a-checkpoint): a version of the source Job's Code (default: its
-    newest) and a queue (default: the source Job's).
+    """ "Resume in a new Run" (docs/design/resume.md#from-a-checkpoint): a version of the source Job's Code (default:
+    its newest) and a queue (default: the source Job's).
 
     Without a source Job (the Run did not run as a Job) both lists are empty
     and the service refuses with the reason.

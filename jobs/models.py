@@ -21,7 +21,8 @@ class Runner(models.TextChoices):
 
 
 class Queue(models.Model):
-    """An execution target: a Celery queue of the same ``name`` that workers consume (``celery -A config worker -Q <name>``).
+    """An execution target: a Celery queue of the same ``name`` that workers consume
+    (``celery -A config worker -Q <name>``).
 
     Configured by admins (Django admin; a data migration creates ``cpu``).
     ``image`` is the container image of a ``container`` runner.

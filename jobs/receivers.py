@@ -13,7 +13,8 @@ from runs import hooks
 
 
 def job_follows_ended_run(sender, *, run, **kwargs) -> None:
-    """``run`` ended: its Job, when no worker ever claimed it, ends with it (``job_end_with_run``, docs/design/worker.md#subprocess)."""
+    """``run`` ended: its Job, when no worker ever claimed it, ends with it (``job_end_with_run``,
+    docs/design/worker.md#subprocess)."""
     job_end_with_run(run=run)
 
 

@@ -222,7 +222,8 @@ def why_run_not_resumable(run, *, job, has_checkpoint: bool | None) -> str | Non
     """
     if job is None:
         return _(
-            "This run did not run as a Job, so it cannot be resumed: use “Continue training from these weights” instead."
+            "This run did not run as a Job, so it cannot be resumed: "
+            "use “Continue training from these weights” instead."
         )
     if job.status == "queued":
         return _("The run's Job has not started yet: it can be resumed once it has failed or been aborted.")

@@ -10,7 +10,8 @@ PREFIXES = ("/api/2.0/mlflow", "/api/3.0/mlflow", "/mlflow/api/")
 
 
 def complete_files_of_ended_run(sender, *, run, **kwargs) -> None:
-    """A Run ended: files logged under ``checkpoints/step-N/`` through the MLflow API become usable (docs/design/checkpoints.md#mlflow-checkpoints)."""
+    """A Run ended: files logged under ``checkpoints/step-N/`` through the MLflow API become usable
+    (docs/design/checkpoints.md#mlflow-checkpoints)."""
     checkpoint_files_complete_for_run(run_id=run.pk)
 
 

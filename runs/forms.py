@@ -4,8 +4,8 @@ from django import forms
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import pgettext_lazy
 
+from mado.templatetags.mado_ui import LABELS
 from runs.models import Role, RunKind, RunStatus
-from runs.templatetags.mado_ui import LABELS
 
 ROLE_CHOICES = [(code, LABELS["role"][code]) for code in Role.values]
 

@@ -209,7 +209,10 @@ def _reap_one(*, run_id: int, cutoff, now) -> bool:
     if run is None or _kept_alive(run, now):
         return False
     status = REAPED_STATUS[run.status]
-    reason = f"no heartbeat since {run.heartbeat_at.isoformat(timespec='seconds')} (more than {settings.MMT_CRASH_TIMEOUT} s)"
+    reason = (
+        f"no heartbeat since {run.heartbeat_at.isoformat(timespec='seconds')} "
+        f"(more than {settings.MMT_CRASH_TIMEOUT} s)"
+    )
     if not Run.objects.filter(pk=run_id, status=run.status, heartbeat_at=run.heartbeat_at).update(
         status=status, ended_at=now, ended_reason=reason
     ):

@@ -21,9 +21,9 @@ writers of one key never interleave here (and take locks in the same order).
 import numpy as np
 from django.db import connection
 
+from mado.upsert import upsert
 from runs.metric_batch import MetricColumns, SortedBatch, sort_by_key
 from runs.models import MetricPoint, MetricRollup
-from runs.upsert import upsert
 
 ROLLUP_STEPS = 256  # changing it needs a migration that rebuilds every rollup
 _TABLE = MetricRollup._meta.db_table

@@ -11,9 +11,9 @@ keeps "the last value is the one stored last at the highest step" true.
 import numpy as np
 from django.db import connection
 
+from mado.upsert import upsert
 from runs.metric_batch import SortedBatch
 from runs.models import MetricSummary
-from runs.upsert import upsert
 
 _TABLE = MetricSummary._meta.db_table
 _FIELDS = (

@@ -130,7 +130,9 @@ class SweepReportInputSerializer(serializers.Serializer):
         required=False,
         allow_blank=True,
         default="",
-        help_text="host:pid of the reporting agent; a report from an agent that no longer holds the trial changes nothing",
+        help_text=(
+            "host:pid of the reporting agent; a report from an agent that no longer holds the trial changes nothing"
+        ),
     )
 
 

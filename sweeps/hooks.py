@@ -1,5 +1,5 @@
-"""What the Run lifecycle tells a Run's sweep trial (docs/design/sweeps.md#requeue). Called by the receivers of ``runs.hooks.run_started``
-and ``runs.hooks.run_ended`` (``sweeps.receivers``), inside the runs service's transaction.
+"""What the Run lifecycle tells a Run's sweep trial (docs/design/sweeps.md#requeue). Called by the receivers of
+``runs.hooks.run_started`` and ``runs.hooks.run_ended`` (``sweeps.receivers``), inside the runs service's transaction.
 
 Both are one conditional UPDATE on the trial row of the Run (none when the
 Run is not a trial), so calling one twice for the same change is harmless.

@@ -334,7 +334,7 @@ def test_each_role_gets_the_declared_answer(route, world):
     """Every method × role of ``route`` answers as the table says; an outsider's answer names nothing of ours."""
     url, page = concrete(route, world), is_page(route)
     got, leaks = {}, []
-    for method, expected in ROWS[route].items():
+    for method, _expected in ROWS[route].items():
         for role in ROLES:
             with transaction.atomic():
                 response = send(client_for(role, world, page=page), method, url, route, world, page=page)

@@ -155,7 +155,8 @@ def prepare(job: Job, workdir: Path, on_progress: Callable[[], None]) -> Prepare
     _log(
         job,
         (
-            f"checkpoint {checkpoint.pk} (step {checkpoint.step}): {len(restored.manifest)} files, {restored.size} bytes "
+            f"checkpoint {checkpoint.pk} (step {checkpoint.step}): "
+            f"{len(restored.manifest)} files, {restored.size} bytes "
             f"downloaded, verified and extracted in {time.monotonic() - started:.2f} s "
             f"({restored.bytes_written} bytes written)"
             + (f", once, read-only, for all {job.nproc_per_node} ranks" if job.nproc_per_node > 1 else "")

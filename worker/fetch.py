@@ -167,7 +167,8 @@ def fetch_artifact(
             )
         if digest.hexdigest() != artifact.sha256:
             raise ArchiveRejected(
-                f"{label} sha256 mismatch: the stored object's SHA-256 is {digest.hexdigest()}, {artifact.sha256} recorded"
+                f"{label} sha256 mismatch: the stored object's SHA-256 is {digest.hexdigest()}, "
+                f"{artifact.sha256} recorded"
             )
     except _Missing:
         _unlink(dest)

@@ -174,8 +174,8 @@ def run_process(
     True → SIGTERM to the process group, SIGKILL ``grace_s`` seconds later
     (``on_kill()`` is then called, e.g. to kill a container). When the code
     exits on its own, whatever it left running in its group is killed; if
-    the worker itself dies, the kernel SIGKILLs the code (Linux). Raises ``OSError`` (e.g. ``FileNotFoundError``) when ``argv[0]`` cannot
-    be started; the callbacks' exceptions propagate after the group is killed.
+    the worker itself dies, the kernel SIGKILLs the code (Linux). Raises ``OSError`` (e.g. ``FileNotFoundError``) when
+    ``argv[0]`` cannot be started; the callbacks' exceptions propagate after the group is killed.
     """
     if not isinstance(argv, (list, tuple)) or not argv or not all(isinstance(part, str) for part in argv):
         raise ValueError("argv must be a non-empty list of strings")

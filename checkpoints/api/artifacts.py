@@ -144,7 +144,8 @@ class ArtifactListApi(GenericAPIView):
 
     @extend_schema(tags=["artifacts"], responses=ArtifactOutputSerializer(many=True))
     def get(self, request, run_id):
-        """The Run's stored files ``{path, size, sha256, created_at}`` by path (paginated); 404 for another Project's Run."""
+        """The Run's stored files ``{path, size, sha256, created_at}`` by path (paginated); 404 for another Project's
+        Run."""
         run = run_get_for_user(user=request.user, run_id=run_id)
         page = self.paginate_queryset(selectors.artifact_list(run=run))
         return self.get_paginated_response(ArtifactOutputSerializer(page, many=True).data)

@@ -39,7 +39,8 @@ class PartInputSerializer(serializers.Serializer):
 
 @extend_schema_field(ManifestEntryOutputSerializer(many=True))
 class ManifestListField(serializers.ListField):
-    """Every file ``{path, size, sha256}``; entries are checked by the service in one plain loop (fast for 10^5 files)."""
+    """Every file ``{path, size, sha256}``; entries are checked by the service in one plain loop (fast for 10^5
+    files)."""
 
     def to_internal_value(self, data):
         if not isinstance(data, list):

@@ -226,7 +226,8 @@ def artifact_delete(*, actor, artifact: Artifact) -> None:
 
 
 def artifacts_delete_below(*, actor, files, path: str, owner: str) -> int:
-    """Delete file ``path`` among ``files`` (a Run's or a logged model's Artifacts), or every one below directory ``path``.
+    """Delete file ``path`` among ``files`` (a Run's or a logged model's Artifacts), or every one below directory
+    ``path``.
 
     Returns the number deleted. Unsafe ``path`` → ``ValidationFailed``;
     nothing there → ``NotFound`` naming ``owner``; each file goes through

@@ -85,7 +85,8 @@ def checkpoint_upload_parts(*, actor, checkpoint: Checkpoint, tar_size: int, fen
 
 
 def clean_parts(parts, count: int) -> list[dict]:
-    """``parts`` (``[{part_number, etag}]``, every part 1..``count`` once, in order) as S3 expects; else ``ValidationFailed``."""
+    """``parts`` (``[{part_number, etag}]``, every part 1..``count`` once, in order) as S3 expects; else
+    ``ValidationFailed``."""
     if not isinstance(parts, list) or not parts:
         raise ValidationFailed("parts must be a non-empty list of {part_number, etag}", field="parts")
     cleaned = []
@@ -151,7 +152,8 @@ def _s3_complete(row: Checkpoint, received: dict, parts: list[dict]) -> None:
         if error.get("Code") == "NoSuchUpload" and _blob_exists(received["storage_key"]):
             return  # completed by an earlier attempt whose commit was lost
         raise ValidationFailed(
-            f"Checkpoint {row.pk} tar mismatch: the storage refused the parts ({error.get('Code')}: {error.get('Message')})",
+            f"Checkpoint {row.pk} tar mismatch: the storage refused the parts "
+            f"({error.get('Code')}: {error.get('Message')})",
             field="parts",
         ) from None
 

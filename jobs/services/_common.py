@@ -1,4 +1,5 @@
-"""Helpers shared by the Job services: creating a Job's Run and Job with its dispatch, revoke on commit, ending a Run."""
+"""Helpers shared by the Job services: creating a Job's Run and Job with its dispatch, revoke on commit, ending a
+Run."""
 
 import copy
 import logging

@@ -53,7 +53,8 @@ def checkpoint_file_of(*, run: Run, path: str) -> tuple[int, str] | None:
 
 
 def mlflow_artifact_put(*, actor, run: Run, path: str, source, expected_size: int | None = None) -> Artifact:
-    """Stream ``source`` into ``run``'s artifact ``path`` (``artifact_store``); a checkpoint file also joins its checkpoint.
+    """Stream ``source`` into ``run``'s artifact ``path`` (``artifact_store``); a checkpoint file also joins its
+    checkpoint.
 
     Member or admin (else ``Forbidden``); unsafe ``path`` → ``ValidationFailed``.
     A checkpoint file (``checkpoint_file_of``) whose step cannot take files

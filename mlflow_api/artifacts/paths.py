@@ -129,7 +129,8 @@ def artifact_for_target(*, files, target: ArtifactTarget) -> Artifact:
 
 
 def list_directory(*, files, path: str) -> list[dict]:
-    """MLflow's ``files`` of directory ``path`` ("" = root) among ``files`` (``files_of``): ``{"path", "is_dir", "file_size"?}``.
+    """MLflow's ``files`` of directory ``path`` ("" = root) among ``files`` (``files_of``):
+    ``{"path", "is_dir", "file_size"?}``.
 
     ``path`` of each entry is relative to the listed directory (the client
     joins it); directories have no ``file_size``. Sorted by path; empty when

@@ -85,7 +85,8 @@ def status_of(value) -> str:
 
 
 def check_name(name) -> str:
-    """A logged model's name: MLflow's rule (non-empty, none of ``/ : . % " '``), at most 250 characters, no control characters."""
+    """A logged model's name: MLflow's rule (non-empty, none of ``/ : . % " '``), at most 250 characters, no control
+    characters."""
     if not isinstance(name, str) or not name or any(char in name for char in BAD_NAME_CHARS):
         raise _bad(
             f"Invalid model name ({name!r}) provided. Model name must be a non-empty string and cannot "
@@ -139,7 +140,8 @@ def logged_model_create(
 
 
 def logged_model_get(*, user, model_id, allow_deleted: bool = False) -> LoggedModel:
-    """The logged model ``model_id`` in one of the user's Projects (deleted ones only with ``allow_deleted``); else 404."""
+    """The logged model ``model_id`` in one of the user's Projects (deleted ones only with ``allow_deleted``); else
+    404."""
     if not isinstance(model_id, str) or not model_id or len(model_id) > 40 or "\x00" in model_id:
         raise _not_found(str(model_id)[:40].replace("\x00", ""))
     models = LoggedModel.objects.visible_to(user).select_related("project", "run", "created_by")
@@ -155,7 +157,8 @@ def _locked(model: LoggedModel) -> LoggedModel:
 
 @transaction.atomic
 def logged_model_finalize(*, actor, model: LoggedModel, status) -> LoggedModel:
-    """Set the model's status (``LOGGED_MODEL_READY`` or ``LOGGED_MODEL_UPLOAD_FAILED``); its writers (``Forbidden``)."""
+    """Set the model's status (``LOGGED_MODEL_READY`` or ``LOGGED_MODEL_UPLOAD_FAILED``); its writers
+    (``Forbidden``)."""
     policy.require_logged_model_writer(actor, model)
     model = _locked(model)
     model.status = status_of(status)
@@ -176,7 +179,8 @@ def logged_model_set_tags(*, actor, model: LoggedModel, tags) -> LoggedModel:
 
 @transaction.atomic
 def logged_model_delete_tag(*, actor, model: LoggedModel, key: str) -> None:
-    """Remove tag ``key``; RESOURCE_DOES_NOT_EXIST (404) when it is not set, as on MLflow; its writers (``Forbidden``)."""
+    """Remove tag ``key``; RESOURCE_DOES_NOT_EXIST (404) when it is not set, as on MLflow; its writers
+    (``Forbidden``)."""
     policy.require_logged_model_writer(actor, model)
     model = _locked(model)
     if key not in model.tags:

@@ -88,7 +88,8 @@ def logged_model_delete_tag(request, user, data, model_id, tag_key):
 
 @endpoint("POST", run_token_allowed=True)
 def logged_model_log_params(request, user, data, model_id):
-    """``logged-models/<model_id>/params`` ``{params: [{key, value}]}`` (the client sends params past the first 100); ``{}``."""
+    """``logged-models/<model_id>/params`` ``{params: [{key, value}]}`` (the client sends params past the first 100);
+    ``{}``."""
     logged_models.logged_model_log_params(
         actor=user, model=request_model(request, user, model_id), params=data.get("params")
     )

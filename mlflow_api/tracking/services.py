@@ -256,7 +256,8 @@ def _params_log(run: Run, params: list[tuple[str, str]]) -> None:
         if key in merged and param_str(merged[key]) != value:
             raise _bad(
                 f"Changing param values is not allowed. Param with key='{key}' was already logged with "
-                f"value='{param_str(merged[key])}' for run ID='{run.external_id}'. Attempted logging new value '{value}'."
+                f"value='{param_str(merged[key])}' for run ID='{run.external_id}'. "
+                f"Attempted logging new value '{value}'."
             )
         merged[key] = value
     if merged != locked.parameters:

@@ -90,7 +90,8 @@ class MemberListApi(PaginatedListApi):
         },
     )
     def post(self, request, slug):
-        """Add ``{username, role}`` (role: admin, member or viewer). Admin only (403); unknown user → 400 ``username``."""
+        """Add ``{username, role}`` (role: admin, member or viewer). Admin only (403); unknown user → 400
+        ``username``."""
         project = selectors.project_get_for_user(user=request.user, slug=slug)
         data = valid(MembershipInputSerializer, request)
         membership = services.membership_add(actor=request.user, project=project, **data)

@@ -81,7 +81,8 @@ class CodeOutputSerializer(DatasetOutputSerializer):
 
 @extend_schema_field(OpenApiTypes.STR)
 class EntrypointField(serializers.Field):
-    """argv as a JSON list of strings, sent as a string in multipart (``'["python", "train.py"]'``) or a list in JSON."""
+    """argv as a JSON list of strings, sent as a string in multipart (``'["python", "train.py"]'``) or a list in
+    JSON."""
 
     default_error_messages = {
         "invalid": 'entrypoint must be a JSON list of non-empty strings, e.g. ["python", "train.py"]'

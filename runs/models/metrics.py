@@ -118,6 +118,9 @@ class MetricPoint(models.Model):
         managed = False
         db_table = "runs_metricpoint"
 
+    def __str__(self):
+        return f"{self.run_id}:{self.key}@{self.step}"
+
     @staticmethod
     def to_db_value(value: float) -> float | None:
         return None if math.isnan(value) else value

@@ -136,8 +136,8 @@ def upload_checkpoint(
             while it was being sent.
         ApiError: the server stayed unreachable (or answered 5xx) through
             ``MMT_RETRY_TIMEOUT`` seconds (or ``attempts`` tries, when given;
-            a direct upload is then aborted), or refused for another reason (507: the server's storage is full (403, 404, or
-            409 ``lease_lost`` / ``run_ended``: the Run was taken over by
+            a direct upload is then aborted), or refused for another reason (507: the server's storage is full (403,
+            404, or 409 ``lease_lost`` / ``run_ended``: the Run was taken over by
             another process or ended on the server, docs/design/runs.md#one-writer-process).
     """
     tar = tar if tar is not None else CheckpointTar(directory)

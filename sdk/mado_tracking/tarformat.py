@@ -95,7 +95,8 @@ class Limits:
 
 @dataclass(frozen=True)
 class Member:
-    """One member as the sink sees it: ``index`` (1-based), ``path`` (checked), ``is_dir``, ``size`` (bytes), ``mode``."""
+    """One member as the sink sees it: ``index`` (1-based), ``path`` (checked), ``is_dir``, ``size`` (bytes),
+    ``mode``."""
 
     index: int
     path: str

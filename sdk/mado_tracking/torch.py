@@ -61,7 +61,13 @@ FILES = {
 }
 FORMAT = 1
 
-__all__ = ["load_checkpoint", "load_distributed", "load_extra", "save_checkpoint", "save_distributed"]
+__all__ = [
+    "load_checkpoint",
+    "load_distributed",  # noqa: F822 - provided by __getattr__
+    "load_extra",
+    "save_checkpoint",
+    "save_distributed",  # noqa: F822 - provided by __getattr__
+]
 
 
 def __getattr__(name: str):

@@ -241,7 +241,7 @@ def test_a_non_admin_sees_the_reason_instead_of_the_button_and_cannot_post(
     # Said once above the table, not on each of the 8 rows.
     assert html.count(sentence) == 1
     assert f'<span class="{"continue" if role == "viewer" else "delete"}-refusal">{sentence}</span>' in html
-    assert "checkpoints/%d/delete/" % seven[10].pk not in html
+    assert f"checkpoints/{seven[10].pk}/delete/" not in html
     confirm = client.get(reverse("checkpoints:checkpoint-delete", args=[seven[10].pk])).content.decode()
     assert sentence in confirm and 'type="submit" class="danger"' not in confirm
     before = stored_files(settings)

@@ -145,7 +145,12 @@ def test_case_1_a_worker_killed_between_delivery_and_claim_does_not_lose_the_job
         job, held = held_before_its_claim(site, launch)
         try:
             pids = []
-            wait_until(lambda: pids.extend(held.blocked_pids()) or pids, 60, "a worker blocks before its claim", site)
+            wait_until(
+                lambda pids=pids, held=held: pids.extend(held.blocked_pids()) or pids,
+                60,
+                "a worker blocks before its claim",
+                site,
+            )
             if victim == "pool process":
                 assert pids[0] in site.pool_children("w1")
                 os.kill(pids[0], signal.SIGKILL)
@@ -155,7 +160,7 @@ def test_case_1_a_worker_killed_between_delivery_and_claim_does_not_lose_the_job
             held.release()
         if victim == "whole worker":
             site.start_worker("w1")  # the unacknowledged message comes back after the visibility timeout
-        wait_until(lambda: final(job), REDELIVERY + SETTLE + 30, f"the Job ends ({victim})", site)
+        wait_until(lambda job=job: final(job), REDELIVERY + SETTLE + 30, f"the Job ends ({victim})", site)
         assert (job.status, site.starts(job.run)) == (JobStatus.SUCCEEDED, 1), (victim, job.error, site.logs())
 
 

@@ -13,7 +13,8 @@ def test_each_statement_answers_after_the_block(postgres, run):
             first, second = connection.cursor(), connection.cursor()
             first.execute("SELECT %s + 1", [41])
             second.execute(
-                f"INSERT INTO {MetricBatch._meta.db_table} (run_id, key, points, created_at) VALUES (%s, 'k', 1, now())",
+                f"INSERT INTO {MetricBatch._meta.db_table} (run_id, key, points, created_at) "
+                "VALUES (%s, 'k', 1, now())",
                 [run.pk],
             )
         assert first.fetchone() == (42,)

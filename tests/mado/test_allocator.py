@@ -12,8 +12,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 # An upload as the web process receives it, in a process that has already held large buffers (the files'
-# random bytes here; a long-lived server's earlier requests): gunicorn's request body over a socket, read in 1 MiB chunks,
-# checked by CheckpointVerifier on a second thread (which hashes the tar on a third) and written out.
+# random bytes here; a long-lived server's earlier requests): gunicorn's request body over a socket, read in 1 MiB
+# chunks, checked by CheckpointVerifier on a second thread (which hashes the tar on a third) and written out.
 UPLOAD = """
 import os, queue, resource, socket, sys, tempfile, threading
 if sys.argv[1] == "tuned":

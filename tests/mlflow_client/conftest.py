@@ -31,7 +31,8 @@ def mlflow_env(monkeypatch, live_server, member):
 
 @pytest.fixture(autouse=True)
 def _no_active_experiment():
-    """``set_experiment`` leaves the experiment in the client module and in ``os.environ``: forget it after each test."""
+    """``set_experiment`` leaves the experiment in the client module and in ``os.environ``: forget it after each
+    test."""
     yield
     mlflow.tracking.fluent._active_experiment_id = None
     os.environ.pop("MLFLOW_EXPERIMENT_ID", None)

@@ -34,7 +34,8 @@ def test_pytorch_log_model_and_load_model_round_trip(mlflow_env, tmp_path):
         info = mlflow.pytorch.log_model(net, name="net", step=7, input_example=sample.numpy())
     run_id = active.info.run_id
 
-    # What MLflow's server answers: a READY model of the run's experiment, linked to the run, with its metrics at the step.
+    # What MLflow's server answers: a READY model of the run's experiment, linked to the run, with its metrics at the
+    # step.
     client = mlflow.tracking.MlflowClient()
     model = client.get_logged_model(info.model_id)
     assert model.status == LoggedModelStatus.READY and model.name == "net"

@@ -1,5 +1,6 @@
 """Shared by the metric summary tests (SQLite here, PostgreSQL in tests/integration): a recomputation of every
-summary and rollup from the stored points, and a random program of writes, retries, resumes and deletions (hypothesis)."""
+summary and rollup from the stored points, and a random program of writes, retries, resumes and deletions
+(hypothesis)."""
 
 import math
 

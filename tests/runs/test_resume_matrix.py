@@ -145,6 +145,8 @@ def test_attaching_fills_the_name_and_parameters_the_job_left_open(api, project,
         project=project, created_by=creator, external_id="named", status=RunStatus.PENDING, name="from the job"
     )
     assert start(api(creator), "named", None, name="from code").json()["name"] == "from the job"
+    named.refresh_from_db()
+    assert named.name == "from the job"
 
 
 def test_must_on_a_pending_never_started_run_is_404(api, project, creator):

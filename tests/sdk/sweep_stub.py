@@ -2,9 +2,9 @@
 
 ``claims`` is the list of claim answers to give in order (each ``{"trial", "done"}``; ``program`` and
 ``project`` are added); once it is empty every claim answers ``done``. ``reports`` records each trial
-report as ``(number, body)``, ``agents`` the ``agent`` of each claim; ``GET sweeps/7/`` answers the program. ``checkpoints`` maps an id to
-``(resource, tar bytes)`` for ``GET checkpoints/{id}/`` and ``…/tar``; a tar is sent ``tar_delay`` seconds
-after ``tar_requested`` is set. Any other path is a 404 naming it.
+report as ``(number, body)``, ``agents`` the ``agent`` of each claim; ``GET sweeps/7/`` answers the program.
+``checkpoints`` maps an id to ``(resource, tar bytes)`` for ``GET checkpoints/{id}/`` and ``…/tar``; a tar is sent
+``tar_delay`` seconds after ``tar_requested`` is set. Any other path is a 404 naming it.
 """
 
 import re

@@ -393,7 +393,8 @@ def test_job_resume_refusals(mado, creator, member, project, code_version, cpu):
 
 
 def _finished_job_with_data(actor, code_version, queue, project):
-    """A succeeded Job trained on ``digits:v1`` then, from step 15, ``digits:v1`` + ``labels:v1``; a checkpoint at 20."""
+    """A succeeded Job trained on ``digits:v1`` then, from step 15, ``digits:v1`` + ``labels:v1``; a checkpoint at
+    20."""
     first = DatasetVersionFactory(dataset=DatasetFactory(project=project, name="digits"), version="v1")
     second = DatasetVersionFactory(dataset=DatasetFactory(project=project, name="labels"), version="v1")
     job = services.job_launch(

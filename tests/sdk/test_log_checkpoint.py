@@ -314,7 +314,7 @@ def spy_gets(monkeypatch, *, strip_range=False, cut_call=None):
 
             def cut(size):
                 raise requests.ConnectionError("cut by the test")
-                yield  # noqa: unreachable - a generator
+                yield  # noqa: PLW0101 - unreachable, makes cut() a generator
 
             response.iter_content = cut
         return response

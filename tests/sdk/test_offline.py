@@ -98,7 +98,7 @@ def test_the_default_directory_is_named_after_the_run_id(tmp_path, monkeypatch):
 def test_an_exception_marks_the_offline_run_failed(tmp_path):
     with pytest.raises(ZeroDivisionError):
         with mado_tracking.start_run(offline=True, output=tmp_path) as run:
-            1 / 0
+            _ = 1 / 0
     assert json.loads((tmp_path / "run.json").read_text())["status"] == "failed"
     assert run.status == "failed"
 

@@ -76,7 +76,7 @@ def test_an_exception_in_the_block_marks_the_run_failed_and_is_reraised(mmt_env)
     with pytest.raises(ZeroDivisionError):
         with mado_tracking.start_run() as run:
             run.log_metrics({"loss": 1.0}, step=0)
-            1 / 0
+            _ = 1 / 0
     assert Run.objects.get(pk=run.id).status == RunStatus.FAILED
     assert _points(run.id, "loss") == [(0, 1.0)]
 

@@ -156,7 +156,7 @@ def test_a_failed_trial_offers_its_retry_command_and_a_retried_one_links_its_ear
     body = login(viewer).get(reverse("runs:sweep-detail", args=[grid.pk])).content.decode()
     row = re.search(r'<tr data-trial="1"[^>]*>(.*?)</tr>', body, re.S).group(1)
     assert "mado sweep retry" not in row and 'data-state="queued"' in row
-    assert re.search(r'Earlier attempts: <a href="/runs/%d/">%s</a>' % (failed.pk, failed.external_id), row)
+    assert re.search(rf'Earlier attempts: <a href="/runs/{failed.pk}/">{failed.external_id}</a>', row)
 
 
 def test_an_empty_sweep_says_how_to_start_agents(login, grid, viewer):

@@ -1,5 +1,6 @@
 """A trial follows its Run through the events runs sends (``runs.hooks.run_started`` / ``run_ended``), which the
-sweeps app connects in ``SweepsConfig.ready``; runs itself imports no sweeps module and works without them (docs/design/sweeps.md#requeue)."""
+sweeps app connects in ``SweepsConfig.ready``; runs itself imports no sweeps module and works without them
+(docs/design/sweeps.md#requeue)."""
 
 import pytest
 from django.db import transaction
