@@ -240,23 +240,7 @@ MADO_MAINTENANCE_QUEUE = env_str("MADO_MAINTENANCE_QUEUE", CELERY_TASK_DEFAULT_Q
 # Seconds between two runs of each periodic check (reapers, janitors, the outbox flush).
 MADO_REAPER_INTERVAL = env_int("MADO_REAPER_INTERVAL", 60, minimum=1)
 MADO_DISPATCH_TIMEOUT = env_int("MADO_DISPATCH_TIMEOUT", 24 * 3600, minimum=1)
-_PERIODIC = {
-    "reap-stale-jobs": "jobs.tasks.reap_stale_jobs",
-    "reap-crashed-runs": "runs.tasks.reap_crashed_runs",
-    "release-sweep-leases": "sweeps.tasks.release_sweep_leases",
-    "flush-dispatches": "mado.tasks.flush_dispatches",
-    "reap-undelivered": "mado.tasks.reap_undelivered",
-    "end-abandoned-checkpoints": "checkpoints.tasks.end_abandoned_checkpoints",
-}
-CELERY_BEAT_SCHEDULE = {
-    # A run that no worker picked up before the next one is due is superseded by it.
-    name: {
-        "task": task,
-        "schedule": float(MADO_REAPER_INTERVAL),
-        "options": {"queue": MADO_MAINTENANCE_QUEUE, "expires": max(MADO_REAPER_INTERVAL - 1, 1)},
-    }
-    for name, task in _PERIODIC.items()
-}
+# Each app schedules its periodic checks itself (mado.periodic, from its AppConfig.ready()).
 
 # --- mado ---------------------------------------------------------------------
 MADO_METRIC_BATCH_MAX = env_int("MADO_METRIC_BATCH_MAX", 10_000, minimum=1)
@@ -271,7 +255,7 @@ MADO_CHECKPOINT_PART_SIZE = env_int("MADO_CHECKPOINT_PART_SIZE", 64 * 1024 * 102
 MADO_CHECKPOINT_PRESIGN_EXPIRES = env_int("MADO_CHECKPOINT_PRESIGN_EXPIRES", 6 * 3600, minimum=60)
 MADO_CHECKPOINT_VERIFY_QUEUE = env_str("MADO_CHECKPOINT_VERIFY_QUEUE", CELERY_TASK_DEFAULT_QUEUE)
 # A pending checkpoint ends ``error`` (its upload aborted) this many seconds after it was registered,
-# or MADO_CHECKPOINT_ENDED_GRACE seconds after its Run ended (the janitor, CELERY_BEAT_SCHEDULE).
+# or MADO_CHECKPOINT_ENDED_GRACE seconds after its Run ended (the janitor, checkpoints.tasks).
 MADO_CHECKPOINT_UPLOAD_LEASE = env_int("MADO_CHECKPOINT_UPLOAD_LEASE", MADO_CHECKPOINT_PRESIGN_EXPIRES, minimum=1)
 MADO_CHECKPOINT_ENDED_GRACE = env_int("MADO_CHECKPOINT_ENDED_GRACE", 300, minimum=0)
 # What one checkpoint tar may hold (docs/checkpoint-format.md): MADO_TAR_MAX_MEMBERS, _PATH_BYTES,

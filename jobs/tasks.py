@@ -8,7 +8,7 @@ def reap_stale_jobs() -> int:
     """Fail running Jobs whose worker stopped sending heartbeats (``services.job_reap_stale``,
     docs/design/worker.md#subprocess).
 
-    Scheduled every 60 s by ``CELERY_BEAT_SCHEDULE`` (config/settings.py);
+    Scheduled every 60 s by beat (``mado.periodic``, from ``JobsConfig.ready``);
     returns how many Jobs it ended. Safe to run twice at once: each Job is
     ended under its row lock, once.
     """

@@ -3,6 +3,8 @@ import os
 from django.apps import AppConfig
 from django.db.backends.signals import connection_created
 
+from mado.periodic import schedule_every_interval
+
 
 def _name_the_session(sender, connection, **kwargs) -> None:
     """Tag each PostgreSQL session with this process's id (``pg_stat_activity.application_name``).
@@ -21,5 +23,8 @@ class MadoConfig(AppConfig):
 
     def ready(self):
         from mado import checks  # noqa: F401 - registers the deploy checks
+
+        schedule_every_interval("flush-dispatches", "mado.tasks.flush_dispatches")
+        schedule_every_interval("reap-undelivered", "mado.tasks.reap_undelivered")
 
         connection_created.connect(_name_the_session, dispatch_uid="mado-application-name")

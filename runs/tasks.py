@@ -7,7 +7,7 @@ from celery import shared_task
 def reap_crashed_runs() -> int:
     """Mark Runs whose SDK heartbeat stopped ``crashed`` (``preempted`` when preempting); docs/design/runs.md#states.
 
-    Scheduled every 60 s by ``CELERY_BEAT_SCHEDULE``; returns how many Runs it ended
+    Scheduled every 60 s by beat (``mado.periodic``); returns how many Runs it ended
     (``runs.liveness.runs_reap_crashed``).
     """
     from runs.liveness import runs_reap_crashed

@@ -7,7 +7,7 @@ from celery import shared_task
 def release_sweep_leases() -> int:
     """Return sweep trials whose claim expired (``MMT_SWEEP_LEASE``) to the queue; docs/design/sweeps.md#requeue.
 
-    Scheduled every 60 s by ``CELERY_BEAT_SCHEDULE``; returns how many trials it released
+    Scheduled every 60 s by beat (``mado.periodic``); returns how many trials it released
     (``sweeps.services.sweep_release_expired_leases``).
     """
     from sweeps.services import sweep_release_expired_leases

@@ -10,6 +10,7 @@ from jobs import services
 from jobs.models import Job, JobKind, JobStatus, RunLogChunk, RunToken
 from jobs.tasks import reap_stale_jobs
 from mado.errors import Conflict, Forbidden, NotFound, ValidationFailed
+from mado.periodic import beat_schedule
 from runs.models import Run, RunKind, RunStatus
 from tests.jobs.conftest import checkpoint, launch, run_to_end
 
@@ -306,7 +307,7 @@ def test_the_beat_task_runs_the_reaper(creator, code_version, cpu, settings):
     services.job_claim(job_id=job.pk, worker_host="w")
     Job.objects.filter(pk=job.pk).update(heartbeat_at=timezone.now() - timedelta(hours=1))
     assert reap_stale_jobs() == 1
-    schedule = settings.CELERY_BEAT_SCHEDULE["reap-stale-jobs"]
+    schedule = beat_schedule()["reap-stale-jobs"]
     assert (schedule["task"], schedule["schedule"]) == ("jobs.tasks.reap_stale_jobs", 60.0)
 
 
