@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU check of distributed Jobs (SPEC F36): on every visible GPU (nvidia-smi -L), with nccl, benchmarks/gpu_check.py
+# GPU check of distributed Jobs (docs/design/worker.md#distributed): on every visible GPU (nvidia-smi -L), with nccl, benchmarks/gpu_check.py
 #   1. runs examples/ddp_training.py under torchrun against a server it starts (sharded checkpoints every 10 steps);
 #   2. prints the sharded checkpoint save and restore rates (MB/s, benchmarks/gpu_checkpoint_rates.py).
 # Prints figures, asserts nothing beyond "it ran". Exits 3 with a message when no GPU is visible.

@@ -85,7 +85,8 @@ def queue_field(**kwargs) -> QueueChoiceField:
 
 
 def request_key_field() -> forms.CharField:
-    """A hidden one-time token per rendered form: a double-clicked submit launches one Job (rule 4)."""
+    """A hidden one-time token per rendered form: a double-clicked submit launches one Job
+    (docs/design/house.md#idempotent)."""
     return forms.CharField(widget=forms.HiddenInput, required=False, initial=lambda: uuid.uuid4().hex, max_length=100)
 
 

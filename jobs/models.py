@@ -152,13 +152,15 @@ class Job(models.Model):
                 | Q(ended_at__isnull=False),
                 name="job_final_has_ended_at",
             ),
-            # A double-clicked Launch / Continue button or an API retry with the same key: one Job (rule 4).
+            # A double-clicked Launch / Continue button or an API retry with the same key: one Job
+            # (docs/design/house.md#idempotent).
             models.UniqueConstraint(
                 fields=["created_by", "request_key"],
                 condition=Q(request_key__isnull=False),
                 name="job_unique_creator_request_key",
             ),
-            # Two clicks, two tabs or an API retry: at most one active resume per source Run (rule 4).
+            # Two clicks, two tabs or an API retry: at most one active resume per source Run
+            # (docs/design/house.md#idempotent).
             models.UniqueConstraint(
                 fields=["resumed_from"],
                 condition=Q(kind=JobKind.RESUME, status__in=[JobStatus.QUEUED, JobStatus.RUNNING]),

@@ -12,18 +12,12 @@ from django.db.models import Exists, OuterRef, QuerySet
 from checkpoints.models import Checkpoint, CheckpointState
 from jobs.models import ACTIVE_STATES, Job, JobKind, Queue, RunLogChunk
 from mado import policy
+from mado.db import id_or_none
 from mado.errors import NotFound, ValidationFailed
 from mado.models import Dispatch
 from runs.models import Project, Run
 
 LOG_PAGE_MAX = 1000
-
-
-def _int_or_none(value):
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return None
 
 
 def _with_relations(jobs: QuerySet[Job]) -> QuerySet[Job]:
@@ -47,7 +41,7 @@ def job_list(*, user, project: Project | None = None, status: str | None = None)
 
 def job_get_for_user(*, user, job_id) -> Job:
     """The Job ``job_id`` in one of the user's Projects; else ``NotFound`` (404, docs/design/house.md#one-policy)."""
-    job = _with_relations(Job.objects.visible_to(user)).filter(pk=_int_or_none(job_id)).first()
+    job = _with_relations(Job.objects.visible_to(user)).filter(pk=id_or_none(job_id)).first()
     if job is None:
         raise NotFound(f"job {job_id!r} not found", field="job")
     return job

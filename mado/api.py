@@ -31,8 +31,9 @@ def request_int(raw: str | None, name: str, *, default: int | None = None, minim
     """``raw`` (a query parameter, header or ``META`` value of a request) as an integer >= ``minimum``.
 
     ``default`` when ``raw`` is None or empty. Raises ``ValidationFailed``
-    (400) naming ``name`` for anything else: not a decimal integer, or below
-    ``minimum``.
+    (400) naming ``name`` for anything else: text ``int()`` does not read as
+    an integer, or a value below ``minimum`` ("a positive integer" for a
+    minimum of 1).
     """
     if raw is None or raw == "":
         return default
@@ -41,5 +42,6 @@ def request_int(raw: str | None, name: str, *, default: int | None = None, minim
     except ValueError:
         value = None
     if value is None or value < minimum:
-        raise ValidationFailed(f"{name} must be an integer >= {minimum}, got {raw!r}", field=name)
+        wanted = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
+        raise ValidationFailed(f"{name} must be {wanted}, got {raw!r}", field=name)
     return value

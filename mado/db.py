@@ -43,3 +43,15 @@ def pipelined():
     connection.ensure_connection()
     with connection.wrap_database_errors, connection.connection.pipeline():
         yield
+
+
+def id_or_none(value) -> int | None:
+    """``value`` (an id from a URL or a form: int or text) as an int, or None when it is not one.
+
+    Selectors filter ``pk=id_or_none(...)``: an id that is not a number finds
+    nothing, so it answers 404 like a missing object.
+    """
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None

@@ -122,6 +122,11 @@ class RunAdmin(admin.ModelAdmin):
         "created_at",
         "started_at",
         "ended_at",
+        # Facts the jobs app writes (docs/design/house.md#arrows): an edit would open reopen-by-id to members,
+        # data stages after the Job's end, or spare a dead Run from the crash reaper.
+        "ran_as_job",
+        "job_ended",
+        "job_alive_until",
     ]
 
     def has_delete_permission(self, request, obj=None):

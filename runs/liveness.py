@@ -40,9 +40,10 @@ def run_ended_effects(*, run: Run) -> None:
     (docs/design/checkpoints.md#mlflow-checkpoints; docs/design/sweeps.md#requeue).
 
     The ``runs.hooks.run_ended`` receivers run: the sweeps app tells the
-    Run's sweep trial (a preempted one goes back to the queue), the
-    checkpoints app completes files logged under ``checkpoints/step-N/``
-    through the MLflow API. Callers call it once per change of status.
+    Run's sweep trial (a preempted one goes back to the queue), the MLflow
+    API completes files logged under ``checkpoints/step-N/`` through it,
+    and the jobs app ends a Job no worker claimed. Callers call it once per
+    change of status.
     """
     hooks.run_ended.send(sender=None, run=run)
 

@@ -11,6 +11,7 @@ from django.db import connection
 from django.db.models import Count, F, Max, Min, OuterRef, Q, QuerySet, Subquery
 
 from mado import policy
+from mado.db import id_or_none
 from mado.errors import NotFound, ValidationFailed
 from runs.chunk_pages import chunk_page_rows
 from runs.metric_rollup import ROLLUP_STEPS, rollup_extremes, rollup_rows
@@ -115,7 +116,7 @@ def run_get_for_user(*, user, run_id, related: tuple[str, ...] = RUN_RELATED) ->
 
 def code_get_for_user(*, user, code_id) -> Code:
     """A Code in one of the user's Projects; else ``NotFound``."""
-    code = Code.objects.visible_to(user).select_related("project").filter(pk=_int_or_none(code_id)).first()
+    code = Code.objects.visible_to(user).select_related("project").filter(pk=id_or_none(code_id)).first()
     if code is None:
         raise NotFound(f"code {code_id!r} not found", field="code")
     return code
@@ -123,7 +124,7 @@ def code_get_for_user(*, user, code_id) -> Code:
 
 def dataset_get_for_user(*, user, dataset_id) -> Dataset:
     """A Dataset in one of the user's Projects; else ``NotFound``."""
-    dataset = Dataset.objects.visible_to(user).select_related("project").filter(pk=_int_or_none(dataset_id)).first()
+    dataset = Dataset.objects.visible_to(user).select_related("project").filter(pk=id_or_none(dataset_id)).first()
     if dataset is None:
         raise NotFound(f"dataset {dataset_id!r} not found", field="dataset")
     return dataset
@@ -177,13 +178,6 @@ def metric_history(*, run: Run, key: str, offset: int = 0, limit: int | None = N
 def metric_count(*, run: Run, key: str) -> int:
     """How many points of ``key`` the run holds (0 for an unknown key); one summary row, not a count of points."""
     return MetricSummary.objects.filter(run=run, key=key).values_list("count", flat=True).first() or 0
-
-
-def _int_or_none(value):
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return None
 
 
 # --- pages (docs/design/interfaces.md#surfaces) ----------------------------------------------------------------

@@ -8,7 +8,7 @@ parameters whose values vary across the latest runs and the last value of
 up to ``DEFAULT_METRICS`` keys most of them log, as W&B shows its summary
 columns.
 
-Search (``docs/ui.md``): terms joined by ``and``; a term is ``FIELD OP VALUE``
+Search (``docs/workspace.md``): terms joined by ``and``; a term is ``FIELD OP VALUE``
 with ``OP`` one of ``= != > >= < <= ~`` (``~``: contains, case-insensitive)
 and ``FIELD`` one of ``status``, ``kind``, ``creator``, ``tag``, ``name``,
 ``id`` or a parameter name (``lr>0.01 and status=finished``); a term

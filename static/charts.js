@@ -1,4 +1,4 @@
-/* Interactive metric charts drawn by uPlot (SPEC F34).
+/* Interactive metric charts drawn by uPlot (docs/design/interfaces.md#workspace).
  *
  * The server sends, per metric key, one series per Run already reduced to what a chart can show
  * (runs/charts.py, json_script "chart-data"). This file only configures uPlot: hover values in the

@@ -1,4 +1,4 @@
-/* The Sweep page's scatter plots drawn by uPlot (SPEC F27): the sweep's metric against each searched parameter.
+/* The Sweep page's scatter plots drawn by uPlot (docs/design/sweeps.md#sweeps): the sweep's metric against each searched parameter.
  *
  * The server sends each plot's axis and dots (sweeps/charts.py, json_script "scatter-data"). Three series
  * of dots without lines: finished trials, the best trial (ringed) and trials whose run has not finished (hollow:

@@ -52,7 +52,7 @@ _ConfigLoader.add_implicit_resolver(
 
 @dataclass(frozen=True)
 class SweepConfig:
-    """A checked configuration: the fields of ``runs.models.Sweep`` plus ``config`` (the object as submitted).
+    """A checked configuration: the fields of ``sweeps.models.Sweep`` plus ``config`` (the object as submitted).
 
     ``parameters`` maps each name to ``{"values": [...]}``, ``{"value": x}``
     or ``{"min": a, "max": b, "distribution": d}``; ``program`` is an argv

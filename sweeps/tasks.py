@@ -1,4 +1,4 @@
-"""Periodic work of the sweeps app (beat; STYLE: Celery tasks)."""
+"""Periodic work of the sweeps app (beat; docs/design/house.md#tasks)."""
 
 from celery import shared_task
 

@@ -1,8 +1,9 @@
 """The repository cites its own rules (docs/design/README.md; docs/design/house.md#comments).
 
-What a user reads (the OpenAPI schema, docs/, the READMEs) shows no id of a document outside the repository, and
-the API descriptions show no docs/design path either; every ``docs/design/<file>.md#<anchor>`` cited anywhere in
-the repository's .py, .md and .html files names a heading (by its GitHub slug) or an explicit ``<a id>`` there.
+What a user reads (the OpenAPI schema, docs/, the READMEs) and the code show no id of a document outside the
+repository, and the API descriptions show no docs/design path either; every ``docs/design/<file>.md#<anchor>``
+cited anywhere in the repository's .py, .md and .html files names a heading (by its GitHub slug) or an explicit
+``<a id>`` there.
 """
 
 import re
@@ -97,6 +98,26 @@ def test_the_docs_and_readmes_cite_no_outside_document():
             if OUTSIDE_IDS.search(line):
                 offending.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()[:160]}")
     assert not offending, "ids of documents outside the repository:\n" + "\n".join(offending)
+
+
+# The two files that spell the ids out as patterns to look for.
+ID_PATTERNS = {"tests/test_docs_cite_own_rules.py", "tests/sdk/test_cli_help.py"}
+OLD_RULE_NUMBER = re.compile(r"\brule \d\b")
+
+
+def test_the_code_cites_no_outside_document():
+    """Code, pages, scripts and styles cite docs/design/ anchors, not SPEC / ARCHITECTURE / STYLE ids or bare
+    "rule N" numbers of a document the repository does not hold (scatter.js's ``STYLE`` table is a name)."""
+    offending = []
+    for path in repository_files(".py", ".js", ".css", ".sh", ".html", "Makefile", ".ci/run"):
+        relative = path.relative_to(ROOT).as_posix()
+        if relative in ID_PATTERNS:
+            continue
+        for number, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+            line = line.replace("var STYLE = ", "").replace("STYLE[", "")
+            if OUTSIDE_IDS.search(line) or OLD_RULE_NUMBER.search(line):
+                offending.append(f"{relative}:{number}: {line.strip()[:160]}")
+    assert not offending, "ids of documents outside the repository in the code:\n" + "\n".join(offending)
 
 
 def test_every_design_citation_names_an_existing_anchor():

@@ -5,7 +5,7 @@ A blob is written under a fresh storage key first, then the Artifact row is
 created in one transaction; the database's ``(run, path)`` unique constraint,
 not a check-then-insert, decides between "new", "same content again" and
 "conflict" (docs/design/house.md#idempotent). Whatever is refused leaves the stored
-artifact and its bytes untouched and keeps no new bytes (rule 5).
+artifact and its bytes untouched and keeps no new bytes (docs/design/house.md#bad-input).
 """
 
 import re

@@ -94,7 +94,7 @@ def run_continue_from_checkpoint(
     "<source> · continued from step N". The Job runs on ``queue`` (enabled)
     and is sent to the worker on commit. ``request_key`` (the form's token or
     the API's ``Idempotency-Key``): the same key again by the same user
-    returns the first Job (a double-clicked "Launch Job", rule 4).
+    returns the first Job (a double-clicked "Launch Job"; docs/design/house.md#idempotent).
     ``nproc_per_node`` (1..256; None: the source Run's Job's, else 1) may
     differ from the source's: a sharded checkpoint is resharded on load (docs/design/worker.md#distributed).
 

@@ -44,7 +44,7 @@ def job_launch(
     naming ``queue``. ``worker.tasks.run_job(job.id)`` is sent to the queue
     named ``queue.name`` once the transaction commits. ``request_key`` (the
     form's token or the API's ``Idempotency-Key``): the same key again by the
-    same user returns the first Job instead of launching a second (rule 4).
+    same user returns the first Job instead of launching a second (docs/design/house.md#idempotent).
     ``nproc_per_node`` (1..256, None: 1): above 1 the worker starts the code
     under torchrun with that many processes (docs/design/worker.md#distributed; else ``ValidationFailed``).
     """

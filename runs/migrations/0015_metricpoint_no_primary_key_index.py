@@ -3,9 +3,8 @@
 
 Every query names a Run and nearly all a key too, so the ``(run, key, step,
 id)`` index answers them; nothing looks a point up by ``id`` alone. The
-primary-key index cost a fifth of the database's CPU per stored point (a
-second B-tree insert per row of every ``COPY``): measured in one session on
-two cores, 20 writers' metrics POST p99 fell from 330–405 ms to 192–246 ms.
+primary-key index was a second B-tree insert per row of every ``COPY``
+(docs/deploy.md, "Measured").
 ``id`` keeps its identity default, so ids stay unique and increasing. Django
 still treats ``id`` as the primary key (the model's state is unchanged).
 SQLite keeps its rowid key, which costs nothing there. Waits at most

@@ -1,4 +1,5 @@
-"""A double-clicked Launch or Continue, or an API retry with the same Idempotency-Key, creates one Job (rule 4)."""
+"""A double-clicked Launch or Continue, or an API retry with the same Idempotency-Key, creates one Job
+(docs/design/house.md#idempotent)."""
 
 import re
 

@@ -255,7 +255,7 @@ def test_it_refuses_resume_from_latest_without_any_checkpoint(failed_job, creato
     assert not Job.objects.filter(kind=JobKind.RESUME).exists()
 
 
-# --- double submission (rule 4) ----------------------------------------------------------
+# --- double submission (docs/design/house.md#idempotent) ----------------------------------------------------------
 
 
 def test_a_second_resume_while_the_first_is_active_is_refused_and_one_job_exists(failed_job, creator, admin):

@@ -18,13 +18,16 @@ from tests.jobs.conftest import launch, run_to_end
 
 @pytest.fixture
 def no_receivers():
-    """Every receiver of runs' signals disconnected for the test, connected again after it."""
-    saved = hooks.run_ended.receivers[:]
-    hooks.run_ended.receivers.clear()
-    hooks.run_ended.sender_receivers_cache.clear()
+    """Every receiver of runs' signals (``run_started``, ``run_ended``) disconnected for the test, then restored."""
+    signals = (hooks.run_started, hooks.run_ended)
+    saved = [signal.receivers[:] for signal in signals]
+    for signal in signals:
+        signal.receivers.clear()
+        signal.sender_receivers_cache.clear()
     yield
-    hooks.run_ended.receivers[:] = saved
-    hooks.run_ended.sender_receivers_cache.clear()
+    for signal, receivers in zip(signals, saved):
+        signal.receivers[:] = receivers
+        signal.sender_receivers_cache.clear()
 
 
 def test_a_job_marks_its_run_as_a_jobs_and_its_end_marks_the_job_ended(creator, code_version, cpu):
