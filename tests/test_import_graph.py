@@ -204,3 +204,20 @@ def test_importing_the_sdk_loads_no_django_module():
     )
     assert result.returncode == 0, result.stderr
     assert not result.stdout.strip(), result.stdout
+
+
+SERVER_APPS = ("config", "mado", "runs", "sweeps", "checkpoints", "jobs", "mlflow_api", "worker")
+
+
+def server_lines(app: str) -> int:
+    """Lines of ``app``'s Python files, migrations aside (generated history, not a room one reads)."""
+    files = (p for p in (ROOT / app).rglob("*.py") if "migrations" not in p.relative_to(ROOT).parts)
+    return sum(len(p.read_text(encoding="utf-8").splitlines()) for p in files)
+
+
+def test_runs_stays_a_room_one_can_see_whole():
+    """runs/ keeps the Run core only: under 30 % of the server's lines (docs/design/house.md#layout); a new
+    protocol, storage layer or feature of its own goes into its own app."""
+    lines = {app: server_lines(app) for app in SERVER_APPS}
+    share = lines["runs"] / sum(lines.values())
+    assert share < 0.30, f"runs/ holds {share:.1%} of the server's lines: {lines}"
