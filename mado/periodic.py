@@ -1,14 +1,16 @@
 """Periodic work (Celery beat), registered by the app that owns it from its ``AppConfig.ready()``.
 
-Each app names its own checks (``docs/design/house.md#tasks``): beat reads
-the schedule once the apps are loaded (Celery's Django fixup sets Django up
-before beat builds its schedule), so a check lives, and is scheduled, in
-one app. Every check runs every ``MADO_REAPER_INTERVAL`` seconds on the
-``MADO_MAINTENANCE_QUEUE`` queue.
+Each app names its own checks (``docs/design/house.md#tasks``) in
+``SCHEDULE``; the Celery app (``config.celery``) hands this same dict to
+beat as its ``beat_schedule``, which beat reads once Celery's Django fixup
+has loaded the apps. Every check runs every ``MADO_REAPER_INTERVAL`` seconds
+on the ``MADO_MAINTENANCE_QUEUE`` queue.
 """
 
-from celery import current_app
 from django.conf import settings
+
+# Beat's schedule: {name: {"task", "schedule" (s), "options"}}, filled as the apps load.
+SCHEDULE: dict[str, dict] = {}
 
 
 def schedule_every_interval(name: str, task: str) -> None:
@@ -18,14 +20,13 @@ def schedule_every_interval(name: str, task: str) -> None:
     (the next one supersedes it). Registering ``name`` again replaces it.
     """
     interval = settings.MADO_REAPER_INTERVAL
-    entry = {
+    SCHEDULE[name] = {
         "task": task,
         "schedule": float(interval),
         "options": {"queue": settings.MADO_MAINTENANCE_QUEUE, "expires": max(interval - 1, 1)},
     }
-    current_app.conf.beat_schedule = {**current_app.conf.beat_schedule, name: entry}
 
 
 def beat_schedule() -> dict[str, dict]:
-    """Beat's schedule as registered so far: ``{name: {"task", "schedule" (s), "options"}}``."""
-    return dict(current_app.conf.beat_schedule)
+    """A copy of beat's schedule as registered so far."""
+    return dict(SCHEDULE)

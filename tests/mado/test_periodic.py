@@ -26,3 +26,10 @@ def test_registering_a_name_again_replaces_its_entry(settings):
         assert len(beat_schedule()) == len(before)
     finally:
         schedule_every_interval("flush-dispatches", before["flush-dispatches"]["task"])
+
+
+def test_the_celery_app_hands_the_apps_schedule_to_beat():
+    from config.celery import app
+
+    assert app.conf.beat_schedule == beat_schedule()
+    assert "runs.tasks.reap_crashed_runs" in {entry["task"] for entry in app.conf.beat_schedule.values()}
