@@ -26,7 +26,8 @@ from mado_tracking.download import download_checkpoint
 from mado_tracking.errors import ApiError, CheckpointError, ConfigError, MadoError, ResumeError
 from mado_tracking.offline import OfflineRun
 from mado_tracking.resume import ResumeCheckpoint, resume_checkpoint
-from mado_tracking.run import Run, start_run
+from mado_tracking.run import Run
+from mado_tracking.start import start_run
 
 __all__ = [
     "ApiError",
