@@ -132,6 +132,9 @@ class Checkpoint(models.Model):
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
+    metadata = models.JSONField(
+        default=dict, blank=True, help_text="what the saving code said about it: training_state, preemption"
+    )
     received = models.JSONField(default=dict, blank=True, help_text="what the server computed from the uploaded tar")
     declared = models.JSONField(null=True, blank=True, help_text="declaration awaiting the S3 verification task")
     error = models.TextField(blank=True, help_text="why the last upload or verification failed")
@@ -163,6 +166,16 @@ class Checkpoint(models.Model):
 
     def __str__(self):
         return f"{self.run} @ step {self.step}"
+
+    @property
+    def signal_to_complete_s(self) -> float | None:
+        """Seconds from the preemption signal (``metadata.preemption.signal_at``) to ``complete``; None when the
+        checkpoint was not saved on a signal or is not complete (docs/design/checkpoints.md#metadata)."""
+        preemption = (self.metadata or {}).get("preemption")
+        signal_at = preemption.get("signal_at") if isinstance(preemption, dict) else None
+        if self.completed_at is None or signal_at is None:
+            return None
+        return round(self.completed_at.timestamp() - signal_at, 3)
 
     @property
     def artifact_path(self) -> str:

@@ -75,6 +75,12 @@ class CheckpointOutputSerializer(serializers.Serializer):
     created_at = serializers.DateTimeField(read_only=True)
     completed_at = serializers.DateTimeField(read_only=True, allow_null=True)
     within_keep_count = serializers.BooleanField(read_only=True, help_text="among the Run's newest K complete ones")
+    metadata = serializers.JSONField(
+        read_only=True, help_text="what the saving code said about it: training_state, preemption {signal, signal_at}"
+    )
+    signal_to_complete_s = serializers.FloatField(
+        read_only=True, allow_null=True, help_text="saved on a preemption signal: seconds from it to complete"
+    )
     direct_upload = serializers.SerializerMethodField(help_text="true when upload-parts (presigned S3) is available")
 
     def get_direct_upload(self, obj) -> bool:
@@ -99,6 +105,11 @@ class CheckpointRegisterInputSerializer(serializers.Serializer):
         allow_null=True,
         default=None,
         help_text="framework torch-dcp only, and required there: the processes that wrote the shards",
+    )
+    metadata = serializers.JSONField(
+        required=False,
+        default=None,
+        help_text="JSON object (at most 64 KiB): training_state, preemption {signal, signal_at unix seconds}, …",
     )
 
 

@@ -13,6 +13,7 @@ from django.utils import timezone
 
 from checkpoints import selectors, storage
 from checkpoints.models import Artifact, Checkpoint, CheckpointLayout, CheckpointState, ManifestEntry
+from checkpoints.services.metadata import clean_checkpoint_metadata
 from checkpoints.services.shards import clean_world_size
 from mado import policy
 from mado.errors import Conflict, NotFound, RunEnded, ValidationFailed
@@ -64,6 +65,7 @@ def checkpoint_register(
     framework: str = "",
     includes_optimizer: bool = False,
     world_size: int | None = None,
+    metadata: dict | None = None,
     idempotency_key: str | None = None,
     fencing_token: int | None = None,
 ) -> tuple[Checkpoint, bool]:
@@ -94,7 +96,9 @@ def checkpoint_register(
     ``world_size`` (int >= 1) is required with ``framework="torch-dcp"``
     and refused with any other (``ValidationFailed`` naming it): such a
     checkpoint completes only with every rank's shard (docs/design/worker.md#distributed,
-    ``checkpoints.services.shards``).
+    ``checkpoints.services.shards``). ``metadata`` (a JSON object, ``clean_checkpoint_metadata``; else
+    ``ValidationFailed`` naming it) is kept as sent (docs/design/checkpoints.md#metadata); a replay keeps the
+    first registration's.
     """
     policy.require_run_writer(actor, run)
     step = _clean_step(step)
@@ -103,6 +107,7 @@ def checkpoint_register(
     if len(framework) > FRAMEWORK_MAX:
         raise ValidationFailed(f"framework must be at most {FRAMEWORK_MAX} characters", field="framework")
     world_size = clean_world_size(framework, world_size)
+    metadata = clean_checkpoint_metadata(metadata)
     lease_check(run_id=run.pk, token=fencing_token)
     _replace_ended_in_error(run_id=run.pk, step=step, key=key)
     if key is not None:
@@ -120,6 +125,7 @@ def checkpoint_register(
                 framework=framework,
                 world_size=world_size,
                 includes_optimizer=bool(includes_optimizer),
+                metadata=metadata,
                 idempotency_key=key,
                 created_by=actor if actor.is_authenticated else None,
                 lease_token=run.lease_token if fencing_token is None else fencing_token,

@@ -17,6 +17,7 @@ verification task is polled until the checkpoint is complete. A direct
 upload the SDK gives up on is aborted through its presigned ``abort_url``.
 """
 
+import json
 import logging
 import math
 import sys
@@ -88,6 +89,24 @@ def check_step(step, directory) -> int:
     return step
 
 
+def check_metadata(metadata, directory) -> dict | None:
+    """``metadata`` of ``log_checkpoint``: None or a JSON object (docs/design/checkpoints.md#metadata); else
+    ``CheckpointError`` naming ``directory``, at the call, before anything is saved."""
+    if metadata is None:
+        return None
+    if not isinstance(metadata, dict):
+        raise CheckpointError(
+            f"{directory}: metadata must be a dict (a JSON object), got {metadata!r}", field="metadata"
+        )
+    try:
+        json.dumps(metadata, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise CheckpointError(
+            f"{directory}: metadata is not JSON with finite numbers ({exc})", field="metadata"
+        ) from None
+    return metadata
+
+
 def progress_bar(total: int, step: int, show: bool = True):
     """A tqdm bar in bytes, shown only when ``show`` and stderr is a terminal."""
     return tqdm(
@@ -115,6 +134,7 @@ def upload_checkpoint(
     verify_timeout: float = VERIFY_TIMEOUT_S,
     progress: bool = True,
     world_size: int | None = None,
+    metadata: dict | None = None,
 ) -> SavedCheckpoint:
     """Save ``directory`` as Run ``run_id``'s checkpoint at ``step``; return it once ``complete``
     (docs/design/checkpoints.md#a-checkpoint).
@@ -128,6 +148,7 @@ def upload_checkpoint(
     ``progress``: show a progress bar in bytes (on a terminal only).
     ``world_size``: the processes that wrote a sharded ``torch-dcp``
     checkpoint (docs/design/worker.md#distributed); the server completes it only with every rank's shard.
+    ``metadata``: a JSON object kept with the checkpoint (docs/design/checkpoints.md#metadata).
 
     Raises:
         CheckpointError: the step is already saved in the Run (409), the
@@ -150,6 +171,7 @@ def upload_checkpoint(
         includes_optimizer=includes_optimizer,
         framework=framework,
         world_size=world_size,
+        metadata=metadata,
     )
     if resource["state"] == "complete":
         return SavedCheckpoint.from_resource(resource)
@@ -163,11 +185,13 @@ def upload_checkpoint(
 
 
 def _register(
-    client: ApiClient, *, run_id, directory, step, idempotency_key, includes_optimizer, framework, world_size
+    client: ApiClient, *, run_id, directory, step, idempotency_key, includes_optimizer, framework, world_size, metadata
 ) -> dict:
     body = {"step": step, "framework": framework or "", "includes_optimizer": bool(includes_optimizer)}
     if world_size is not None:  # a sharded torch-dcp checkpoint (docs/design/worker.md#distributed)
         body["world_size"] = world_size
+    if metadata:
+        body["metadata"] = metadata
     try:
         return client.request(
             "POST", f"runs/{run_id}/checkpoints/", body=body, headers={"Idempotency-Key": idempotency_key}

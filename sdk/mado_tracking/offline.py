@@ -30,7 +30,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from mado_tracking._base import RunBase, check_finish_status, new_external_id
-from mado_tracking.checkpoints import SavedCheckpoint, check_step
+from mado_tracking.checkpoints import SavedCheckpoint, check_metadata, check_step
 from mado_tracking.errors import CheckpointError, MadoError
 from mado_tracking.points import point_json
 from mado_tracking.resume import resume_checkpoint
@@ -202,6 +202,7 @@ class OfflineRun(RunBase):
         framework: str | None = None,
         *,
         wait: bool = True,
+        metadata: dict | None = None,
     ) -> SavedCheckpoint | Future:
         """Copy ``directory`` to ``checkpoints/step-<step>/`` (docs/design/checkpoints.md#a-checkpoint;
         docs/design/runs.md#offline); the refusals of ``Run.log_checkpoint``.
@@ -215,6 +216,7 @@ class OfflineRun(RunBase):
         """
         self._require_open("log_checkpoint")
         step = check_step(step, directory)
+        metadata = check_metadata(metadata, directory)
         files = scan(directory)
         root = self.directory / CHECKPOINTS_DIR
         target = root / f"step-{step}"
@@ -251,6 +253,8 @@ class OfflineRun(RunBase):
             "tar_sha256": tar.sha256,
             "created_at": now_iso(),
         }
+        if metadata:
+            entry["metadata"] = metadata
         self._record.setdefault("checkpoints", []).append(entry)
         self._save_record()
         saved = SavedCheckpoint(

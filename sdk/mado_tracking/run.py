@@ -191,6 +191,7 @@ class Run(RunBase):
         framework: str | None = None,
         *,
         wait: bool = True,
+        metadata: dict | None = None,
     ) -> SavedCheckpoint | Future:
         """Save ``directory`` as this Run's checkpoint at ``step``
         (docs/design/checkpoints.md#a-checkpoint, #save-and-restore).
@@ -213,7 +214,9 @@ class Run(RunBase):
         ``directory``: regular files in subdirectories, no symbolic link, no
         empty directory. ``step``: steps completed (int >= 0; a resumed loop
         runs ``range(checkpoint.step, total)``). ``framework``: a label of at
-        most 50 characters. Returns ``SavedCheckpoint`` (``.id``, ``.step``,
+        most 50 characters. ``metadata``: a JSON object kept with the checkpoint
+        (at most 64 KiB; ``training_state``, ``preemption``: docs/design/checkpoints.md#metadata).
+        Returns ``SavedCheckpoint`` (``.id``, ``.step``,
         ``.sha256`` of the tar), with ``wait=False`` a ``Future`` of it.
 
         Raises:
@@ -232,7 +235,7 @@ class Run(RunBase):
             raise MadoError(f"run {self.id} is finished; log_checkpoint must come before finish()")
         self._require_lease("log_checkpoint")
         return self._checkpoints.save(
-            directory, step, includes_optimizer=includes_optimizer, framework=framework, wait=wait
+            directory, step, includes_optimizer=includes_optimizer, framework=framework, wait=wait, metadata=metadata
         )
 
     def _save_sharded(self, directory, step: int, includes_optimizer: bool, world_size: int) -> SavedCheckpoint:

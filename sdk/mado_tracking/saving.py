@@ -16,7 +16,7 @@ import uuid
 from concurrent.futures import Future
 from pathlib import Path
 
-from mado_tracking.checkpoints import SavedCheckpoint, check_step, upload_checkpoint
+from mado_tracking.checkpoints import SavedCheckpoint, check_metadata, check_step, upload_checkpoint
 from mado_tracking.client import ApiClient
 from mado_tracking.errors import ApiError, CheckpointError
 from mado_tracking.lease import Lease
@@ -61,28 +61,38 @@ class CheckpointSaver:
         framework: str | None,
         wait: bool,
         world_size: int | None = None,
+        metadata: dict | None = None,
     ) -> SavedCheckpoint | Future:
         """Save ``directory`` at ``step``; see ``Run.log_checkpoint`` for the arguments, result and errors.
 
         ``world_size``: a sharded ``torch-dcp`` checkpoint's (``wait=True`` only, ``mado_tracking.dcp``).
         """
         step = check_step(step, directory)
+        metadata = check_metadata(metadata, directory)
         if step in self._saved_steps:
             raise CheckpointError(f"{directory}: step {step} is already saved in run {self._run_id}", field="step")
         # A second call for a step whose save failed replays the same registration instead of a 409.
         key = self._keys.setdefault(step, str(uuid.uuid4()))
         if not wait:
-            return self._save_in_background(directory, step, key, includes_optimizer, framework)
+            return self._save_in_background(directory, step, key, includes_optimizer, framework, metadata)
         tar = CheckpointTar(directory)
         saved = self._upload(
-            self._client, Path(directory), step, key, includes_optimizer, framework, tar=tar, world_size=world_size
+            self._client,
+            Path(directory),
+            step,
+            key,
+            includes_optimizer,
+            framework,
+            tar=tar,
+            world_size=world_size,
+            metadata=metadata,
         )
         self._saved_steps.add(step)
         self._keys.pop(step, None)
         return saved
 
     def _save_in_background(
-        self, directory, step: int, key: str, includes_optimizer: bool, framework: str | None
+        self, directory, step: int, key: str, includes_optimizer: bool, framework: str | None, metadata: dict | None
     ) -> Future:
         uploads = self._background()
         uploads.reserve(step)
@@ -95,6 +105,7 @@ class CheckpointSaver:
                 idempotency_key=key,
                 includes_optimizer=includes_optimizer,
                 framework=framework,
+                metadata=metadata,
             )
         except BaseException:
             uploads.release()
@@ -146,6 +157,7 @@ class CheckpointSaver:
             staged.includes_optimizer,
             staged.framework,
             progress=False,
+            metadata=staged.metadata,
         )
 
     def _upload(
@@ -160,6 +172,7 @@ class CheckpointSaver:
         tar: CheckpointTar | None = None,
         progress: bool = True,
         world_size: int | None = None,
+        metadata: dict | None = None,
     ) -> SavedCheckpoint:
         unsent = self._sender.flush(self._flush_timeout)
         if unsent:
@@ -181,6 +194,7 @@ class CheckpointSaver:
                 tar=tar,
                 progress=progress,
                 world_size=world_size,
+                metadata=metadata,
             )
         except ApiError as error:
             self._lease.lost_by(error)

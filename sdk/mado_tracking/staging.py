@@ -26,7 +26,7 @@ refused naming the file, never uploaded with other content.
 
 A snapshot is written into a hidden ``.step-<N>.<random>.partial``
 directory and renamed to ``step-<N>`` with its ``staged.json``
-(``{"step", "run_id", "idempotency_key", "includes_optimizer", "framework",
+(``{"step", "run_id", "idempotency_key", "includes_optimizer", "framework", "metadata",
 "files": {path: [size, mtime_ns]}}``) inside, so a killed process never
 leaves a half-snapshot that looks complete. A ``step-<N>`` directory is
 removed once its checkpoint is ``complete`` on the server; one left by a
@@ -72,6 +72,7 @@ class StagedCheckpoint:
     idempotency_key: str
     includes_optimizer: bool = False
     framework: str | None = None
+    metadata: dict | None = None
     files: dict = field(default_factory=dict)
 
     @property
@@ -103,7 +104,15 @@ def run_staging_dir(*, api_url: str, project: str, external_id: str) -> Path:
 
 
 def stage(
-    source, *, root: Path, step: int, run_id: int, idempotency_key: str, includes_optimizer: bool, framework: str | None
+    source,
+    *,
+    root: Path,
+    step: int,
+    run_id: int,
+    idempotency_key: str,
+    includes_optimizer: bool,
+    framework: str | None,
+    metadata: dict | None = None,
 ) -> StagedCheckpoint:
     """Snapshot ``source`` into ``root/step-<step>`` (hard links or copies, see the module docstring).
 
@@ -125,6 +134,7 @@ def stage(
         idempotency_key=idempotency_key,
         includes_optimizer=bool(includes_optimizer),
         framework=framework,
+        metadata=metadata,
     )
     try:
         for relative, path, _size in files:
@@ -175,6 +185,7 @@ def _write_info(directory: Path, staged: StagedCheckpoint) -> None:
         "idempotency_key": staged.idempotency_key,
         "includes_optimizer": staged.includes_optimizer,
         "framework": staged.framework,
+        "metadata": staged.metadata,
         "files": {path: list(value) for path, value in staged.files.items()},
     }
     (directory / INFO_FILE).write_text(json.dumps(info, sort_keys=True) + "\n", encoding="utf-8")
@@ -205,6 +216,7 @@ def left_behind(root: Path, *, run_id: int) -> list[StagedCheckpoint]:
                 idempotency_key=str(info["idempotency_key"]),
                 includes_optimizer=bool(info.get("includes_optimizer")),
                 framework=info.get("framework") or None,
+                metadata=info.get("metadata") or None,
                 files={path: tuple(value) for path, value in info["files"].items()},
             )
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:

@@ -195,6 +195,7 @@ def _sync_checkpoints(client: ApiClient, directory: Path, record: dict, report: 
             idempotency_key=f"sync-{record['external_id']}-step-{step}",
             includes_optimizer=entry.get("includes_optimizer", False),
             framework=entry.get("framework") or None,
+            metadata=entry.get("metadata") or None,
         )
         if entry.get("tar_sha256") and saved.sha256 != entry["tar_sha256"]:
             logger.warning(

@@ -1,0 +1,118 @@
+"""``mado_tracking.preemption``: a stop signal becomes a flag, a checkpoint that records the signal, and an exit
+the Run ends ``preempted`` by (docs/design/runs.md#preemption; docs/design/checkpoints.md#metadata)."""
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+
+import pytest
+
+from checkpoints.models import Checkpoint
+from mado_tracking import preemption
+from runs.models import Run, RunStatus
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+LOOP = """
+import os, pathlib, sys, time, mado_tracking
+from mado_tracking import preemption
+run = mado_tracking.start_run(id="sig-1")
+stop = preemption.install(run)
+print("ready", flush=True)
+step = 0
+while True:
+    run.log_metrics({"loss": 1.0 / (step + 1)}, step=step)
+    step += 1
+    if stop.requested:
+        ckpt = pathlib.Path("ckpt"); ckpt.mkdir(exist_ok=True); (ckpt / "model.pt").write_bytes(b"w" * 1000)
+        run.log_checkpoint(ckpt, step=step, metadata={**stop.metadata(), "note": "on signal"})
+        print("saved", step, flush=True)
+        stop.exit()
+    time.sleep(0.02)
+"""
+
+
+def test_sigterm_mid_loop_saves_a_complete_checkpoint_that_records_the_signal_and_ends_preempted(mmt_env, tmp_path):
+    child = subprocess.Popen(
+        [sys.executable, "-c", LOOP],
+        env={**os.environ, **mmt_env},
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert child.stdout.readline().strip() == "ready", child.stderr.read()
+        child.send_signal(signal.SIGTERM)
+        out, err = child.communicate(timeout=60)
+    finally:
+        child.kill()
+    assert child.returncode == 128 + signal.SIGTERM, err
+    assert out.startswith("saved "), err
+    run = Run.objects.get(external_id="sig-1")
+    assert run.status == RunStatus.PREEMPTED
+    checkpoint = Checkpoint.objects.get(run=run)
+    assert checkpoint.state == "complete" and checkpoint.step == int(out.split()[1])
+    assert checkpoint.metadata["preemption"]["signal"] == "SIGTERM" and checkpoint.metadata["note"] == "on signal"
+    assert 0 <= checkpoint.signal_to_complete_s < 30
+
+
+def test_the_flag_records_the_first_signal_and_calls_the_handler_that_was_there_before():
+    seen = []
+    previous = signal.signal(signal.SIGUSR1, lambda signum, frame: seen.append(signum))
+    try:
+        stop = preemption.install(signals=(signal.SIGUSR1,))
+        assert not stop.requested and stop.metadata() == {}
+        os.kill(os.getpid(), signal.SIGUSR1)
+        os.kill(os.getpid(), signal.SIGUSR1)
+        assert stop.requested and stop.signal_name == "SIGUSR1" and seen == [signal.SIGUSR1] * 2
+        first = stop.metadata()["preemption"]["signal_at"]
+        assert stop.metadata() == {"preemption": {"signal": "SIGUSR1", "signal_at": first}}
+        stop.uninstall()
+        os.kill(os.getpid(), signal.SIGUSR1)
+        assert seen == [signal.SIGUSR1] * 3  # the earlier handler is back
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+
+
+def test_exit_leaves_with_128_plus_the_signal_and_refuses_without_one():
+    stop = preemption.Preemption()
+    with pytest.raises(RuntimeError, match="no stop signal"):
+        stop.exit()
+    stop._record(signal.SIGTERM)
+    with pytest.raises(SystemExit) as exited:
+        stop.exit()
+    assert exited.value.code == 143
+
+
+def test_install_outside_the_main_thread_is_refused():
+    errors = []
+    thread = threading.Thread(target=lambda: errors.append(_install_error()))
+    thread.start()
+    thread.join()
+    assert "main thread" in errors[0]
+
+
+def _install_error() -> str:
+    try:
+        preemption.install()
+    except ValueError as error:
+        return str(error)
+    return ""
+
+
+@pytest.mark.parametrize("metadata", [["not", "a", "dict"], {"when": object()}, {"loss": float("nan")}])
+def test_log_checkpoint_refuses_metadata_that_is_not_a_json_object_at_the_call(tmp_path, metadata):
+    import mado_tracking
+    from mado_tracking.errors import CheckpointError
+
+    (tmp_path / "ckpt").mkdir()
+    (tmp_path / "ckpt" / "model.pt").write_bytes(b"w")
+    with mado_tracking.start_run(offline=True, output=tmp_path / "off") as run:
+        with pytest.raises(CheckpointError, match="metadata") as refused:
+            run.log_checkpoint(tmp_path / "ckpt", step=1, metadata=metadata)
+        assert refused.value.field == "metadata"
+        run.log_checkpoint(tmp_path / "ckpt", step=1, metadata={"note": "kept"})
+    assert not (tmp_path / "off" / "checkpoints" / "step-2").exists()
