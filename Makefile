@@ -22,8 +22,9 @@ $(VENV)/.installed: pyproject.toml sdk/pyproject.toml package.json
 install-dev: $(VENV)/.installed-dev
 
 $(VENV)/.installed-dev: $(VENV)/.installed
-	$(PIP) install --quiet -e '.[dev]' $(QUIET_PIP)
-	$(PY) -c "import pytest_django, pytest_timeout, playwright, moto"
+	$(PIP) install --quiet -e '.[dev]' -e './sdk[integrations]' $(QUIET_PIP)
+	$(PY) -c "import pytest_django, pytest_timeout, playwright, moto, transformers, lightning, accelerate, torch; \
+		assert torch.__version__.startswith('2.13.0'), torch.__version__"
 	$(VENV)/bin/ruff --version
 	touch $@
 
