@@ -11,9 +11,11 @@ file, pointing at its Artifact. The checkpoint becomes ``complete`` (usable
 for resume) when the Run reaches a final state
 (``checkpoint_files_complete_for_run``, called by ``runs.services.run_set_status``),
 when a checkpoint with a higher step starts, or when its layout's own signal
-comes (the logged model finalized READY, the single ``.ckpt`` stored),
-whichever comes first. Every checkpoint change of a Run serialises on the
-Run's row lock, so a file never joins a checkpoint that has completed.
+comes (the single ``.ckpt`` stored), whichever comes first. The files of a
+logged model complete only when that model is finalized READY: the Run's end
+or a higher step ends such a checkpoint ``error`` (its upload did not
+finish). Every checkpoint change of a Run serialises on the Run's row lock,
+so a file never joins a checkpoint that has completed.
 """
 
 import logging
@@ -150,8 +152,9 @@ def checkpoint_add_file(*, actor, run: Run, target: CheckpointFile, artifact: Ar
 
     ``artifact`` is a file of ``run`` or of a logged model of ``run``.
     Starts the checkpoint (framework: the layout's) with its first file;
-    starting it completes every pending files checkpoint of the Run at a
-    lower step; a layout whose checkpoint is one file completes it at once.
+    starting it closes every pending files checkpoint of the Run at a lower
+    step (``_close``); a layout whose checkpoint is one file completes it at
+    once.
     The Run's row is locked first (the one order every checkpoint change of
     the Run takes), then the artifact's, so the manifest records the bytes it
     holds (a replacement waits, then is refused). A file already in a
@@ -176,7 +179,7 @@ def checkpoint_add_file(*, actor, run: Run, target: CheckpointFile, artifact: Ar
         for older in Checkpoint.objects.filter(
             run_id=run.pk, step__lt=step, layout=CheckpointLayout.FILES, state=CheckpointState.PENDING
         ):
-            _complete(older)
+            _close(older)
     entry, created = ManifestEntry.objects.get_or_create(
         checkpoint=checkpoint,
         path=target.path,
@@ -193,6 +196,21 @@ def checkpoint_add_file(*, actor, run: Run, target: CheckpointFile, artifact: Ar
         _complete(checkpoint)
     checkpoint.refresh_from_db()
     return checkpoint
+
+
+UNFINALIZED = "The logged model holding this checkpoint was never finalized: its upload did not finish."
+
+
+def _close(checkpoint: Checkpoint) -> bool:
+    """A pending files checkpoint nobody adds to any more (its Run ended, a higher step started): complete it, or, when
+    its files are a logged model's, end it ``error`` (only that model's READY says they all arrived). True when
+    completed."""
+    if ManifestEntry.objects.filter(checkpoint=checkpoint, artifact__logged_model__isnull=False).exists():
+        Checkpoint.objects.filter(pk=checkpoint.pk, state=CheckpointState.PENDING).update(
+            state=CheckpointState.ERROR, error=UNFINALIZED
+        )
+        return False
+    return _complete(checkpoint)
 
 
 def _complete(checkpoint: Checkpoint) -> bool:
@@ -232,8 +250,8 @@ def checkpoint_files_finish_for_model(*, model: LoggedModel, ready: bool) -> int
 
 @transaction.atomic
 def checkpoint_files_complete_for_run(*, run_id: int) -> int:
-    """Complete every pending ``layout="files"`` checkpoint of Run ``run_id``; the number completed
-    (docs/design/checkpoints.md#mlflow-checkpoints).
+    """Close every pending ``layout="files"`` checkpoint of Run ``run_id`` (``_close``: complete, or ``error``
+    for a logged model's never finalized); the number completed (docs/design/checkpoints.md#mlflow-checkpoints).
 
     Call when the Run has reached a final state (``run_set_status``).
     Idempotent; takes the Run's row lock like ``checkpoint_add_file``, so a
@@ -241,7 +259,7 @@ def checkpoint_files_complete_for_run(*, run_id: int) -> int:
     """
     Run.objects.select_for_update().filter(pk=run_id).first()
     pending = Checkpoint.objects.filter(run_id=run_id, layout=CheckpointLayout.FILES, state=CheckpointState.PENDING)
-    return sum(_complete(checkpoint) for checkpoint in pending)
+    return sum(_close(checkpoint) for checkpoint in pending)
 
 
 @transaction.atomic

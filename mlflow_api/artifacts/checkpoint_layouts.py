@@ -8,8 +8,9 @@ One entry per layout a stock client writes (``LAYOUTS``); N is the checkpoint's 
   higher step starts; a file its step can no longer take is refused.
 - ``transformers``: ``artifacts/checkpoint-<N>/<file>`` of a logged model named ``checkpoint-<N>``
   (``MLflowCallback`` with ``HF_MLFLOW_LOG_ARTIFACTS=1``); the file is ``<file>``, so the checkpoint
-  is HF's ``checkpoint-N`` directory; complete when the logged model is finalized READY (else as
-  above); the model's own files (``MLmodel``, ``python_model.pkl``, …) stay plain.
+  is HF's ``checkpoint-N`` directory; complete when the logged model is finalized READY, and only
+  then (the Run's end or a higher step ends it ``error``); the model's own files (``MLmodel``,
+  ``python_model.pkl``, …) stay plain.
 - ``lightning``: a Run's ``<stem>/<stem>.ckpt`` whose ``<stem>`` holds one ``step=<N>`` between
   ``-`` (``MLFlowLogger(log_model=...)``); the file is ``<stem>.ckpt``, complete once stored;
   ``metadata.yaml`` and ``aliases.txt`` beside it stay plain.
@@ -29,10 +30,10 @@ from enum import StrEnum
 
 
 class Completion(StrEnum):
-    """What makes a pending checkpoint of a layout complete (besides its Run ending or a higher step starting)."""
+    """What makes a pending checkpoint of a layout complete."""
 
     RUN_END = "run_end"  # only the Run's end or a higher step
-    MODEL_READY = "model_ready"  # the logged model holding the files is finalized READY
+    MODEL_READY = "model_ready"  # the logged model holding the files is finalized READY, and nothing else
     FILE_STORED = "file_stored"  # the checkpoint is one file: complete once it is stored
 
 

@@ -7,8 +7,10 @@ import hashlib
 import pytest
 
 from checkpoints.models import Artifact, Checkpoint, CheckpointState
+from mlflow_api.artifacts.checkpoint_files import UNFINALIZED
 from mlflow_api.artifacts.checkpoint_layouts import LIGHTNING, STEP_FOLDER, TRANSFORMERS, checkpoint_file_in
-from runs.models import RunKind
+from runs.models import RunKind, RunStatus
+from runs.services import run_set_status
 from tests.factories import RunFactory
 from tests.mlflow_api.test_mlflow_artifacts import bearer, put
 from tests.mlflow_api.test_mlflow_logged_models_api import create, files_url, send
@@ -169,12 +171,31 @@ def test_a_hf_checkpoint_directory_becomes_the_checkpoint_when_its_model_is_read
     assert {entry["path"] for entry in listed} == {"MLmodel", "python_model.pkl", "artifacts"}
 
 
-def test_a_higher_hf_step_completes_the_lower_one_and_an_upload_failure_ends_it_in_error(creator, project, run):
-    _hf_save(creator, project, run, 5, status=None)
-    _hf_save(creator, project, run, 10, status="LOGGED_MODEL_UPLOAD_FAILED")
+def test_an_upload_failure_ends_the_hf_checkpoint_in_error(creator, project, run):
+    _hf_save(creator, project, run, 5, status="LOGGED_MODEL_UPLOAD_FAILED")
+    checkpoint = Checkpoint.objects.get(run=run)
+    assert checkpoint.state == CheckpointState.ERROR and "failed" in checkpoint.error
+
+
+@pytest.mark.parametrize("then", ["higher step", "run end"])
+def test_a_hf_checkpoint_whose_model_was_never_finalized_is_never_complete(creator, project, run, then):
+    """Only the model's READY says every file arrived: a save cut off mid-upload must not become resumable."""
+    _hf_save(creator, project, run, 5, {"model.safetensors": b"half"}, status=None)
+    if then == "higher step":
+        _hf_save(creator, project, run, 10)
+    else:
+        run_set_status(actor=creator, run=run, status=RunStatus.FAILED)
+    states = {c.step: (c.state, c.error) for c in Checkpoint.objects.filter(run=run)}
+    assert states.pop(5) == (CheckpointState.ERROR, UNFINALIZED)
+    assert states == ({10: (CheckpointState.COMPLETE, "")} if then == "higher step" else {})
+
+
+def test_step_folder_and_hf_checkpoints_of_one_run_each_close_by_their_own_rule(creator, project, run):
+    assert put(bearer(creator), run, "checkpoints/step-3/model.pt", b"three").status_code == 200
+    _hf_save(creator, project, run, 5, status=None)  # starting step 5 completes the step folder's 3
+    run_set_status(actor=creator, run=run, status=RunStatus.FINISHED)
     states = dict(Checkpoint.objects.filter(run=run).values_list("step", "state"))
-    assert states == {5: CheckpointState.COMPLETE, 10: CheckpointState.ERROR}
-    assert "failed" in Checkpoint.objects.get(run=run, step=10).error
+    assert states == {3: CheckpointState.COMPLETE, 5: CheckpointState.ERROR}
 
 
 def test_a_second_hf_save_of_a_complete_step_stays_plain_files_of_its_model(creator, project, run):
