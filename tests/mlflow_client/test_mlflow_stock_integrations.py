@@ -50,7 +50,9 @@ def _prepared(job_id: int, tmp_path: Path):
     """What the worker does before it starts the Job's code: fetch, verify and extract the source checkpoint."""
     workdir = tmp_path / f"job-{job_id}"
     workdir.mkdir()
-    return prepare(Job.objects.select_related("run__source_checkpoint", "code_version").get(pk=job_id), workdir, int)
+    return prepare(
+        Job.objects.select_related("run__source_checkpoint", "code_version").get(pk=job_id), workdir, lambda: None
+    )
 
 
 # --- Hugging Face: report_to="mlflow", HF_MLFLOW_LOG_ARTIFACTS=1 ------------------------------------------------------
