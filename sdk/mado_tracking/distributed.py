@@ -28,6 +28,7 @@ from mado_tracking.errors import MadoError
 from mado_tracking.lease import DEFAULT_HEARTBEAT_INTERVAL_S, Lease
 from mado_tracking.metrics import MetricSender
 from mado_tracking.ranks import Ranks, process_group_ranks, ranks_from_environment
+from mado_tracking.resume_fetch import for_rank
 
 logger = logging.getLogger("mado_tracking")
 
@@ -123,6 +124,9 @@ class RankRun(RunBase):
         points = self._encode(metrics, step, all_ranks)
         if all_ranks and not self._lease.lost:
             self._sender.add(points)
+
+    def _find_resume_checkpoint(self):
+        return for_rank(self)
 
     def log_checkpoint(self, *args, **kwargs):
         """Refused: rank 0 saves plain checkpoints; every rank calls ``log_checkpoint_distributed``
