@@ -201,6 +201,7 @@ class RunBase:
                 differ from its size, SHA-256 or manifest ("Checkpoint <id>
                 <what> mismatch: …"); nothing is extracted then.
             ApiError: the server refused or stayed unreachable.
+            OSError: the cache directory cannot be written (``MMT_CACHE_DIR``).
         """
         with self.__dict__.setdefault("_resume_lock", threading.Lock()):
             self._warn_below_step = None

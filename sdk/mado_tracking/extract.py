@@ -2,7 +2,8 @@
 (docs/design/worker.md#fetch, #verify, #extract; docs/design/sweeps.md#requeue).
 
 ``restore_checkpoint(client, id, directory)`` is what ``mado agent`` does
-before it starts a requeued trial: the tar streams from ``GET
+before it starts a requeued trial (and ``mado_tracking.checkpoint_cache`` for
+a same-run resume): the tar streams from ``GET
 checkpoints/{id}/tar`` (``download.stream_tar``, a broken download resumes
 with a ranged request) through ``tarverify.CheckpointVerifier`` (the one
 strict tar reader, docs/checkpoint-format.md), which checks every member

@@ -94,7 +94,7 @@ def on_resumed_start(run) -> None:
         return
     run._warn_below_step = latest["step"]
     logger.info(
-        "mado: resumed run %s at step %d; run %s has checkpoints up to step %d: call run.resume_checkpoint() "
+        "mado: resumed run %s at step %d; run %s has checkpoints up to step %d; call run.resume_checkpoint() "
         "to continue from it",
         run.external_id,
         run.step,

@@ -40,7 +40,9 @@ def _entry(tmp_path, stub, checkpoint_id: int):
 def test_the_latest_complete_checkpoint_is_extracted_read_only_and_a_pending_newer_one_is_named(stub, tmp_path, caplog):
     stub.add_checkpoint(13, 30, state="pending")
     with caplog.at_level(logging.INFO, logger="mado_tracking"), _resume(stub) as run:
-        assert "run exp-1 has checkpoints up to step 20: call run.resume_checkpoint()" in caplog.text
+        assert (
+            "run exp-1 has checkpoints up to step 20; call run.resume_checkpoint() to continue from it" in caplog.text
+        )
         checkpoint = run.resume_checkpoint()
     assert (checkpoint.step, checkpoint.id, checkpoint.source_run_id) == (20, 12, 1)
     assert checkpoint.path == _entry(tmp_path, stub, 12) / "checkpoint"
