@@ -108,6 +108,8 @@ class RunBase:
     world_size = 1
     # a resumed Run's latest complete checkpoint step until resume_checkpoint() is called or the warning is given
     _warn_below_step: int | None = None
+    # after resume_checkpoint() returned a checkpoint below the resumed Run's step floor: steps already logged
+    _replayed_below = 0
 
     def _update(self, data: dict) -> None:
         """Take the Run's fields from the server's answer ``data`` (a subclass sets ``_config`` first)."""
@@ -125,6 +127,7 @@ class RunBase:
 
         ``all_ranks``: the keys go under ``rank<k>/``. Raises ``ValueError`` /
         ``TypeError`` as ``metric_points``; ``self.step`` is unchanged then.
+        [] for a step a resumed Run logged before its stop (``resume_fetch``: the server keeps the first points).
         """
         if all_ranks:
             metrics = rank_keys(metrics, self.rank)
@@ -133,6 +136,8 @@ class RunBase:
         if self._warn_below_step is not None and step < self._warn_below_step:
             starting_below(self, step, "log_metrics")
         self.step = max(self.step, step + 1)
+        if step < self._replayed_below:
+            return []  # logged before the resume: the server keeps the first points
         return points
 
     def _starting_below(self, step, what: str) -> None:

@@ -88,6 +88,7 @@ class RankRun(RunBase):
 
     def __init__(self, *, config: config_module.Config, data: dict, step: int, ranks: Ranks, flush_timeout: float):
         self._config = config
+        self._shared = data
         self._update(data)
         self.resumed = bool(data.get("resumed"))
         self.resume_count = data.get("resume_count") or 0

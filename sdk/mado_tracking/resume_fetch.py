@@ -198,7 +198,24 @@ def _fetched(run, found: ResumeCheckpoint) -> ResumeCheckpoint:
     logger.info(
         "mado: run %s resumes from checkpoint %s at step %d (%s)", run.external_id, found.id, found.step, found.path
     )
+    _replaying(run, found)
     return found
+
+
+def _replaying(run, found: ResumeCheckpoint) -> None:
+    """Steps from the checkpoint up to the resumed Run's step floor were logged before: the server keeps those
+    points and drops new ones, so they are not sent (``RunBase._encode``) and nobody is warned per key."""
+    floor = (run._data if run.rank == 0 else run._shared).get("step_floor") or 0
+    if found.step < floor:
+        run._replayed_below = floor
+        if run.rank == 0:
+            logger.info(
+                "mado: run %s: steps %d to %d were logged before it stopped; the points this process logs for "
+                "them are not sent (the first ones stay)",
+                run.external_id,
+                found.step,
+                floor - 1,
+            )
 
 
 def for_rank(run) -> ResumeCheckpoint | None:
@@ -220,6 +237,7 @@ def for_rank(run) -> ResumeCheckpoint | None:
         return _decode(value)
     found, _ = checkpoint_cache.check(path.parent, tar_sha256=value["tar_sha256"])
     if found is not None:
+        _replaying(run, found)
         return found
     logger.info(
         "mado: rank %d: %s is not on this machine; fetching checkpoint %s into this node's cache",
@@ -229,9 +247,11 @@ def for_rank(run) -> ResumeCheckpoint | None:
     )
     client = ApiClient(run._config)
     try:
-        return checkpoint_cache.fetch(client, value["id"])
+        found = checkpoint_cache.fetch(client, value["id"])
     finally:
         client.close()
+    _replaying(run, found)
+    return found
 
 
 def _encode(found: ResumeCheckpoint) -> dict:

@@ -155,7 +155,9 @@ class Run(RunBase):
             step: int in [0, 2**63), the number of steps completed or the step index;
                 None = ``run.step``. ``run.step`` then moves past the step
                 used. After a resume the server drops points below the
-                resumed run's first step (one warning per key).
+                resumed run's first step (one warning per key); those of
+                steps from the checkpoint ``run.resume_checkpoint()``
+                returned up to there are not sent (logged before the stop).
             all_ranks: under torchrun, store this rank's values under
                 ``rank<k>/`` keys; every rank calls it (docs/design/worker.md#distributed). Without it
                 only rank 0's values are stored.
@@ -169,6 +171,8 @@ class Run(RunBase):
         if self._finishing:
             raise MadoError(f"run {self.id} is finished; log_metrics must come before finish()")
         points = self._encode(metrics, step, all_ranks)
+        if not points:
+            return
         if self._lease.lost:
             if self._sender.keep(points):
                 return

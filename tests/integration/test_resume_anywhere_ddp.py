@@ -60,6 +60,7 @@ def test_a_two_process_run_restarted_by_id_on_one_process_resumes_from_its_shard
         resumed = ddp_example(site, tmp_path / "elsewhere", "ddp-1", 1, "--output", str(weights), MMT_RESUME="must")
         assert resumed.returncode == 0, resumed.stdout + resumed.stderr
         assert f"resuming from checkpoint {checkpoints[0]['id']} at step 20 on 1 process(es)" in resumed.stdout
+        assert "dropped by the server" not in resumed.stderr, resumed.stderr
         with closing(site.client()) as client:
             assert client.request("GET", f"runs/{run['id']}/")["status"] == "finished"
             assert metric_steps(client, run["id"]) == list(range(30))

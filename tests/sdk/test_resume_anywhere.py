@@ -15,7 +15,7 @@ import mado_tracking
 from mado_tracking import CheckpointError, ResumeError, checkpoint_cache
 from mado_tracking.client import ApiClient
 from mado_tracking.config import Config
-from tests.sdk.resume_stub import ResumeStubApi
+from tests.sdk.resume_stub import ResumeStubApi, points_of
 
 
 @pytest.fixture
@@ -172,6 +172,18 @@ def test_a_process_that_resumes_from_the_checkpoint_is_not_warned(stub, caplog, 
         for step in range(start, start + 3):
             run.log_metrics({"loss": 1.0}, step=step)
     assert "without having called run.resume_checkpoint()" not in caplog.text
+
+
+def test_steps_logged_before_the_stop_are_not_sent_again_after_resuming_from_an_earlier_checkpoint(stub, caplog):
+    with caplog.at_level(logging.INFO, logger="mado_tracking"), _resume(stub) as run:
+        start = run.resume_checkpoint().step
+        for step in range(start, 30):
+            run.log_metrics({"loss": 1.0}, step=step)
+        assert run.step == 30
+    assert [step for key, step in points_of(stub)] == [27, 28, 29]  # the server keeps the first 20-26
+    assert "steps 20 to 26 were logged before it stopped; the points this process logs for them are not sent" in (
+        caplog.text
+    )
 
 
 def test_log_checkpoint_below_the_checkpoint_is_told_before_the_upload(stub, caplog, tmp_path):

@@ -68,6 +68,7 @@ def run_anywhere_flow(site: Deployment, directory: Path) -> None:
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     assert f"resuming from checkpoint {checkpoints[0]['id']} at step 20" in resumed.stdout
     assert "without having called run.resume_checkpoint()" not in resumed.stderr
+    assert "dropped by the server" not in resumed.stderr  # steps 20-26 replayed, not sent again
     cached = list((directory / "elsewhere" / ".mado" / "cache" / "checkpoints").glob("*/*/checkpoint/model.pt"))
     assert [path.parent.parent.name for path in cached] == [str(checkpoints[0]["id"])]
     with closing(site.client()) as client:
