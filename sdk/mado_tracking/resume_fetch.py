@@ -59,15 +59,19 @@ class ResumePlan:
     skipped: tuple = field(default=())
 
 
-def plan_resume(client: ApiClient, run_id: int) -> ResumePlan:
+def plan_resume(client: ApiClient, run_id: int, *, attempts: int | None = None) -> ResumePlan:
     """Walk ``GET runs/{run_id}/checkpoints/?all=1`` (newest step first) down to the first complete checkpoint.
 
-    Raises ``ApiError`` when the server refuses or cannot be reached.
+    ``attempts``: tries of each request (None: retried for ``MMT_RETRY_TIMEOUT``). Raises ``ApiError`` when the
+    server refuses or cannot be reached.
     """
     skipped, page = [], 1
     while True:
         answer = client.request(
-            "GET", f"runs/{run_id}/checkpoints/", params={"all": "1", "page_size": LIST_PAGE_SIZE, "page": page}
+            "GET",
+            f"runs/{run_id}/checkpoints/",
+            params={"all": "1", "page_size": LIST_PAGE_SIZE, "page": page},
+            attempts=attempts,
         )
         for entry in answer.get("results") or []:
             if entry.get("state") == "complete":
@@ -83,9 +87,9 @@ def on_resumed_start(run) -> None:
 
     A failed list is a warning only (``resume_checkpoint()`` asks again).
     """
-    try:
-        run._resume_plan = plan_resume(run._client, run.id)
-    except ApiError as error:
+    try:  # a few tries only: this is for a log line; resume_checkpoint() asks again, patiently
+        run._resume_plan = plan_resume(run._client, run.id, attempts=3)
+    except (MadoError, KeyError, TypeError, ValueError) as error:
         logger.warning("mado: run %s: cannot list its checkpoints (%s)", run.external_id, error)
         return
     latest = run._resume_plan.latest
@@ -110,9 +114,9 @@ def starting_below(run, step: int, what: str) -> None:
     floor = run._data.get("step_floor") or latest
     logger.warning(
         "mado: run %s was resumed and has a checkpoint at step %d, but this process calls %s at step %d without "
-        "having called run.resume_checkpoint(): it is training again from the start. Its points below step %d "
-        "are dropped and saving a step already saved fails. Load run.resume_checkpoint() before training and "
-        "loop over range(checkpoint.step, total), or start a new run (another id, or resume='never')",
+        "having called run.resume_checkpoint(): it is training again what that checkpoint holds. Its points "
+        "below step %d are dropped and saving a step already saved fails. Load run.resume_checkpoint() before "
+        "training and loop over range(checkpoint.step, total), or start a new run (another id, or resume='never')",
         run.external_id,
         latest,
         what,
