@@ -6,10 +6,13 @@ from a new, empty directory with the same ``MMT_RUN_ID`` and ``MMT_RESUME=must``
 checkpoint 20 from ``run.resume_checkpoint()`` (downloaded, verified, extracted into that directory's cache),
 finishes with the weights of an uninterrupted offline run, byte for byte, and the Run holds one curve of steps
 0-39. With the stored tar's bytes corrupted on the server, the restarted process stops before training with the
-``Checkpoint <id> … mismatch`` error and nothing is cached.
+``Checkpoint <id> … mismatch`` error and nothing is cached. ``examples/slurm/train.sbatch``, run as SLURM would
+(``srun`` and ``scontrol`` stand-ins), saves on the time-limit signal, requeues itself and resumes on another node
+(docs/integrations.md, "SLURM").
 """
 
 import os
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -108,3 +111,63 @@ def test_a_tampered_stored_checkpoint_stops_the_restarted_process_before_it_trai
     with closing(site.client()) as client:
         assert metric_steps(client, run_id) == list(range(27))  # not a step trained
         assert client.request("GET", f"runs/{run_id}/")["status"] == "failed"
+
+
+def slurm_start(site: Deployment, node: Path, job_id: str, bin_dir: Path, *, signal_after_start=None):
+    """One start of ``examples/slurm/train.sbatch`` as SLURM would run it on ``node`` (a new, empty directory
+    whose ``examples`` is the repository's): ``srun`` runs its command, ``scontrol`` records its arguments.
+    ``signal_after_start``: a signal sent to the training process once it printed its Run's URL."""
+    node.mkdir(parents=True)
+    (node / "examples").symlink_to(ROOT / "examples")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MMT_")}
+    env.update(
+        PATH=f"{bin_dir}{os.pathsep}{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}",
+        MMT_API_URL=site.url,
+        MMT_API_TOKEN=site.token,
+        MMT_PROJECT="flow",
+        SLURM_JOB_ID=job_id,
+        SLURM_TMPDIR=str(node / "local-disk"),
+        TRAINING_ARGS="--steps 3000 --checkpoint-every 1000",
+    )
+    script = subprocess.Popen(
+        ["bash", str(ROOT / "examples" / "slurm" / "train.sbatch")],
+        cwd=node,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    lines = []
+    for line in script.stdout:
+        lines.append(line)
+        if signal_after_start and line.startswith("run ") and "/runs/" in line:
+            children = subprocess.run(["pgrep", "-P", str(script.pid)], capture_output=True, text=True).stdout.split()
+            os.kill(int(children[0]), signal_after_start)
+    return script.wait(timeout=300), "".join(lines)
+
+
+def test_the_slurm_script_saves_before_the_time_limit_requeues_and_resumes_on_another_node(site, tmp_path):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "srun").write_text('#!/bin/sh\nexec "$@"\n')
+    (bin_dir / "scontrol").write_text(f'#!/bin/sh\necho "$@" >> {tmp_path}/scontrol.log\n')
+    for program in bin_dir.iterdir():
+        program.chmod(0o755)
+
+    status, output = slurm_start(site, tmp_path / "node1", "4242", bin_dir, signal_after_start=signal.SIGUSR1)
+    assert status == 128 + signal.SIGUSR1, output
+    assert "stop signal SIGUSR1: saved step" in output and "requeueing job 4242" in output
+    assert (tmp_path / "scontrol.log").read_text() == "requeue 4242\n"
+    with closing(site.client()) as client:
+        run = client.request("GET", "runs/", params={"project": "flow", "external_id": "slurm-4242"})["results"][0]
+        saved = client.request("GET", f"runs/{run['id']}/checkpoints/")["results"][0]
+    assert run["status"] == "preempted"
+    assert saved["metadata"]["preemption"]["signal"] == "SIGUSR1" and saved["signal_to_complete_s"] >= 0
+
+    status, output = slurm_start(site, tmp_path / "node2", "4242", bin_dir)
+    assert status == 0, output
+    assert f"resuming from checkpoint {saved['id']} at step {saved['step']}" in output
+    with closing(site.client()) as client:
+        assert client.request("GET", f"runs/{run['id']}/")["status"] == "finished"
+    assert (tmp_path / "scontrol.log").read_text() == "requeue 4242\n"  # a finished job is not requeued
+    assert list((tmp_path / "node2" / "local-disk" / "mado-cache" / "checkpoints").iterdir())
