@@ -125,7 +125,7 @@ class ResumableDataLoader(DataLoader):
             dataset, batch_size=batch_size, sampler=ResumableSampler(dataset, shuffle=shuffle, seed=seed), **kwargs
         )
         self.batches = 0  # batches handed out by the current pass
-        self._start_batches = 0
+        self._start: tuple[int, int] | None = None  # (epoch, batches) the next pass of that epoch starts after
 
     def __iter__(self):
         # The torch iterator is made now, not at the first batch: it draws its worker seed from the global RNG
@@ -159,7 +159,7 @@ class ResumableDataLoader(DataLoader):
             )
         epoch, position = _next_start(epoch, batches * self.batch_size, self.sampler.length)
         self.sampler.resume(epoch, position)
-        self._start_batches = position // self.batch_size
+        self._start = (epoch, position // self.batch_size)
 
 
 class _CountingIterator:
@@ -167,7 +167,9 @@ class _CountingIterator:
 
     def __init__(self, inner, loader: ResumableDataLoader):
         self._inner, self._loader = inner, loader
-        loader.batches, loader._start_batches = loader._start_batches, 0
+        start = loader._start
+        loader.batches = start[1] if start is not None and start[0] == loader.sampler.epoch else 0
+        loader._start = None
 
     def __iter__(self):
         return self
@@ -181,7 +183,10 @@ class _CountingIterator:
         return len(self._inner)
 
     def __getattr__(self, name):
-        return getattr(self._inner, name)
+        inner = self.__dict__.get("_inner")
+        if inner is None:
+            raise AttributeError(name)
+        return getattr(inner, name)
 
 
 def _check_state(state, sampler: ResumableSampler, *, position_key: str, scale: int) -> tuple[int, int]:

@@ -293,7 +293,10 @@ class MadoLogger(pl.loggers.Logger):
         if step in self._saved:
             return self._saved[step]
         path = Path(path)
-        directory = Path(tempfile.mkdtemp(prefix=f".mado-step-{step}-", dir=path.parent))
+        try:  # next to the file, so a hard link reaches it
+            directory = Path(tempfile.mkdtemp(prefix=f".mado-step-{step}-", dir=path.parent))
+        except OSError:
+            directory = Path(tempfile.mkdtemp(prefix=f"mado-step-{step}-"))
         try:
             target = directory / path.name
             try:

@@ -131,8 +131,8 @@ class MadoResume(pl.Callback):
             parts.append("optimizer")
         if checkpoint.get("lr_schedulers"):
             parts.append("scheduler")
-        if any("scaler" in key.lower() or "amp" in key.lower() for key in checkpoint):
-            parts.append("scaler")
+        if any(key.endswith("Precision") and value for key, value in checkpoint.items()):
+            parts.append("scaler")  # a precision plugin's state: the AMP gradient scaler
         mine = (checkpoint.get("callbacks") or {}).get(self.state_key) or {}
         parts.extend(f"rng.{name}" for name in sorted(mine.get("rng") or {}))
         fit_loop = ((checkpoint.get("loops") or {}).get("fit_loop") or {}).get("state_dict") or {}
@@ -199,7 +199,7 @@ class MadoResume(pl.Callback):
 
     def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
         stop = self.stop
-        self._uninstall()
+        self._forget()
         if stop is None or not stop.requested or not isinstance(exception, SystemExit):
             return
         if exception.code in (None, 0):  # Lightning's own stop on the signal: save here, leave as preempted
@@ -209,11 +209,18 @@ class MadoResume(pl.Callback):
                 stop.run.mark_preempting()
 
     def teardown(self, trainer, pl_module, stage: str) -> None:
+        self._forget()
+
+    def _forget(self) -> None:
+        """The end of a trainer call: handlers back, and no RNG state left to set at a later fit (one loaded by
+        ``validate(ckpt_path=...)`` or a fit that failed before training)."""
         self._uninstall()
+        self._loaded, self._pending_rng = False, None
 
     def _uninstall(self) -> None:
         if self.stop is not None:
             self.stop.uninstall()
+            self.stop = None
 
     def _save(self, trainer, stop) -> None:
         """Write a Lightning checkpoint of this step boundary and log it complete (``wait=True``) with the signal."""
