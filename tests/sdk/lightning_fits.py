@@ -23,7 +23,7 @@ def weights(model) -> bytes:
     """The model's ``state_dict`` as bytes (equal bytes: equal weights)."""
     buffer = io.BytesIO()
     for name, tensor in model.state_dict().items():
-        buffer.write(name.encode() + b"\0" + tensor.detach().contiguous().numpy().tobytes())
+        buffer.write(name.encode() + b"\0" + tensor.detach().cpu().contiguous().numpy().tobytes())
     return buffer.getvalue()
 
 
@@ -72,6 +72,7 @@ def fit(
     callbacks=(),
     steps: int = 40,
     save_last: bool = False,
+    accelerator: str = "cpu",
 ):
     """Fit the example's model for ``steps`` global steps, checkpointing every 10 into ``directory``; return it.
 
@@ -90,7 +91,7 @@ def fit(
         callbacks=[checkpoints, *([MadoResume()] if mado_resume else []), example.Pace(fail_at, 0), *callbacks],
         log_every_n_steps=1,
         deterministic=True,
-        accelerator="cpu",
+        accelerator=accelerator,
         devices=1,
         enable_progress_bar=False,
         enable_model_summary=False,

@@ -5,6 +5,7 @@ before the first step (docs/design/resume.md#exact-resume)."""
 import logging
 
 import pytest
+import torch
 
 from tests.sdk.lightning_fits import Events, example, fit, restore_torch_globals, weights
 
@@ -81,3 +82,14 @@ def test_a_loader_without_state_dict_is_named_before_the_first_resumed_step(runs
     assert message.startswith("mado: data position not restored: DataLoader has no state_dict")
     assert "epoch 1 resumes at batch 4 of 16" in message and "ResumableDataLoader" in message
     assert seen[warnings[0] + 1] == ("step", 20)  # said before the first step, which is step 20
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_on_a_gpu_the_cuda_rng_is_saved_and_the_resumed_fit_is_byte_identical(tmp_path):
+    reference = weights(fit(tmp_path / "reference", accelerator="gpu"))
+    with pytest.raises(example.SimulatedFailure):
+        fit(tmp_path / "failed", fail_at=27, accelerator="gpu")
+    saved = torch.load(tmp_path / "failed" / "epoch=1-step=20.ckpt", weights_only=True, map_location="cpu")
+    assert "cuda" in saved["callbacks"]["MadoResume"]["rng"]
+    resumed = fit(tmp_path / "resumed", ckpt_path=tmp_path / "failed" / "epoch=1-step=20.ckpt", accelerator="gpu")
+    assert weights(resumed) == reference
