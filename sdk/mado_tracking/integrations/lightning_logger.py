@@ -113,6 +113,9 @@ class MadoLogger(pl.loggers.Logger):
     uploaded in the background (``wait=False``) with ``framework="lightning"`` and ``training_state`` metadata;
     ``finalize("success")`` → ``finished``, ``finalize("failed")`` → ``failed`` (``preempted`` after a stop
     signal, see ``MadoResume``).
+
+    Starting the Run raises what ``start_run`` raises (``ConfigError``, ``ApiError``, ``ValueError``), from the
+    Lightning hook that needed it; a ``flatten_parameters`` refusal of ``parameters`` raises ``ValueError`` here.
     """
 
     def __init__(
