@@ -209,7 +209,7 @@ def batches(accelerator, loader, *, epochs: int | None = None):
 
     Sets the loader's epoch before each one (``loader.set_epoch``), skips the batches of a resumed epoch already
     trained on (``accelerator.skip_first_batches``; a ``StatefulDataLoader`` resumes by itself) and counts what it
-    yields for ``save_state``. ``epochs``: stop after that many epochs in all (counted from epoch 0, the resumed
+    yields for ``save_state``. Called again for the same loader, it goes on where the previous one stopped. ``epochs``: stop after that many epochs in all (counted from epoch 0, the resumed
     ones included); None: never (break out of the loop). Stops when an epoch yields nothing.
 
     Raises ``ValueError`` (at the first ``next``) when ``loader`` did not go through ``accelerator.prepare``.
@@ -218,7 +218,8 @@ def batches(accelerator, loader, *, epochs: int | None = None):
 
     index = _loader_index(accelerator, loader)
     state = _state(accelerator)
-    position = _normalised(state.restored.pop(index, DataPosition()), loader)
+    start = state.restored.pop(index, None) or state.live.get(index) or DataPosition()
+    position = _normalised(DataPosition(start.epoch, start.batches), loader)
     stateful = bool(getattr(loader, "use_stateful_dataloader", False))
     while epochs is None or position.epoch < epochs:
         skip = 0 if stateful else position.batches
