@@ -105,18 +105,19 @@ def save_state(accelerator, run, step: int, directory=None, *, wait: bool = Fals
     Run's checkpoint at ``step`` (framework ``accelerate``; docs/design/checkpoints.md#save-and-restore, #metadata).
 
     ``step``: the loop's global step, steps completed (int >= 0): a resumed loop goes on from it.
-    ``directory``: where the step directory goes (str or path, the same on every process: a shared file system
-    across nodes, since each process writes its RNG state there); a ``step-<step>`` left there is replaced and the
-    files are made read-only, so the snapshot hard-links them. None: a directory of this process's mado cache
-    (``MMT_CACHE_DIR``, else ``.mado/cache``), removed once mado holds the files. ``wait``: False returns once the
-    files are snapshotted and uploads in the background (``run.finish()`` waits); True once the checkpoint is
-    complete. ``metadata``: a JSON object kept with the checkpoint; its keys win over the ``training_state`` this
-    function writes (what the directory holds, the data position of ``batches``).
+    ``directory``: where the step directory goes (str or path, the same on every process; with several nodes one
+    file system they all share, each process writes its RNG state into it); a ``step-<step>`` left there is
+    replaced and the files are made read-only, so the snapshot hard-links them. None: a new directory in the main
+    process's mado cache (``MMT_CACHE_DIR``, else ``.mado/cache``), removed once mado holds the files.
+    ``wait``: False returns once the files are snapshotted and uploads in the background (``run.finish()`` waits);
+    True once the checkpoint is complete. ``metadata``: a JSON object kept with the checkpoint; its keys win over
+    the ``training_state`` this function writes (what the directory holds, the data position of ``batches``).
 
     ``run`` is only used on the main process (may be None on the others). Returns, on the main process, what
     ``run.log_checkpoint`` returns (``SavedCheckpoint``, or a ``Future`` of it with ``wait=False``); None on the
-    others. Raises ``ValueError`` before anything is written for a bad ``step`` or ``metadata``, or when the
-    accelerator names its checkpoints itself (``automatic_checkpoint_naming``); on the main process the errors of
+    others. Raises ``ValueError`` before anything is written for a bad ``step`` or ``metadata``, when the
+    accelerator names its checkpoints itself (``automatic_checkpoint_naming``), or for ``directory`` None on
+    several nodes; on the main process the errors of
     ``run.log_checkpoint`` (``CheckpointError``, ``ApiError``, ``MadoError``), after the other processes were let go.
     """
     if isinstance(step, bool) or not isinstance(step, int) or step < 0:
@@ -132,6 +133,8 @@ def save_state(accelerator, run, step: int, directory=None, *, wait: bool = Fals
     if main and run is None:
         raise ValueError("run: the main process needs the Run to log the checkpoint to (start_run's result)")
     managed = directory is None
+    if managed and accelerator.num_processes > int(os.environ.get("LOCAL_WORLD_SIZE", accelerator.num_processes)):
+        raise ValueError("directory: with several nodes, pass a directory on a file system every node shares")
     target = _step_directory(accelerator, directory, step)
     if main and target.exists():
         shutil.rmtree(target)
@@ -169,16 +172,17 @@ def load_state(accelerator, run) -> int:
     (``run.resume_checkpoint()``, docs/design/resume.md#in-the-code) with ``accelerator.load_state``; return its step
     (steps completed: continue the loop from there, docs/design/resume.md#steps-continue), or 0 when not resuming.
 
-    The main process asks for the checkpoint and tells the others, so every process restores the same one (its
-    directory must be visible to all of them). ``accelerator.load_state`` only reads the directory, which a Job's
-    worker extracts read-only. Before training starts it warns (logger ``mado_tracking``) when the checkpoint
-    cannot put the data back where it was: no data position recorded (the loop did not iterate with ``batches``),
-    a mid-epoch position of a loader whose epoch order comes from the global RNG, or no RNG state for this
-    process (a different number of processes).
+    The first process of each node asks ``run`` (so ``run`` may be None on the others) and its node's processes
+    restore what it found; all of them must find the same step. ``accelerator.load_state`` only reads the
+    directory, which a Job's worker extracts read-only. Before training starts it warns (logger ``mado_tracking``)
+    when the checkpoint cannot put the data back where it was: no data position recorded (the loop did not iterate
+    with ``batches``), a mid-epoch position of a loader whose epoch order comes from the global RNG, or no RNG
+    state for this process (a different number of processes).
 
     Raises ``ValueError`` when no model was prepared yet; what ``run.resume_checkpoint()`` raises (``ResumeError``
-    when the resume variables disagree) on the main process and ``MadoError`` naming it on the others; what
-    ``accelerator.load_state`` raises for a checkpoint of another layout.
+    when the resume variables disagree) on the process that asked and ``MadoError`` naming it on the others, also
+    when the nodes found different steps; what ``accelerator.load_state`` raises for a checkpoint of another
+    layout.
     """
     if not getattr(accelerator, "_models", None):
         raise ValueError("accelerator: call accelerator.prepare(model, optimizer, ...) before load_state")
@@ -209,8 +213,9 @@ def batches(accelerator, loader, *, epochs: int | None = None):
 
     Sets the loader's epoch before each one (``loader.set_epoch``), skips the batches of a resumed epoch already
     trained on (``accelerator.skip_first_batches``; a ``StatefulDataLoader`` resumes by itself) and counts what it
-    yields for ``save_state``. Called again for the same loader, it goes on where the previous one stopped. ``epochs``: stop after that many epochs in all (counted from epoch 0, the resumed
-    ones included); None: never (break out of the loop). Stops when an epoch yields nothing.
+    yields for ``save_state``. Called again for the same loader, it goes on where the previous one stopped.
+    ``epochs``: stop after that many epochs in all (counted from epoch 0, the resumed ones included); None: never
+    (break out of the loop). Stops when an epoch yields nothing.
 
     Raises ``ValueError`` (at the first ``next``) when ``loader`` did not go through ``accelerator.prepare``.
     """
@@ -311,21 +316,38 @@ def _from_main(accelerator, value):
 
 
 def _shared_resume_checkpoint(accelerator, run):
-    """``(path, step, id)`` of the main process's ``run.resume_checkpoint()`` on every process, or None."""
-    answer = None
-    if accelerator.is_main_process:
+    """``(path, step, id)`` of ``run.resume_checkpoint()`` as the first process of this node found it, or None.
+
+    One process per node asks (a same-run resume may download the checkpoint into the node's cache); every process
+    raises when one of them failed or the nodes found different steps, so none trains from another state.
+    """
+    answer, failure = None, None
+    if accelerator.is_local_main_process:
         try:
             found = run.resume_checkpoint() if run is not None else None
-        except Exception as error:
-            _from_main(accelerator, {"error": f"{type(error).__name__}: {error}"})
-            raise
-        answer = None if found is None else {"checkpoint": (str(found.path), found.step, found.id)}
-    answer = _from_main(accelerator, answer)
-    if answer is None:
-        return None
-    if "error" in answer:
-        raise MadoError(f"process {accelerator.process_index}: the main process could not resume: {answer['error']}")
-    return answer["checkpoint"]
+            answer = None if found is None else (str(found.path), found.step, found.id)
+        except Exception as error:  # every process must hear of it, or the others wait for ever
+            failure, answer = error, f"{type(error).__name__}: {error}"
+    if accelerator.num_processes == 1:
+        answers = [(0, answer)]
+    else:
+        from accelerate.utils import gather_object
+
+        mine = (accelerator.process_index - accelerator.local_process_index, answer)
+        answers = gather_object([mine if accelerator.is_local_main_process else None])
+    if failure is not None:
+        raise failure
+    found = {node: answer for entry in answers if entry is not None for node, answer in [entry]}
+    errors = [answer for answer in found.values() if isinstance(answer, str)]
+    if errors:
+        raise MadoError(f"process {accelerator.process_index}: another process could not resume: {errors[0]}")
+    steps = {None if answer is None else answer[1] for answer in found.values()}
+    if len(steps) > 1:
+        raise MadoError(
+            f"the nodes found different checkpoints to resume from (steps {sorted(steps, key=str)}): "
+            "pass the Run to load_state on every process"
+        )
+    return found[accelerator.process_index - accelerator.local_process_index]
 
 
 def _loader_index(accelerator, loader) -> int:
