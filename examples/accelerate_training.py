@@ -16,8 +16,8 @@ each epoch an order of its own): the final weights are those of an uninterrupted
 with an error at step S; ``--output PATH`` writes the final weights as safetensors (byte-comparable); SIGTERM or
 SIGUSR1 saves at the end of the step, waits until that checkpoint is complete and exits as preempted.
 ``--offline`` needs no server and records into the directory of ``--output``. Several processes work too
-(``accelerate launch --cpu --num_processes 2 accelerate_training.py ...``): each trains on its share of every
-batch and the main process uploads.
+(``accelerate launch --multi_gpu --num_processes 2 accelerate_training.py ...``, or ``torchrun --standalone
+--nproc-per-node 2``; CPU only here): each trains on batches of its own and the main process uploads.
 """
 
 import argparse
