@@ -219,6 +219,8 @@ def test_misuse_is_refused_naming_what_to_do(tmp_path):
     accelerator, *_ = _prepared()
     with pytest.raises(ValueError, match="run"):
         mado_accelerate.save_state(accelerator, None, 1, tmp_path / "ckpt")
+    with pytest.raises(ValueError, match="every process needs its Run"):
+        mado_accelerate.load_state(accelerator, None)
     with pytest.raises(MadoError, match="no stop signal"):
         mado_accelerate.save_and_exit(accelerator, None, 1)
     naming, *_ = _prepared(

@@ -172,17 +172,18 @@ def load_state(accelerator, run) -> int:
     (``run.resume_checkpoint()``, docs/design/resume.md#in-the-code) with ``accelerator.load_state``; return its step
     (steps completed: continue the loop from there, docs/design/resume.md#steps-continue), or 0 when not resuming.
 
-    The first process of each node asks ``run`` (so ``run`` may be None on the others) and its node's processes
-    restore what it found; all of them must find the same step. ``accelerator.load_state`` only reads the
-    directory, which a Job's worker extracts read-only. Before training starts it warns (logger ``mado_tracking``)
-    when the checkpoint cannot put the data back where it was: no data position recorded (the loop did not iterate
-    with ``batches``), a mid-epoch position of a loader whose epoch order comes from the global RNG, or no RNG
-    state for this process (a different number of processes).
+    Every process asks its own ``run`` (``start_run`` on every process: under torchrun rank 0 finds the checkpoint
+    and the others get the same one, on their node); all of them must find the same step.
+    ``accelerator.load_state`` only reads the directory, which a Job's worker extracts read-only, as does a same-run
+    resume into the cache. Before training starts it warns (logger ``mado_tracking``) when the checkpoint cannot
+    put the data back where it was: no data position recorded (the loop did not iterate with ``batches``), a
+    mid-epoch position of a loader whose epoch order comes from the global RNG, or no RNG state for this process
+    (a different number of processes).
 
-    Raises ``ValueError`` when no model was prepared yet; what ``run.resume_checkpoint()`` raises (``ResumeError``
-    when the resume variables disagree) on the process that asked and ``MadoError`` naming it on the others, also
-    when the nodes found different steps; what ``accelerator.load_state`` raises for a checkpoint of another
-    layout.
+    Raises ``ValueError`` when no model was prepared yet or ``run`` is None; what ``run.resume_checkpoint()``
+    raises (``ResumeError``, ``CheckpointError``, ``ApiError``) on the process it failed on and ``MadoError``
+    naming it on the others, also when the processes found different steps; what ``accelerator.load_state``
+    raises for a checkpoint of another layout.
     """
     if not getattr(accelerator, "_models", None):
         raise ValueError("accelerator: call accelerator.prepare(model, optimizer, ...) before load_state")
@@ -316,38 +317,35 @@ def _from_main(accelerator, value):
 
 
 def _shared_resume_checkpoint(accelerator, run):
-    """``(path, step, id)`` of ``run.resume_checkpoint()`` as the first process of this node found it, or None.
+    """``(path, step, id)`` of this process's ``run.resume_checkpoint()``, or None.
 
-    One process per node asks (a same-run resume may download the checkpoint into the node's cache); every process
-    raises when one of them failed or the nodes found different steps, so none trains from another state.
+    Every process asks its own Run handle: under torchrun the SDK has rank 0 find the checkpoint and the others
+    get the same one, fetched into their node's cache when rank 0's directory is not on their machine. Every process
+    raises when one of them failed or they found different steps, so none trains from another state.
     """
-    answer, failure = None, None
-    if accelerator.is_local_main_process:
-        try:
-            found = run.resume_checkpoint() if run is not None else None
-            answer = None if found is None else (str(found.path), found.step, found.id)
-        except Exception as error:  # every process must hear of it, or the others wait for ever
-            failure, answer = error, f"{type(error).__name__}: {error}"
+    found, failure, answer = None, None, None
+    try:
+        if run is None:
+            raise ValueError("run: every process needs its Run to resume (start_run on every process)")
+        found = run.resume_checkpoint()
+        answer = None if found is None else found.step
+    except Exception as error:  # every process must hear of it, or the others would wait for ever
+        failure, answer = error, f"{type(error).__name__}: {error}"
     if accelerator.num_processes == 1:
-        answers = [(0, answer)]
+        answers = [answer]
     else:
         from accelerate.utils import gather_object
 
-        mine = (accelerator.process_index - accelerator.local_process_index, answer)
-        answers = gather_object([mine if accelerator.is_local_main_process else None])
+        answers = gather_object([answer])
     if failure is not None:
         raise failure
-    found = {node: answer for entry in answers if entry is not None for node, answer in [entry]}
-    errors = [answer for answer in found.values() if isinstance(answer, str)]
+    errors = [answer for answer in answers if isinstance(answer, str)]
     if errors:
         raise MadoError(f"process {accelerator.process_index}: another process could not resume: {errors[0]}")
-    steps = {None if answer is None else answer[1] for answer in found.values()}
-    if len(steps) > 1:
-        raise MadoError(
-            f"the nodes found different checkpoints to resume from (steps {sorted(steps, key=str)}): "
-            "pass the Run to load_state on every process"
-        )
-    return found[accelerator.process_index - accelerator.local_process_index]
+    if len(set(answers)) > 1:
+        shown = ", ".join(f"process {index}: {answer}" for index, answer in enumerate(answers))
+        raise MadoError(f"the processes found different checkpoints to resume from (steps {shown})")
+    return None if found is None else (str(found.path), found.step, found.id)
 
 
 def _loader_index(accelerator, loader) -> int:
