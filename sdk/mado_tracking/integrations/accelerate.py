@@ -27,9 +27,9 @@ Every process calls every function here at the same point of the loop: ``acceler
 collectives under FSDP and DeepSpeed, and each process writes its own RNG state. The main process
 (``accelerator.is_main_process``) uploads; the others wait at a barrier until it has snapshotted the directory.
 
-Data position: ``accelerator.save_state`` restores the model, optimizer, schedulers, scaler, RNGs, the step
-counter of ``accelerator.accumulate`` and registered objects, but where a plain ``DataLoader`` stood in its
-epoch only with ``torchdata``'s ``StatefulDataLoader`` (``use_stateful_dataloader``). ``batches`` therefore
+Data position: ``accelerator.save_state`` and ``load_state`` keep the model, optimizer, schedulers, scaler, RNGs,
+the step counter of ``accelerator.accumulate`` and registered objects, but where a plain ``DataLoader`` stood in
+its epoch only with ``torchdata``'s ``StatefulDataLoader`` (``use_stateful_dataloader``). ``batches`` therefore
 counts the epoch and the batches already drawn from it; ``save_state`` writes them to ``mado_data_position.json``
 and a resumed ``batches`` starts that epoch again with ``accelerator.skip_first_batches``. The resume is exact
 when the order of an epoch depends on the epoch alone: ``DataLoaderConfiguration(use_seedable_sampler=True)``
@@ -237,7 +237,7 @@ def batches(accelerator, loader, *, epochs: int | None = None):
         yielded = 0
         while True:
             # the first fetch of a resumed epoch: the loader's start-of-epoch RNG draw is in the restored state already
-            rng = torch.get_rng_state() if skip and yielded == 0 else None
+            rng = torch.get_rng_state() if position.batches and yielded == 0 else None
             try:
                 batch = next(iterator)
             except StopIteration:
