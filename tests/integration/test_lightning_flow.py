@@ -13,7 +13,7 @@ except ImportError:
     pass
 
 
-@pytest.mark.slow  # about 85 s on two cores: a deployment and three Jobs, each importing torch and lightning
+@pytest.mark.slow  # 50 to 85 s on two cores: a deployment and three Jobs, each importing torch and lightning
 def test_a_lightning_fit_failed_at_27_and_resumed_from_20_ends_byte_identical(
     postgres_url,  # noqa: F811 - the fixture
     redis_url,
