@@ -37,6 +37,9 @@ but the stage is not recorded (online only). Without the flag nothing changes.
 Each checkpoint also holds ``data.json``: the dataset version ids it was trained on (``MMT_DATASET_VERSION_IDS``).
 A Job that continues from it with another data mix (``MMT_START_KIND=continue`` and other ids) resets the data
 position (the batch order starts afresh instead of skipping into the new data as if it had been seen) and says so.
+SIGTERM or SIGUSR1 (a scheduler's notice, ``mado_tracking.preemption``) saves the state at the end of the current
+step, waits until that checkpoint is complete and exits with 128 + the signal number: the Run ends ``preempted`` and
+resumes from that step (``examples/slurm/``).
 A checkpoint already at ``--steps`` leaves nothing to train, and the program says so: continue it with a code
 version whose ``--steps`` is higher.
 """
@@ -56,6 +59,7 @@ from sklearn.datasets import load_digits
 from torch import nn
 
 import mado_tracking
+from mado_tracking import preemption
 from mado_tracking.torch import load_checkpoint, save_checkpoint
 
 HIDDEN = 64
@@ -211,6 +215,7 @@ def train(
     fail_at_step: int | None = None,
     add_dataset_at_step: int | None = None,
     stage_ids: list[int] | None = None,
+    stop: preemption.Preemption | None = None,
 ) -> dict:
     """Run steps ``start_step .. steps-1``, logging ``train.loss`` and ``train.accuracy`` at each step index.
 
@@ -218,7 +223,9 @@ def train(
     completed; reaching ``fail_at_step`` raises ``SimulatedFailure``. From
     ``add_dataset_at_step`` on the batches come from ``with_added_dataset``;
     when that switch happens in this loop the stage is recorded with
-    ``stage_ids`` (a run resumed past it starts on the switched data).
+    ``stage_ids`` (a run resumed past it starts on the switched data). Once
+    ``stop`` saw a stop signal, the step's state is saved (the checkpoint
+    records the signal) and the program exits as preempted.
     """
     if add_dataset_at_step is not None and start_step > add_dataset_at_step:
         data = with_added_dataset(data)
@@ -236,7 +243,8 @@ def train(
             index = torch.randint(0, x.shape[0], (batch_size,), generator=generator)
             loss, accuracy = train_step(model, optimizer, x[index], y[index])
             run.log_metrics({"train.loss": loss, "train.accuracy": accuracy}, step=step)
-            if checkpoint_every and (step + 1) % checkpoint_every == 0:
+            stopping = stop is not None and stop.requested
+            if stopping or (checkpoint_every and (step + 1) % checkpoint_every == 0):
                 save_checkpoint(
                     scratch, model=model, optimizer=optimizer, step=step + 1, generators={"batches": generator}
                 )
@@ -249,8 +257,17 @@ def train(
                         }
                     )
                 )
-                saved = run.log_checkpoint(scratch, step=step + 1, includes_optimizer=True, framework="torch")
+                saved = run.log_checkpoint(
+                    scratch,
+                    step=step + 1,
+                    includes_optimizer=True,
+                    framework="torch",
+                    metadata=stop.metadata() if stopping else None,
+                )
                 last_checkpoint_id = getattr(saved, "id", None)
+            if stopping:
+                print(f"stop signal {stop.signal_name}: saved step {step + 1}, exiting as preempted", flush=True)
+                stop.exit()
     return {"train.loss": loss, "train.accuracy": accuracy}
 
 
@@ -363,6 +380,7 @@ def main(argv: list[str] | None = None) -> int:
                 batch_size=args.batch_size,
                 checkpoint_every=args.checkpoint_every,
                 fail_at_step=args.fail_at_step,
+                stop=preemption.install(run),
                 add_dataset_at_step=args.add_dataset_at_step,
                 stage_ids=getattr(args, "stage_ids", None),
             )
