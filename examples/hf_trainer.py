@@ -158,22 +158,20 @@ def main(argv: list[str] | None = None) -> int:
             callbacks=callbacks,
         )
         checkpoint = resume_from_checkpoint(trainer)  # starts the Run; None unless resuming
-        run = mado.run
-        print(f"run {run.id} ({run.external_id}): {run.url}", flush=True)
+        print(f"run {mado.run.id} ({mado.run.external_id}): {mado.run.url}", flush=True)
         if checkpoint is not None:
             print(f"resuming from {checkpoint}", flush=True)
         try:
-            result = trainer.train(resume_from_checkpoint=checkpoint)
+            with mado.run:  # leaving the block finishes the Run: failed on an exception, preempted on a stop signal
+                result = trainer.train(resume_from_checkpoint=checkpoint)
         except SimulatedFailure as failure:
             print(f"failed: {failure}", file=sys.stderr, flush=True)
             return 1
     if args.output:
         Path(args.output).parent.mkdir(parents=True, exist_ok=True)
         save_file({key: value.contiguous() for key, value in model.state_dict().items()}, args.output)
-    print(
-        f"global steps {result.global_step} in {time.monotonic() - started:.1f} s: mean loss {result.training_loss:.4f}",
-        flush=True,
-    )
+    seconds = time.monotonic() - started
+    print(f"global steps {result.global_step} in {seconds:.1f} s: mean loss {result.training_loss:.4f}", flush=True)
     return 0
 
 

@@ -6,17 +6,22 @@ latest checkpoint (step 20) as a new Run and ends with the weights of an uninter
 
 from contextlib import closing
 
+import pytest
+
 from tests.integration.framework_flow import fail_resume_and_compare, full_site, metric_steps
 
 ARGS = ["--steps", "40", "--checkpoint-every", "10"]
 
 
+@pytest.mark.slow  # about 100 s on two cores: a deployment, three Jobs, each importing torch and transformers
 def test_a_trainer_job_failing_at_step_27_resumes_from_step_20_and_ends_with_the_uninterrupted_weights(
     postgres_url, redis_url, moto_endpoint, tmp_path
 ):
     with full_site(tmp_path, postgres_url=postgres_url, redis_url=redis_url, moto_endpoint=moto_endpoint) as site:
         flow = fail_resume_and_compare(site, tmp_path, script="hf_trainer.py", args=ARGS)
         assert "failed: --fail-at-step 27: stopping at global step 27" in flow.failed_log
+        assert (flow.failed["status"], flow.failed["run_status"]) == ("failed", "failed")
+        assert (flow.resumed["status"], flow.resumed["run_status"]) == ("succeeded", "finished")
         assert "resuming from " in flow.resumed_log
         # every checkpoint-N the Trainer saved became a Checkpoint at its global step
         assert [(c["step"], c["state"], c["framework"], c["includes_optimizer"]) for c in flow.checkpoints] == [
