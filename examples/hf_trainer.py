@@ -21,7 +21,6 @@ no server and records into the directory of ``--output``.
 import argparse
 import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -58,7 +57,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--name", default=None, help="name of the Run")
     parser.add_argument("--fail-at-step", type=int, default=None, metavar="S", help="raise at global step S")
     parser.add_argument("--output", default=None, metavar="PATH", help="write the final weights (safetensors)")
-    parser.add_argument("--output-dir", default=None, help="the Trainer's output_dir (default: a temporary one)")
+    parser.add_argument(
+        "--output-dir",
+        default="hf-trainer-output",
+        help="the Trainer's output_dir, shared by all processes under torchrun (default ./hf-trainer-output)",
+    )
     parser.add_argument("--offline", action="store_true", help="no server: record into the directory of --output")
     args = parser.parse_args(argv)
     if args.steps < 1:
@@ -149,24 +152,23 @@ def main(argv: list[str] | None = None) -> int:
     mado = MadoCallback(project=args.project, name=args.name, **offline)
     callbacks = [mado] + ([FailAtStep(args.fail_at_step)] if args.fail_at_step is not None else [])
     started = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="hf-trainer-") as scratch:
-        trainer = Trainer(
-            model=model,
-            args=training_arguments(args, args.output_dir or scratch),
-            train_dataset=TokenRule(TRAIN_EXAMPLES, DATA_SEED),
-            eval_dataset=TokenRule(EVAL_EXAMPLES, DATA_SEED + 1),
-            callbacks=callbacks,
-        )
-        checkpoint = resume_from_checkpoint(trainer)  # starts the Run; None unless resuming
-        print(f"run {mado.run.id} ({mado.run.external_id}): {mado.run.url}", flush=True)
-        if checkpoint is not None:
-            print(f"resuming from {checkpoint}", flush=True)
-        try:
-            with mado.run:  # leaving the block finishes the Run: failed on an exception, preempted on a stop signal
-                result = trainer.train(resume_from_checkpoint=checkpoint)
-        except SimulatedFailure as failure:
-            print(f"failed: {failure}", file=sys.stderr, flush=True)
-            return 1
+    trainer = Trainer(
+        model=model,
+        args=training_arguments(args, args.output_dir),
+        train_dataset=TokenRule(TRAIN_EXAMPLES, DATA_SEED),
+        eval_dataset=TokenRule(EVAL_EXAMPLES, DATA_SEED + 1),
+        callbacks=callbacks,
+    )
+    checkpoint = resume_from_checkpoint(trainer)  # starts the Run; None unless resuming
+    print(f"run {mado.run.id} ({mado.run.external_id}): {mado.run.url}", flush=True)
+    if checkpoint is not None:
+        print(f"resuming from {checkpoint}", flush=True)
+    try:
+        with mado.run:  # leaving the block finishes the Run: failed on an exception, preempted on a stop signal
+            result = trainer.train(resume_from_checkpoint=checkpoint)
+    except SimulatedFailure as failure:
+        print(f"failed: {failure}", file=sys.stderr, flush=True)
+        return 1
     if args.output:
         Path(args.output).parent.mkdir(parents=True, exist_ok=True)
         save_file({key: value.contiguous() for key, value in model.state_dict().items()}, args.output)

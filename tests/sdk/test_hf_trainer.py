@@ -8,6 +8,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -189,29 +190,40 @@ def test_training_state_lists_the_parts_a_distributed_checkpoint_holds(tmp_path)
     assert "scaler" not in state["parts"] and "data_position" not in state["parts"]
 
 
-@pytest.mark.django_db(transaction=True)
-def test_sigterm_mid_training_saves_a_complete_checkpoint_and_the_run_ends_preempted(mmt_env, tmp_path, token_of):
-    from checkpoints.models import Checkpoint
-    from runs.models import Run, RunStatus
-
+def _sigterm_after_the_first_log(argv: list[str], env: dict, cwd: Path, *, one_child: bool = False) -> subprocess.Popen:
+    """Start ``argv`` in a process group of its own; once the Trainer printed its first logged step, SIGTERM the
+    group (as a Job's runner does), or with ``one_child`` only one of its child processes; return it ended."""
     child = subprocess.Popen(
-        [sys.executable, str(EXAMPLE), "--steps", "100000", "--checkpoint-every", "0", "--name", "sigterm"],
-        env={**os.environ, **mmt_env, "HF_HUB_OFFLINE": "1"},
-        cwd=tmp_path,
+        argv,
+        env={**os.environ, **env, "HF_HUB_OFFLINE": "1"},
+        cwd=cwd,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        start_new_session=True,
     )
     try:
         for line in child.stdout:  # the Trainer prints one line per logged step
             if line.startswith("{'loss'"):
                 break
-        child.send_signal(signal.SIGTERM)
-        out, err = child.communicate(timeout=120)
+        if one_child:
+            children = Path(f"/proc/{child.pid}/task/{child.pid}/children").read_text().split()
+            os.kill(int(children[-1]), signal.SIGTERM)
+        else:
+            os.killpg(child.pid, signal.SIGTERM)
+        child.out, child.err = child.communicate(timeout=120)
     finally:
         child.kill()
-    assert child.returncode == 128 + signal.SIGTERM, err
-    run = Run.objects.get(name="sigterm")
+    return child
+
+
+def _preempted_checkpoint(name: str, env: dict):
+    """The one Checkpoint of Run ``name``, asserted complete, saved on SIGTERM at its global step, the Run preempted;
+    returns ``(row, API resource)``."""
+    from checkpoints.models import Checkpoint
+    from runs.models import Run, RunStatus
+
+    run = Run.objects.get(name=name)
     assert run.status == RunStatus.PREEMPTED
     checkpoint = Checkpoint.objects.get(run=run)
     state = checkpoint.metadata["training_state"]
@@ -219,9 +231,34 @@ def test_sigterm_mid_training_saves_a_complete_checkpoint_and_the_run_ends_preem
     assert checkpoint.framework == "transformers" and checkpoint.includes_optimizer
     assert checkpoint.metadata["preemption"]["signal"] == "SIGTERM"
     resource = requests.get(
-        f"{mmt_env['MMT_API_URL']}/api/v1/checkpoints/{checkpoint.pk}/",
-        headers={"Authorization": f"Bearer {mmt_env['MMT_API_TOKEN']}"},
+        f"{env['MMT_API_URL']}/api/v1/checkpoints/{checkpoint.pk}/",
+        headers={"Authorization": f"Bearer {env['MMT_API_TOKEN']}"},
         timeout=10,
     ).json()
     assert 0 <= resource["signal_to_complete_s"] < 60
-    assert "trainer_state.json" in {entry["path"] for entry in resource["manifest"]}
+    return checkpoint, resource
+
+
+@pytest.mark.django_db(transaction=True)
+def test_sigterm_mid_training_saves_a_complete_checkpoint_and_the_run_ends_preempted(mmt_env, tmp_path):
+    argv = [sys.executable, str(EXAMPLE), "--steps", "100000", "--checkpoint-every", "0", "--name", "sigterm"]
+    child = _sigterm_after_the_first_log(argv, mmt_env, tmp_path)
+    assert child.returncode == 128 + signal.SIGTERM, child.err
+    _, resource = _preempted_checkpoint("sigterm", mmt_env)
+    assert {"trainer_state.json", "optimizer.pt", "rng_state.pth"} <= {entry["path"] for entry in resource["manifest"]}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_under_torchrun_sigterm_to_one_rank_stops_both_at_one_step_with_each_ranks_random_state(mmt_env, tmp_path):
+    from tests.deployment import free_port
+
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port"]
+    argv = [*torchrun, str(free_port()), str(EXAMPLE), "--steps", "100000", "--checkpoint-every", "0"]
+    child = _sigterm_after_the_first_log([*argv, "--name", "ddp"], mmt_env, tmp_path, one_child=True)
+    saving = re.findall(r"SIGTERM received: saving checkpoint-(\d+)", child.err)
+    assert len(saving) == 2 and saving[0] == saving[1], child.err  # the rank not signalled stops at the same step
+    checkpoint, resource = _preempted_checkpoint("ddp", mmt_env)
+    assert {"rng_state_0.pth", "rng_state_1.pth"} <= {entry["path"] for entry in resource["manifest"]}
+    assert checkpoint.metadata["training_state"]["parts"]["rng.torch"] == {
+        "files": ["rng_state_0.pth", "rng_state_1.pth"]
+    }

@@ -351,6 +351,14 @@ class MadoCallback(TrainerCallback):
             self._warn("missing", f"mado: {directory} not found (a trial's own directory?); checkpoints not logged")
             return
         metadata = training_state(directory, step)
+        world_size = getattr(args, "world_size", 1)
+        missing = [k for k in range(world_size) if world_size > 1 and not (directory / f"rng_state_{k}.pth").is_file()]
+        if missing:
+            self._warn(
+                "rng",
+                f"mado: {directory} lacks rng_state_<k>.pth of process(es) {missing}: args.output_dir is not shared "
+                "by all processes, so a resume cannot restore their random state",
+            )
         if self._stopping:
             metadata.update(self._stop.metadata())
         parts = metadata["training_state"]["parts"]
