@@ -126,12 +126,14 @@ def test_logs_become_train_and_eval_metrics_at_the_global_step_and_text_is_left_
     args = TrainingArguments(output_dir=str(tmp_path / "out"), use_cpu=True, report_to="none")
     state = TrainerState(is_world_process_zero=True)
     state.global_step = 7
+    handler = signal.getsignal(signal.SIGTERM)
     with caplog.at_level(logging.WARNING, logger="mado_tracking"):
         callback.on_log(args, state, None, logs={"loss": 0.5, "learning_rate": 1e-3, "epoch": 0.25})
         callback.on_log(args, state, None, logs={"eval_loss": 0.25, "eval_runtime": 0.1, "note": "text"})
         callback.on_log(args, state, None, logs={"note": "again"})
     state.is_world_process_zero = False
     callback.on_log(args, state, None, logs={"loss": 9.0})  # another process: nothing
+    assert signal.getsignal(signal.SIGTERM) is handler  # logging alone (an evaluation) leaves the signals alone
     callback.run.finish()
     points = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert {(p["key"], p["step"], p["value"]) for p in points} == {
@@ -179,6 +181,27 @@ def test_wrong_arguments_are_refused_before_anything_starts(tmp_path):
 
     with pytest.raises(ValueError, match="no MadoCallback"):
         resume_from_checkpoint(NoMado())
+
+
+def test_a_save_on_a_stop_signal_that_cannot_be_logged_says_why_and_still_exits_preempted(tmp_path, caplog):
+    from mado_tracking.preemption import Preemption
+
+    checkpoint = tmp_path / "out" / "checkpoint-5"
+    checkpoint.mkdir(parents=True)
+    (checkpoint / "trainer_state.json").write_text('{"global_step": 5}')
+    args = TrainingArguments(output_dir=str(tmp_path / "out"), use_cpu=True, report_to="none")
+    state = TrainerState(is_world_process_zero=True)
+    state.global_step = 5
+    with caplog.at_level(logging.ERROR, logger="mado_tracking"), pytest.raises(SystemExit) as exited:
+        with mado_tracking.start_run(offline=True, output=tmp_path / "run") as run:
+            run.log_checkpoint(checkpoint, step=5)  # the step is taken: the callback's save is refused
+            callback = MadoCallback(run)
+            callback._stop, callback._stopping = Preemption(run), True
+            callback._stop._record(signal.SIGTERM)
+            callback.on_save(args, state, None)
+    assert exited.value.code == 128 + signal.SIGTERM
+    assert "the checkpoint saved on SIGTERM was not uploaded" in caplog.text and "already saved" in caplog.text
+    assert json.loads((tmp_path / "run" / "run.json").read_text())["status"] == "preempted"
 
 
 def test_training_state_lists_the_parts_a_distributed_checkpoint_holds(tmp_path):

@@ -255,21 +255,16 @@ class MadoCallback(TrainerCallback):
     # -- the Run ---------------------------------------------------------------------------------------------------
 
     def setup(self, args, state=None, model=None):
-        """Start the Run if none yet (every rank under torchrun) and install the stop-signal handler; return the Run.
+        """Start the Run if none yet (every rank under torchrun: ``start_run`` is collective there); return it.
 
-        ``args``: ``TrainingArguments``; ``model``: for ``training_parameters``. Called by ``on_train_begin`` and
-        ``resume_from_checkpoint``; calling it again does nothing. Raises what ``start_run`` raises.
+        ``args``: ``TrainingArguments``; ``model``: for ``training_parameters``; ``state`` is unused (the Trainer's
+        callback signature). Called by ``on_train_begin``, ``on_log`` and ``resume_from_checkpoint``; calling it
+        again does nothing. Raises what ``start_run`` raises.
         """
         if self.run is None:
             start = dict(self._start)
             start["parameters"] = {**training_parameters(args, model), **(start.get("parameters") or {})}
             self.run = mado_tracking.start_run(**start)
-        if self.preemption and self._stop is None:
-            try:
-                self._stop = preemption_module.install(self.run)
-            except ValueError as error:  # the Trainer runs outside the main thread: signals never reach it
-                self._warn("preemption", f"mado: no save on a stop signal: {error}")
-                self.preemption = False
         return self.run
 
     def resume_from_checkpoint(self, trainer=None) -> str | None:
@@ -290,9 +285,19 @@ class MadoCallback(TrainerCallback):
     # -- Trainer events --------------------------------------------------------------------------------------------
 
     def on_train_begin(self, args, state, control, model=None, **kwargs):
+        """Start the Run (``setup``) and, with ``preemption``, install the stop-signal handler until training ends
+        (a warning instead when the Trainer runs outside the main thread, where no signal arrives)."""
         self.setup(args, state, model)
+        # only while training: an evaluation alone has no step end to check the flag at
+        if self.preemption and self._stop is None:
+            try:
+                self._stop = preemption_module.install(self.run)
+            except ValueError as error:  # the Trainer runs outside the main thread: signals never reach it
+                self._warn("preemption", f"mado: no save on a stop signal: {error}")
 
     def on_log(self, args, state, control, logs=None, model=None, **kwargs):
+        """Log the numbers of ``logs`` at ``state.global_step`` under ``train/``, ``eval/``, ``test/`` names (world
+        process zero only; a value that is not a number is left out with one warning per key)."""
         if not state.is_world_process_zero or not logs:
             return
         self.setup(args, state, model)  # trainer.evaluate() without train()
@@ -308,6 +313,7 @@ class MadoCallback(TrainerCallback):
             self.run.log_metrics(metrics, step=state.global_step)
 
     def on_step_end(self, args, state, control, **kwargs):
+        """Every rank: once any process got a stop signal, have the Trainer save now and stop training."""
         if self._stop is None:
             return
         # every rank at every step end: agreed() is one all-reduce under a process group
@@ -321,18 +327,25 @@ class MadoCallback(TrainerCallback):
             control.should_training_stop = True
 
     def on_save(self, args, state, control, **kwargs):
+        """Log ``checkpoint-<global_step>`` (world process zero, after every process wrote its files); after a stop
+        signal wait until it is complete, then every rank exits with 128 + the signal number."""
         if not (self.checkpoints or self._stopping):
             return
         _barrier()  # each process wrote its own files (rng_state_<k>.pth) before process zero snapshots them
+        if not self._stopping:
+            if self.checkpoints and state.is_world_process_zero:
+                self._log_checkpoint(args, state)
+            return
         try:
             if self.checkpoints and state.is_world_process_zero:
                 self._log_checkpoint(args, state)
-        finally:
-            if self._stopping:
-                _barrier()  # no rank exits before the upload is complete (torchrun would stop the others)
-                self._stop.exit()
+        except Exception as error:  # noqa: BLE001 - the process must stop anyway; say why the save is not there
+            logger.error("mado: the checkpoint saved on %s was not uploaded: %s", self._stop.signal_name, error)
+        _barrier()  # no rank exits before the upload is complete (torchrun would stop the others)
+        self._stop.exit()
 
     def on_train_end(self, args, state, control, **kwargs):
+        """Put back the signal handlers that were there before training (or exit as preempted if stopping)."""
         if self._stop is None:
             return
         if self._stopping:  # the save was skipped (hyperparameter search …): still leave as preempted
