@@ -103,6 +103,32 @@ def test_offline_a_trainer_failing_at_27_resumed_from_a_read_only_step_20_ends_w
     assert (resumed_dir / "w.safetensors").read_bytes() == uninterrupted
 
 
+@pytest.mark.django_db(transaction=True)
+def test_the_same_run_started_again_in_an_empty_directory_resumes_from_its_step_20_checkpoint(
+    mmt_env, tmp_path, uninterrupted
+):
+    from checkpoints.models import Checkpoint
+    from runs.models import MetricPoint, Run
+
+    same_run = {**mmt_env, "MMT_RUN_ID": "hf-again"}
+    (tmp_path / "first").mkdir()
+    first = _example(*ARGS, "--fail-at-step", "27", env=same_run, cwd=tmp_path / "first")
+    assert first.returncode == 1, first.stderr
+    (tmp_path / "elsewhere").mkdir()
+    weights = tmp_path / "elsewhere" / "w.safetensors"
+    again = _example(
+        *ARGS, "--output", str(weights), env={**same_run, "MMT_RESUME": "must"}, cwd=tmp_path / "elsewhere"
+    )
+    assert again.returncode == 0, again.stderr
+    assert "resuming from " + str(tmp_path / "elsewhere" / ".mado" / "cache") in again.stdout
+    assert weights.read_bytes() == uninterrupted
+    run = Run.objects.get(external_id="hf-again")
+    assert (run.status, run.resume_count) == ("finished", 1)
+    assert list(Checkpoint.objects.filter(run=run).order_by("step").values_list("step", flat=True)) == [10, 20, 30, 40]
+    steps = MetricPoint.objects.filter(run=run, key="train/loss").values_list("step", flat=True)
+    assert sorted(set(steps)) == list(range(1, 41))  # one curve
+
+
 def test_training_parameters_are_json_with_the_model_config_under_model_and_no_paths_or_tokens(tmp_path):
     args = TrainingArguments(
         output_dir=str(tmp_path / "out"), learning_rate=3e-4, use_cpu=True, report_to="none", hub_token="secret"
