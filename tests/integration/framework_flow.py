@@ -25,11 +25,8 @@ JOB_TIMEOUT_S = "420"
 
 @contextmanager
 def full_site(directory: Path, *, postgres_url: str, redis_url: str, moto_endpoint: str):
-    """A ``Deployment`` on ``postgres_url`` (a database of its own), the Redis broker and a new moto bucket.
-
-    Checkpoints uploaded straight to S3 are verified by a second Celery worker on a queue of its own: the
-    deployment's one worker runs a Job at a time, so a Job waiting for its checkpoint to complete would otherwise
-    wait for itself.
+    """A ``Deployment`` on ``postgres_url`` (a database of its own), the Redis broker and a new moto bucket, with a
+    second worker that verifies checkpoints: the site's one worker is busy running the Job whose uploads wait for it.
     """
     bucket = f"{S3_BUCKET}-{uuid.uuid4().hex[:8]}"
     boto3.client(
@@ -39,27 +36,25 @@ def full_site(directory: Path, *, postgres_url: str, redis_url: str, moto_endpoi
         aws_access_key_id="testing",
         aws_secret_access_key="testing",
     ).create_bucket(Bucket=bucket)
-    verify_queue = f"verify-{uuid.uuid4().hex[:8]}"
-    variables = {
-        "MADO_DATABASE_URL": postgres_url,
-        "CELERY_BROKER_URL": redis_url,
-        "MADO_STORAGE": "s3",
-        "MADO_S3_BUCKET": bucket,
-        "MADO_S3_ENDPOINT_URL": moto_endpoint,
-        "MADO_S3_REGION": "us-east-1",
-        "MADO_S3_ACCESS_KEY_ID": "testing",
-        "MADO_S3_SECRET_ACCESS_KEY": "testing",
-        "MADO_CHECKPOINT_VERIFY_QUEUE": verify_queue,
-        "HF_HUB_OFFLINE": "1",
-        "TRANSFORMERS_OFFLINE": "1",
-        "HF_DATASETS_OFFLINE": "1",
-    }
+    variables = dict(
+        MADO_DATABASE_URL=postgres_url,
+        CELERY_BROKER_URL=redis_url,
+        MADO_STORAGE="s3",
+        MADO_S3_BUCKET=bucket,
+        MADO_S3_ENDPOINT_URL=moto_endpoint,
+        MADO_S3_REGION="us-east-1",
+        MADO_S3_ACCESS_KEY_ID="testing",
+        MADO_S3_SECRET_ACCESS_KEY="testing",
+        MADO_CHECKPOINT_VERIFY_QUEUE=f"verify-{uuid.uuid4().hex[:8]}",
+        HF_HUB_OFFLINE="1",
+        TRANSFORMERS_OFFLINE="1",
+        HF_DATASETS_OFFLINE="1",
+    )
     with deployment(directory, **variables) as site:
         env = deployment_env(site.data_dir, MADO_PUBLIC_URL=site.url, **variables)
-        with open(directory / "verify-worker.log", "wb") as out:
-            verifier = start_process(
-                worker_argv([verify_queue], hostname="verify@%h", loglevel="INFO"), env=env, stdout=out
-            )
+        argv = worker_argv([variables["MADO_CHECKPOINT_VERIFY_QUEUE"]], hostname="verify@%h", loglevel="INFO")
+        with open(directory / "verify-worker.log", "wb") as log:
+            verifier = start_process(argv, env=env, stdout=log)
         try:
             yield site
         finally:

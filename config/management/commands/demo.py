@@ -49,11 +49,12 @@ DEMO_CODE = "example"
 CHECKPOINT_EVERY = 10
 FAIL_AT_STEP = 27
 JOB_TIMEOUT_S = 900.0
-# examples registered as Codes of the demo project (not run): name -> entrypoint; launch them from the Code page
-INTEGRATION_CODES = {
+EXAMPLES_DIR = Path(settings.BASE_DIR) / "examples"
+# The framework examples, registered as Codes of the demo project (not run: a user launches them from the page)
+EXAMPLE_CODES = {
+    "accelerate-training": ["python", "accelerate_training.py", "--steps", "40", "--checkpoint-every", "10"],
     "hf-trainer": ["python", "hf_trainer.py", "--steps", "40", "--checkpoint-every", "10"],
 }
-EXAMPLES_DIR = Path(settings.BASE_DIR) / "examples"
 
 
 def child_env(base_url: str) -> dict[str, str]:
@@ -192,7 +193,7 @@ class Command(BaseCommand):
             raise CommandError(f"--steps must be more than {FAIL_AT_STEP}: the first Job fails at step {FAIL_AT_STEP}")
         call_command("migrate", interactive=False, verbosity=0)
         user, project = self._demo_user_and_project()
-        self._register_integration_codes(user, project)
+        self._register_example_codes(user, project)
         base_url = f"http://{host}:{port}"
         env = child_env(base_url)
         queue = Queue.objects.get_or_create(name=settings.CELERY_TASK_DEFAULT_QUEUE)[0]
@@ -272,13 +273,13 @@ class Command(BaseCommand):
             raise CommandError(f"the resumed job {resumed.pk} ended {resumed.status}: {resumed.error}")
         return first, resumed
 
-    def _register_integration_codes(self, user, project) -> None:
-        """Each of ``INTEGRATION_CODES`` as a Code of the demo project with a first version (none pushed again)."""
-        for name, entrypoint in INTEGRATION_CODES.items():
+    def _register_example_codes(self, user, project) -> None:
+        """Each of ``EXAMPLE_CODES`` as a Code with one version of ``examples/`` (a Code that has one is left as is)."""
+        for name, entrypoint in EXAMPLE_CODES.items():
             code = Code.objects.get_or_create(project=project, name=name, defaults={"created_by": user})[0]
             if not code.versions.exists():
-                self._push(user, code, entrypoint)
-                self.stdout.write(f"registered examples/ as {name}: {' '.join(entrypoint)}")
+                version = self._push(user, code, entrypoint)
+                self.stdout.write(f"registered examples/ as {code.name} v{version.version}: {' '.join(entrypoint)}")
 
     @staticmethod
     def _push(user, code: Code, entrypoint: list[str]):
