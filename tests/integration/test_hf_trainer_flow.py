@@ -6,14 +6,11 @@ latest checkpoint (step 20) as a new Run and ends with the weights of an uninter
 
 from contextlib import closing
 
-import pytest
-
 from tests.integration.framework_flow import fail_resume_and_compare, full_site, metric_steps
 
 ARGS = ["--steps", "40", "--checkpoint-every", "10"]
 
 
-@pytest.mark.slow  # about 100 s on two cores: a deployment, three Jobs, each importing torch and transformers
 def test_a_trainer_job_failing_at_step_27_resumes_from_step_20_and_ends_with_the_uninterrupted_weights(
     postgres_url, redis_url, moto_endpoint, tmp_path
 ):
