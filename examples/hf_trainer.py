@@ -63,6 +63,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="the Trainer's output_dir, shared by all processes under torchrun (default ./hf-trainer-output)",
     )
     parser.add_argument("--offline", action="store_true", help="no server: record into the directory of --output")
+    parser.add_argument(
+        "--gpu", action="store_true", help="train on the GPU (default: the CPU, byte-comparable across machines)"
+    )
     args = parser.parse_args(argv)
     if args.steps < 1:
         parser.error("--steps must be >= 1")
@@ -133,7 +136,7 @@ def training_arguments(args: argparse.Namespace, output_dir: str) -> TrainingArg
         per_device_eval_batch_size=32,
         seed=args.seed,
         data_seed=args.seed,
-        use_cpu=True,
+        use_cpu=not args.gpu,
         report_to="none",
         disable_tqdm=True,  # one printed line per log instead of a progress bar
         dataloader_num_workers=0,
