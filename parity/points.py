@@ -10,6 +10,7 @@ import math
 
 from django.db import connection
 
+from runs.charts import SYSTEM_PREFIX
 from runs.models import MetricPoint, MetricSummary
 
 _POINTS = MetricPoint._meta.db_table
@@ -19,7 +20,8 @@ _KEYS_PER_STATEMENT = 500
 
 def latest_values(*, run_id: int, keys: list[str] | None, low: int, high: int | None) -> dict[tuple[str, int], float]:
     """``{(key, step): value}`` of Run ``run_id`` at steps ``low`` to ``high`` (both included; None: no end), of
-    ``keys`` (None: every key). At a (key, step) logged more than once the value stored last wins; NaN is NaN."""
+    ``keys`` (None: every key but the system metrics, ``system/…``). At a (key, step) logged more than once the value
+    stored last wins; NaN is NaN."""
     found: dict[tuple[str, int], float] = {}
     if keys is None:
         groups = [None]
@@ -35,6 +37,9 @@ def latest_values(*, run_id: int, keys: list[str] | None, low: int, high: int | 
         if group is not None:
             sql += f" AND key IN ({', '.join(['%s'] * len(group))})"
             params += group
+        else:
+            sql += " AND substr(key, 1, %s) <> %s"  # the SDK's system metrics are never compared
+            params += [len(SYSTEM_PREFIX), SYSTEM_PREFIX]
         with connection.cursor() as cursor:
             cursor.execute(sql + " ORDER BY id", params)
             for key, step, value in cursor.fetchall():
@@ -43,7 +48,8 @@ def latest_values(*, run_id: int, keys: list[str] | None, low: int, high: int | 
 
 
 def last_logged_step(*, run_id: int) -> int | None:
-    """The highest step Run ``run_id`` logged any key at (from its summaries), or None before its first point."""
+    """The highest step Run ``run_id`` logged a key at (from its summaries; system metrics included: they carry the
+    step training logged last), or None before its first point."""
     with connection.cursor() as cursor:
         cursor.execute(f"SELECT max(last_step) FROM {_SUMMARIES} WHERE run_id = %s", [run_id])
         return cursor.fetchone()[0]

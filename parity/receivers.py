@@ -5,9 +5,10 @@ from parity.services.verdict import parity_after_batch
 from runs import hooks
 
 
-def parity_follows_metrics(sender, *, run, keys, first_step, last_step, **kwargs) -> None:
-    """A batch of ``run`` committed: its verdicts (as the child or the parent) compare the batch's blocks again."""
-    parity_after_batch(run=run, keys=keys, first_step=first_step, last_step=last_step)
+def parity_follows_metrics(sender, *, run, steps, **kwargs) -> None:
+    """A batch of ``run`` committed (``steps``: each key's first and last step in it): its verdicts, as the child or
+    the parent, compare the batch's blocks again."""
+    parity_after_batch(run=run, steps=steps)
 
 
 def connect() -> None:

@@ -13,11 +13,11 @@ written onto the Run by the app that knows (``Run.ran_as_job``,
   the transaction that started it (the sweeps app: its trial becomes running).
 - ``run_ended(run)``: ``run`` reached a final state; sent inside the
   transaction that ended it, once per change of status.
-- ``metrics_stored(run, keys, first_step, last_step)``: a batch of ``run``'s
-  metric points committed: ``keys`` (sorted, distinct) at steps
-  ``first_step`` to ``last_step``; sent after the commit, a receiver's error
-  logged and never failing the batch (the parity app: the verdicts of the
-  Run follow, docs/design/resume.md#parity).
+- ``metrics_stored(run, steps)``: a batch of ``run``'s metric points
+  committed: ``steps`` maps each key of the batch to its ``(first, last)``
+  step in it; sent after the commit, a receiver's error logged and never
+  failing the batch (the parity app: the verdicts of the Run follow,
+  docs/design/resume.md#parity).
 - ``parity_changed(parity, previous)``: the parity verdict of a resumed Run
   changed (``parity`` a ``parity.Parity`` row: ``run_id``, ``parent_id``,
   ``verdict``, ``step``, ``key``, ``parent_value``, ``child_value``;

@@ -109,7 +109,7 @@ def metrics_ingest(
     docs/design/runs.md#write-rule), ``ValidationFailed`` naming the first bad field (``points[3].value`` or
     ``values[3]``), ``LeaseLost`` for a stale ``fencing_token``, ``RunEnded`` (409 ``run_ended``) when the Run was ended
     ``crashed`` (docs/design/runs.md#liveness); nothing of a refused batch is stored. Once the batch commits,
-    ``runs.hooks.metrics_stored`` tells the higher apps (its keys and step range).
+    ``runs.hooks.metrics_stored`` tells the higher apps (each key's first and last step).
     """
     policy.require_run_writer(actor, run)
     now_ms = int(time.time() * 1000)
@@ -139,8 +139,9 @@ def metrics_ingest(
         if run.heartbeat_at is None:  # a Run that beats is judged by its heartbeats: no UPDATE per batch
             run_touch(run_id=run.pk)
         if batch.keys:
-            stored = {"keys": by_key.keys, "first_step": int(by_key.steps.min()), "last_step": int(by_key.steps.max())}
-            transaction.on_commit(partial(hooks.metrics_stored.send, sender=None, run=run, **stored), robust=True)
+            firsts, lasts = by_key.steps[by_key.starts], by_key.steps[by_key.starts + by_key.counts - 1]
+            steps = dict(zip(by_key.keys, zip(firsts.tolist(), lasts.tolist())))
+            transaction.on_commit(partial(hooks.metrics_stored.send, sender=None, run=run, steps=steps), robust=True)
     return MetricsIngested(len(batch.keys), dropped, dropped_keys, replayed=False)
 
 

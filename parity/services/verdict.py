@@ -20,6 +20,7 @@ from parity.models import BLOCK_STEPS, Parity, ParityBlock
 from parity.points import last_logged_step, latest_values
 from parity.selectors import project_tolerance
 from runs import hooks
+from runs.charts import is_system_key
 from runs.models import MetricSummary, Run
 
 _PARITY = Parity._meta.db_table
@@ -42,9 +43,13 @@ _CELL_FIELDS = [
 ]
 
 
-def parity_after_batch(*, run: Run, keys: list[str], first_step: int, last_step: int) -> None:
-    """Bring the verdicts ``run`` takes part in up to date after a batch of ``keys`` at steps ``first_step`` to
-    ``last_step`` (ints, inclusive) committed (docs/design/resume.md#parity).
+def parity_after_batch(*, run: Run, steps: dict[str, tuple[int, int]]) -> None:
+    """Bring the verdicts ``run`` takes part in up to date after a batch committed (docs/design/resume.md#parity);
+    ``steps`` maps each key of the batch to its first and last step in it (ints).
+
+    The SDK's system metrics (``system/…``) are samples of the machine,
+    not of training: they are never compared, and a batch of them alone
+    costs nothing here.
 
     ``run`` needs ``pk``, ``parent_id``, ``source_checkpoint_id`` and
     ``project_id``. A Run started from a checkpoint gets its ``Parity`` row
@@ -53,6 +58,12 @@ def parity_after_batch(*, run: Run, keys: list[str], first_step: int, last_step:
     the child of a verdict, the batch's blocks in the overlap are compared
     again. Safe to call twice for one batch.
     """
+    trained = {key: span for key, span in steps.items() if not is_system_key(key)}
+    if not trained:
+        return
+    keys = sorted(trained)
+    first_step = min(first for first, _last in trained.values())
+    last_step = max(last for _first, last in trained.values())
     with connection.cursor() as cursor:
         cursor.execute(_TOUCHING, [run.pk, run.pk, run.pk])
         rows = cursor.fetchall()

@@ -170,7 +170,7 @@ def test_a_batch_past_the_overlap_costs_one_query_and_one_inside_reads_only_its_
 
     child.refresh_from_db()
     with CaptureQueriesContext(connection) as queries:
-        parity_after_batch(run=child, keys=["train.loss"], first_step=50_005, last_step=50_100)
+        parity_after_batch(run=child, steps={"train.loss": (50_005, 50_100)})
     assert (len(queries), read) == (1, [])
 
 
@@ -183,3 +183,19 @@ def test_the_overlap_starts_at_the_checkpoints_step(log, parent, child):
     )
     parity = verdict_of(child)
     assert (parity.verdict, parity.first_step, parity.resume_ignored_at_step) == ("identical", 20, 15)
+
+
+def test_system_metrics_are_never_compared_nor_taken_for_an_ignored_checkpoint(log, parent, child, login, creator):
+    """The SDK samples the machine at the step training logged last: 0 before a resumed Run's first log."""
+    from django.urls import reverse
+
+    log(parent, range(27))
+    log(parent, range(20, 27), keys=["system/cpu_percent"], value=lambda key, step: 12.5)
+    log(child, [0], keys=["system/cpu_percent"], value=lambda key, step: 80.0)
+    assert not Parity.objects.filter(run=child).exists()  # a batch of system metrics alone costs nothing
+    log(child, range(20, 30))
+    log(child, range(20, 27), keys=["system/cpu_percent"], value=lambda key, step: 99.0)
+    parity = verdict_of(child)
+    assert (parity.verdict, parity.compared_keys, parity.resume_ignored_at_step) == ("identical", list(KEYS), None)
+    page = login(creator).get(reverse("runs:run-detail", args=[child.pk])).content.decode()
+    assert "ignored-checkpoint" not in page
