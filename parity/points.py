@@ -6,10 +6,10 @@ the database unnests only the chunks that reach into the range, so the cost foll
 Run's size.
 """
 
-import math
-
+import numpy as np
 from django.db import connection
 
+from parity.compare import Series
 from runs.charts import SYSTEM_PREFIX
 from runs.models import MetricPoint, MetricSummary
 
@@ -18,16 +18,15 @@ _SUMMARIES = MetricSummary._meta.db_table
 _KEYS_PER_STATEMENT = 500
 
 
-def latest_values(*, run_id: int, keys: list[str] | None, low: int, high: int | None) -> dict[tuple[str, int], float]:
-    """``{(key, step): value}`` of Run ``run_id`` at steps ``low`` to ``high`` (both included; None: no end), of
-    ``keys`` (None: every key but the system metrics, ``system/…``). At a (key, step) logged more than once the value
-    stored last wins; NaN is NaN."""
-    found: dict[tuple[str, int], float] = {}
+def latest_values(*, run_id: int, keys: list[str] | None, low: int, high: int | None) -> dict[str, Series]:
+    """``{key: (steps, values)}`` of Run ``run_id`` at steps ``low`` to ``high`` (both included; None: no end), of
+    ``keys`` (None: every key but the system metrics, ``system/…``): steps int64, increasing and distinct, values
+    float64 (NaN as NaN). At a step logged more than once the value stored last counts."""
+    found: dict[str, Series] = {}
     if keys is None:
         groups = [None]
     else:
         groups = [keys[i : i + _KEYS_PER_STATEMENT] for i in range(0, len(keys), _KEYS_PER_STATEMENT)]
-    nan = math.nan
     for group in groups:
         sql = f"SELECT key, step, value FROM {_POINTS} WHERE run_id = %s AND step >= %s AND chunk_last_step >= %s"
         params: list = [run_id, low, low]
@@ -41,9 +40,19 @@ def latest_values(*, run_id: int, keys: list[str] | None, low: int, high: int | 
             sql += " AND substr(key, 1, %s) <> %s"  # the SDK's system metrics are never compared
             params += [len(SYSTEM_PREFIX), SYSTEM_PREFIX]
         with connection.cursor() as cursor:
-            cursor.execute(sql + " ORDER BY id", params)
-            for key, step, value in cursor.fetchall():
-                found[key, step] = nan if value is None else value
+            cursor.execute(sql + " ORDER BY key, step, id", params)
+            rows = cursor.fetchall()
+        if not rows:
+            continue
+        names, steps, values = zip(*rows)
+        names = np.array(names, dtype=object)
+        steps = np.array(steps, dtype=np.int64)
+        values = np.array(values, dtype=np.float64)  # NULL (NaN) becomes nan
+        bounds = np.r_[0, np.flatnonzero(names[1:] != names[:-1]) + 1, len(names)].tolist()
+        for start, stop in zip(bounds, bounds[1:]):
+            key_steps = steps[start:stop]
+            last = np.r_[key_steps[1:] != key_steps[:-1], True]  # the last of each step's points, in storing order
+            found[names[start]] = (key_steps[last], values[start:stop][last])
     return found
 
 
