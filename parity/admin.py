@@ -6,7 +6,7 @@ from django.contrib import admin, messages
 
 from mado.admin import ReadOnlyAdmin
 from mado.errors import UserError
-from parity.models import Parity, ParitySettings, RestoreReport
+from parity.models import Parity, ParityBlock, ParitySettings, RestoreReport
 from parity.services import parity_tolerance_set
 
 
@@ -31,6 +31,13 @@ class ParityAdmin(ReadOnlyAdmin):
     list_filter = ["verdict"]
     search_fields = ["run__external_id", "parent__external_id", "key"]
     list_select_related = ["run", "parent"]
+
+
+@admin.register(ParityBlock)
+class ParityBlockAdmin(ReadOnlyAdmin):
+    list_display = ["parity", "key", "block", "compared", "identical", "diverged_step", "max_difference"]
+    search_fields = ["key"]
+    list_select_related = ["parity"]
 
 
 @admin.register(RestoreReport)
