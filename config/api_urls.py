@@ -16,6 +16,7 @@ from checkpoints.api import (
 )
 from checkpoints.api.codes import CodeVersionListApi
 from jobs.api import CheckpointContinueApi, CheckpointResumeApi, JobViewSet, QueueListApi
+from parity.api import ProjectParityApi, RunResourceViewSet, RunRestoreReportApi
 from runs.api.liveness import RunHeartbeatApi
 from runs.api.projects import (
     CodeListApi,
@@ -25,7 +26,7 @@ from runs.api.projects import (
     MemberListApi,
     ProjectViewSet,
 )
-from runs.api.runs import RunMetricsApi, RunViewSet
+from runs.api.runs import RunMetricsApi
 from runs.api.stages import RunDataStagesApi
 from sweeps.api import SweepViewSet
 
@@ -54,7 +55,7 @@ class BasicPasswordOrTokenScheme(OpenApiAuthenticationExtension):
 
 router = DefaultRouter()
 router.register("projects", ProjectViewSet, basename="project")
-router.register("runs", RunViewSet, basename="run")
+router.register("runs", RunResourceViewSet, basename="run")  # the runs app's view with the parity facts
 router.register("jobs", JobViewSet, basename="job")
 router.register("sweeps", SweepViewSet, basename="sweep")
 
@@ -83,6 +84,8 @@ urlpatterns = [
     path("checkpoints/<int:checkpoint_id>/resume/", CheckpointResumeApi.as_view(), name="checkpoint-resume"),
     path("checkpoints/<int:checkpoint_id>/continue/", CheckpointContinueApi.as_view(), name="checkpoint-continue"),
     path("runs/<int:run_id>/data-stages/", RunDataStagesApi.as_view(), name="run-data-stages"),
+    path("runs/<int:run_id>/restore-report/", RunRestoreReportApi.as_view(), name="run-restore-report"),
+    path("projects/<slug:slug>/parity/", ProjectParityApi.as_view(), name="project-parity"),
     path("queues/", QueueListApi.as_view(), name="queue-list"),
     *router.urls,
 ]

@@ -42,6 +42,7 @@ INSTALLED_APPS = [
     "runs",
     "sweeps",
     "checkpoints",
+    "parity",
     "jobs",
     "mlflow_api",
     "worker",

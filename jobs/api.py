@@ -21,6 +21,7 @@ from jobs.models import JobKind, JobStatus, Runner
 from jobs.services._common import NPROC_PER_NODE_LIMIT
 from mado.api import request_int, valid
 from mado.errors import NotFound, ValidationFailed
+from parity.serializers import ResumeFactsMixin
 from runs.api.serializers import run_page_url
 from runs.models import CodeVersion, RunKind
 from runs.selectors import project_get_for_user
@@ -44,7 +45,7 @@ class QueueOutputSerializer(serializers.Serializer):
     image = serializers.CharField(read_only=True, help_text="container image (container runner only)")
 
 
-class JobOutputSerializer(serializers.Serializer):
+class JobOutputSerializer(ResumeFactsMixin, serializers.Serializer):
     id = serializers.IntegerField(read_only=True)
     project = serializers.CharField(source="run.project.slug", read_only=True, help_text="project slug")
     run_id = serializers.IntegerField(read_only=True)
@@ -91,6 +92,10 @@ class JobOutputSerializer(serializers.Serializer):
 
     def get_run_url(self, job) -> str:
         return run_page_url(self.context.get("request"), job.run)
+
+    @staticmethod
+    def run_of(job):
+        return job.run
 
 
 class JobDetailOutputSerializer(JobOutputSerializer):

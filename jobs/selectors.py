@@ -21,11 +21,18 @@ LOG_PAGE_MAX = 1000
 
 
 def _with_relations(jobs: QuerySet[Job]) -> QuerySet[Job]:
-    """With the relations pages and API show, and ``dispatch_unsent`` (``Job.waiting_for_queue``,
-    docs/design/worker.md#subprocess)."""
+    """With the relations pages and API show (the Run's parity verdict and restore report too), and
+    ``dispatch_unsent`` (``Job.waiting_for_queue``, docs/design/worker.md#subprocess)."""
     unsent = Dispatch.objects.filter(task_id=OuterRef("celery_task_id"), sent_at__isnull=True, done_at__isnull=True)
     return jobs.select_related(
-        "run__project", "run__created_by", "run__source_checkpoint", "code_version__code", "queue", "created_by"
+        "run__project",
+        "run__created_by",
+        "run__source_checkpoint",
+        "run__parity",
+        "run__restore_report",
+        "code_version__code",
+        "queue",
+        "created_by",
     ).annotate(dispatch_unsent=Exists(unsent))
 
 

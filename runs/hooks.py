@@ -1,4 +1,4 @@
-"""The events of a Run's life that higher apps (sweeps, checkpoints, jobs, the MLflow API) act on, unimported.
+"""The events of a Run's life that higher apps (sweeps, checkpoints, parity, jobs, the MLflow API) act on, unimported.
 
 The arrows point one way (docs/design/house.md#arrows): when something in
 runs must start work in a higher app, runs sends an event below and the
@@ -13,9 +13,21 @@ written onto the Run by the app that knows (``Run.ran_as_job``,
   the transaction that started it (the sweeps app: its trial becomes running).
 - ``run_ended(run)``: ``run`` reached a final state; sent inside the
   transaction that ended it, once per change of status.
+- ``metrics_stored(run, steps)``: a batch of ``run``'s metric points
+  committed: ``steps`` maps each key of the batch to its ``(first, last)``
+  step in it; sent after the commit, a receiver's error logged and never
+  failing the batch (the parity app: the verdicts of the Run follow,
+  docs/design/resume.md#parity).
+- ``parity_changed(parity, previous)``: the parity verdict of a resumed Run
+  changed (``parity`` a ``parity.Parity`` row: ``run_id``, ``parent_id``,
+  ``verdict``, ``step``, ``key``, ``parent_value``, ``child_value``;
+  ``previous`` the verdict before); sent by the parity app after the change
+  commits, here so that any app may connect to it without importing parity.
 """
 
 from django.dispatch import Signal
 
 run_started = Signal()
 run_ended = Signal()
+metrics_stored = Signal()
+parity_changed = Signal()

@@ -21,6 +21,7 @@ POST's time (docs/design/resume.md#steps-continue).
 
 import time
 from collections.abc import Callable
+from functools import partial
 from itertools import compress
 from typing import NamedTuple
 
@@ -32,6 +33,7 @@ from django.utils import timezone
 from mado import policy
 from mado.db import pipelined
 from mado.errors import ValidationFailed
+from runs import hooks
 from runs.liveness import run_touch, write_guard
 from runs.metric_batch import MetricColumns, SortedBatch, columns_from_columnar, columns_from_rows, sort_by_key
 from runs.metric_rollup import rollup_add
@@ -106,7 +108,8 @@ def metrics_ingest(
     Raises ``Forbidden`` unless the actor may write to the Run (``policy.why_cannot_write_run``,
     docs/design/runs.md#write-rule), ``ValidationFailed`` naming the first bad field (``points[3].value`` or
     ``values[3]``), ``LeaseLost`` for a stale ``fencing_token``, ``RunEnded`` (409 ``run_ended``) when the Run was ended
-    ``crashed`` (docs/design/runs.md#liveness); nothing of a refused batch is stored.
+    ``crashed`` (docs/design/runs.md#liveness); nothing of a refused batch is stored. Once the batch commits,
+    ``runs.hooks.metrics_stored`` tells the higher apps (each key's first and last step).
     """
     policy.require_run_writer(actor, run)
     now_ms = int(time.time() * 1000)
@@ -135,6 +138,10 @@ def metrics_ingest(
             Run.objects.filter(pk=run.pk).update(dropped_points=F("dropped_points") + dropped)
         if run.heartbeat_at is None:  # a Run that beats is judged by its heartbeats: no UPDATE per batch
             run_touch(run_id=run.pk)
+        if batch.keys:
+            firsts, lasts = by_key.steps[by_key.starts], by_key.steps[by_key.starts + by_key.counts - 1]
+            steps = dict(zip(by_key.keys, zip(firsts.tolist(), lasts.tolist())))
+            transaction.on_commit(partial(hooks.metrics_stored.send, sender=None, run=run, steps=steps), robust=True)
     return MetricsIngested(len(batch.keys), dropped, dropped_keys, replayed=False)
 
 

@@ -369,8 +369,11 @@ def dataset_version_choices(*, project: Project) -> QuerySet[DatasetVersion]:
 
 
 def run_first_metric_step(*, run: Run) -> int | None:
-    """The lowest step any metric of ``run`` was logged at, or None before the first point (from its summaries)."""
-    return MetricSummary.objects.filter(run=run).aggregate(low=Min("first_step"))["low"]
+    """The lowest step a training metric of ``run`` was logged at, or None before the first point (from its
+    summaries). The SDK's system metrics (``system/…``) are left out: a sample taken before training's first log
+    carries step 0 whatever step training resumes at (docs/design/interfaces.md#system-metrics)."""
+    summaries = MetricSummary.objects.filter(run=run).exclude(key__startswith="system/")
+    return summaries.aggregate(low=Min("first_step"))["low"]
 
 
 def run_ancestors(*, user, run: Run, max_depth: int = 50) -> list[tuple[Run, int | None]]:

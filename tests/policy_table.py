@@ -99,6 +99,8 @@ ROWS = {
     },
     API + "runs/<int:run_id>/checkpoints/": {"GET": api_read(), "POST": run_write(201)},
     API + "runs/<int:run_id>/data-stages/": {"GET": api_read(), "POST": run_write(201)},
+    API + "runs/<int:run_id>/restore-report/": {"POST": run_write(201)},
+    API + "projects/<slug:slug>/parity/": {"GET": api_read(tokens=403), "PATCH": admin_only(200)},
     API + "checkpoints/<int:checkpoint_id>/": {"GET": api_read(), "DELETE": admin_only(409)},
     API + "checkpoints/<int:checkpoint_id>/tar": {"GET": api_read(409), "PUT": run_write(409)},
     API + "checkpoints/<int:checkpoint_id>/upload-parts/": {"POST": run_write(409)},

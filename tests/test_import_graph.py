@@ -1,6 +1,6 @@
-"""The dependency arrows point one way (docs/design/house.md#arrows): mlflow_api → jobs → checkpoints → sweeps →
-runs → mado, worker → any app, and ``config`` (settings, URL confs, the Celery app, management commands), the roof,
-above them all.
+"""The dependency arrows point one way (docs/design/house.md#arrows): mlflow_api → jobs → parity → checkpoints →
+sweeps → runs → mado, worker → any app, and ``config`` (settings, URL confs, the Celery app, management commands),
+the roof, above them all.
 
 Every ``import`` statement of every module is read from the source (inside
 functions too), so an import dodged into a function body counts. ``mado``
@@ -19,7 +19,17 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-LEVEL = {"mado": 0, "runs": 1, "sweeps": 2, "checkpoints": 3, "jobs": 4, "mlflow_api": 5, "worker": 6, "config": 7}
+LEVEL = {
+    "mado": 0,
+    "runs": 1,
+    "sweeps": 2,
+    "checkpoints": 3,
+    "parity": 3.5,
+    "jobs": 4,
+    "mlflow_api": 5,
+    "worker": 6,
+    "config": 7,
+}
 
 
 def imported_modules(source: str) -> list[tuple[int, str]]:
@@ -48,7 +58,7 @@ def upward_imports(app: str) -> list[str]:
     return wrong
 
 
-@pytest.mark.parametrize("app", ["mado", "runs", "sweeps", "checkpoints", "jobs", "mlflow_api", "worker"])
+@pytest.mark.parametrize("app", ["mado", "runs", "sweeps", "checkpoints", "parity", "jobs", "mlflow_api", "worker"])
 def test_no_app_imports_one_above_it(app):
     assert upward_imports(app) == []
 
@@ -63,7 +73,7 @@ def test_policy_and_authentication_load_no_app(module):
     """``python -c "import mado.policy"`` (settings named, no app loaded) pulls in no module of runs, sweeps,
     checkpoints, jobs or worker."""
     probe = (
-        f"import sys, {module}; apps = ('runs', 'sweeps', 'checkpoints', 'jobs', 'worker');"
+        f"import sys, {module}; apps = ('runs', 'sweeps', 'checkpoints', 'parity', 'jobs', 'worker');"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in apps))"
     )
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "config.settings"}
@@ -79,7 +89,18 @@ def test_policy_and_authentication_load_no_app(module):
 # DRF or a server app, and no two of its modules import each other (through any chain), module level or not.
 
 SDK = ROOT / "sdk" / "mado_tracking"
-SERVER_PACKAGES = {"django", "rest_framework", "mado", "runs", "checkpoints", "jobs", "worker", "mlflow_api", "sweeps"}
+SERVER_PACKAGES = {
+    "django",
+    "rest_framework",
+    "mado",
+    "runs",
+    "checkpoints",
+    "parity",
+    "jobs",
+    "worker",
+    "mlflow_api",
+    "sweeps",
+}
 
 
 def sdk_modules() -> dict[str, Path]:
@@ -206,7 +227,7 @@ def test_importing_the_sdk_loads_no_django_module():
     assert not result.stdout.strip(), result.stdout
 
 
-SERVER_APPS = ("config", "mado", "runs", "sweeps", "checkpoints", "jobs", "mlflow_api", "worker")
+SERVER_APPS = ("config", "mado", "runs", "sweeps", "checkpoints", "parity", "jobs", "mlflow_api", "worker")
 
 
 def server_lines(app: str) -> int:

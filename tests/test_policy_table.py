@@ -197,6 +197,8 @@ def request_body(route: str, method: str, world):
         "metrics/": {"points": [{"key": "loss", "value": 0.5, "step": 1}]},
         "checkpoints/": {"step": 20, "framework": "torch-dcp", "world_size": 2},
         "data-stages/": {"start_step": 5, "input_dataset_version_ids": [world["version"].pk]},
+        "restore-report/": {"checkpoint_id": world["checkpoint"].pk, "parts": {"model": "restored"}},
+        "<slug:slug>/parity/": {"tolerance": 1e-5},
         "upload-parts/": {"tar_size": 1},
         "complete/": {"tar_size": 10, "tar_sha256": "0" * 64, "manifest": []},
         "resume/": {"queue": "cpu", "nproc_per_node": 2},

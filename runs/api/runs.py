@@ -53,9 +53,18 @@ def _with_inputs(runs):
 
 
 class RunViewSet(GenericViewSet):
-    """``runs/`` and ``runs/{id}/``: create, list, read and change the status of Runs."""
+    """``runs/`` and ``runs/{id}/``: create, list, read and change the status of Runs.
+
+    A higher app that adds facts of its own to the Run resource subclasses this view with its own
+    ``output_serializer`` (and the relations it reads in ``output_queryset``); ``config.api_urls`` routes to it.
+    """
 
     lookup_value_regex = "[0-9]+"
+    output_serializer = RunOutputSerializer
+
+    def output_queryset(self, runs):
+        """``runs`` with what ``output_serializer`` reads of each (a list page: no query per Run)."""
+        return _with_inputs(runs)
 
     @extend_schema(
         tags=["runs"],
@@ -85,8 +94,8 @@ class RunViewSet(GenericViewSet):
             kind=request.query_params.get("kind"),
             external_id=request.query_params.get("external_id"),
         )
-        page = self.paginate_queryset(_with_inputs(runs))
-        return self.get_paginated_response(RunOutputSerializer(page, many=True, context={"request": request}).data)
+        page = self.paginate_queryset(self.output_queryset(runs))
+        return self.get_paginated_response(self.output_serializer(page, many=True, context={"request": request}).data)
 
     @extend_schema(
         tags=["runs"],
@@ -121,7 +130,7 @@ class RunViewSet(GenericViewSet):
         started = run_start(actor=request.user, project=project, **data)
         context = {"request": request, "resumed": started.resumed, "last_step": started.last_step}
         return Response(
-            RunOutputSerializer(started.run, context=context).data,
+            self.output_serializer(started.run, context=context).data,
             status=status.HTTP_201_CREATED if started.created else status.HTTP_200_OK,
         )
 
@@ -129,7 +138,7 @@ class RunViewSet(GenericViewSet):
     def retrieve(self, request, pk=None):
         """One Run; 404 for another Project's Run."""
         run = selectors.run_get_for_user(user=request.user, run_id=pk)
-        return Response(RunOutputSerializer(run, context={"request": request}).data)
+        return Response(self.output_serializer(run, context={"request": request}).data)
 
     @extend_schema(
         tags=["runs"],
@@ -150,7 +159,7 @@ class RunViewSet(GenericViewSet):
         run = selectors.run_get_for_user(user=request.user, run_id=pk)
         asked = valid(RunStatusInputSerializer, request)["status"]
         run = services.run_set_status(actor=request.user, run=run, status=asked, fencing_token=fencing_token(request))
-        return Response(RunOutputSerializer(run, context={"request": request}).data)
+        return Response(self.output_serializer(run, context={"request": request}).data)
 
 
 def _read_json_body(request):

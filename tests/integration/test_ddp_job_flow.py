@@ -136,6 +136,11 @@ def test_a_two_process_job_fails_resumes_on_two_then_one_process_from_sharded_ch
                 assert metric_steps(client, job["run_id"]) == list(range(20, STEPS))
                 saved = client.request("GET", f"runs/{job['run_id']}/checkpoints/")["results"]
                 assert [(c["step"], c["world_size"]) for c in saved] == [(STEPS, int(nproc))]
+                # a verdict over steps 20..26 on either world size (docs/design/resume.md#parity): on the same one,
+                # bit for bit
+                parity = run["parity"]
+                assert (parity["first_step"], parity["last_step"], parity["compared_steps"]) == (20, 26, 7), parity
+                assert parity["verdict"] == "identical" if nproc == "2" else parity["verdict"] != "unknown", parity
             assert len({client.request("GET", f"jobs/{i}/")["run_id"] for i in resumed_ids}) == 2  # a Run each
 
     assert weights["resumed-2"].read_bytes() == weights["reference"].read_bytes()

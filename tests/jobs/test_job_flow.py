@@ -6,7 +6,8 @@ broker, and ``examples/training.py`` run by the worker as a Job.
 ``mado job launch`` starts the first: it saves checkpoints 10 and 20 and fails at 27; ``mado job resume
 --latest`` (``POST jobs/{id}/resume-latest/`` → ``job_resume_from_latest``) resumes it on the second
 version; the resumed Job succeeds, its Run's parent is the failed Run and its source checkpoint step 20,
-its metric steps start at 20, and its final weights are byte-identical to an uninterrupted offline run.
+its metric steps start at 20, its parity verdict is ``identical`` over steps 20..26 on every key (API and ``mado
+job show``), and its final weights are byte-identical to an uninterrupted offline run.
 
 Every process, this test's included, talks to one deployment in a fresh ``MADO_DATA_DIR``: pytest-django's
 test database is private to the test process, so the server runs out of process on a migrated SQLite file and
@@ -107,6 +108,22 @@ def run_the_flow(site: Deployment, directory: Path) -> None:
         # continues at 20, never 0 (docs/design/resume.md#steps-continue)
         assert metric_steps(client, second["run_id"]) == list(range(20, 40))
         assert metric_steps(client, source_run) == list(range(27))
+        # the overlap, steps 20..26, is bit for bit the failed run's (docs/design/resume.md#parity)
+        parity = run["parity"]
+        assert (parity["verdict"], parity["first_step"], parity["last_step"], parity["compared_steps"]) == (
+            "identical",
+            20,
+            26,
+            7,
+        )
+        assert (parity["compared_keys"], parity["checkpoint_step"], run["resume_ignored_at_step"]) == (
+            ["train.accuracy", "train.loss"],
+            20,
+            None,
+        )
+        assert second["parity"] == parity
+        shown = site.mado("job", "show", second_id)
+        assert "  parity: identical over steps 20-26 on train.accuracy, train.loss" in shown.output, shown.output
         # the source is not changed (docs/design/resume.md#lineage)
         assert client.request("GET", f"runs/{source_run}/")["status"] == "failed"
         assert [c["step"] for c in client.request("GET", f"runs/{source_run}/checkpoints/")["results"]] == [20, 10]

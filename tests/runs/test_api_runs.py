@@ -38,6 +38,10 @@ RUN_FIELDS = {
     "writer_since",
     "heartbeat_interval",
     "crash_timeout",
+    # the parity app's facts (docs/design/resume.md#restore-report, #parity)
+    "restore_report",
+    "resume_ignored_at_step",
+    "parity",
 }
 
 

@@ -23,6 +23,7 @@ from mado_tracking.cli._common import (
     table,
 )
 from mado_tracking.cli.job_inputs import parse_parameters, resolve_code_version
+from mado_tracking.cli.parity import print_resume_facts
 from mado_tracking.run import RUN_KINDS
 
 JOB_STATUSES = ("queued", "running", "succeeded", "failed", "aborted")
@@ -201,6 +202,7 @@ def job_show(ctx: click.Context, job_id: int, api_url: str | None, api_token: st
     for label, key in (("created", "created_at"), ("started", "started_at"), ("ended", "ended_at")):
         if found.get(key):
             click.echo(f"  {label}: {local_time(found[key])}")
+    print_resume_facts(found)
     refusal = found.get("resume_refusal")
     if found["status"] in ("failed", "aborted"):
         click.echo(f"  resume: {refusal}" if refusal else f"  resume: mado job resume {job_id} --latest")

@@ -1,0 +1,41 @@
+"""Reads of verdicts, restore reports and parity settings for pages and the API (docs/design/resume.md#parity,
+#restore-report)."""
+
+from parity.models import DEFAULT_TOLERANCE, Parity, ParitySettings, RestoreReport
+from runs.models import Run
+
+
+def project_tolerance(*, project_id: int) -> float:
+    """The relative tolerance of Project ``project_id`` (``ParitySettings``; default 1e-6)."""
+    found = ParitySettings.objects.filter(project_id=project_id).values_list("tolerance", flat=True).first()
+    return DEFAULT_TOLERANCE if found is None else found
+
+
+def parity_of(run: Run) -> Parity | None:
+    """``run``'s verdict row (loaded with ``select_related("parity")`` or read here), None when it has none: not
+    started from a checkpoint, or nothing logged yet."""
+    try:
+        return run.parity
+    except Parity.DoesNotExist:
+        return None
+
+
+def restore_report_of(run: Run) -> RestoreReport | None:
+    """``run``'s restore report (``select_related("restore_report")`` or read here), or None."""
+    try:
+        return run.restore_report
+    except RestoreReport.DoesNotExist:
+        return None
+
+
+def parities_by_run(*, run_ids) -> dict[int, Parity]:
+    """``{run id: Parity}`` of those of ``run_ids`` that have a verdict row (one query)."""
+    return {parity.run_id: parity for parity in Parity.objects.filter(run_id__in=list(run_ids))}
+
+
+def parity_pairs(*, runs) -> list[tuple[Run, Run, Parity]]:
+    """``(parent, child, verdict)`` for each Run of ``runs`` whose parent is among them too and that has a verdict,
+    in the order of ``runs`` (the Compare page)."""
+    by_id = {run.pk: run for run in runs}
+    found = parities_by_run(run_ids=by_id)
+    return [(by_id[run.parent_id], run, found[run.pk]) for run in runs if run.pk in found and run.parent_id in by_id]

@@ -1,0 +1,145 @@
+"""The parity app's fields of the Run and Job resources and its output serializers (docs/api.md "Resume parity").
+
+Names are globally unique for the schema. Non-finite values travel as the strings ``"NaN"``, ``"Infinity"`` and
+``"-Infinity"``, as metric values do.
+"""
+
+import math
+
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from parity import selectors
+from parity.models import Parity, ParityVerdict
+from runs.api.serializers import RunOutputSerializer
+from runs.models import Run
+
+_NON_FINITE = {math.inf: "Infinity", -math.inf: "-Infinity"}
+
+
+@extend_schema_field(
+    {"oneOf": [{"type": "number"}, {"type": "string", "enum": ["NaN", "Infinity", "-Infinity"]}], "nullable": True}
+)
+class ParityValueField(serializers.Field):
+    """A float, or ``"NaN"`` / ``"Infinity"`` / ``"-Infinity"``; None stays null."""
+
+    def to_representation(self, value):
+        if value is None or math.isfinite(value):
+            return value
+        return "NaN" if math.isnan(value) else _NON_FINITE[value]
+
+
+class ParityOutputSerializer(serializers.Serializer):
+    verdict = serializers.ChoiceField(choices=ParityVerdict.choices)
+    step = serializers.IntegerField(allow_null=True, help_text="diverged: the first step where the runs part")
+    key = serializers.SerializerMethodField(help_text="diverged: the key that parts first (the first by name)")
+    parent_value = serializers.SerializerMethodField(help_text="diverged: the parent's value at step")
+    child_value = serializers.SerializerMethodField(help_text="diverged: this run's value at step")
+    tolerance = serializers.FloatField(help_text="relative tolerance the verdict used (the Project's setting)")
+    max_difference = ParityValueField(
+        allow_null=True, help_text="largest relative difference |child - parent| / max(|child|, |parent|) compared"
+    )
+    compared_steps = serializers.IntegerField(help_text="steps at which at least one key was compared")
+    compared_points = serializers.IntegerField(help_text="(key, step) pairs compared")
+    compared_keys = serializers.ListField(child=serializers.CharField(), help_text="keys compared, sorted")
+    first_step = serializers.IntegerField(allow_null=True, help_text="lowest compared step")
+    last_step = serializers.IntegerField(allow_null=True, help_text="highest compared step")
+    checkpoint_step = serializers.IntegerField(help_text="the source checkpoint's step: steps from it on count")
+    parent_id = serializers.IntegerField(help_text="the run compared with")
+    updated_at = serializers.DateTimeField(allow_null=True)
+
+    def get_key(self, parity) -> str | None:
+        return parity.key if parity.verdict == ParityVerdict.DIVERGED else None
+
+    @extend_schema_field(ParityValueField)
+    def get_parent_value(self, parity):
+        return self._value(parity, parity.parent_value)
+
+    @extend_schema_field(ParityValueField)
+    def get_child_value(self, parity):
+        return self._value(parity, parity.child_value)
+
+    @staticmethod
+    def _value(parity, value):
+        if parity.verdict != ParityVerdict.DIVERGED:
+            return None
+        return ParityValueField().to_representation(math.nan if value is None else value)
+
+
+class RestoreReportOutputSerializer(serializers.Serializer):
+    checkpoint_id = serializers.IntegerField(allow_null=True, help_text="the checkpoint the code loaded")
+    not_restored = serializers.ListField(
+        child=serializers.CharField(), help_text="parts the checkpoint holds that the code did not restore, sorted"
+    )
+    unknown = serializers.ListField(child=serializers.CharField(), help_text="parts the SDK could not check")
+    parts = serializers.DictField(
+        child=serializers.CharField(), help_text='every part checked: "restored", "not_restored" or "unknown"'
+    )
+    details = serializers.DictField(child=serializers.CharField(), help_text="one line per part, e.g. what differs")
+    reported_at = serializers.DateTimeField(help_text="time of the last report (a later one replaces it)")
+    reports = serializers.IntegerField(help_text="reports the Run sent")
+
+
+def parity_of_run(run: Run) -> Parity | None:
+    """``run``'s verdict; for a Run started from a checkpoint that logged nothing yet, an unsaved ``unknown`` one;
+    None for a Run not started from a checkpoint."""
+    parity = selectors.parity_of(run)
+    if parity is not None or not (run.parent_id and run.source_checkpoint_id):
+        return parity
+    return Parity(
+        run=run,
+        parent_id=run.parent_id,
+        checkpoint_step=run.source_checkpoint.step,
+        tolerance=selectors.project_tolerance(project_id=run.project_id),
+    )
+
+
+def parity_data(run: Run) -> dict | None:
+    parity = parity_of_run(run)
+    return None if parity is None else ParityOutputSerializer(parity).data
+
+
+def restore_report_data(run: Run) -> dict | None:
+    report = selectors.restore_report_of(run)
+    return None if report is None else RestoreReportOutputSerializer(report).data
+
+
+def resume_ignored_at_step(run: Run) -> int | None:
+    parity = selectors.parity_of(run)
+    return None if parity is None else parity.resume_ignored_at_step
+
+
+class ResumeFactsMixin(serializers.Serializer):
+    """``restore_report``, ``resume_ignored_at_step`` and ``parity`` of the Run the serialized object names
+    (``run_of``)."""
+
+    restore_report = serializers.SerializerMethodField(
+        help_text="what the code restored from its checkpoint, as its SDK reported it; null: no report"
+    )
+    resume_ignored_at_step = serializers.SerializerMethodField(
+        help_text="the first step logged when it lies below the source checkpoint's step: the code may have "
+        "ignored the checkpoint; else null"
+    )
+    parity = serializers.SerializerMethodField(
+        help_text="how this run's points compare with its parent's from the checkpoint's step on; null: not "
+        "started from a checkpoint"
+    )
+
+    @staticmethod
+    def run_of(instance) -> Run:
+        return instance
+
+    @extend_schema_field(RestoreReportOutputSerializer(allow_null=True))
+    def get_restore_report(self, instance) -> dict | None:
+        return restore_report_data(self.run_of(instance))
+
+    def get_resume_ignored_at_step(self, instance) -> int | None:
+        return resume_ignored_at_step(self.run_of(instance))
+
+    @extend_schema_field(ParityOutputSerializer(allow_null=True))
+    def get_parity(self, instance) -> dict | None:
+        return parity_data(self.run_of(instance))
+
+
+class RunResourceOutputSerializer(ResumeFactsMixin, RunOutputSerializer):
+    """The Run resource with what it restored and its parity verdict."""

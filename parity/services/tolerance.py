@@ -1,0 +1,42 @@
+"""A Project's parity tolerance (docs/design/resume.md#parity)."""
+
+import math
+
+from django.db import transaction
+
+from mado import policy
+from mado.errors import ValidationFailed
+from parity.models import Parity, ParitySettings
+from parity.services.verdict import parity_recompute
+from runs.models import Project
+
+
+def clean_tolerance(value) -> float:
+    """``value`` as a tolerance: a number from 0 to 1; else ``ValidationFailed`` naming ``tolerance``."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or not 0 <= value <= 1:
+        raise ValidationFailed(
+            f"tolerance must be a number from 0 to 1 (a relative difference, e.g. 1e-6), got {value!r}"[:200],
+            field="tolerance",
+        )
+    return float(value)
+
+
+def parity_tolerance_set(*, actor, project: Project, tolerance) -> ParitySettings:
+    """Set ``project``'s relative tolerance (0 to 1) and compare every verdict of its Runs again with it
+    (docs/design/resume.md#parity).
+
+    Raises ``Forbidden`` unless ``actor`` administers the Project (None: an
+    operator in the Django admin, whose permission Django checked),
+    ``ValidationFailed`` naming ``tolerance``. The setting commits first;
+    each verdict is then recomputed in its own transaction (bounded by its
+    overlap), and one left behind by a killed process is recomputed by the
+    next batch that reaches it, which sees the changed tolerance.
+    """
+    if actor is not None:
+        policy.require_role(actor, project, policy.ADMIN)
+    value = clean_tolerance(tolerance)
+    with transaction.atomic():
+        settings, _ = ParitySettings.objects.update_or_create(project=project, defaults={"tolerance": value})
+    for parity_id in Parity.objects.filter(run__project=project).exclude(tolerance=value).values_list("pk", flat=True):
+        parity_recompute(parity_id=parity_id)
+    return settings

@@ -1,0 +1,45 @@
+"""What the Run page, the Job page, the Jobs list and Compare show of a resumed Run's restore report and parity
+verdict (docs/design/resume.md#restore-report, #parity).
+
+``{% load parity_ui %}{% parity_of_run run as parity %}``, ``{% restore_report_of run as report %}`` and
+``{% parity_pairs runs as pairs %}``: the templates of runs and jobs name the parity app here, so runs never
+imports it (docs/design/house.md#arrows). ``|parity_value`` shows a compared value as the API does.
+"""
+
+import math
+
+from django import template
+
+from parity import selectors
+from parity.serializers import parity_of_run
+
+register = template.Library()
+
+
+@register.simple_tag(name="parity_of_run")
+def parity_of_run_tag(run):
+    """``run``'s verdict (an unsaved ``unknown`` one while a Run started from a checkpoint logged nothing), or
+    None for a Run not started from a checkpoint."""
+    return parity_of_run(run)
+
+
+@register.simple_tag
+def restore_report_of(run):
+    """``run``'s restore report, or None."""
+    return selectors.restore_report_of(run)
+
+
+@register.simple_tag
+def parity_pairs(runs):
+    """``(parent, child, verdict)`` for each compared Run whose parent is compared too (the Compare page)."""
+    return selectors.parity_pairs(runs=list(runs))
+
+
+@register.filter
+def parity_value(value):
+    """A compared value: ``repr`` (exact) for a float, ``NaN`` for None (a NaN stored), ``±Infinity``."""
+    if value is None or math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "Infinity" if value > 0 else "-Infinity"
+    return repr(value)

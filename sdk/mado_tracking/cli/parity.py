@@ -1,0 +1,43 @@
+"""What ``mado job show`` prints about a resumed Run: what it did not restore from its checkpoint, whether it seems
+to have ignored it, and its parity verdict with its parent (docs/design/resume.md#restore-report, #parity; docs/api.md
+"Resume parity"). Reads the Job resource's ``restore_report``, ``resume_ignored_at_step`` and ``parity``."""
+
+import click
+
+
+def describe_parity(parity: dict) -> str:
+    """One line of a Run resource's ``parity`` (docs/api.md "Resume parity"): the verdict and where it comes from."""
+    verdict = parity.get("verdict")
+    span = f"steps {parity.get('first_step')}-{parity.get('last_step')}"
+    if verdict == "identical":
+        return f"identical over {span} on {', '.join(parity.get('compared_keys') or [])}"
+    if verdict == "within_tolerance":
+        return (
+            f"within tolerance {parity.get('tolerance')} over {span} (largest relative difference "
+            f"{parity.get('max_difference')})"
+        )
+    if verdict == "diverged":
+        return (
+            f"diverged at step {parity.get('step')}: {parity.get('key')} {parity.get('parent_value')} in the parent "
+            f"run, {parity.get('child_value')} here"
+        )
+    return f"unknown (no step logged by both runs from the checkpoint's step {parity.get('checkpoint_step')} on)"
+
+
+def print_resume_facts(found: dict) -> None:
+    """``mado job show``'s lines about a resumed Run: not restored, resume ignored, parity."""
+    report = found.get("restore_report")
+    if report and report.get("not_restored"):
+        click.echo(f"  not restored from the checkpoint: {', '.join(report['not_restored'])}")
+        for part in report["not_restored"]:
+            if (report.get("details") or {}).get(part):
+                click.echo(f"    {part}: {report['details'][part]}")
+    elif report:
+        click.echo("  restored from the checkpoint: everything checked")
+    if found.get("resume_ignored_at_step") is not None:
+        click.echo(
+            f"  resume ignored?: the first logged step {found['resume_ignored_at_step']} lies below the "
+            f"checkpoint's step {found.get('source_checkpoint_step')}"
+        )
+    if found.get("parity"):
+        click.echo(f"  parity: {describe_parity(found['parity'])}")

@@ -1,0 +1,114 @@
+"""``parity`` and ``resume_ignored_at_step`` on the Run and Job resources, the Project's tolerance endpoint, and lists
+that read the verdicts without a query per Run (docs/api.md "Resume parity"; docs/design/resume.md#parity)."""
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from jobs import services as job_services
+from tests.jobs.conftest import (  # noqa: F401
+    celery_calls,
+    checkpoint,
+    code_version,
+    cpu,
+    dataset_versions,
+    failed_job,
+    launch,
+)
+from tests.parity.conftest import curve
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def resumed_job(creator, failed_job):
+    """``failed_job`` (logged steps 0..26, checkpoint at 20) resumed from its latest checkpoint as a Job."""
+    checkpoint(failed_job.run, 20)
+    return job_services.job_resume_from_latest(actor=creator, job=failed_job)
+
+
+def test_a_resumed_jobs_run_starts_unknown_and_reads_identical_once_it_logged_the_overlap(
+    api, creator, log, failed_job, resumed_job
+):
+    client = api(creator)
+    waiting = client.get(f"/api/v1/jobs/{resumed_job.pk}/").json()
+    assert waiting["parity"]["verdict"] == "unknown"
+    assert (waiting["parity"]["checkpoint_step"], waiting["parity"]["parent_id"]) == (20, failed_job.run_id)
+    assert (waiting["restore_report"], waiting["resume_ignored_at_step"]) == (None, None)
+    log(failed_job.run, range(27))
+    log(resumed_job.run, range(20, 40))
+    job = client.get(f"/api/v1/jobs/{resumed_job.pk}/").json()
+    run = client.get(f"/api/v1/runs/{resumed_job.run_id}/").json()
+    assert job["parity"] == run["parity"]
+    parity = run["parity"]
+    assert {k: parity[k] for k in ("verdict", "step", "key", "parent_value", "child_value")} == {
+        "verdict": "identical",
+        "step": None,
+        "key": None,
+        "parent_value": None,
+        "child_value": None,
+    }
+    assert (parity["first_step"], parity["last_step"], parity["compared_steps"], parity["compared_points"]) == (
+        20,
+        26,
+        7,
+        14,
+    )
+    assert (parity["compared_keys"], parity["tolerance"], parity["max_difference"]) == (
+        ["train.accuracy", "train.loss"],
+        1e-6,
+        0.0,
+    )
+    assert client.get(f"/api/v1/runs/{failed_job.run_id}/").json()["parity"] is None  # not started from a checkpoint
+
+
+def test_a_divergence_to_nan_and_a_run_that_ignored_its_checkpoint_read_in_the_api(
+    api, creator, log, failed_job, resumed_job
+):
+    log(failed_job.run, range(27))
+    log(resumed_job.run, range(0, 30), value=lambda key, step: float("nan") if step >= 20 else curve(key, step))
+    job = api(creator).get(f"/api/v1/jobs/{resumed_job.pk}/").json()
+    assert job["resume_ignored_at_step"] == 0
+    assert (job["parity"]["verdict"], job["parity"]["step"], job["parity"]["key"]) == ("diverged", 20, "train.accuracy")
+    assert (job["parity"]["parent_value"], job["parity"]["child_value"]) == (curve("train.accuracy", 20), "NaN")
+    assert job["parity"]["max_difference"] == "Infinity"
+
+
+def test_lists_read_the_verdicts_without_a_query_per_run(api, creator, log, failed_job, resumed_job, cpu, code_version):
+    for _ in range(3):
+        other = launch(creator, code_version, cpu)
+        job_services.job_claim(job_id=other.pk, worker_host="w")
+    client = api(creator)
+    log(failed_job.run, range(27))
+    log(resumed_job.run, range(20, 30))
+    with CaptureQueriesContext(connection) as few:
+        client.get("/api/v1/jobs/")
+        client.get("/api/v1/runs/")
+    for _ in range(5):
+        job = launch(creator, code_version, cpu)
+        job_services.job_claim(job_id=job.pk, worker_host="w")
+    with CaptureQueriesContext(connection) as more:
+        jobs = client.get("/api/v1/jobs/").json()["results"]
+        client.get("/api/v1/runs/")
+    assert len(more) == len(few)
+    assert {job["id"]: (job["parity"] or {}).get("verdict") for job in jobs}[resumed_job.pk] == "identical"
+
+
+@pytest.mark.parametrize(
+    "body",
+    [{"tolerance": -1e-9}, {"tolerance": 1.5}, {"tolerance": "1e-6"}, {"tolerance": True}, {"tolerance": None}, {}, []],
+)
+def test_a_bad_tolerance_is_refused_naming_it(api, admin, project, body):
+    answer = api(admin).patch(f"/api/v1/projects/{project.slug}/parity/", body, format="json")
+    assert (answer.status_code, answer.json()["field"]) == (400, "tolerance")
+    assert api(admin).get(f"/api/v1/projects/{project.slug}/parity/").json() == {"tolerance": 1e-6}
+
+
+def test_a_project_admin_sets_the_tolerance_and_members_read_it(api, admin, member, project):
+    assert (
+        api(member).patch(f"/api/v1/projects/{project.slug}/parity/", {"tolerance": 0.01}, format="json").status_code
+        == 403
+    )
+    answer = api(admin).patch(f"/api/v1/projects/{project.slug}/parity/", {"tolerance": 0.01}, format="json")
+    assert (answer.status_code, answer.json()) == (200, {"tolerance": 0.01})
+    assert api(member).get(f"/api/v1/projects/{project.slug}/parity/").json() == {"tolerance": 0.01}

@@ -1,0 +1,51 @@
+"""``mado job show`` on a resumed Job: the parts not restored, the "resume ignored?" line and the parity verdict
+(docs/design/resume.md#restore-report, #parity), read from the Job resource of a live server."""
+
+import pytest
+from click.testing import CliRunner
+from rest_framework.authtoken.models import Token
+
+from mado_tracking.cli import main
+from parity.services import restore_report_record
+from tests.jobs.conftest import (  # noqa: F401
+    celery_calls,
+    checkpoint,
+    code_version,
+    cpu,
+    dataset_versions,
+    failed_job,
+)
+from tests.parity.conftest import curve
+from tests.parity.test_api import resumed_job  # noqa: F401
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def job_show(live_server, user, job_id) -> str:
+    env = {"MMT_API_URL": live_server.url, "MMT_API_TOKEN": Token.objects.get_or_create(user=user)[0].key}
+    shown = CliRunner().invoke(main, ["job", "show", str(job_id)], env=env, catch_exceptions=False)
+    assert shown.exit_code == 0, shown.output
+    return shown.output
+
+
+def test_job_show_names_what_was_not_restored_and_where_the_runs_part(
+    live_server, creator, log, failed_job, resumed_job
+):
+    assert "  parity: unknown (no step logged by both runs from the checkpoint's step 20 on)" in job_show(
+        live_server, creator, resumed_job.pk
+    )
+    log(failed_job.run, range(27))
+    log(resumed_job.run, range(0, 30), value=lambda key, step: curve(key, step) + (0.5 if step >= 21 else 0))
+    restore_report_record(
+        actor=creator,
+        run=resumed_job.run,
+        body={"parts": {"model": "restored", "rng.torch": "not_restored"}, "details": {"rng.torch": "re-seeded"}},
+    )
+    lines = job_show(live_server, creator, resumed_job.pk).splitlines()
+    parent = curve("train.accuracy", 21)
+    assert lines[-5:-1] == [
+        "  not restored from the checkpoint: rng.torch",
+        "    rng.torch: re-seeded",
+        "  resume ignored?: the first logged step 0 lies below the checkpoint's step 20",
+        f"  parity: diverged at step 21: train.accuracy {parent!r} in the parent run, {parent + 0.5!r} here",
+    ]
