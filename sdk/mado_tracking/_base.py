@@ -11,6 +11,7 @@ import threading
 import time
 from collections.abc import Mapping
 
+from mado_tracking import restore_check
 from mado_tracking.errors import CheckpointError, MadoError
 from mado_tracking.points import Point, check_metric_step, metric_points
 from mado_tracking.resume import ResumeCheckpoint, resume_checkpoint
@@ -123,6 +124,7 @@ class RunBase:
         ``all_ranks``: the keys go under ``rank<k>/``. Raises ``ValueError`` /
         ``TypeError`` as ``metric_points``; ``self.step`` is unchanged then.
         """
+        restore_check.before_metrics(self, step)  # docs/design/checkpoints.md#restore-check
         if all_ranks:
             metrics = rank_keys(metrics, self.rank)
         step = check_metric_step(self.step if step is None else step)
