@@ -40,7 +40,8 @@ test: install-dev
 test-integration: install-dev
 	MADO_DATABASE_URL=$${MADO_TEST_DATABASE_URL:-postgresql://postgres@127.0.0.1:5432/postgres} \
 	MADO_TEST_REDIS_URL=$${MADO_TEST_REDIS_URL:-redis://127.0.0.1:6379/15} \
-	$(VENV)/bin/pytest -o addopts="-ra" tests/integration tests/runs tests/sweeps tests/checkpoints tests/mlflow_api tests/sdk
+	$(VENV)/bin/pytest -o addopts="-ra" tests/integration tests/runs tests/sweeps tests/checkpoints tests/mlflow_api tests/sdk \
+		tests/mlflow_client/test_mlflow_stock_integrations.py
 
 # The house style held by a tool (docs/design/house.md#comments): lint with import order, then the formatter's check.
 lint: install-dev

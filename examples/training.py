@@ -18,7 +18,9 @@ The loop runs over ``range(start_step, steps)`` and all training state lives
 in ``model``, ``optimizer``, ``scheduler``, ``batches``, ``generator`` and the global
 RNGs, which ``mado_tracking.torch`` saves every ``--checkpoint-every`` steps (then
 ``run.log_checkpoint(dir, step=step + 1, ...)``) and restores when the
-program is started with the ``MMT_RESUME_*`` variables (``run.resume_checkpoint()``):
+program is started with the ``MMT_RESUME_*`` variables, or again under its run
+id (``MMT_RUN_ID`` with ``MMT_RESUME=must``, on any machine, in any directory)
+(``run.resume_checkpoint()``):
 the resumed run continues at the checkpoint's step and ends with exactly the
 weights of an uninterrupted run. ``--fail-at-step S`` stops with an error at
 step S; ``--output PATH`` writes the final weights as JSON (byte-comparable);

@@ -15,7 +15,7 @@ from django.db.models import ProtectedError
 from django.utils import timezone
 
 from checkpoints import storage
-from checkpoints.models import Artifact, Checkpoint
+from checkpoints.models import Artifact, Checkpoint, ManifestEntry
 from mado import policy
 from mado.errors import Conflict, NotFound, ValidationFailed
 from runs.lease import lease_check
@@ -157,10 +157,19 @@ def replace_content(current: Artifact, blob: storage.StoredBlob) -> str:
 
     Other bytes: the old digest, size and the time join ``current.history``
     (MLflow's overwrite, docs/design/interfaces.md#mlflow). The caller deletes the returned key's bytes
-    once its transaction has committed.
+    once its transaction has committed. A file of a checkpoint (a ManifestEntry's) never changes
+    (docs/design/house.md#immutable): other bytes raise ``Conflict``; the caller drops ``blob``.
     """
     if (current.sha256, current.size) == (blob.sha256, blob.size):
         return blob.key
+    entry = ManifestEntry.objects.filter(artifact=current).select_related("checkpoint").first()
+    if entry is not None:
+        raise Conflict(
+            f"{current.path} is a file of the checkpoint at step {entry.checkpoint.step}, which never changes; "
+            "log it under another path",
+            field="path",
+            extra={"sha256": current.sha256},
+        )
     unused = current.storage_key
     current.history = [
         *current.history,

@@ -1,21 +1,25 @@
 """Artifacts uploaded by the MLflow client, and the checkpoints they form
 (docs/design/checkpoints.md#mlflow-checkpoints, #deletion; docs/design/interfaces.md#mlflow).
 
-A file PUT under ``checkpoints/step-<int>/`` of a ``training`` or
-``fine_tuning`` Run is stored like any artifact (streamed, SHA-256 and size
-computed by the server) and added to the pending Checkpoint of that step,
-``layout="files"``: one ManifestEntry per file, pointing at its Artifact.
-The checkpoint becomes ``complete`` (usable for resume) when the Run reaches
-a final state (``checkpoint_files_complete_for_run``, called by
-``runs.services.run_set_status``) or when a checkpoint with a higher step
-starts, whichever comes first. Every checkpoint change of a Run serialises on
-the Run's row lock, so a file never joins a checkpoint that has completed.
+A file of a ``training`` or ``fine_tuning`` Run whose path follows one of the
+layouts of ``checkpoint_layouts`` (``checkpoints/step-<N>/``, a Lightning
+``<stem>/<stem>.ckpt``, or, through ``logged_model_files``, the
+``checkpoint-N`` directory of a Hugging Face logged model) is stored like any
+artifact (streamed, SHA-256 and size computed by the server) and added to the
+pending Checkpoint of its step, ``layout="files"``: one ManifestEntry per
+file, pointing at its Artifact. The checkpoint becomes ``complete`` (usable
+for resume) when the Run reaches a final state
+(``checkpoint_files_complete_for_run``, called by ``runs.services.run_set_status``),
+when a checkpoint with a higher step starts, or when its layout's own signal
+comes (the single ``.ckpt`` stored), whichever comes first. The files of a
+logged model complete only when that model is finalized READY: the Run's end
+or a higher step ends such a checkpoint ``error`` (its upload did not
+finish). Every checkpoint change of a Run serialises on the Run's row lock,
+so a file never joins a checkpoint that has completed.
 """
 
-import re
+import logging
 
-from django.conf import settings
-from django.core import signing
 from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
@@ -23,182 +27,105 @@ from django.utils import timezone
 from checkpoints import storage
 from checkpoints.models import Artifact, Checkpoint, CheckpointLayout, CheckpointState, ManifestEntry
 from checkpoints.services.artifacts import (
-    artifact_insert,
     artifact_replace,
     artifact_store,
     artifacts_delete_below,
     validate_artifact_path,
 )
 from mado import policy
-from mado.errors import Conflict, ValidationFailed
+from mado.errors import Conflict
+from mlflow_api.artifacts.checkpoint_layouts import CheckpointFile, Completion, checkpoint_file_in
 from runs.liveness import run_touch
-from runs.models import FINAL_STATES, Run, RunKind
+from runs.models import FINAL_STATES, LoggedModel, Run, RunKind
+
+logger = logging.getLogger(__name__)
 
 CHECKPOINT_KINDS = frozenset({RunKind.TRAINING, RunKind.FINE_TUNING})
-_CHECKPOINT_FILE = re.compile(r"^checkpoints/step-(0|[1-9][0-9]{0,17})/(.+)$")
 
 
-def checkpoint_file_of(*, run: Run, path: str) -> tuple[int, str] | None:
-    """``(step, path inside the checkpoint)`` when artifact ``path`` of ``run`` belongs to a checkpoint, else None.
+def checkpoint_file_of(*, run: Run | None, path: str, model_name: str | None = None) -> CheckpointFile | None:
+    """The checkpoint file (step, path inside, layout) that artifact ``path`` is, else None: a plain artifact.
 
-    Only ``training`` and ``fine_tuning`` Runs form checkpoints (docs/design/checkpoints.md#mlflow-checkpoints);
-    ``path`` is a safe artifact path (``validate_artifact_path``).
+    ``path`` is a safe artifact path (``validate_artifact_path``) of ``run``,
+    or of a logged model named ``model_name`` whose source Run is ``run``
+    (None: logged outside a run). Only ``training`` and ``fine_tuning`` Runs
+    form checkpoints (docs/design/checkpoints.md#mlflow-checkpoints).
     """
-    if run.kind not in CHECKPOINT_KINDS:
+    if run is None or run.kind not in CHECKPOINT_KINDS:
         return None
-    match = _CHECKPOINT_FILE.match(path)
-    if match is None:
-        return None
-    return int(match.group(1)), match.group(2)
+    return checkpoint_file_in(path, model_name=model_name)
 
 
 def mlflow_artifact_put(*, actor, run: Run, path: str, source, expected_size: int | None = None) -> Artifact:
-    """Stream ``source`` into ``run``'s artifact ``path`` (``artifact_store``); a checkpoint file also joins its
-    checkpoint.
+    """Stream ``source`` into ``run``'s artifact ``path``; a checkpoint file also joins its checkpoint
+    (``checkpoint_join``).
 
     Member or admin (else ``Forbidden``); unsafe ``path`` → ``ValidationFailed``.
-    A checkpoint file (``checkpoint_file_of``) whose step cannot take files
-    any more (complete, deleted or a tar checkpoint; a higher step started;
-    the Run has ended) raises ``Conflict`` before any byte is stored, and
-    again — removing what this call stored — if that happened meanwhile.
-    Re-sending the same bytes is idempotent; different bytes replace a file
-    outside ``checkpoints/`` as on MLflow (``artifact_replace``: the old
-    digest stays in its history) and raise ``Conflict`` for a checkpoint's.
+    A ``checkpoints/step-N/`` file whose step cannot take files any more
+    (complete, deleted or a tar checkpoint; a higher step started; the Run
+    has ended) raises ``Conflict`` before any byte is stored, and again —
+    removing what this call stored — if that happened meanwhile; a file of a
+    stock client's layout (Lightning's ``.ckpt``) is then kept as a plain
+    artifact. Re-sending the same bytes is idempotent; different bytes
+    replace a plain file as on MLflow (``artifact_replace``: the old digest
+    stays in its history) and raise ``Conflict`` for a checkpoint's file or
+    any path under ``checkpoints/``.
     """
-    path, target = _require_put(actor=actor, run=run, path=path)
+    path, target = require_put(actor=actor, run=run, path=path)
     run_touch(run_id=run.pk)
-    if target is None:
-        return artifact_replace(actor=actor, run=run, path=path, source=source, expected_size=expected_size)
+    if target is None or not target.layout.strict:
+        artifact = artifact_replace(actor=actor, run=run, path=path, source=source, expected_size=expected_size)
+        return checkpoint_join(actor=actor, run=run, target=target, artifact=artifact)
     artifact, created = artifact_store(actor=actor, run=run, path=path, source=source, expected_size=expected_size)
-    return _join_checkpoint(actor=actor, run=run, target=target, artifact=artifact, created=created)
+    return checkpoint_join(actor=actor, run=run, target=target, artifact=artifact, created=created)
 
 
-def _require_put(*, actor, run: Run, path: str) -> tuple[str, tuple[int, str] | None]:
-    """The checks before a file of ``run`` is stored: writer, safe ``path``, its checkpoint step can take it.
+def require_put(*, actor, run: Run, path: str) -> tuple[str, CheckpointFile | None]:
+    """The checks before a file of ``run`` is stored: writer, safe ``path``, a strict layout's step can take it.
 
     Returns ``(path, checkpoint_file_of(...))``.
     """
     policy.require_run_writer(actor, run)
     path = validate_artifact_path(path)
     target = checkpoint_file_of(run=run, path=path)
-    if target is not None:
+    if target is not None and target.layout.strict:
         with transaction.atomic():
-            _refusal_check(Run.objects.get(pk=run.pk), target[0])
+            _refusal_check(Run.objects.get(pk=run.pk), target.step)
     return path, target
 
 
-def _join_checkpoint(*, actor, run: Run, target, artifact: Artifact, created: bool) -> Artifact:
-    """Add a just-stored ``artifact`` to its checkpoint (``target``); on refusal remove what this call stored."""
+def checkpoint_join(
+    *, actor, run: Run, target: CheckpointFile | None, artifact: Artifact, created: bool = False
+) -> Artifact:
+    """Add the just-stored ``artifact`` of ``run`` (or of a logged model of ``run``) to its checkpoint ``target``
+    (``checkpoint_add_file``; None: a plain artifact, nothing to do); returns ``artifact``.
+
+    When the step cannot take the file (``Conflict``): a strict layout
+    removes what this call stored (``created``) and raises; another keeps the
+    file as a plain artifact, as an MLflow server would, so the stock
+    client's training goes on (docs/design/checkpoints.md#mlflow-checkpoints).
+    """
     if target is None:
         return artifact
     try:
-        checkpoint_add_file(actor=actor, run=run, step=target[0], path=target[1], artifact=artifact)
+        checkpoint_add_file(actor=actor, run=run, target=target, artifact=artifact)
+    except Conflict as exc:
+        if not target.layout.strict:
+            logger.info("%s of run %s stays a plain artifact: %s", artifact.path, run.external_id, exc)
+            return artifact
+        _remove(artifact, created)
+        raise
     except BaseException:
-        if created:
-            Artifact.objects.filter(pk=artifact.pk).delete()
-            storage.blob_delete_quietly(artifact.storage_key)
+        _remove(artifact, created and target.layout.strict)
         raise
     return artifact
 
 
-# --- MLflow multipart upload straight to S3 (mpu/create|complete|abort) ----------------------------------
-
-S3_MAX_PARTS = 10_000
-_MPU_SALT = "mado.mlflow-artifacts.mpu"
-
-
-def mlflow_multipart_create(*, actor, run: Run, path: str, num_parts) -> dict:
-    """Start an S3 multipart upload of ``run``'s artifact ``path`` in ``num_parts`` parts (1..10,000).
-
-    Same checks as ``mlflow_artifact_put`` (writer, safe path, a checkpoint
-    step that can still take files). The artifact storage must be S3.
-    Returns MLflow's ``{"upload_id", "credentials": [{"part_number", "url",
-    "headers"}]}``: one presigned ``upload_part`` URL per part, valid
-    ``MADO_CHECKPOINT_PRESIGN_EXPIRES`` seconds. ``upload_id`` is a signed
-    token naming the blob, the Run and the path, so it can only complete or
-    abort this upload.
-    """
-    path, _target = _require_put(actor=actor, run=run, path=path)
-    if isinstance(num_parts, bool) or not isinstance(num_parts, int) or not 1 <= num_parts <= S3_MAX_PARTS:
-        raise ValidationFailed(f"num_parts must be an integer from 1 to {S3_MAX_PARTS}", field="num_parts")
-    if storage.s3_storage() is None:
-        raise Conflict("multipart upload needs the S3 artifact storage", field=None)
-    key = storage.new_storage_key(f"runs/{run.pk}")
-    upload_id = storage.s3_multipart_create(key=key, content_type="application/octet-stream")
-    try:
-        urls = storage.s3_presign_parts(
-            key=key, upload_id=upload_id, count=num_parts, expires_s=settings.MADO_CHECKPOINT_PRESIGN_EXPIRES
-        )
-    except BaseException:
-        storage.s3_multipart_abort_quietly(key=key, upload_id=upload_id)
-        raise
-    token = signing.dumps({"r": run.pk, "p": path, "k": key, "u": upload_id, "n": num_parts}, salt=_MPU_SALT)
-    credentials = [{"part_number": number, "url": url, "headers": {}} for number, url in enumerate(urls, start=1)]
-    return {"upload_id": token, "credentials": credentials}
-
-
-def _upload_of(*, run: Run, path: str, upload_id) -> dict:
-    """The upload ``upload_id`` (from ``mlflow_multipart_create``) of ``run``'s ``path``, else ``ValidationFailed``."""
-    try:
-        upload = signing.loads(upload_id, salt=_MPU_SALT) if isinstance(upload_id, str) else None
-    except signing.BadSignature:
-        upload = None
-    if not isinstance(upload, dict) or upload.get("r") != run.pk or upload.get("p") != path:
-        raise ValidationFailed(f"upload_id is not an upload of {path!r} of run {run.external_id}", field="upload_id")
-    return upload
-
-
-def mlflow_multipart_complete(*, actor, run: Run, path: str, upload_id, parts) -> Artifact:
-    """Complete the S3 multipart upload and record it as ``run``'s artifact ``path``, like a single PUT.
-
-    ``parts``: MLflow's ``[{"part_number", "etag", "url"}]``, every part once,
-    ascending (``ValidationFailed`` otherwise, or when S3 refuses them). The
-    size comes from a HEAD, the SHA-256 from reading the object back in
-    1 MiB chunks. The same content at a stored path is a no-op (the new
-    object is removed), different content → ``Conflict``; a ``checkpoints/
-    step-N/`` file joins checkpoint N as a PUT's does.
-    """
-    from checkpoints.services.direct import clean_parts
-
-    path, target = _require_put(actor=actor, run=run, path=path)
-    upload = _upload_of(run=run, path=path, upload_id=upload_id)
-    key = upload["k"]
-    _s3_complete(key=key, upload_id=upload["u"], parts=clean_parts(parts, upload["n"]))
-    try:
-        blob = storage.blob_stat(key)
-        artifact, created = artifact_insert(run=run, path=path, blob=blob)
-    except BaseException:
-        storage.blob_delete_quietly(key)
-        raise
-    if not created and artifact.storage_key != key:
-        storage.blob_delete_quietly(key)
-    return _join_checkpoint(actor=actor, run=run, target=target, artifact=artifact, created=created)
-
-
-def _s3_complete(*, key: str, upload_id: str, parts: list[dict]) -> None:
-    from botocore.exceptions import ClientError
-
-    try:
-        storage.s3_multipart_complete(key=key, upload_id=upload_id, parts=parts)
-    except ClientError as exc:
-        error = exc.response.get("Error", {})
-        if error.get("Code") == "NoSuchUpload":
-            try:
-                storage.blob_size(key)
-                return  # completed by an earlier attempt
-            except Exception:  # noqa: BLE001, S110 - not there: the upload is gone
-                pass
-        raise ValidationFailed(
-            f"the storage refused the parts ({error.get('Code')}: {error.get('Message')})", field="parts"
-        ) from None
-
-
-def mlflow_multipart_abort(*, actor, run: Run, path: str, upload_id) -> None:
-    """Abort the S3 multipart upload ``upload_id`` of ``run``'s ``path``: its parts are removed (writer only)."""
-    policy.require_run_writer(actor, run)
-    path = validate_artifact_path(path)
-    upload = _upload_of(run=run, path=path, upload_id=upload_id)
-    storage.s3_multipart_abort_quietly(key=upload["k"], upload_id=upload["u"])
+def _remove(artifact: Artifact, created: bool) -> None:
+    """Remove ``artifact`` and its bytes when this call ``created`` it."""
+    if created:
+        Artifact.objects.filter(pk=artifact.pk).delete()
+        storage.blob_delete_quietly(artifact.storage_key)
 
 
 def _refusal_check(run: Run, step: int) -> Checkpoint | None:
@@ -219,42 +146,71 @@ def _refusal_check(run: Run, step: int) -> Checkpoint | None:
 
 
 @transaction.atomic
-def checkpoint_add_file(*, actor, run: Run, step: int, path: str, artifact: Artifact) -> Checkpoint:
-    """Add stored ``artifact`` as file ``path`` of ``run``'s pending ``layout="files"`` checkpoint at ``step``
-    (docs/design/checkpoints.md#mlflow-checkpoints).
+def checkpoint_add_file(*, actor, run: Run, target: CheckpointFile, artifact: Artifact) -> Checkpoint:
+    """Add stored ``artifact`` as file ``target.path`` of ``run``'s pending ``layout="files"`` checkpoint at
+    ``target.step`` (docs/design/checkpoints.md#mlflow-checkpoints).
 
-    Starts the checkpoint with its first file; starting it completes every
-    pending files checkpoint of the Run at a lower step. The Run's row is
-    locked first (the one order every checkpoint change of the Run takes).
-    Adding the same file again is a no-op. ``Conflict`` as in
-    ``mlflow_artifact_put``. Returns the checkpoint.
+    ``artifact`` is a file of ``run`` or of a logged model of ``run``.
+    Starts the checkpoint (framework: the layout's) with its first file;
+    starting it closes every pending files checkpoint of the Run at a lower
+    step (``_close``); a layout whose checkpoint is one file completes it at
+    once.
+    The Run's row is locked first (the one order every checkpoint change of
+    the Run takes), then the artifact's, so the manifest records the bytes it
+    holds (a replacement waits, then is refused). A file already in a
+    checkpoint of the Run returns that checkpoint (a retry). ``Conflict`` as
+    in ``mlflow_artifact_put``. Returns the checkpoint.
     """
     locked_run = Run.objects.select_for_update().get(pk=run.pk)
+    artifact = Artifact.objects.select_for_update().get(pk=artifact.pk)
+    joined = ManifestEntry.objects.filter(artifact=artifact, checkpoint__run_id=run.pk).select_related("checkpoint")
+    if (entry := joined.first()) is not None:
+        return entry.checkpoint
+    step = target.step
     checkpoint = _refusal_check(locked_run, step)
     if checkpoint is None:
         checkpoint = Checkpoint.objects.create(
             run_id=run.pk,
             step=step,
             layout=CheckpointLayout.FILES,
+            framework=target.layout.framework,
             created_by=actor if getattr(actor, "is_authenticated", False) else None,
         )
         for older in Checkpoint.objects.filter(
             run_id=run.pk, step__lt=step, layout=CheckpointLayout.FILES, state=CheckpointState.PENDING
         ):
-            _complete(older)
+            _close(older)
     entry, created = ManifestEntry.objects.get_or_create(
         checkpoint=checkpoint,
-        path=path,
+        path=target.path,
         defaults={"size": artifact.size, "sha256": artifact.sha256, "artifact": artifact},
     )
-    if created:
-        Checkpoint.objects.filter(pk=checkpoint.pk).update(
-            file_count=F("file_count") + 1, total_bytes=F("total_bytes") + artifact.size
-        )
-    elif entry.artifact_id != artifact.pk:  # (run, path) is unique, so this is a broken invariant
-        raise Conflict(f"{path} is already another file of the checkpoint at step {step}", field="path")
+    if not created:  # another artifact already holds this path of the checkpoint
+        raise Conflict(f"{target.path} is already another file of the checkpoint at step {step}", field="path")
+    Checkpoint.objects.filter(pk=checkpoint.pk).update(
+        file_count=F("file_count") + 1,
+        total_bytes=F("total_bytes") + artifact.size,
+        **({"includes_optimizer": True} if target.optimizer else {}),
+    )
+    if target.layout.completes == Completion.FILE_STORED:
+        _complete(checkpoint)
     checkpoint.refresh_from_db()
     return checkpoint
+
+
+UNFINALIZED = "The logged model holding this checkpoint was never finalized: its upload did not finish."
+
+
+def _close(checkpoint: Checkpoint) -> bool:
+    """A pending files checkpoint nobody adds to any more (its Run ended, a higher step started): complete it, or, when
+    its files are a logged model's, end it ``error`` (only that model's READY says they all arrived). True when
+    completed."""
+    if ManifestEntry.objects.filter(checkpoint=checkpoint, artifact__logged_model__isnull=False).exists():
+        Checkpoint.objects.filter(pk=checkpoint.pk, state=CheckpointState.PENDING).update(
+            state=CheckpointState.ERROR, error=UNFINALIZED
+        )
+        return False
+    return _complete(checkpoint)
 
 
 def _complete(checkpoint: Checkpoint) -> bool:
@@ -267,9 +223,35 @@ def _complete(checkpoint: Checkpoint) -> bool:
 
 
 @transaction.atomic
+def checkpoint_files_finish_for_model(*, model: LoggedModel, ready: bool) -> int:
+    """The MLflow client finalized logged ``model``: complete (``ready``) or end ``error`` (upload failed) the
+    pending files checkpoints its files joined; how many (docs/design/checkpoints.md#mlflow-checkpoints).
+
+    Call before the model's row is locked (the Run's lock comes first).
+    Idempotent; a checkpoint already complete or ended is left as it is.
+    """
+    if model.run_id is None:
+        return 0
+    Run.objects.select_for_update().filter(pk=model.run_id).first()
+    pending = Checkpoint.objects.filter(
+        run_id=model.run_id,
+        layout=CheckpointLayout.FILES,
+        state=CheckpointState.PENDING,
+        manifest__artifact__logged_model=model,
+    ).distinct()
+    if ready:
+        return sum(_complete(checkpoint) for checkpoint in pending)
+    return Checkpoint.objects.filter(pk__in=[checkpoint.pk for checkpoint in pending]).update(
+        state=CheckpointState.ERROR,
+        error=f"The MLflow client reported that uploading logged model {model.model_id} failed; "
+        "this checkpoint cannot be used.",
+    )
+
+
+@transaction.atomic
 def checkpoint_files_complete_for_run(*, run_id: int) -> int:
-    """Complete every pending ``layout="files"`` checkpoint of Run ``run_id``; the number completed
-    (docs/design/checkpoints.md#mlflow-checkpoints).
+    """Close every pending ``layout="files"`` checkpoint of Run ``run_id`` (``_close``: complete, or ``error``
+    for a logged model's never finalized); the number completed (docs/design/checkpoints.md#mlflow-checkpoints).
 
     Call when the Run has reached a final state (``run_set_status``).
     Idempotent; takes the Run's row lock like ``checkpoint_add_file``, so a
@@ -277,7 +259,7 @@ def checkpoint_files_complete_for_run(*, run_id: int) -> int:
     """
     Run.objects.select_for_update().filter(pk=run_id).first()
     pending = Checkpoint.objects.filter(run_id=run_id, layout=CheckpointLayout.FILES, state=CheckpointState.PENDING)
-    return sum(_complete(checkpoint) for checkpoint in pending)
+    return sum(_close(checkpoint) for checkpoint in pending)
 
 
 @transaction.atomic

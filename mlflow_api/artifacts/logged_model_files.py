@@ -2,10 +2,13 @@
 docs/design/interfaces.md#mlflow).
 
 A logged model's files are Artifacts with ``logged_model`` set and ``run``
-NULL, so they never mix with the source Run's own files or checkpoints. They
-stream into the artifact storage under ``models/<pk>/`` exactly as a Run's
-do; the database's ``(logged_model, path)`` unique constraint decides
-between two concurrent first uploads of one path.
+NULL, so they never mix with the source Run's own files. They stream into
+the artifact storage under ``models/<pk>/`` exactly as a Run's do; the
+database's ``(logged_model, path)`` unique constraint decides between two
+concurrent first uploads of one path. The ``checkpoint-N`` directory that
+Hugging Face's ``MLflowCallback`` logs as a model joins the source Run's
+checkpoint at step N (``checkpoint_files.checkpoint_join``,
+docs/design/checkpoints.md#mlflow-checkpoints).
 """
 
 from django.db import IntegrityError, transaction
@@ -19,6 +22,7 @@ from checkpoints.services.artifacts import (
     validate_artifact_path,
 )
 from mado import policy
+from mlflow_api.artifacts.checkpoint_files import checkpoint_file_of, checkpoint_join
 from runs.models import LoggedModel
 
 
@@ -31,7 +35,11 @@ def logged_model_file_put(
     (``validate_artifact_path``, ``ValidationFailed``); ``expected_size``
     (Content-Length, bytes) catches a cut upload (``ValidationFailed``,
     nothing kept). As MLflow does, the same bytes again are a no-op and other
-    bytes replace the file (the old digest stays in its history).
+    bytes replace the file (the old digest stays in its history), except a
+    checkpoint's file (``Conflict``). A file of the model's ``checkpoint-N``
+    directory (``checkpoint_layouts``) joins checkpoint N of the model's
+    source Run when ``actor`` may write that Run; when it cannot, it stays a
+    plain file of the model.
     """
     policy.require_logged_model_writer(actor, model)
     path = validate_artifact_path(path)
@@ -44,6 +52,9 @@ def logged_model_file_put(
         raise
     if unused:
         storage.blob_delete_quietly(unused)
+    target = checkpoint_file_of(run=model.run, path=path, model_name=model.name)
+    if target is not None and policy.why_cannot_write_run(actor, model.run) is None:
+        checkpoint_join(actor=actor, run=model.run, target=target, artifact=artifact)
     return artifact
 
 

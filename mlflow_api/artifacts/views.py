@@ -21,14 +21,9 @@ from checkpoints.api.artifacts import LenientNegotiation, OctetStreamParser, ran
 from mado import policy
 from mlflow_api.artifacts import paths
 from mlflow_api.artifacts.base import MlflowApiView, mlflow_error
-from mlflow_api.artifacts.checkpoint_files import (
-    mlflow_artifact_delete,
-    mlflow_artifact_put,
-    mlflow_multipart_abort,
-    mlflow_multipart_complete,
-    mlflow_multipart_create,
-)
+from mlflow_api.artifacts.checkpoint_files import mlflow_artifact_delete, mlflow_artifact_put
 from mlflow_api.artifacts.logged_model_files import logged_model_file_put, logged_model_files_delete
+from mlflow_api.artifacts.multipart import mlflow_multipart_abort, mlflow_multipart_complete, mlflow_multipart_create
 from mlflow_api.auth import require_own_run
 from mlflow_api.errors import NOT_IMPLEMENTED
 

@@ -21,6 +21,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from mado import policy
+from mlflow_api.artifacts.checkpoint_files import checkpoint_files_finish_for_model
 from mlflow_api.errors import INVALID_PARAMETER_VALUE, RESOURCE_DOES_NOT_EXIST, MlflowError
 from mlflow_api.tracking import search
 from mlflow_api.tracking.services import (
@@ -158,10 +159,18 @@ def _locked(model: LoggedModel) -> LoggedModel:
 @transaction.atomic
 def logged_model_finalize(*, actor, model: LoggedModel, status) -> LoggedModel:
     """Set the model's status (``LOGGED_MODEL_READY`` or ``LOGGED_MODEL_UPLOAD_FAILED``); its writers
-    (``Forbidden``)."""
+    (``Forbidden``).
+
+    READY completes the checkpoint the model's files joined (a Hugging Face
+    ``checkpoint-N``), UPLOAD_FAILED ends it ``error``
+    (docs/design/checkpoints.md#mlflow-checkpoints).
+    """
     policy.require_logged_model_writer(actor, model)
+    new_status = status_of(status)
+    if new_status != LoggedModelStatus.PENDING:  # the Run's lock before the model's
+        checkpoint_files_finish_for_model(model=model, ready=new_status == LoggedModelStatus.READY)
     model = _locked(model)
-    model.status = status_of(status)
+    model.status = new_status
     model.save(update_fields=["status", "updated_at"])
     return model
 

@@ -15,6 +15,7 @@ from mado_tracking import restore_check
 from mado_tracking.errors import CheckpointError, MadoError
 from mado_tracking.points import Point, check_metric_step, metric_points
 from mado_tracking.resume import ResumeCheckpoint, resume_checkpoint
+from mado_tracking.resume_fetch import starting_below
 
 logger = logging.getLogger("mado_tracking")
 
@@ -106,6 +107,10 @@ class RunBase:
     # (mado_tracking.distributed, docs/design/worker.md#distributed)
     rank = 0
     world_size = 1
+    # a resumed Run's latest complete checkpoint step until resume_checkpoint() is called or the warning is given
+    _warn_below_step: int | None = None
+    # after resume_checkpoint() returned a checkpoint below the resumed Run's step floor: steps already logged
+    _replayed_below = 0
 
     def _update(self, data: dict) -> None:
         """Take the Run's fields from the server's answer ``data`` (a subclass sets ``_config`` first)."""
@@ -123,14 +128,27 @@ class RunBase:
 
         ``all_ranks``: the keys go under ``rank<k>/``. Raises ``ValueError`` /
         ``TypeError`` as ``metric_points``; ``self.step`` is unchanged then.
+        [] for a step a resumed Run logged before its stop (``resume_fetch``: the server keeps the first points).
         """
         restore_check.before_metrics(self, step)  # docs/design/checkpoints.md#restore-check
         if all_ranks:
             metrics = rank_keys(metrics, self.rank)
         step = check_metric_step(self.step if step is None else step)
         points = metric_points(metrics, step, time.time())
+        if self._warn_below_step is not None and step < self._warn_below_step:
+            starting_below(self, step, "log_metrics")
         self.step = max(self.step, step + 1)
+        if step < self._replayed_below:
+            return []  # logged before the resume: the server keeps the first points
         return points
+
+    def _starting_below(self, step, what: str) -> None:
+        """``step`` of ``what`` may be below the resumed Run's latest checkpoint: warn once
+        (``mado_tracking.resume_fetch``, docs/design/resume.md#resume-anywhere)."""
+        if self._warn_below_step is None or isinstance(step, bool) or not isinstance(step, int):
+            return
+        if step < self._warn_below_step:
+            starting_below(self, step, what)
 
     def _ending_status(self, clean: bool) -> str:
         # docs/design/sweeps.md#sweeps: after mark_preempting, only a clean exit finishes; anything else is a
@@ -168,13 +186,37 @@ class RunBase:
         raise NotImplementedError
 
     def resume_checkpoint(self) -> ResumeCheckpoint | None:
-        """The checkpoint this run resumes from, or None (docs/design/resume.md#in-the-code); see
-        ``mado_tracking.resume_checkpoint``.
+        """The checkpoint this run resumes from, or None (docs/design/resume.md#in-the-code, #resume-anywhere).
+
+        First the ``MMT_RESUME_*`` variables (a Job's resume; see
+        ``mado_tracking.resume_checkpoint``). Without them, online, on a Run
+        that ``start_run`` resumed under its id: its latest ``complete``
+        checkpoint (or the one ``MMT_RESUME_CHECKPOINT_ID`` names), downloaded,
+        verified and extracted read-only into the SDK's cache
+        (``mado_tracking.resume_fetch``; under torchrun rank 0 fetches and
+        every rank gets the same directory). None otherwise. The answer is kept:
+        a second call returns the same object without a request.
 
         Load the weights from ``.path`` and continue the loop with
         ``range(checkpoint.step, total)``: metric steps go on from there (docs/design/resume.md#steps-continue).
-        Raises ``ResumeError`` when the ``MMT_RESUME_*`` variables disagree.
+
+        Raises:
+            ResumeError: the ``MMT_RESUME_*`` variables disagree, or
+                ``MMT_RESUME_CHECKPOINT_ID`` is not an id of this Run's
+                checkpoints (or is set on a Run that was not resumed).
+            CheckpointError: the checkpoint is not complete, or its bytes
+                differ from its size, SHA-256 or manifest ("Checkpoint <id>
+                <what> mismatch: …"); nothing is extracted then.
+            ApiError: the server refused or stayed unreachable.
+            OSError: the cache directory cannot be written (``MMT_CACHE_DIR``).
         """
+        with self.__dict__.setdefault("_resume_lock", threading.Lock()):
+            self._warn_below_step = None
+            if "_resume_found" not in self.__dict__:
+                self._resume_found = self._find_resume_checkpoint()
+            return self._resume_found
+
+    def _find_resume_checkpoint(self) -> ResumeCheckpoint | None:
         return resume_checkpoint()
 
     def log_checkpoint_distributed(self, state_dict: dict, step: int, *, includes_optimizer: bool = False):

@@ -47,6 +47,37 @@ def normalize_api_url(url: str) -> str:
     return f"{parts.scheme}://{parts.netloc}{path}"
 
 
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def server_identity(api_url: str) -> str:
+    """The server ``api_url`` names, in one spelling: ``http://127.0.0.1:8000`` for ``HTTP://LocalHost:8000/``.
+
+    What the SDK keys its local state by (points kept for a resume, background
+    checkpoint snapshots, extracted checkpoints), so another spelling of the
+    same server finds it: ``normalize_api_url`` first (trailing slash,
+    ``/api/v1``), then a lower-case scheme and host without a trailing dot, the
+    scheme's default port (80, 443) dropped, user info dropped, and every
+    loopback host (``localhost``, ``127.0.0.0/8``, ``::1``, ``0.0.0.0``) written
+    ``127.0.0.1``: they all reach this machine. Names are not resolved (a
+    host's name and its address are two keys). Raises ``ConfigError`` as
+    ``normalize_api_url``.
+    """
+    parts = urlsplit(normalize_api_url(api_url))
+    scheme = parts.scheme.lower()
+    host = (parts.hostname or "").rstrip(".")
+    if host == "localhost" or host.startswith("127.") or host in ("::1", "0.0.0.0"):
+        host = "127.0.0.1"
+    elif ":" in host:
+        host = f"[{host}]"
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    shown_port = "" if port is None or port == _DEFAULT_PORTS.get(scheme) else f":{port}"
+    return f"{scheme}://{host}{shown_port}{parts.path}"
+
+
 def resolve(
     *,
     api_url: str | None = None,

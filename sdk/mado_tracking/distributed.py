@@ -28,6 +28,7 @@ from mado_tracking.errors import MadoError
 from mado_tracking.lease import DEFAULT_HEARTBEAT_INTERVAL_S, Lease
 from mado_tracking.metrics import MetricSender
 from mado_tracking.ranks import Ranks, process_group_ranks, ranks_from_environment
+from mado_tracking.resume_fetch import for_rank
 
 logger = logging.getLogger("mado_tracking")
 
@@ -87,6 +88,7 @@ class RankRun(RunBase):
 
     def __init__(self, *, config: config_module.Config, data: dict, step: int, ranks: Ranks, flush_timeout: float):
         self._config = config
+        self._shared = data
         self._update(data)
         self.resumed = bool(data.get("resumed"))
         self.resume_count = data.get("resume_count") or 0
@@ -123,6 +125,9 @@ class RankRun(RunBase):
         points = self._encode(metrics, step, all_ranks)
         if all_ranks and not self._lease.lost:
             self._sender.add(points)
+
+    def _find_resume_checkpoint(self):
+        return for_rank(self)
 
     def log_checkpoint(self, *args, **kwargs):
         """Refused: rank 0 saves plain checkpoints; every rank calls ``log_checkpoint_distributed``

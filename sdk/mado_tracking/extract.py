@@ -2,7 +2,8 @@
 (docs/design/worker.md#fetch, #verify, #extract; docs/design/sweeps.md#requeue).
 
 ``restore_checkpoint(client, id, directory)`` is what ``mado agent`` does
-before it starts a requeued trial: the tar streams from ``GET
+before it starts a requeued trial (and ``mado_tracking.checkpoint_cache`` for
+a same-run resume): the tar streams from ``GET
 checkpoints/{id}/tar`` (``download.stream_tar``, a broken download resumes
 with a ranged request) through ``tarverify.CheckpointVerifier`` (the one
 strict tar reader, docs/checkpoint-format.md), which checks every member
@@ -32,12 +33,16 @@ CHECKPOINT_DIR = "checkpoint"
 RESUME_FILE = "resume-checkpoint.json"
 
 
-def restore_checkpoint(client: ApiClient, checkpoint_id: int, directory: Path) -> dict[str, str]:
+def restore_checkpoint(
+    client: ApiClient, checkpoint_id: int, directory: Path, *, resource: dict | None = None
+) -> dict[str, str]:
     """Download, verify and extract complete checkpoint ``checkpoint_id`` into ``directory``; return the
     ``MMT_RESUME_*`` variables.
 
     ``directory`` (an existing, empty directory) receives ``checkpoint/``
-    (read-only) and ``resume-checkpoint.json``. Returns
+    (read-only) and ``resume-checkpoint.json``. ``resource``: the answer of
+    ``download.complete_checkpoint`` when the caller already has it (else it
+    is asked for). Returns
     ``{MMT_RESUME_CHECKPOINT_DIR, MMT_RESUME_STEP, MMT_RESUME_CHECKPOINT_FILE}``
     as strings.
 
@@ -49,7 +54,8 @@ def restore_checkpoint(client: ApiClient, checkpoint_id: int, directory: Path) -
         ApiError: the server refused (404 for a checkpoint the token cannot
             see) or stayed unreachable through the retries.
     """
-    resource = complete_checkpoint(client, checkpoint_id)
+    if resource is None:
+        resource = complete_checkpoint(client, checkpoint_id)
     size, sha256 = resource["tar_size"], resource["tar_sha256"]
     target = extract_checkpoint_stream(
         stream_tar(client, checkpoint_id, size=size, sha256=sha256),

@@ -19,7 +19,7 @@ import threading
 from mado_tracking.client import ApiClient, jittered
 from mado_tracking.config import Config
 from mado_tracking.lease import HEARTBEAT_TIMEOUT_S, Lease
-from mado_tracking.metrics import leave_program_signals_to_main_thread
+from mado_tracking.threads import leave_program_signals_to_main_thread
 
 
 class Heartbeat:

@@ -37,14 +37,14 @@ retried through an outage of the metrics endpoint never holds them back. A
 (``mado_tracking.lease``) and the thread ends: after ``lease_lost`` (another
 process writes the Run) what is queued is dropped; after ``run_ended`` (the
 server took the process for dead) it is kept for a same-run resume
-(``mado_tracking.unsent``). Points the server drops after a resume (their step is below the
-resumed run's step counter) are reported with one warning per key.
+(``mado_tracking.unsent``: buffered, written to disk by a thread of its own).
+Points the server drops after a resume (their step is below the resumed
+run's step counter) are reported with one warning per key.
 """
 
 import logging
 import math
 import random
-import signal
 import threading
 import time
 import uuid
@@ -58,6 +58,7 @@ from mado_tracking.client import ApiClient, Backoff, is_transient, retry_after_s
 from mado_tracking.config import Config
 from mado_tracking.lease import Lease
 from mado_tracking.points import Point, wire_value
+from mado_tracking.threads import leave_program_signals_to_main_thread
 
 logger = logging.getLogger("mado_tracking")
 
@@ -65,21 +66,6 @@ BATCH_MAX = 10_000  # docs/api.md: a metrics batch holds at most 10,000 points
 FLUSH_INTERVAL_S = 1.0
 BACKOFF_BASE_S = 0.5
 BACKOFF_CAP_S = 30.0
-# Signals a training program handles (a scheduler's SIGTERM, SIGUSR1 before preemption, Ctrl-C, alarms). The
-# kernel gives a process-directed signal to any thread that does not block it, and Python runs the handler only
-# in the main thread: a main thread waiting in a system call (signal.pause(), a blocking read) wakes only when
-# the signal is delivered to it, so every thread the SDK starts blocks them.
-PROGRAM_SIGNALS = frozenset(
-    getattr(signal, name)
-    for name in ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGALRM")
-    if hasattr(signal, name)
-)
-
-
-def leave_program_signals_to_main_thread() -> None:
-    """Block ``PROGRAM_SIGNALS`` in the calling thread (first thing an SDK thread does; POSIX only)."""
-    if hasattr(signal, "pthread_sigmask"):
-        signal.pthread_sigmask(signal.SIG_BLOCK, PROGRAM_SIGNALS)
 
 
 def batch_body(batch: list[Point]) -> bytes:
@@ -121,6 +107,7 @@ class MetricSender:
         self._count_lock = threading.Lock()  # ``sent`` and ``dropped`` change from two threads
         # Held from "the Run is lost" to its batch being kept: log_metrics keeps later points after them.
         self._keep_lock = threading.RLock()
+        self._spool: unsent.PointSpool | None = None
         self.sent = 0
         self.dropped = 0
         self._thread = threading.Thread(target=self._loop, name=f"mado-metrics-run-{run_id}", daemon=True)
@@ -165,6 +152,10 @@ class MetricSender:
         self._wake.set()
         # A request in flight is bounded by the deadline too; the grace covers the last answer.
         self._thread.join(max(timeout, 0.0) + 2.0)
+        with self._keep_lock:
+            spool = self._spool
+        if spool is not None:
+            spool.close()
         return len(self._queue) + self._in_flight
 
     # --- sender thread ---------------------------------------------------------------
@@ -188,11 +179,18 @@ class MetricSender:
                 client.close()
 
     def keep(self, points: list[Point]) -> bool:
-        """After the server ended the Run: keep ``points`` for a same-run resume; False when they are dropped."""
+        """After the server ended the Run: keep ``points`` for a same-run resume; False when they are dropped.
+
+        No I/O on the caller's thread: ``unsent.PointSpool`` writes them in the background (one warning per run).
+        """
         with self._keep_lock:
             if self._keep_dir is None or self._lease is None or not self._lease.ended:
                 return False
-            unsent.keep(self._keep_dir, points, run_label=self._lease.run_label)
+            if self._spool is None:
+                self._spool = unsent.PointSpool(
+                    self._keep_dir, run_label=self._lease.run_label, api_url=self._config.api_url
+                )
+            self._spool.add(points)
             return True
 
     def _drop_queue(self, batch: list[Point] = ()) -> None:

@@ -6,7 +6,9 @@ The worker extracts the checkpoint read-only and starts the training code with
 and ``MMT_RESUME_CHECKPOINT_FILE`` (``resume-checkpoint.json``:
 ``{"checkpointId", "sourceRunId", "step", …}``). Locally the same three
 variables resume from any directory, e.g. an offline run's
-``checkpoints/step-20``.
+``checkpoints/step-20``. ``run.resume_checkpoint()`` reads them first; without
+them, a Run resumed under its id fetches its latest checkpoint
+(``mado_tracking.resume_fetch``).
 """
 
 import json

@@ -27,7 +27,7 @@ from concurrent.futures import Future
 from pathlib import Path
 
 from mado_tracking import config as config_module
-from mado_tracking import system, unsent
+from mado_tracking import resume_fetch, system, unsent
 from mado_tracking._base import (
     FINISH_STATUSES,
     RUN_KINDS,
@@ -112,7 +112,9 @@ class Run(RunBase):
         keep_dir = run_staging_dir(api_url=config.api_url, project=self.project, external_id=self.external_id)
         self._sender = MetricSender(config, self.id, lease=self._lease, keep_dir=keep_dir)
         # points a crashed earlier start of this run kept (docs/design/runs.md#liveness)
-        self._sender.add(unsent.take(keep_dir))
+        self._sender.add(
+            unsent.take_for_run(api_url=config.api_url, project=self.project, external_id=self.external_id)
+        )
         self._heartbeat = Heartbeat(config, self.id, lease=self._lease)
         self._checkpoints = CheckpointSaver(
             client=client, run=data, sender=self._sender, lease=self._lease, flush_timeout=flush_timeout
@@ -121,6 +123,9 @@ class Run(RunBase):
         self._system = system.SystemMonitor(self._log_system, interval) if interval > 0 else None
         self._opened()
         self._checkpoints.upload_left_behind()
+        self._resume_plan = None
+        if self.resumed:  # docs/design/resume.md#resume-anywhere
+            resume_fetch.on_resumed_start(self)
 
     @property
     def lost(self) -> bool:
@@ -151,7 +156,9 @@ class Run(RunBase):
             step: int in [0, 2**63), the number of steps completed or the step index;
                 None = ``run.step``. ``run.step`` then moves past the step
                 used. After a resume the server drops points below the
-                resumed run's first step (one warning per key).
+                resumed run's first step (one warning per key); those of
+                steps from the checkpoint ``run.resume_checkpoint()``
+                returned up to there are not sent (logged before the stop).
             all_ranks: under torchrun, store this rank's values under
                 ``rank<k>/`` keys; every rank calls it (docs/design/worker.md#distributed). Without it
                 only rank 0's values are stored.
@@ -165,6 +172,8 @@ class Run(RunBase):
         if self._finishing:
             raise MadoError(f"run {self.id} is finished; log_metrics must come before finish()")
         points = self._encode(metrics, step, all_ranks)
+        if not points:
+            return
         if self._lease.lost:
             if self._sender.keep(points):
                 return
@@ -177,6 +186,9 @@ class Run(RunBase):
                 )
             return
         self._sender.add(points)
+
+    def _find_resume_checkpoint(self):
+        return resume_fetch.for_run(self)
 
     def _log_system(self, values: dict) -> None:
         """Queue a system metrics sample (``system/…`` keys, docs/design/interfaces.md#system-metrics) at the step
@@ -242,6 +254,7 @@ class Run(RunBase):
         if self._finishing:
             raise MadoError(f"run {self.id} is finished; log_checkpoint must come before finish()")
         self._require_lease("log_checkpoint")
+        self._starting_below(step, "log_checkpoint")
         return self._checkpoints.save(
             directory, step, includes_optimizer=includes_optimizer, framework=framework, wait=wait, metadata=metadata
         )
@@ -251,6 +264,7 @@ class Run(RunBase):
         if self._finishing:
             raise MadoError(f"run {self.id} is finished; log_checkpoint_distributed must come before finish()")
         self._require_lease("log_checkpoint_distributed")
+        self._starting_below(step, "log_checkpoint_distributed")
         return self._checkpoints.save(
             directory,
             step,

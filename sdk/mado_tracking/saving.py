@@ -21,7 +21,7 @@ from mado_tracking.client import ApiClient
 from mado_tracking.errors import ApiError, CheckpointError
 from mado_tracking.lease import Lease
 from mado_tracking.metrics import MetricSender
-from mado_tracking.staging import StagedCheckpoint, left_behind, run_staging_dir, stage
+from mado_tracking.staging import StagedCheckpoint, earlier_run_staging_dir, left_behind, run_staging_dir, stage
 from mado_tracking.tarstream import CheckpointTar
 from mado_tracking.uploads import BackgroundUploads, max_pending_from_environment
 
@@ -44,11 +44,12 @@ class CheckpointSaver:
         self._sender = sender
         self._lease = lease
         self._flush_timeout = flush_timeout
-        self._staging = run_staging_dir(
-            api_url=client.config.api_url, project=run.get("project") or "", external_id=self._label
-        )
+        where = {"api_url": client.config.api_url, "project": run.get("project") or "", "external_id": self._label}
+        self._staging = run_staging_dir(**where)
+        self._earlier_staging = earlier_run_staging_dir(**where)  # an SDK that keyed by the URL's text
         self._keys: dict[int, str] = {}  # step → Idempotency-Key of a save not yet completed
         self._saved_steps: set[int] = set()
+        self._left_behind: list[Future] = []
         self._uploads: BackgroundUploads | None = None
         self._upload_client: ApiClient | None = None
 
@@ -117,6 +118,10 @@ class CheckpointSaver:
     def upload_left_behind(self) -> list[int]:
         """Queue the snapshots an earlier process of this run left unuploaded; return their steps."""
         staged = left_behind(self._staging, run_id=self._run_id)
+        if self._earlier_staging is not None:
+            staged = sorted(
+                staged + left_behind(self._earlier_staging, run_id=self._run_id), key=lambda item: item.step
+            )
         if staged:
             logger.warning(
                 "mado: run %s: uploading %d checkpoint(s) an earlier process left unuploaded (steps %s)",
@@ -126,8 +131,19 @@ class CheckpointSaver:
             )
         for item in staged:
             self._saved_steps.add(item.step)
-            self._background().submit(item, reserved=False)
+            self._left_behind.append(self._background().submit(item, reserved=False))
         return [item.step for item in staged]
+
+    def wait_left_behind(self) -> bool:
+        """Wait for the uploads ``upload_left_behind`` queued (a failure is the upload thread's to report);
+        True when there were any."""
+        waiting, self._left_behind = self._left_behind, []
+        for future in waiting:
+            try:
+                future.result()
+            except Exception:  # noqa: BLE001 - logged by the upload thread, raised by finish()
+                pass
+        return bool(waiting)
 
     def close(self, *, show_progress: bool) -> list[str]:
         """Wait for the background uploads; return one line per failed one (empty: all complete)."""

@@ -6,7 +6,9 @@ thread uploads it from there. ``<cache>`` is ``MMT_CACHE_DIR``, else
 ``<cwd>/.mado/cache`` (the directory ``.mado/resume.json`` lives in, so a
 same-run resume started from here finds it; usually the same file system as
 the checkpoint directory, so hard links work). ``<server>`` is a short digest
-of the API URL.
+of the server's identity (``config.server_identity``: the API URL in one
+spelling, so ``http://localhost:8000/`` and ``http://127.0.0.1:8000`` find the
+same directory).
 
 Snapshot rule, per file: a file without any write permission bit is
 hard-linked (it can only be replaced, not rewritten in place: that is how
@@ -44,6 +46,7 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from mado_tracking.config import server_identity
 from mado_tracking.errors import CheckpointError
 from mado_tracking.tarstream import scan
 from mado_tracking.writeback import copy_windowed
@@ -96,11 +99,28 @@ class StagedCheckpoint:
         shutil.rmtree(self.directory, ignore_errors=True)
 
 
-def run_staging_dir(*, api_url: str, project: str, external_id: str) -> Path:
-    """``<cache>/staging/<server digest>/<project>/<run id>``, absolute (see the module docstring)."""
+def cache_root() -> Path:
+    """``MMT_CACHE_DIR``, else ``<cwd>/.mado/cache``, absolute (not created here)."""
     root = os.environ.get(ENV_CACHE_DIR, "").strip() or str(Path(".mado") / "cache")
-    server = hashlib.sha256(api_url.encode("utf-8")).hexdigest()[:12]
-    return Path(root).absolute() / "staging" / server / project / external_id
+    return Path(root).absolute()
+
+
+def server_key(api_url: str) -> str:
+    """A short digest of the server ``api_url`` names (``config.server_identity``: any spelling of it)."""
+    return hashlib.sha256(server_identity(api_url).encode("utf-8")).hexdigest()[:12]
+
+
+def run_staging_dir(*, api_url: str, project: str, external_id: str) -> Path:
+    """``<cache>/staging/<server key>/<project>/<run id>``, absolute (see the module docstring)."""
+    return cache_root() / "staging" / server_key(api_url) / project / external_id
+
+
+def earlier_run_staging_dir(*, api_url: str, project: str, external_id: str) -> Path | None:
+    """Where SDKs that keyed by the URL's text kept this run's state, when that is not ``run_staging_dir``."""
+    legacy = hashlib.sha256(api_url.encode("utf-8")).hexdigest()[:12]
+    if legacy == server_key(api_url):
+        return None
+    return cache_root() / "staging" / legacy / project / external_id
 
 
 def stage(

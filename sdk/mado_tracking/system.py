@@ -17,7 +17,7 @@ import logging
 import os
 import threading
 
-from mado_tracking.metrics import leave_program_signals_to_main_thread
+from mado_tracking.threads import leave_program_signals_to_main_thread
 
 logger = logging.getLogger("mado_tracking")
 ENV_INTERVAL = "MMT_SYSTEM_METRICS_INTERVAL"

@@ -23,8 +23,8 @@ from concurrent.futures import Future
 from tqdm import tqdm
 
 from mado_tracking.errors import CheckpointError
-from mado_tracking.metrics import leave_program_signals_to_main_thread
 from mado_tracking.staging import StagedCheckpoint
+from mado_tracking.threads import leave_program_signals_to_main_thread
 
 logger = logging.getLogger("mado_tracking")
 

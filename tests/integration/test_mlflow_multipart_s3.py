@@ -92,6 +92,21 @@ def test_multipart_upload_records_the_artifact_and_joins_the_checkpoint(s3_bucke
     assert got.status_code == 206 and b"".join(got.streaming_content) == BLOB[:10]
 
 
+def test_a_lightning_ckpt_uploaded_in_parts_is_a_complete_checkpoint_at_its_step(s3_bucket, member, training_run):
+    """A large ``.ckpt`` from ``MLFlowLogger`` comes in parts (docs/design/checkpoints.md#mlflow-checkpoints)."""
+    client = bearer(member)
+    path = "epoch=0-step=500/epoch=0-step=500.ckpt"
+    assert upload(client, training_run, path).status_code == 200
+    checkpoint = Checkpoint.objects.get(run=training_run)
+    assert (checkpoint.step, checkpoint.state, checkpoint.framework) == (500, CheckpointState.COMPLETE, "lightning")
+    assert list(checkpoint.manifest.values_list("path", "sha256")) == [
+        ("epoch=0-step=500.ckpt", hashlib.sha256(BLOB).hexdigest())
+    ]
+    again = upload(client, training_run, "epoch=0-step=500-v1/epoch=0-step=500-v1.ckpt")  # the step is complete
+    assert again.status_code == 200 and Checkpoint.objects.get(run=training_run).file_count == 1
+    assert Artifact.objects.filter(run=training_run).count() == 2 and not open_uploads(s3_bucket)
+
+
 def test_the_same_bytes_again_is_a_no_op_and_different_bytes_conflict(s3_bucket, member, training_run):
     client = bearer(member)
     assert upload(client, training_run, "model.bin").status_code == 200

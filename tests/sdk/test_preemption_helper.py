@@ -8,9 +8,11 @@ import sys
 import threading
 
 import pytest
+from click.testing import CliRunner
 
 from checkpoints.models import Checkpoint
 from mado_tracking import preemption
+from mado_tracking.cli import main
 from runs.models import Run, RunStatus
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -18,6 +20,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 LOOP = """
 import os, pathlib, sys, time, mado_tracking
 from mado_tracking import preemption
+from mado_tracking.cli import main
 run = mado_tracking.start_run(id="sig-1")
 stop = preemption.install(run)
 print("ready", flush=True)
@@ -57,6 +60,11 @@ def test_sigterm_mid_loop_saves_a_complete_checkpoint_that_records_the_signal_an
     assert checkpoint.state == "complete" and checkpoint.step == int(out.split()[1])
     assert checkpoint.metadata["preemption"]["signal"] == "SIGTERM" and checkpoint.metadata["note"] == "on signal"
     assert 0 <= checkpoint.signal_to_complete_s < 30
+    shown = CliRunner().invoke(main, ["checkpoint", "show", str(checkpoint.pk)], env=mmt_env, catch_exceptions=False)
+    assert shown.exit_code == 0, shown.output
+    assert f"at step {checkpoint.step}: complete" in shown.output
+    assert "saved on signal: SIGTERM, complete " in shown.output and " s after the signal" in shown.output
+    assert "holds: unknown" in shown.output and 'metadata: {"note": "on signal"}' in shown.output
 
 
 def test_the_flag_records_the_first_signal_and_calls_the_handler_that_was_there_before():

@@ -1,5 +1,5 @@
-"""``mado checkpoint list RUN`` and ``mado checkpoint restore ID --into DIR`` (docs/design/checkpoints.md#a-checkpoint;
-docs/design/worker.md).
+"""``mado checkpoint list RUN``, ``mado checkpoint show ID`` and ``mado checkpoint restore ID --into DIR``
+(docs/design/checkpoints.md#a-checkpoint, #metadata; docs/design/worker.md).
 
 ``list`` prints a Run's checkpoints with the ids that ``restore``, ``mado job
 resume --checkpoint`` and ``mado job continue`` take. ``restore`` is what a
@@ -16,6 +16,7 @@ checkpoint exits with status 1 and ``Checkpoint <id> <what> mismatch: …``,
 leaving nothing in ``DIR``.
 """
 
+import json
 import os
 from pathlib import Path
 
@@ -59,6 +60,40 @@ def checkpoint_list(ctx: click.Context, run_id: int, api_url: str | None, api_to
             empty=f"run {run_id} has no checkpoints",
         )
     )
+
+
+@checkpoint.command("show")
+@click.argument("checkpoint_id", type=click.IntRange(min=1), metavar="CHECKPOINT_ID")
+@api_options
+@click.pass_context
+def checkpoint_show(ctx: click.Context, checkpoint_id: int, api_url: str | None, api_token: str | None) -> None:
+    """Show one checkpoint: its facts, what it holds (training state), whether it was saved on a stop signal."""
+    with api_client(ctx, api_url, api_token, f"cannot read checkpoint {checkpoint_id}") as client:
+        found = client.request("GET", f"checkpoints/{checkpoint_id}/", attempts=3)
+    click.echo(f"checkpoint {found['id']} of run {found['run_id']} at step {found['step']}: {found['state']}")
+    facts = [
+        ("files", f"{found['file_count']} ({found['total_bytes']:,} bytes)"),
+        ("framework", found.get("framework")),
+        ("optimizer state", "yes" if found.get("includes_optimizer") else "no"),
+        ("tar sha256", found.get("tar_sha256")),
+        ("created", local_time(found.get("created_at"))),
+        ("completed", local_time(found.get("completed_at")) if found.get("completed_at") else ""),
+        ("error", found.get("error")),
+    ]
+    for label, value in facts:
+        if value:
+            click.echo(f"  {label}: {value}")
+    metadata = found.get("metadata") or {}
+    preemption = metadata.get("preemption")
+    if isinstance(preemption, dict):
+        took = found.get("signal_to_complete_s")
+        after = f", complete {took:.1f} s after the signal" if took is not None else ""
+        click.echo(f"  saved on signal: {preemption.get('signal')}{after}")
+    parts = (metadata.get("training_state") or {}).get("parts")
+    click.echo(f"  holds: {', '.join(sorted(parts)) if isinstance(parts, dict) and parts else 'unknown'}")
+    other = {key: value for key, value in metadata.items() if key not in ("preemption", "training_state")}
+    if other:
+        click.echo(f"  metadata: {json.dumps(other, sort_keys=True)}")
 
 
 @checkpoint.command("restore")
