@@ -50,8 +50,8 @@ def compare(reference: Series, other: Series, *, from_step: int, tolerance: floa
 
     Returns:
         ``{"verdict", "step", "key", "parent_value", "child_value",
-        "tolerance", "compared_steps", "compared_keys"}``: ``step`` / ``key``
-        / values name the first divergence (None otherwise).
+        "tolerance", "compared_steps", "compared_keys"}`` (the keys, sorted):
+        ``step`` / ``key`` / values name the first divergence (None otherwise).
     """
     if not (isinstance(tolerance, (int, float)) and tolerance >= 0):
         raise ValueError(f"tolerance must be a number >= 0, got {tolerance!r}")
@@ -76,7 +76,7 @@ def compare(reference: Series, other: Series, *, from_step: int, tolerance: floa
         "child_value": None,
         "tolerance": tolerance,
         "compared_steps": len(steps),
-        "compared_keys": len(keys),
+        "compared_keys": keys,
     }
     if not steps:
         result["verdict"] = "unknown"
@@ -93,7 +93,8 @@ def describe(parity: Mapping | None, parent: str = "parent", child: str = "child
     if not parity or not parity.get("verdict"):
         return "no verdict"
     verdict = parity["verdict"]
-    counted = f"{parity.get('compared_steps', 0)} steps, {parity.get('compared_keys', 0)} keys"
+    keys = parity.get("compared_keys")
+    counted = f"{parity.get('compared_steps', 0)} steps, {len(keys) if isinstance(keys, list) else keys or 0} keys"
     if verdict == "diverged":
         return (
             f"diverged at step {parity.get('step')}: {parity.get('key')} {parity.get('parent_value')!r} ({parent}) "

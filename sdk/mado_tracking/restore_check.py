@@ -25,6 +25,7 @@ logs metrics without having loaded a checkpoint saved by
 
 import json
 import logging
+import re
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -39,6 +40,10 @@ logger = logging.getLogger("mado_tracking")
 RESTORED, NOT_RESTORED, UNKNOWN = "restored", "not_restored", "unknown"
 STATUSES = (RESTORED, NOT_RESTORED, UNKNOWN)
 INFO_FILE = "mado-checkpoint.json"
+PARTS_MAX = 128  # what one report may hold (docs/api.md)
+DETAIL_MAX = 500
+_NAME_CHARACTERS = re.compile(r"[^A-Za-z0-9_.-]")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 Outcome = dict[str, tuple[str, str]]  # part → (status, one-line detail)
 LateCheck = Callable[[int | None], Outcome]  # given the first metrics' step
@@ -62,12 +67,27 @@ class RestoreCheck:
         return [part for part, (status, _detail) in self.parts.items() if status == NOT_RESTORED]
 
     def body(self) -> dict:
-        """The ``POST runs/{id}/restore-report/`` body."""
+        """The ``POST runs/{id}/restore-report/`` body: at most ``PARTS_MAX`` parts (those not restored first),
+        generator names in the characters the server takes, one-line details of at most ``DETAIL_MAX``
+        characters."""
+        ranked = sorted(self.parts.items(), key=lambda item: item[1][0] == RESTORED)[:PARTS_MAX]
+        named = {_part_name(part): outcome for part, outcome in ranked}
         return {
             "checkpoint_id": self.checkpoint_id,
-            "parts": {part: status for part, (status, _detail) in self.parts.items()},
-            "details": {part: detail for part, (_status, detail) in self.parts.items() if detail},
+            "parts": {part: status for part, (status, _detail) in named.items()},
+            "details": {part: _one_line(detail) for part, (_status, detail) in named.items() if detail},
         }
+
+
+def _part_name(part: str) -> str:
+    if not part.startswith("generator."):
+        return part
+    return "generator." + (_NAME_CHARACTERS.sub("_", part.split(".", 1)[1])[:100] or "_")
+
+
+def _one_line(text: str) -> str:
+    text = _CONTROL.sub(" ", text)
+    return text if len(text) <= DETAIL_MAX else text[: DETAIL_MAX - 1] + "…"
 
 
 _lock = threading.Lock()
@@ -84,9 +104,21 @@ def resuming_from(directory) -> tuple[bool, int | None]:
     except ResumeError:
         checkpoint = None
     if checkpoint is not None and _same_path(checkpoint.path, directory):
-        return True, checkpoint.id if isinstance(checkpoint.id, int) and not isinstance(checkpoint.id, bool) else None
+        return True, _checkpoint_id(checkpoint)
     run = _open_run()
-    return bool(run is not None and getattr(run, "resumed", False)), None
+    if run is None:
+        return False, None
+    fetched = run.__dict__.get(
+        "_resume_found"
+    )  # a same-run resume's checkpoint (docs/design/resume.md#resume-anywhere)
+    if fetched is not None and _same_path(fetched.path, directory):
+        return True, _checkpoint_id(fetched)
+    return bool(getattr(run, "resumed", False)), None
+
+
+def _checkpoint_id(checkpoint) -> int | None:
+    found = checkpoint.id
+    return found if isinstance(found, int) and not isinstance(found, bool) and found > 0 else None
 
 
 def _same_path(a, b) -> bool:

@@ -20,7 +20,7 @@ IDENTICAL = {
     "child_value": None,
     "tolerance": 1e-6,
     "compared_steps": 7,
-    "compared_keys": 1,
+    "compared_keys": ["train.loss"],
 }
 ALL_RESTORED = {"checkpoint_id": 9, "not_restored": [], "details": {}, "reported_at": "2025-01-01T00:00:00Z"}
 

@@ -245,3 +245,13 @@ def test_offline_the_restore_check_warns_and_sends_nothing(saved, tmp_path, capl
 def test_an_unknown_status_is_refused():
     with pytest.raises(ValueError, match="restore status of 'model' must be one of"):
         restore_check.after_load(directory=".", step=0, parts={"model": ("done", "")})
+
+
+def test_the_report_body_keeps_to_what_the_server_takes():
+    parts = {f"generator.g{i}": ("restored", "") for i in range(200)}
+    parts["generator.my gen/1"] = ("not_restored", "line one\nline two " + "x" * 600)
+    body = restore_check.RestoreCheck(directory=".", step=3, checkpoint_id=None, parts=parts).body()
+    assert len(body["parts"]) == restore_check.PARTS_MAX
+    assert body["parts"]["generator.my_gen_1"] == "not_restored"
+    detail = body["details"]["generator.my_gen_1"]
+    assert len(detail) == restore_check.DETAIL_MAX and "\n" not in detail and detail.startswith("line one line two")
