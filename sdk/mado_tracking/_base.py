@@ -25,6 +25,7 @@ FINISH_STATUSES = ("finished", "failed", "aborted", "preempted")
 _ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789"
 _open_runs: set["RunBase"] = set()
 _open_runs_lock = threading.Lock()
+restore_check.track_open_runs(_open_runs, _open_runs_lock)  # a checkpoint's load reports to the open Run
 # An atexit hook cannot see the interpreter's exit code, so, as W&B's SDK does, sys.exit is wrapped while the
 # SDK is in use and the last code given to it is kept. `raise SystemExit(n)` and os._exit() are not seen.
 _NO_EXIT_CALL = object()

@@ -94,6 +94,7 @@ _lock = threading.Lock()
 _pending: RestoreCheck | None = None
 _loaded = False  # a checkpoint was loaded in this process (reported or not)
 _idle = False  # nothing left for before_metrics to do until the next load
+_open_runs: tuple | None = None  # (set of open Runs, its lock), from track_open_runs
 
 
 def resuming_from(directory) -> tuple[bool, int | None]:
@@ -239,13 +240,21 @@ def _saved_by_mado(directory) -> bool:
     return isinstance(info, dict) and isinstance(info.get("files"), dict)
 
 
+def track_open_runs(runs: set, lock) -> None:
+    """Where the Runs open in this process are (``mado_tracking._base`` gives its set and lock at import): a load
+    reports to the one open Run."""
+    global _open_runs
+    _open_runs = (runs, lock)
+
+
 def _open_run():
     """The one Run open in this process, or None (none, or several)."""
-    from mado_tracking import _base
-
-    with _base._open_runs_lock:
-        runs = list(_base._open_runs)
-    return runs[0] if len(runs) == 1 else None
+    if _open_runs is None:
+        return None
+    runs, lock = _open_runs
+    with lock:
+        found = list(runs)
+    return found[0] if len(found) == 1 else None
 
 
 def _send(check: RestoreCheck, run) -> None:

@@ -44,18 +44,15 @@ docs/design/worker.md#distributed): ``save_distributed`` / ``load_distributed`` 
 import json
 import logging
 import os
-import random
 import uuid
 from pathlib import Path
 
 import torch
 
+from mado_tracking import restore_check
 from mado_tracking.fingerprint import rng_parts, training_state
-
-try:
-    import numpy
-except ImportError:  # numpy is optional
-    numpy = None
+from mado_tracking.rng_states import rng_state, set_rng_state
+from mado_tracking.torch_restore import check_restored
 
 logger = logging.getLogger("mado_tracking")
 
@@ -231,10 +228,8 @@ def load_checkpoint(
         data_position.load_state_dict(load("data_position"))
     saved_rng = load("rng") if "rng" in files else None
     if restore_rng:
-        _set_rng_state(saved_rng if saved_rng is not None else load("rng"), generators or {}, directory)
+        set_rng_state(saved_rng if saved_rng is not None else load("rng"), generators or {}, directory)
     step = int(info["step"])
-    from mado_tracking.torch_restore import check_restored
-
     check_restored(
         directory,
         info,
@@ -253,8 +248,6 @@ def load_data_position(directory, *, map_location="cpu"):
     path = Path(directory) / FILES["data_position"]
     if not path.exists():
         return None
-    from mado_tracking import restore_check
-
     restore_check.mark("data_position", restore_check.RESTORED)
     return torch.load(path, map_location=map_location, weights_only=True)
 
@@ -263,63 +256,3 @@ def load_extra(directory, *, map_location="cpu"):
     """The ``extra`` object saved with the checkpoint in ``directory``, or None when there was none."""
     path = Path(directory) / FILES["extra"]
     return torch.load(path, map_location=map_location, weights_only=True) if path.exists() else None
-
-
-def rng_state(generators: dict[str, torch.Generator]) -> dict:
-    """The RNG states ``save_checkpoint`` writes to ``rng.pt``: ``{"python", "torch", "numpy", "cuda" (a list per
-    device, or None), "generators": {name: state}}``."""
-    state = {
-        "python": random.getstate(),
-        "torch": torch.get_rng_state(),
-        "numpy": None,
-        "cuda": None,
-        "generators": {name: generator.get_state() for name, generator in generators.items()},
-    }
-    if numpy is not None:
-        legacy = numpy.random.get_state(legacy=False)
-        state["numpy"] = {
-            "bit_generator": legacy["bit_generator"],
-            "pos": int(legacy["state"]["pos"]),
-            "key": torch.from_numpy(legacy["state"]["key"].astype(numpy.int64)),
-            "has_gauss": int(legacy["has_gauss"]),
-            "gauss": float(legacy["gauss"]),
-        }
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def _set_rng_state(state: dict, generators: dict[str, torch.Generator], directory: Path) -> None:
-    version, internal, gauss = state["python"]
-    random.setstate((version, tuple(internal), gauss))
-    torch.set_rng_state(state["torch"])
-    saved = state.get("numpy")
-    if saved is not None and numpy is not None:
-        numpy.random.set_state(
-            {
-                "bit_generator": saved["bit_generator"],
-                "has_gauss": saved["has_gauss"],
-                "gauss": saved["gauss"],
-                "state": {"key": saved["key"].numpy().astype(numpy.uint32), "pos": saved["pos"]},
-            }
-        )
-    cuda = state.get("cuda")
-    if cuda is not None and torch.cuda.is_available():
-        count = torch.cuda.device_count()
-        if len(cuda) != count:
-            logger.warning(
-                "mado: %s was saved with %d CUDA devices, %d now; the RNG states of the first %d are restored",
-                directory,
-                len(cuda),
-                count,
-                min(len(cuda), count),
-            )
-        for index, device_state in enumerate(cuda[:count]):
-            torch.cuda.set_rng_state(device_state, index)
-    for name, generator in generators.items():
-        if name not in state.get("generators", {}):
-            raise ValueError(
-                f"{directory}: no state for generator {name!r} "
-                f"(saved: {', '.join(state.get('generators', {})) or 'none'})"
-            )
-        generator.set_state(state["generators"][name])

@@ -21,6 +21,7 @@ import torch
 from mado_tracking import restore_check, rng_reach
 from mado_tracking.fingerprint import digest, rng_parts
 from mado_tracking.restore_check import NOT_RESTORED, RESTORED, UNKNOWN, Outcome
+from mado_tracking.rng_states import rng_state
 
 try:
     import numpy
@@ -43,8 +44,6 @@ def check_restored(
     expected = _expected_parts(info, saved_rng)
     current = {part: _state_of(obj) for part, obj in live.items() if obj is not None}
     if restore_rng:
-        from mado_tracking.torch import rng_state
-
         current.update(rng_parts(rng_state(generators)))
     parts = {}
     for part, saved_digest in expected.items():

@@ -62,7 +62,7 @@ def live_training_state(state: Mapping, *, step: int, directory) -> dict:
         parts["data_position"] = position.state_dict() if hasattr(position, "state_dict") else position
     generators = state.get("generators") or {}
     if state.get("rng", True) and "torch" in sys.modules:
-        from mado_tracking.torch import rng_state
+        from mado_tracking.rng_states import rng_state
 
         parts.update(rng_parts(rng_state(generators)))
     else:
