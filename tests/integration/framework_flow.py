@@ -15,8 +15,9 @@ from pathlib import Path
 
 import boto3
 
+from config.management.commands.demo import start_process, stop_processes, worker_argv
 from mado_tracking.client import ApiClient
-from tests.deployment import ROOT, Deployment, deployment
+from tests.deployment import ROOT, Deployment, deployment, deployment_env
 from tests.integration.conftest import S3_BUCKET
 
 JOB_TIMEOUT_S = "420"
@@ -24,7 +25,9 @@ JOB_TIMEOUT_S = "420"
 
 @contextmanager
 def full_site(directory: Path, *, postgres_url: str, redis_url: str, moto_endpoint: str):
-    """A ``Deployment`` on ``postgres_url`` (a database of its own), the Redis broker and a new moto bucket."""
+    """A ``Deployment`` on ``postgres_url`` (a database of its own), the Redis broker and a new moto bucket, with a
+    second worker that verifies checkpoints: the site's one worker is busy running the Job whose uploads wait for it.
+    """
     bucket = f"{S3_BUCKET}-{uuid.uuid4().hex[:8]}"
     boto3.client(
         "s3",
@@ -33,8 +36,7 @@ def full_site(directory: Path, *, postgres_url: str, redis_url: str, moto_endpoi
         aws_access_key_id="testing",
         aws_secret_access_key="testing",
     ).create_bucket(Bucket=bucket)
-    with deployment(
-        directory,
+    variables = dict(
         MADO_DATABASE_URL=postgres_url,
         CELERY_BROKER_URL=redis_url,
         MADO_STORAGE="s3",
@@ -43,11 +45,20 @@ def full_site(directory: Path, *, postgres_url: str, redis_url: str, moto_endpoi
         MADO_S3_REGION="us-east-1",
         MADO_S3_ACCESS_KEY_ID="testing",
         MADO_S3_SECRET_ACCESS_KEY="testing",
+        MADO_CHECKPOINT_VERIFY_QUEUE=f"verify-{uuid.uuid4().hex[:8]}",
         HF_HUB_OFFLINE="1",
         TRANSFORMERS_OFFLINE="1",
         HF_DATASETS_OFFLINE="1",
-    ) as site:
-        yield site
+    )
+    with deployment(directory, **variables) as site:
+        env = deployment_env(site.data_dir, MADO_PUBLIC_URL=site.url, **variables)
+        argv = worker_argv([variables["MADO_CHECKPOINT_VERIFY_QUEUE"]], hostname="verify@%h", loglevel="INFO")
+        with open(directory / "verify-worker.log", "wb") as log:
+            verifier = start_process(argv, env=env, stdout=log)
+        try:
+            yield site
+        finally:
+            stop_processes([verifier])
 
 
 @dataclass

@@ -50,6 +50,11 @@ CHECKPOINT_EVERY = 10
 FAIL_AT_STEP = 27
 JOB_TIMEOUT_S = 900.0
 EXAMPLES_DIR = Path(settings.BASE_DIR) / "examples"
+# The framework examples, registered as Codes of the demo project (not run: a user launches them from the page)
+EXAMPLE_CODES = {
+    "accelerate-training": ["python", "accelerate_training.py", "--steps", "40", "--checkpoint-every", "10"],
+    "lightning-training": ["python", "lightning_training.py", "--steps", "40", "--checkpoint-every", "10"],
+}
 
 
 def child_env(base_url: str) -> dict[str, str]:
@@ -188,6 +193,7 @@ class Command(BaseCommand):
             raise CommandError(f"--steps must be more than {FAIL_AT_STEP}: the first Job fails at step {FAIL_AT_STEP}")
         call_command("migrate", interactive=False, verbosity=0)
         user, project = self._demo_user_and_project()
+        self._register_example_codes(user, project)
         base_url = f"http://{host}:{port}"
         env = child_env(base_url)
         queue = Queue.objects.get_or_create(name=settings.CELERY_TASK_DEFAULT_QUEUE)[0]
@@ -266,6 +272,14 @@ class Command(BaseCommand):
         if resumed.status != JobStatus.SUCCEEDED:
             raise CommandError(f"the resumed job {resumed.pk} ended {resumed.status}: {resumed.error}")
         return first, resumed
+
+    def _register_example_codes(self, user, project) -> None:
+        """Each of ``EXAMPLE_CODES`` as a Code with one version of ``examples/`` (a Code that has one is left as is)."""
+        for name, entrypoint in EXAMPLE_CODES.items():
+            code = Code.objects.get_or_create(project=project, name=name, defaults={"created_by": user})[0]
+            if not code.versions.exists():
+                version = self._push(user, code, entrypoint)
+                self.stdout.write(f"registered examples/ as {code.name} v{version.version}: {' '.join(entrypoint)}")
 
     @staticmethod
     def _push(user, code: Code, entrypoint: list[str]):
