@@ -255,3 +255,13 @@ def test_the_report_body_keeps_to_what_the_server_takes():
     assert body["parts"]["generator.my_gen_1"] == "not_restored"
     detail = body["details"]["generator.my_gen_1"]
     assert len(detail) == restore_check.DETAIL_MAX and "\n" not in detail and detail.startswith("line one line two")
+
+
+def test_the_sdk_draws_nothing_from_the_training_codes_python_rng():
+    random.seed(11)
+    before = random.getstate()
+    with StubApi(fail_metrics=1) as stub, _start(stub) as run:  # a retried post: a backoff wait is drawn too
+        for step in range(3):
+            run.log_metrics({"loss": 1.0}, step=step)
+    assert len(stub.points) == 3
+    assert random.getstate() == before  # a resumed run's restored state is not moved by the SDK's threads
