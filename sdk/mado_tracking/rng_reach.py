@@ -163,7 +163,7 @@ def verdict(kind: str, restored, now) -> tuple[str, str]:
         if now[0] != restored[0]:
             return "not_restored", f"seeded with {now[0]} after load (the checkpoint's was seeded with {restored[0]})"
         if now[1] < restored[1]:
-            return "not_restored", "set back after load (its offset is below the checkpoint's)"
+            return "not_restored", "re-seeded or set back after load (its offset is below the checkpoint's)"
         return "restored", ""
     reached = mt_reaches(restored, now)
     if reached:
