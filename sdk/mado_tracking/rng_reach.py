@@ -24,7 +24,7 @@ import struct
 from dataclasses import dataclass
 
 MT_WORDS = 624
-LIMIT_WORDS = 1 << 23  # draws looked ahead: about a third of a second of CPU at most, once per resumed run
+LIMIT_WORDS = 1 << 23  # draws looked ahead, once per RNG of a resumed run (its cost: docs/deploy.md, "Measured")
 _WORD_BYTES = 4
 _ARRAY_SEED_FIRST_WORD = 0x80000000
 _TORCH_CPU_STATE_BYTES = 5056
