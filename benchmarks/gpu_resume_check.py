@@ -14,6 +14,7 @@ CUDA device is visible. Needs only torch, transformers and the SDK (no server)::
 """
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -39,15 +40,15 @@ def deterministic(seed: int):
     torch.manual_seed(seed)
 
 
-def mlp_part(first: int, last: int, directory: Path, *, load: bool, save: bool) -> bytes:
-    """Train steps ``first`` .. ``last - 1`` of the MLP on CUDA; load/save ``directory``; the weights' bytes."""
+def mlp_part(first: int, last: int, directory: Path, *, load: bool, save: bool, device: str) -> bytes:
+    """Train steps ``first`` .. ``last - 1`` of the MLP on ``device``; load/save ``directory``; the weights' bytes."""
     import torch
     from torch import nn
 
     from mado_tracking.torch import load_checkpoint, save_checkpoint
 
     deterministic(1234 if load else 0)  # a resumed process is seeded otherwise: only the checkpoint may matter
-    device = torch.device("cuda")
+    device = torch.device(device)
     model = nn.Sequential(nn.Linear(256, 512), nn.ReLU(), nn.Dropout(0.3), nn.Linear(512, 10)).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     batches = torch.Generator(device=device).manual_seed(7)
@@ -69,47 +70,84 @@ def compare(label: str, reference: bytes, resumed: bytes, seconds: float) -> boo
     if reference == resumed:
         print(f"{label}: identical ({len(reference):,} bytes of weights, {seconds:.1f} s)")
         return True
-    import numpy
-
-    a, b = numpy.frombuffer(reference, dtype=numpy.float32), numpy.frombuffer(resumed, dtype=numpy.float32)
-    print(f"{label}: DIFFERS, largest difference {float(numpy.abs(a - b).max()):.3g} ({seconds:.1f} s)")
+    differing = sum(a != b for a, b in zip(reference, resumed, strict=False)) + abs(len(reference) - len(resumed))
+    print(f"{label}: DIFFERS in {differing:,} of {len(reference):,} bytes ({seconds:.1f} s)")
     return False
 
 
-def check_mlp(scratch: Path) -> bool:
+def check_mlp(scratch: Path, device: str) -> bool:
     started = time.perf_counter()
-    reference = mlp_part(0, STEPS, scratch / "unused", load=False, save=False)
-    mlp_part(0, SAVE_AT, scratch / "mlp", load=False, save=True)
+    reference = mlp_part(0, STEPS, scratch / "unused", load=False, save=False, device=device)
+    mlp_part(0, SAVE_AT, scratch / "mlp", load=False, save=True, device=device)
     resumed = subprocess.run(
-        [sys.executable, __file__, "--mlp-resume", str(scratch / "mlp")], check=True, capture_output=True
+        [sys.executable, __file__, "--device", device, "--mlp-resume", str(scratch / "mlp")],
+        check=True,
+        capture_output=True,
     ).stdout
-    return compare("mado_tracking.torch, MLP with dropout on CUDA", reference, resumed, time.perf_counter() - started)
+    label = f"mado_tracking.torch, MLP with dropout on {device}"
+    return compare(label, reference, resumed, time.perf_counter() - started)
 
 
-def hf_train(output: Path, *, fail_at_step: int | None) -> subprocess.CompletedProcess:
-    """``examples/hf_trainer.py`` offline on the GPU (its device is the Trainer's default)."""
-    argv = [sys.executable, str(ROOT / "examples" / "hf_trainer.py"), "--offline", "--output", str(output)]
-    if fail_at_step is not None:
-        argv += ["--fail-at-step", str(fail_at_step)]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "MADO_EXAMPLE_DEVICE": "cuda"}
-    return subprocess.run(argv, cwd=output.parent, env=env, capture_output=True, text=True)
+def hf_trainer(directory: Path, device: str, *args: str, **env: str) -> subprocess.CompletedProcess:
+    """``examples/hf_trainer.py --offline`` (``--gpu`` on CUDA) recording into ``directory`` (weights in
+    ``weights.safetensors``)."""
+    directory.mkdir(parents=True)
+    argv = [sys.executable, str(ROOT / "examples" / "hf_trainer.py"), "--offline"]
+    argv += ["--gpu"] if device == "cuda" else []
+    argv += ["--output", str(directory / "weights.safetensors"), "--output-dir", str(directory / "out"), *args]
+    variables = {k: v for k, v in os.environ.items() if not k.startswith("MMT_")}
+    return subprocess.run(
+        argv, cwd=directory, env={**variables, "HF_HUB_OFFLINE": "1", **env}, capture_output=True, text=True
+    )
+
+
+def check_hf_trainer(scratch: Path, device: str) -> bool:
+    started = time.perf_counter()
+    reference = hf_trainer(scratch / "reference", device)
+    failed = hf_trainer(scratch / "failed", device, "--fail-at-step", "27")
+    if reference.returncode != 0 or failed.returncode != 1:
+        print(f"Hugging Face Trainer on {device}: did not run\n{reference.stderr[-3000:]}{failed.stderr[-3000:]}")
+        return False
+    checkpoint = scratch / "failed" / "out" / f"checkpoint-{SAVE_AT}"
+    info = scratch / "resume-checkpoint.json"
+    info.write_text(json.dumps({"checkpointId": "local", "sourceRunId": "local", "step": SAVE_AT}))
+    resumed = hf_trainer(
+        scratch / "resumed",
+        device,
+        MMT_RESUME_CHECKPOINT_DIR=str(checkpoint),
+        MMT_RESUME_STEP=str(SAVE_AT),
+        MMT_RESUME_CHECKPOINT_FILE=str(info),
+    )
+    if resumed.returncode != 0:
+        print(f"Hugging Face Trainer on {device}: the resume failed\n{resumed.stderr[-3000:]}")
+        return False
+    rng = sorted(path.name for path in checkpoint.glob("rng_state*.pth"))
+    print(f"Hugging Face Trainer checkpoint-{SAVE_AT} holds {', '.join(rng)}")
+    return compare(
+        f"Hugging Face Trainer + MadoCallback on {device} (accumulation, warm-up, shuffled data)",
+        (scratch / "reference" / "weights.safetensors").read_bytes(),
+        (scratch / "resumed" / "weights.safetensors").read_bytes(),
+        time.perf_counter() - started,
+    )
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--mlp-resume", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--device", default="cuda", help="cpu: a dry run of the same checks without a GPU")
     args = parser.parse_args()
     import torch
 
     if args.mlp_resume is not None:
-        sys.stdout.buffer.write(mlp_part(SAVE_AT, STEPS, args.mlp_resume, load=True, save=False))
+        sys.stdout.buffer.write(mlp_part(SAVE_AT, STEPS, args.mlp_resume, load=True, save=False, device=args.device))
         return 0
-    if not torch.cuda.is_available():
+    if args.device == "cuda" and not torch.cuda.is_available():
         print("gpu_resume_check: no CUDA device visible: nothing to check", file=sys.stderr)
         return NO_GPU
-    print(f"gpu_resume_check: {torch.cuda.get_device_name(0)}, torch {torch.__version__}")
+    name = torch.cuda.get_device_name(0) if args.device == "cuda" else args.device
+    print(f"gpu_resume_check: {name}, torch {torch.__version__}")
     with tempfile.TemporaryDirectory(prefix="gpu-resume-check-") as scratch:
-        results = [check_mlp(Path(scratch))]
+        results = [check_mlp(Path(scratch), args.device), check_hf_trainer(Path(scratch), args.device)]
     return 0 if all(results) else 1
 
 

@@ -12,6 +12,7 @@ def test_each_example_is_registered_once_with_an_entrypoint_that_names_a_program
     Command()._register_example_codes(admin, project)
     Command()._register_example_codes(admin, project)  # the demo started again
     assert "accelerate-training" in EXAMPLE_CODES
+    assert "hf-trainer" in EXAMPLE_CODES
     for name, entrypoint in EXAMPLE_CODES.items():
         (version,) = Code.objects.get(project=project, name=name).versions.all()
         assert version.entrypoint == entrypoint

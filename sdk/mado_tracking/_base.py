@@ -77,6 +77,11 @@ def _record_exit_codes() -> None:
         _original_exit, sys.exit = sys.exit, _recording_exit
 
 
+# From the import on, not only from the first start_run: ``sys.exit(main())`` looks ``sys.exit`` up before
+# ``main()`` starts its Run, and would otherwise call the unwrapped one.
+_record_exit_codes()
+
+
 def rank_keys(metrics: Mapping, rank: int) -> dict:
     """``metrics`` with each key under ``rank<k>/`` (``log_metrics(..., all_ranks=True)``,
     docs/design/worker.md#distributed)."""

@@ -11,8 +11,9 @@ finished by an ``atexit`` hook: by the code given to ``sys.exit`` when the
 program called it (0 or None: ``finished``; else ``failed``, or ``preempted``
 after ``mark_preempting``); otherwise ``failed`` when the program ended with
 an uncaught exception, ``preempted`` after ``mark_preempting``, else
-``finished``. To see that code the SDK wraps ``sys.exit`` (as W&B's does);
-``raise SystemExit(n)`` and ``os._exit`` go unseen.
+``finished``. To see that code the SDK wraps ``sys.exit`` when it is imported
+(as W&B's does), so ``sys.exit(main())`` is seen too; ``raise SystemExit(n)``
+and ``os._exit`` go unseen.
 While it is open the process holds the Run's write lease and heartbeats
 (``mado_tracking.lease``).
 """

@@ -6,6 +6,8 @@ skips only when its service is truly absent on a developer machine; under CI it 
 """
 
 import os
+import uuid
+from urllib.parse import urlsplit
 
 import boto3
 import pytest
@@ -95,3 +97,25 @@ def s3_bucket(moto_endpoint, settings, monkeypatch):
 def s3_keys(client) -> list[str]:
     """The object keys in the test bucket, sorted."""
     return sorted(item["Key"] for item in client.list_objects_v2(Bucket=S3_BUCKET).get("Contents", []))
+
+
+@pytest.fixture
+def postgres_url():
+    """The URL of a new, empty PostgreSQL database on the server of ``MADO_DATABASE_URL``; dropped afterwards."""
+    import psycopg
+    from psycopg import sql
+
+    url = os.environ.get("MADO_DATABASE_URL", "")
+    reachable = url.startswith(("postgres://", "postgresql://"))
+    if reachable:
+        try:
+            psycopg.connect(url, connect_timeout=3, autocommit=True).close()
+        except psycopg.OperationalError:
+            reachable = False
+    require_service(reachable, "MADO_DATABASE_URL does not point at a reachable PostgreSQL")
+    name = f"mado_flow_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(url, autocommit=True) as admin:
+        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    yield urlsplit(url)._replace(path=f"/{name}").geturl()
+    with psycopg.connect(url, autocommit=True) as admin:
+        admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))

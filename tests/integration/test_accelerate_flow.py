@@ -9,14 +9,9 @@ as well as the model, optimizer, scheduler and RNGs, from the directory the work
 
 from tests.integration.framework_flow import fail_resume_and_compare, full_site, metric_steps
 
-try:
-    from tests.integration.test_job_flow import postgres_url  # noqa: F401 - the fixture, until conftest holds it
-except ImportError:
-    pass
-
 
 def test_an_accelerate_job_failed_at_27_resumes_from_20_to_the_uninterrupted_weights(
-    postgres_url,  # noqa: F811 - the fixture
+    postgres_url,
     redis_url,
     moto_endpoint,
     tmp_path,

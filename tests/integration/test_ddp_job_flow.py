@@ -14,7 +14,6 @@ from contextlib import closing
 import pytest
 
 from tests.deployment import ROOT, deployment
-from tests.integration.test_job_flow import postgres_url  # noqa: F401 - fixture
 from tests.jobs.test_job_flow import metric_steps
 
 STEPS = 30
@@ -46,7 +45,7 @@ def job_id_of(result) -> int:
 def test_a_two_process_job_fails_resumes_on_two_then_one_process_from_sharded_checkpoints(
     postgres_url,
     redis_url,
-    tmp_path,  # noqa: F811 - the fixture
+    tmp_path,
 ):
     weights = {name: tmp_path / f"{name}.json" for name in ("reference", "resumed-2", "resumed-1")}
     with deployment(tmp_path, MADO_DATABASE_URL=postgres_url, CELERY_BROKER_URL=redis_url) as site:

@@ -23,7 +23,6 @@ import mado_tracking
 from mado_tracking.errors import CheckpointError
 from tests.deployment import deployment
 from tests.integration.conftest import require_service
-from tests.integration.test_job_flow import postgres_url  # noqa: F401 - fixture: a fresh PostgreSQL database
 
 MIB = 1024 * 1024
 UNAVAILABLE_DB = {"error": "unavailable", "detail": "database unavailable, retry", "field": None}
@@ -58,7 +57,7 @@ def bucket(moto_endpoint):
 
 
 @pytest.fixture
-def site(tmp_path, postgres_url, redis_url, moto_endpoint, bucket, tcp_proxy):  # noqa: F811
+def site(tmp_path, postgres_url, redis_url, moto_endpoint, bucket, tcp_proxy):
     """A deployment on PostgreSQL, Redis and S3, the database and S3 each behind a proxy: ``(site, db, s3)``."""
     database = urlsplit(postgres_url)
     db_proxy = tcp_proxy(database.hostname, database.port or 5432)

@@ -7,15 +7,10 @@ import pytest
 
 from tests.integration.framework_flow import fail_resume_and_compare, full_site, metric_steps
 
-try:
-    from tests.integration.test_job_flow import postgres_url  # noqa: F401 - the fixture, until conftest holds it
-except ImportError:
-    pass
-
 
 @pytest.mark.slow  # 50 to 85 s on two cores: a deployment and three Jobs, each importing torch and lightning
 def test_a_lightning_fit_failed_at_27_and_resumed_from_20_ends_byte_identical(
-    postgres_url,  # noqa: F811 - the fixture
+    postgres_url,
     redis_url,
     moto_endpoint,
     tmp_path,

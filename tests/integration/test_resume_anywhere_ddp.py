@@ -19,7 +19,6 @@ from pathlib import Path
 import pytest
 
 from tests.deployment import ROOT, Deployment, deployment
-from tests.integration.test_job_flow import postgres_url  # noqa: F401 - fixture
 from tests.jobs.test_job_flow import metric_steps
 
 ARGS = ["--steps", "30", "--checkpoint-every", "10", "--batch-size", "32"]
@@ -40,7 +39,7 @@ def ddp_example(site: Deployment, cwd: Path, run_id: str, processes: int, *args:
 
 @pytest.mark.slow
 def test_a_two_process_run_restarted_by_id_on_one_process_resumes_from_its_sharded_checkpoint(
-    postgres_url,  # noqa: F811 - the fixture
+    postgres_url,
     redis_url,
     tmp_path,
 ):

@@ -180,6 +180,23 @@ def test_a_run_left_open_is_finished_at_interpreter_exit(mmt_env, ending, status
     assert _points(run.pk, "loss") == [(3, 1.5)]
 
 
+@pytest.mark.parametrize(("code", "status"), [(1, RunStatus.FAILED), (0, RunStatus.FINISHED)])
+def test_sys_exit_of_main_that_started_the_run_is_seen(mmt_env, code, status):
+    """``sys.exit(main())`` looks ``sys.exit`` up before ``main()`` starts the Run (and wraps it)."""
+    script = (
+        "import sys, mado_tracking\n"
+        "def main():\n"
+        "    run = mado_tracking.start_run(name='main')\n"
+        "    run.log_metrics({'loss': 1.5}, step=3)\n"
+        f"    return {code}\n"
+        "sys.exit(main())\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], env={**os.environ, **mmt_env}, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == code and Run.objects.get(name="main").status == status, done.stderr
+
+
 def test_a_jobs_code_attaches_to_its_pre_created_pending_run_through_mmt_run_id(mmt_env, monkeypatch, member, project):
     from tests.factories import RunFactory
 

@@ -53,6 +53,7 @@ EXAMPLES_DIR = Path(settings.BASE_DIR) / "examples"
 # The framework examples, registered as Codes of the demo project (not run: a user launches them from the page)
 EXAMPLE_CODES = {
     "accelerate-training": ["python", "accelerate_training.py", "--steps", "40", "--checkpoint-every", "10"],
+    "hf-trainer": ["python", "hf_trainer.py", "--steps", "40", "--checkpoint-every", "10"],
     "lightning-training": ["python", "lightning_training.py", "--steps", "40", "--checkpoint-every", "10"],
 }
 
