@@ -4,16 +4,19 @@ docs/design/runs.md#offline).
 
 Real PyTorch training on a real data set that ships with scikit-learn (1,797
 8x8 images of handwritten digits, no download), deterministic on CPU: the same
-``--seed`` gives the same weights and the same metric values. Every step logs
-``train.loss`` (cross-entropy of the minibatch) and ``train.accuracy``
-(fraction of the minibatch classified correctly) through ``mado_tracking``.
+``--seed`` gives the same weights and the same metric values. Each epoch walks a
+fresh permutation of the data (``Batches``, the data position), each batch gets
+pixel noise from torch's global RNG, the learning rate warms up over 10 steps and
+then decays (``LambdaLR``). Every step logs ``train.loss`` (cross-entropy of the
+minibatch) and ``train.accuracy`` (fraction of the minibatch classified correctly)
+through ``mado_tracking``.
 
     MMT_API_URL=http://127.0.0.1:8000 MMT_API_TOKEN=... MMT_PROJECT=demo \\
         python examples/training.py --steps 200 --name my-first-run
 
 The loop runs over ``range(start_step, steps)`` and all training state lives
-in ``model``, ``optimizer``, ``generator`` and the global RNGs, which
-``mado_tracking.torch`` saves every ``--checkpoint-every`` steps (then
+in ``model``, ``optimizer``, ``scheduler``, ``batches``, ``generator`` and the global
+RNGs, which ``mado_tracking.torch`` saves every ``--checkpoint-every`` steps (then
 ``run.log_checkpoint(dir, step=step + 1, ...)``) and restores when the
 program is started with the ``MMT_RESUME_*`` variables, or again under its run
 id (``MMT_RUN_ID`` with ``MMT_RESUME=must``, on any machine, in any directory)
@@ -44,6 +47,12 @@ step, waits until that checkpoint is complete and exits with 128 + the signal nu
 resumes from that step (``examples/slurm/``).
 A checkpoint already at ``--steps`` leaves nothing to train, and the program says so: continue it with a code
 version whose ``--steps`` is higher.
+
+``--variant`` breaks the resume on purpose, the way training loops often do (docs/jobs.md, "What makes a training
+loop resumable"): ``rebuild-scheduler`` builds the scheduler again after loading, ``reseed-rng`` seeds the RNGs again,
+``restart-data`` starts the epoch's data from its beginning, ``ignore-checkpoint`` continues at the checkpoint's step
+without loading it. The SDK names what was not restored before the first step; the parity verdict shows the step
+where the curves part.
 """
 
 import argparse
@@ -68,57 +77,52 @@ HIDDEN = 64
 MOMENTUM = 0.9
 NOISE_SEED = 1234  # the noisy copy is the same in every process (a dataset version), whatever --seed is
 NOISE_STD = 0.1
+AUGMENT_STD = 0.05  # pixel noise on every batch, from torch's global RNG
+WARMUP_STEPS = 10
+LR_DECAY = 0.99  # per step after the warmup
+VARIANTS = ("rebuild-scheduler", "reseed-rng", "restart-data", "ignore-checkpoint")
 ENV_DATASET_VERSION_IDS = "MMT_DATASET_VERSION_IDS"
 DATA_FILE = "data.json"  # in each checkpoint: {"dataset_version_ids": [...]} it was trained on
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--steps", type=int, default=200, help="total optimisation steps (default 200)")
-    parser.add_argument("--lr", type=float, default=0.05, help="SGD learning rate (default 0.05)")
-    parser.add_argument("--batch-size", type=int, default=64, help="examples per step (default 64)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of every random number generator (default 0)")
-    parser.add_argument("--project", default=None, help="mado project slug (default: $MMT_PROJECT)")
-    parser.add_argument("--name", default=None, help="name of the Run (default: none)")
-    parser.add_argument(
+    add = parser.add_argument
+    add("--steps", type=int, default=200, help="total optimisation steps (default 200)")
+    add("--lr", type=float, default=0.05, help="SGD learning rate (default 0.05)")
+    add("--batch-size", type=int, default=64, help="examples per step (default 64)")
+    add("--seed", type=int, default=0, help="seed of every random number generator (default 0)")
+    add("--project", default=None, help="mado project slug (default: $MMT_PROJECT)")
+    add("--name", default=None, help="name of the Run (default: none)")
+    add(
         "--checkpoint-every",
         type=int,
         default=0,
         metavar="K",
         help="save a checkpoint every K steps (default 0: never)",
     )
-    parser.add_argument(
-        "--fail-at-step",
-        type=int,
-        default=None,
-        metavar="S",
-        help="stop with an error when step S is reached (to try resuming)",
+    add("--fail-at-step", type=int, metavar="S", help="stop with an error when step S is reached (to try resuming)")
+    add(
+        "--output", metavar="PATH", help="write the final weights as JSON to PATH; offline, its directory holds the run"
     )
-    parser.add_argument(
-        "--output",
-        default=None,
-        metavar="PATH",
-        help="write the final weights as JSON to PATH; offline, its directory holds the run",
-    )
-    parser.add_argument(
+    add(
         "--offline",
         action="store_true",
         help="no server: record into the directory of --output (else $MMT_OFFLINE_DIR); "
         "upload later with `mado sync DIR`",
     )
-    parser.add_argument(
+    add(
         "--add-dataset-at-step",
         type=int,
-        default=None,
         metavar="S",
         help="from step S, also train on a noisy copy of the digits and record the data stage",
     )
-    parser.add_argument(
+    add(
         "--dataset-version-ids",
-        default=None,
         metavar="A,B",
         help=f"the full set of dataset version ids from step S on (default: ${ENV_DATASET_VERSION_IDS})",
     )
+    add("--variant", choices=VARIANTS, help="when resuming, leave a part of the training state unrestored on purpose")
     args = parser.parse_args(argv)
     if args.steps < 0:
         parser.error("--steps must be >= 0")
@@ -189,6 +193,43 @@ def make_optimizer(model: nn.Module, lr: float) -> torch.optim.Optimizer:
     return torch.optim.SGD(model.parameters(), lr=lr, momentum=MOMENTUM)
 
 
+def lr_factor(step: int) -> float:
+    """The learning rate's factor after ``step`` scheduler steps: a linear warmup, then ``LR_DECAY`` per step."""
+    return min(1.0, (step + 1) / WARMUP_STEPS) * LR_DECAY ** max(0, step + 1 - WARMUP_STEPS)
+
+
+def make_scheduler(optimizer: torch.optim.Optimizer) -> torch.optim.lr_scheduler.LambdaLR:
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor)
+
+
+class Batches:
+    """The data position: minibatch indices walking each epoch's permutation of the data, drawn from the generator
+    passed to ``next``; ``state_dict`` / ``load_state_dict`` save and restore where it is."""
+
+    def __init__(self, size: int, batch_size: int):
+        self.size, self.batch_size = size, batch_size
+        self.epoch, self.index, self.order = 0, 0, None
+
+    def next(self, generator: torch.Generator) -> torch.Tensor:
+        """The next ``batch_size`` indices into the data (int64); a new epoch draws a new permutation first."""
+        if self.order is None or self.index + self.batch_size > self.size:
+            self.epoch += self.order is not None
+            self.order, self.index = torch.randperm(self.size, generator=generator), 0
+        batch = self.order[self.index : self.index + self.batch_size]
+        self.index += self.batch_size
+        return batch
+
+    def resize(self, size: int) -> None:
+        """The data changed to ``size`` examples: the next batch starts a new permutation of them."""
+        self.size, self.order = size, None
+
+    def state_dict(self) -> dict:
+        return {"size": self.size, "epoch": self.epoch, "index": self.index, "order": self.order}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.size, self.epoch, self.index, self.order = state["size"], state["epoch"], state["index"], state["order"]
+
+
 def train_step(
     model: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor
 ) -> tuple[float, float]:
@@ -210,6 +251,8 @@ def train(
     data: tuple[torch.Tensor, torch.Tensor],
     generator: torch.Generator,
     *,
+    scheduler: torch.optim.lr_scheduler.LRScheduler,
+    batches: Batches,
     start_step: int,
     steps: int,
     batch_size: int,
@@ -230,7 +273,7 @@ def train(
     records the signal) and the program exits as preempted.
     """
     if add_dataset_at_step is not None and start_step > add_dataset_at_step:
-        data = with_added_dataset(data)
+        data = with_added_dataset(data)  # the restored data position is already on it
     x, y = data
     loss = accuracy = float("nan")
     last_checkpoint_id = None
@@ -241,14 +284,23 @@ def train(
             if step == add_dataset_at_step:
                 # switch the loader first, then record (docs/design/runs.md#data-stages-sdk)
                 x, y = with_added_dataset(data)
+                batches.resize(x.shape[0])
                 record_stage(run, step, stage_ids or [], last_checkpoint_id)
-            index = torch.randint(0, x.shape[0], (batch_size,), generator=generator)
-            loss, accuracy = train_step(model, optimizer, x[index], y[index])
+            index = batches.next(generator)
+            inputs = x[index] + AUGMENT_STD * torch.randn(len(index), x.shape[1])
+            loss, accuracy = train_step(model, optimizer, inputs, y[index])
+            scheduler.step()
             run.log_metrics({"train.loss": loss, "train.accuracy": accuracy}, step=step)
             stopping = stop is not None and stop.requested
             if stopping or (checkpoint_every and (step + 1) % checkpoint_every == 0):
                 save_checkpoint(
-                    scratch, model=model, optimizer=optimizer, step=step + 1, generators={"batches": generator}
+                    scratch,
+                    model=model,
+                    optimizer=optimizer,
+                    scheduler=scheduler,
+                    data_position=batches,
+                    step=step + 1,
+                    generators={"batches": generator},
                 )
                 Path(scratch, DATA_FILE).write_text(
                     json.dumps(
@@ -280,7 +332,9 @@ def trained_on(stage_ids: list[int] | None) -> list[int]:
     return sorted(int(part) for part in os.environ.get(ENV_DATASET_VERSION_IDS, "").split(",") if part.strip())
 
 
-def reset_on_changed_mix(checkpoint_dir, generator: torch.Generator, *, seed: int, start_step: int) -> bool:
+def reset_on_changed_mix(
+    checkpoint_dir, generator: torch.Generator, batches: Batches, *, seed: int, start_step: int
+) -> bool:
     """After a continue with another data mix: restart the batch order; True when it did (and said so).
 
     The checkpoint's ``data.json`` names what it was trained on; ``MMT_START_KIND`` / ``MMT_DATASET_VERSION_IDS``
@@ -296,6 +350,7 @@ def reset_on_changed_mix(checkpoint_dir, generator: torch.Generator, *, seed: in
     if now == before:
         return False
     generator.manual_seed(seed + start_step)
+    batches.resize(batches.size)
     print(
         f"data mix changed from dataset versions {before} to {now} at step {start_step}: "
         "data position reset (batches drawn afresh from the new mix)",
@@ -329,12 +384,27 @@ def write_weights(output: str, model: nn.Module) -> None:
     Path(output).write_text(weights_json(model), encoding="utf-8")
 
 
+def break_resume(variant: str, *, seed: int, optimizer, scheduler, batches: Batches, generator: torch.Generator):
+    """What ``--variant`` does right after the checkpoint was loaded; returns ``(scheduler, generator)`` to train
+    with (docs/jobs.md, "What makes a training loop resumable")."""
+    if variant == "rebuild-scheduler":
+        scheduler = make_scheduler(optimizer)
+    elif variant == "reseed-rng":
+        generator = seed_everything(seed)
+    elif variant == "restart-data":
+        batches.index = 0
+    print(f"variant {variant}: the resume leaves part of the training state unrestored on purpose", flush=True)
+    return scheduler, generator
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     generator = seed_everything(args.seed)
     data = load_data()
     model = build_model()
     optimizer = make_optimizer(model, args.lr)
+    scheduler = make_scheduler(optimizer)
+    batches = Batches(data[0].shape[0], args.batch_size)
     parameters = {
         "steps": args.steps,
         "lr": args.lr,
@@ -343,6 +413,8 @@ def main(argv: list[str] | None = None) -> int:
         "hidden": HIDDEN,
         "momentum": MOMENTUM,
         "optimizer": "sgd",
+        "lr_schedule": f"warmup {WARMUP_STEPS}, decay {LR_DECAY}",
+        "augment_std": AUGMENT_STD,
         "dataset": "sklearn.digits",
     }
     offline_dir = Path(args.output).parent if args.offline and args.output else None
@@ -361,10 +433,27 @@ def main(argv: list[str] | None = None) -> int:
             start_step = 0
             checkpoint = run.resume_checkpoint()
             if checkpoint is not None:
-                load_checkpoint(checkpoint.path, model=model, optimizer=optimizer, generators={"batches": generator})
+                if args.variant != "ignore-checkpoint":
+                    load_checkpoint(
+                        checkpoint.path,
+                        model=model,
+                        optimizer=optimizer,
+                        scheduler=scheduler,
+                        data_position=batches,
+                        generators={"batches": generator},
+                    )
                 start_step = checkpoint.step
                 print(f"resuming from checkpoint {checkpoint.id} at step {start_step}", flush=True)
-                reset_on_changed_mix(checkpoint.path, generator, seed=args.seed, start_step=start_step)
+                reset_on_changed_mix(checkpoint.path, generator, batches, seed=args.seed, start_step=start_step)
+                if args.variant:
+                    scheduler, generator = break_resume(
+                        args.variant,
+                        seed=args.seed,
+                        optimizer=optimizer,
+                        scheduler=scheduler,
+                        batches=batches,
+                        generator=generator,
+                    )
             if start_step >= args.steps:
                 print(
                     f"nothing to train: the checkpoint is at step {start_step} and the run has {args.steps} steps; "
@@ -377,6 +466,8 @@ def main(argv: list[str] | None = None) -> int:
                 optimizer,
                 data,
                 generator,
+                scheduler=scheduler,
+                batches=batches,
                 start_step=start_step,
                 steps=args.steps,
                 batch_size=args.batch_size,

@@ -11,6 +11,7 @@ import threading
 import time
 from collections.abc import Mapping
 
+from mado_tracking import restore_check
 from mado_tracking.errors import CheckpointError, MadoError
 from mado_tracking.points import Point, check_metric_step, metric_points
 from mado_tracking.resume import ResumeCheckpoint, resume_checkpoint
@@ -24,6 +25,7 @@ FINISH_STATUSES = ("finished", "failed", "aborted", "preempted")
 _ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789"
 _open_runs: set["RunBase"] = set()
 _open_runs_lock = threading.Lock()
+restore_check.track_open_runs(_open_runs, _open_runs_lock)  # a checkpoint's load reports to the open Run
 # An atexit hook cannot see the interpreter's exit code, so, as W&B's SDK does, sys.exit is wrapped while the
 # SDK is in use and the last code given to it is kept. `raise SystemExit(n)` and os._exit() are not seen.
 _NO_EXIT_CALL = object()
@@ -134,6 +136,7 @@ class RunBase:
         ``TypeError`` as ``metric_points``; ``self.step`` is unchanged then.
         [] for a step a resumed Run logged before its stop (``resume_fetch``: the server keeps the first points).
         """
+        restore_check.before_metrics(self, step)  # docs/design/checkpoints.md#restore-check
         if all_ranks:
             metrics = rank_keys(metrics, self.rank)
         step = check_metric_step(self.step if step is None else step)

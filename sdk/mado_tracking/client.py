@@ -30,6 +30,9 @@ READ_TIMEOUT_S = 30.0
 UNAVAILABLE_STATUSES = frozenset({408, 429, 502, 503, 504})  # retried until MMT_RETRY_TIMEOUT has passed
 SERVER_ERROR_ATTEMPTS = 3  # a 500 is a bug more often than a blip: tried this many times at most
 PROGRESS_EVERY_S = 30.0
+# The SDK's own draws: the training code's global `random` stays as its seed and its own draws leave it, so a resumed
+# run draws what an uninterrupted one would (docs/design/checkpoints.md#restore-check).
+JITTER = random.Random()
 
 
 def is_transient(status: int) -> bool:
@@ -41,7 +44,7 @@ def jittered(seconds: float) -> float:
     """A wait of 80-100 % of ``seconds``, drawn anew on each call: never longer than asked, and processes that
     started together (a sweep's trials, a job array, a retry storm) drift apart instead of reaching the server
     in the same instant."""
-    return seconds * random.uniform(0.8, 1.0)
+    return seconds * JITTER.uniform(0.8, 1.0)
 
 
 class Backoff:

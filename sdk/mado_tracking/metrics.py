@@ -44,7 +44,6 @@ run's step counter) are reported with one warning per key.
 
 import logging
 import math
-import random
 import threading
 import time
 import uuid
@@ -54,7 +53,7 @@ import orjson
 import requests
 
 from mado_tracking import unsent
-from mado_tracking.client import ApiClient, Backoff, is_transient, retry_after_seconds
+from mado_tracking.client import JITTER, ApiClient, Backoff, is_transient, retry_after_seconds
 from mado_tracking.config import Config
 from mado_tracking.lease import Lease
 from mado_tracking.points import Point, wire_value
@@ -165,7 +164,7 @@ class MetricSender:
         leave_program_signals_to_main_thread()
         try:
             while True:
-                self._wake.wait(self._interval * random.uniform(0.5, 1.5))  # writers started together drift apart
+                self._wake.wait(self._interval * JITTER.uniform(0.5, 1.5))  # writers started together drift apart
                 self._wake.clear()
                 if lease and lease.lost:  # the heartbeat thread lost it
                     self._drop_queue()

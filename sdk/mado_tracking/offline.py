@@ -35,6 +35,7 @@ from mado_tracking.errors import CheckpointError, MadoError
 from mado_tracking.points import point_json
 from mado_tracking.resume import resume_checkpoint
 from mado_tracking.tarstream import CheckpointTar, scan
+from mado_tracking.training_state import with_training_state
 
 ENV_OFFLINE_DIR = "MMT_OFFLINE_DIR"
 RUN_FILE = "run.json"
@@ -203,6 +204,7 @@ class OfflineRun(RunBase):
         *,
         wait: bool = True,
         metadata: dict | None = None,
+        state: dict | None = None,
     ) -> SavedCheckpoint | Future:
         """Copy ``directory`` to ``checkpoints/step-<step>/`` (docs/design/checkpoints.md#a-checkpoint;
         docs/design/runs.md#offline); the refusals of ``Run.log_checkpoint``.
@@ -211,12 +213,14 @@ class OfflineRun(RunBase):
         ``mado sync`` will upload, and ``location`` the copied directory;
         with ``wait=False`` a ``Future`` already holding it (the same type as
         online: offline the copy is the save, there is nothing to wait for).
+        ``metadata`` and ``state``: as ``Run.log_checkpoint`` (the training state
+        is kept with the checkpoint, docs/design/checkpoints.md#training-state).
         Raises ``CheckpointError`` naming the path (symbolic link, empty
         directory, non-regular file, negative step, step already saved here).
         """
         self._require_open("log_checkpoint")
         step = check_step(step, directory)
-        metadata = check_metadata(metadata, directory)
+        metadata = check_metadata(with_training_state(directory, metadata, state, step), directory)
         files = scan(directory)
         root = self.directory / CHECKPOINTS_DIR
         target = root / f"step-{step}"

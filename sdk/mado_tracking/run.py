@@ -49,6 +49,7 @@ from mado_tracking.saving import CheckpointSaver
 from mado_tracking.stages import data_stage_body
 from mado_tracking.staging import run_staging_dir
 from mado_tracking.status import set_preempting, set_status
+from mado_tracking.training_state import with_training_state
 
 logger = logging.getLogger("mado_tracking")
 
@@ -205,9 +206,10 @@ class Run(RunBase):
         *,
         wait: bool = True,
         metadata: dict | None = None,
+        state: dict | None = None,
     ) -> SavedCheckpoint | Future:
         """Save ``directory`` as this Run's checkpoint at ``step``
-        (docs/design/checkpoints.md#a-checkpoint, #save-and-restore).
+        (docs/design/checkpoints.md#a-checkpoint, #save-and-restore, #training-state).
 
         The directory goes up as one tar (the Run's artifact
         ``checkpoints/step-<step>.tar``), streamed while each file's SHA-256
@@ -229,6 +231,11 @@ class Run(RunBase):
         runs ``range(checkpoint.step, total)``). ``framework``: a label of at
         most 50 characters. ``metadata``: a JSON object kept with the checkpoint
         (at most 64 KiB; ``training_state``, ``preemption``: docs/design/checkpoints.md#metadata).
+        Its ``training_state`` is added from ``state`` (the live objects the
+        directory was saved from: ``{"model", "optimizer", "scheduler",
+        "scaler", "generators", "data_position", "rng"}``, fingerprinted now),
+        else from the directory's ``mado-checkpoint.json``
+        (``mado_tracking.torch.save_checkpoint`` writes it); none: "unknown".
         Returns ``SavedCheckpoint`` (``.id``, ``.step``,
         ``.sha256`` of the tar), with ``wait=False`` a ``Future`` of it.
 
@@ -244,6 +251,7 @@ class Run(RunBase):
             ValueError: ``wait=False`` and ``MMT_CHECKPOINT_QUEUE`` is not a whole number >= 1.
             MadoError: the Run was already finished, or ``lost`` before.
         """
+        metadata = with_training_state(directory, metadata, state, step)
         if self._finishing:
             raise MadoError(f"run {self.id} is finished; log_checkpoint must come before finish()")
         self._require_lease("log_checkpoint")

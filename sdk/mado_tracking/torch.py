@@ -11,11 +11,17 @@ docs/design/interfaces.md#example-program).
             save_checkpoint("ckpt", model=model, optimizer=optimizer, step=step + 1)
             run.log_checkpoint("ckpt", step=step + 1, includes_optimizer=True, framework="torch")
 
-A checkpoint directory holds ``model.pt``, ``optimizer.pt``, ``scheduler.pt``
-(when given), ``rng.pt`` (Python ``random``, NumPy's global generator,
-torch's CPU generator, every CUDA device's generator when CUDA is available,
-and the ``generators`` you pass, e.g. the one that draws batches),
-``extra.pt`` (when given) and ``mado-checkpoint.json`` (step and file list).
+A checkpoint directory holds ``model.pt``, ``optimizer.pt``, ``scheduler.pt``,
+``scaler.pt`` (each when given), ``rng.pt`` (Python ``random``, NumPy's global
+generator, torch's CPU generator, every CUDA device's generator when CUDA is
+available, and the ``generators`` you pass, e.g. the one that draws batches),
+``data_position.pt`` (a sampler's or stateful data loader's ``state_dict``, or a
+value you pass), ``extra.pt`` (when given) and ``mado-checkpoint.json`` (step,
+file list and the training-state fingerprint, docs/design/checkpoints.md#training-state:
+``run.log_checkpoint`` sends it as the checkpoint's ``training_state``).
+``load_checkpoint`` of a resumed run compares what it restored with that
+fingerprint and says what was not restored before the first step
+(``mado_tracking.restore_check``, docs/design/checkpoints.md#restore-check).
 Everything is written with ``torch.save`` and read back with
 ``torch.load(weights_only=True)``: no pickled code runs on load. Each file is
 written under a temporary name, made read-only and renamed into place, so
@@ -38,16 +44,15 @@ docs/design/worker.md#distributed): ``save_distributed`` / ``load_distributed`` 
 import json
 import logging
 import os
-import random
 import uuid
 from pathlib import Path
 
 import torch
 
-try:
-    import numpy
-except ImportError:  # numpy is optional
-    numpy = None
+from mado_tracking import restore_check
+from mado_tracking.fingerprint import rng_parts, training_state
+from mado_tracking.rng_states import rng_state, set_rng_state
+from mado_tracking.torch_restore import check_restored
 
 logger = logging.getLogger("mado_tracking")
 
@@ -56,15 +61,20 @@ FILES = {
     "model": "model.pt",
     "optimizer": "optimizer.pt",
     "scheduler": "scheduler.pt",
+    "scaler": "scaler.pt",
     "rng": "rng.pt",
+    "data_position": "data_position.pt",
     "extra": "extra.pt",
 }
+STATE_PARTS = ("model", "optimizer", "scheduler", "scaler", "data_position")
 FORMAT = 1
 
 __all__ = [
     "load_checkpoint",
     "load_distributed",  # noqa: F822 - provided by __getattr__
+    "load_data_position",
     "load_extra",
+    "rng_state",
     "save_checkpoint",
     "save_distributed",  # noqa: F822 - provided by __getattr__
 ]
@@ -89,8 +99,11 @@ def save_checkpoint(
     step: int,
     extra=None,
     generators: dict[str, torch.Generator] | None = None,
+    scaler=None,
+    data_position=None,
 ) -> Path:
-    """Write the training state into ``directory`` (created if needed); return it as a ``Path``.
+    """Write the training state into ``directory`` (created if needed); return it as a ``Path``
+    (docs/design/checkpoints.md#training-state).
 
     Args:
         directory: where to write; files of an earlier save there are removed
@@ -104,6 +117,13 @@ def save_checkpoint(
             (tensors, numbers, str, lists, dicts) to ``extra.pt``.
         generators: ``{name: torch.Generator}`` whose states are saved beside
             the global RNG states.
+        scaler: a gradient scaler (``torch.amp.GradScaler``); its ``state_dict()`` to ``scaler.pt``.
+        data_position: where the data loader is: an object with ``state_dict()``
+            (a sampler, a stateful data loader) or a value ``torch.load(weights_only=True)``
+            reads back (an int, a dict of ints and tensors), to ``data_position.pt``.
+
+    ``mado-checkpoint.json`` also gets the ``training_state`` fingerprint:
+    a SHA-256 of each part's state (every tensor read once more, on the CPU).
 
     Raises:
         ValueError: a negative or non-int ``step``.
@@ -112,11 +132,12 @@ def save_checkpoint(
         raise ValueError(f"step must be an int >= 0 (steps completed), got {step!r}")
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    states = {"model": model.state_dict(), "rng": _rng_state(generators or {})}
-    if optimizer is not None:
-        states["optimizer"] = optimizer.state_dict()
-    if scheduler is not None:
-        states["scheduler"] = scheduler.state_dict()
+    states = {"model": model.state_dict(), "rng": rng_state(generators or {})}
+    for part, given in (("optimizer", optimizer), ("scheduler", scheduler), ("scaler", scaler)):
+        if given is not None:
+            states[part] = given.state_dict()
+    if data_position is not None:
+        states["data_position"] = data_position.state_dict() if hasattr(data_position, "state_dict") else data_position
     if extra is not None:
         states["extra"] = extra
     (directory / INFO_FILE).unlink(missing_ok=True)  # the directory is incomplete until it is written again
@@ -126,6 +147,13 @@ def save_checkpoint(
         if part in states:
             _write_replacing(path, lambda temporary, state=states[part]: torch.save(state, temporary))
     info = {"format": FORMAT, "step": step, "files": {part: FILES[part] for part in states}, "torch": torch.__version__}
+    fingerprinted = {part: states[part] for part in STATE_PARTS if part in states}
+    rng = rng_parts(states["rng"])
+    info["training_state"] = training_state(
+        {**fingerprinted, **rng},
+        step=step,
+        files={**{p: FILES[p] for p in fingerprinted}, **dict.fromkeys(rng, FILES["rng"])},
+    )
     text = json.dumps(info, indent=2, sort_keys=True) + "\n"
     _write_replacing(directory / INFO_FILE, lambda temporary: temporary.write_text(text, encoding="utf-8"))
     return directory
@@ -152,20 +180,33 @@ def load_checkpoint(
     generators: dict[str, torch.Generator] | None = None,
     map_location="cpu",
     restore_rng: bool = True,
+    scaler=None,
+    data_position=None,
 ) -> int:
-    """Restore what ``save_checkpoint`` wrote into the given objects and the RNGs; return the step.
+    """Restore what ``save_checkpoint`` wrote into the given objects and the RNGs; return the step
+    (docs/design/checkpoints.md#restore-check).
 
-    ``model``, ``optimizer``, ``scheduler`` get their ``load_state_dict``;
+    ``model``, ``optimizer``, ``scheduler``, ``scaler`` and ``data_position``
+    (an object with ``load_state_dict``) get their ``load_state_dict``;
     with ``restore_rng`` the global RNG states (Python, NumPy, torch CPU,
     CUDA when available) and each named generator in ``generators`` are set
     back, so the next random numbers are those the saved run would have
     drawn. ``map_location`` as in ``torch.load`` (tensors land on the CPU by
     default; ``load_state_dict`` copies them to the parameters' devices).
 
+    In a resumed run (``run.resume_checkpoint()``'s directory) the restored
+    objects are then compared with the checkpoint's fingerprint: a part the
+    checkpoint holds but this call did not restore (no scheduler given,
+    ``restore_rng=False``, a generator or the data position left out) is
+    named in a WARNING line and sent to the server as the run's restore
+    report, and checked again at the first ``log_metrics`` (a scheduler
+    rebuilt, an RNG re-seeded, a loader restarted after this call;
+    ``mado_tracking.restore_check``).
+
     Raises:
         FileNotFoundError: ``directory`` holds no ``mado-checkpoint.json``.
-        ValueError: an optimizer, scheduler or generator was passed but the
-            checkpoint has no state for it.
+        ValueError: an optimizer, scheduler, scaler, data position or
+            generator was passed but the checkpoint has no state for it.
     """
     directory = Path(directory)
     info = json.loads((directory / INFO_FILE).read_text(encoding="utf-8"))
@@ -177,74 +218,41 @@ def load_checkpoint(
         return torch.load(directory / files[part], map_location=map_location, weights_only=True)
 
     model.load_state_dict(load("model"))
-    if optimizer is not None:
-        optimizer.load_state_dict(load("optimizer"))
-    if scheduler is not None:
-        scheduler.load_state_dict(load("scheduler"))
+    given = {"optimizer": optimizer, "scheduler": scheduler, "scaler": scaler}
+    for part, target in given.items():
+        if target is not None:
+            target.load_state_dict(load(part))
+    if data_position is not None:
+        if not hasattr(data_position, "load_state_dict"):
+            raise ValueError("data_position must have load_state_dict(); read a saved value with load_data_position")
+        data_position.load_state_dict(load("data_position"))
+    saved_rng = load("rng") if "rng" in files else None
     if restore_rng:
-        _set_rng_state(load("rng"), generators or {}, directory)
-    return int(info["step"])
+        set_rng_state(saved_rng if saved_rng is not None else load("rng"), generators or {}, directory)
+    step = int(info["step"])
+    check_restored(
+        directory,
+        info,
+        step=step,
+        live={"model": model, **given, "data_position": data_position},
+        generators=generators or {},
+        saved_rng=saved_rng,
+        restore_rng=restore_rng,
+    )
+    return step
+
+
+def load_data_position(directory, *, map_location="cpu"):
+    """The ``data_position`` value saved with the checkpoint in ``directory``, or None when there was none; in a
+    resumed run the data position then counts as restored (docs/design/checkpoints.md#restore-check)."""
+    path = Path(directory) / FILES["data_position"]
+    if not path.exists():
+        return None
+    restore_check.mark("data_position", restore_check.RESTORED)
+    return torch.load(path, map_location=map_location, weights_only=True)
 
 
 def load_extra(directory, *, map_location="cpu"):
     """The ``extra`` object saved with the checkpoint in ``directory``, or None when there was none."""
     path = Path(directory) / FILES["extra"]
     return torch.load(path, map_location=map_location, weights_only=True) if path.exists() else None
-
-
-def _rng_state(generators: dict[str, torch.Generator]) -> dict:
-    state = {
-        "python": random.getstate(),
-        "torch": torch.get_rng_state(),
-        "numpy": None,
-        "cuda": None,
-        "generators": {name: generator.get_state() for name, generator in generators.items()},
-    }
-    if numpy is not None:
-        legacy = numpy.random.get_state(legacy=False)
-        state["numpy"] = {
-            "bit_generator": legacy["bit_generator"],
-            "pos": int(legacy["state"]["pos"]),
-            "key": torch.from_numpy(legacy["state"]["key"].astype(numpy.int64)),
-            "has_gauss": int(legacy["has_gauss"]),
-            "gauss": float(legacy["gauss"]),
-        }
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def _set_rng_state(state: dict, generators: dict[str, torch.Generator], directory: Path) -> None:
-    version, internal, gauss = state["python"]
-    random.setstate((version, tuple(internal), gauss))
-    torch.set_rng_state(state["torch"])
-    saved = state.get("numpy")
-    if saved is not None and numpy is not None:
-        numpy.random.set_state(
-            {
-                "bit_generator": saved["bit_generator"],
-                "has_gauss": saved["has_gauss"],
-                "gauss": saved["gauss"],
-                "state": {"key": saved["key"].numpy().astype(numpy.uint32), "pos": saved["pos"]},
-            }
-        )
-    cuda = state.get("cuda")
-    if cuda is not None and torch.cuda.is_available():
-        count = torch.cuda.device_count()
-        if len(cuda) != count:
-            logger.warning(
-                "mado: %s was saved with %d CUDA devices, %d now; the RNG states of the first %d are restored",
-                directory,
-                len(cuda),
-                count,
-                min(len(cuda), count),
-            )
-        for index, device_state in enumerate(cuda[:count]):
-            torch.cuda.set_rng_state(device_state, index)
-    for name, generator in generators.items():
-        if name not in state.get("generators", {}):
-            raise ValueError(
-                f"{directory}: no state for generator {name!r} "
-                f"(saved: {', '.join(state.get('generators', {})) or 'none'})"
-            )
-        generator.set_state(state["generators"][name])

@@ -63,6 +63,8 @@ class StubApi(HttpStub):
     """Records what it receives: ``runs`` (create bodies), ``posts`` (status answered per metric post),
         ``batch_sizes`` (points per metric post), ``points`` (stored points, in arrival order) and
         ``statuses`` (PATCHed statuses), ``batch_keys`` (the ``Idempotency-Key`` of each metric post).
+    ``restore_reports`` (bodies of ``POST runs/1/restore-report/``; answered 404 when ``refuse_reports``) and
+        ``events`` (``"metrics"`` / ``"restore-report"`` in arrival order).
     While ``release`` is clear, metric posts hang; each takes ``metrics_delay_s`` at least; ``most_in_flight`` is the
         most metric posts seen at once.
         ``lose_create_answers``: that many run creations are stored but answered 503 (the answer got lost)."""
@@ -84,6 +86,7 @@ class StubApi(HttpStub):
         self.release.set()
         self.runs, self.posts, self.points, self.statuses, self.batch_sizes = [], [], [], [], []
         self.batch_keys = []
+        self.restore_reports, self.events, self.refuse_reports = [], [], False
         self.in_flight = self.most_in_flight = 0
         self.metrics_delay_s = metrics_delay_s
         super().__init__()
@@ -109,6 +112,7 @@ class StubApi(HttpStub):
             }
         with self.lock:
             self.batch_keys.append(key)
+            self.events.append("metrics")
             self.batch_sizes.append(len(body["points"]))
             if self.fail_metrics > 0:
                 self.fail_metrics -= 1
@@ -153,6 +157,11 @@ class StubApi(HttpStub):
                     return self._answer(201, self._run(body))
                 if self.path == "/api/v1/runs/1/metrics/":
                     return self._answer(*stub._metrics(body, self.headers.get("Idempotency-Key")))
+                if self.path == "/api/v1/runs/1/restore-report/" and not stub.refuse_reports:
+                    with stub.lock:
+                        stub.restore_reports.append(body)
+                        stub.events.append("restore-report")
+                    return self._answer(201, body)
                 self._answer(404, {"error": "not_found", "detail": self.path, "field": None})
 
             def do_GET(self):

@@ -123,7 +123,9 @@ def test_online_checkpoints_are_stored_complete_and_a_downloaded_one_resumes_to_
         }
         for p in files
     ] == list(checkpoint.manifest.order_by("path").values("path", "size", "sha256"))
-    assert {p.name for p in files} == {"model.pt", "optimizer.pt", "rng.pt", "mado-checkpoint.json", "data.json"}
+    assert {p.name for p in files} == {
+        *("model.pt", "optimizer.pt", "scheduler.pt", "rng.pt", "data_position.pt", "mado-checkpoint.json", "data.json")
+    }
 
     env = {**mmt_env, **_resume_env(extracted, tmp_path, checkpoint.pk, source.pk)}
     resumed = _example(*ARGS, "--name", "resumed", "--output", str(tmp_path / "weights.json"), env=env)

@@ -3,7 +3,8 @@
 ``mado --version``, ``mado runs list``, ``mado sync DIR``,
 ``mado code push DIR``, ``mado job launch | list | show | abort | resume | logs``,
 ``mado sweep create | show | retry`` and ``mado agent SWEEP_ID`` (docs/design/sweeps.md#sweeps, #requeue), ``mado
-checkpoint restore ID --into DIR`` (docs/design/worker.md: a Kubernetes init container's restore). Configuration as in
+checkpoint restore ID --into DIR`` (docs/design/worker.md: a Kubernetes init container's restore), ``mado
+probe-resume`` (docs/design/checkpoints.md#probe). Configuration as in
 the SDK: ``--api-url`` / ``--api-token`` (on ``mado`` or on the command), else ``MMT_API_URL`` / ``MMT_API_TOKEN``;
 ``--project`` defaults to ``MMT_PROJECT``. Exit statuses: ``mado_tracking.cli._common``.
 """
@@ -15,6 +16,7 @@ from mado_tracking.cli.agent import agent
 from mado_tracking.cli.checkpoints import checkpoint
 from mado_tracking.cli.code import code
 from mado_tracking.cli.jobs import job
+from mado_tracking.cli.probe import probe_resume
 from mado_tracking.cli.runs import runs, sync
 from mado_tracking.cli.sweeps import sweep
 
@@ -29,7 +31,7 @@ def main(ctx: click.Context, api_url: str | None, api_token: str | None) -> None
     ctx.obj = {"api_url": api_url, "api_token": api_token}
 
 
-for _command in (runs, sync, code, job, sweep, agent, checkpoint):
+for _command in (runs, sync, code, job, sweep, agent, checkpoint, probe_resume):
     main.add_command(_command)
 
 __all__ = ["main"]
