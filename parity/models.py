@@ -60,7 +60,10 @@ class Parity(models.Model):
     NULL for NaN); else ``identical`` when every compared value is the same
     float, else ``within_tolerance``. ``child_first_step`` is the lowest step
     the Run logged at (the "resume ignored?" signal when below the
-    checkpoint's step).
+    checkpoint's step). ``expects_restore_report``: the source checkpoint
+    held a training state when the Run's first metrics came, so an SDK that
+    loaded it sent a restore report before them
+    (docs/design/resume.md#checkpoint-not-loaded).
     """
 
     run = models.OneToOneField(Run, on_delete=models.CASCADE, related_name="parity")
@@ -81,6 +84,11 @@ class Parity(models.Model):
         null=True, blank=True, help_text="largest relative difference among the compared values (NULL: none yet)"
     )
     child_first_step = models.BigIntegerField(null=True, blank=True, help_text="lowest step this run logged at")
+    expects_restore_report = models.BooleanField(
+        default=False,
+        help_text="the source checkpoint holds a training state (metadata.training_state): an SDK that loads it "
+        "reports what it restored before the run's first metrics",
+    )
     updated_at = models.DateTimeField(auto_now=True)
 
     objects = ParityQuerySet.as_manager()
@@ -95,10 +103,15 @@ class Parity(models.Model):
         return f"{self.run_id} vs {self.parent_id}: {self.verdict}"
 
     @property
-    def resume_ignored_at_step(self) -> int | None:
+    def first_step_below_checkpoint(self) -> int | None:
         """The Run's first logged step when it lies below the checkpoint's: the code may have ignored it."""
         first = self.child_first_step
         return first if first is not None and first < self.checkpoint_step else None
+
+    def checkpoint_not_loaded(self, *, reported: bool) -> bool:
+        """True when the Run logged metrics without loading a checkpoint that holds a training state: no restore
+        report (``reported`` False) though one was expected (docs/design/resume.md#checkpoint-not-loaded)."""
+        return self.expects_restore_report and self.child_first_step is not None and not reported
 
 
 class ParityBlock(models.Model):

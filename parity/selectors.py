@@ -28,6 +28,25 @@ def restore_report_of(run: Run) -> RestoreReport | None:
         return None
 
 
+def checkpoint_not_loaded(run: Run) -> bool:
+    """True when ``run`` logged metrics from a checkpoint that holds a training state without a restore report: its
+    code did not load the checkpoint through the SDK (docs/design/resume.md#checkpoint-not-loaded). A report that
+    comes later makes it False."""
+    parity = parity_of(run)
+    return parity is not None and parity.checkpoint_not_loaded(reported=restore_report_of(run) is not None)
+
+
+def resume_ignored_at_step(run: Run) -> int | None:
+    """``run``'s first logged step (an int) when its code may have ignored its source checkpoint: the step lies
+    below the checkpoint's, or the checkpoint was not loaded (``checkpoint_not_loaded``); else None
+    (docs/design/resume.md#checkpoint-not-loaded)."""
+    parity = parity_of(run)
+    if parity is None:
+        return None
+    below = parity.first_step_below_checkpoint
+    return parity.child_first_step if below is not None or checkpoint_not_loaded(run) else None
+
+
 def parities_by_run(*, run_ids) -> dict[int, Parity]:
     """``{run id: Parity}`` of those of ``run_ids`` that have a verdict row (one query)."""
     return {parity.run_id: parity for parity in Parity.objects.filter(run_id__in=list(run_ids))}

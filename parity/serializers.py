@@ -104,11 +104,6 @@ def restore_report_data(run: Run) -> dict | None:
     return None if report is None else RestoreReportOutputSerializer(report).data
 
 
-def resume_ignored_at_step(run: Run) -> int | None:
-    parity = selectors.parity_of(run)
-    return None if parity is None else parity.resume_ignored_at_step
-
-
 class ResumeFactsMixin(serializers.Serializer):
     """``restore_report``, ``resume_ignored_at_step`` and ``parity`` of the Run the serialized object names
     (``run_of``)."""
@@ -117,8 +112,9 @@ class ResumeFactsMixin(serializers.Serializer):
         help_text="what the code restored from its checkpoint, as its SDK reported it; null: no report"
     )
     resume_ignored_at_step = serializers.SerializerMethodField(
-        help_text="the first step logged when it lies below the source checkpoint's step: the code may have "
-        "ignored the checkpoint; else null"
+        help_text="the first step logged when the code may have ignored the source checkpoint: the step lies below "
+        "the checkpoint's, or the checkpoint holds a training state and no restore report came before the first "
+        "metrics (a later report clears it); else null"
     )
     parity = serializers.SerializerMethodField(
         help_text="how this run's points compare with its parent's from the checkpoint's step on; null: not "
@@ -134,7 +130,7 @@ class ResumeFactsMixin(serializers.Serializer):
         return restore_report_data(self.run_of(instance))
 
     def get_resume_ignored_at_step(self, instance) -> int | None:
-        return resume_ignored_at_step(self.run_of(instance))
+        return selectors.resume_ignored_at_step(self.run_of(instance))
 
     @extend_schema_field(ParityOutputSerializer(allow_null=True))
     def get_parity(self, instance) -> dict | None:

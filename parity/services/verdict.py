@@ -12,7 +12,7 @@ commit, and the one that locks last has seen both.
 import math
 
 from django.db import IntegrityError, connection, transaction
-from django.db.models import Q
+from django.db.models import BooleanField, ExpressionWrapper, Q
 
 from checkpoints.models import Checkpoint
 from parity.compare import Cell, compare_cells, signed_mask, summarize
@@ -82,10 +82,18 @@ def parity_after_batch(*, run: Run, steps: dict[str, tuple[int, int]]) -> None:
 
 def parity_open(*, run: Run) -> int | None:
     """The id of ``run``'s ``Parity`` row, created (verdict ``unknown``) when missing; None when its source
-    checkpoint is gone. Two concurrent calls create one row (the unique ``run``)."""
-    step = Checkpoint.objects.filter(pk=run.source_checkpoint_id).values_list("step", flat=True).first()
-    if step is None:
+    checkpoint is gone. Two concurrent calls create one row (the unique ``run``). The row records whether the
+    checkpoint holds a training state, so a restore report was due before these first metrics
+    (docs/design/resume.md#checkpoint-not-loaded)."""
+    found = (
+        Checkpoint.objects.filter(pk=run.source_checkpoint_id)
+        .annotate(holds_state=ExpressionWrapper(Q(metadata__has_key="training_state"), output_field=BooleanField()))
+        .values_list("step", "holds_state")
+        .first()
+    )
+    if found is None:
         return None
+    step, holds_state = found
     try:
         with transaction.atomic():
             parity = Parity.objects.create(
@@ -93,6 +101,7 @@ def parity_open(*, run: Run) -> int | None:
                 parent_id=run.parent_id,
                 checkpoint_step=step,
                 tolerance=project_tolerance(project_id=run.project_id),
+                expects_restore_report=bool(holds_state),
             )
             return parity.pk
     except IntegrityError:

@@ -1,9 +1,10 @@
 """What the Run page, the Job page, the Jobs list and Compare show of a resumed Run's restore report and parity
 verdict (docs/design/resume.md#restore-report, #parity).
 
-``{% load parity_ui %}{% parity_of_run run as parity %}``, ``{% restore_report_of run as report %}`` and
-``{% parity_pairs runs as pairs %}``: the templates of runs and jobs name the parity app here, so runs never
-imports it (docs/design/house.md#arrows). ``|parity_value`` shows a compared value as the API does.
+``{% load parity_ui %}{% parity_of_run run as parity %}``, ``{% restore_report_of run as report %}``,
+``{% checkpoint_not_loaded run as not_loaded %}`` and ``{% parity_pairs runs as pairs %}``: the templates of runs
+and jobs name the parity app here, so runs never imports it (docs/design/house.md#arrows).
+``|parity_value`` shows a compared value as the API does.
 """
 
 import math
@@ -27,6 +28,12 @@ def parity_of_run_tag(run):
 def restore_report_of(run):
     """``run``'s restore report, or None."""
     return selectors.restore_report_of(run)
+
+
+@register.simple_tag
+def checkpoint_not_loaded(run):
+    """True when ``run`` logged metrics without loading its checkpoint's training state (no restore report)."""
+    return selectors.checkpoint_not_loaded(run)
 
 
 @register.simple_tag

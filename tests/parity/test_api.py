@@ -5,7 +5,9 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from checkpoints.models import Checkpoint
 from jobs import services as job_services
+from parity.services import restore_report_record
 from tests.jobs.conftest import (  # noqa: F401
     celery_calls,
     checkpoint,
@@ -72,6 +74,38 @@ def test_a_divergence_to_nan_and_a_run_that_ignored_its_checkpoint_read_in_the_a
     assert (job["parity"]["verdict"], job["parity"]["step"], job["parity"]["key"]) == ("diverged", 20, "train.accuracy")
     assert (job["parity"]["parent_value"], job["parity"]["child_value"]) == (curve("train.accuracy", 20), "NaN")
     assert job["parity"]["max_difference"] == "Infinity"
+
+
+TRAINING_STATE = {"format": 1, "global_step": 20, "parts": {"model": {"sha256": "0" * 64, "file": "model.pt"}}}
+
+
+@pytest.mark.parametrize("holds_state", [True, False])
+def test_a_run_that_logs_without_reporting_a_restore_reads_ignored_when_its_checkpoint_holds_a_training_state(
+    api, creator, log, failed_job, resumed_job, holds_state
+):
+    """The code continued at the checkpoint's step but never loaded it: only a checkpoint whose SDK would have
+    reported the restore before the first metrics tells (docs/design/resume.md#checkpoint-not-loaded)."""
+    metadata = {"training_state": TRAINING_STATE} if holds_state else {}
+    Checkpoint.objects.filter(pk=resumed_job.run.source_checkpoint_id).update(metadata=metadata)
+    client = api(creator)
+    log(failed_job.run, range(27))
+    log(resumed_job.run, range(20, 30), value=lambda key, step: curve(key, step + 7))
+    job = client.get(f"/api/v1/jobs/{resumed_job.pk}/").json()
+    run = client.get(f"/api/v1/runs/{resumed_job.run_id}/").json()
+    expected = 20 if holds_state else None
+    assert (job["resume_ignored_at_step"], run["resume_ignored_at_step"]) == (expected, expected)
+    assert (run["parity"]["verdict"], run["parity"]["step"]) == ("diverged", 20)
+    restore_report_record(actor=creator, run=resumed_job.run, body={"parts": {"model": "restored"}})  # late: clears
+    assert client.get(f"/api/v1/jobs/{resumed_job.pk}/").json()["resume_ignored_at_step"] is None
+
+
+def test_a_restore_report_before_the_first_metrics_leaves_no_signal(api, creator, log, failed_job, resumed_job):
+    Checkpoint.objects.filter(pk=resumed_job.run.source_checkpoint_id).update(
+        metadata={"training_state": TRAINING_STATE}
+    )
+    restore_report_record(actor=creator, run=resumed_job.run, body={"parts": {"model": "restored"}})
+    log(resumed_job.run, range(20, 30))
+    assert api(creator).get(f"/api/v1/runs/{resumed_job.run_id}/").json()["resume_ignored_at_step"] is None
 
 
 def test_lists_read_the_verdicts_without_a_query_per_run(api, creator, log, failed_job, resumed_job, cpu, code_version):

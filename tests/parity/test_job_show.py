@@ -49,3 +49,19 @@ def test_job_show_names_what_was_not_restored_and_where_the_runs_part(
         "  resume ignored?: the first logged step 0 lies below the checkpoint's step 20",
         f"  parity: diverged at step 21: train.accuracy {parent!r} in the parent run, {parent + 0.5!r} here",
     ]
+
+
+def test_job_show_says_a_checkpoint_holding_a_training_state_was_not_loaded(
+    live_server, creator, log, failed_job, resumed_job
+):
+    from checkpoints.models import Checkpoint
+    from tests.parity.test_api import TRAINING_STATE
+
+    source = resumed_job.run.source_checkpoint_id
+    Checkpoint.objects.filter(pk=source).update(metadata={"training_state": TRAINING_STATE})
+    log(failed_job.run, range(27))
+    log(resumed_job.run, range(20, 30))
+    assert (
+        f"  resume ignored?: checkpoint {source} (step 20) holds a training state but the run sent no restore report "
+        "before its first metrics (step 20): it did not load the checkpoint through mado_tracking"
+    ) in job_show(live_server, creator, resumed_job.pk)

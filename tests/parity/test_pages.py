@@ -7,6 +7,7 @@ from html import unescape
 import pytest
 from django.urls import reverse
 
+from checkpoints.models import Checkpoint
 from parity.services import restore_report_record
 from tests.jobs.conftest import (  # noqa: F401
     celery_calls,
@@ -55,6 +56,31 @@ def test_the_job_page_warns_of_an_ignored_checkpoint_and_names_the_diverged_step
     assert "started from the checkpoint at step 20, but its first logged step is 0" in shown
     parent = curve("train.accuracy", 22)
     assert f"Diverged from the parent run at step 22: train.accuracy was {parent!r} in the parent run" in shown
+
+
+def test_a_checkpoint_not_loaded_is_shown_on_the_run_and_job_pages_until_a_restore_report_comes(
+    login, creator, log, failed_job, resumed_job
+):
+    from tests.jobs.test_japanese_pages import english_left
+    from tests.parity.test_api import TRAINING_STATE
+
+    Checkpoint.objects.filter(pk=resumed_job.run.source_checkpoint_id).update(
+        metadata={"training_state": TRAINING_STATE}
+    )
+    log(failed_job.run, range(27))
+    log(resumed_job.run, range(20, 30))
+    client = login(creator)
+    pages = [reverse("runs:run-detail", args=[resumed_job.run_id]), reverse("jobs:job-detail", args=[resumed_job.pk])]
+    for url in pages:
+        shown = text(client.get(url))
+        assert "step 20, which holds a training state, but sent no restore report before its first metrics" in shown
+        assert "first logged step is" not in shown, url  # not the started-below case
+    client.post(reverse("set_language"), {"language": "ja", "next": "/"})
+    html = client.get(pages[1]).content.decode()
+    assert "最初のメトリクス（step 20）より前に復元レポートを送っていません" in html
+    assert english_left(html, {failed_job.run.name, resumed_job.run.name, failed_job.run.project.name}) == []
+    restore_report_record(actor=creator, run=resumed_job.run, body={"parts": {"model": "restored"}})
+    assert all('class="warn-box checkpoint-not-loaded"' not in client.get(url).content.decode() for url in pages)
 
 
 def test_the_jobs_list_and_compare_show_the_badge(login, creator, log, failed_job, resumed_job):

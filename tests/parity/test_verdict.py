@@ -28,7 +28,7 @@ def test_a_resume_that_logs_what_the_parent_logged_is_identical_over_the_overlap
     assert (parity.verdict, parity.step, parity.key) == ("identical", None, "")
     assert (parity.first_step, parity.last_step, parity.compared_steps) == (20, 26, 7)
     assert (parity.compared_keys, parity.compared_points, parity.max_difference) == (list(KEYS), 14, 0.0)
-    assert (parity.checkpoint_step, parity.parent_id, parity.resume_ignored_at_step) == (20, parent.pk, None)
+    assert (parity.checkpoint_step, parity.parent_id, parity.first_step_below_checkpoint) == (20, parent.pk, None)
 
 
 def test_values_that_differ_by_less_than_the_tolerance_are_within_it(log, parent, child):
@@ -87,7 +87,7 @@ def test_a_child_that_starts_at_step_0_is_flagged_and_diverges_where_its_curve_l
     log(parent, range(27))
     log(child, range(0, 30), value=lambda key, step: curve(key, step - 20 if step >= 20 else step))
     parity = verdict_of(child)
-    assert parity.resume_ignored_at_step == 0
+    assert parity.first_step_below_checkpoint == 0
     assert (parity.verdict, parity.step, parity.key) == ("diverged", 20, "train.accuracy")
 
 
@@ -182,7 +182,7 @@ def test_the_overlap_starts_at_the_checkpoints_step(log, parent, child):
         value=lambda key, step: 7.0 if step < CHECKPOINT_STEP else curve(key, step),
     )
     parity = verdict_of(child)
-    assert (parity.verdict, parity.first_step, parity.resume_ignored_at_step) == ("identical", 20, 15)
+    assert (parity.verdict, parity.first_step, parity.first_step_below_checkpoint) == ("identical", 20, 15)
 
 
 def test_system_metrics_are_never_compared_nor_taken_for_an_ignored_checkpoint(log, parent, child, login, creator):
@@ -196,6 +196,6 @@ def test_system_metrics_are_never_compared_nor_taken_for_an_ignored_checkpoint(l
     log(child, range(20, 30))
     log(child, range(20, 27), keys=["system/cpu_percent"], value=lambda key, step: 99.0)
     parity = verdict_of(child)
-    assert (parity.verdict, parity.compared_keys, parity.resume_ignored_at_step) == ("identical", list(KEYS), None)
+    assert (parity.verdict, parity.compared_keys, parity.first_step_below_checkpoint) == ("identical", list(KEYS), None)
     page = login(creator).get(reverse("runs:run-detail", args=[child.pk])).content.decode()
     assert "ignored-checkpoint" not in page

@@ -34,10 +34,16 @@ def print_resume_facts(found: dict) -> None:
                 click.echo(f"    {part}: {report['details'][part]}")
     elif report:
         click.echo("  restored from the checkpoint: everything checked")
-    if found.get("resume_ignored_at_step") is not None:
+    ignored, checkpoint_step = found.get("resume_ignored_at_step"), found.get("source_checkpoint_step")
+    if ignored is not None and checkpoint_step is not None and ignored >= checkpoint_step:
         click.echo(
-            f"  resume ignored?: the first logged step {found['resume_ignored_at_step']} lies below the "
-            f"checkpoint's step {found.get('source_checkpoint_step')}"
+            f"  resume ignored?: checkpoint {found.get('source_checkpoint_id')} (step {checkpoint_step}) holds a "
+            f"training state but the run sent no restore report before its first metrics (step {ignored}): it did "
+            "not load the checkpoint through mado_tracking"
+        )
+    elif ignored is not None:
+        click.echo(
+            f"  resume ignored?: the first logged step {ignored} lies below the checkpoint's step {checkpoint_step}"
         )
     if found.get("parity"):
         click.echo(f"  parity: {describe_parity(found['parity'])}")
