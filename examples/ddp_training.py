@@ -12,11 +12,17 @@ Every rank joins one Run (``start_run`` after ``init_process_group``). Each
 step draws one global batch of ``--batch-size`` examples from a generator
 seeded with ``(seed, step)`` and each rank trains on its slice, so a run is
 deterministic and a resumed one draws exactly the batches an uninterrupted
-one would. Every ``--checkpoint-every`` steps all ranks save model and
-optimizer with ``run.log_checkpoint_distributed`` (one Checkpoint, a shard per
-rank); a resumed run loads it with ``load_distributed``, resharded when the
-number of processes changed. ``--fail-at-step S`` stops every rank at step S;
-``--output PATH`` (rank 0) writes the final weights as JSON, byte-comparable.
+one would. ``train.loss`` is the loss of the whole global batch (each rank's
+slice mean, averaged over the ranks): it means the same on any number of
+processes, so a run resumed on another number compares with its parent
+within float summation order (docs/jobs.md, "Reading the verdict"). With
+more than one process each rank also logs its own slice's loss as
+``rank<k>/train.loss``. Every ``--checkpoint-every`` steps all ranks save
+model and optimizer with ``run.log_checkpoint_distributed`` (one Checkpoint,
+a shard per rank); a resumed run loads it with ``load_distributed``,
+resharded when the number of processes changed. ``--fail-at-step S`` stops
+every rank at step S; ``--output PATH`` (rank 0) writes the final weights as
+JSON, byte-comparable.
 """
 
 import argparse
@@ -90,6 +96,16 @@ def batch_indices(seed: int, step: int, batch_size: int, examples: int, rank: in
     return indices.view(world_size, -1)[rank]
 
 
+def global_mean(value: torch.Tensor, world_size: int) -> float:
+    """``value`` (a scalar tensor, this rank's) averaged over the ranks, in float64; the value itself on one process.
+    Every rank must call it at the same point (an all-reduce)."""
+    if world_size == 1:
+        return value.item()
+    total = value.detach().double()
+    dist.all_reduce(total)
+    return (total / world_size).item()
+
+
 def checkpoint_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict:
     """Model and optimizer states keyed by parameter name (no ``module.`` prefix): loadable on any world size."""
     model_state, optimizer_state = get_state_dict(model, optimizer)
@@ -99,7 +115,7 @@ def checkpoint_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -
 def train(
     run, model, optimizer, data, *, rank: int, world_size: int, device, start_step: int, args: argparse.Namespace
 ) -> float:
-    """Steps ``start_step .. steps-1``; returns the last loss of this rank."""
+    """Steps ``start_step .. steps-1``; returns the last loss of the global batch."""
     x, y = data
     loss_value = float("nan")
     for step in range(start_step, args.steps):
@@ -111,9 +127,10 @@ def train(
         optimizer.zero_grad(set_to_none=True)
         loss.backward()  # DDP averages the gradients over the ranks
         optimizer.step()
-        loss_value = loss.item()
+        loss_value = global_mean(loss, world_size)  # the same quantity on any world size
         run.log_metrics({"train.loss": loss_value}, step=step)  # stored from rank 0
-        run.log_metrics({"train.loss": loss_value}, step=step, all_ranks=True)  # rank<k>/train.loss
+        if world_size > 1:  # rank<k>/train.loss: this rank's slice, which depends on the world size
+            run.log_metrics({"train.loss": loss.item()}, step=step, all_ranks=True)
         if args.checkpoint_every and (step + 1) % args.checkpoint_every == 0:
             run.log_checkpoint_distributed(checkpoint_state(model, optimizer), step=step + 1, includes_optimizer=True)
     return loss_value

@@ -4,7 +4,9 @@ worker on Redis, PostgreSQL, and ``examples/ddp_training.py`` started by the wor
 A Job with ``nproc_per_node=2`` fails at step 27 after two sharded checkpoints (steps 10 and 20, each one
 Checkpoint with a shard per rank and ``world_size`` 2). Resumed from the latest with 2 processes it ends with
 weights byte-identical to an uninterrupted 2-process Job; resumed again with 1 process it loads the resharded
-state and finishes. Every attempt is one Run whose metric steps continue at 20, with the failed Run as parent.
+state and finishes. Every attempt is one Run whose metric steps continue at 20, with the failed Run as parent, and
+gets a parity verdict: identical on 2 processes, within the tolerance (or identical) on 1, where the logged loss of
+the global batch is summed in another order.
 """
 
 import json
@@ -137,10 +139,16 @@ def test_a_two_process_job_fails_resumes_on_two_then_one_process_from_sharded_ch
                 saved = client.request("GET", f"runs/{job['run_id']}/checkpoints/")["results"]
                 assert [(c["step"], c["world_size"]) for c in saved] == [(STEPS, int(nproc))]
                 # a verdict over steps 20..26 on either world size (docs/design/resume.md#parity): on the same one,
-                # bit for bit
+                # bit for bit; on one process the global batch's loss summed in another order, within the tolerance
+                # (a rank's own slice, rank<k>/train.loss, is logged with more than one process only)
                 parity = run["parity"]
                 assert (parity["first_step"], parity["last_step"], parity["compared_steps"]) == (20, 26, 7), parity
-                assert parity["verdict"] == "identical" if nproc == "2" else parity["verdict"] != "unknown", parity
+                if nproc == "2":
+                    assert parity["verdict"] == "identical", parity
+                    assert parity["compared_keys"] == ["rank0/train.loss", "rank1/train.loss", "train.loss"]
+                else:
+                    assert parity["verdict"] in ("within_tolerance", "identical"), parity
+                    assert parity["compared_keys"] == ["train.loss"], parity
             assert len({client.request("GET", f"jobs/{i}/")["run_id"] for i in resumed_ids}) == 2  # a Run each
 
     assert weights["resumed-2"].read_bytes() == weights["reference"].read_bytes()
