@@ -105,6 +105,15 @@ def cache_root() -> Path:
     return Path(root).absolute()
 
 
+def make_read_only(directory: Path) -> None:
+    """Take the write bits off every regular file under ``directory`` (a ``Path``; links are left alone), so a
+    snapshot of it hard-links the files instead of copying them (the snapshot rule of the module docstring;
+    docs/design/checkpoints.md#save-and-restore). Raises ``OSError`` from ``chmod`` (a file not this user's)."""
+    for path in directory.rglob("*"):
+        if path.is_file() and not path.is_symlink():
+            path.chmod(stat.S_IMODE(path.stat().st_mode) & ~_WRITE_BITS)
+
+
 def server_key(api_url: str) -> str:
     """A short digest of the server ``api_url`` names (``config.server_identity``: any spelling of it)."""
     return hashlib.sha256(server_identity(api_url).encode("utf-8")).hexdigest()[:12]

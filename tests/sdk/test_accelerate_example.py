@@ -7,10 +7,8 @@ docs/design/checkpoints.md#metadata)."""
 
 import hashlib
 import json
-import os
 import shutil
 import signal
-import subprocess
 import sys
 from contextlib import closing
 from pathlib import Path
@@ -21,21 +19,14 @@ from checkpoints.models import Checkpoint, CheckpointState
 from mado_tracking.client import ApiClient
 from mado_tracking.config import Config
 from runs.models import MetricPoint, Run, RunStatus
+from tests.sdk.programs import job_resume_variables, run_example, signal_once_ready
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "accelerate_training.py"
 ARGS = ["--offline", "--steps", "40", "--checkpoint-every", "10"]
 
 
 def _example(*args: str, env: dict | None = None, launcher: tuple[str, ...] = (sys.executable,), cwd=None):
-    environment = {key: value for key, value in os.environ.items() if not key.startswith("MMT_")}
-    return subprocess.run(
-        [*launcher, str(EXAMPLE), *args],
-        env={**environment, **(env or {})},
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    return run_example(EXAMPLE, *args, env=env, cwd=cwd, launcher=launcher)
 
 
 @pytest.fixture(scope="module")
@@ -58,12 +49,7 @@ def _read_only_copy(source: Path, target: Path) -> Path:
 
 def _resume_env(directory: Path, step: int) -> dict:
     info = directory.parent / f"resume-{step}.json"
-    info.write_text(json.dumps({"checkpointId": "local", "sourceRunId": "local", "step": step}))
-    return {
-        "MMT_RESUME_CHECKPOINT_DIR": str(directory),
-        "MMT_RESUME_STEP": str(step),
-        "MMT_RESUME_CHECKPOINT_FILE": str(info),
-    }
+    return job_resume_variables(directory, step, info, checkpoint_id="local", source_run_id="local")
 
 
 def _digests(directory: Path) -> dict[str, str]:
@@ -116,21 +102,10 @@ def test_two_processes_save_and_load_alike_and_resume_to_the_same_weights(tmp_pa
 
 @pytest.mark.django_db(transaction=True)
 def test_sigterm_mid_training_saves_a_complete_checkpoint_with_the_signal_and_the_run_ends_preempted(mmt_env, tmp_path):
-    child = subprocess.Popen(
-        [sys.executable, str(EXAMPLE), "--steps", "1000000", "--name", "spot"],
-        env={**os.environ, **mmt_env},
-        cwd=tmp_path,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        started = child.stdout.readline()  # printed once the handler is installed, right before training
-        assert started.startswith("run "), child.stderr.read()
-        child.send_signal(signal.SIGTERM)
-        out, err = child.communicate(timeout=120)
-    finally:
-        child.kill()
+    argv = [sys.executable, str(EXAMPLE), "--steps", "1000000", "--name", "spot"]
+    # "run …" is printed once the handler is installed, right before training
+    child = signal_once_ready(argv, env=mmt_env, cwd=tmp_path, ready="run ")
+    err = child.stderr
     assert child.returncode == 128 + signal.SIGTERM, err[-3000:]
     run = Run.objects.get(name="spot")
     assert run.status == RunStatus.PREEMPTED

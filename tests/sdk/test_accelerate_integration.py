@@ -21,6 +21,7 @@ from torch.utils.data import DataLoader, TensorDataset
 import mado_tracking
 from mado_tracking.errors import MadoError
 from mado_tracking.integrations import accelerate as mado_accelerate
+from tests.sdk.programs import set_job_resume_variables
 
 EXAMPLES, BATCH = 24, 4  # an epoch is 6 batches
 
@@ -75,11 +76,7 @@ def _files(directory: Path) -> dict[str, tuple[str, int]]:
 
 
 def _resume_from(monkeypatch, tmp_path: Path, directory: Path, step: int) -> None:
-    info = tmp_path / "resume-checkpoint.json"
-    info.write_text(json.dumps({"checkpointId": 7, "sourceRunId": 3, "step": step}))
-    monkeypatch.setenv("MMT_RESUME_CHECKPOINT_DIR", str(directory))
-    monkeypatch.setenv("MMT_RESUME_STEP", str(step))
-    monkeypatch.setenv("MMT_RESUME_CHECKPOINT_FILE", str(info))
+    set_job_resume_variables(monkeypatch, directory, step, tmp_path / "resume-checkpoint.json")
 
 
 def test_save_state_logs_what_accelerate_wrote_at_the_step_with_what_it_holds(tmp_path):

@@ -24,6 +24,7 @@ from mado_tracking.integrations.transformers import (
     training_parameters,
     training_state,
 )
+from tests.sdk.programs import job_resume_variables, run_example, set_job_resume_variables, signal_once_ready
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 from transformers import BertConfig, BertForSequenceClassification, TrainerState, TrainingArguments  # noqa: E402
@@ -33,15 +34,7 @@ ARGS = ["--steps", "40", "--checkpoint-every", "10"]
 
 
 def _example(*args: str, env: dict | None = None, cwd=None) -> subprocess.CompletedProcess:
-    environment = {key: value for key, value in os.environ.items() if not key.startswith("MMT_")}
-    return subprocess.run(
-        [sys.executable, str(EXAMPLE), *args],
-        env={**environment, "HF_HUB_OFFLINE": "1", **(env or {})},
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    return run_example(EXAMPLE, *args, env={"HF_HUB_OFFLINE": "1", **(env or {})}, cwd=cwd)
 
 
 def _tree(directory: Path) -> dict:
@@ -88,13 +81,7 @@ def test_offline_a_trainer_failing_at_27_resumed_from_a_read_only_step_20_ends_w
     for path in [*checkpoint.rglob("*"), checkpoint]:
         path.chmod(0o555 if path.is_dir() else 0o444)
     before = _tree(checkpoint)
-    info = tmp_path / "resume-checkpoint.json"
-    info.write_text(json.dumps({"checkpointId": 7, "sourceRunId": "failed", "step": 20}))
-    resume = {
-        "MMT_RESUME_CHECKPOINT_DIR": str(checkpoint),
-        "MMT_RESUME_STEP": "20",
-        "MMT_RESUME_CHECKPOINT_FILE": str(info),
-    }
+    resume = job_resume_variables(checkpoint, 20, tmp_path / "resume-checkpoint.json", source_run_id="failed")
     resumed = _example("--offline", *ARGS, "--output", str(resumed_dir / "w.safetensors"), env=resume)
     assert resumed.returncode == 0, resumed.stderr
     assert f"resuming from {checkpoint}" in resumed.stdout
@@ -182,10 +169,7 @@ def test_resume_from_checkpoint_is_none_unless_resuming_and_refuses_what_the_tra
     checkpoint, info = tmp_path / "ckpt", tmp_path / "info.json"
     checkpoint.mkdir()
     (checkpoint / "model.pt").write_bytes(b"w")
-    info.write_text(json.dumps({"checkpointId": 3, "sourceRunId": "r", "step": 20}))
-    monkeypatch.setenv("MMT_RESUME_CHECKPOINT_DIR", str(checkpoint))
-    monkeypatch.setenv("MMT_RESUME_STEP", "20")
-    monkeypatch.setenv("MMT_RESUME_CHECKPOINT_FILE", str(info))
+    set_job_resume_variables(monkeypatch, checkpoint, 20, info, checkpoint_id=3, source_run_id="r")
     with pytest.raises(mado_tracking.ResumeError, match="not a Hugging Face Trainer checkpoint"):
         resume_from_checkpoint()
     (checkpoint / "trainer_state.json").write_text(json.dumps({"global_step": 30}))
@@ -239,31 +223,20 @@ def test_training_state_lists_the_parts_a_distributed_checkpoint_holds(tmp_path)
     assert "scaler" not in state["parts"] and "data_position" not in state["parts"]
 
 
-def _sigterm_after_the_first_log(argv: list[str], env: dict, cwd: Path, *, one_child: bool = False) -> subprocess.Popen:
+def _sigterm_after_the_first_log(argv: list[str], env: dict, cwd: Path, *, one_child: bool = False):
     """Start ``argv`` in a process group of its own; once the Trainer printed its first logged step, SIGTERM the
     group (as a Job's runner does), or with ``one_child`` only one of its child processes; return it ended."""
-    child = subprocess.Popen(
-        argv,
-        env={**os.environ, **env, "HF_HUB_OFFLINE": "1"},
-        cwd=cwd,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        for line in child.stdout:  # the Trainer prints one line per logged step
-            if line.startswith("{'loss'"):
-                break
+
+    def send(child: subprocess.Popen) -> None:
         if one_child:
             children = Path(f"/proc/{child.pid}/task/{child.pid}/children").read_text().split()
             os.kill(int(children[-1]), signal.SIGTERM)
         else:
             os.killpg(child.pid, signal.SIGTERM)
-        child.out, child.err = child.communicate(timeout=120)
-    finally:
-        child.kill()
-    return child
+
+    # the Trainer prints one line per logged step
+    env = {**env, "HF_HUB_OFFLINE": "1"}
+    return signal_once_ready(argv, env=env, cwd=cwd, ready="{'loss'", new_session=True, send=send)
 
 
 def _preempted_checkpoint(name: str, env: dict):
@@ -292,7 +265,7 @@ def _preempted_checkpoint(name: str, env: dict):
 def test_sigterm_mid_training_saves_a_complete_checkpoint_and_the_run_ends_preempted(mmt_env, tmp_path):
     argv = [sys.executable, str(EXAMPLE), "--steps", "100000", "--checkpoint-every", "0", "--name", "sigterm"]
     child = _sigterm_after_the_first_log(argv, mmt_env, tmp_path)
-    assert child.returncode == 128 + signal.SIGTERM, child.err
+    assert child.returncode == 128 + signal.SIGTERM, child.stderr
     _, resource = _preempted_checkpoint("sigterm", mmt_env)
     assert {"trainer_state.json", "optimizer.pt", "rng_state.pth"} <= {entry["path"] for entry in resource["manifest"]}
 
@@ -304,8 +277,8 @@ def test_under_torchrun_sigterm_to_one_rank_stops_both_at_one_step_with_each_ran
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port"]
     argv = [*torchrun, str(free_port()), str(EXAMPLE), "--steps", "100000", "--checkpoint-every", "0"]
     child = _sigterm_after_the_first_log([*argv, "--name", "ddp"], mmt_env, tmp_path, one_child=True)
-    saving = re.findall(r"SIGTERM received: saving checkpoint-(\d+)", child.err)
-    assert len(saving) == 2 and saving[0] == saving[1], child.err  # the rank not signalled stops at the same step
+    saving = re.findall(r"SIGTERM received: saving checkpoint-(\d+)", child.stderr)
+    assert len(saving) == 2 and saving[0] == saving[1], child.stderr  # the rank not signalled stops at the same step
     checkpoint, resource = _preempted_checkpoint("ddp", mmt_env)
     assert {"rng_state_0.pth", "rng_state_1.pth"} <= {entry["path"] for entry in resource["manifest"]}
     assert checkpoint.metadata["training_state"]["parts"]["rng.torch"] == {

@@ -15,6 +15,7 @@ import mado_tracking
 from mado_tracking.errors import ResumeError
 from mado_tracking.integrations.lightning import MadoLogger, flatten_parameters, resume_ckpt_path
 from tests.sdk.lightning_fits import example, fit, restore_torch_globals
+from tests.sdk.programs import set_job_resume_variables
 
 
 @pytest.fixture(autouse=True)
@@ -138,11 +139,7 @@ def test_flatten_parameters_makes_any_hyperparameters_json_safe():
 
 
 def _resume_env(monkeypatch, directory, step=20):
-    info = directory.parent / "resume.json"
-    info.write_text(json.dumps({"checkpointId": 7, "sourceRunId": 3, "step": step}))
-    monkeypatch.setenv("MMT_RESUME_CHECKPOINT_DIR", str(directory))
-    monkeypatch.setenv("MMT_RESUME_STEP", str(step))
-    monkeypatch.setenv("MMT_RESUME_CHECKPOINT_FILE", str(info))
+    set_job_resume_variables(monkeypatch, directory, step, directory.parent / "resume.json")
 
 
 def test_resume_ckpt_path_is_none_unless_resuming_and_never_starts_the_run_for_it(tmp_path):

@@ -3,9 +3,7 @@ boundary that records the signal, exit 128 + the signal number, a ``preempted`` 
 the fit ends byte-identical (docs/design/runs.md#preemption; docs/design/resume.md#exact-resume)."""
 
 import json
-import os
 import signal
-import subprocess
 import sys
 
 import pytest
@@ -14,6 +12,7 @@ from checkpoints.models import Checkpoint, CheckpointState
 from mado_tracking.integrations.lightning import MadoLogger
 from runs.models import Run, RunStatus
 from tests.sdk.lightning_fits import EXAMPLE_PATH, SignalAt, fit, restore_torch_globals, weights
+from tests.sdk.programs import signal_once_ready
 
 
 @pytest.fixture(autouse=True)
@@ -66,23 +65,9 @@ def test_when_lightning_stops_first_on_sigterm_the_checkpoint_is_saved_and_the_e
 
 @pytest.mark.django_db(transaction=True)
 def test_sigterm_to_the_example_online_leaves_a_complete_checkpoint_and_a_preempted_run(mmt_env, tmp_path):
-    child = subprocess.Popen(
-        [sys.executable, str(EXAMPLE_PATH), "--step-seconds", "0.1"],
-        env={**os.environ, **mmt_env},
-        cwd=tmp_path,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        for line in child.stdout:
-            if line.startswith("training from step"):
-                break
-        child.send_signal(signal.SIGTERM)
-        _out, err = child.communicate(timeout=120)
-    finally:
-        child.kill()
-    assert child.returncode == 143, err
+    argv = [sys.executable, str(EXAMPLE_PATH), "--step-seconds", "0.1"]
+    child = signal_once_ready(argv, env=mmt_env, cwd=tmp_path, ready="training from step")
+    assert child.returncode == 143, child.stderr
     run = Run.objects.get()
     assert run.status == RunStatus.PREEMPTED
     [checkpoint] = Checkpoint.objects.filter(run=run)

@@ -3,7 +3,6 @@ the Run ends ``preempted`` by (docs/design/runs.md#preemption; docs/design/check
 
 import os
 import signal
-import subprocess
 import sys
 import threading
 
@@ -14,6 +13,7 @@ from checkpoints.models import Checkpoint
 from mado_tracking import preemption
 from mado_tracking.cli import main
 from runs.models import Run, RunStatus
+from tests.sdk.programs import signal_once_ready
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -38,20 +38,8 @@ while True:
 
 
 def test_sigterm_mid_loop_saves_a_complete_checkpoint_that_records_the_signal_and_ends_preempted(mmt_env, tmp_path):
-    child = subprocess.Popen(
-        [sys.executable, "-c", LOOP],
-        env={**os.environ, **mmt_env},
-        cwd=tmp_path,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert child.stdout.readline().strip() == "ready", child.stderr.read()
-        child.send_signal(signal.SIGTERM)
-        out, err = child.communicate(timeout=60)
-    finally:
-        child.kill()
+    child = signal_once_ready([sys.executable, "-c", LOOP], env=mmt_env, cwd=tmp_path, ready="ready", timeout=60)
+    out, err = child.stdout, child.stderr
     assert child.returncode == 128 + signal.SIGTERM, err
     assert out.startswith("saved "), err
     run = Run.objects.get(external_id="sig-1")

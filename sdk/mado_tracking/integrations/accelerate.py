@@ -47,7 +47,6 @@ import logging
 import os
 import re
 import shutil
-import stat
 import tempfile
 import weakref
 from dataclasses import asdict, dataclass
@@ -55,7 +54,7 @@ from pathlib import Path
 
 from mado_tracking import preemption as preemption_module
 from mado_tracking.errors import MadoError
-from mado_tracking.staging import ENV_CACHE_DIR
+from mado_tracking.staging import cache_root, make_read_only
 
 logger = logging.getLogger("mado_tracking")
 
@@ -148,7 +147,7 @@ def save_state(accelerator, run, step: int, directory=None, *, wait: bool = Fals
     saved = None
     try:
         if main:
-            _read_only(target)
+            make_read_only(target)
             training_state = _training_state(accelerator, target, step, state)
             combined = {"training_state": training_state, **(metadata or {})}
             includes_optimizer = any(name.startswith("optimizer") for name in training_state["parts"])
@@ -298,7 +297,7 @@ def _step_directory(accelerator, directory, step: int) -> Path:
     if directory is None:
         root = None
         if accelerator.is_main_process:
-            cache = Path(os.environ.get(ENV_CACHE_DIR, "").strip() or Path(".mado") / "cache") / "accelerate"
+            cache = cache_root() / "accelerate"
             cache.mkdir(parents=True, exist_ok=True)
             root = str(Path(tempfile.mkdtemp(prefix="save-state-", dir=cache)).resolve())
         directory = _from_main(accelerator, root)
@@ -434,11 +433,3 @@ def _training_state(accelerator, target: Path, step: int, state: _State) -> dict
     elif "dl_state_dict.bin" in names:
         parts["data_position"] = {"file": "dl_state_dict.bin"}
     return {"parts": parts, "global_step": step, "processes": accelerator.num_processes}
-
-
-def _read_only(directory: Path) -> None:
-    """Take the write bits off every file under ``directory``: the snapshot hard-links instead of copying."""
-    for path in directory.rglob("*"):
-        if path.is_file() and not path.is_symlink():
-            mode = stat.S_IMODE(path.stat().st_mode)
-            path.chmod(mode & ~(stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))

@@ -15,13 +15,8 @@ from pathlib import Path
 
 import torch
 
-try:
-    import lightning.pytorch as pl
-except ImportError:  # the older package name, same API
-    import pytorch_lightning as pl
-
 from mado_tracking import preemption as preemption_module
-from mado_tracking.integrations.lightning_logger import MadoLogger
+from mado_tracking.integrations.lightning_logger import MadoLogger, pl  # one Lightning package for both classes
 
 try:
     import numpy
