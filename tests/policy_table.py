@@ -101,6 +101,7 @@ ROWS = {
     API + "runs/<int:run_id>/data-stages/": {"GET": api_read(), "POST": run_write(201)},
     API + "checkpoints/<int:checkpoint_id>/": {"GET": api_read(), "DELETE": admin_only(409)},
     API + "checkpoints/<int:checkpoint_id>/tar": {"GET": api_read(409), "PUT": run_write(409)},
+    API + "checkpoints/<int:checkpoint_id>/files/<path:path>": {"GET": api_read(409)},
     API + "checkpoints/<int:checkpoint_id>/upload-parts/": {"POST": run_write(409)},
     API + "checkpoints/<int:checkpoint_id>/complete/": {"POST": run_write(409)},
     API + "checkpoints/<int:checkpoint_id>/resume/": {"POST": run_write(409) | {"own_token": 403}},
