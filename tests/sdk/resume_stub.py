@@ -66,6 +66,7 @@ class ResumeStubApi(StubApi):
             "framework": "transformers",
             "tar_size": None,
             "tar_sha256": "",
+            "file_count": len(files),
             "total_bytes": sum(map(len, files.values())),
             "manifest": manifest,
         }

@@ -11,12 +11,13 @@ import pytest
 from click.testing import CliRunner
 
 import mado_tracking
-from mado_tracking import ApiError, CheckpointError, checkpoint_cache, download
+from mado_tracking import ApiError, CheckpointError, checkpoint_cache, download, resume_fetch
 from mado_tracking.cli import main
 from mado_tracking.client import ApiClient
 from mado_tracking.config import Config
 from mado_tracking.extract import restore_checkpoint
 from tests.sdk.resume_stub import ResumeStubApi
+from tests.sdk.test_resume_anywhere_ranks import _rank_1, _Store
 
 FILES = {
     "config.json": b'{"n_layer": 1}',
@@ -130,6 +131,8 @@ def test_mado_checkpoint_restore_extracts_it(stub, tmp_path):
     done = CliRunner().invoke(main, ["checkpoint", "restore", "21", "--into", str(tmp_path / "in")], env=env)
     assert done.exit_code == 0, done.output
     assert files_below(tmp_path / "in" / "checkpoint") == FILES
+    shown = CliRunner().invoke(main, ["checkpoint", "show", "21"], env=env)
+    assert "stored as: separate files, saved through MLflow (no tar)" in shown.output
     stub.files[21]["config.json"] = b'{"n_layer": 9}'
     done = CliRunner().invoke(main, ["checkpoint", "restore", "21", "--into", str(tmp_path / "again")], env=env)
     assert done.exit_code == 1 and "Checkpoint 21 sha256 mismatch: 'config.json'" in done.output
@@ -167,3 +170,15 @@ def test_a_cached_copy_of_another_manifest_is_replaced(stub):
     with _resume(stub) as run:
         assert files_below(run.resume_checkpoint().path) == changed
     assert stub.file_gets[(21, "config.json")] == 2
+
+
+def test_under_torchrun_another_rank_finds_rank_0s_copy_by_its_manifest_key(stub, monkeypatch):
+    with _resume(stub) as run:
+        on_rank_0 = resume_fetch._encode(run.resume_checkpoint())
+    assert on_rank_0["key"] == checkpoint_cache.content_key(stub.checkpoints[21])
+    store = _Store()
+    store.set(resume_fetch._KEY.format(1, 2), json.dumps({"found": on_rank_0}))
+    rank_1 = _rank_1(stub, monkeypatch, store)
+    found = rank_1.resume_checkpoint()
+    rank_1.finish()
+    assert str(found.path) == on_rank_0["path"] and set(stub.file_gets.values()) == {1}  # the same copy, no fetch
