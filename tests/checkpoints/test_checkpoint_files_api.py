@@ -3,22 +3,29 @@ streamed and ranged like the tar; the tar download of such a checkpoint says whe
 path matches nothing (docs/api.md "Checkpoints"; docs/design/checkpoints.md#mlflow-checkpoints)."""
 
 import hashlib
+import io
 from urllib.parse import quote
 
 import pytest
 
 from checkpoints.models import Checkpoint, CheckpointLayout
-from mlflow_api.artifacts.checkpoint_files import checkpoint_files_complete_for_run
+from mlflow_api.artifacts.checkpoint_files import checkpoint_files_complete_for_run, mlflow_artifact_put
 from tests.checkpoints.checkpoint_helpers import complete, declaration, make_tar, put_tar, register
 from tests.mlflow_api.test_mlflow_artifacts_checkpoints import FILES, upload
 
 pytestmark = pytest.mark.django_db
+ODD = {"données/poids é#1?%.bin": b"accents, a hash, a question mark and a percent sign in the name"}
 
 
 @pytest.fixture
 def files_checkpoint(creator, run):
     """Checkpoint at step 100 of ``run`` made of ``FILES`` (MLflow's ``checkpoints/step-100/``), complete."""
     upload(creator, run, 100)
+    for path, data in ODD.items():  # a name the test client's URL would not carry unquoted
+        source = io.BytesIO(data)
+        mlflow_artifact_put(
+            actor=creator, run=run, path=f"checkpoints/step-100/{path}", source=source, expected_size=len(data)
+        )
     upload(creator, run, 200, {"other.bin": b"step 200's own file"})
     checkpoint_files_complete_for_run(run_id=run.pk)
     return Checkpoint.objects.get(run=run, step=100)
@@ -36,8 +43,8 @@ def test_each_file_streams_with_its_sha256_and_a_viewer_may_read_it(api, viewer,
     client = api(viewer)
     detail = client.get(f"/api/v1/checkpoints/{files_checkpoint.pk}/").json()
     assert (detail["layout"], detail["tar_size"], detail["tar_sha256"]) == ("files", None, "")
-    assert sorted(entry["path"] for entry in detail["manifest"]) == sorted(FILES)
-    for path, data in FILES.items():
+    assert sorted(entry["path"] for entry in detail["manifest"]) == sorted({**FILES, **ODD})
+    for path, data in {**FILES, **ODD}.items():
         response = client.get(file_url(files_checkpoint.pk, path))
         assert response.status_code == 200, path
         assert body(response) == data

@@ -25,6 +25,7 @@ FILES = {
     "optimizer.pt": b"optimizer state" * 300,
     "empty.txt": b"",
     "nested/rng state.pth": b"rng",
+    "données/50% #1.bin": b"a name to quote in the URL",
 }
 
 
