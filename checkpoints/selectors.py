@@ -6,16 +6,18 @@ checkpoint is indistinguishable from a missing one (``NotFound``, 404). The
 keep-count rule (docs/design/checkpoints.md#keep-count, #deletion) lives in ``_kept`` only.
 """
 
+import hashlib
 from collections.abc import Iterator
 
 from django.conf import settings
 from django.db.models import BooleanField, Case, OuterRef, Q, QuerySet, Subquery, Value, When
+from django.db.models.functions import MD5
 from django.utils.translation import gettext as _
 
 from checkpoints import storage
-from checkpoints.models import Artifact, Checkpoint, CheckpointState, ManifestEntry
+from checkpoints.models import Artifact, Checkpoint, CheckpointLayout, CheckpointState, ManifestEntry
 from mado import policy
-from mado.errors import NotFound
+from mado.errors import Conflict, NotFound
 from runs.models import Run
 
 
@@ -164,6 +166,56 @@ def checkpoint_get_for_user(*, user, checkpoint_id) -> Checkpoint:
 def checkpoint_manifest(*, checkpoint: Checkpoint) -> QuerySet[ManifestEntry]:
     """The files of ``checkpoint`` (``path``, ``size`` in bytes, hex ``sha256``) by path; empty until complete."""
     return ManifestEntry.objects.filter(checkpoint=checkpoint).order_by("path")
+
+
+def checkpoint_download_refusal(*, checkpoint: Checkpoint, layout: str) -> str | None:
+    """Why ``checkpoint`` cannot be downloaded as ``layout`` (``"tar"``: ``checkpoints/{id}/tar``; ``"files"``:
+    ``checkpoints/{id}/files/<path>``), or None (docs/design/checkpoints.md#mlflow-checkpoints).
+
+    Only a complete checkpoint is downloaded, and only in the form it is stored in: one tar, or one file per
+    manifest entry (saved through MLflow). The sentence says what to call instead.
+    """
+    cid = checkpoint.pk
+    if checkpoint.state != CheckpointState.COMPLETE:
+        return f"checkpoint {cid} is {checkpoint.state}: only a complete checkpoint can be downloaded"
+    if checkpoint.layout == layout:
+        return None
+    if checkpoint.layout == CheckpointLayout.FILES:
+        return (
+            f"checkpoint {cid} is made of separate files (saved through MLflow), not one tar: download each file "
+            f"with GET checkpoints/{cid}/files/<path>, the paths listed in the manifest of GET checkpoints/{cid}/"
+        )
+    return f"checkpoint {cid} is stored as one tar: download it with GET checkpoints/{cid}/tar"
+
+
+def checkpoint_file_artifact(*, checkpoint: Checkpoint, path: str) -> Artifact:
+    """The stored Artifact holding file ``path`` (relative POSIX path, as in the manifest) of complete
+    ``layout="files"`` ``checkpoint`` (docs/design/checkpoints.md#mlflow-checkpoints; docs/design/worker.md#fetch).
+
+    ``path`` is only ever compared with the manifest's paths (through the
+    manifest's unique index on the path's MD5), never used to reach storage,
+    so ``..``, absolute or odd paths simply match nothing. Raises
+    ``Conflict`` (409) with ``checkpoint_download_refusal``'s sentence, or
+    ``NotFound`` (404) naming ``path`` when the manifest holds no such file.
+    """
+    refusal = checkpoint_download_refusal(checkpoint=checkpoint, layout=CheckpointLayout.FILES)
+    if refusal is not None:
+        raise Conflict(refusal, field="checkpoint")
+    entry = None
+    try:
+        digest = hashlib.md5(path.encode("utf-8"), usedforsecurity=False).hexdigest()
+    except UnicodeEncodeError:
+        digest = None
+    if digest is not None and "\x00" not in path:  # PostgreSQL text holds no NUL
+        entry = (
+            ManifestEntry.objects.annotate(path_md5=MD5("path"))
+            .select_related("artifact")
+            .filter(checkpoint=checkpoint, path_md5=digest, path=path)
+            .first()
+        )
+    if entry is None or entry.artifact is None:
+        raise NotFound(f"checkpoint {checkpoint.pk} has no file {path!r}", field="path")
+    return entry.artifact
 
 
 def checkpoint_delete_refusal(*, checkpoint: Checkpoint, kept_ids: set[int]) -> str | None:

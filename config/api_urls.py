@@ -10,6 +10,7 @@ from checkpoints.api import (
     ArtifactListApi,
     CheckpointCompleteApi,
     CheckpointDetailApi,
+    CheckpointFileApi,
     CheckpointListApi,
     CheckpointTarApi,
     CheckpointUploadPartsApi,
@@ -75,6 +76,7 @@ urlpatterns = [
     path("runs/<int:run_id>/checkpoints/", CheckpointListApi.as_view(), name="checkpoint-list"),
     path("checkpoints/<int:checkpoint_id>/", CheckpointDetailApi.as_view(), name="checkpoint-detail"),
     path("checkpoints/<int:checkpoint_id>/tar", CheckpointTarApi.as_view(), name="checkpoint-tar"),
+    path("checkpoints/<int:checkpoint_id>/files/<path:path>", CheckpointFileApi.as_view(), name="checkpoint-file"),
     path(
         "checkpoints/<int:checkpoint_id>/upload-parts/",
         CheckpointUploadPartsApi.as_view(),

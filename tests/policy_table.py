@@ -103,6 +103,7 @@ ROWS = {
     API + "projects/<slug:slug>/parity/": {"GET": api_read(tokens=403), "PATCH": admin_only(200)},
     API + "checkpoints/<int:checkpoint_id>/": {"GET": api_read(), "DELETE": admin_only(409)},
     API + "checkpoints/<int:checkpoint_id>/tar": {"GET": api_read(409), "PUT": run_write(409)},
+    API + "checkpoints/<int:checkpoint_id>/files/<path:path>": {"GET": api_read(409)},
     API + "checkpoints/<int:checkpoint_id>/upload-parts/": {"POST": run_write(409)},
     API + "checkpoints/<int:checkpoint_id>/complete/": {"POST": run_write(409)},
     API + "checkpoints/<int:checkpoint_id>/resume/": {"POST": run_write(409) | {"own_token": 403}},

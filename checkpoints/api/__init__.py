@@ -7,6 +7,7 @@ from checkpoints.api.artifacts import (
     parse_range,
     ranged_download,
 )
+from checkpoints.api.checkpoint_files import CheckpointFileApi
 from checkpoints.api.checkpoints import (
     CheckpointCompleteApi,
     CheckpointDetailApi,
@@ -20,6 +21,7 @@ __all__ = [
     "ArtifactListApi",
     "CheckpointCompleteApi",
     "CheckpointDetailApi",
+    "CheckpointFileApi",
     "CheckpointListApi",
     "CheckpointTarApi",
     "CheckpointUploadPartsApi",

@@ -15,7 +15,7 @@ from rest_framework.views import APIView
 
 from checkpoints import selectors, services, storage
 from checkpoints.api.artifacts import LenientNegotiation, OctetStreamParser, ranged_download, upload_source
-from checkpoints.models import CheckpointState
+from checkpoints.models import CheckpointLayout, CheckpointState
 from mado.api import valid
 from mado.errors import Conflict
 from runs.api.serializers import FENCING_PARAMETER
@@ -68,6 +68,12 @@ class CheckpointOutputSerializer(serializers.Serializer):
     tar_sha256 = serializers.CharField(read_only=True, help_text="empty until complete")
     artifact_path = serializers.CharField(read_only=True, help_text="checkpoints/step-<N>.tar")
     state = serializers.ChoiceField(choices=CheckpointState.choices, read_only=True)
+    layout = serializers.ChoiceField(
+        choices=CheckpointLayout.choices,
+        read_only=True,
+        help_text="tar: one tar (GET tar); files: one stored file per manifest entry, saved through MLflow "
+        "(GET files/<path>)",
+    )
     error = serializers.CharField(read_only=True, help_text="why the last upload or verification failed; empty if none")
     created_by = serializers.CharField(
         source="created_by.username", read_only=True, allow_null=True, help_text="username"
@@ -285,17 +291,24 @@ class CheckpointTarApi(APIView):
         responses={
             (200, "application/x-tar"): OpenApiTypes.BINARY,
             (206, "application/x-tar"): OpenApiTypes.BINARY,
-            409: OpenApiResponse(description="not complete (pending or deleted)"),
+            409: OpenApiResponse(
+                description="not complete (pending or deleted), or made of separate files (GET files/<path>)"
+            ),
             416: OpenApiResponse(description="range selects no byte"),
         },
     )
     def get(self, request, checkpoint_id):
-        """The tar of a complete checkpoint, streamed; ``Range`` resumes a broken download (206)."""
+        """The tar of a complete checkpoint, streamed; ``Range`` resumes a broken download (206).
+
+        A checkpoint saved through MLflow has no tar (``layout: "files"``): 409 saying to download its files
+        with ``GET checkpoints/{id}/files/<path>``.
+        """
         checkpoint = selectors.checkpoint_get_for_user(user=request.user, checkpoint_id=checkpoint_id)
-        if checkpoint.state != CheckpointState.COMPLETE or checkpoint.artifact is None:
-            raise Conflict(
-                f"checkpoint {checkpoint.pk} is {checkpoint.state}: it has no tar to download", field="checkpoint"
-            )
+        refusal = selectors.checkpoint_download_refusal(checkpoint=checkpoint, layout=CheckpointLayout.TAR)
+        if refusal is None and checkpoint.artifact is None:
+            refusal = f"checkpoint {checkpoint.pk} has no stored tar"
+        if refusal is not None:
+            raise Conflict(refusal, field="checkpoint")
         return ranged_download(request, checkpoint.artifact)
 
 

@@ -13,9 +13,11 @@ and SHA-256; a mismatch raises ``CheckpointError`` ("Checkpoint <id> <what>
 mismatch: …") before the code can load anything.
 
 ``mado-cache.json`` is written last, inside the staging directory, and records
-the checkpoint's ``tar_size``, ``tar_sha256`` and manifest as the server gave
-them and, per extracted file, its size, mtime and ctime (ns). An entry is
-reused only when that record still equals the server's answer and every file
+the checkpoint's ``layout``, ``tar_size``, ``tar_sha256`` and manifest as the
+server gave them, its ``key`` (``content_key``: ``tar:<tar SHA-256>``, or for a
+checkpoint saved through MLflow, which has no tar, ``files:<SHA-256 of the
+canonical manifest>``) and, per extracted file, its size, mtime and ctime (ns).
+An entry is reused only when that record still equals the server's answer and every file
 on disk is exactly the recorded set with the recorded sizes and times: a
 rewrite, a ``touch``, a ``chmod``, a file added or removed changes one of them
 (the ctime cannot be set back), so such an entry, or one without a readable
@@ -46,6 +48,7 @@ from mado_tracking.extract import CHECKPOINT_DIR, RESUME_FILE, restore_checkpoin
 from mado_tracking.extractdir import remove_tree
 from mado_tracking.resume import ResumeCheckpoint
 from mado_tracking.staging import cache_root, server_key
+from mado_tracking.tarverify import ManifestFile, manifest_digest
 
 try:
     import fcntl
@@ -61,6 +64,16 @@ _TAKEN = (errno.EEXIST, errno.ENOTEMPTY, errno.ENOTDIR, errno.EISDIR)
 def cache_dir(api_url: str) -> Path:
     """``<cache>/checkpoints/<server key>``, absolute (not created here)."""
     return cache_root() / "checkpoints" / server_key(api_url)
+
+
+def content_key(resource: dict) -> str:
+    """What identifies the bytes of checkpoint ``resource`` (its API answer, with the manifest): ``tar:<hex>``
+    (the tar's SHA-256) or, for a checkpoint made of separate files (``layout: "files"``, no tar),
+    ``files:<hex>`` (the SHA-256 of its canonical manifest, ``tarverify.manifest_digest``)."""
+    if resource.get("layout") == "files":
+        files = (ManifestFile(e["path"], e["size"], e["sha256"]) for e in resource.get("manifest") or [])
+        return f"files:{manifest_digest(files)}"
+    return f"tar:{resource['tar_sha256']}"
 
 
 def fetch(client: ApiClient, checkpoint_id: int, *, resource: dict | None = None) -> ResumeCheckpoint:
@@ -102,7 +115,7 @@ def fetch(client: ApiClient, checkpoint_id: int, *, resource: dict | None = None
                 "mado: downloading checkpoint %s (step %s, %s bytes) into %s",
                 checkpoint_id,
                 resource.get("step"),
-                resource.get("tar_size"),
+                resource.get("tar_size") or resource.get("total_bytes"),
                 entry,
             )
             restore_checkpoint(client, checkpoint_id, staging, resource=resource)
@@ -117,12 +130,12 @@ def fetch(client: ApiClient, checkpoint_id: int, *, resource: dict | None = None
     return found
 
 
-def check(entry: Path, resource: dict | None = None, *, tar_sha256: str | None = None):
+def check(entry: Path, resource: dict | None = None, *, key: str | None = None):
     """``(ResumeCheckpoint, None)`` when ``entry`` is a whole, unchanged extraction, else ``(None, reason)``.
 
     The reason is None when there is no entry at all. ``resource`` (the
     server's checkpoint with its manifest) must equal the record; without it
-    (another rank, told by rank 0 which checkpoint) ``tar_sha256`` must.
+    (another rank, told by rank 0 which checkpoint) ``key`` (``content_key``) must.
     """
     if not os.path.lexists(entry):
         return None, None
@@ -130,11 +143,10 @@ def check(entry: Path, resource: dict | None = None, *, tar_sha256: str | None =
         record = json.loads((entry / RECORD_FILE).read_text(encoding="utf-8"))
         info = json.loads((entry / RESUME_FILE).read_text(encoding="utf-8"))
         recorded_files = {path: tuple(stamp) for path, stamp in record["files"].items()}
-        expected_sha256 = resource["tar_sha256"] if resource is not None else tar_sha256
-        if record["tar_sha256"] != expected_sha256:
-            return None, "holds another version of it (SHA-256 of the tar differs)"
+        if recorded_key(record) != (content_key(resource) if resource is not None else key):
+            return None, "holds another version of it (its tar's SHA-256 or its manifest differs)"
         if resource is not None and (
-            record["tar_size"] != resource["tar_size"] or record["manifest"] != _manifest(resource)
+            record.get("tar_size") != resource.get("tar_size") or record["manifest"] != _manifest(resource)
         ):
             return None, "differs from the server's manifest"
         if info.get("step") != record["step"]:
@@ -154,6 +166,14 @@ def check(entry: Path, resource: dict | None = None, *, tar_sha256: str | None =
         ),
         None,
     )
+
+
+def recorded_key(record: dict) -> str | None:
+    """The ``content_key`` a cache record was written for (a record from before keys: its tar's SHA-256); None
+    when it names neither."""
+    if record.get("key"):
+        return record["key"]
+    return f"tar:{record['tar_sha256']}" if record.get("tar_sha256") else None
 
 
 def _manifest(resource: dict) -> list[list]:
@@ -191,8 +211,10 @@ def _write_record(staging: Path, resource: dict) -> None:
         "checkpoint_id": resource["id"],
         "run_id": resource.get("run_id"),
         "step": resource["step"],
-        "tar_size": resource["tar_size"],
-        "tar_sha256": resource["tar_sha256"],
+        "layout": resource.get("layout") or "tar",
+        "key": content_key(resource),
+        "tar_size": resource.get("tar_size"),
+        "tar_sha256": resource.get("tar_sha256") or "",
         "manifest": _manifest(resource),
         "files": {path: list(stamp) for path, stamp in _stamps(staging / CHECKPOINT_DIR).items()},
     }

@@ -20,7 +20,7 @@ import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 import requests
 
@@ -45,7 +45,8 @@ def download_checkpoint(
 
     ``api_url`` / ``api_token`` as in ``start_run`` (``MMT_API_URL`` /
     ``MMT_API_TOKEN``). Raises ``CheckpointError`` when the checkpoint is not
-    complete or the bytes do not match its size and SHA-256, ``ApiError``
+    complete, has no tar (saved through MLflow: restore it with
+    ``extract.restore_checkpoint`` instead) or the bytes do not match its size and SHA-256, ``ApiError``
     when the server refuses (404 for a checkpoint you cannot see) or stays
     unreachable through the retries, ``ConfigError`` for missing settings.
     """
@@ -60,6 +61,11 @@ def download_checkpoint(
 def fetch_tar(client: ApiClient, checkpoint_id: int, destination: Path, *, attempts: int = ATTEMPTS) -> Path:
     """``download_checkpoint`` with an open ``ApiClient`` (see the module docstring)."""
     resource = complete_checkpoint(client, checkpoint_id)
+    if resource.get("layout") == "files":
+        raise CheckpointError(
+            f"checkpoint {checkpoint_id} is made of separate files (saved through MLflow), not one tar: restore it "
+            f"with `mado checkpoint restore {checkpoint_id} --into DIR` (or run.resume_checkpoint() in its run)"
+        )
     size, sha256 = resource["tar_size"], resource["tar_sha256"]
     partial = destination.with_name(destination.name + ".partial")
     received = _Received(partial)
@@ -100,10 +106,37 @@ def stream_tar(
     attempts: int = ATTEMPTS,
     parallel: int | None = None,
 ):
-    """Yield the ``size`` bytes of the checkpoint's tar in order, in chunks of up to 1 MiB
-    (docs/design/worker.md#fetch).
+    """Yield the ``size`` bytes of the checkpoint's tar (``GET checkpoints/{id}/tar``) in order, in chunks of up to
+    1 MiB (docs/design/worker.md#fetch); see ``stream_download``."""
+    url = client.url(f"checkpoints/{checkpoint_id}/tar")
+    yield from stream_download(
+        client, url, f"checkpoint {checkpoint_id}", size=size, sha256=sha256, attempts=attempts, parallel=parallel
+    )
 
-    A tar larger than one part (``PART_BYTES``, 16 MiB) is fetched as ranged
+
+def stream_file(client: ApiClient, checkpoint_id: int, path: str, *, size: int, sha256: str, attempts: int = ATTEMPTS):
+    """Yield the ``size`` bytes of file ``path`` (a manifest path) of a checkpoint saved through MLflow
+    (``GET checkpoints/{id}/files/<path>``), in order, in chunks of up to 1 MiB; see ``stream_download``."""
+    url = client.url(f"checkpoints/{checkpoint_id}/files/{quote(path, safe='/')}")
+    yield from stream_download(
+        client, url, f"checkpoint {checkpoint_id} file {path!r}", size=size, sha256=sha256, attempts=attempts
+    )
+
+
+def stream_download(
+    client: ApiClient,
+    url: str,
+    label: str,
+    *,
+    size: int,
+    sha256: str,
+    attempts: int = ATTEMPTS,
+    parallel: int | None = None,
+):
+    """Yield the ``size`` bytes that ``GET url`` answers, in order, in chunks of up to 1 MiB
+    (docs/design/worker.md#fetch). ``label`` names the download in warnings and errors.
+
+    A body larger than one part (``PART_BYTES``, 16 MiB) is fetched as ranged
     GETs of one part each, ``parallel`` at a time (default
     ``download_parallel(url)``: 4, or 1 from this machine; 1: one GET of
     everything), yielded in order; at most ``parallel`` + 1 parts are held
@@ -117,26 +150,25 @@ def stream_tar(
     part, or at once for a refusal that is not transient. The bytes are not
     checked here: the caller hashes or verifies them.
     """
-    url = client.url(f"checkpoints/{checkpoint_id}/tar")
     parallel = download_parallel(url) if parallel is None else parallel
     if parallel < 2 or size <= PART_BYTES:
-        yield from _Range(client, url, checkpoint_id, 0, size, size, sha256, attempts).chunks()
+        yield from _Range(client, url, label, 0, size, size, sha256, attempts).chunks()
         return
-    first = _Range(client, url, checkpoint_id, 0, PART_BYTES, size, sha256, attempts)
+    first = _Range(client, url, label, 0, PART_BYTES, size, sha256, attempts)
     yield from first.chunks()
     if not first.partial:  # no ranges here: read on from one answer
-        yield from _Range(client, url, checkpoint_id, PART_BYTES, size, size, sha256, attempts).chunks()
+        yield from _Range(client, url, label, PART_BYTES, size, size, sha256, attempts).chunks()
         return
     starts = iter(range(PART_BYTES, size, PART_BYTES))
     with ThreadPoolExecutor(max_workers=parallel, thread_name_prefix="mado-download-part") as pool:
         pending: deque = deque()
         try:
             for offset in itertools.islice(starts, parallel):
-                pending.append(pool.submit(_fetch_part, client, url, checkpoint_id, offset, size, sha256, attempts))
+                pending.append(pool.submit(_fetch_part, client, url, label, offset, size, sha256, attempts))
             while pending:
                 part = pending.popleft().result()
                 for offset in itertools.islice(starts, 1):
-                    pending.append(pool.submit(_fetch_part, client, url, checkpoint_id, offset, size, sha256, attempts))
+                    pending.append(pool.submit(_fetch_part, client, url, label, offset, size, sha256, attempts))
                 yield from part
         finally:
             for future in pending:
@@ -163,29 +195,29 @@ def download_parallel(url: str = "") -> int:
 
 
 def _fetch_part(
-    client: ApiClient, url: str, checkpoint_id: int, offset: int, size: int, sha256: str, attempts: int
+    client: ApiClient, url: str, label: str, offset: int, size: int, sha256: str, attempts: int
 ) -> list[bytes]:
     """One part's bytes (a ranged GET, resumed after a break), run on a download thread."""
     end = min(offset + PART_BYTES, size)
-    return list(_Range(client, url, checkpoint_id, offset, end, size, sha256, attempts).chunks())
+    return list(_Range(client, url, label, offset, end, size, sha256, attempts).chunks())
 
 
 class _Range:
-    """Bytes ``start`` … ``end - 1`` of the ``total``-byte tar, resumed after a break; ``partial``: the server
-    answered 206 (a plain GET when that is the whole tar)."""
+    """Bytes ``start`` … ``end - 1`` of the ``total``-byte body, resumed after a break; ``partial``: the server
+    answered 206 (a plain GET when that is the whole body)."""
 
     def __init__(
         self,
         client: ApiClient,
         url: str,
-        checkpoint_id: int,
+        label: str,
         start: int,
         end: int,
         total: int,
         sha256: str,
         attempts: int,
     ):
-        self.client, self.url, self.checkpoint_id = client, url, checkpoint_id
+        self.client, self.url, self.label = client, url, label
         self.start, self.end, self.total, self.sha256, self.attempts = start, end, total, sha256, attempts
         self.partial = False
 
@@ -229,13 +261,11 @@ class _Range:
                 return
             reason = reason or f"the answer ended after byte {position} of {self.end}"
             if attempt == self.attempts:
-                raise ApiError(
-                    f"downloading checkpoint {self.checkpoint_id} failed {self.attempts} times; last: {reason}"
-                )
+                raise ApiError(f"downloading {self.label} failed {self.attempts} times; last: {reason}")
             delay = backoff.next_delay(retry_after)
             logger.warning(
-                "mado: downloading checkpoint %s broke (%s); resuming at byte %d in %.1f s",
-                self.checkpoint_id,
+                "mado: downloading %s broke (%s); resuming at byte %d in %.1f s",
+                self.label,
                 reason,
                 position,
                 delay,

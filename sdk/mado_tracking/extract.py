@@ -15,6 +15,15 @@ directories 0o555). Last, ``resume-checkpoint.json`` (``{"checkpointId",
 "sourceRunId", "step"}``) is written beside it, and the three
 ``MMT_RESUME_*`` variables that make ``run.resume_checkpoint()`` return it
 are returned.
+
+A checkpoint saved through MLflow has no tar (``layout: "files"``: one stored
+file per manifest entry): ``extract_checkpoint_files`` checks every manifest
+path with the tar reader's rules (``tarformat.check_path``, ``Names``) before
+any byte is fetched, then streams each file from ``GET
+checkpoints/{id}/files/<path>`` (``download.stream_file``, resumed the same
+way) into the same staging directory, its size and SHA-256 computed while it
+is written and compared with its manifest entry; the same rename makes it
+``checkpoint/``, read-only (docs/design/checkpoints.md#mlflow-checkpoints).
 """
 
 import json
@@ -22,15 +31,17 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from mado_tracking.client import ApiClient
-from mado_tracking.download import complete_checkpoint, stream_tar
+from mado_tracking.download import complete_checkpoint, stream_file, stream_tar
 from mado_tracking.errors import CheckpointError
 from mado_tracking.extractdir import ExtractionDir, refuse_existing
 from mado_tracking.resume import ENV_DIR, ENV_FILE, ENV_STEP
-from mado_tracking.tarformat import Limits, ManifestMismatch
+from mado_tracking.tarformat import Limits, ManifestMismatch, Names, check_path
 from mado_tracking.tarverify import CheckpointVerifier, ManifestFile
 
 CHECKPOINT_DIR = "checkpoint"
 RESUME_FILE = "resume-checkpoint.json"
+FILES_LAYOUT = "files"
+_SHA256_HEX = frozenset("0123456789abcdef")
 
 
 def restore_checkpoint(
@@ -46,9 +57,13 @@ def restore_checkpoint(
     ``{MMT_RESUME_CHECKPOINT_DIR, MMT_RESUME_STEP, MMT_RESUME_CHECKPOINT_FILE}``
     as strings.
 
+    A checkpoint with ``layout: "files"`` (saved through MLflow) is fetched
+    file by file (``extract_checkpoint_files``), any other as its tar.
+
     Raises:
         CheckpointError: the checkpoint is not complete, or its tar breaks
-            the format or differs from its SHA-256, size or manifest
+            the format or differs from its SHA-256, size or manifest, or one of
+            its files differs from its manifest entry
             (``Checkpoint <id> <what> mismatch: …``, docs/design/worker.md#refusal); nothing is
             left in ``directory``.
         ApiError: the server refused (404 for a checkpoint the token cannot
@@ -56,15 +71,19 @@ def restore_checkpoint(
     """
     if resource is None:
         resource = complete_checkpoint(client, checkpoint_id)
-    size, sha256 = resource["tar_size"], resource["tar_sha256"]
-    target = extract_checkpoint_stream(
-        stream_tar(client, checkpoint_id, size=size, sha256=sha256),
-        directory / CHECKPOINT_DIR,
-        checkpoint_id=checkpoint_id,
-        manifest=resource.get("manifest") or [],
-        tar_size=size,
-        tar_sha256=sha256,
-    )
+    manifest = resource.get("manifest") or []
+    if resource.get("layout") == FILES_LAYOUT:
+        target = extract_checkpoint_files(client, checkpoint_id, directory / CHECKPOINT_DIR, manifest=manifest)
+    else:
+        size, sha256 = resource["tar_size"], resource["tar_sha256"]
+        target = extract_checkpoint_stream(
+            stream_tar(client, checkpoint_id, size=size, sha256=sha256),
+            directory / CHECKPOINT_DIR,
+            checkpoint_id=checkpoint_id,
+            manifest=manifest,
+            tar_size=size,
+            tar_sha256=sha256,
+        )
     info_path = directory / RESUME_FILE
     info = {"checkpointId": checkpoint_id, "sourceRunId": resource["run_id"], "step": resource["step"]}
     info_path.write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
@@ -86,9 +105,7 @@ def extract_checkpoint_stream(
     exists.
     """
 
-    def fail(what: str, detail: str) -> CheckpointError:
-        return CheckpointError(f"Checkpoint {checkpoint_id} {what} mismatch: {detail}")
-
+    fail = _mismatch(checkpoint_id)
     files = [ManifestFile(entry["path"], entry["size"], entry["sha256"]) for entry in manifest]
     refuse_existing(target)
     with ExtractionDir(target.parent, ".checkpoint-", fail) as staging:
@@ -105,3 +122,68 @@ def extract_checkpoint_stream(
             verifier.close()
         staging.commit(target, dir_mode=0o555)
     return target
+
+
+def _mismatch(checkpoint_id):
+    def fail(what: str, detail: str) -> CheckpointError:
+        return CheckpointError(f"Checkpoint {checkpoint_id} {what} mismatch: {detail}")
+
+    return fail
+
+
+def extract_checkpoint_files(client: ApiClient, checkpoint_id, target: Path, *, manifest: list[dict]) -> Path:
+    """Download every file of ``manifest`` of checkpoint ``checkpoint_id`` (saved through MLflow, ``layout:
+    "files"``) into the new directory ``target``, verified; return it (docs/design/worker.md#fetch, #verify, #extract).
+
+    ``manifest`` (``[{"path", "size", "sha256"}]``, sizes in bytes) lists
+    every file. All paths are checked first, with the tar reader's rules and
+    the ``MADO_TAR_MAX_*`` limits; then each file streams from ``GET
+    checkpoints/{id}/files/<path>`` in 1 MiB chunks (a broken download
+    resumes with a ranged request) into the staging directory, never whole
+    in memory, and its size and SHA-256 are compared with its entry. Only
+    when every file matched is the staging directory renamed to ``target``
+    (files 0o444, directories 0o555).
+
+    Raises ``CheckpointError`` (``Checkpoint <id> <what> mismatch: …``,
+    ``what``: ``manifest``, ``path``, ``size`` or ``sha256``) and leaves
+    nothing behind; ``ApiError`` when a download keeps failing (nothing left
+    either); ``FileExistsError`` when ``target`` exists.
+    """
+    fail = _mismatch(checkpoint_id)
+    files = _manifest_files(manifest, Limits.from_env(), fail)
+    refuse_existing(target)
+    with ExtractionDir(target.parent, ".checkpoint-", fail) as staging:
+        for expected in files:
+            chunks = stream_file(client, checkpoint_id, expected.path, size=expected.size, sha256=expected.sha256)
+            staging.write_file(expected.path, chunks, mode=0o444, expect=expected)
+        staging.commit(target, dir_mode=0o555)
+    return target
+
+
+def _manifest_files(manifest: list[dict], limits: Limits, fail) -> list[ManifestFile]:
+    """The manifest as ``ManifestFile``s sorted by path, every entry and path checked before any byte is fetched."""
+    if not isinstance(manifest, list) or not manifest:
+        raise fail("manifest", "the checkpoint records no files")
+    if len(manifest) > limits.members:
+        raise fail("manifest", f"{len(manifest)} files, more than the {limits.members} a checkpoint may hold")
+    names, files, total = Names(), [], 0
+    for number, entry in enumerate(manifest):
+        try:
+            path, size, sha256 = entry["path"], entry["size"], entry["sha256"]
+        except (KeyError, TypeError):
+            raise fail("manifest", f"entry {number} is not {{path, size, sha256}}: {entry!r}") from None
+        if not isinstance(path, str):
+            raise fail("manifest", f"entry {number} has path {path!r}, not text")
+        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+            raise fail("manifest", f"entry {number} ({path!r}) has size {size!r}, not a whole number of bytes")
+        if not isinstance(sha256, str) or len(sha256) != 64 or not set(sha256) <= _SHA256_HEX:
+            raise fail("manifest", f"entry {number} ({path!r}) has SHA-256 {sha256!r}, not 64 hex digits")
+        try:
+            names.add(check_path(path, limits), is_dir=False)
+        except ManifestMismatch as exc:
+            raise fail(exc.what, exc.detail) from None
+        total += size
+        files.append(ManifestFile(path, size, sha256))
+    if total > limits.total_bytes:
+        raise fail("manifest", f"{total} bytes in all, more than the {limits.total_bytes} a checkpoint may hold")
+    return sorted(files, key=lambda f: f.path)

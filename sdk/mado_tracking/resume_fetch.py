@@ -18,7 +18,8 @@ its points or refuses the checkpoint: one integer comparison per call, no
 request.
 
 Under torchrun (``mado_tracking.distributed``) rank 0 finds the checkpoint and
-leaves its answer (path, step, id, the tar's SHA-256, or the error's text) in
+leaves its answer (path, step, id, what identifies its bytes (``checkpoint_cache.content_key``), or the
+error's text) in
 the process group's key-value store under a key of this start of the Run;
 every other rank reads it there, so each gets the same directory (or the same
 error) and rank 0 never waits for them. A rank whose machine does not see
@@ -237,9 +238,9 @@ def for_rank(run) -> ResumeCheckpoint | None:
     if value is None:
         return None
     path = Path(value["path"])
-    if value.get("tar_sha256") is None:  # rank 0 read a Job's variables: the same directory
+    if value.get("key") is None:  # rank 0 read a Job's variables: the same directory
         return _decode(value)
-    found, _ = checkpoint_cache.check(path.parent, tar_sha256=value["tar_sha256"])
+    found, _ = checkpoint_cache.check(path.parent, key=value["key"])
     if found is not None:
         _replaying(run, found)
         return found
@@ -270,7 +271,7 @@ def _encode(found: ResumeCheckpoint) -> dict:
         "id": found.id,
         "source_run_id": found.source_run_id,
         "info": found.info,
-        "tar_sha256": record.get("tar_sha256") if isinstance(record, dict) else None,
+        "key": checkpoint_cache.recorded_key(record) if isinstance(record, dict) else None,
     }
 
 

@@ -14,7 +14,7 @@ import textwrap
 import pytest
 
 import mado_tracking
-from mado_tracking import CheckpointError, resume_fetch
+from mado_tracking import CheckpointError, checkpoint_cache, resume_fetch
 from mado_tracking.distributed import RankRun
 from mado_tracking.ranks import Ranks
 from tests.sdk.resume_stub import ResumeStubApi
@@ -98,7 +98,7 @@ def test_a_rank_that_cannot_see_rank_0s_directory_fetches_the_same_checkpoint_in
             "id": 12,
             "source_run_id": 1,
             "info": {},
-            "tar_sha256": stub.checkpoints[12]["tar_sha256"],
+            "key": checkpoint_cache.content_key(stub.checkpoints[12]),
         }
         store.set(resume_fetch._KEY.format(1, 2), json.dumps({"found": on_rank_0}))
         run = _rank_1(stub, monkeypatch, store)

@@ -11,7 +11,9 @@ The checkpoint is downloaded, verified and extracted in one streaming pass by
 Job's code: every member is checked against the checkpoint's manifest and the
 whole tar against its recorded size and SHA-256. ``DIR`` receives the
 read-only ``checkpoint/`` directory and ``resume-checkpoint.json``, the layout
-the training container sees at ``/mmt/inputs`` (docs/deploy.md). A refused
+the training container sees at ``/mmt/inputs`` (docs/deploy.md). A checkpoint
+saved through MLflow (``layout: "files"``, no tar) is fetched file by file, each
+checked against its manifest entry (docs/design/checkpoints.md#mlflow-checkpoints). A refused
 checkpoint exits with status 1 and ``Checkpoint <id> <what> mismatch: …``,
 leaving nothing in ``DIR``.
 """
@@ -75,6 +77,7 @@ def checkpoint_show(ctx: click.Context, checkpoint_id: int, api_url: str | None,
         ("files", f"{found['file_count']} ({found['total_bytes']:,} bytes)"),
         ("framework", found.get("framework")),
         ("optimizer state", "yes" if found.get("includes_optimizer") else "no"),
+        ("stored as", "separate files, saved through MLflow (no tar)" if found.get("layout") == "files" else ""),
         ("tar sha256", found.get("tar_sha256")),
         ("created", local_time(found.get("created_at"))),
         ("completed", local_time(found.get("completed_at")) if found.get("completed_at") else ""),
