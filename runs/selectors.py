@@ -44,12 +44,19 @@ def project_list(*, user) -> QuerySet[Project]:
 
 
 def project_get_for_user(*, user, slug: str) -> Project:
-    """The Project with ``slug`` if the user is a member; else ``NotFound`` (404, docs/design/house.md#one-policy)."""
+    """The Project with ``slug`` if the user is a member; else ``NotFound`` (404, docs/design/house.md#one-policy).
+
+    The refusal repeats the slug asked for (at most 100 characters) and says how a Project is made; it reads the
+    same whether another user's Project has that slug or none has, so it tells nobody what exists
+    (docs/design/runs.md#write-rule).
+    """
     project = Project.objects.visible_to(user).filter(slug=slug).first()
     if project is None:
-        # The slug is not repeated: an answer that names nothing tells nobody what exists
-        # (docs/design/runs.md#write-rule).
-        raise NotFound("no project with this slug among your projects", field="project")
+        raise NotFound(
+            f"no project {str(slug)[:100]!r} among your projects: create it (POST /api/v1/projects/ with its name "
+            "and slug) or ask its admin to add you",
+            field="project",
+        )
     return project
 
 

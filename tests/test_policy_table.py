@@ -323,12 +323,22 @@ def is_page(route: str) -> bool:
     return not route.startswith(("api/", "mlflow/"))
 
 
-def leaked_names(body: bytes, url: str, world) -> list[str]:
-    """The Project's and Run's names in ``body``, except one the request's own URL carries (a 404 page repeats
-    the path asked for, whether or not anything is there)."""
+def leaked_names(body: bytes, asked: str, world) -> list[str]:
+    """The Project's and Run's names in ``body``, except one the request itself carries in ``asked`` (its URL and
+    body): a 404 page repeats the path asked for, and "no project 'vision' among your projects" the slug sent,
+    whether or not anything is there."""
     project, run = world["project"], world["run"]
     names = [project.slug, project.name, run.external_id, run.name]
-    return [name for name in names if name.encode() in body and name.lower() not in url.lower()]
+    return [name for name in names if name.encode() in body and name.lower() not in asked.lower()]
+
+
+def sent_data(method: str, route: str, world, *, page: bool):
+    """What ``send`` puts in the request besides its URL, as text."""
+    if page:
+        data = page_form(route, world) if method == "POST" else PAGE_QUERIES.get(route, {})
+    else:
+        data = request_body(route, method, world)[0]
+    return data if isinstance(data, bytes | str) else json.dumps(data, default=str)
 
 
 @pytest.mark.parametrize("route", sorted(ROWS))
@@ -344,7 +354,8 @@ def test_each_role_gets_the_declared_answer(route, world):
             got[(method, role)] = response.status_code
             if role == "outsider":
                 body = b"".join(response.streaming_content) if response.streaming else response.content
-                leaks += [(method, name) for name in leaked_names(body, url, world)]
+                asked = f"{url} {sent_data(method, route, world, page=page)}"
+                leaks += [(method, name) for name in leaked_names(body, asked, world)]
     wanted = {(method, role): status for method, row in ROWS[route].items() for role, status in row.items()}
     wrong = {
         f"{method} {role}": f"{got[method, role]} (table: {wanted[method, role]})"

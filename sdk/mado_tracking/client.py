@@ -282,8 +282,8 @@ class ApiClient:
         detail = body_detail(response)
         where = f" (field {field})" if field else ""
         message = f"{method} {self.url(path)} -> HTTP {response.status_code} {code or ''}{where}: {detail}"
-        if response.status_code == 401:
-            message += f"; check {ENV_API_TOKEN}"
+        if response.status_code == 401:  # DRF's detail ends with a full stop: "Invalid token."
+            message = f"{message.rstrip().rstrip('.')}; check {ENV_API_TOKEN}"
         return ApiError(message, status=response.status_code, code=code, detail=detail, field=field)
 
     def close(self) -> None:

@@ -29,6 +29,7 @@ from concurrent.futures import Future
 from datetime import UTC, datetime
 from pathlib import Path
 
+from mado_tracking import console
 from mado_tracking._base import RunBase, check_finish_status, new_external_id
 from mado_tracking.checkpoints import SavedCheckpoint, check_metadata, check_step
 from mado_tracking.errors import CheckpointError, MadoError
@@ -129,7 +130,11 @@ def start_offline_run(
             "attempts": [attempt],
             "checkpoints": [],
         }
-    return OfflineRun(directory=directory, record=record, step=0 if resume is None else resume.step)
+    run = OfflineRun(directory=directory, record=record, step=0 if resume is None else resume.step)
+    console.announce(
+        external_id=run.external_id, resumed=resume is not None, step=run.step, where=str(directory.resolve())
+    )
+    return run
 
 
 class OfflineRun(RunBase):

@@ -4,9 +4,11 @@ When ``start_run(id=..., resume="must"|"allow"|"auto")`` resumed a Run that
 already existed (the server answered ``resumed``), ``run.resume_checkpoint()``
 without any ``MMT_RESUME_*`` variable returns the Run's latest ``complete``
 checkpoint, downloaded, verified and extracted into the SDK's cache
-(``mado_tracking.checkpoint_cache``), or the one ``MMT_RESUME_CHECKPOINT_ID``
-names (a checkpoint of this Run). The three ``MMT_RESUME_*`` variables of a
-Job still win. Newer checkpoints that are pending, refused (``error``) or
+(``mado_tracking.checkpoint_cache``). ``MMT_RESUME_CHECKPOINT_ID`` may name
+that checkpoint; one older than it is refused (a Run cannot go back: its later
+steps and checkpoints stay recorded), the message saying how to branch from it
+in a new Run; a bad value is refused by ``start_run`` before any request. The
+three ``MMT_RESUME_*`` variables of a Job still win. Newer checkpoints that are pending, refused (``error``) or
 deleted are passed over with one warning each.
 
 At the start of a resumed Run the SDK lists its checkpoints once
@@ -126,13 +128,14 @@ def starting_below(run, step: int, what: str) -> None:
     )
 
 
-def checkpoint_id_from_environment() -> int | None:
-    """``MMT_RESUME_CHECKPOINT_ID`` as an int >= 1, None when unset; ``ResumeError`` naming it otherwise."""
+def checkpoint_id_from_environment(error_class: type[Exception] = ResumeError) -> int | None:
+    """``MMT_RESUME_CHECKPOINT_ID`` as an int >= 1, None when unset; ``error_class`` naming it otherwise
+    (``start_run`` asks with ``ValueError`` before any request, ``resume_checkpoint()`` again)."""
     raw = os.environ.get(ENV_CHECKPOINT_ID, "").strip()
     if not raw:
         return None
-    if not raw.isdigit() or int(raw) < 1:
-        raise ResumeError(f"{ENV_CHECKPOINT_ID} must be a checkpoint id (a whole number >= 1), got {raw!r}")
+    if not (raw.isascii() and raw.isdigit()) or int(raw) < 1:
+        raise error_class(f"{ENV_CHECKPOINT_ID} must be a checkpoint id (a whole number >= 1), got {raw!r}")
     return int(raw)
 
 
@@ -164,17 +167,9 @@ def _find(run) -> ResumeCheckpoint | None:
             )
         return None
     if chosen is not None:
-        resource = complete_checkpoint(run._client, chosen)
-        if resource.get("run_id") != run.id:
-            raise ResumeError(
-                f"{ENV_CHECKPOINT_ID}={chosen}: that checkpoint belongs to another run (id {resource.get('run_id')}), "
-                f"not run {run.external_id}"
-            )
+        resource = _chosen_checkpoint(run, chosen)
         return _fetched(run, checkpoint_cache.fetch(run._client, chosen, resource=resource))
-    # Snapshots an earlier process left unuploaded may be the newest checkpoints: upload them before choosing.
-    if run._checkpoints.wait_left_behind() or run._resume_plan is None:
-        run._resume_plan = plan_resume(run._client, run.id)
-    plan = run._resume_plan
+    plan = _current_plan(run)
     for entry in plan.skipped:
         logger.warning(
             "mado: run %s: checkpoint %s at step %s %s; %s",
@@ -187,6 +182,49 @@ def _find(run) -> ResumeCheckpoint | None:
     if plan.latest is None:
         return None
     return _fetched(run, checkpoint_cache.fetch(run._client, plan.latest["id"]))
+
+
+def _current_plan(run) -> ResumePlan:
+    """The Run's checkpoint list as it stands now: snapshots an earlier process left unuploaded may be the
+    newest checkpoints, so they are uploaded first."""
+    if run._checkpoints.wait_left_behind() or run._resume_plan is None:
+        run._resume_plan = plan_resume(run._client, run.id)
+    return run._resume_plan
+
+
+def _chosen_checkpoint(run, chosen: int) -> dict:
+    """The resource of checkpoint ``chosen`` (``MMT_RESUME_CHECKPOINT_ID``) once it may be resumed from: a complete
+    checkpoint of this Run and its latest complete one (docs/design/resume.md#resume-anywhere).
+
+    A Run cannot go back: its later steps and checkpoints stay recorded, so every later save would be refused
+    as already saved and the points of those steps dropped. Raises ``ApiError`` (unknown id, named),
+    ``CheckpointError`` (not complete) or ``ResumeError`` (another Run's, or older than the latest), each
+    naming the variable, before any byte is downloaded.
+    """
+    named = f"{ENV_CHECKPOINT_ID}={chosen}"
+    try:
+        resource = complete_checkpoint(run._client, chosen)
+    except ApiError as error:
+        if error.status != 404:
+            raise
+        message = f"{named}: checkpoint {chosen} not found"
+        raise ApiError(message, status=404, code=error.code, detail=error.detail, field=ENV_CHECKPOINT_ID) from None
+    except CheckpointError as error:
+        raise CheckpointError(f"{named}: {error}", field=ENV_CHECKPOINT_ID) from None
+    if resource.get("run_id") != run.id:
+        raise ResumeError(
+            f"{named}: that checkpoint belongs to another run (id {resource.get('run_id')}), not run {run.external_id}"
+        )
+    latest = _current_plan(run).latest
+    if latest is not None and resource["step"] < latest["step"]:
+        recorded = max(run._data.get("last_step") or 0, latest["step"])
+        raise ResumeError(
+            f"{named} is checkpoint at step {resource['step']}, but run {run.external_id} already recorded steps up "
+            f"to {recorded} (its latest checkpoint is at step {latest['step']}): a run cannot go back; to branch "
+            f"from an older checkpoint start a new Run from it (mado job resume JOB --checkpoint {chosen}, or "
+            "start_run with a new id and load that checkpoint)"
+        )
+    return resource
 
 
 def _unusable(entry: dict) -> str:

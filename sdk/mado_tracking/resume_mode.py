@@ -30,6 +30,7 @@ import uuid
 from pathlib import Path
 
 from mado_tracking.client import ApiClient
+from mado_tracking.config import ENV_PROJECT
 from mado_tracking.errors import ApiError
 
 logger = logging.getLogger("mado_tracking")
@@ -135,6 +136,23 @@ def auto_conflict(error: ApiError, *, run_id: str, path: Path) -> ApiError:
         f"with resume='never' (or MMT_RESUME=never), or remove {path}"
     )
     return ApiError(message, status=error.status, code=error.code, detail=message, field=error.field)
+
+
+def named_refusal(error: ApiError, resume: str | None) -> ApiError:
+    """The error to raise when the server refused to start the Run: a 404 on the run id or the project says it
+    in the words the caller used, naming the argument and the variable (``id=`` / ``MMT_RUN_ID``, ``project=`` /
+    ``MMT_PROJECT``), without the request line; any other error is returned as is."""
+    if error.status != 404 or not error.detail:
+        return error
+    if error.field == "external_id":
+        message = f"{error.detail} (id= / {ENV_RUN_ID})"
+        if resume == "must" and "resume='allow'" not in error.detail:
+            message += "; use resume='allow' to create it"
+    elif error.field == "project":
+        message = f"{error.detail} (project= / {ENV_PROJECT})"
+    else:
+        return error
+    return ApiError(message, status=error.status, code=error.code, detail=error.detail, field=error.field)
 
 
 def write_resume_file(path: Path, *, project: str, run: dict) -> None:

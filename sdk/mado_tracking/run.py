@@ -28,7 +28,7 @@ from concurrent.futures import Future
 from pathlib import Path
 
 from mado_tracking import config as config_module
-from mado_tracking import resume_fetch, system, unsent
+from mado_tracking import console, resume_fetch, system, unsent
 from mado_tracking._base import (
     FINISH_STATUSES,
     RUN_KINDS,
@@ -92,6 +92,7 @@ class Run(RunBase):
         self.fencing_token: int | None = data.get("fencing_token")
         last_step = data.get("last_step")
         self.step = max(data.get("step_floor") or 0, 0 if last_step is None else last_step + 1)
+        console.announce(external_id=self.external_id, resumed=self.resumed, step=self.step, where=self.url)
         self._lease = Lease(
             run_label=self.external_id or str(self.id),
             token=self.fencing_token,
@@ -403,6 +404,6 @@ class Run(RunBase):
         if failed:
             raise CheckpointError(
                 f"run {self.external_id}: {len(failed)} checkpoint upload(s) failed: "
-                f"{'; '.join(failed)}. Unless refused by the server, they are uploaded when this "
-                "run starts again (its id with resume='allow')"
+                f"{'; '.join(failed)}. They are uploaded when this run starts again (its id with "
+                "resume='allow'), except those the server refused (above)"
             )

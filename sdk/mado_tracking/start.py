@@ -11,7 +11,7 @@ import os
 from collections.abc import Mapping
 
 from mado_tracking import config as config_module
-from mado_tracking import distributed
+from mado_tracking import console, distributed
 from mado_tracking._base import (
     check_kind,
     check_parameters,
@@ -20,12 +20,14 @@ from mado_tracking._base import (
 from mado_tracking.client import ApiClient
 from mado_tracking.errors import ApiError
 from mado_tracking.lease import heartbeat_interval_from_environment
+from mado_tracking.resume_fetch import checkpoint_id_from_environment
 from mado_tracking.resume_mode import (
     auto_conflict,
     auto_resume_target,
     check_resume_mode,
     check_run_id,
     create_run,
+    named_refusal,
     resume_file_path,
     start_body,
     write_resume_file,
@@ -90,6 +92,10 @@ def start_run(
     rank joins one Run: rank 0 starts it and shares it through the process
     group, initialised before this call (``mado_tracking.distributed``, docs/design/worker.md#distributed).
 
+    Every start prints ``mado: run <id> (started|resumed at step N): <url>`` to stderr (offline: the
+    directory; under torchrun rank 0 only), and the first one of a process that set up no logging makes
+    the SDK's INFO lines show on stderr; ``MMT_LOG_LEVEL`` sets their level (``mado_tracking.console``).
+
     Returns:
         ``Run`` online, ``OfflineRun`` offline (same methods).
 
@@ -97,10 +103,12 @@ def start_run(
         ConfigError: online, API URL, token or project neither passed nor in the environment (named).
         ValueError: before any request: unknown ``kind`` or ``resume``, a bad
             ``id``, ``parameters`` not a JSON object, ``MMT_MODE`` not
-            online/offline, ``MMT_HEARTBEAT_INTERVAL`` not seconds > 0, or a
-            resume mode offline (the argument and variable are named).
-        ApiError: the server refused: unknown project → 404, viewer → 403,
-            bad field → 400 naming it, ``must`` with an unknown id → 404,
+            online/offline, ``MMT_HEARTBEAT_INTERVAL`` not seconds > 0,
+            ``MMT_LOG_LEVEL`` not a level name, online ``MMT_RESUME_CHECKPOINT_ID``
+            not a whole number >= 1, or a resume mode offline (the argument and
+            variable are named).
+        ApiError: the server refused: unknown project → 404 (naming ``MMT_PROJECT``), viewer → 403,
+            bad field → 400 naming it, ``must`` with an unknown id → 404 (naming ``MMT_RUN_ID``),
             ``never`` with a taken id → 409, a recorded parameter changed →
             409 ``parameters.<key>``, the run live in another process → 409
             ``run_live``; or it stayed unreachable through the retries.
@@ -111,6 +119,7 @@ def start_run(
     parameters = check_parameters(parameters)
     run_id = check_run_id(id)
     resume = check_resume_mode(resume, run_id)
+    log_level = console.log_level_from_environment()
     if offline is None:
         offline = _offline_from_environment()
     if offline:
@@ -121,6 +130,8 @@ def start_run(
             )
         from mado_tracking.offline import start_offline_run
 
+        console.set_up_logging(log_level)
+
         return start_offline_run(
             project=project or os.environ.get(config_module.ENV_PROJECT) or None,
             name=name,
@@ -129,7 +140,9 @@ def start_run(
             output=output,
             external_id=run_id,
         )
+    checkpoint_id_from_environment(ValueError)  # read at run.resume_checkpoint(); refused before any request
     ranks = distributed.ranks_from_environment()
+    console.set_up_logging(log_level)
     resolve = functools.partial(config_module.resolve, api_url=api_url, api_token=api_token, project=project)
     start = functools.partial(
         _start_online,
@@ -154,7 +167,10 @@ def _start_online(
         resume_file = resume_file_path()
         auto_id = None
         if resume == "auto":  # an explicit id makes it "allow"; else the last unfinished run started here
-            auto_id = None if run_id else auto_resume_target(client, config.project, resume_file)
+            try:
+                auto_id = None if run_id else auto_resume_target(client, config.project, resume_file)
+            except ApiError as error:
+                raise named_refusal(error, resume) from None
             run_id = run_id or auto_id
             resume = "allow" if run_id is not None else None
         body = start_body(
@@ -169,6 +185,7 @@ def _start_online(
         try:
             data = create_run(client, body)
         except ApiError as error:
+            error = named_refusal(error, resume)
             raise (error if auto_id is None else auto_conflict(error, run_id=auto_id, path=resume_file)) from None
     except BaseException:
         client.close()

@@ -93,6 +93,20 @@ def test_run_list_of_another_project_answers_404(client_as, run, other_project):
     assert client_as("viewer").get("/api/v1/runs/?project=other").status_code == 404
 
 
+@pytest.mark.parametrize("slug", ["other", "nlp"])
+def test_starting_a_run_in_another_or_no_project_names_the_slug_and_how_to_create_one(client_as, other_project, slug):
+    """Another user's Project and none at all get the same answer: it repeats what was asked, nothing more."""
+    response = client_as("member").post("/api/v1/runs/", {"project": slug}, format="json")
+    assert response.status_code == 404
+    assert response.json() == {
+        "error": "not_found",
+        "detail": f"no project '{slug}' among your projects: create it (POST /api/v1/projects/ with its name and "
+        "slug) or ask its admin to add you",
+        "field": "project",
+    }
+    assert not Run.objects.exists()
+
+
 def test_run_list_with_an_unknown_status_names_the_field(client_as, run):
     response = client_as("viewer").get("/api/v1/runs/?status=sleeping")
     assert response.status_code == 400 and response.json()["field"] == "status"

@@ -118,8 +118,12 @@ def test_a_refused_background_upload_is_logged_then_raised_by_finish(mmt_env, ck
     future = run.log_checkpoint(ckpt, step=7, wait=False)
     assert isinstance(future.exception(timeout=30), CheckpointError)
     assert "checkpoint of run" in caplog.text and "step 7 is already saved in this run" in caplog.text
-    with pytest.raises(CheckpointError, match="1 checkpoint upload.* failed: step 7: .*already saved"):
+    with pytest.raises(CheckpointError, match="1 checkpoint upload.* failed: step 7: .*already saved") as caught:
         run.finish()
+    assert str(caught.value).endswith(
+        "They are uploaded when this run starts again (its id with resume='allow'), except those the server "
+        "refused (above)"
+    )
     assert Run.objects.get(pk=run.id).status == "finished"  # the status is set before the error is raised
     assert _staged_steps(tmp_path) == []  # refused: sending it again would be refused again
 

@@ -1,6 +1,7 @@
 """A same-run resume brings its checkpoint (docs/design/resume.md#resume-anywhere): against a stub server that
 serves real tars, the latest complete checkpoint is chosen, downloaded once, verified, cached read-only and
-reused; a changed cache entry is replaced; ``MMT_RESUME_CHECKPOINT_ID`` picks another; a Job's
+reused; a changed cache entry is replaced; ``MMT_RESUME_CHECKPOINT_ID`` may name it but never an older one (a run
+cannot go back), and a bad one is refused before any request; a Job's
 ``MMT_RESUME_*`` variables still win; a process that starts below the checkpoint is told at its first call."""
 
 import json
@@ -96,25 +97,43 @@ def test_a_tampered_stored_checkpoint_is_refused_and_nothing_is_cached(stub, tmp
     assert [p.name for p in _entry(tmp_path, stub, 12).parent.iterdir()] == [".12.lock"]
 
 
-def test_mmt_resume_checkpoint_id_picks_another_checkpoint_of_the_run(stub, monkeypatch):
+def test_mmt_resume_checkpoint_id_may_name_the_latest_checkpoint_but_a_run_cannot_go_back(stub, monkeypatch):
+    monkeypatch.setenv("MMT_RESUME_CHECKPOINT_ID", "12")
+    with _resume(stub) as run:
+        assert (run.resume_checkpoint().step, run.resume_checkpoint().id) == (20, 12)
+    monkeypatch.setenv("MMT_RESUME_CHECKPOINT_ID", "11")
+    with _resume(stub) as run, pytest.raises(ResumeError) as caught:
+        run.resume_checkpoint()
+    assert str(caught.value) == (
+        "MMT_RESUME_CHECKPOINT_ID=11 is checkpoint at step 10, but run exp-1 already recorded steps up to 26 (its "
+        "latest checkpoint is at step 20): a run cannot go back; to branch from an older checkpoint start a new Run "
+        "from it (mado job resume JOB --checkpoint 11, or start_run with a new id and load that checkpoint)"
+    )
+    assert dict(stub.tar_gets) == {12: 1}  # nothing of the older one was downloaded
+
+
+def test_an_older_checkpoint_is_the_latest_once_the_newer_ones_are_not_complete(stub, monkeypatch):
+    stub.checkpoints[12]["state"] = "deleted"
     monkeypatch.setenv("MMT_RESUME_CHECKPOINT_ID", "11")
     with _resume(stub) as run:
-        assert (run.resume_checkpoint().step, run.resume_checkpoint().id) == (10, 11)
+        assert run.resume_checkpoint().step == 10
     assert dict(stub.tar_gets) == {11: 1}
 
 
-@pytest.mark.parametrize(
-    ("value", "error", "message"),
-    [
-        ("eleven", ResumeError, "MMT_RESUME_CHECKPOINT_ID must be a checkpoint id"),
-        ("0", ResumeError, "MMT_RESUME_CHECKPOINT_ID must be a checkpoint id"),
-        ("99", mado_tracking.ApiError, "no such checkpoint"),
-    ],
-)
-def test_a_bad_mmt_resume_checkpoint_id_is_an_error_naming_it(stub, monkeypatch, value, error, message):
+@pytest.mark.parametrize("value", ["eleven", "0", "-3", "１２"])
+def test_a_bad_mmt_resume_checkpoint_id_is_refused_by_start_run_before_any_request(stub, monkeypatch, value):
     monkeypatch.setenv("MMT_RESUME_CHECKPOINT_ID", value)
-    with _resume(stub) as run, pytest.raises(error, match=message):
+    with pytest.raises(ValueError, match=f"MMT_RESUME_CHECKPOINT_ID must be a checkpoint id .*got '{value}'"):
+        _resume(stub)
+    assert stub.runs == [] and stub.list_gets == 0
+
+
+def test_an_unknown_mmt_resume_checkpoint_id_is_named(stub, monkeypatch):
+    monkeypatch.setenv("MMT_RESUME_CHECKPOINT_ID", "99999")
+    with _resume(stub) as run, pytest.raises(mado_tracking.ApiError) as caught:
         run.resume_checkpoint()
+    assert str(caught.value) == "MMT_RESUME_CHECKPOINT_ID=99999: checkpoint 99999 not found"
+    assert caught.value.status == 404
 
 
 def test_a_checkpoint_of_another_run_or_a_pending_one_is_refused(stub, monkeypatch):
@@ -123,7 +142,7 @@ def test_a_checkpoint_of_another_run_or_a_pending_one_is_refused(stub, monkeypat
     stub.add_checkpoint(15, 50, state="pending")
     for chosen, error, message in (
         ("14", ResumeError, "belongs to another run"),
-        ("15", CheckpointError, "checkpoint 15 is pending"),
+        ("15", CheckpointError, "MMT_RESUME_CHECKPOINT_ID=15: checkpoint 15 is pending"),
     ):
         monkeypatch.setenv("MMT_RESUME_CHECKPOINT_ID", chosen)
         with _resume(stub) as run, pytest.raises(error, match=message):

@@ -56,7 +56,9 @@ def test_must_with_an_unknown_id_names_the_project_searched(mmt_env, other_proje
     with pytest.raises(ApiError) as caught:
         mado_tracking.start_run(id="elsewhere", resume="must")
     assert caught.value.status == 404
-    assert "run elsewhere not found in project vision" in str(caught.value)
+    assert str(caught.value) == (
+        "run elsewhere not found in project vision (id= / MMT_RUN_ID); use resume='allow' to create it"
+    )
     assert not Run.objects.filter(project__slug="vision").exists()
 
 
@@ -105,6 +107,9 @@ def test_a_sweep_trials_pending_run_is_attached_with_resume_allow(mmt_env, monke
         ({"resume": "allow", "offline": True}, {}, "resume needs the mado server"),
         ({}, {"MMT_HEARTBEAT_INTERVAL": "soon"}, "MMT_HEARTBEAT_INTERVAL"),
         ({}, {"MMT_HEARTBEAT_INTERVAL": "0"}, "MMT_HEARTBEAT_INTERVAL"),
+        ({}, {"MMT_LOG_LEVEL": "LOUD"}, "MMT_LOG_LEVEL"),
+        ({"id": "x", "resume": "must"}, {"MMT_RESUME_CHECKPOINT_ID": "abc"}, "MMT_RESUME_CHECKPOINT_ID"),
+        ({"id": "x", "resume": "must"}, {"MMT_RESUME_CHECKPOINT_ID": "0"}, "MMT_RESUME_CHECKPOINT_ID"),
     ],
 )
 def test_bad_ids_and_modes_are_refused_before_any_request(mmt_env, monkeypatch, kwargs, env, named):

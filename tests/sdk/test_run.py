@@ -148,10 +148,24 @@ def test_a_viewer_cannot_start_a_run(monkeypatch, live_server, viewer, token_of)
     assert caught.value.status == 403
 
 
-def test_another_projects_slug_is_not_found(monkeypatch, live_server, outsider, project, token_of):
+@pytest.mark.parametrize("slug", ["vision", "nlp"])
+def test_another_projects_slug_or_an_unknown_one_is_not_found_naming_it(live_server, outsider, project, token_of, slug):
+    """An outsider learns nothing: another user's Project and none at all get the same answer, the slug asked for."""
     with pytest.raises(mado_tracking.ApiError) as caught:
-        mado_tracking.start_run("vision", api_url=live_server.url, api_token=token_of(outsider))
-    assert caught.value.status == 404
+        mado_tracking.start_run(slug, api_url=live_server.url, api_token=token_of(outsider))
+    assert (caught.value.status, caught.value.field) == (404, "project")
+    assert str(caught.value) == (
+        f"no project '{slug}' among your projects: create it (POST /api/v1/projects/ with its name and slug) or "
+        "ask its admin to add you (project= / MMT_PROJECT)"
+    )
+    assert not Run.objects.exists()
+
+
+def test_a_wrong_token_is_named_in_one_clean_sentence(live_server):
+    with pytest.raises(mado_tracking.ApiError) as caught:
+        mado_tracking.start_run("vision", api_url=live_server.url, api_token="not-a-token")
+    assert caught.value.status == 401
+    assert str(caught.value).endswith(": Invalid token; check MMT_API_TOKEN")
 
 
 @pytest.mark.parametrize(
