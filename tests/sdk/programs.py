@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -62,7 +63,8 @@ def signal_once_ready(
 
     ``stdout`` of the answer is what it printed after the ``ready`` line, ``stderr`` all it wrote there (into a
     file, so a chatty program never blocks on a full pipe). ``new_session``: the child leads a process group of
-    its own, as a Job's runner starts it. Fails the test when the program ends without printing ``ready``.
+    its own, as a Job's runner starts it. Fails the test when the program ends without printing ``ready``, or has
+    not printed it within ``timeout`` s (it is killed then).
     """
     with tempfile.TemporaryFile(mode="w+") as errors:
         child = subprocess.Popen(
@@ -74,9 +76,12 @@ def signal_once_ready(
             text=True,
             start_new_session=new_session,
         )
+        late = threading.Timer(timeout, child.kill)  # a program that never gets ready fails the test, not CI
+        late.start()
         try:
             for line in child.stdout:
                 if line.startswith(ready):
+                    late.cancel()
                     break
             else:
                 child.wait(timeout=timeout)
@@ -88,6 +93,7 @@ def signal_once_ready(
                 send(child)
             out, _ = child.communicate(timeout=timeout)
         finally:
+            late.cancel()
             child.kill()
         errors.seek(0)
         return subprocess.CompletedProcess(argv, child.returncode, out, errors.read())
