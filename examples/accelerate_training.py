@@ -165,6 +165,7 @@ def main(argv: list[str] | None = None) -> int:
         write_weights(args.output, accelerator.unwrap_model(model))
     if accelerator.is_main_process:
         print(f"steps {start}..{args.steps} in {time.monotonic() - started:.1f} s: train.loss {loss:.4f}", flush=True)
+    accelerator.end_training()  # every process leaves the process group before the interpreter tears it down
     return 0
 
 
