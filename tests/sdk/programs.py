@@ -15,12 +15,23 @@ from pathlib import Path
 EXAMPLE_TIMEOUT_S = 300
 
 
+_PROCESS_GROUP_VARIABLES = frozenset(
+    {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK", "MASTER_ADDR", "MASTER_PORT"}
+)
+
+
+def _session_only(name: str) -> bool:
+    """A variable of this test session that must not reach an example: ours, or a process group's."""
+    return name in _PROCESS_GROUP_VARIABLES or name.startswith(("MMT_", "ACCELERATE_", "PL_", "TORCHELASTIC_"))
+
+
 def run_example(
     script: Path, *args: str, env: dict | None = None, cwd=None, launcher: tuple[str, ...] = (sys.executable,)
 ) -> subprocess.CompletedProcess:
     """``launcher script args`` to its end (300 s at most), output captured as text; its environment is this one
-    without the ``MMT_*`` variables of the test session, plus ``env``."""
-    environment = {key: value for key, value in os.environ.items() if not key.startswith("MMT_")}
+    without the ``MMT_*`` variables of the test session and without what in-process framework tests may have left
+    there for a process group (``RANK``, ``MASTER_PORT``, ``ACCELERATE_*``, ``PL_*`` …), plus ``env``."""
+    environment = {key: value for key, value in os.environ.items() if not _session_only(key)}
     return subprocess.run(
         [*launcher, str(script), *args],
         env={**environment, **(env or {})},
