@@ -84,7 +84,7 @@ def test_failing_at_27_and_resumed_mid_epoch_from_20_it_ends_with_the_uninterrup
 def test_two_processes_save_and_load_alike_and_resume_to_the_same_weights(tmp_path):
     torchrun = (str(Path(sys.executable).parent / "torchrun"), "--standalone", "--nproc-per-node", "2")
     args = ["--offline", "--steps", "8", "--checkpoint-every", "4"]
-    uninterrupted = _example(*args, "--output", str(tmp_path / "a" / "w.safetensors"), launcher=torchrun)
+    uninterrupted = _example(*args, "--output", str(tmp_path / "a" / "w.safetensors"), launcher=torchrun, cwd=tmp_path)
     assert uninterrupted.returncode == 0, uninterrupted.stderr[-3000:]
     saved = tmp_path / "a" / "checkpoints" / "step-4"
     assert {"random_states_0.pkl", "random_states_1.pkl", "model.safetensors"} <= {p.name for p in saved.iterdir()}
@@ -92,7 +92,12 @@ def test_two_processes_save_and_load_alike_and_resume_to_the_same_weights(tmp_pa
     assert record["metadata"]["training_state"]["processes"] == 2
     checkpoint = _read_only_copy(saved, tmp_path / "extracted")
     resumed = _example(
-        *args, "--output", str(tmp_path / "b" / "w.safetensors"), env=_resume_env(checkpoint, 4), launcher=torchrun
+        *args,
+        "--output",
+        str(tmp_path / "b" / "w.safetensors"),
+        env=_resume_env(checkpoint, 4),
+        launcher=torchrun,
+        cwd=tmp_path,
     )
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "resuming at step 4, epoch 1, batch 2" in resumed.stdout  # each process: 6 batches an epoch
