@@ -213,9 +213,12 @@ CELERY_BROKER_TRANSPORT_OPTIONS = (
         "polling_interval": 0.1,
     }
     if CELERY_BROKER_URL.startswith("filesystem")
-    # A dead broker answers within seconds, so a send after commit never holds a request or a Job; every
-    # worker looks for messages past the visibility timeout every 10 s (kombu's default: every 100 s).
+    # A send after commit never holds a request or a Job: a refused connection fails at once (no retries:
+    # kombu would retry for the whole connect timeout, the outbox sends later instead) and a silent host
+    # within socket_connect_timeout; every worker looks for messages past the visibility timeout every
+    # 10 s (kombu's default: every 100 s).
     else {
+        "max_retries": 0,
         "visibility_timeout": MADO_BROKER_VISIBILITY_TIMEOUT,
         "socket_connect_timeout": 5,
         "socket_timeout": 10,
@@ -227,6 +230,10 @@ CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+# A busy worker reserves no message beyond the Jobs it runs, also after a broker reconnect (where the prefetch
+# count alone let it take one more, which then waited for the redelivery while another worker sat idle).
+# Celery supports this on Redis only (it warns on other brokers).
+CELERY_WORKER_DISABLE_PREFETCH = CELERY_BROKER_URL.startswith(("redis://", "rediss://"))
 # A worker keeps trying to reach the broker, at start and after losing it, for as long as it takes;
 # the Job it runs meanwhile talks to the database only (heartbeat, logs, outcome).
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True

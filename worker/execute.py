@@ -122,6 +122,9 @@ def execute(job: Job) -> Outcome:
             return Outcome(exit_code=None, error=str(exc))
         except _StopRequested:
             return Outcome(exit_code=None, error="Aborted before the code started.", aborted=True)
+        except Exception as exc:
+            _log(job, f"the Job could not be prepared: {exc}")  # the log says why, not only the error field
+            raise
         if heartbeat(force=True):
             return Outcome(exit_code=None, error="Aborted before the code started.", aborted=True)
         return run_code(job, prepared, heartbeat)

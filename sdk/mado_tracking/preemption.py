@@ -26,6 +26,7 @@ The framework integrations (``mado_tracking.integrations``) check the flag thems
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import sys
 import threading
@@ -45,6 +46,7 @@ class Preemption:
         self.signum: int | None = None
         self.signal_at: float | None = None
         self._previous: dict[int, object] = {}
+        self._delivered = False  # a signal reached this process's handler (not only another rank's, via agreed)
 
     @property
     def requested(self) -> bool:
@@ -103,13 +105,24 @@ class Preemption:
             self.signum, self.signal_at = signum, time.time()
 
     def _handle(self, signum, frame) -> None:
-        first = self.signum is None
+        if self._delivered:
+            self._die_of(signum)  # a second signal: the process may be stuck where the flag is never read
+        self._delivered = True
         self._record(signum)
-        if first and self.run is not None:
+        if self.run is not None:
             self.run.mark_preempting()  # safe in a handler: a short PATCH on its own connection, never raises
         previous = self._previous.get(signum)
         if callable(previous):
             previous(signum, frame)
+
+    def _die_of(self, signum: int) -> None:
+        """End the process as the signal's default action would: a launcher (torchrun, srun) that signals
+        twice, or a user pressing twice, must be obeyed even when the loop is blocked in a collective whose
+        peers are gone and never reaches its next step."""
+        logger.warning("mado: second %s before the checkpoint was saved: exiting now", signal.Signals(signum).name)
+        self.uninstall()
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
 
 
 def install(run=None, *, signals=DEFAULT_SIGNALS) -> Preemption:

@@ -251,6 +251,34 @@ def test_case_3_a_broker_outage_leaves_jobs_queued_and_loses_nothing(
     assert not open_uploads(site)
 
 
+def test_after_a_broker_reconnect_a_busy_worker_leaves_the_next_job_to_an_idle_one(site, launch):
+    """docs/deploy.md, "Messages and outages": a long Job never holds another hostage, also after the broker
+    came back (a busy worker reserves no message beyond the Jobs it runs)."""
+    for name in ("w1", "w2"):
+        site.start_worker(name)
+        site.wait_ready(name)
+    busy = launch(40)
+    wait_until(lambda: status(busy) == JobStatus.RUNNING, 60, "the long Job runs", site)
+    site.redis.cut()
+    time.sleep(3)
+    site.redis.restore()
+    wait_until(
+        lambda: all(site.log(name).count("Connected to redis") >= 2 for name in ("w1", "w2")),
+        60,
+        "both workers reconnect",
+        site,
+    )
+    started = time.monotonic()
+    quick = launch(1)
+    wait_until(
+        lambda: final(quick), 60, f"the quick Job ends; {list(Dispatch.objects.values('sent_at', 'sends'))}", site
+    )
+    took = time.monotonic() - started
+    assert quick.status == JobStatus.SUCCEEDED and quick.worker_host != busy.worker_host, site.logs()
+    assert took < 10, f"the quick Job waited {took:.0f} s (a redelivery) while a worker was idle\n{site.logs()}"
+    assert status(busy) == JobStatus.RUNNING
+
+
 def test_case_6_without_a_secret_key_the_server_refuses_to_start(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MADO_", "DJANGO_"))}
     env.update(MADO_DEBUG="0", MADO_DATA_DIR=str(tmp_path))

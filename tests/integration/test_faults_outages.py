@@ -245,3 +245,43 @@ def test_a_checkpoint_larger_than_the_free_space_gets_507_and_is_sent_once(small
         assert "ran out of space" in tab
     assert len(tar_puts) == 1  # the 100 MiB body went once, not once per retry
     assert [path for path in small_volume.rglob("*") if path.is_file()] == []  # no partial blob left behind
+
+
+@pytest.fixture
+def broker_site(tmp_path, redis_url, tcp_proxy):
+    """A deployment whose Redis broker sits behind a proxy the test cuts: ``(site, broker proxy)``."""
+    broker = urlsplit(redis_url)
+    proxy = tcp_proxy(broker.hostname, broker.port or 6379)
+    via_proxy = broker._replace(netloc=f"127.0.0.1:{proxy.port}").geturl()
+    with deployment(tmp_path, CELERY_BROKER_URL=via_proxy) as running:
+        yield running, proxy
+
+
+def test_a_dead_broker_never_holds_a_request_that_sends_a_message(broker_site, tmp_path):
+    """A launch queues its Job's message: with the broker down the message waits in the outbox and the answer
+    comes at once (docs/deploy.md, "Messages and outages")."""
+    site, broker = broker_site
+    (tmp_path / "code").mkdir()
+    (tmp_path / "code" / "train.py").write_text("print('ok')\n")
+    pushed = site.mado(
+        "code",
+        "push",
+        tmp_path / "code",
+        "--project",
+        "flow",
+        "--name",
+        "quick",
+        "-q",
+        "--entrypoint",
+        "python train.py",
+    )
+    assert pushed.exit_code == 0, pushed.output
+    code_version = pushed.output.strip().splitlines()[-1]
+    with broker.outage():
+        started = time.monotonic()
+        launched = site.mado(
+            "job", "launch", "--project", "flow", "--code-version", code_version, "--queue", site.queue
+        )
+        took = time.monotonic() - started
+    assert launched.exit_code == 0, launched.output
+    assert took < 3.0, f"the launch took {took:.1f} s while the broker was down\n{launched.output}"

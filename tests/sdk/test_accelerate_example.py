@@ -80,11 +80,6 @@ def test_failing_at_27_and_resumed_mid_epoch_from_20_it_ends_with_the_uninterrup
     checkpoint.chmod(0o755)
 
 
-@pytest.mark.skip(
-    reason="hangs intermittently under load: one process aborts in its teardown ('terminate called without an "
-    "active exception') and the other, which holds torchrun's SIGTERM as a stop flag inside a collective, never "
-    "exits; passes alone. Disabled until the teardown is fixed"
-)
 @pytest.mark.skipif(shutil.which("torchrun", path=str(Path(sys.executable).parent)) is None, reason="no torchrun")
 def test_two_processes_save_and_load_alike_and_resume_to_the_same_weights(tmp_path):
     torchrun = (str(Path(sys.executable).parent / "torchrun"), "--standalone", "--nproc-per-node", "2")

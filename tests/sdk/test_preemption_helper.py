@@ -5,6 +5,7 @@ import os
 import signal
 import sys
 import threading
+import time
 
 import pytest
 from click.testing import CliRunner
@@ -62,15 +63,35 @@ def test_the_flag_records_the_first_signal_and_calls_the_handler_that_was_there_
         stop = preemption.install(signals=(signal.SIGUSR1,))
         assert not stop.requested and stop.metadata() == {}
         os.kill(os.getpid(), signal.SIGUSR1)
-        os.kill(os.getpid(), signal.SIGUSR1)
-        assert stop.requested and stop.signal_name == "SIGUSR1" and seen == [signal.SIGUSR1] * 2
+        assert stop.requested and stop.signal_name == "SIGUSR1" and seen == [signal.SIGUSR1]
         first = stop.metadata()["preemption"]["signal_at"]
         assert stop.metadata() == {"preemption": {"signal": "SIGUSR1", "signal_at": first}}
         stop.uninstall()
         os.kill(os.getpid(), signal.SIGUSR1)
-        assert seen == [signal.SIGUSR1] * 3  # the earlier handler is back
+        assert seen == [signal.SIGUSR1] * 2  # the earlier handler is back
     finally:
         signal.signal(signal.SIGUSR1, previous)
+
+
+STUCK = """
+import signal, threading
+from mado_tracking import preemption
+stop = preemption.install()
+stop._record(signal.SIGTERM)  # what agreed() records when only another rank was told
+print("ready", flush=True)
+threading.Event().wait()  # blocked where the flag is never read, as in a collective whose peers are gone
+"""
+
+
+def test_a_second_signal_ends_a_process_that_is_blocked_and_never_reads_the_flag(tmp_path):
+    def twice(child):
+        for _ in range(2):
+            child.send_signal(signal.SIGTERM)
+            time.sleep(0.5)
+
+    child = signal_once_ready([sys.executable, "-c", STUCK], env={}, cwd=tmp_path, ready="ready", timeout=30, send=twice)
+    assert child.returncode == -signal.SIGTERM, child.stderr
+    assert "second SIGTERM before the checkpoint was saved: exiting now" in child.stderr
 
 
 def test_exit_leaves_with_128_plus_the_signal_and_refuses_without_one():

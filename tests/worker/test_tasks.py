@@ -246,6 +246,23 @@ def test_a_missing_checkpoint_object_fails_the_job(failed_source_job, creator, c
     assert not marker.exists()
 
 
+def test_a_job_whose_checkpoint_cannot_be_read_says_why_in_its_log_too(
+    failed_source_job, creator, control, monkeypatch
+):
+    marker = control()
+    job, _ = resume_job(failed_source_job, creator)
+
+    def broken(**kwargs):
+        raise ConnectionError("storage unreachable")
+
+    monkeypatch.setattr(storage, "blob_open_range", broken)
+    monkeypatch.setattr("worker.fetch.time.sleep", lambda seconds: None)
+    assert run_job(job.pk) == JobStatus.FAILED
+    job.refresh_from_db()
+    assert "storage unreachable" in job.error and "storage unreachable" in log_of(job)
+    assert not marker.exists()
+
+
 def test_a_broken_download_is_resumed_and_the_job_succeeds(failed_source_job, creator, control, monkeypatch):
     big = {"model.pt": os.urandom(2 * 1024 * 1024 + 17), "rng.bin": b"r"}
     marker = control()
