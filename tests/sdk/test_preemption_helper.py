@@ -89,7 +89,9 @@ def test_a_second_signal_ends_a_process_that_is_blocked_and_never_reads_the_flag
             child.send_signal(signal.SIGTERM)
             time.sleep(0.5)
 
-    child = signal_once_ready([sys.executable, "-c", STUCK], env={}, cwd=tmp_path, ready="ready", timeout=30, send=twice)
+    child = signal_once_ready(
+        [sys.executable, "-c", STUCK], env={}, cwd=tmp_path, ready="ready", timeout=30, send=twice
+    )
     assert child.returncode == -signal.SIGTERM, child.stderr
     assert "second SIGTERM before the checkpoint was saved: exiting now" in child.stderr
 
