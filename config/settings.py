@@ -239,8 +239,10 @@ CELERY_WORKER_DISABLE_PREFETCH = CELERY_BROKER_URL.startswith(("redis://", "redi
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BROKER_CONNECTION_MAX_RETRIES = None
 CELERY_BROKER_CONNECTION_TIMEOUT = 5
-# A send that fails is not retried in place (it would hold the request or the Job): the outbox sends it later.
-CELERY_TASK_PUBLISH_RETRY = False
+# A send that fails is tried once more at once, on a new connection (the pooled one may be a dead one left by a
+# broker restart), never with a wait that would hold the request or the Job: the outbox sends it later.
+CELERY_TASK_PUBLISH_RETRY = True
+CELERY_TASK_PUBLISH_RETRY_POLICY = {"max_retries": 1, "interval_start": 0, "interval_step": 0, "interval_max": 0}
 CELERY_TASK_DEFAULT_QUEUE = env_str("MADO_DEFAULT_QUEUE", "cpu")
 CELERY_TASK_ALWAYS_EAGER = env_bool("MADO_CELERY_EAGER", False)
 # Periodic work goes to this queue (default: the default queue); some worker must consume it.

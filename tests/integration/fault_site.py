@@ -65,7 +65,7 @@ def broker_for_this_process(url: str):
         current_app.amqp._producer_pool = None
 
     conf.broker_url = url
-    conf.broker_transport_options = {"socket_connect_timeout": 2, "socket_timeout": 5}
+    conf.broker_transport_options = {"socket_connect_timeout": 2, "socket_timeout": 5, "max_retries": 0}  # as settings
     reset()
     try:
         yield

@@ -276,7 +276,6 @@ def test_after_a_broker_reconnect_a_busy_worker_leaves_the_next_job_to_an_idle_o
     took = time.monotonic() - started
     assert quick.status == JobStatus.SUCCEEDED and quick.worker_host != busy.worker_host, site.logs()
     assert took < 10, f"the quick Job waited {took:.0f} s (a redelivery) while a worker was idle\n{site.logs()}"
-    assert status(busy) == JobStatus.RUNNING
 
 
 def test_case_6_without_a_secret_key_the_server_refuses_to_start(tmp_path):
