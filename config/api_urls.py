@@ -5,6 +5,7 @@ from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.routers import DefaultRouter
 
+from alerts.urls import api_patterns as alert_patterns
 from checkpoints.api import (
     ArtifactDetailApi,
     ArtifactListApi,
@@ -89,5 +90,6 @@ urlpatterns = [
     path("runs/<int:run_id>/restore-report/", RunRestoreReportApi.as_view(), name="run-restore-report"),
     path("projects/<slug:slug>/parity/", ProjectParityApi.as_view(), name="project-parity"),
     path("queues/", QueueListApi.as_view(), name="queue-list"),
+    *alert_patterns,
     *router.urls,
 ]

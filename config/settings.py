@@ -44,6 +44,7 @@ INSTALLED_APPS = [
     "checkpoints",
     "parity",
     "jobs",
+    "alerts",
     "mlflow_api",
     "worker",
     "config",  # the roof: its management commands
@@ -297,6 +298,24 @@ MADO_PUBLIC_URL = env_str("MADO_PUBLIC_URL", "http://127.0.0.1:8000")
 MADO_WORKER_GPUS = env_str("MADO_WORKER_GPUS", "")
 # Where the worker makes each Job's working directory (<workdir>/job-<id>: code, checkpoint); removed after the Job.
 MADO_WORKER_WORKDIR = Path(env_str("MADO_WORKER_WORKDIR", str(DATA_DIR / "jobs"))).resolve()
+
+# --- alerts (docs/deploy.md#alerts) --------------------------------------------
+# Outgoing email (alert channels, personal subscriptions): Django's SMTP backend; the password may come from a file.
+EMAIL_BACKEND = env_str("MADO_EMAIL_BACKEND", "django.core.mail.backends.smtp.EmailBackend")
+EMAIL_HOST = env_str("MADO_EMAIL_HOST", "localhost")
+EMAIL_PORT = env_int("MADO_EMAIL_PORT", 25, minimum=1)
+EMAIL_HOST_USER = env_str("MADO_EMAIL_USER", "")
+EMAIL_HOST_PASSWORD = env_str("MADO_EMAIL_PASSWORD", "")
+EMAIL_USE_TLS = env_bool("MADO_EMAIL_USE_TLS", False)
+EMAIL_TIMEOUT = env_int("MADO_EMAIL_TIMEOUT", 20, minimum=1)
+DEFAULT_FROM_EMAIL = env_str("MADO_EMAIL_FROM", "mado@localhost")
+# Webhook URLs may not resolve to loopback, private, link-local or metadata addresses, except in these CIDRs.
+MADO_ALERT_WEBHOOK_ALLOW = env_list("MADO_ALERT_WEBHOOK_ALLOW", [])
+# A failed delivery is tried again after this many seconds, doubled each time (at most 1 h), up to this many attempts.
+MADO_ALERT_RETRY_SECONDS = env_int("MADO_ALERT_RETRY_SECONDS", 30, minimum=1)
+MADO_ALERT_MAX_ATTEMPTS = env_int("MADO_ALERT_MAX_ATTEMPTS", 10, minimum=1)
+# Alerts a Run's code may send (run.alert) per minute; more answer 429.
+MADO_ALERT_RUN_RATE = env_int("MADO_ALERT_RUN_RATE", 6, minimum=1)
 
 # --- production hardening (manage.py check --deploy is clean when set) -------
 SECURE_SSL_REDIRECT = env_bool("MADO_SECURE_SSL_REDIRECT", False)

@@ -269,3 +269,22 @@ def why_cannot_continue(user, checkpoint) -> str | None:
             "state": checkpoint.state
         }
     return None
+
+
+# --- Alerts (docs/design/alerts.md#who) ---------------------------------------------------------------------------
+
+
+def why_cannot_manage_alerts(user, project, *, owner_id: int | None) -> str | None:
+    """None when ``user`` may create, change or delete an alert rule of ``project`` (``owner_id`` None: a Project
+    rule or a channel, Project admins only; else a personal subscription of user ``owner_id``: that member, or an
+    admin removing it), else the sentence shown instead of the button. Viewers manage nothing."""
+    if owner_id is None or (user is not None and owner_id != user.pk):
+        return why_not(user, project, ADMIN)
+    return why_not(user, project, MEMBER)
+
+
+def require_alerts_manager(user, project, *, owner_id: int | None) -> None:
+    """Raise ``mado.errors.Forbidden`` (403) with ``why_cannot_manage_alerts``'s sentence unless allowed."""
+    reason = why_cannot_manage_alerts(user, project, owner_id=owner_id)
+    if reason:
+        raise Forbidden(reason)

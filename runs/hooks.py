@@ -13,9 +13,10 @@ written onto the Run by the app that knows (``Run.ran_as_job``,
   the transaction that started it (the sweeps app: its trial becomes running).
 - ``run_ended(run)``: ``run`` reached a final state; sent inside the
   transaction that ended it, once per change of status.
-- ``metrics_stored(run, steps)``: a batch of ``run``'s metric points
+- ``metrics_stored(run, steps, batch)``: a batch of ``run``'s metric points
   committed: ``steps`` maps each key of the batch to its ``(first, last)``
-  step in it; sent after the commit, a receiver's error logged and never
+  step in it, ``batch`` is the batch itself (``runs.metric_batch.SortedBatch``:
+  numpy columns sorted by key and step, read-only); sent after the commit, a receiver's error logged and never
   failing the batch (the parity app: the verdicts of the Run follow,
   docs/design/resume.md#parity).
 - ``parity_changed(parity, previous)``: the parity verdict of a resumed Run
@@ -23,6 +24,12 @@ written onto the Run by the app that knows (``Run.ran_as_job``,
   ``verdict``, ``step``, ``key``, ``parent_value``, ``child_value``;
   ``previous`` the verdict before); sent by the parity app after the change
   commits, here so that any app may connect to it without importing parity.
+- ``checkpoint_refused(checkpoint, reason)``: a pending checkpoint ended
+  ``error`` (its upload was refused, or left unfinished past its lease or its
+  Run's end); ``reason`` the sentence stored on it; sent by the checkpoints
+  app after the change commits.
+- ``job_given_up(job, reason)``: a Job ended without running because no
+  worker took it; sent by the jobs app after the change commits.
 """
 
 from django.dispatch import Signal
@@ -31,3 +38,5 @@ run_started = Signal()
 run_ended = Signal()
 metrics_stored = Signal()
 parity_changed = Signal()
+checkpoint_refused = Signal()
+job_given_up = Signal()

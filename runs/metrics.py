@@ -109,7 +109,7 @@ def metrics_ingest(
     docs/design/runs.md#write-rule), ``ValidationFailed`` naming the first bad field (``points[3].value`` or
     ``values[3]``), ``LeaseLost`` for a stale ``fencing_token``, ``RunEnded`` (409 ``run_ended``) when the Run was ended
     ``crashed`` (docs/design/runs.md#liveness); nothing of a refused batch is stored. Once the batch commits,
-    ``runs.hooks.metrics_stored`` tells the higher apps (each key's first and last step).
+    ``runs.hooks.metrics_stored`` tells the higher apps (each key's first and last step, the sorted batch).
     """
     policy.require_run_writer(actor, run)
     now_ms = int(time.time() * 1000)
@@ -141,7 +141,9 @@ def metrics_ingest(
         if batch.keys:
             firsts, lasts = by_key.steps[by_key.starts], by_key.steps[by_key.starts + by_key.counts - 1]
             steps = dict(zip(by_key.keys, zip(firsts.tolist(), lasts.tolist())))
-            transaction.on_commit(partial(hooks.metrics_stored.send, sender=None, run=run, steps=steps), robust=True)
+            transaction.on_commit(
+                partial(hooks.metrics_stored.send, sender=None, run=run, steps=steps, batch=by_key), robust=True
+            )
     return MetricsIngested(len(batch.keys), dropped, dropped_keys, replayed=False)
 
 

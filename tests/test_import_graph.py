@@ -1,6 +1,6 @@
-"""The dependency arrows point one way (docs/design/house.md#arrows): mlflow_api → jobs → parity → checkpoints →
-sweeps → runs → mado, worker → any app, and ``config`` (settings, URL confs, the Celery app, management commands),
-the roof, above them all.
+"""The dependency arrows point one way (docs/design/house.md#arrows): mlflow_api → alerts → jobs → parity →
+checkpoints → sweeps → runs → mado, worker → any app, and ``config`` (settings, URL confs, the Celery app,
+management commands), the roof, above them all.
 
 Every ``import`` statement of every module is read from the source (inside
 functions too), so an import dodged into a function body counts. ``mado``
@@ -26,6 +26,7 @@ LEVEL = {
     "checkpoints": 3,
     "parity": 3.5,
     "jobs": 4,
+    "alerts": 4.5,
     "mlflow_api": 5,
     "worker": 6,
     "config": 7,
@@ -58,7 +59,9 @@ def upward_imports(app: str) -> list[str]:
     return wrong
 
 
-@pytest.mark.parametrize("app", ["mado", "runs", "sweeps", "checkpoints", "parity", "jobs", "mlflow_api", "worker"])
+@pytest.mark.parametrize(
+    "app", ["mado", "runs", "sweeps", "checkpoints", "parity", "jobs", "alerts", "mlflow_api", "worker"]
+)
 def test_no_app_imports_one_above_it(app):
     assert upward_imports(app) == []
 
@@ -100,6 +103,7 @@ SERVER_PACKAGES = {
     "worker",
     "mlflow_api",
     "sweeps",
+    "alerts",
 }
 
 
@@ -227,7 +231,7 @@ def test_importing_the_sdk_loads_no_django_module():
     assert not result.stdout.strip(), result.stdout
 
 
-SERVER_APPS = ("config", "mado", "runs", "sweeps", "checkpoints", "parity", "jobs", "mlflow_api", "worker")
+SERVER_APPS = ("config", "mado", "runs", "sweeps", "checkpoints", "parity", "jobs", "alerts", "mlflow_api", "worker")
 
 
 def server_lines(app: str) -> int:

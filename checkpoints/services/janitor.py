@@ -20,6 +20,7 @@ from django.utils import timezone
 
 from checkpoints.models import Checkpoint, CheckpointState
 from checkpoints.services.checkpoints import discard_upload
+from runs import hooks
 from runs.models import FINAL_STATES as RUN_FINAL_STATES
 
 logger = logging.getLogger("checkpoints")
@@ -29,7 +30,8 @@ def checkpoint_end_in_error(*, checkpoint_id: int, error: str) -> bool:
     """End pending checkpoint ``checkpoint_id`` ``error`` with ``error`` and discard its upload; False if not pending.
 
     Under the row lock, so a concurrent completion or verification either
-    wins (then this does nothing) or finds the checkpoint ended.
+    wins (then this does nothing) or finds the checkpoint ended. After the commit,
+    ``runs.hooks.checkpoint_refused`` tells the higher apps (alerts).
     """
     with transaction.atomic():
         row = Checkpoint.objects.select_for_update().filter(pk=checkpoint_id, state=CheckpointState.PENDING).first()
@@ -37,6 +39,9 @@ def checkpoint_end_in_error(*, checkpoint_id: int, error: str) -> bool:
             return False
         Checkpoint.objects.filter(pk=row.pk).update(state=CheckpointState.ERROR, error=error[:10_000], declared=None)
         discard_upload(row.received, on_commit=True)
+        transaction.on_commit(
+            lambda: hooks.checkpoint_refused.send(sender=None, checkpoint=row, reason=error), robust=True
+        )
     logger.warning("checkpoint %s ended in error: %s", checkpoint_id, error)
     return True
 

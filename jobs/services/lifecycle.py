@@ -23,6 +23,7 @@ from jobs.models import FINAL_STATES, Job, JobStatus, RunLogChunk, RunToken
 from jobs.services._common import end_run, record_job_alive, record_job_ended, revoke_on_commit, revoke_run_tokens
 from mado import policy
 from mado.errors import Conflict, Forbidden, NotFound, UserError
+from runs import hooks
 from runs.models import Run, RunStatus
 
 logger = logging.getLogger("jobs")
@@ -317,7 +318,7 @@ def job_fail_undelivered(args: list, reason: str) -> None:
 
     Ends it through ``job_finish`` (its Run ``failed``, a retry from scratch
     when attempts are left, docs/design/resume.md#retry). A Job claimed or ended meanwhile, or whose Run code running
-    elsewhere attached, is left as is.
+    elsewhere attached, is left as is. After the commit ``runs.hooks.job_given_up`` tells the higher apps.
     """
     with transaction.atomic():
         _lock_run_of(args[0])
@@ -327,6 +328,8 @@ def job_fail_undelivered(args: list, reason: str) -> None:
             .exists()
         ):
             _finish(job_id=args[0], exit_code=None, error=f"The Job never started. {reason}", aborted=False)
+            job = Job.objects.select_related("run", "queue").get(pk=args[0])
+            transaction.on_commit(lambda: hooks.job_given_up.send(sender=None, job=job, reason=reason), robust=True)
 
 
 @transaction.atomic

@@ -1,0 +1,99 @@
+"""What the alerts app does on the events of ``runs.hooks`` (docs/design/house.md#arrows; docs/design/alerts.md#rules).
+
+Every receiver fires in its own savepoint and swallows its errors
+(``fire_safely``): an alert never fails the reaper, a Job's end or a batch.
+"""
+
+import logging
+
+from alerts.evaluate import rules_after_batch
+from alerts.models import Event
+from alerts.services.delivery import delivery_give_up, delivery_waits
+from alerts.services.firing import DELIVER_TASK, fire_safely, rules_for
+from mado import outbox
+from runs import hooks
+from runs.models import Run
+
+logger = logging.getLogger("alerts")
+
+ENDED = {"crashed": Event.CRASHED, "failed": Event.FAILED, "preempted": Event.PREEMPTED, "finished": Event.FINISHED}
+
+
+def _fire(event: str, run, *, condition: str, title: str, text: str = "", level: str = "warn") -> None:
+    for rule in rules_for(project_id=run.project_id, event=event):
+        fire_safely(rule=rule, run=run, condition=condition, title=title, text=text, level=level)
+
+
+def _name(run) -> str:
+    return run.name or run.external_id
+
+
+def alerts_on_run_ended(sender, *, run, **kwargs) -> None:
+    """``run`` ended: the rules on its final status fire (crashed, failed, preempted, finished)."""
+    event = ENDED.get(run.status)
+    if event is not None:
+        level = "info" if event == Event.FINISHED else "error"
+        _fire(event, run, condition=event, title=f"Run {_name(run)} {run.status}", text=run.ended_reason, level=level)
+
+
+def alerts_on_run_started(sender, *, run, **kwargs) -> None:
+    """``run`` started; a resumed one (a parent, or reopened under its id) fires the ``resumed`` rules."""
+    if run.parent_id or run.resume_count:
+        _fire(
+            Event.RESUMED,
+            run,
+            condition=f"resumed #{run.resume_count}",
+            title=f"Run {_name(run)} resumed",
+            level="info",
+        )
+
+
+def alerts_on_metrics(sender, *, run, steps, batch=None, **kwargs) -> None:
+    """A batch of ``run`` committed: the metric rules on its keys are evaluated (``alerts.evaluate``)."""
+    if batch is not None:
+        rules_after_batch(run=run, steps=steps, batch=batch)
+
+
+def alerts_on_parity(sender, *, parity, previous, **kwargs) -> None:
+    """A parity verdict changed; ``diverged`` fires the parity rules of the resumed Run."""
+    if parity.verdict == "diverged" and previous != "diverged":
+        run = Run.objects.select_related("project", "created_by").get(pk=parity.run_id)
+        text = f"{parity.key} at step {parity.step}: parent {parity.parent_value}, resumed {parity.child_value}"
+        _fire(
+            Event.PARITY_DIVERGED,
+            run,
+            condition="parity diverged",
+            title=f"Run {_name(run)} diverged from its parent",
+            text=text,
+        )
+
+
+def alerts_on_checkpoint_refused(sender, *, checkpoint, reason, **kwargs) -> None:
+    """A checkpoint ended ``error``: the checkpoint rules of its Run fire (one condition per step)."""
+    run = Run.objects.select_related("project", "created_by").get(pk=checkpoint.run_id)
+    title = f"Checkpoint at step {checkpoint.step} of run {_name(run)} refused"
+    _fire(Event.CHECKPOINT_REFUSED, run, condition=f"checkpoint {checkpoint.step}", title=title, text=reason)
+
+
+def alerts_on_job_given_up(sender, *, job, reason, **kwargs) -> None:
+    """A Job never ran (no worker took it): the Job rules of its Run fire."""
+    run = job.run
+    _fire(
+        Event.JOB_GIVEN_UP,
+        run,
+        condition=f"job {job.pk} given up",
+        title=f"Job of run {_name(run)} given up",
+        text=reason,
+        level="error",
+    )
+
+
+def connect() -> None:
+    """Connect the receivers above and the delivery's outbox hooks; called once from ``AlertsConfig.ready``."""
+    hooks.run_ended.connect(alerts_on_run_ended, dispatch_uid="alerts.run_ended")
+    hooks.run_started.connect(alerts_on_run_started, dispatch_uid="alerts.run_started")
+    hooks.metrics_stored.connect(alerts_on_metrics, dispatch_uid="alerts.metrics_stored")
+    hooks.parity_changed.connect(alerts_on_parity, dispatch_uid="alerts.parity_changed")
+    hooks.checkpoint_refused.connect(alerts_on_checkpoint_refused, dispatch_uid="alerts.checkpoint_refused")
+    hooks.job_given_up.connect(alerts_on_job_given_up, dispatch_uid="alerts.job_given_up")
+    outbox.register(DELIVER_TASK, waiting=delivery_waits, give_up=delivery_give_up)

@@ -1,0 +1,1 @@
+"""The alerts app's state changes (docs/design/house.md#where-logic-goes)."""
