@@ -324,6 +324,34 @@ class Run(RunBase):
             self._lease.lost_by(error)
             raise
 
+    def alert(self, title: str, text: str = "", level: str = "warn") -> int | None:
+        """Send an alert from this Run through its Project's alert rules on "alert sent by the run"
+        (docs/design/alerts.md#run-alert): email, webhooks, chat, as the Project set them up.
+
+        Args:
+            title: one line, 1 to 300 characters, e.g. ``"loss plateaued"``.
+            text: optional longer text.
+            level: ``"info"``, ``"warn"`` (default) or ``"error"``.
+
+        Returns:
+            How many rules sent it (0: no rule listens), or None when the
+            server refused it (a warning says why: too many alerts a minute
+            from this Run, or the Run ended). Training goes on either way.
+
+        Raises:
+            ValueError: a bad ``title`` or ``level`` (nothing sent).
+        """
+        if not title or len(title) > 300:
+            raise ValueError("title must be 1 to 300 characters")
+        if level not in ("info", "warn", "error"):
+            raise ValueError("level must be 'info', 'warn' or 'error'")
+        body = {"title": title, "text": text, "level": level}
+        try:
+            return self._client.request("POST", f"runs/{self.id}/alerts/", body=body, attempts=3)["fired"]
+        except ApiError as error:
+            logger.warning("alert %r not sent: %s", title, error)
+            return None
+
     def _require_lease(self, what: str) -> None:
         if self._lease.lost:
             raise MadoError(

@@ -2,7 +2,7 @@
 
 ``mado --version``, ``mado runs list``, ``mado sync DIR``,
 ``mado code push DIR``, ``mado job launch | list | show | abort | resume | logs``,
-``mado sweep create | show | retry`` and ``mado agent SWEEP_ID`` (docs/design/sweeps.md#sweeps, #requeue), ``mado
+``mado sweep create | show | retry``, ``mado alert RUN_ID TITLE`` and ``mado agent SWEEP_ID`` (docs/design/sweeps.md#sweeps, #requeue), ``mado
 checkpoint restore ID --into DIR`` (docs/design/worker.md: a Kubernetes init container's restore), ``mado
 probe-resume`` (docs/design/checkpoints.md#probe). Configuration as in
 the SDK: ``--api-url`` / ``--api-token`` (on ``mado`` or on the command), else ``MMT_API_URL`` / ``MMT_API_TOKEN``;
@@ -13,6 +13,7 @@ import click
 
 from mado_tracking._version import __version__
 from mado_tracking.cli.agent import agent
+from mado_tracking.cli.alerts import alert
 from mado_tracking.cli.checkpoints import checkpoint
 from mado_tracking.cli.code import code
 from mado_tracking.cli.jobs import job
@@ -31,7 +32,7 @@ def main(ctx: click.Context, api_url: str | None, api_token: str | None) -> None
     ctx.obj = {"api_url": api_url, "api_token": api_token}
 
 
-for _command in (runs, sync, code, job, sweep, agent, checkpoint, probe_resume):
+for _command in (runs, sync, code, job, sweep, agent, checkpoint, probe_resume, alert):
     main.add_command(_command)
 
 __all__ = ["main"]
