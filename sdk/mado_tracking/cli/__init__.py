@@ -2,7 +2,8 @@
 
 ``mado --version``, ``mado runs list``, ``mado sync DIR``,
 ``mado code push DIR``, ``mado job launch | list | show | abort | resume | logs``,
-``mado sweep create | show | retry``, ``mado alert RUN_ID TITLE`` and ``mado agent SWEEP_ID`` (docs/design/sweeps.md#sweeps, #requeue), ``mado
+``mado sweep create | show | retry``, ``mado alert RUN_ID TITLE`` (docs/design/alerts.md#run-alert)
+and ``mado agent SWEEP_ID`` (docs/design/sweeps.md#sweeps, #requeue), ``mado
 checkpoint restore ID --into DIR`` (docs/design/worker.md: a Kubernetes init container's restore), ``mado
 probe-resume`` (docs/design/checkpoints.md#probe). Configuration as in
 the SDK: ``--api-url`` / ``--api-token`` (on ``mado`` or on the command), else ``MMT_API_URL`` / ``MMT_API_TOKEN``;
