@@ -19,6 +19,7 @@ from django.urls import URLPattern, URLResolver, get_resolver
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
+from alerts.services.rules import channel_create, rule_create
 from jobs.models import JobStatus, Queue
 from jobs.services.lifecycle import job_claim, run_token_issue
 from mlflow_api.tracking.logged_models import logged_model_create
@@ -118,7 +119,11 @@ def world(db, project, other_project, creator, admin, member, viewer, outsider):
     )
     tokens = {"own_token": run_token_issue(job=job).key, "other_token": run_token_issue(job=other_job).key}
     logged_model = logged_model_create(actor=creator, project=project, name="net", source_run=run)
+    channel, _ = channel_create(actor=admin, project=project, name="oncall", kind="email", target="ops@example.org")
+    rule = rule_create(actor=admin, project=project, name="crashes", event="crashed", personal=False)
     return {
+        "alert_channel": channel,
+        "alert_rule": rule,
         "logged_model": logged_model,
         "project": project,
         "run": run,
@@ -175,6 +180,8 @@ def concrete(route: str, world) -> str:
         "artifact_path": f"{project.pk}/{run.external_id}/artifacts/notes.txt",
         "model_id": world["logged_model"].model_id,
         "tag_key": "absent",
+        "rule_id": world["alert_rule"].pk,
+        "channel_id": world["alert_channel"].pk,
     }
     url = re.sub(r"\(\?P<(\w+)>[^)]*\)", lambda m: str(values[m.group(1)]), route)
     url = re.sub(r"<(?:\w+:)?(\w+)>", lambda m: str(values[m.group(1)]), url)
@@ -256,6 +263,9 @@ def request_body(route: str, method: str, world):
         "<str:model_id>/tags": {"tags": [{"key": "stage", "value": "prod"}]},
         "<str:model_id>/params": {"params": [{"key": "lr", "value": "0.1"}]},
         "[\\s\\S]+)": {"num_parts": 2},
+        "alert-rules/": {"name": "failures", "event": "failed"},
+        "alert-channels/": {"name": "team", "kind": "email", "target": "team@example.org"},
+        "<int:run_id>/alerts/": {"title": "loss plateaued"},
     }
     if route.endswith("codes/<int:code_id>/versions/") and method == "POST":
         return {"entrypoint": json.dumps(["python", "train.py"])}, "multipart"
