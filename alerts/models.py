@@ -128,13 +128,13 @@ class Firing(models.Model):
 
 
 class MetricWatch(models.Model):
-    """What a metric rule remembers of a Run between batches: points beyond the threshold in a row, the last
-    point's time (a stalled-loop rule)."""
+    """What a threshold rule remembers of a Run between batches: ``in_a_row`` points beyond the threshold ended a
+    batch at ``last_step`` (written only by a batch with such points; docs/design/alerts.md#metric-rules)."""
 
     rule = models.ForeignKey(Rule, on_delete=models.CASCADE, related_name="watches")
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="+")
     in_a_row = models.PositiveIntegerField(default=0)
-    last_point_at = models.DateTimeField(null=True, blank=True)
+    last_step = models.BigIntegerField(default=0)
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["rule", "run"], name="alert_watch_unique")]

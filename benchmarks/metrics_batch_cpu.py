@@ -11,7 +11,10 @@ request to ``config.wsgi.application``, and prints per batch:
 - the web process's CPU (``time.process_time``) for the whole request;
 - the PostgreSQL backend's CPU (``/proc/<backend pid>/stat``; the database
   must run on this machine) for the same requests;
-- with ``--profile``, the 25 costliest functions of the web side (cProfile).
+- with ``--profile``, the 25 costliest functions of the web side (cProfile);
+- with ``--alert-rules N``, N alert rules on the batch's keys (non-finite, above and below a threshold for 3
+  points in a row, stalled loop, in turn) and the CPU their evaluation took (``alerts.receivers.alerts_on_metrics``,
+  timed in place) per batch and as a share of the rest of the web request (docs/design/alerts.md#metric-rules).
 
 The machine's load and a sha256 rate are printed beside the figures.
 
@@ -51,6 +54,7 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=60)
     parser.add_argument("--size", type=int, default=10_000, help="points per batch")
     parser.add_argument("--profile", action="store_true", help="print a cProfile of the web side")
+    parser.add_argument("--alert-rules", type=int, default=0, help="alert rules on the batch's keys")
     args = parser.parse_args()
 
     recreate_postgres_database(args.database_url)
@@ -80,6 +84,7 @@ def main() -> None:
     project = project_create(user=user, name="Bench", slug="bench")
     run = Run.objects.create(project=project, name="cpu", created_by=user)
     token = Token.objects.create(user=user).key
+    alert_cpu = add_alert_rules(project, user, args.alert_rules) if args.alert_rules else None
     client = Client(HTTP_AUTHORIZATION=f"Bearer {token}")
     path = f"/api/v1/runs/{run.pk}/metrics/"
 
@@ -121,8 +126,53 @@ def main() -> None:
         f"web request {web / args.batches * 1e3:.1f} ms CPU{' (profiled)' if profiler else ''}; "
         f"PostgreSQL backend {db / args.batches * 1e3:.1f} ms CPU"
     )
+    if alert_cpu is not None:
+        rules_ms = alert_cpu[0] / alert_cpu[1] * 1e3
+        rest_ms = web / args.batches * 1e3 - rules_ms
+        print(
+            f"{args.alert_rules} alert rules: {rules_ms:.2f} ms CPU per batch "
+            f"= {rules_ms / rest_ms * 100:.1f} % of the rest of the web request ({rest_ms:.1f} ms)"
+        )
     if profiler:
         pstats.Stats(profiler).sort_stats("tottime").print_stats(25)
+
+
+def add_alert_rules(project, user, count: int) -> list[float]:
+    """``count`` alert rules of ``project`` on keys a and b; returns ``[CPU s, calls]`` of their evaluation, counted
+    from the next batch on (the metrics_stored receiver is wrapped in place)."""
+    from alerts import receivers
+    from alerts.services.rules import rule_create
+    from runs import hooks
+
+    shapes = [
+        {"event": "metric_nonfinite"},
+        {"event": "metric_above", "threshold": 1e9, "consecutive": 3},
+        {"event": "metric_below", "threshold": -1e9, "consecutive": 3},
+        {"event": "metric_stalled", "stalled_minutes": 30},
+    ]
+    for n in range(count):
+        shape = shapes[n % len(shapes)]
+        rule_create(actor=user, project=project, name=f"rule {n}", personal=False, key="ab"[n % 2], **shape)
+    spent = [0.0, 0]
+    original = receivers.alerts_on_metrics
+
+    profile = cProfile.Profile() if os.environ.get("ALERT_PROFILE") else None
+
+    def timed(sender, **kwargs):
+        started = time.process_time()
+        if profile:
+            profile.enable()
+        original(sender, **kwargs)
+        if profile:
+            profile.disable()
+        spent[0] += time.process_time() - started
+        spent[1] += 1
+        if profile and spent[1] == 30:
+            pstats.Stats(profile).sort_stats("cumtime").print_stats(30)
+
+    hooks.metrics_stored.disconnect(dispatch_uid="alerts.metrics_stored")
+    hooks.metrics_stored.connect(timed, dispatch_uid="alerts.metrics_stored", weak=False)
+    return spent
 
 
 if __name__ == "__main__":

@@ -316,6 +316,8 @@ MADO_ALERT_RETRY_SECONDS = env_int("MADO_ALERT_RETRY_SECONDS", 30, minimum=1)
 MADO_ALERT_MAX_ATTEMPTS = env_int("MADO_ALERT_MAX_ATTEMPTS", 10, minimum=1)
 # Alerts a Run's code may send (run.alert) per minute; more answer 429.
 MADO_ALERT_RUN_RATE = env_int("MADO_ALERT_RUN_RATE", 6, minimum=1)
+# Each web process keeps a Project's metric rules this many seconds (a changed rule applies within that time).
+MADO_ALERT_RULE_CACHE_SECONDS = env_int("MADO_ALERT_RULE_CACHE_SECONDS", 10, minimum=0)
 
 # --- production hardening (manage.py check --deploy is clean when set) -------
 SECURE_SSL_REDIRECT = env_bool("MADO_SECURE_SSL_REDIRECT", False)

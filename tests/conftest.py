@@ -32,6 +32,14 @@ def _default_language():
     translation.deactivate()
 
 
+@pytest.fixture(autouse=True)
+def _alert_rules_forgotten():
+    """Each test starts with no metric alert rules cached in the process (a new test's Project may reuse an id)."""
+    from alerts.evaluate import forget_rules
+
+    forget_rules()
+
+
 @pytest.fixture
 def dropped_windows(monkeypatch):
     """``mado_tracking.writeback`` with 4 KiB windows; the ``(offset, length)`` of each range dropped from the cache."""

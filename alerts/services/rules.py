@@ -15,6 +15,7 @@ from django.core.validators import validate_email
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from alerts.evaluate import forget_rules
 from alerts.models import METRIC_EVENTS, Channel, ChannelKind, Delivery, Event, Firing, Rule
 from alerts.services.firing import alert_fire, delivery_queue
 from alerts.ssrf import UrlRefused, check_url
@@ -85,6 +86,7 @@ def rule_create(
         **{k: v for k, v in fields.items() if k in RULE_FIELDS and v is not None},
     )
     rule.channels.set(channels)
+    transaction.on_commit(lambda: forget_rules(project.pk))
     logger.info("alert rule %s created by %s in %s", rule.pk, actor.username, project.slug)
     return rule
 
@@ -94,7 +96,9 @@ def rule_delete(*, actor, rule: Rule) -> None:
     """Delete ``rule`` and its firings: a Project rule by an admin, a subscription by its owner or an admin."""
     policy.require_alerts_manager(actor, rule.project, owner_id=rule.owner_id)
     logger.info("alert rule %s deleted by %s in %s", rule.pk, actor.username, rule.project.slug)
+    project_id = rule.project_id
     rule.delete()
+    transaction.on_commit(lambda: forget_rules(project_id))
 
 
 @transaction.atomic

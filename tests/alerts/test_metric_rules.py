@@ -8,7 +8,7 @@ import pytest
 from django.utils import timezone
 
 from alerts.evaluate import longest_run, stalled_runs_check
-from alerts.models import Delivery, Event, Firing, MetricWatch
+from alerts.models import Delivery, Event, Firing
 from alerts.services.rules import channel_create, rule_create
 from runs.models import RunStatus
 from tests.factories import RunFactory
@@ -131,7 +131,9 @@ def test_a_loop_that_beats_but_logs_nothing_fires_the_stalled_rule_once(api, hoo
     assert received["body"]["title"] == "No new train.loss for 2 minutes"
     run.refresh_from_db()
     assert run.status == RunStatus.RUNNING  # it still beats: the reaper would not have noticed
-    MetricWatch.objects.update(last_point_at=now + timedelta(minutes=5))  # it logs again, then stalls again
+    later = (now + timedelta(minutes=5)).timestamp()  # it logs again, then stalls again
+    post(api, creator, run, [{"key": "train.loss", "value": 0.1, "step": 10, "timestamp": later}])
+    assert stalled_runs_check(now=now + timedelta(minutes=6)) == 0
     assert stalled_runs_check(now=now + timedelta(minutes=8)) == 1
 
 
@@ -141,3 +143,25 @@ def test_a_loop_that_beats_but_logs_nothing_fires_the_stalled_rule_once(api, hoo
 )
 def test_longest_run_carries_the_previous_batch(beyond, carried, expected):
     assert longest_run(np.array(beyond, dtype=bool), carried) == expected
+
+
+def test_a_run_beyond_the_threshold_broken_by_a_quiet_batch_starts_again(api, hook, webhook, project, admin, creator):
+    rule_create(
+        actor=admin,
+        project=project,
+        name="hot",
+        event=Event.METRIC_ABOVE,
+        personal=False,
+        key="train.loss",
+        threshold=5.0,
+        consecutive=3,
+        channel_ids=[hook.pk],
+    )
+    run = RunFactory(project=project, created_by=creator, name="hot-run")
+
+    post(api, creator, run, loss(range(0, 4), lambda step: 9.0 if step >= 2 else 1.0))  # ends with 2 beyond
+    post(api, creator, run, loss(range(4, 6), lambda step: 1.0))  # a quiet batch breaks the run
+    post(api, creator, run, loss(range(6, 7), lambda step: 9.0))  # 1 beyond: not 3 in a row
+    assert webhook.received == []
+    post(api, creator, run, loss(range(7, 9), lambda step: 9.0))  # 6, 7, 8: three in a row across batches
+    assert len(webhook.received) == 1
