@@ -10,6 +10,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from alerts import selectors
+from alerts.reliability import project_reliability, reliability_json
 from alerts.serializers import (
     AlertChannelCreatedSerializer,
     AlertChannelInputSerializer,
@@ -128,3 +129,14 @@ class RunAlertApi(APIView):
         run = run_selectors.run_get_for_user(user=request.user, run_id=run_id)
         fired = services.run_alert_send(actor=request.user, run=run, **valid(RunAlertInputSerializer, request))
         return Response({"fired": len(fired)}, status=status.HTTP_201_CREATED)
+
+
+class ProjectReliabilityApi(APIView):
+    """``projects/{slug}/reliability/``: the lost-work ledger and the checkpoint interval it recommends."""
+
+    @extend_schema(tags=TAGS, parameters=[_SLUG], responses={200: OpenApiResponse(description="docs/api.md")})
+    def get(self, request, slug):
+        """GPU-hours lost per failed, crashed or preempted Run, failures per week, MTBF per queue, checkpoint
+        stall and interval per Code and the Young/Daly interval (any member or viewer)."""
+        project = run_selectors.project_get_for_user(user=request.user, slug=slug)
+        return Response(reliability_json(project_reliability(project=project)))

@@ -49,6 +49,15 @@ def delivery_list(*, user, channel: Channel) -> QuerySet[Delivery]:
     return Delivery.objects.filter(channel=channel).select_related("firing__rule").order_by("-created_at", "-pk")
 
 
+def project_deliveries(*, project) -> QuerySet[Delivery]:
+    """The deliveries to ``project``'s channels, newest first (callers check the reader may see them)."""
+    return (
+        Delivery.objects.filter(channel__project=project)
+        .select_related("channel", "firing__rule")
+        .order_by("-created_at", "-pk")
+    )
+
+
 def failing_channels(*, project) -> QuerySet[Channel]:
     """Channels of ``project`` whose last delivery failed (the Project page shows them)."""
     return Channel.objects.filter(project=project, last_status="failed").order_by("name")

@@ -31,4 +31,5 @@ urlpatterns = [
     path("", include((RUN_PAGES, run_urls.app_name))),
     path("", include("checkpoints.urls")),
     path("", include("jobs.urls")),
+    path("", include("alerts.urls")),
 ]
