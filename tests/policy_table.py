@@ -117,6 +117,7 @@ ROWS = {
     API + "alert-channels/<int:channel_id>/test/": {"POST": admin_only(202)},
     API + "alert-channels/<int:channel_id>/deliveries/": {"GET": admin_only(200)},
     API + "runs/<int:run_id>/alerts/": {"POST": run_write(201)},
+    API + "projects/<slug:slug>/reliability/": {"GET": api_read(tokens=403)},
     API + "^jobs/$": {"GET": api_list(), "POST": member_write(201)},
     API + "^jobs/(?P<pk>[0-9]+)/$": {"GET": api_read(tokens=403)},
     API + "^jobs/(?P<pk>[0-9]+)/logs/$": {"GET": api_read(tokens=403)},
@@ -208,6 +209,9 @@ ROWS = {
     "jobs/<int:pk>/live/": {"GET": page_read()},
     "jobs/<int:pk>/abort/": {"POST": page(403, 403, 302, 302)},
     "jobs/<int:pk>/resume-latest/": {"POST": page(403, 403, 302, 302)},
+    "projects/<slug:slug>/alerts/": {"GET": page(403, 200, 200, 200)},
+    "alert-channels/<int:pk>/send-test/": {"POST": page(403, 403, 403, 302)},
+    "projects/<slug:slug>/reliability/": {"GET": page_read()},
     "admin/": {"GET": answers(302, 302, 302, 302, 302, 302, 200, 302, 302)},
 }
 

@@ -164,6 +164,7 @@ def concrete(route: str, world) -> str:
         "jobs": world["job"].pk,
         "checkpoints": world["checkpoint"].pk,
         "sweeps": world["sweep"].pk,
+        "alert-channels": world["alert_channel"].pk,
     }.get(head, "")
     values = {
         "slug": project.slug,
