@@ -42,3 +42,14 @@ def test_the_resumed_run_page_links_its_lost_work_to_its_parent(login, project, 
 def test_a_project_with_no_loss_says_so(login, project, creator):
     page = login(creator).get(f"/projects/{project.slug}/reliability/").content.decode()
     assert "No run of this project was lost" in page
+
+
+def test_the_reliability_and_alerts_pages_speak_japanese(client, project, admin):
+    client.force_login(admin)
+    client.cookies["django_language"] = "ja"
+
+    reliability = client.get(f"/projects/{project.slug}/reliability/", HTTP_ACCEPT_LANGUAGE="ja").content.decode()
+    alerts = client.get(f"/projects/{project.slug}/alerts/", HTTP_ACCEPT_LANGUAGE="ja").content.decode()
+
+    assert "信頼性" in reliability and "失われた作業" in reliability
+    assert "チャネルはまだありません" in alerts
