@@ -181,6 +181,9 @@ SPECTACULAR_SETTINGS = {
         "JobStatusEnum": "jobs.models.JobStatus",
         "SweepTrialStateEnum": "sweeps.models.TrialState",
         "CheckpointStateEnum": "checkpoints.models.CheckpointState",
+        "AlertChannelKindEnum": "alerts.models.ChannelKind",
+        "AlertEventEnum": "alerts.models.Event",
+        "AlertDeliveryStatusEnum": "alerts.models.DeliveryStatus",
     },
 }
 
