@@ -10,7 +10,7 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
 app = Celery("mado")
 app.config_from_object("django.conf:settings", namespace="CELERY")
-app.autodiscover_tasks(["mado", "runs", "sweeps", "checkpoints", "jobs", "worker"])
+app.autodiscover_tasks(["mado", "runs", "sweeps", "checkpoints", "jobs", "alerts", "worker"])
 
 
 @app.on_after_configure.connect

@@ -71,3 +71,15 @@ def test_the_webhook_secret_is_shown_once(api, project, admin, settings):
     assert "secret" not in api(admin).get(url).json()["results"][0]
     again = api(admin).post(url, {"name": "hook", "kind": "webhook", "target": "http://127.0.0.1:9/h"}, format="json")
     assert again.status_code == 409 and again.json()["field"] == "name"
+
+
+def test_a_worker_knows_the_delivery_task_and_beat_schedules_the_retries_and_the_stalled_check():
+    from config.celery import app
+    from mado.periodic import beat_schedule
+
+    app.loader.import_default_modules()
+
+    assert {"alerts.tasks.deliver", "alerts.tasks.retry_deliveries", "alerts.tasks.check_stalled_metrics"} <= set(
+        app.tasks
+    )
+    assert {"alerts-retry-deliveries", "alerts-stalled-metrics"} <= set(beat_schedule())
