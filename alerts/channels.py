@@ -13,6 +13,7 @@ import hmac
 import json
 import time
 
+import urllib3
 from django.conf import settings
 from django.core.mail import send_mail
 
@@ -59,7 +60,7 @@ def _post(url: str, body: bytes, headers: dict) -> int:
         response = post_guarded(
             url, data=body, headers={"Content-Type": "application/json", **headers}, timeout=TIMEOUT_S
         )
-    except OSError as exc:  # requests' errors are OSErrors: connection refused, timeout, TLS
+    except (OSError, urllib3.exceptions.HTTPError) as exc:  # connection refused, timeout, TLS
         raise DeliveryFailed(f"{type(exc).__name__}: {exc}") from exc
     if not 200 <= response.status_code < 300:
         raise DeliveryFailed(f"HTTP {response.status_code}: {response.text[:300]}")

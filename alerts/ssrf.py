@@ -5,14 +5,18 @@ link-local (the cloud metadata address 169.254.169.254 among them),
 carrier-grade NAT, multicast, reserved or unspecified address, unless the
 operator opened that range in ``MADO_ALERT_WEBHOOK_ALLOW`` (CIDRs). The check
 runs when a channel is created and again before every request of a
-delivery, after every redirect (``post_guarded`` follows redirects itself).
+delivery, after every redirect (``post_guarded`` follows redirects itself),
+and the request connects to the very address that was checked (TLS still
+verifies the host name), so a name that resolves differently a moment later
+(DNS rebinding) cannot slip through.
 """
 
 import ipaddress
 import socket
 from urllib.parse import urljoin, urlsplit
 
-import requests
+import certifi
+import urllib3
 from django.conf import settings
 
 MAX_REDIRECTS = 5
@@ -42,8 +46,9 @@ def _inward(address) -> bool:
     )
 
 
-def check_url(url: str) -> None:
-    """Raise ``UrlRefused`` unless ``url`` is http(s) and every address its host resolves to is outward (or allowed).
+def check_url(url: str) -> str:
+    """Raise ``UrlRefused`` unless ``url`` is http(s) and every address its host resolves to is outward (or allowed);
+    the first address (to connect to).
 
     ``url``: an absolute URL. Resolution errors refuse too (nothing to reach).
     """
@@ -62,19 +67,57 @@ def check_url(url: str) -> None:
                 f"{parts.hostname} resolves to {address}, a loopback, private, link-local or metadata address: "
                 "webhooks may not reach the server's own network (an operator may allow a range)."
             )
+    return infos[0][4][0].split("%")[0]
 
 
-def post_guarded(url: str, *, data: bytes, headers: dict, timeout: float) -> requests.Response:
-    """POST ``data`` to ``url``, following up to ``MAX_REDIRECTS`` redirects, each target checked first.
+class Answer:
+    """What the receiver answered: ``status_code`` and the start of its body as ``text``."""
+
+    def __init__(self, status: int, body: bytes):
+        self.status_code = status
+        self.text = body[:1000].decode("utf-8", "replace")
+
+
+def _post_pinned(url: str, address: str, *, data: bytes, headers: dict, timeout: float):
+    parts = urlsplit(url)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    if parts.scheme == "https":
+        pool = urllib3.HTTPSConnectionPool(
+            address,
+            port,
+            server_hostname=parts.hostname,
+            assert_hostname=parts.hostname,
+            cert_reqs="CERT_REQUIRED",
+            ca_certs=certifi.where(),
+        )
+    else:
+        pool = urllib3.HTTPConnectionPool(address, port)
+    target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    with pool:
+        return pool.urlopen(
+            "POST",
+            target,
+            body=data,
+            headers={**headers, "Host": parts.netloc.rpartition("@")[2]},
+            redirect=False,
+            retries=False,
+            timeout=urllib3.Timeout(total=timeout),
+            preload_content=True,
+        )
+
+
+def post_guarded(url: str, *, data: bytes, headers: dict, timeout: float) -> Answer:
+    """POST ``data`` to ``url``, following up to ``MAX_REDIRECTS`` redirects, each target checked first and
+    connected to at the checked address.
 
     Raises ``UrlRefused`` for a refused URL (first or redirected) and
-    ``requests.RequestException`` for a network error; returns the last
-    response (any status).
+    ``OSError`` or ``urllib3.exceptions.HTTPError`` for a network error;
+    returns the last answer (any status).
     """
     for _ in range(MAX_REDIRECTS + 1):
-        check_url(url)
-        response = requests.post(url, data=data, headers=headers, timeout=timeout, allow_redirects=False)
-        if not response.is_redirect:
-            return response
-        url = urljoin(url, response.headers["Location"])
+        response = _post_pinned(url, check_url(url), data=data, headers=headers, timeout=timeout)
+        location = response.headers.get("Location")
+        if response.status not in (301, 302, 303, 307, 308) or not location:
+            return Answer(response.status, response.data)
+        url = urljoin(url, location)
     raise UrlRefused(f"more than {MAX_REDIRECTS} redirects.")

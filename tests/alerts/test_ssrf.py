@@ -1,6 +1,8 @@
 """Webhook URLs cannot be pointed inward: refused at creation and at delivery, through redirects too
 (docs/design/alerts.md#ssrf)."""
 
+import socket
+
 import pytest
 
 from alerts.models import Delivery, DeliveryStatus, Event
@@ -89,3 +91,34 @@ def test_a_redirect_to_an_inward_url_is_refused_before_it_is_followed(eager, web
     delivery = Delivery.objects.get()
     assert delivery.status == DeliveryStatus.FAILED
     assert "rule 'crashes': webhook URL refused" in delivery.error and "metadata address" in delivery.error
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_request_goes_to_the_address_that_was_checked_not_a_second_lookup(
+    eager, monkeypatch, settings, webhook, project, admin, creator
+):
+    """DNS rebinding: the name answers an allowed address to the check and another one after; mado connects to
+    the checked one (the receiver listens on 127.0.0.1 only, so a connection to 127.0.0.2 would be refused)."""
+    settings.MADO_ALERT_WEBHOOK_ALLOW = ["127.0.0.1/32"]
+    real = socket.getaddrinfo
+    answers = iter(["127.0.0.1", "127.0.0.1"])  # the channel's check, the delivery's check; then rebound
+
+    def rebinding(host, port, *args, **kwargs):
+        if host != "hooks.rebind.test":
+            return real(host, port, *args, **kwargs)
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (next(answers, "127.0.0.2"), port))]
+
+    monkeypatch.setattr(socket, "getaddrinfo", rebinding)
+    url = f"http://hooks.rebind.test:{webhook.port}/hook"
+    channel, secret = channel_create(actor=admin, project=project, name="hook", kind="webhook", target=url)
+    webhook.secret = secret
+    rule_create(
+        actor=admin, project=project, name="crashes", event=Event.CRASHED, personal=False, channel_ids=[channel.pk]
+    )
+    running_run(project, creator, "r")
+
+    runs_reap_crashed()
+
+    [received] = webhook.received
+    assert received["signed"] and received["headers"]["Host"] == f"hooks.rebind.test:{webhook.port}"
+    assert Delivery.objects.get().status == DeliveryStatus.SENT
