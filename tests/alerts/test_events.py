@@ -89,3 +89,23 @@ def test_a_quiet_period_records_but_does_not_send_a_second_firing(subscribed, pr
 
     assert subjects() == ["[mado] Run first crashed"]
     assert list(Firing.objects.order_by("pk").values_list("quieted", flat=True)) == [False, True]
+
+
+def test_tag_and_queue_filters_match_the_runs_tags_and_jobs_queue(project, creator):
+    from alerts.models import Rule
+    from alerts.services.firing import rule_matches
+    from runs.models import RunTag
+    from tests.alerts.history import T0, _run
+
+    queue = Queue.objects.get_or_create(name="gpu-a100")[0]
+    code_version = CodeVersionFactory(code__project=project, code__created_by=creator, version=1)
+    on_a100 = _run(project, creator, "big", RunStatus.CRASHED, T0, 1, queue=queue, gpus=8, code_version=code_version)
+    RunTag.objects.create(run=on_a100, key="team", value="vision")
+    loose = RunFactory(project=project, created_by=creator, name="loose")
+
+    def rule(**filters):
+        return Rule(project=project, name="r", event=Event.CRASHED, created_by=creator, **filters)
+
+    assert rule_matches(rule(queues=["gpu-a100"]), on_a100) and not rule_matches(rule(queues=["gpu-a100"]), loose)
+    assert rule_matches(rule(tags=["team=vision"]), on_a100) and rule_matches(rule(tags=["team"]), on_a100)
+    assert not rule_matches(rule(tags=["team=nlp"]), on_a100) and not rule_matches(rule(tags=["team"]), loose)
