@@ -3,7 +3,9 @@
 import os
 
 from celery import Celery
+from celery.signals import worker_init, worker_process_init
 
+from mado.allocator import tune_allocator
 from mado.periodic import SCHEDULE
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
@@ -18,3 +20,11 @@ def _periodic_checks(sender, **kwargs) -> None:
     """Beat's schedule is ``mado.periodic.SCHEDULE`` itself: the apps fill it from their ``ready()``, before beat
     reads it."""
     sender.conf.beat_schedule = SCHEDULE
+
+
+@worker_init.connect
+@worker_process_init.connect
+def _tune_allocator(**kwargs) -> None:
+    """A worker streams a resumed Job's checkpoint in 1 MiB chunks through several threads, as the web process
+    streams an upload: the same malloc settings keep those chunks on reused pages (``mado.allocator``)."""
+    tune_allocator()

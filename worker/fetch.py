@@ -25,8 +25,9 @@ from django.conf import settings
 
 from checkpoints import storage
 from checkpoints.models import Artifact, Checkpoint, CheckpointState, ManifestEntry
-from mado_tracking.extractdir import ExtractionDir, refuse_existing
-from mado_tracking.tarverify import CheckpointVerifier, ManifestFile, ManifestMismatch
+from mado_tracking.extract import extract_checkpoint_stream
+from mado_tracking.extractdir import refuse_existing
+from mado_tracking.tarverify import ManifestFile, ManifestMismatch
 from worker.errors import ArchiveRejected, CheckpointMismatch, StorageUnavailable
 from worker.extract import CHECKPOINT_DIR
 
@@ -73,7 +74,10 @@ def restore_checkpoint(
     (docs/design/worker.md).
 
     The stored bytes stream (a broken read resumes with a ranged read from
-    the first byte not yet verified) through ``CheckpointVerifier``: the
+    the first byte not yet verified; S3 in ranged GETs, several at once)
+    through the one restore ``mado agent`` runs too
+    (``mado_tracking.extract.extract_checkpoint_stream``, hashing on several
+    threads, docs/design/checkpoints.md#hash-threads): the
     format's rules (docs/checkpoint-format.md), every member against the
     manifest (extra, missing, size, SHA-256), then the whole tar against the
     recorded size and SHA-256. Each file's bytes are written into a staging
@@ -100,34 +104,50 @@ def restore_checkpoint(
     target = Path(workdir) / CHECKPOINT_DIR
     refuse_existing(target)
     key, recorded = artifact.storage_key, checkpoint.tar_size
-    with ExtractionDir(Path(workdir), ".checkpoint-", fail) as staging:
-        # The tar-level size and SHA-256 are compared last, so a tampered tar names the member that differs.
-        verifier = CheckpointVerifier(manifest, limits=settings.MADO_TAR_LIMITS, writer=staging)
-        try:
-            size = _stored_size(key, attempts=attempts, backoff_s=backoff_s)
-            if size > recorded + OVERSIZE_SLACK:  # refused before it is read
-                raise ManifestMismatch("size", f"the stored tar is {size} bytes, {recorded} were recorded")
-            for chunk in stream_resuming(key=key, size=size, attempts=attempts, backoff_s=backoff_s):
-                verifier.feed(chunk)
-                if on_progress is not None:
-                    on_progress()
-            verifier.finish()
-            if verifier.size != recorded:
-                raise ManifestMismatch("size", f"the stored tar is {verifier.size} bytes, {recorded} were recorded")
-            if verifier.sha256 != checkpoint.tar_sha256:
-                raise ManifestMismatch(
-                    "sha256", f"the stored tar's SHA-256 is {verifier.sha256}, {checkpoint.tar_sha256} was recorded"
-                )
-        except _Missing:
-            raise fail("artifact", f"object missing: {key} is not in the storage") from None
-        except ManifestMismatch as exc:
-            raise fail(exc.what, exc.detail) from None
-        finally:
-            verifier.close()
-        staging.commit(target, dir_mode=0o555)
+    found: dict[str, int] = {}
+    chunks = _stored_chunks(key, recorded=recorded, attempts=attempts, backoff_s=backoff_s, on_progress=on_progress)
+    try:
+        extract_checkpoint_stream(
+            chunks,
+            target,
+            checkpoint_id=cid,
+            manifest=manifest,
+            tar_size=None,
+            tar_sha256=None,
+            limits=settings.MADO_TAR_LIMITS,
+            fail=fail,
+            check=lambda verifier, written: _compare_recorded(checkpoint, verifier, written, found),
+        )
+    except _Missing:
+        raise fail("artifact", f"object missing: {key} is not in the storage") from None
     return RestoredCheckpoint(
-        checkpoint_dir=target, manifest=manifest, size=verifier.size, bytes_written=staging.bytes_written
+        checkpoint_dir=target, manifest=manifest, size=found["size"], bytes_written=found["bytes_written"]
     )
+
+
+def _stored_chunks(
+    key: str, *, recorded: int, attempts: int, backoff_s: float, on_progress: Callable[[], None] | None
+) -> Iterator[bytes]:
+    """The stored tar's bytes in order (a broken read resumed); refused unread when far longer than recorded."""
+    size = _stored_size(key, attempts=attempts, backoff_s=backoff_s)
+    if size > recorded + OVERSIZE_SLACK:
+        raise ManifestMismatch("size", f"the stored tar is {size} bytes, {recorded} were recorded")
+    for chunk in stream_resuming(key=key, size=size, attempts=attempts, backoff_s=backoff_s):
+        yield chunk
+        if on_progress is not None:
+            on_progress()
+
+
+def _compare_recorded(checkpoint: Checkpoint, verifier, bytes_written: int, found: dict) -> None:
+    """The whole tar against the checkpoint's record, after every member matched (so a tampered tar names the
+    member that differs); ``found`` gets ``size`` and ``bytes_written``."""
+    if verifier.size != checkpoint.tar_size:
+        raise ManifestMismatch("size", f"the stored tar is {verifier.size} bytes, {checkpoint.tar_size} were recorded")
+    if verifier.sha256 != checkpoint.tar_sha256:
+        raise ManifestMismatch(
+            "sha256", f"the stored tar's SHA-256 is {verifier.sha256}, {checkpoint.tar_sha256} was recorded"
+        )
+    found.update(size=verifier.size, bytes_written=bytes_written)
 
 
 def fetch_artifact(

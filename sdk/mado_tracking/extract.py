@@ -92,30 +92,56 @@ def restore_checkpoint(
 
 
 def extract_checkpoint_stream(
-    chunks: Iterable[bytes], target: Path, *, checkpoint_id, manifest: list[dict], tar_size: int, tar_sha256: str
+    chunks: Iterable[bytes],
+    target: Path,
+    *,
+    checkpoint_id,
+    manifest: list[dict],
+    tar_size: int | None,
+    tar_sha256: str | None,
+    limits: Limits | None = None,
+    fail=None,
+    check=None,
 ) -> Path:
-    """Verify and extract the tar whose bytes ``chunks`` yields into the new directory ``target``; return it.
+    """Verify and extract the tar whose bytes ``chunks`` yields into the new directory ``target``; return it
+    (docs/design/worker.md#verify, #extract).
 
-    ``manifest`` (``[{"path", "size", "sha256"}]``) lists exactly the files
-    the tar must hold; ``tar_size`` (bytes) and ``tar_sha256`` (hex) are the
-    checkpoint's. The format's limits come from ``MADO_TAR_MAX_*`` (the
-    server's defaults otherwise). Raises ``CheckpointError`` (``Checkpoint
-    <id> <what> mismatch: …``) for anything the format refuses or any
-    difference, leaving nothing behind; ``FileExistsError`` when ``target``
-    exists.
+    The one restore of a checkpoint's tar: ``mado agent``, ``mado checkpoint
+    restore`` and the worker's (``worker.fetch``) all run it. ``manifest``
+    (``[{"path", "size", "sha256"}]`` or ``ManifestFile``s) lists exactly the
+    files the tar must hold; ``tar_size`` (bytes) and ``tar_sha256`` (hex) are
+    the checkpoint's, or None when ``check`` compares them. ``limits``: the
+    format's limits (default ``MADO_TAR_MAX_*``, the server's defaults
+    otherwise). ``fail(what, detail)`` builds the error raised for a
+    difference (default ``CheckpointError('Checkpoint <id> <what> mismatch:
+    …')``). ``check(verifier, bytes_written)``, called after every byte verified
+    (``verifier.size``, ``.sha256``, ``.members``) and written, before the
+    rename, may raise ``ManifestMismatch`` too. Files are hashed and
+    written on ``hashing.hash_threads()`` threads (docs/design/checkpoints.md#hash-threads);
+    the rename to ``target`` (files 0o444, directories 0o555) happens only
+    after everything matched, else nothing is left behind. Raises what
+    ``fail`` builds for anything the format refuses or any difference, what
+    ``chunks`` raises (nothing left behind either), ``FileExistsError`` when
+    ``target`` exists.
     """
 
-    fail = _mismatch(checkpoint_id)
-    files = [ManifestFile(entry["path"], entry["size"], entry["sha256"]) for entry in manifest]
+    fail = fail or _mismatch(checkpoint_id)
+    files = [entry if isinstance(entry, ManifestFile) else ManifestFile(**entry) for entry in manifest]
     refuse_existing(target)
     with ExtractionDir(target.parent, ".checkpoint-", fail) as staging:
         verifier = CheckpointVerifier(
-            files, tar_size=tar_size, tar_sha256=tar_sha256, limits=Limits.from_env(), writer=staging
+            files,
+            tar_size=tar_size,
+            tar_sha256=tar_sha256,
+            limits=Limits.from_env() if limits is None else limits,
+            writer=staging,
         )
         try:
             for chunk in chunks:
                 verifier.feed(chunk)
             verifier.finish()
+            if check is not None:
+                check(verifier, staging.bytes_written)
         except ManifestMismatch as exc:
             raise fail(exc.what, exc.detail) from None
         finally:

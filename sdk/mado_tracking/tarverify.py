@@ -16,7 +16,10 @@ from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+from mado_tracking.hashing import Done, Lanes, hash_threads
 from mado_tracking.tarformat import Limits, ManifestMismatch, Member, TarReader
+
+LANE_MIN_BYTES = 1 << 20  # a smaller file is hashed on the caller's thread: handing it over costs more
 
 __all__ = ["CheckpointVerifier", "ManifestFile", "ManifestMismatch", "compare_members", "manifest_digest"]
 
@@ -40,7 +43,7 @@ def manifest_digest(manifest: Iterable[ManifestFile]) -> str:
 
 
 class CheckpointVerifier:
-    """``feed(chunk)`` the tar's bytes, then ``finish()``; ``ManifestMismatch`` as soon as a difference shows.
+    """``feed(chunk)`` the tar's bytes, then ``finish()``; ``ManifestMismatch`` once a difference shows.
 
     ``manifest`` lists every file the tar must hold, or None when it arrives
     only after the bytes (then ``compare_members(verifier.members, manifest)``). ``tar_size`` (bytes)
@@ -48,6 +51,16 @@ class CheckpointVerifier:
     them. ``writer`` (optional) gets ``begin(Member)``, ``data(view)`` and
     ``end()`` after each member's checks. After ``finish()``: ``size``,
     ``sha256`` and ``members`` (path → ``ManifestFile``, files only).
+
+    ``threads`` (default ``hashing.hash_threads()``) hash at once
+    (docs/design/checkpoints.md#hash-threads): with 1 everything runs on the
+    caller's thread; with more, the tar's digest has a thread of its own, the
+    files' digests share the others (a file of 1 MiB or more on one lane,
+    smaller ones on the caller's thread), and the writer gets a thread too.
+    A file's SHA-256 is then compared when its lane has caught up, at the
+    latest in ``finish()``; when the format check refuses a later member
+    first, an earlier file's difference is still the one raised. The
+    chunks fed must not change afterwards (bytes, not a reused buffer).
     """
 
     def __init__(
@@ -58,18 +71,25 @@ class CheckpointVerifier:
         tar_sha256: str | None = None,
         limits: Limits = Limits(),
         writer=None,
+        threads: int | None = None,
     ):
+        threads = hash_threads() if threads is None else threads
         self._expected = None if manifest is None else {entry.path: entry for entry in manifest}
         self._declared_size = tar_size
         self._declared_sha = tar_sha256
         self._writer = writer
         self._reader = TarReader(self, limits=limits)
-        self._tar_hash = ThreadedSha256()
+        self._lanes = Lanes(threads if threads > 1 else 0)
+        self._io = Lanes(1 if threads > 1 and writer is not None else 0, name="mado-extract")
+        self._tar_hash = hashlib.sha256()
+        self._files: deque = deque()  # (member, future of the hex digest), in member order, not yet compared
+        self._file_count = 0
         self.members: dict[str, ManifestFile] = {}
         self.size = 0
         self.sha256 = ""
         self._member: Member | None = None
         self._digest = None
+        self._lane: int | None = None
 
     def feed(self, chunk) -> None:
         """Consume the next bytes of the tar."""
@@ -78,23 +98,44 @@ class CheckpointVerifier:
         self.size += len(chunk)
         if self._declared_size is not None and self.size > self._declared_size:
             raise ManifestMismatch("size", f"the tar is longer than the declared {self._declared_size} bytes")
-        self._tar_hash.update(chunk)
-        self._reader.feed(chunk)
+        self._lanes.submit(0, self._tar_hash.update, chunk)
+        self._checked(self._reader.feed, chunk)
 
     def finish(self) -> None:
-        """Check the end of the archive, the missing files and the declared size and SHA-256."""
-        self._reader.finish()
+        """Check the end of the archive, every file's SHA-256, the missing files and the declared size and SHA-256."""
+        self._checked(self._reader.finish)
+        self._lanes.wait()
+        self._io.wait()
+        self._compare_files(wait=True)
         if self._expected is not None:
             _compare_missing(self.members, self._expected)
         self.sha256 = self._tar_hash.hexdigest()
+        self.close()
         if self._declared_size is not None and self.size != self._declared_size:
             raise ManifestMismatch("size", f"the tar is {self.size} bytes, {self._declared_size} were declared")
         if self._declared_sha is not None and self.sha256 != self._declared_sha:
             raise ManifestMismatch("sha256", f"the tar's SHA-256 is {self.sha256}, {self._declared_sha} was declared")
 
     def close(self) -> None:
-        """Stop the helper thread (after a failure; ``finish`` does it on success)."""
-        self._tar_hash.close()
+        """Stop the helper threads (after a failure; ``finish`` does it on success)."""
+        self._lanes.close()
+        self._io.close()
+
+    def _checked(self, step, *args) -> None:
+        try:
+            step(*args)
+        except ManifestMismatch:
+            self._lanes.wait()
+            self._compare_files(wait=True)  # an earlier file that differs is named first
+            raise
+
+    def _compare_files(self, *, wait: bool) -> None:
+        while self._files and (wait or self._files[0][1].done()):
+            member, digest = self._files.popleft()
+            found = ManifestFile(member.path, member.size, digest.result())
+            if self._expected is not None:
+                _compare_sha(found, self._expected)
+            self.members[member.path] = found
 
     # --- the reader's sink ---
 
@@ -104,26 +145,33 @@ class CheckpointVerifier:
             if self._expected is not None:
                 _compare_size(member.path, member.size, self._expected)
             self._digest = hashlib.sha256()
+            self._file_count += 1
+            big = self._lanes.count > 1 and member.size >= LANE_MIN_BYTES
+            self._lane = 1 + self._file_count % (self._lanes.count - 1) if big else None
         self._member = member
         if self._writer is not None:
-            self._writer.begin(member)
+            self._io.submit(0, self._writer.begin, member)
 
     def data(self, view) -> None:
         """The next bytes of the current file (a memoryview): hashed, then handed to the writer."""
-        self._digest.update(view)
+        if self._lane is None:
+            self._digest.update(view)
+        else:
+            self._lanes.submit(self._lane, self._digest.update, view)
         if self._writer is not None:
-            self._writer.data(view)
+            self._io.submit(0, self._writer.data, view)
 
     def end(self) -> None:
-        """The current member ended: compare the file's SHA-256 with the manifest and record it."""
+        """The current member ended: its SHA-256 is compared with the manifest once computed."""
         member = self._member
         if not member.is_dir:
-            found = ManifestFile(member.path, member.size, self._digest.hexdigest())
-            if self._expected is not None:
-                _compare_sha(found, self._expected)
-            self.members[member.path] = found
+            if self._lane is None:
+                self._files.append((member, Done(self._digest.hexdigest())))
+            else:
+                self._files.append((member, self._lanes.submit(self._lane, self._digest.hexdigest)))
+            self._compare_files(wait=False)
         if self._writer is not None:
-            self._writer.end()
+            self._io.submit(0, self._writer.end)
 
 
 def compare_members(found: dict[str, ManifestFile], manifest: list[ManifestFile]) -> None:
