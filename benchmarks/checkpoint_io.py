@@ -10,6 +10,10 @@ more than that), then, in the same run:
 - the SDK's side alone: the checkpoint's tar stream read to the end without
   sending it (each file read once and its SHA-256 computed; the tar's is
   the server's);
+- ``CheckpointVerifier`` over the checkpoint's tar (read from a file) with
+  each number of hash threads of ``--threads`` (default 1 and 2), each
+  beside a single SHA-256 pass over the same tar: how verification scales
+  with the cores;
 - ``run.log_checkpoint`` through the SDK: tar + every file's SHA-256 +
   upload + the server's streaming check (every file's and the tar's
   SHA-256) + complete, ``--save-repeats`` times at successive steps, as a
@@ -49,6 +53,7 @@ the gunicorn processes (VmHWM, over the whole run).
     .venv/bin/python benchmarks/checkpoint_io.py                 # 1 GiB in 8 files
     .venv/bin/python benchmarks/checkpoint_io.py --size-mib 256
     .venv/bin/python benchmarks/checkpoint_io.py --workdir /dev/shm   # files and server data in memory
+    .venv/bin/python benchmarks/checkpoint_io.py --threads 1 2 4 --verification-only
 """
 
 import argparse
@@ -152,6 +157,68 @@ def sdk_side_alone(directory: Path) -> float:
     return time.perf_counter() - started
 
 
+def verification_rates(directory: Path, work: Path, threads: list[int], repeats: int) -> None:
+    """Print the rate of ``CheckpointVerifier`` (the server's and the restores' check: the format, every file's and
+    the tar's SHA-256) over the checkpoint's tar, read from a file in 1 MiB chunks, with each number of
+    ``threads`` (docs/design/checkpoints.md#hash-threads); each beside a single SHA-256 pass over the same tar,
+    interleaved, ``repeats`` times; medians, and the ratio to the first thread count's rate."""
+    from mado_tracking.tarstream import CheckpointTar
+    from mado_tracking.tarverify import CheckpointVerifier, ManifestFile
+
+    tar_path = work / "verify.tar"
+    tar = CheckpointTar(directory)
+    with open(tar_path, "wb") as out:
+        for part in tar:
+            out.write(part)
+    manifest = [ManifestFile(entry["path"], entry["size"], entry["sha256"]) for entry in tar.manifest]
+    size = tar_path.stat().st_size
+
+    def verify(count: int) -> float:
+        started = time.perf_counter()
+        verifier = CheckpointVerifier(manifest, tar_size=size, threads=count)
+        try:
+            with open(tar_path, "rb") as source:
+                while chunk := source.read(MIB):
+                    verifier.feed(chunk)
+            verifier.finish()
+        finally:
+            verifier.close()
+        return time.perf_counter() - started
+
+    seconds = {count: [] for count in threads}
+    reference = []
+    for _ in range(repeats):
+        for count in threads:
+            reference.append(sha256_single_pass_file(tar_path))
+            seconds[count].append(verify(count))
+    tar_path.unlink()
+    sha = statistics.median(reference)
+    first = statistics.median(seconds[threads[0]])
+    load = ", ".join(f"{figure:.1f}" for figure in os.getloadavg())
+    print(
+        f"verification of the tar ({size:,} bytes; format + each file's + the tar's SHA-256), median of {repeats}, "
+        f"load average {load} on {os.cpu_count()} CPUs; single SHA-256 pass {size / sha / 1e6:,.0f} MB/s "
+        f"(all {', '.join(f'{size / s / 1e6:,.0f}' for s in reference)}):"
+    )
+    for count in threads:
+        median = statistics.median(seconds[count])
+        print(
+            f"  {count} thread(s): {size / median / 1e6:,.0f} MB/s = {sha / median:.0%} of the single pass, "
+            f"{first / median:.2f}x the {threads[0]}-thread rate "
+            f"(all {', '.join(f'{size / s / 1e6:,.0f}' for s in seconds[count])} MB/s)"
+        )
+
+
+def sha256_single_pass_file(path: Path) -> float:
+    """Seconds for one hashlib SHA-256 pass over one file, 1 MiB reads."""
+    started = time.perf_counter()
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while chunk := handle.read(MIB):
+            digest.update(chunk)
+    return time.perf_counter() - started
+
+
 def cpu_seconds(pids: list[int]) -> tuple[float, float]:
     """User and system CPU seconds used so far by the processes ``pids`` (all their threads; /proc/<pid>/stat)."""
     ticks = os.sysconf("SC_CLK_TCK")
@@ -233,11 +300,29 @@ def main() -> None:
         help="saves of the checkpoint, each at its own step (default 5); the figure is their median",
     )
     parser.add_argument("--stall-repeats", type=int, default=5, help="repeats of the stall figures (default 5)")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        nargs="+",
+        default=[1, 2],
+        help="hash threads of the verification rates (default 1 2; MADO_HASH_THREADS sets the rest)",
+    )
+    parser.add_argument("--verify-repeats", type=int, default=3, help="repeats of each verification rate (default 3)")
+    parser.add_argument(
+        "--verification-only", action="store_true", help="print the verification rates only (no server)"
+    )
     args = parser.parse_args()
     if args.save_repeats < 1:
         parser.error("--save-repeats must be at least 1")
 
     work = Path(tempfile.mkdtemp(prefix="mado-ckpt-bench-", dir=args.workdir))
+    if args.verification_only:
+        try:
+            write_random_files(work / "ckpt", args.files, args.size_mib)
+            verification_rates(work / "ckpt", work, args.threads, args.verify_repeats)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        return
     env = {**os.environ, "MADO_DATA_DIR": str(work / "data")}
     env.pop("MADO_STORAGE", None)
     try:
@@ -287,6 +372,7 @@ def run_benchmark(url: str, token: str, work: Path, args, server_pid: int) -> No
     durable_s = durable_write(checkpoint_dir, work / "durable")
     with cpu("the SDK side alone"):
         client_s = sdk_side_alone(checkpoint_dir)
+    verification_rates(checkpoint_dir, work, args.threads, args.verify_repeats)
 
     run = mado_tracking.start_run(project="bench", name="checkpoint-io", api_url=url, api_token=token)
     reset = reset_peak_rss()

@@ -14,6 +14,7 @@ import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
 from mado.env import env_bool, env_choice, env_int, env_list, env_str
+from mado_tracking.hashing import hash_threads
 from mado_tracking.tarformat import Limits as TarLimits
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -276,6 +277,9 @@ MADO_CHECKPOINT_ENDED_GRACE = env_int("MADO_CHECKPOINT_ENDED_GRACE", 300, minimu
 # _COMPONENT_BYTES, _PAX_BYTES, _TOTAL_BYTES; the worker and `mado agent` read the same variables.
 try:
     MADO_TAR_LIMITS = TarLimits.from_env(os.environ)
+    # Threads that hash one checkpoint at once (docs/design/checkpoints.md#hash-threads): MADO_HASH_THREADS, else
+    # the cores this process may use, at most 4; the worker and the SDK read the same variable.
+    MADO_HASH_THREADS = hash_threads(os.environ)
 except ValueError as exc:
     raise ImproperlyConfigured(str(exc)) from None
 # Same-run resume and sweeps (docs/design/runs.md#resume-modes, #one-writer-process, #states;

@@ -2,9 +2,10 @@
 
 A checkpoint tar is downloaded, verified and extracted in one pass
 (``restore_checkpoint``): the bytes are read from the artifact storage in
-1 MiB chunks, fed to ``mado_tracking.tarverify.CheckpointVerifier`` (the one
-tar reader) and each file's bytes written where they belong; the tar itself
-is never stored. Other artifacts (a Code archive) are written to a file with
+1 MiB chunks (S3: ranged GETs, several at once) and go through the one
+restore ``mado agent`` runs too (``mado_tracking.extract.extract_checkpoint_stream``:
+the one tar reader, every file's and the tar's SHA-256 on their own threads,
+each file's bytes written where they belong); the tar itself is never stored. Other artifacts (a Code archive) are written to a file with
 their SHA-256 checked in the same pass. A read that breaks (connection
 reset, S3 error, a body that ends early) resumes with a ranged read from the
 first byte not yet received, with backoff, at most ``READ_ATTEMPTS``
@@ -115,6 +116,7 @@ def restore_checkpoint(
             tar_size=None,
             tar_sha256=None,
             limits=settings.MADO_TAR_LIMITS,
+            threads=settings.MADO_HASH_THREADS,
             fail=fail,
             check=lambda verifier, written: _compare_recorded(checkpoint, verifier, written, found),
         )

@@ -188,6 +188,7 @@ def checkpoint_verify_upload(*, checkpoint_id: int) -> str:
         tar_size=declared["tar_size"],
         tar_sha256=declared.get("tar_sha256"),
         limits=settings.MADO_TAR_LIMITS,
+        threads=settings.MADO_HASH_THREADS,
     )
     try:
         for chunk in storage.blob_iter_resuming(key=key, size=storage.blob_size(key)):

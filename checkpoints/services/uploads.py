@@ -118,7 +118,9 @@ def checkpoint_upload(
     require_pending(checkpoint)
     with transaction.atomic():  # refuse a stale writer before it streams gigabytes
         lease_check(run_id=checkpoint.run_id, token=fencing_token)
-    verifier = CheckpointVerifier(tar_size=expected_size, limits=settings.MADO_TAR_LIMITS)
+    verifier = CheckpointVerifier(
+        tar_size=expected_size, limits=settings.MADO_TAR_LIMITS, threads=settings.MADO_HASH_THREADS
+    )
     feeder = _FeedThread(verifier.feed)
     key = ""
     try:

@@ -100,6 +100,7 @@ def extract_checkpoint_stream(
     tar_size: int | None,
     tar_sha256: str | None,
     limits: Limits | None = None,
+    threads: int | None = None,
     fail=None,
     check=None,
 ) -> Path:
@@ -112,7 +113,8 @@ def extract_checkpoint_stream(
     files the tar must hold; ``tar_size`` (bytes) and ``tar_sha256`` (hex) are
     the checkpoint's, or None when ``check`` compares them. ``limits``: the
     format's limits (default ``MADO_TAR_MAX_*``, the server's defaults
-    otherwise). ``fail(what, detail)`` builds the error raised for a
+    otherwise). ``threads``: threads that hash at once (default
+    ``hashing.hash_threads()``). ``fail(what, detail)`` builds the error raised for a
     difference (default ``CheckpointError('Checkpoint <id> <what> mismatch:
     …')``). ``check(verifier, bytes_written)``, called after every byte verified
     (``verifier.size``, ``.sha256``, ``.members``) and written, before the
@@ -135,6 +137,7 @@ def extract_checkpoint_stream(
             tar_sha256=tar_sha256,
             limits=Limits.from_env() if limits is None else limits,
             writer=staging,
+            threads=threads,
         )
         try:
             for chunk in chunks:

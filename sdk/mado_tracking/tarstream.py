@@ -7,7 +7,10 @@ regular file (``CheckpointError`` naming the path). It then behaves as a
 iterable of known length (``len()``), so an HTTP client sends it with a
 ``Content-Length`` and constant memory. Each file is read once: every chunk
 read feeds the file's SHA-256 and is yielded as the next tar bytes, so no
-byte is read or hashed twice on the client. The whole tar's SHA-256 is not
+byte is read or hashed twice on the client. A file of 1 MiB or more is
+hashed on a thread beside the one sending (``hashing.hash_threads()`` - 1
+threads, docs/design/checkpoints.md#hash-threads), so hashing and sending
+overlap. The whole tar's SHA-256 is not
 needed for an upload (the server computes it while it checks every header
 and file); with ``tar_hash=True`` (an offline save records it) it runs
 beside the files' hashes on a second thread (hashlib releases the GIL).
@@ -41,8 +44,9 @@ import tarfile
 from pathlib import Path
 
 from mado_tracking.errors import CheckpointError
+from mado_tracking.hashing import Done, Lanes, hash_threads
 from mado_tracking.tarformat import Limits, ManifestMismatch, check_path
-from mado_tracking.tarverify import ThreadedSha256
+from mado_tracking.tarverify import LANE_MIN_BYTES, ThreadedSha256
 
 __all__ = ["CheckpointError", "CheckpointTar", "scan"]
 
@@ -146,21 +150,39 @@ class CheckpointTar:
                 hasher.close()
 
     def _parts(self):
-        for header, (relative, path, size) in zip(self._headers, self.files):
-            yield header
-            digest = hashlib.sha256()
-            read = 0
-            with open(path, "rb") as handle:
-                while read < size:
-                    data = handle.read(min(self._chunk, size - read))
-                    if not data:
-                        raise CheckpointError(f"{path}: shrank while it was being saved")
-                    digest.update(data)
-                    read += len(data)
-                    yield data
-                if handle.read(1):
-                    raise CheckpointError(f"{path}: grew while it was being saved")
-            self.manifest.append({"path": relative, "size": size, "sha256": digest.hexdigest()})
-            if size % BLOCK:
-                yield b"\x00" * (BLOCK - size % BLOCK)
-        yield END
+        # Each file's SHA-256 runs on a lane of its own while the sending thread goes on with the next
+        # chunk (hashlib releases the GIL), on up to hash_threads() - 1 threads beside the sender.
+        threads = hash_threads()
+        lanes = Lanes(threads - 1 if threads > 1 else 0, ahead=self._max_ahead * 4)
+        digests = []
+        try:
+            for index, (header, (relative, path, size)) in enumerate(zip(self._headers, self.files)):
+                yield header
+                digest = hashlib.sha256()
+                hand_over = lanes.count and size >= LANE_MIN_BYTES  # handing a small file over costs more
+                read = 0
+                with open(path, "rb") as handle:
+                    while read < size:
+                        data = handle.read(min(self._chunk, size - read))
+                        if not data:
+                            raise CheckpointError(f"{path}: shrank while it was being saved")
+                        if hand_over:
+                            lanes.submit(index, digest.update, data)
+                        else:
+                            digest.update(data)
+                        read += len(data)
+                        yield data
+                    if handle.read(1):
+                        raise CheckpointError(f"{path}: grew while it was being saved")
+                digests.append(
+                    (relative, size, lanes.submit(index, digest.hexdigest) if hand_over else Done(digest.hexdigest()))
+                )
+                if size % BLOCK:
+                    yield b"\x00" * (BLOCK - size % BLOCK)
+            lanes.wait()
+            self.manifest.extend(
+                {"path": relative, "size": size, "sha256": found.result()} for relative, size, found in digests
+            )
+            yield END
+        finally:
+            lanes.close()
