@@ -7,7 +7,8 @@ with varying parameters and ``--keys`` metric keys (default 50) of
 takes seconds, not an hour of API calls. Then times, in-process through
 Django's test client (no network), the median of ``--repeat`` requests of:
 the runs table's first page (default columns), the same sorted by a metric,
-Compare of 20 runs, the big run's page (also with Django's cache emptied
+a filter by parameters, a search by name, Compare of 20 and 50 runs, the big
+run's page (also with Django's cache emptied
 before each request: a first view), its charts partial (what a live page
 reloads every 5 s) and the history API with ``max_points=2000`` (time and
 bytes, target 100 KB; its default ``shape=columns``, and ``shape=points`` for comparison). The targets of the workspace
@@ -15,6 +16,7 @@ issue are printed next to each figure. A same-run reference (hashing 64 MiB with
 how busy the machine was.
 
     .venv/bin/python benchmarks/pages.py --database-url postgresql://postgres@127.0.0.1:5432/mado_bench_pages
+    .venv/bin/python benchmarks/pages.py --database-url … --runs 100000 --keys 100 --big 10000000
 """
 
 import argparse
@@ -29,10 +31,13 @@ ROOT = Path(__file__).resolve().parent.parent
 TARGETS_MS = {
     "runs table, first page": 300,
     "runs table sorted by a metric": 300,
+    "runs table filtered by a parameter": 300,
+    "runs table searched by name": 300,
     "compare 20 runs": 500,
-    "run page (1M-point key)": 300,
+    "compare 50 runs": 300,
+    "run page (big key)": 300,
     "run page, first view": 300,
-    "charts partial (1M-point key)": 300,
+    "charts partial (big key)": 100,
     "history max_points=2000": 100,
     "history max_points=2000 shape=points": 100,
 }
@@ -70,11 +75,12 @@ def build(args) -> tuple:
             f"""
             INSERT INTO {runs} (project_id, external_id, name, kind, status, created_by_id, parameters, created_at,
                                 started_at, lease_token, writer_host, resume_count, step_floor, dropped_points,
-                                ended_reason)
+                                ended_reason, job_ended, ran_as_job)
             SELECT %s, 'r' || i, 'run-' || i, 'training', CASE WHEN i %% 10 = 0 THEN 'failed' ELSE 'finished' END,
                    %s, jsonb_build_object('lr', 10 ^ -(1 + i %% 4), 'batch_size', 32 * (1 + i %% 3),
                                           'optimizer', CASE WHEN i %% 2 = 0 THEN 'adam' ELSE 'sgd' END, 'seed', 1),
-                   now() - (i || ' seconds')::interval, now() - (i || ' seconds')::interval, 0, '', 0, 0, 0, ''
+                   now() - (i || ' seconds')::interval, now() - (i || ' seconds')::interval, 0, '', 0, 0, 0, '',
+                   false, false
             FROM generate_series(1, %s) AS i
         """,
             [project.pk, user.pk, args.runs],
@@ -96,9 +102,9 @@ def build(args) -> tuple:
             f"""
             INSERT INTO {runs} (project_id, external_id, name, kind, status, created_by_id, parameters, created_at,
                                 started_at, lease_token, writer_host, resume_count, step_floor, dropped_points,
-                                ended_reason)
+                                ended_reason, job_ended, ran_as_job)
             VALUES (%s, 'big', 'big-run', 'training', 'running', %s, '{{"lr": 0.001}}', now(), now(), 0, '', 0, 0, 0,
-                    '')
+                    '', false, false)
             RETURNING id
         """,
             [project.pk, user.pk],
@@ -212,20 +218,20 @@ def main() -> None:
         user, project, big = build(args)
     client = Client()
     client.force_login(user)
-    twenty = "&".join(
-        f"run={pk}"
-        for pk in Run.objects.filter(project=project)
-        .exclude(pk=big.pk)
-        .order_by("-id")
-        .values_list("pk", flat=True)[:20]
+    latest = list(
+        Run.objects.filter(project=project).exclude(pk=big.pk).order_by("-id").values_list("pk", flat=True)[:50]
     )
+    twenty, fifty = ("&".join(f"run={pk}" for pk in latest[:count]) for count in (20, 50))
     urls = {
         "runs table, first page": f"/projects/{project.slug}/",
         "runs table sorted by a metric": f"/projects/{project.slug}/?sort=-metric:metric_7:last",
+        "runs table filtered by a parameter": f"/projects/{project.slug}/?q=lr%3C0.005+and+optimizer%3Dadam",
+        "runs table searched by name": f"/projects/{project.slug}/?q=run-4242",
         "compare 20 runs": f"/projects/{project.slug}/compare/?{twenty}",
-        "run page (1M-point key)": f"/runs/{big.pk}/",
+        "compare 50 runs": f"/projects/{project.slug}/compare/?{fifty}",
+        "run page (big key)": f"/runs/{big.pk}/",
         "run page, first view": f"/runs/{big.pk}/",
-        "charts partial (1M-point key)": f"/runs/{big.pk}/charts/",
+        "charts partial (big key)": f"/runs/{big.pk}/charts/",
         "history max_points=2000": f"/api/v1/runs/{big.pk}/metrics/?key=train.loss&max_points=2000",
         "history max_points=2000 shape=points": (
             f"/api/v1/runs/{big.pk}/metrics/?key=train.loss&max_points=2000&shape=points"

@@ -19,6 +19,9 @@ import re
 import struct
 import sys
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+
+from mado_tracking.hashing import hash_threads
 
 FORMAT = 1
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
@@ -127,12 +130,18 @@ def training_state(states: Mapping[str, object], *, step: int, files: Mapping[st
     gets none). ``step``: steps completed (int >= 0).
 
     Returns ``{"format": 1, "global_step": step, "parts": {part: {"sha256":
-    hex, "file": name}}}``, ``global_step`` among the parts.
+    hex, "file": name}}}``, ``global_step`` among the parts. The parts'
+    digests run at once on up to ``hashing.hash_threads()`` threads (the model's
+    beside the optimizer's; docs/design/checkpoints.md#hash-threads).
     """
     files = files or {}
+    named = {**states, "global_step": step}
+    threads = min(hash_threads(), len(named))
+    with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="mado-fingerprint") as pool:
+        digests = dict(zip(named, pool.map(digest, named.values())))
     parts = {}
-    for name, state in {**states, "global_step": step}.items():
-        entry = {"sha256": digest(state)}
+    for name in named:
+        entry = {"sha256": digests[name]}
         if files.get(name):
             entry["file"] = files[name]
         parts[name] = entry

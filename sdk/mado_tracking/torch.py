@@ -45,6 +45,7 @@ import json
 import logging
 import os
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import torch
@@ -141,19 +142,25 @@ def save_checkpoint(
     if extra is not None:
         states["extra"] = extra
     (directory / INFO_FILE).unlink(missing_ok=True)  # the directory is incomplete until it is written again
-    for part, name in FILES.items():
-        path = directory / name
-        path.unlink(missing_ok=True)  # before the write: its pages serve the new file (module docstring)
-        if part in states:
-            _write_replacing(path, lambda temporary, state=states[part]: torch.save(state, temporary))
-    info = {"format": FORMAT, "step": step, "files": {part: FILES[part] for part in states}, "torch": torch.__version__}
     fingerprinted = {part: states[part] for part in STATE_PARTS if part in states}
     rng = rng_parts(states["rng"])
-    info["training_state"] = training_state(
-        {**fingerprinted, **rng},
-        step=step,
-        files={**{p: FILES[p] for p in fingerprinted}, **dict.fromkeys(rng, FILES["rng"])},
-    )
+    # The fingerprint reads every tensor once more: on a thread of its own (hashlib releases the GIL) it runs
+    # while torch.save writes the files, so the training loop waits for the longer of the two, not their sum.
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="mado-fingerprint") as pool:
+        fingerprint = pool.submit(
+            training_state,
+            {**fingerprinted, **rng},
+            step=step,
+            files={**{p: FILES[p] for p in fingerprinted}, **dict.fromkeys(rng, FILES["rng"])},
+        )
+        for part, name in FILES.items():
+            path = directory / name
+            path.unlink(missing_ok=True)  # before the write: its pages serve the new file (module docstring)
+            if part in states:
+                _write_replacing(path, lambda temporary, state=states[part]: torch.save(state, temporary))
+        info = {"format": FORMAT, "step": step, "files": {part: FILES[part] for part in states}}
+        info["torch"] = torch.__version__
+        info["training_state"] = fingerprint.result()
     text = json.dumps(info, indent=2, sort_keys=True) + "\n"
     _write_replacing(directory / INFO_FILE, lambda temporary: temporary.write_text(text, encoding="utf-8"))
     return directory
