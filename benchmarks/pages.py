@@ -132,21 +132,48 @@ def build(args) -> tuple:
 
 
 def _fill_summaries() -> str:
-    """Fill the per-run per-key metric summaries and per-bucket rollups with the upgrades' own backfills (the
-    points went in by SQL, not through ``metrics_ingest``, which keeps them current)."""
-    import importlib
-
-    from django.apps import apps
+    """Fill the per-run per-key metric summaries and per-bucket rollups from the chunks in SQL, as
+    ``metrics_ingest`` keeps them current (the points went in by SQL): the figures the upgrades' backfills compute,
+    in one pass over the points instead of a query per summary, so 10,000,000 summaries take minutes."""
     from django.db import connection
 
+    from runs.metric_rollup import ROLLUP_STEPS
+    from runs.models import MetricChunk, MetricRollup, MetricSummary
+
+    chunks, summaries, rollups = (m._meta.db_table for m in (MetricChunk, MetricSummary, MetricRollup))
+    finite = "v <> 'NaN' AND v <> 'Infinity' AND v <> '-Infinity'"
+    bucket = f"s / {ROLLUP_STEPS}"
+    extreme = f"""SELECT DISTINCT ON (run_id, key, {bucket}) run_id, key, {bucket} AS bucket, s, v, t
+                  FROM bench_points WHERE {finite} ORDER BY run_id, key, s / {ROLLUP_STEPS}, v {{}}, s"""
     times = []
-    for module, backfill in (("0008_metric_summary", "backfill_summaries"), ("0011_metric_rollup", "backfill_rollups")):
-        started = time.perf_counter()
-        migration = importlib.import_module(f"runs.migrations.{module}")
-        with connection.schema_editor() as editor:
-            getattr(migration, backfill)(apps, editor)
-        times.append(time.perf_counter() - started)
     with connection.cursor() as cursor:
+        started = time.perf_counter()
+        cursor.execute(
+            f"""CREATE TEMP TABLE bench_points AS SELECT c.run_id, c.key, u.s, u.v, u.t
+                FROM {chunks} c, unnest(c.steps, c."values", c.timestamps) AS u(s, v, t)"""
+        )
+        cursor.execute(
+            f"""INSERT INTO {summaries} (run_id, key, count, first_step, last_step, last_value, min_value, max_value,
+                                         first_timestamp, last_timestamp)
+                SELECT run_id, key, count(*), min(s), max(s), (array_agg(v ORDER BY s DESC))[1],
+                       min(v) FILTER (WHERE {finite}), max(v) FILTER (WHERE {finite}),
+                       (array_agg(t ORDER BY s))[1], (array_agg(t ORDER BY s DESC))[1]
+                FROM bench_points GROUP BY run_id, key"""
+        )
+        times.append(time.perf_counter() - started)
+        started = time.perf_counter()
+        cursor.execute(
+            f"""INSERT INTO {rollups} (run_id, key, bucket, count, non_finite, min_step, min_value, min_timestamp,
+                                       max_step, max_value, max_timestamp)
+                SELECT g.run_id, g.key, g.bucket, g.n, g.n - g.finite, lo.s, lo.v, lo.t, hi.s, hi.v, hi.t
+                FROM (SELECT run_id, key, s / {ROLLUP_STEPS} AS bucket, count(*) AS n,
+                             count(*) FILTER (WHERE {finite}) AS finite
+                      FROM bench_points GROUP BY 1, 2, 3) AS g
+                LEFT JOIN ({extreme.format("ASC")}) AS lo USING (run_id, key, bucket)
+                LEFT JOIN ({extreme.format("DESC")}) AS hi USING (run_id, key, bucket)"""
+        )
+        cursor.execute("DROP TABLE bench_points")
+        times.append(time.perf_counter() - started)
         # What autovacuum does within a minute of a bulk insert: statistics, and the visibility map that lets the
         # table sorted by a metric read its summaries index-only (without it the timing is of a cold heap).
         cursor.execute("VACUUM (ANALYZE)")

@@ -16,7 +16,7 @@ from mado.errors import NotFound, ValidationFailed
 from runs import charts, selectors
 from runs.models import Project, Run
 
-MAX_RUNS = 20
+MAX_RUNS = 50
 _MISSING = object()
 
 

@@ -241,7 +241,7 @@ def runs_table(
 
     Raises ``ValidationFailed`` naming ``q`` for a bad search or ``sort`` for an unknown column.
     """
-    runs = runs.annotate(parameters_text=Cast("parameters", output_field=TextField()))
+    runs = runs.alias(parameters_text=Cast("parameters", output_field=TextField()))  # in WHERE only, never selected
     if search:
         runs = runs.filter(search_filter(search))
     if creator:
