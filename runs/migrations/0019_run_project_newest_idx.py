@@ -5,16 +5,15 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('checkpoints', '0011_checkpoint_metadata'),
-        ('runs', '0018_sweeps_move_to_sweeps_app'),
+        ("checkpoints", "0011_checkpoint_metadata"),
+        ("runs", "0018_sweeps_move_to_sweeps_app"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.AddIndex(
-            model_name='run',
-            index=models.Index(fields=['project', '-created_at', '-id'], name='run_project_newest_idx'),
+            model_name="run",
+            index=models.Index(fields=["project", "-created_at", "-id"], name="run_project_newest_idx"),
         ),
     ]
