@@ -185,3 +185,35 @@ def rollup_extremes(rows: list[tuple], *, first_bucket: int, buckets_per_part: i
         first = order[np.r_[True, parts[order][1:] != parts[order][:-1]]]
         kept.update(zip(steps[first].tolist(), values[first].tolist(), np.array(columns[offset + 2])[first].tolist()))
     return sorted(kept, key=lambda row: (row[0], row[1]))
+
+
+# Arrays compare element by element: the smallest [value, step, …] is the lowest step holding the smallest value,
+# the largest [value, -step, …] the lowest step holding the largest. Steps and millisecond timestamps are below
+# 2**53, exact as float8. One hash aggregate, no sort: a tenth of the time of DISTINCT ON over the same rows.
+_PARTS = f"""
+SELECT SUM(count), SUM(non_finite),
+       MIN(ARRAY[min_value, min_step, min_timestamp]) FILTER (WHERE min_value IS NOT NULL),
+       MAX(ARRAY[max_value, -max_step, max_timestamp]) FILTER (WHERE max_value IS NOT NULL)
+FROM {_TABLE} WHERE run_id = %s AND key = %s AND bucket < %s GROUP BY (bucket - %s) / %s
+"""
+
+
+def rollup_part_extremes(
+    *, run_id: int, key: str, first_bucket: int, buckets_per_part: int, before_bucket: int | None = None
+) -> tuple[list[tuple[int, float, int]], int, int]:
+    """``rollup_extremes`` of the key's rollup rows below bucket ``before_bucket`` (None: all), computed by the
+    database: ``(points, total, non_finite)``, ``points`` the ``(step, value, timestamp_ms)`` rows by step,
+    ``total`` / ``non_finite`` the points counted. A 10,000,000-point key has 39,063 rollup rows: read into
+    Python they cost more than the chart's whole budget, grouped in SQL a chart of 2,000 points comes back.
+    """
+    cut = _NO_CUT if before_bucket is None else before_bucket
+    with connection.cursor() as cursor:
+        cursor.execute(_PARTS, [run_id, key, cut, first_bucket, buckets_per_part])
+        parts = cursor.fetchall()
+    kept = set()
+    for _count, _bad, low, high in parts:
+        if low is not None:
+            kept.add((int(low[1]), low[0], int(low[2])))
+            kept.add((int(-high[1]), high[0], int(high[2])))
+    total, non_finite = sum(part[0] for part in parts), sum(part[1] for part in parts)
+    return sorted(kept, key=lambda row: (row[0], row[1])), int(total), int(non_finite)

@@ -14,7 +14,7 @@ from mado import policy
 from mado.db import id_or_none
 from mado.errors import NotFound, ValidationFailed
 from runs.chunk_pages import chunk_page_rows
-from runs.metric_rollup import ROLLUP_STEPS, rollup_extremes, rollup_rows
+from runs.metric_rollup import ROLLUP_STEPS, rollup_extremes, rollup_part_extremes, rollup_rows
 from runs.models import (
     Code,
     CodeVersion,
@@ -264,11 +264,21 @@ def _rolled_up_series(run: Run, key: str, max_points: int, before_step: int | No
     spanned = high // ROLLUP_STEPS - low // ROLLUP_STEPS + 1
     if spanned < buckets // 4:
         return None
+    per_part = -(-spanned // buckets)
+    if before_step is None or before_step % ROLLUP_STEPS == 0:  # whole buckets only: the database groups them
+        points, total, non_finite = rollup_part_extremes(
+            run_id=run.pk,
+            key=key,
+            first_bucket=low // ROLLUP_STEPS,
+            buckets_per_part=per_part,
+            before_bucket=None if before_step is None else before_step // ROLLUP_STEPS,
+        )
+        return None if total - non_finite <= max_points else (points, non_finite, total)
     rows = rollup_rows(run_id=run.pk, key=key, before_step=before_step)
     total, non_finite = sum(row[1] for row in rows), sum(row[2] for row in rows)
     if total - non_finite <= max_points:
         return None
-    points = rollup_extremes(rows, first_bucket=low // ROLLUP_STEPS, buckets_per_part=-(-spanned // buckets))
+    points = rollup_extremes(rows, first_bucket=low // ROLLUP_STEPS, buckets_per_part=per_part)
     return points, non_finite, total
 
 
