@@ -265,7 +265,8 @@ def _rolled_up_series(run: Run, key: str, max_points: int, before_step: int | No
     if spanned < buckets // 4:
         return None
     per_part = -(-spanned // buckets)
-    if before_step is None or before_step % ROLLUP_STEPS == 0:  # whole buckets only: the database groups them
+    whole_buckets = before_step is None or before_step % ROLLUP_STEPS == 0
+    if whole_buckets and connection.vendor == "postgresql":  # the database groups them (arrays: PostgreSQL's)
         points, total, non_finite = rollup_part_extremes(
             run_id=run.pk,
             key=key,
