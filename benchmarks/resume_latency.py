@@ -209,12 +209,13 @@ def write_checkpoint_tar(directory: Path, size_mib: int) -> tuple[Path, list[dic
     return tar_path, manifest
 
 
-def sha256_pass(path: Path) -> tuple[str, float]:
-    digest, started = hashlib.sha256(), time.perf_counter()
+def sha256_pass(path: Path) -> tuple[str, float, float]:
+    """The file's SHA-256, and the pass's wall-clock and CPU seconds (1 MiB reads)."""
+    digest, started, cpu = hashlib.sha256(), time.perf_counter(), time.thread_time()
     with open(path, "rb") as source:
         while block := source.read(MIB):
             digest.update(block)
-    return digest.hexdigest(), time.perf_counter() - started
+    return digest.hexdigest(), time.perf_counter() - started, time.thread_time() - cpu
 
 
 def failed_job_with_checkpoint(user, queue, version, tar_path: Path, tar_sha256: str, manifest: list[dict]):
@@ -257,12 +258,21 @@ def process_io(pid: int) -> dict[str, int]:
     return {name: int(value) for name, value in (line.split(": ") for line in lines)}
 
 
+def process_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` so far, all its threads (``/proc/<pid>/stat``); 0 if unknown."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def measure(user, queue, version, stamps: Path, worker, log: Path, size_mib: int, scratch: Path) -> dict:
     from jobs.models import RunLogChunk
     from jobs.services import job_resume_from_latest
 
     tar_path, manifest = write_checkpoint_tar(scratch / f"ckpt-{size_mib}", size_mib)
-    tar_sha256, sha_seconds = sha256_pass(tar_path)
+    tar_sha256, sha_seconds, sha_cpu = sha256_pass(tar_path)
     tar_size = tar_path.stat().st_size
     source = failed_job_with_checkpoint(user, queue, version, tar_path, tar_sha256, manifest)
     tar_path.unlink()
@@ -272,12 +282,14 @@ def measure(user, queue, version, stamps: Path, worker, log: Path, size_mib: int
     time.sleep(1.0)  # the source Job's own message reaches the worker and is skipped before we start the clock
 
     io_before = process_io(worker.pid)
+    cpu_before = process_cpu_s(worker.pid)
     requested = time.time()
     job = job_resume_from_latest(actor=user, job=source)
     service_s = time.time() - requested
     first_line = wait_for(stamps / job.run.external_id, worker, log)
     job = wait_final(job.pk)
     io_after = process_io(worker.pid)
+    worker_cpu = process_cpu_s(worker.pid) - cpu_before
     worker_peak = peak_rss_mib(worker.pid)
     chunk = next(
         c for c in RunLogChunk.objects.filter(run_id=job.run_id).order_by("seq") if CHECKPOINT_LINE.search(c.text)
@@ -304,6 +316,9 @@ def measure(user, queue, version, stamps: Path, worker, log: Path, size_mib: int
         "written": written,
         "io": io,
         "worker_peak_mib": worker_peak,
+        "worker_cpu": worker_cpu,
+        "sha_cpu": sha_cpu,
+        "load": os.getloadavg(),
         "overhead": total - moved,
         "rate": tar_size / moved / 1e6 if moved else float("inf"),
         "sha_rate": tar_size / sha_seconds / 1e6,
@@ -328,6 +343,14 @@ def report(result: dict) -> None:
         f" x the tar); worker process /proc io across the resume: {io}"
     )
     print(f"      worker peak RSS (VmHWM since it started): {result['worker_peak_mib']:.0f} MiB")
+    # CPU seconds do not depend on who else runs: the worker's whole resume (claim, code, restore, start) against
+    # the hashlib pass's seconds (one core, so its CPU seconds), per GiB of tar.
+    gib = result["tar_bytes"] / (1 << 30)
+    print(
+        f"      worker CPU across the resume: {result['worker_cpu'] / gib:.2f} s/GiB (the SHA-256 pass: "
+        f"{result['sha_cpu'] / gib:.2f} s/GiB); load average {', '.join(f'{x:.1f}' for x in result['load'])} "
+        f"on {os.cpu_count()} CPUs"
+    )
 
 
 def main() -> None:
