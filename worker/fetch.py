@@ -5,8 +5,9 @@ A checkpoint tar is downloaded, verified and extracted in one pass
 1 MiB chunks (S3: ranged GETs, several at once) and go through the one
 restore ``mado agent`` runs too (``mado_tracking.extract.extract_checkpoint_stream``:
 the one tar reader, every file's and the tar's SHA-256 on their own threads,
-each file's bytes written where they belong); the tar itself is never stored. Other artifacts (a Code archive) are written to a file with
-their SHA-256 checked in the same pass. A read that breaks (connection
+each file's bytes written where they belong); the tar itself is never
+stored. Other artifacts (a Code archive) are written to a file with their
+SHA-256 checked in the same pass. A read that breaks (connection
 reset, S3 error, a body that ends early) resumes with a ranged read from the
 first byte not yet received, with backoff, at most ``READ_ATTEMPTS``
 consecutive failures in a row. A checkpoint whose stored bytes differ from
