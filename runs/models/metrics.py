@@ -207,6 +207,25 @@ class MetricRollup(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["run", "key", "bucket"], name="metricrollup_unique_run_key_bucket")
         ]
+        indexes = [
+            # A key's rows are written batch by batch among every other Run's, so they lie scattered over the
+            # table: a chart of a 10,000,000-point key read its 39,063 rows from as many heap pages. Read from this
+            # index alone (PostgreSQL; SQLite ignores the included columns).
+            models.Index(
+                fields=["run", "key", "bucket"],
+                include=[
+                    "count",
+                    "non_finite",
+                    "min_step",
+                    "min_value",
+                    "min_timestamp",
+                    "max_step",
+                    "max_value",
+                    "max_timestamp",
+                ],
+                name="metricrollup_covering_idx",
+            )
+        ]
 
     def __str__(self):
         return f"{self.run_id}:{self.key}:{self.bucket}"
