@@ -4,14 +4,26 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('runs', '0019_run_project_newest_idx'),
+        ("runs", "0019_run_project_newest_idx"),
     ]
 
     operations = [
         migrations.AddIndex(
-            model_name='metricrollup',
-            index=models.Index(fields=['run', 'key', 'bucket'], include=('count', 'non_finite', 'min_step', 'min_value', 'min_timestamp', 'max_step', 'max_value', 'max_timestamp'), name='metricrollup_covering_idx'),
+            model_name="metricrollup",
+            index=models.Index(
+                fields=["run", "key", "bucket"],
+                include=(
+                    "count",
+                    "non_finite",
+                    "min_step",
+                    "min_value",
+                    "min_timestamp",
+                    "max_step",
+                    "max_value",
+                    "max_timestamp",
+                ),
+                name="metricrollup_covering_idx",
+            ),
         ),
     ]
