@@ -4,7 +4,7 @@ Models are looked up among the caller's (``RegisteredModel.objects.visible_to``)
 an invisible one answers as a missing one, RESOURCE_DOES_NOT_EXIST (404).
 """
 
-from django.db.models import F, Prefetch
+from django.db.models import F, Prefetch, Q
 
 from checkpoints.models import Artifact, Checkpoint, CheckpointLayout, ManifestEntry
 from mlflow_api.errors import INVALID_PARAMETER_VALUE, RESOURCE_DOES_NOT_EXIST, MlflowError
@@ -147,7 +147,11 @@ def _filtered(rows, filter_string, fields: dict):
             raise _bad(f"{key!r} compares with =, !=, LIKE, ILIKE; got {op}")
         if kind.startswith("tag"):
             rows = rows.annotate(**{f"_t{index}": search.json_text("tags", key)})
-            rows = rows.filter(search.string_q(f"_t{index}", op, search.string_value(raw)))
+            wanted = search.string_q(f"_t{index}", op, search.string_value(raw))
+            # A model without the tag is not equal to any value: the client excludes prompts with
+            # tags.`mlflow.prompt.is_prompt` != 'true' on every search.
+            missing = Q(**{f"_t{index}__isnull": True}) if op == "!=" or op.startswith("not") else Q(pk__in=[])
+            rows = rows.filter(wanted | missing)
         elif kind.startswith("attr") and key in fields:
             rows = rows.filter(search.string_q(fields[key], op, search.string_value(raw)))
         else:
@@ -193,11 +197,15 @@ def latest_versions(*, model: RegisteredModel, stages) -> list[ModelVersion]:
     return [latest] if latest else []
 
 
-def registered_model_list_for_project(*, project) -> list[RegisteredModel]:
-    """The Project's models for its registry page, each with ``versions_list`` (newest first, their aliases)."""
+def registered_model_list_for_project(*, project, pks=None) -> list[RegisteredModel]:
+    """The Project's models (only ``pks`` when given) for the registry pages, with their versions (newest first, each
+    with its aliases, source Run, logged model and checkpoint) and aliases prefetched."""
     versions = _versions().prefetch_related("aliases").order_by("-version")
+    rows = RegisteredModel.objects.filter(project=project)
+    if pks is not None:
+        rows = rows.filter(pk__in=pks)
     return list(
-        RegisteredModel.objects.filter(project=project)
+        rows
         .select_related("created_by")
         .prefetch_related(Prefetch("versions", queryset=versions), "aliases__version")
     )
