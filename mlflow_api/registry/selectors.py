@@ -15,7 +15,8 @@ from mlflow_api.tracking.translate import artifact_uri as run_uri
 from mlflow_api.tracking.translate import decode_page_token, encode_page_token, ms
 from runs.models import LoggedModel
 
-SEARCH_DEFAULT, SEARCH_MAX = 100, 1000
+SEARCH_DEFAULT, SEARCH_MAX = 100, 1000  # registered models, as on an MLflow server
+VERSIONS_MAX = 200_000  # the client asks for 10,000 versions by default
 
 
 def _bad(message: str) -> MlflowError:
@@ -126,10 +127,10 @@ def registered_model_json(model: RegisteredModel) -> dict:
     }
 
 
-def _page(rows, *, max_results, page_token):
+def _page(rows, *, max_results, page_token, maximum: int = SEARCH_MAX):
     size = max_results if max_results not in (None, "") else SEARCH_DEFAULT
-    if isinstance(size, bool) or not str(size).isdigit() or not 1 <= int(size) <= SEARCH_MAX:
-        raise _bad(f"max_results must be between 1 and {SEARCH_MAX}")
+    if isinstance(size, bool) or not str(size).isdigit() or not 1 <= int(size) <= maximum:
+        raise _bad(f"max_results must be between 1 and {maximum}")
     size, offset = int(size), decode_page_token(page_token)
     page = list(rows[offset : offset + size + 1])
     return page[:size], encode_page_token(offset + size) if len(page) > size else None
@@ -184,7 +185,10 @@ def model_version_search(*, user, filter_string="", order_by=None, max_results=N
     visible = RegisteredModel.objects.visible_to(user).values("pk")
     rows = _filtered(_versions().filter(registered_model__in=visible), filter_string, _VERSION_FIELDS)
     return _page(
-        _ordered(rows, order_by, ["registered_model__name", "-version"]), max_results=max_results, page_token=page_token
+        _ordered(rows, order_by, ["registered_model__name", "-version"]),
+        max_results=max_results,
+        page_token=page_token,
+        maximum=VERSIONS_MAX,
     )
 
 
