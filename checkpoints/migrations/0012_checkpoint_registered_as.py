@@ -4,15 +4,18 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('checkpoints', '0011_checkpoint_metadata'),
+        ("checkpoints", "0011_checkpoint_metadata"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='checkpoint',
-            name='registered_as',
-            field=models.CharField(blank=True, help_text='the model versions registered from it, kept by the model registry: while set, it cannot be deleted', max_length=300),
+            model_name="checkpoint",
+            name="registered_as",
+            field=models.CharField(
+                blank=True,
+                help_text="the model versions registered from it, kept by the model registry: while set, it cannot be deleted",
+                max_length=300,
+            ),
         ),
     ]

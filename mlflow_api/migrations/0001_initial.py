@@ -6,72 +6,148 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
-        ('checkpoints', '0012_checkpoint_registered_as'),
-        ('runs', '0018_sweeps_move_to_sweeps_app'),
+        ("checkpoints", "0012_checkpoint_registered_as"),
+        ("runs", "0018_sweeps_move_to_sweeps_app"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='RegisteredModel',
+            name="RegisteredModel",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(max_length=250, unique=True)),
-                ('description', models.TextField(blank=True)),
-                ('tags', models.JSONField(blank=True, default=dict, help_text='{key: value} strings')),
-                ('last_version', models.PositiveIntegerField(default=0)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('updated_at', models.DateTimeField(auto_now=True)),
-                ('created_by', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL)),
-                ('project', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.CASCADE, related_name='registered_models', to='runs.project')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("name", models.CharField(max_length=250, unique=True)),
+                ("description", models.TextField(blank=True)),
+                ("tags", models.JSONField(blank=True, default=dict, help_text="{key: value} strings")),
+                ("last_version", models.PositiveIntegerField(default=0)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                ("updated_at", models.DateTimeField(auto_now=True)),
+                (
+                    "created_by",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                (
+                    "project",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="registered_models",
+                        to="runs.project",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['name'],
+                "ordering": ["name"],
             },
         ),
         migrations.CreateModel(
-            name='ModelVersion',
+            name="ModelVersion",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('version', models.PositiveIntegerField()),
-                ('source', models.CharField(max_length=2048)),
-                ('description', models.TextField(blank=True)),
-                ('tags', models.JSONField(blank=True, default=dict, help_text='{key: value} strings')),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('updated_at', models.DateTimeField(auto_now=True)),
-                ('checkpoint', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.RESTRICT, related_name='model_versions', to='checkpoints.checkpoint')),
-                ('created_by', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL)),
-                ('logged_model', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to='runs.loggedmodel')),
-                ('run', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to='runs.run')),
-                ('registered_model', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='versions', to='mlflow_api.registeredmodel')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("version", models.PositiveIntegerField()),
+                ("source", models.CharField(max_length=2048)),
+                ("description", models.TextField(blank=True)),
+                ("tags", models.JSONField(blank=True, default=dict, help_text="{key: value} strings")),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                ("updated_at", models.DateTimeField(auto_now=True)),
+                (
+                    "checkpoint",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.RESTRICT,
+                        related_name="model_versions",
+                        to="checkpoints.checkpoint",
+                    ),
+                ),
+                (
+                    "created_by",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                (
+                    "logged_model",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to="runs.loggedmodel",
+                    ),
+                ),
+                (
+                    "run",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to="runs.run",
+                    ),
+                ),
+                (
+                    "registered_model",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="versions",
+                        to="mlflow_api.registeredmodel",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['registered_model', '-version'],
+                "ordering": ["registered_model", "-version"],
             },
         ),
         migrations.CreateModel(
-            name='ModelAlias',
+            name="ModelAlias",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('alias', models.CharField(max_length=255)),
-                ('updated_at', models.DateTimeField(auto_now=True)),
-                ('version', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='aliases', to='mlflow_api.modelversion')),
-                ('registered_model', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='aliases', to='mlflow_api.registeredmodel')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("alias", models.CharField(max_length=255)),
+                ("updated_at", models.DateTimeField(auto_now=True)),
+                (
+                    "version",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="aliases",
+                        to="mlflow_api.modelversion",
+                    ),
+                ),
+                (
+                    "registered_model",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="aliases",
+                        to="mlflow_api.registeredmodel",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['alias'],
+                "ordering": ["alias"],
             },
         ),
         migrations.AddConstraint(
-            model_name='modelversion',
-            constraint=models.UniqueConstraint(fields=('registered_model', 'version'), name='model_version_unique_number'),
+            model_name="modelversion",
+            constraint=models.UniqueConstraint(
+                fields=("registered_model", "version"), name="model_version_unique_number"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='modelalias',
-            constraint=models.UniqueConstraint(fields=('registered_model', 'alias'), name='model_alias_unique_name'),
+            model_name="modelalias",
+            constraint=models.UniqueConstraint(fields=("registered_model", "alias"), name="model_alias_unique_name"),
         ),
     ]

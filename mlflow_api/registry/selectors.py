@@ -138,7 +138,12 @@ def _page(rows, *, max_results, page_token, maximum: int = SEARCH_MAX):
 
 _MODEL_FIELDS = {"name": "name"}
 _VERSION_FIELDS = {"name": "registered_model__name", "run_id": "run__external_id", "source_path": "source"}
-_ORDER = {"name": "name", "timestamp": "updated_at", "last_updated_timestamp": "updated_at", "version_number": "version"}
+_ORDER = {
+    "name": "name",
+    "timestamp": "updated_at",
+    "last_updated_timestamp": "updated_at",
+    "version_number": "version",
+}
 
 
 def _filtered(rows, filter_string, fields: dict):
@@ -209,7 +214,5 @@ def registered_model_list_for_project(*, project, pks=None) -> list[RegisteredMo
     if pks is not None:
         rows = rows.filter(pk__in=pks)
     return list(
-        rows
-        .select_related("created_by")
-        .prefetch_related(Prefetch("versions", queryset=versions), "aliases__version")
+        rows.select_related("created_by").prefetch_related(Prefetch("versions", queryset=versions), "aliases__version")
     )

@@ -1,4 +1,4 @@
-"""State changes of the MLflow model registry (docs/api.md#model-registry).
+"""State changes of the MLflow model registry (docs/design/checkpoints.md#deletion; docs/api.md#model-registry).
 
 Who may (docs/api.md#model-registry): any member of the model's Project
 creates models and versions, edits descriptions and tags; Project admins
@@ -25,6 +25,7 @@ from mado import policy
 from mado.errors import Forbidden
 from mlflow_api.errors import INVALID_PARAMETER_VALUE, RESOURCE_ALREADY_EXISTS, RESOURCE_DOES_NOT_EXIST, MlflowError
 from mlflow_api.models import ModelAlias, ModelVersion, RegisteredModel
+from mlflow_api.registry.selectors import checkpoint_logged_model, checkpoint_uri
 from mlflow_api.tracking.services import MAX_TAGS, TAG_VALUE_MAX, key_values
 from runs.models import LoggedModel, Project, Run
 
@@ -284,18 +285,18 @@ def model_alias_delete(*, actor, model: RegisteredModel, alias) -> None:
 
 
 def checkpoint_register(*, actor, checkpoint: Checkpoint, name, description: str = "") -> ModelVersion:
-    """"Register as model version" on a checkpoint's row: a new version of model ``name`` (made in the checkpoint's
+    """ "Register as model version" on a checkpoint's row: a new version of model ``name`` (made in the checkpoint's
     Project when no model of that name is visible) pointing at the checkpoint's verified tar, or at the logged model
     its files form (a checkpoint saved through MLflow). Members of the Project; the checkpoint must be complete (409);
-    then it cannot be deleted while the version exists (docs/api.md#model-registry)."""
-    from mlflow_api.registry.selectors import checkpoint_logged_model, checkpoint_uri
-
+    then it cannot be deleted while the version exists (docs/design/checkpoints.md#deletion)."""
     project = checkpoint.run.project
     policy.require_role(actor, project, policy.MEMBER)
     model = RegisteredModel.objects.visible_to(actor).filter(name=check_model_name(name)).first()
     if model is None:
         try:
-            model = registered_model_create(actor=actor, name=name, tags=[{"key": PROJECT_TAG, "value": str(project.pk)}])
+            model = registered_model_create(
+                actor=actor, name=name, tags=[{"key": PROJECT_TAG, "value": str(project.pk)}]
+            )
         except MlflowError as exc:  # made meanwhile by a double click
             if exc.code != RESOURCE_ALREADY_EXISTS:
                 raise

@@ -148,7 +148,9 @@ def model_version_get(request, user, data):
 @endpoint("PATCH")
 def model_version_update(request, user, data):
     """``model-versions/update`` ``{name, version, description}`` → ``{model_version}`` (members)."""
-    version = services.model_version_update(actor=user, version=_version(user, data), description=data.get("description"))
+    version = services.model_version_update(
+        actor=user, version=_version(user, data), description=data.get("description")
+    )
     return {"model_version": model_version_json(version)}
 
 
@@ -199,4 +201,6 @@ def model_version_delete_tag(request, user, data):
 @endpoint("POST")
 def model_version_transition_stage(request, user, data):
     """``model-versions/transition-stage``: stages are MLflow's deprecated scheme; mado has aliases (400)."""
-    raise MlflowError(INVALID_PARAMETER_VALUE, "mado has no model stages: set an alias instead (set_registered_model_alias)")
+    raise MlflowError(
+        INVALID_PARAMETER_VALUE, "mado has no model stages: set an alias instead (set_registered_model_alias)"
+    )
