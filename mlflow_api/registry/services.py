@@ -135,12 +135,14 @@ def registered_model_rename(*, actor, model: RegisteredModel, new_name) -> Regis
     new_name = check_model_name(new_name)
     try:
         with transaction.atomic():
+            held = list(model.versions.exclude(checkpoint=None).values_list("checkpoint_id", flat=True))
+            _lock_checkpoints(held)  # the checkpoints' rows before the model's, as everywhere
             model = _locked_model(model)
             model.name = new_name
             model.save(update_fields=["name", "updated_at"])
+            _refresh_checkpoints(held)
     except IntegrityError:
         raise MlflowError(RESOURCE_ALREADY_EXISTS, "this model name cannot be used: choose another") from None
-    _refresh_checkpoints(list(model.versions.exclude(checkpoint=None).values_list("checkpoint_id", flat=True)))
     return model
 
 
@@ -273,7 +275,11 @@ def model_alias_set(*, actor, model: RegisteredModel, alias, version: ModelVersi
     """Point ``alias`` at ``version`` of ``model`` (Project admins); setting it again moves it (idempotent)."""
     require_model_role(actor, model, policy.ADMIN)
     alias = check_alias(alias)
-    ModelAlias.objects.update_or_create(registered_model=model, alias=alias, defaults={"version": version})
+    try:
+        with transaction.atomic():
+            ModelAlias.objects.update_or_create(registered_model=model, alias=alias, defaults={"version": version})
+    except IntegrityError:  # set at the same moment by another request: the row exists now, move it
+        ModelAlias.objects.filter(registered_model=model, alias=alias).update(version=version)
 
 
 def model_alias_delete(*, actor, model: RegisteredModel, alias) -> None:
