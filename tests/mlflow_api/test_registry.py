@@ -1,6 +1,9 @@
 """The model registry's rules (docs/api.md#model-registry): who registers, who moves aliases and deletes, where a
 model lives, and that a checkpoint behind a registered version cannot be deleted."""
 
+import hashlib
+import io
+
 import pytest
 from django.test import override_settings
 
@@ -9,6 +12,8 @@ from checkpoints.models import Checkpoint, CheckpointState
 from mado.errors import Conflict
 from mlflow_api.models import ModelVersion, RegisteredModel
 from mlflow_api.registry import services
+from mlflow_api.tracking.logged_models import logged_model_create
+from tests.checkpoints.checkpoint_helpers import declaration, make_tar
 from tests.factories import RunFactory
 from tests.jobs.conftest import checkpoint
 
@@ -91,3 +96,37 @@ def test_a_model_takes_the_project_of_its_first_version_and_refuses_another(run,
     refused = api(member).post(ML + "model-versions/create", {**create, "run_id": other_run.external_id}, format="json")
     assert refused.status_code == 400 and "belongs to another experiment" in refused.json()["message"]
     assert ModelVersion.objects.count() == 1
+
+
+def test_a_checkpoint_version_downloads_the_checkpoints_verified_tar(run, creator, api):
+    files = {"model.pt": b"weights" * 1000}
+    tar = make_tar(files)
+    ckpt, _ = checkpoint_services.checkpoint_register(actor=creator, run=run, step=5, framework="torch")
+    checkpoint_services.checkpoint_upload(
+        actor=creator, checkpoint=ckpt, source=io.BytesIO(tar), expected_size=len(tar)
+    )
+    ckpt = checkpoint_services.checkpoint_complete(actor=creator, checkpoint=ckpt, **declaration(tar, files))
+    _register(creator, ckpt)
+
+    uri = api(creator).get(ML + "model-versions/get-download-uri", {"name": "resnet", "version": "1"}).json()
+    assert uri == {
+        "artifact_uri": f"mlflow-artifacts:/{run.project_id}/{run.external_id}/artifacts/checkpoints/step-5.tar"
+    }
+    path = uri["artifact_uri"].removeprefix("mlflow-artifacts:/")
+    got = api(creator).get(f"/api/2.0/mlflow-artifacts/artifacts/{path}")
+    body = b"".join(got.streaming_content)
+    assert got.status_code == 200 and hashlib.sha256(body).hexdigest() == ckpt.tar_sha256
+
+
+def test_a_member_registers_a_model_another_member_logged(run, creator, member, api):
+    logged = logged_model_create(actor=creator, project=run.project, name="net", source_run=run)
+    create = {"name": "shared", "source": f"models:/{logged.model_id}", "model_id": logged.model_id}
+    assert api(member).post(ML + "registered-models/create", {"name": "shared"}, format="json").status_code == 200
+    assert api(member).post(ML + "model-versions/create", create, format="json").status_code == 200
+    # What register_model then does: record the version on the logged model; only that tag is open to members.
+    link = [{"key": "mlflow.modelVersions", "value": '[{"name": "shared", "version": "1"}]'}]
+    tags = f"{ML}logged-models/{logged.model_id}/tags"
+    assert api(member).patch(tags, {"tags": link}, format="json").status_code == 200
+    other = api(member).patch(tags, {"tags": [{"key": "stage", "value": "prod"}]}, format="json")
+    assert other.status_code == 403
+    assert ModelVersion.objects.get().run == run and RegisteredModel.objects.get().project == run.project
