@@ -165,9 +165,10 @@ ROWS = {
     ML + "logged-models/<str:model_id>/tags/<path:tag_key>": {"DELETE": run_write(404)},  # the tag is absent
     ML + "logged-models/<str:model_id>/params": {"POST": run_write(200)},
     ML + "logged-models/<str:model_id>/artifacts/directories": {"GET": mlflow_read()},
-    # The model registry: members register and edit, admins rename, delete and move aliases; a Run token is refused.
-    # Creating a model needs no Project (its first version places it), so anyone signed in may.
-    ML + "registered-models/create": {"POST": answers(401, 200, 200, 200, 200, 200, 200, 403, 403)},
+    # The model registry: members register and edit, admins rename, delete and move aliases. Creating a model needs no
+    # Project (its first version places it), so anyone signed in may; a Run token makes it in its Run's Project and
+    # registers versions of its own Run only (log_model(registered_model_name=...) in a Job); other endpoints refuse it.
+    ML + "registered-models/create": {"POST": answers(401, 200, 200, 200, 200, 200, 200, 200, 200)},
     ML + "registered-models/get": {"GET": mlflow_read(tokens=403)},
     ML + "registered-models/update": {"PATCH": member_write(200)},
     ML + "registered-models/rename": {"POST": admin_only(200)},
@@ -181,7 +182,7 @@ ROWS = {
         "POST": admin_only(200),
         "DELETE": admin_only(200),
     },
-    ML + "model-versions/create": {"POST": member_write(200)},
+    ML + "model-versions/create": {"POST": member_write(200) | {"own_token": 200}},
     ML + "model-versions/get": {"GET": mlflow_read(tokens=403)},
     ML + "model-versions/update": {"PATCH": member_write(200)},
     ML + "model-versions/delete": {"DELETE": admin_only(200)},

@@ -2,10 +2,14 @@
 (docs/api.md#model-registry).
 
 Same decorator, authentication and error shape as ``mlflow_api.tracking.views``.
-A Job's Run token is refused (403): registering is a person's decision.
+A Job's Run token may only create a model (in its Run's Project) and versions
+of what its own Run logged, so ``log_model(registered_model_name=…)`` works in
+a Job; every other registry endpoint refuses it (403).
 """
 
-from mlflow_api.errors import INVALID_PARAMETER_VALUE, MlflowError
+from mado.authentication import RUN_TOKEN_SCOPE
+from mlflow_api.auth import require_own_run, token_run
+from mlflow_api.errors import INVALID_PARAMETER_VALUE, PERMISSION_DENIED, MlflowError
 from mlflow_api.registry import selectors, services
 from mlflow_api.registry.selectors import model_version_json, registered_model_json
 from mlflow_api.tracking import logged_models
@@ -24,15 +28,28 @@ def _version(user, data):
     )
 
 
+def _in_token_project(scoped, tags) -> list:
+    """``tags`` placing the new model in the Run token's Project; naming another one → 403."""
+    tags = list(tags) if isinstance(tags, list) else []
+    placed = [t.get("value") for t in tags if isinstance(t, dict) and t.get("key") == services.PROJECT_TAG]
+    if any(value not in (str(scoped.project_id), scoped.project.slug) for value in placed):
+        raise MlflowError(PERMISSION_DENIED, f"{RUN_TOKEN_SCOPE}: a Job registers models in its own run's project")
+    return tags if placed else [*tags, {"key": services.PROJECT_TAG, "value": str(scoped.project_id)}]
+
+
 def _list(value) -> list:
     return [value] if isinstance(value, str) else value or []
 
 
-@endpoint("POST")
+@endpoint("POST", run_token_allowed=True)
 def registered_model_create(request, user, data):
-    """``registered-models/create`` ``{name, tags?, description?}`` → ``{registered_model}``."""
+    """``registered-models/create`` ``{name, tags?, description?}`` → ``{registered_model}``; a Job's Run token
+    makes it in its Run's Project (``log_model(registered_model_name=…)`` in a Job)."""
+    tags = data.get("tags")
+    if token_run(request) is not None:
+        tags = _in_token_project(token_run(request), tags)
     model = services.registered_model_create(
-        actor=user, name=data.get("name"), tags=data.get("tags"), description=data.get("description")
+        actor=user, name=data.get("name"), tags=tags, description=data.get("description")
     )
     return {"registered_model": registered_model_json(model)}
 
@@ -118,15 +135,21 @@ def registered_model_alias(request, user, data):
     return {}
 
 
-@endpoint("POST")
+@endpoint("POST", run_token_allowed=True)
 def model_version_create(request, user, data):
     """``model-versions/create`` ``{name, source, run_id?, model_id?, tags?, description?}`` → ``{model_version}``;
-    members of the Project of the run or logged model."""
+    members of the Project of the run or logged model; a Job's Run token only from its own Run."""
     run = logged = None
     if str_arg(data, "run_id", required=False, max_length=128):
         run = tracking_selectors.run_get(user=user, run_id=data["run_id"])
     if str_arg(data, "model_id", required=False, max_length=40):
         logged = logged_models.logged_model_get(user=user, model_id=data["model_id"])
+    if token_run(request) is not None:
+        owners = ([run] if run else []) + ([logged.run] if logged else [])
+        if not owners or None in owners:
+            raise MlflowError(PERMISSION_DENIED, f"{RUN_TOKEN_SCOPE}: register a model its own run logged")
+        for owner in owners:
+            require_own_run(request, owner)
     version = services.model_version_create(
         actor=user,
         model=_model(user, data),
