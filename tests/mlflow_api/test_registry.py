@@ -52,6 +52,8 @@ def test_the_checkpoint_tab_says_why_a_registered_checkpoint_stays(run, member, 
     page = login(admin).get(f"/runs/{run.pk}/checkpoints/?older=1").content.decode()
     assert "registered: resnet v1" in page
     assert "The checkpoint at step 10 is registered as model version resnet v1 and cannot be deleted" in page
+    detail = login(admin).get(f"/checkpoints/{old.pk}/").content.decode()
+    assert "model version resnet v1" in detail and "delete that model version first" in detail
 
 
 def test_a_viewer_cannot_register_and_a_pending_checkpoint_is_refused(run, viewer, member, login):
