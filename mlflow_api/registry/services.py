@@ -209,7 +209,9 @@ def model_version_create(
     403). The first version of an unplaced model places it in that Project;
     a version from another Project than the model's → 400. A ``checkpoint``
     must be complete (409) and then cannot be deleted while the version
-    exists. ``source``: the URI the client sent (at most 2,048 characters).
+    exists; registering it into the same model again returns its version
+    (a double click makes one). ``source``: the URI the client sent (at
+    most 2,048 characters).
     """
     if not isinstance(source, str) or not source or len(source) > 2048:
         raise _bad("source must be a URI of at most 2048 characters")
@@ -221,6 +223,10 @@ def model_version_create(
         require_model_role(actor, model, policy.MEMBER)
         policy.require_role(actor, Project.objects.get(pk=project_id), policy.MEMBER)
         model = _locked_model(model)
+        if checkpoint is not None:  # a double click: the checkpoint's row lock made the second wait for the first
+            existing = model.versions.filter(checkpoint=checkpoint).order_by("version").first()
+            if existing is not None:
+                return existing
         if model.project_id not in (None, project_id):
             raise _bad(f"model {model.name!r} belongs to another experiment: register versions of its own runs")
         RegisteredModel.objects.filter(pk=model.pk).update(last_version=F("last_version") + 1, project_id=project_id)
