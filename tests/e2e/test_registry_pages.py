@@ -17,7 +17,7 @@ def test_register_a_checkpoint_then_see_it_in_the_registry_and_kept(browser_page
     page = browser_page
     run = _run_with_seven_checkpoints()  # erin is the Project's admin
     log_in(page, "erin", f"/runs/{run.pk}/checkpoints/?older=1")
-    page.locator('tr[data-step="100"]').get_by_role("link", name="Register the checkpoint at step 100").click()
+    page.locator('tr[data-step="100"]').get_by_role("link", name="Register step 100 as a model version").click()
     expect(page.get_by_role("heading", name="Register the checkpoint at step 100 as a model version")).to_be_visible()
     page.get_by_label("Model name").fill("resnet")
     page.get_by_label("Description").fill("first long run")
