@@ -54,7 +54,9 @@ def model_version_by_alias(*, user, name, alias) -> ModelVersion:
 
 
 def _versions():
-    return ModelVersion.objects.select_related("registered_model__project", "run", "logged_model", "checkpoint__run")
+    return ModelVersion.objects.select_related(
+        "registered_model__project", "run", "logged_model", "checkpoint__run", "created_by"
+    )
 
 
 def checkpoint_logged_model(checkpoint: Checkpoint) -> LoggedModel | None:
@@ -93,7 +95,7 @@ def _tags(tags: dict) -> list[dict]:
 def model_version_json(version: ModelVersion, aliases: list[str] | None = None) -> dict:
     """An MLflow ``ModelVersion`` (stage always "None": mado has aliases, not stages)."""
     if aliases is None:
-        aliases = list(version.aliases.values_list("alias", flat=True))
+        aliases = [a.alias for a in version.aliases.all()]  # prefetched by the searches
     return {
         "name": version.registered_model.name,
         "version": str(version.version),
@@ -113,8 +115,11 @@ def model_version_json(version: ModelVersion, aliases: list[str] | None = None) 
 
 def registered_model_json(model: RegisteredModel) -> dict:
     """An MLflow ``RegisteredModel`` with its latest version and its aliases."""
-    aliases = list(ModelAlias.objects.filter(registered_model=model).select_related("version"))
-    latest = _versions().filter(registered_model=model).order_by("-version").first()
+    aliases = list(model.aliases.all())
+    if "versions" in getattr(model, "_prefetched_objects_cache", {}):  # a search's page: no query per model
+        latest = next(iter(model.versions.all()), None)
+    else:
+        latest = _versions().filter(registered_model=model).order_by("-version").first()
     return {
         "name": model.name,
         "creation_timestamp": ms(model.created_at),
@@ -181,6 +186,10 @@ def registered_model_search(*, user, filter_string="", order_by=None, max_result
     """A page of the user's models; filter on ``name`` and ``tags.<key>`` (=, !=, LIKE, ILIKE) joined by AND;
     ``order_by`` ``["name ASC", "last_updated_timestamp DESC"]``; ``(models, next_page_token or None)``."""
     rows = _filtered(RegisteredModel.objects.visible_to(user), filter_string, _MODEL_FIELDS)
+    rows = rows.select_related("created_by").prefetch_related(
+        Prefetch("versions", queryset=_versions().prefetch_related("aliases").order_by("-version")),
+        Prefetch("aliases", queryset=ModelAlias.objects.select_related("version")),
+    )
     return _page(_ordered(rows, order_by, ["name"]), max_results=max_results, page_token=page_token)
 
 
@@ -189,6 +198,7 @@ def model_version_search(*, user, filter_string="", order_by=None, max_results=N
     newest first by default."""
     visible = RegisteredModel.objects.visible_to(user).values("pk")
     rows = _filtered(_versions().filter(registered_model__in=visible), filter_string, _VERSION_FIELDS)
+    rows = rows.prefetch_related("aliases")
     return _page(
         _ordered(rows, order_by, ["registered_model__name", "-version"]),
         max_results=max_results,

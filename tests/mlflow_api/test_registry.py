@@ -134,3 +134,16 @@ def test_a_member_registers_a_model_another_member_logged(run, creator, member, 
     other = api(member).patch(tags, {"tags": [{"key": "stage", "value": "prod"}]}, format="json")
     assert other.status_code == 403
     assert ModelVersion.objects.get().run == run and RegisteredModel.objects.get().project == run.project
+
+
+def test_a_search_page_costs_the_same_few_queries_whatever_its_size(run, member, api, django_assert_max_num_queries):
+    for index in range(30):
+        _register(member, checkpoint(run, index), name=f"model-{index:02d}")
+    client = api(member)
+    with django_assert_max_num_queries(12):
+        found = client.get(ML + "registered-models/search", {"max_results": 50}).json()["registered_models"]
+    assert [m["name"] for m in found] == [f"model-{i:02d}" for i in range(30)]
+    assert found[3]["latest_versions"][0]["version"] == "1"
+    with django_assert_max_num_queries(12):
+        versions = client.get(ML + "model-versions/search", {"max_results": 50}).json()["model_versions"]
+    assert len(versions) == 30 and versions[0]["run_id"] == run.external_id
