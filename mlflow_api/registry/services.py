@@ -84,7 +84,7 @@ def _placement(actor, tags: dict) -> Project | None:
         return None
     projects = Project.objects.visible_to(actor)
     project = projects.filter(slug=wanted).first() or (
-        projects.filter(pk=int(wanted)).first() if wanted.isdigit() else None
+        projects.filter(pk=int(wanted)).first() if wanted.isdigit() and len(wanted) < 19 else None
     )
     if project is None:
         raise MlflowError(RESOURCE_DOES_NOT_EXIST, f"tags.{PROJECT_TAG}: no project {wanted!r} among your projects")
@@ -116,7 +116,7 @@ def registered_model_create(*, actor, name, tags=None, description=None) -> Regi
 
 
 def _locked_model(model: RegisteredModel) -> RegisteredModel:
-    return RegisteredModel.objects.select_for_update().select_related("project").get(pk=model.pk)
+    return RegisteredModel.objects.select_for_update(of=("self",)).select_related("project").get(pk=model.pk)
 
 
 @transaction.atomic
