@@ -148,6 +148,11 @@ class Checkpoint(models.Model):
     deleted_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
+    registered_as = models.CharField(
+        max_length=300,
+        blank=True,
+        help_text="the model versions registered from it, kept by the model registry: while set, it cannot be deleted",
+    )
 
     objects = CheckpointQuerySet.as_manager()
 

@@ -223,7 +223,8 @@ def checkpoint_delete_refusal(*, checkpoint: Checkpoint, kept_ids: set[int]) -> 
 
     ``kept_ids`` comes from ``checkpoint_kept_ids`` (the service passes the
     ids it read under its row locks). Reasons: already deleted; inside the
-    keep count; the source checkpoint of a Run.
+    keep count; the source checkpoint of a Run; registered as a model version (``registered_as``, a fact the model
+    registry keeps on the row).
     """
     if checkpoint.state == CheckpointState.DELETED:
         return _("The checkpoint at step %(step)s is already deleted.") % {"step": checkpoint.step}
@@ -237,6 +238,11 @@ def checkpoint_delete_refusal(*, checkpoint: Checkpoint, kept_ids: set[int]) -> 
         return _(
             "The checkpoint at step %(step)s is the source checkpoint of run %(run)s (#%(id)s) and cannot be deleted."
         ) % {"step": checkpoint.step, "run": source_of, "id": source_of.pk}
+    if checkpoint.registered_as:
+        return _(
+            "The checkpoint at step %(step)s is registered as model version %(versions)s and cannot be deleted: "
+            "delete that model version first."
+        ) % {"step": checkpoint.step, "versions": checkpoint.registered_as}
     return None
 
 

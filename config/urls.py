@@ -32,4 +32,5 @@ urlpatterns = [
     path("", include("checkpoints.urls")),
     path("", include("jobs.urls")),
     path("", include("alerts.urls")),
+    path("", include("mlflow_api.registry.urls")),
 ]

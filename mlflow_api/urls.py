@@ -11,9 +11,33 @@ from django.urls import include, path, re_path
 
 from mlflow_api.artifacts import model_files
 from mlflow_api.artifacts import views as artifact_views
+from mlflow_api.registry import views as registry
 from mlflow_api.tracking import model_views, views
 
 T = "2.0/mlflow/"
+
+R, V = T + "registered-models/", T + "model-versions/"
+REGISTRY = [
+    path(R + "create", registry.registered_model_create),
+    path(R + "get", registry.registered_model_get),
+    path(R + "update", registry.registered_model_update),
+    path(R + "rename", registry.registered_model_rename),
+    path(R + "delete", registry.registered_model_delete),
+    path(R + "search", registry.registered_model_search),
+    path(R + "get-latest-versions", registry.registered_model_latest_versions),
+    path(R + "set-tag", registry.registered_model_set_tag),
+    path(R + "delete-tag", registry.registered_model_delete_tag),
+    path(R + "alias", registry.registered_model_alias),
+    path(V + "create", registry.model_version_create),
+    path(V + "get", registry.model_version_get),
+    path(V + "update", registry.model_version_update),
+    path(V + "delete", registry.model_version_delete),
+    path(V + "search", registry.model_version_search),
+    path(V + "get-download-uri", registry.model_version_download_uri),
+    path(V + "set-tag", registry.model_version_set_tag),
+    path(V + "delete-tag", registry.model_version_delete_tag),
+    path(V + "transition-stage", registry.model_version_transition_stage),
+]
 
 TRACKING = [
     path(T + "experiments/get-by-name", views.experiment_get_by_name),
@@ -46,6 +70,7 @@ TRACKING = [
     path(T + "logged-models/<str:model_id>/tags/<path:tag_key>", model_views.logged_model_delete_tag),
     path(T + "logged-models/<str:model_id>/params", model_views.logged_model_log_params),
     path(T + "logged-models/<str:model_id>/artifacts/directories", model_files.logged_model_artifacts),
+    *REGISTRY,
 ]
 
 ARTIFACTS = [

@@ -165,6 +165,32 @@ ROWS = {
     ML + "logged-models/<str:model_id>/tags/<path:tag_key>": {"DELETE": run_write(404)},  # the tag is absent
     ML + "logged-models/<str:model_id>/params": {"POST": run_write(200)},
     ML + "logged-models/<str:model_id>/artifacts/directories": {"GET": mlflow_read()},
+    # The model registry: members register and edit, admins rename, delete and move aliases. Creating a model needs no
+    # Project (its first version places it), so anyone signed in may; a Run token makes it in its Run's Project and
+    # registers versions of its own Run only (log_model(registered_model_name=...) in a Job); other endpoints refuse it.
+    ML + "registered-models/create": {"POST": answers(401, 200, 200, 200, 200, 200, 200, 200, 200)},
+    ML + "registered-models/get": {"GET": mlflow_read(tokens=403)},
+    ML + "registered-models/update": {"PATCH": member_write(200)},
+    ML + "registered-models/rename": {"POST": admin_only(200)},
+    ML + "registered-models/delete": {"DELETE": admin_only(200)},
+    ML + "registered-models/search": {"GET": api_list()},
+    ML + "registered-models/get-latest-versions": {"GET": mlflow_read(tokens=403), "POST": mlflow_read(tokens=403)},
+    ML + "registered-models/set-tag": {"POST": member_write(200)},
+    ML + "registered-models/delete-tag": {"DELETE": member_write(404)},  # the tag is absent
+    ML + "registered-models/alias": {
+        "GET": mlflow_read(tokens=403),
+        "POST": admin_only(200),
+        "DELETE": admin_only(200),
+    },
+    ML + "model-versions/create": {"POST": member_write(200) | {"own_token": 200}},
+    ML + "model-versions/get": {"GET": mlflow_read(tokens=403)},
+    ML + "model-versions/update": {"PATCH": member_write(200)},
+    ML + "model-versions/delete": {"DELETE": admin_only(200)},
+    ML + "model-versions/search": {"GET": api_list()},
+    ML + "model-versions/get-download-uri": {"GET": mlflow_read(tokens=403)},
+    ML + "model-versions/set-tag": {"POST": member_write(200)},
+    ML + "model-versions/delete-tag": {"DELETE": member_write(404)},  # the tag is absent
+    ML + "model-versions/transition-stage": {"POST": answers(401, 400, 400, 400, 400, 400, 400, 403, 403)},
     "api/^(?P<rest>2\\.0/mlflow/.*|3\\.0/mlflow/.*)$": {"GET": answers(*(404,) * 9), "POST": answers(*(404,) * 9)},
     # --- MLflow artifact API ------------------------------------------------------------------------
     ART + "artifacts": {"GET": mlflow_read()},
@@ -202,6 +228,9 @@ ROWS = {
     "checkpoints/<int:pk>/delete/": {"GET": page_read(), "POST": page(403, 403, 403, 302)},
     "checkpoints/<int:pk>/resume/": {"GET": page_read(), "POST": page(403, 403, 409, 409)},
     "checkpoints/<int:pk>/continue/": {"GET": page_read(), "POST": page(403, 302, 302, 302)},
+    "projects/<slug:slug>/models/": {"GET": page_read()},
+    "models/<int:pk>/": {"GET": page_read()},
+    "checkpoints/<int:pk>/register/": {"GET": page_read(), "POST": page(403, 302, 302, 302)},
     "projects/<slug:slug>/jobs/": {"GET": page_read()},
     "projects/<slug:slug>/jobs/table/": {"GET": page_read()},
     "projects/<slug:slug>/jobs/new/": {"GET": page_read(), "POST": page(403, 302, 302, 302)},

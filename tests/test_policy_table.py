@@ -22,6 +22,7 @@ from rest_framework.test import APIClient
 from alerts.services.rules import channel_create, rule_create
 from jobs.models import JobStatus, Queue
 from jobs.services.lifecycle import job_claim, run_token_issue
+from mlflow_api.registry import services as registry
 from mlflow_api.tracking.logged_models import logged_model_create
 from runs.models import RunStatus
 from runs.resume import run_start
@@ -121,9 +122,17 @@ def world(db, project, other_project, creator, admin, member, viewer, outsider):
     logged_model = logged_model_create(actor=creator, project=project, name="net", source_run=run)
     channel, _ = channel_create(actor=admin, project=project, name="oncall", kind="email", target="ops@example.org")
     rule = rule_create(actor=admin, project=project, name="crashes", event="crashed", personal=False)
+    registered = registry.registered_model_create(actor=creator, name="net-model", tags=[PLACE(project)])
+    registry.model_version_create(
+        actor=creator, model=registered, source=f"models:/{logged_model.model_id}", run=run, logged_model=logged_model
+    )
+    registry.model_alias_set(
+        actor=admin, model=registered, alias="champion", version=registered.versions.get(version=1)
+    )
     return {
         "alert_channel": channel,
         "alert_rule": rule,
+        "registered_model": registered,
         "logged_model": logged_model,
         "project": project,
         "run": run,
@@ -139,6 +148,10 @@ def world(db, project, other_project, creator, admin, member, viewer, outsider):
         "tokens": tokens,
         "member": member,
     }
+
+
+def PLACE(project) -> dict:  # noqa: N802 - the tag that places a new registered model in ``project``
+    return {"key": registry.PROJECT_TAG, "value": project.slug}
 
 
 def client_for(role: str, world, *, page: bool):
@@ -165,6 +178,7 @@ def concrete(route: str, world) -> str:
         "checkpoints": world["checkpoint"].pk,
         "sweeps": world["sweep"].pk,
         "alert-channels": world["alert_channel"].pk,
+        "models": world["registered_model"].pk,
     }.get(head, "")
     values = {
         "slug": project.slug,
@@ -193,7 +207,27 @@ def request_body(route: str, method: str, world):
     """``(data, format-or-content-type)`` a writer would send; ``None`` data for reads."""
     run, project = world["run"], world["project"]
     mlflow_run = {"run_id": run.external_id}
+    model, version = {"name": "net-model"}, {"name": "net-model", "version": "1"}
     bodies = {
+        "registered-models/create": {"name": "fresh-model"},
+        "registered-models/update": {**model, "description": "digits"},
+        "registered-models/rename": {**model, "new_name": "renamed-model"},
+        "registered-models/search": {"filter": "name = 'net-model'"},
+        "registered-models/set-tag": {**model, "key": "team", "value": "vision"},
+        "registered-models/delete-tag": {**model, "key": "absent"},
+        "registered-models/alias": {**version, "alias": "champion"},
+        "registered-models/get": model,
+        "registered-models/delete": model,
+        "get-latest-versions": model,
+        "model-versions/get": version,
+        "model-versions/delete": version,
+        "get-download-uri": version,
+        "model-versions/create": {**model, "source": "runs:/x/net", "run_id": run.external_id},
+        "model-versions/search": {"filter": "name = 'net-model'"},
+        "model-versions/update": {**version, "description": "baseline"},
+        "model-versions/set-tag": {**version, "key": "reviewed", "value": "yes"},
+        "model-versions/delete-tag": {**version, "key": "absent"},
+        "model-versions/transition-stage": {**version, "stage": "Production"},
         "^projects/$": {"name": "New", "slug": "new-project"},
         "members/": {"username": "newbie", "role": "viewer"},
         "members/<str:username>/": {"role": "viewer"},
@@ -308,6 +342,7 @@ def page_form(route: str, world) -> dict:
         },
         "resume/": {"confirm": "1", "queue": "cpu", "nproc_per_node": 2},
         "delete/": {"confirm": "1", "path": "notes.txt"},
+        "register/": {"name": "fresh-model"},
     }
     return next((body for tail, body in forms.items() if route.endswith(tail)), {})
 

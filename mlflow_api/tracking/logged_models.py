@@ -66,6 +66,7 @@ _TIMES = {
 }
 _ORDER_FIELDS = {**_TIMES, "name": "name", "model_id": "model_id", "model_type": "model_type", "status": "status"}
 SEARCH_DEFAULT, SEARCH_MAX = 100, 1000
+MODEL_VERSIONS_TAG = "mlflow.modelVersions"  # the registry versions made from a model, written by the client
 
 
 def _bad(message: str) -> MlflowError:
@@ -177,9 +178,16 @@ def logged_model_finalize(*, actor, model: LoggedModel, status) -> LoggedModel:
 
 @transaction.atomic
 def logged_model_set_tags(*, actor, model: LoggedModel, tags) -> LoggedModel:
-    """Set (replace) the tags ``[{key, value}]`` on the model; its writers (``Forbidden``); 400 naming a bad tag."""
-    policy.require_logged_model_writer(actor, model)
+    """Set (replace) the tags ``[{key, value}]`` on the model; its writers (``Forbidden``); 400 naming a bad tag.
+
+    The one tag ``mlflow.modelVersions`` alone may also be set by any member of the model's Project: the client
+    records there the registry versions made from the model, and any member registers (docs/api.md#model-registry).
+    """
     pairs = _pairs(tags, "tags", MAX_TAGS, TAG_VALUE_MAX)
+    if set(pairs) == {MODEL_VERSIONS_TAG}:
+        policy.require_role(actor, model.project, policy.MEMBER)
+    else:
+        policy.require_logged_model_writer(actor, model)
     model = _locked(model)
     model.tags = {**model.tags, **pairs}
     model.save(update_fields=["tags", "updated_at"])
