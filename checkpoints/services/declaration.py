@@ -66,7 +66,7 @@ def _clean_manifest(manifest) -> list[ManifestFile]:
         raise ValidationFailed("manifest must be a list of {path, size, sha256}", field="manifest")
     if len(manifest) > limits.members:
         raise ValidationFailed(f"{len(manifest)} files: a checkpoint holds at most {limits.members}", field="manifest")
-    files, names = [], Names()
+    files, names = [], Names(limits)
     for index, entry in enumerate(manifest):
         name = f"manifest[{index}]"
         if not isinstance(entry, dict):
@@ -81,6 +81,10 @@ def _clean_manifest(manifest) -> list[ManifestFile]:
         if isinstance(size, bool) or not isinstance(size, int) or size < 0:
             raise ValidationFailed("size must be a non-negative integer (bytes)", field=f"{name}.size")
         files.append(ManifestFile(path, size, _hex_digest(entry.get("sha256"), f"{name}.sha256")))
+    try:
+        names.finish()
+    except ManifestMismatch as exc:
+        raise ValidationFailed(f"path {exc.detail}", field="manifest") from None
     return files
 
 

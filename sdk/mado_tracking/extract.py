@@ -195,7 +195,7 @@ def _manifest_files(manifest: list[dict], limits: Limits, fail) -> list[Manifest
         raise fail("manifest", "the checkpoint records no files")
     if len(manifest) > limits.members:
         raise fail("manifest", f"{len(manifest)} files, more than the {limits.members} a checkpoint may hold")
-    names, files, total = Names(), [], 0
+    names, files, total = Names(limits), [], 0
     for number, entry in enumerate(manifest):
         try:
             path, size, sha256 = entry["path"], entry["size"], entry["sha256"]
@@ -213,6 +213,10 @@ def _manifest_files(manifest: list[dict], limits: Limits, fail) -> list[Manifest
             raise fail(exc.what, exc.detail) from None
         total += size
         files.append(ManifestFile(path, size, sha256))
+    try:
+        names.finish()
+    except ManifestMismatch as exc:
+        raise fail(exc.what, exc.detail) from None
     if total > limits.total_bytes:
         raise fail("manifest", f"{total} bytes in all, more than the {limits.total_bytes} a checkpoint may hold")
     return sorted(files, key=lambda f: f.path)

@@ -9,10 +9,10 @@ removed, so no partial directory is left behind (docs/design/house.md#verify-fir
 ``ExtractionDir`` is also a ``tarformat.TarReader`` sink.
 """
 
+import errno
 import hashlib
 import os
 import posixpath
-import shutil
 import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -159,17 +159,74 @@ class ExtractionDir:
 
 def _chmod_dirs(root: str | Path, mode: int) -> None:
     """``mode`` on ``root`` and every directory below it, through descriptors (never a link, any depth of path)."""
-    for _, _, _, dir_fd in os.fwalk(root, topdown=False):
-        os.fchmod(dir_fd, mode)
+    _walk_directories(root, lambda fd: os.fchmod(fd, mode), remove=False)
 
 
 def remove_tree(path: Path, *, onerror: Callable | None = None) -> None:
-    """Remove ``path`` and everything below it, read-only directories included; a missing path is fine."""
-    if not os.path.lexists(path):
-        return
-    if os.path.islink(path) or not os.path.isdir(path):
-        os.unlink(path)
-        return
-    for _, _, _, dir_fd in os.fwalk(path):  # top-down: a directory is writable before its children are listed
-        os.fchmod(dir_fd, 0o700)
-    shutil.rmtree(path, onerror=onerror)
+    """Remove ``path`` and everything below it, read-only directories included, at any depth; a missing path is
+    fine. ``onerror(exc)`` (optional) is called with an ``OSError`` instead of raising it."""
+    try:
+        if not os.path.lexists(path):
+            return
+        if os.path.islink(path) or not os.path.isdir(path):
+            os.unlink(path)
+            return
+        # 0o700 before listing: a read-only directory (a restored checkpoint's) must be writable to empty it.
+        _walk_directories(path, lambda fd: os.fchmod(fd, 0o700), remove=True)
+        os.rmdir(path)
+    except OSError as exc:
+        if onerror is None:
+            raise
+        onerror(exc)
+
+
+def _walk_directories(root: str | Path, visit: Callable[[int], None], *, remove: bool) -> None:
+    """Call ``visit(fd)`` on ``root`` and every directory below it, parents first; with ``remove`` also delete
+    every entry below ``root`` (``root`` itself stays).
+
+    Iterative and holding two descriptors at a time: a tree a thousand levels deep (user code may write one, an
+    old checkpoint may hold one) neither recurses nor runs out of descriptors, and no path is ever longer than
+    one name. Going up is through ``..``, checked against the directory we came down from.
+    """
+    fd = os.open(root, _DIRECTORY | os.O_NOFOLLOW)
+    above: list[tuple[tuple[int, int], str, list[str]]] = []  # per level: parent's identity, our name, its to-do
+    try:
+        visit(fd)
+        pending = _subdirectories(fd, remove=remove)
+        while pending or above:
+            if pending:
+                name = pending.pop()
+                child = os.open(name, _DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+                above.append((_identity(fd), name, pending))
+                os.close(fd)
+                fd = child
+                visit(fd)
+                pending = _subdirectories(fd, remove=remove)
+                continue
+            identity, name, pending = above.pop()
+            parent = os.open("..", _DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd = parent
+            if _identity(fd) != identity:
+                raise OSError(errno.ESTALE, f"a directory under {root} moved while it was walked")
+            if remove:
+                os.rmdir(name, dir_fd=fd)
+    finally:
+        os.close(fd)
+
+
+def _subdirectories(fd: int, *, remove: bool) -> list[str]:
+    """The names of the directories in directory ``fd``; with ``remove`` every other entry is unlinked."""
+    found = []
+    with os.scandir(fd) as entries:
+        for entry in entries:
+            if entry.is_dir(follow_symlinks=False):
+                found.append(entry.name)
+            elif remove:
+                os.unlink(entry.name, dir_fd=fd)
+    return found
+
+
+def _identity(fd: int) -> tuple[int, int]:
+    stat = os.fstat(fd)
+    return stat.st_dev, stat.st_ino

@@ -5,8 +5,9 @@ The server's upload check, the worker's restore and the SDK's restore all
 parse tars here, so they cannot disagree. ``TarReader`` is fed the bytes in
 chunks as they arrive and hands each member to a sink (``begin(member)``,
 ``data(view)`` for its bytes, ``end()``); it holds one 512-byte header and at
-most one extended header (``Limits.pax_bytes``) at a time, plus the set of
-names it has seen (bounded by ``Limits.members``). Anything the format does
+most one extended header (``Limits.pax_bytes``) at a time, plus the names it
+has seen, once each (bounded by ``Limits.members`` and ``Limits.name_bytes``),
+and never recurses over a path's depth. Anything the format does
 not allow raises ``ManifestMismatch`` (``what`` is ``tar`` for the structure,
 ``path`` for a name) naming the member and the rule, as soon as it shows.
 ``CheckpointVerifier`` (``verify.py``) compares the members with a manifest.
@@ -65,14 +66,17 @@ class Limits:
     """What one tar may hold; the defaults are those of docs/checkpoint-format.md.
 
     ``members``: files and directories; ``path_bytes`` / ``component_bytes``:
-    UTF-8 bytes of a whole path / of one name between slashes;
-    ``pax_bytes``: one PAX extended header or GNU long name; ``total_bytes``:
-    the sum of the members' sizes.
+    UTF-8 bytes of a whole path / of one name between slashes; ``depth``: names
+    between slashes in one path; ``name_bytes``: UTF-8 bytes of every path of
+    one tar or manifest together; ``pax_bytes``: one PAX extended header or GNU
+    long name; ``total_bytes``: the sum of the members' sizes.
     """
 
     members: int = 100_000
     path_bytes: int = 4096
     component_bytes: int = 255
+    depth: int = 64
+    name_bytes: int = 32 << 20
     pax_bytes: int = 64 * 1024
     total_bytes: int = 1 << 40
 
@@ -115,8 +119,8 @@ def fold(path: str) -> str:
 def check_path(path: str | bytes, limits: Limits = Limits(), *, label: str = "") -> str:
     """The path as text when it is a safe, normalised relative POSIX path; else ``ManifestMismatch('path', …)``.
 
-    Rules: valid UTF-8, at most ``limits.path_bytes`` bytes and
-    ``limits.component_bytes`` per component, no control character, no
+    Rules: valid UTF-8, at most ``limits.path_bytes`` bytes,
+    ``limits.component_bytes`` per component and ``limits.depth`` components, no control character, no
     backslash, not absolute, no empty, ``.`` or ``..`` component, and no
     component Windows cannot create (``windows_refusal``), since a checkpoint
     must restore on Windows agents too (docs/design/worker.md#verify).
@@ -139,7 +143,12 @@ def check_path(path: str | bytes, limits: Limits = Limits(), *, label: str = "")
         raise ManifestMismatch("path", f"{where}{text!r}: the name holds a control character")
     if not text or text.startswith("/") or "\\" in text:
         raise ManifestMismatch("path", f"{where}{text!r}: the path is empty, absolute or holds a backslash")
-    for part in text.split("/"):
+    parts = text.split("/")
+    if len(parts) > limits.depth:
+        raise ManifestMismatch(
+            "path", f"{where}{text[:60]!r}…: path of {len(parts)} levels is deeper than {limits.depth} levels"
+        )
+    for part in parts:
         if part in ("", ".", ".."):
             raise ManifestMismatch("path", f"{where}{text!r} is not a normalised relative path (no '..', '.', '//')")
         if len(part.encode("utf-8")) > limits.component_bytes:
@@ -171,42 +180,70 @@ def windows_refusal(name: str) -> str:
 
 
 class Names:
-    """The paths seen so far, refusing duplicates, NFC / case-fold collisions and a file that is also a directory."""
+    """The paths of one tar or manifest, refusing duplicates, NFC / case-fold collisions, a file that is also a
+    directory, and more than ``limits.name_bytes`` bytes of names in all.
 
-    def __init__(self):
+    Memory is linear in the bytes of the paths listed: each path is kept once
+    (folded and as spelled), never once per directory above it. A file that
+    collides with another file is refused as it is added; a clash that
+    involves a directory above a path (``model`` a file and ``model/a.bin``,
+    ``A/x`` and ``a/y``) shows in ``finish()``, which sorts the paths once so
+    that every path sits next to those below it.
+    """
+
+    def __init__(self, limits: Limits = Limits()):
+        self._limits = limits
         self._files: dict[str, str] = {}
-        self._dirs: dict[str, str] = {}
+        self._seen: list[tuple[str, str, bool, str]] = []  # folded with "/" as NUL (sorts a directory's contents next to it), spelled, is_dir, label
+        self.name_bytes = 0
 
     def add(self, path: str, *, is_dir: bool, label: str = "") -> None:
         """Record ``path`` (already checked by ``check_path``); ``ManifestMismatch('path', …)`` on a clash."""
         where = f"{label} " if label else ""
-        parts = path.split("/")
-        keys = [fold(part) for part in parts]
-        for depth in range(1, len(parts) + (1 if is_dir else 0)):
-            self._directory("/".join(keys[:depth]), "/".join(parts[:depth]), path, where)
-        if is_dir:
-            return
-        key = "/".join(keys)
-        if key in self._dirs:
-            raise ManifestMismatch("path", f"{where}{path!r} is a file and also a directory of {self._dirs[key]!r}")
-        other = self._files.get(key)
-        if other == path:
-            raise ManifestMismatch("path", f"{where}{path!r} appears twice")
-        if other is not None:
+        self.name_bytes += len(path.encode("utf-8"))
+        if self.name_bytes > self._limits.name_bytes:
             raise ManifestMismatch(
-                "path", f"{where}{path!r} collides with {other!r} (same name once normalised or case-folded)"
+                "path", f"{where}{path[:60]!r}: the names hold more than {self._limits.name_bytes} bytes in all"
             )
-        self._files[key] = path
+        key = fold(path)
+        if not is_dir:
+            other = self._files.get(key)
+            if other == path:
+                raise ManifestMismatch("path", f"{where}{path!r} appears twice")
+            if other is not None:
+                raise ManifestMismatch(
+                    "path", f"{where}{path!r} collides with {other!r} (same name once normalised or case-folded)"
+                )
+            self._files[key] = path
+        self._seen.append((key.replace("/", "\x00"), path, is_dir, where))
 
-    def _directory(self, key: str, spelled: str, path: str, where: str) -> None:
-        if key in self._files:
-            raise ManifestMismatch("path", f"{where}{path!r} needs {spelled!r} as a directory, but it is a file")
-        other = self._dirs.setdefault(key, spelled)
-        if other != spelled:
+    def finish(self) -> None:
+        """Check the clashes through directories among every path added; ``ManifestMismatch('path', …)``."""
+        seen, self._seen = sorted(self._seen), []
+        for before, after in zip(seen, seen[1:]):
+            _directory_clash(before, after)
+
+
+def _directory_clash(before: tuple[str, str, bool, str], after: tuple[str, str, bool, str]) -> None:
+    """Refuse two neighbouring paths (in folded order) when one needs the other, a file, as a directory, or when
+    a directory above both is spelled two ways."""
+    (key, path, is_dir, _), (next_key, next_path, next_is_dir, where) = before, after
+    if key == next_key and is_dir != next_is_dir:
+        file, folder = (next_path, path) if is_dir else (path, next_path)
+        raise ManifestMismatch("path", f"{where}{file!r} is a file and also a directory of {folder!r}")
+    if not is_dir and next_key.startswith(key + "\x00"):
+        raise ManifestMismatch("path", f"{where}{next_path!r} needs {path!r} as a directory, but it is a file")
+    folded, next_folded = key.split("\x00"), next_key.split("\x00")
+    spelled, next_spelled = path.split("/"), next_path.split("/")
+    depth = min(len(folded) - (not is_dir), len(next_folded) - (not next_is_dir))
+    for level in range(depth):
+        if folded[level] != next_folded[level]:
+            return
+        if spelled[level] != next_spelled[level]:
             raise ManifestMismatch(
                 "path",
-                f"{where}{path!r}: directory {spelled!r} collides with {other!r} "
-                "(same name once normalised or case-folded)",
+                f"{where}{next_path!r}: directory {'/'.join(next_spelled[: level + 1])!r} collides with "
+                f"{'/'.join(spelled[: level + 1])!r} (same name once normalised or case-folded)",
             )
 
 
@@ -266,7 +303,7 @@ class TarReader:
         self._sink = sink
         self._limits = limits
         self._code_paths = code_paths
-        self.names = Names()
+        self.names = Names(limits)
         self.count = 0
         self.total = 0
         self.offset = 0
@@ -316,6 +353,7 @@ class TarReader:
         """Check that the archive ended with its two zero blocks; else ``ManifestMismatch('tar', …)``."""
         if not self._ended:
             raise ManifestMismatch("tar", f"the archive is truncated after {self.offset} bytes")
+        self.names.finish()
 
     def _close_data(self) -> None:
         if self._extended is None:
