@@ -273,8 +273,11 @@ MADO_CHECKPOINT_VERIFY_QUEUE = env_str("MADO_CHECKPOINT_VERIFY_QUEUE", CELERY_TA
 # or MADO_CHECKPOINT_ENDED_GRACE seconds after its Run ended (the janitor, checkpoints.tasks).
 MADO_CHECKPOINT_UPLOAD_LEASE = env_int("MADO_CHECKPOINT_UPLOAD_LEASE", MADO_CHECKPOINT_PRESIGN_EXPIRES, minimum=1)
 MADO_CHECKPOINT_ENDED_GRACE = env_int("MADO_CHECKPOINT_ENDED_GRACE", 300, minimum=0)
+# The largest request body read into memory (a JSON body, a form); larger ones answer 413 naming the limit
+# (docs/checkpoint-format.md#limits-settings). Tars and files stream and are not bound by it.
+DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("MADO_API_MAX_BODY_BYTES", 2_621_440, minimum=65_536)
 # What one checkpoint tar may hold (docs/checkpoint-format.md): MADO_TAR_MAX_MEMBERS, _PATH_BYTES,
-# _COMPONENT_BYTES, _PAX_BYTES, _TOTAL_BYTES; the worker and `mado agent` read the same variables.
+# _COMPONENT_BYTES, _DEPTH, _NAME_BYTES, _PAX_BYTES, _TOTAL_BYTES; the worker and `mado agent` read the same variables.
 try:
     MADO_TAR_LIMITS = TarLimits.from_env(os.environ)
     # Threads that hash one checkpoint at once (docs/design/checkpoints.md#hash-threads): MADO_HASH_THREADS, else

@@ -6,7 +6,9 @@ logged and, when transient, retried. The API renders every error as
 ``{"error": code, "detail": text, "field": name-or-null}``.
 """
 
+from django.conf import settings
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.core.exceptions import RequestDataTooBig, TooManyFieldsSent
 from django.http import Http404
 from rest_framework import exceptions as drf_exceptions
 from rest_framework.response import Response
@@ -67,6 +69,13 @@ class RunEnded(Conflict):
     code = "run_ended"
 
 
+class TooLarge(UserError):
+    """A request body over what the API reads into memory (``MADO_API_MAX_BODY_BYTES``)."""
+
+    status = 413
+    code = "too_large"
+
+
 class InternalError(Exception):
     """Our fault (storage unreachable, broken invariant): logged, retried if transient."""
 
@@ -94,7 +103,13 @@ def _flatten_validation(detail, prefix: str = "") -> tuple[str | None, str]:
 
 
 def api_exception_handler(exc, context):
-    """DRF exception handler: every error becomes ``{"error", "detail", "field"}``."""
+    """DRF exception handler: every error becomes ``{"error", "detail", "field"}``.
+
+    A body over Django's in-memory limits (raised while DRF parses it) answers 413 naming the limit
+    (docs/checkpoint-format.md#limits-settings) instead of Django's HTML 400.
+    """
+    if isinstance(exc, (RequestDataTooBig, TooManyFieldsSent)):
+        exc = _too_large(exc)
     if isinstance(exc, UserError):
         return Response(_body(exc.code, exc.detail, exc.field, exc.extra), status=exc.status)
     if isinstance(exc, Http404):
@@ -113,3 +128,14 @@ def api_exception_handler(exc, context):
         )
         response.data = _body(code, str(exc.detail))
     return response
+
+
+def _too_large(exc: Exception) -> TooLarge:
+    if isinstance(exc, TooManyFieldsSent):
+        limit = settings.DATA_UPLOAD_MAX_NUMBER_FIELDS
+        return TooLarge(f"The request sends more than {limit} form fields; send fewer at a time.")
+    limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+    return TooLarge(
+        f"The request body is larger than {limit} bytes, the most the API reads at once; "
+        "send less at a time (a checkpoint with many files can declare manifest_sha256 instead of its manifest)."
+    )

@@ -194,7 +194,8 @@ class Names:
     def __init__(self, limits: Limits = Limits()):
         self._limits = limits
         self._files: dict[str, str] = {}
-        self._seen: list[tuple[str, str, bool, str]] = []  # folded with "/" as NUL (sorts a directory's contents next to it), spelled, is_dir, label
+        # (folded path with "/" as NUL, so a directory's contents sort right after it; as spelled; is_dir; label)
+        self._seen: list[tuple[str, str, bool, str]] = []
         self.name_bytes = 0
 
     def add(self, path: str, *, is_dir: bool, label: str = "") -> None:

@@ -89,6 +89,19 @@ def long_name_member(name: bytes) -> bytes:
     return header("././@LongLink", len(name) + 1, b"L", magic=GNU) + data_blocks(name + b"\x00")
 
 
+def member(path: str, data: bytes, encoding: str) -> bytes:
+    """A file member named ``path`` the way ``encoding`` says (ustar name/prefix, a PAX path, a GNU long name)."""
+    raw = path.encode()
+    if len(raw) <= 100 and encoding == "ustar":
+        return file_member(raw, data)
+    cut = raw.find(b"/", len(raw) - 101)
+    if encoding == "ustar" and 0 < cut <= 155:
+        return header(raw[cut + 1 :], len(data), prefix=raw[:cut]) + data_blocks(data)
+    if encoding == "gnu":
+        return long_name_member(raw) + file_member("long", data)
+    return pax_member(pax_record("path", raw)) + file_member("pax", data)
+
+
 def tar_of(*members: bytes) -> bytes:
     return b"".join(members) + END
 
