@@ -188,6 +188,11 @@ class Checkpoint(models.Model):
         return f"checkpoints/step-{self.step}.tar"
 
     @property
+    def stored_bytes(self) -> int:
+        """Bytes this checkpoint holds in the storage: its tar, or its files (``layout="files"``)."""
+        return self.total_bytes if self.layout == "files" else (self.tar_size or 0)
+
+    @property
     def is_usable(self) -> bool:
         return self.state in USABLE_STATES
 
@@ -224,3 +229,87 @@ class ManifestEntry(models.Model):
 
     def __str__(self):
         return self.path
+
+
+class RetentionPolicy(models.Model):
+    """A Project's retention rules (docs/design/checkpoints.md#retention): which complete checkpoints each Run keeps
+    when an admin applies the policy; the others are deleted unless a deletion protection holds them.
+
+    A rule left empty keeps nothing by itself; at least one rule is set (the service checks). ``scheduled``: beat
+    applies the policy every day (only after an admin opted in).
+    """
+
+    class BestMode(models.TextChoices):
+        MIN = "min", "lowest"
+        MAX = "max", "highest"
+
+    project = models.OneToOneField(Project, on_delete=models.CASCADE, related_name="retention_policy")
+    keep_last = models.PositiveIntegerField(null=True, blank=True, help_text="the newest N of each Run, by step")
+    keep_best = models.PositiveIntegerField(null=True, blank=True, help_text="the best K of each Run by best_metric")
+    best_metric = models.CharField(max_length=250, blank=True)
+    best_mode = models.CharField(max_length=3, choices=BestMode.choices, default=BestMode.MIN)
+    keep_every = models.PositiveIntegerField(null=True, blank=True, help_text="steps that are a multiple of k")
+    keep_newer_days = models.PositiveIntegerField(null=True, blank=True, help_text="created within D days")
+    scheduled = models.BooleanField(default=False)
+    updated_at = models.DateTimeField(auto_now=True)
+    updated_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    last_applied_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self):
+        return f"retention of {self.project}"
+
+
+class CheckpointDeletion(models.Model):
+    """What a deletion removed, who and why (docs/design/checkpoints.md#deletion): one row per deleted checkpoint."""
+
+    class Cause(models.TextChoices):
+        HAND = "hand", "deleted by hand"
+        BULK = "bulk", "bulk delete from the Runs table"
+        POLICY = "policy", "retention policy applied"
+        SCHEDULE = "schedule", "scheduled retention policy"
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="checkpoint_deletions")
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="checkpoint_deletions")
+    checkpoint = models.OneToOneField("Checkpoint", on_delete=models.CASCADE, related_name="deletion")
+    step = models.BigIntegerField()
+    bytes = models.BigIntegerField(help_text="bytes removed from the storage")
+    cause = models.CharField(max_length=10, choices=Cause.choices)
+    deleted_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    deleted_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-deleted_at", "-pk"]
+
+    def __str__(self):
+        return f"step {self.step} of run {self.run_id}: {self.cause}"
+
+
+class StorageUsage(models.Model):
+    """Bytes and files stored, per Project, Run (NULL: none, e.g. a Code archive) and kind; kept current by the
+    services that store and delete artifacts, never by a scan (docs/design/checkpoints.md#usage)."""
+
+    class Kind(models.TextChoices):
+        CHECKPOINT_TAR = "tar", "checkpoint tars"
+        CHECKPOINT_FILES = "files", "checkpoint files"
+        LOGGED_MODEL = "model", "logged models"
+        ARTIFACT = "artifact", "other artifacts"
+        CODE = "code", "code archives"
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="storage_usage")
+    run = models.ForeignKey(Run, null=True, blank=True, on_delete=models.CASCADE, related_name="storage_usage")
+    kind = models.CharField(max_length=8, choices=Kind.choices)
+    bytes = models.BigIntegerField(default=0)
+    files = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["project", "run", "kind"], condition=Q(run__isnull=False), name="storageusage_unique_run"
+            ),
+            models.UniqueConstraint(
+                fields=["project", "kind"], condition=Q(run__isnull=True), name="storageusage_unique_project"
+            ),
+        ]
+
+    def __str__(self):
+        return f"{self.kind} of run {self.run_id}: {self.bytes} bytes"

@@ -15,3 +15,12 @@ def end_abandoned_checkpoints() -> int:
     from checkpoints.services import checkpoint_end_abandoned
 
     return checkpoint_end_abandoned()
+
+
+@shared_task(name="checkpoints.tasks.apply_scheduled_retention", ignore_result=True)
+def apply_scheduled_retention() -> int:
+    """Apply the retention policies admins scheduled (docs/design/checkpoints.md#retention), each at most once a
+    day; ``checkpoints.services.retention.retention_apply_scheduled``. Returns how many it applied."""
+    from checkpoints.services.retention import retention_apply_scheduled
+
+    return retention_apply_scheduled()

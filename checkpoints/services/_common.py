@@ -3,7 +3,8 @@
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from checkpoints.models import Artifact, Checkpoint, CheckpointState, ManifestEntry
+from checkpoints.models import Artifact, Checkpoint, CheckpointState, ManifestEntry, StorageUsage
+from checkpoints.services.usage import usage_count
 from mado import policy
 from mado.errors import Conflict, NotFound
 from mado_tracking.tarverify import ManifestFile, ManifestMismatch
@@ -48,6 +49,7 @@ def finalize(row: Checkpoint, received: dict, files: list[ManifestFile]) -> Chec
             )
     except IntegrityError:
         raise Conflict(f"{row.artifact_path} is already another file of this run", field="checkpoint") from None
+    usage_count(artifact, kind=StorageUsage.Kind.CHECKPOINT_TAR)
     ManifestEntry.objects.bulk_create(
         [ManifestEntry(checkpoint_id=row.pk, path=f.path, size=f.size, sha256=f.sha256) for f in files],
         batch_size=1000,

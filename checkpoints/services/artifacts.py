@@ -15,7 +15,8 @@ from django.db.models import ProtectedError
 from django.utils import timezone
 
 from checkpoints import storage
-from checkpoints.models import Artifact, Checkpoint, ManifestEntry
+from checkpoints.models import Artifact, Checkpoint, ManifestEntry, StorageUsage
+from checkpoints.services.usage import artifact_kind, usage_add, usage_count, usage_run_id
 from mado import policy
 from mado.errors import Conflict, NotFound, ValidationFailed
 from runs.lease import lease_check
@@ -171,6 +172,13 @@ def replace_content(current: Artifact, blob: storage.StoredBlob) -> str:
             extra={"sha256": current.sha256},
         )
     unused = current.storage_key
+    usage_add(
+        project_id=current.project_id,
+        run_id=usage_run_id(current),
+        kind=artifact_kind(current),
+        size=blob.size - current.size,
+        files=0,
+    )
     current.history = [
         *current.history,
         {
@@ -200,6 +208,7 @@ def artifact_insert(
             artifact = Artifact.objects.create(
                 project_id=run.project_id, run=run, path=path, size=blob.size, sha256=blob.sha256, storage_key=blob.key
             )
+            usage_count(artifact, kind=StorageUsage.Kind.ARTIFACT)
         return artifact, True
     except IntegrityError:
         existing = Artifact.objects.filter(run=run, path=path).first()
@@ -227,8 +236,10 @@ def artifact_delete(*, actor, artifact: Artifact) -> None:
     key = artifact.storage_key
     try:
         with transaction.atomic():
+            kind = artifact_kind(artifact)
             deleted, _ = Artifact.objects.filter(pk=artifact.pk).delete()
             if deleted:
+                usage_count(artifact, sign=-1, kind=kind)
                 transaction.on_commit(lambda: storage.blob_delete_quietly(key))
     except (ProtectedError, IntegrityError):
         raise Conflict(refusal, field="path") from None
@@ -282,6 +293,7 @@ def code_version_create_with_archive(
                 sha256=blob.sha256,
                 storage_key=blob.key,
             )
+            usage_count(artifact, kind=StorageUsage.Kind.CODE)
             return code_version_create(actor=actor, code=code, entrypoint=entrypoint, archive=artifact)
     except BaseException:
         storage.blob_delete_quietly(blob.key)

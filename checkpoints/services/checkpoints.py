@@ -9,10 +9,10 @@ deleted checkpoint never becomes a source and a source is never deleted.
 
 from django.db import IntegrityError, transaction
 from django.db.models import ProtectedError, Q
-from django.utils import timezone
 
 from checkpoints import selectors, storage
-from checkpoints.models import Artifact, Checkpoint, CheckpointLayout, CheckpointState, ManifestEntry
+from checkpoints.models import Artifact, Checkpoint, CheckpointDeletion, CheckpointLayout, CheckpointState
+from checkpoints.services import deletion
 from checkpoints.services.metadata import clean_checkpoint_metadata
 from checkpoints.services.shards import clean_world_size
 from mado import policy
@@ -203,8 +203,7 @@ def checkpoint_delete(*, actor, checkpoint: Checkpoint) -> Checkpoint:
     """
     run = checkpoint.run
     policy.require_role(actor, run.project, policy.ADMIN)
-    locked = {row.pk: row for row in Checkpoint.objects.select_for_update().filter(run_id=run.pk).order_by("pk")}
-    row = locked.get(checkpoint.pk)
+    row = deletion.lock_run_checkpoints(run.pk).get(checkpoint.pk)
     if row is None:
         raise NotFound(f"checkpoint {checkpoint.pk} not found", field="checkpoint")
     if row.state == CheckpointState.DELETED:
@@ -212,28 +211,7 @@ def checkpoint_delete(*, actor, checkpoint: Checkpoint) -> Checkpoint:
     refusal = selectors.checkpoint_delete_refusal(checkpoint=row, kept_ids=selectors.checkpoint_kept_ids(run_id=run.pk))
     if refusal:
         raise Conflict(refusal, field="checkpoint")
-    artifact = Artifact.objects.filter(pk=row.artifact_id).first() if row.artifact_id else None
-    updated = Checkpoint.objects.filter(pk=row.pk, state=row.state).update(
-        state=CheckpointState.DELETED,
-        artifact=None,
-        received={},
-        declared=None,
-        deleted_at=timezone.now(),
-        deleted_by=actor,
-    )
-    if updated != 1:  # cannot happen while we hold the row lock; say so rather than guess
-        raise Conflict(f"checkpoint {row.pk} changed while it was being deleted; try again", field="checkpoint")
-    # A tar checkpoint has one artifact; one logged file by file (MLflow, layout "files") one per manifest entry.
-    artifacts = [artifact] if artifact is not None else []
-    entries = ManifestEntry.objects.filter(checkpoint=row, artifact__isnull=False)
-    artifacts += [entry.artifact for entry in entries.select_related("artifact")]
-    entries.update(artifact=None)
-    discard_upload(row.received, on_commit=True)
-    for stored in artifacts:
-        stored.delete()
-        transaction.on_commit(lambda key=stored.storage_key: storage.blob_delete_quietly(key))
-    row.refresh_from_db()
-    return row
+    return deletion.delete_locked(row=row, actor=actor, cause=CheckpointDeletion.Cause.HAND)
 
 
 def checkpoint_lock_for_use(*, checkpoint_id: int) -> Checkpoint:

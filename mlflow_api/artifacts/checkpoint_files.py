@@ -25,13 +25,14 @@ from django.db.models import F
 from django.utils import timezone
 
 from checkpoints import storage
-from checkpoints.models import Artifact, Checkpoint, CheckpointLayout, CheckpointState, ManifestEntry
+from checkpoints.models import Artifact, Checkpoint, CheckpointLayout, CheckpointState, ManifestEntry, StorageUsage
 from checkpoints.services.artifacts import (
     artifact_replace,
     artifact_store,
     artifacts_delete_below,
     validate_artifact_path,
 )
+from checkpoints.services.usage import artifact_kind, usage_count, usage_move
 from mado import policy
 from mado.errors import Conflict
 from mlflow_api.artifacts.checkpoint_layouts import CheckpointFile, Completion, checkpoint_file_in
@@ -124,7 +125,9 @@ def checkpoint_join(
 def _remove(artifact: Artifact, created: bool) -> None:
     """Remove ``artifact`` and its bytes when this call ``created`` it."""
     if created:
-        Artifact.objects.filter(pk=artifact.pk).delete()
+        kind = artifact_kind(artifact)
+        if Artifact.objects.filter(pk=artifact.pk).delete()[0]:
+            usage_count(artifact, sign=-1, kind=kind)
         storage.blob_delete_quietly(artifact.storage_key)
 
 
@@ -187,6 +190,8 @@ def checkpoint_add_file(*, actor, run: Run, target: CheckpointFile, artifact: Ar
     )
     if not created:  # another artifact already holds this path of the checkpoint
         raise Conflict(f"{target.path} is already another file of the checkpoint at step {step}", field="path")
+    was = StorageUsage.Kind.LOGGED_MODEL if artifact.logged_model_id else StorageUsage.Kind.ARTIFACT
+    usage_move(artifact, to_kind=StorageUsage.Kind.CHECKPOINT_FILES, from_kind=was)
     Checkpoint.objects.filter(pk=checkpoint.pk).update(
         file_count=F("file_count") + 1,
         total_bytes=F("total_bytes") + artifact.size,

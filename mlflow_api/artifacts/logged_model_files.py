@@ -14,13 +14,14 @@ docs/design/checkpoints.md#mlflow-checkpoints).
 from django.db import IntegrityError, transaction
 
 from checkpoints import storage
-from checkpoints.models import Artifact
+from checkpoints.models import Artifact, StorageUsage
 from checkpoints.services.artifacts import (
     artifacts_delete_below,
     check_received,
     replace_content,
     validate_artifact_path,
 )
+from checkpoints.services.usage import usage_count
 from mado import policy
 from mlflow_api.artifacts.checkpoint_files import checkpoint_file_of, checkpoint_join
 from runs.models import LoggedModel
@@ -66,14 +67,16 @@ def _record(model: LoggedModel, path: str, blob: storage.StoredBlob) -> tuple[Ar
                 current = Artifact.objects.select_for_update().filter(logged_model=model, path=path).first()
                 if current is not None:
                     return current, replace_content(current, blob)
-                return Artifact.objects.create(
+                created = Artifact.objects.create(
                     project_id=model.project_id,
                     logged_model=model,
                     path=path,
                     size=blob.size,
                     sha256=blob.sha256,
                     storage_key=blob.key,
-                ), None
+                )
+                usage_count(created, kind=StorageUsage.Kind.LOGGED_MODEL)
+                return created, None
         except IntegrityError:
             continue
     raise IntegrityError(f"could not record {path!r} of logged model {model.model_id}")

@@ -1,0 +1,119 @@
+"""What a retention policy keeps and what it would delete (docs/design/checkpoints.md#retention).
+
+``retention_plan`` is the one computation behind the preview and the apply: per Run, each complete checkpoint
+that no rule keeps goes, unless a deletion protection (``selectors.checkpoint_delete_refusal``: the keep count,
+a resume source, and whatever else protects a checkpoint) holds it. It reads; it changes nothing.
+"""
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from django.db.models import Max, Min
+from django.utils import timezone
+
+from checkpoints import selectors
+from checkpoints.models import Checkpoint, CheckpointState, RetentionPolicy
+from runs.models import MetricPoint, Project, Run
+
+
+@dataclass(frozen=True)
+class Rules:
+    """The rules of a policy; a rule that is None (or ``keep_best`` without ``best_metric``) keeps nothing.
+
+    ``keep_last``: the newest N of each Run by step; ``keep_best``: the K of each Run with the lowest
+    (``best_mode`` ``min``) or highest (``max``) value of metric ``best_metric`` logged at the checkpoint's step;
+    ``keep_every``: steps that are a multiple of k; ``keep_newer_days``: created less than D days ago.
+    """
+
+    keep_last: int | None = None
+    keep_best: int | None = None
+    best_metric: str = ""
+    best_mode: str = RetentionPolicy.BestMode.MIN
+    keep_every: int | None = None
+    keep_newer_days: int | None = None
+
+    @classmethod
+    def of(cls, policy: RetentionPolicy) -> "Rules":
+        return cls(
+            keep_last=policy.keep_last,
+            keep_best=policy.keep_best,
+            best_metric=policy.best_metric,
+            best_mode=policy.best_mode,
+            keep_every=policy.keep_every,
+            keep_newer_days=policy.keep_newer_days,
+        )
+
+
+@dataclass
+class RunPlan:
+    """One Run's part of a plan: ``going`` (checkpoints a policy deletes), ``protected`` ([(checkpoint, the
+    protection's sentence)] for those no rule keeps but a protection holds), ``bytes`` that go."""
+
+    run: Run
+    going: list[Checkpoint] = field(default_factory=list)
+    protected: list[tuple[Checkpoint, str]] = field(default_factory=list)
+
+    @property
+    def bytes(self) -> int:
+        return sum(checkpoint.stored_bytes for checkpoint in self.going)
+
+
+def retention_plan(*, project: Project, rules: Rules, run_ids: list[int] | None = None, now: datetime | None = None):
+    """``[RunPlan]`` for every Run of ``project`` (or of ``run_ids``) with something going or protected, by Run id.
+
+    Complete checkpoints only: pending and ``error`` ones hold no verified bytes and are the janitor's.
+    """
+    rows = Checkpoint.objects.filter(run__project=project, state=CheckpointState.COMPLETE).select_related("run")
+    if run_ids is not None:
+        rows = rows.filter(run_id__in=run_ids)
+    by_run: dict[int, list[Checkpoint]] = {}
+    for row in rows.order_by("run_id", "-step"):
+        by_run.setdefault(row.run_id, []).append(row)
+    plans = []
+    for run_id, checkpoints in by_run.items():
+        kept = _kept_by_rules(checkpoints, rules, now or timezone.now())
+        protected_ids = selectors.checkpoint_kept_ids(run_id=run_id)
+        plan = RunPlan(run=checkpoints[0].run)
+        for checkpoint in checkpoints:
+            if checkpoint.pk in kept:
+                continue
+            refusal = selectors.checkpoint_delete_refusal(checkpoint=checkpoint, kept_ids=protected_ids)
+            if refusal:
+                plan.protected.append((checkpoint, refusal))
+            else:
+                plan.going.append(checkpoint)
+        if plan.going or plan.protected:
+            plans.append(plan)
+    return plans
+
+
+def _kept_by_rules(checkpoints: list[Checkpoint], rules: Rules, now: datetime) -> set[int]:
+    """Ids of one Run's complete checkpoints (newest step first) that some rule keeps."""
+    kept = {c.pk for c in checkpoints[: rules.keep_last or 0]}
+    if rules.keep_every:
+        kept |= {c.pk for c in checkpoints if c.step % rules.keep_every == 0}
+    if rules.keep_newer_days is not None:
+        since = now - timedelta(days=rules.keep_newer_days)
+        kept |= {c.pk for c in checkpoints if c.created_at >= since}
+    if rules.keep_best and rules.best_metric:
+        kept |= _best(checkpoints, rules)
+    return kept
+
+
+def _best(checkpoints: list[Checkpoint], rules: Rules) -> set[int]:
+    """The ``keep_best`` checkpoints by the metric's value at their step (its best value when logged twice);
+    a checkpoint whose step has no value is not among the best."""
+    best = Min("value") if rules.best_mode == RetentionPolicy.BestMode.MIN else Max("value")
+    steps = [c.step for c in checkpoints]
+    values = dict(
+        MetricPoint.objects.filter(run_id=checkpoints[0].run_id, key=rules.best_metric)
+        .at_steps(min(steps), max(steps))
+        .filter(step__in=steps)
+        .exclude(value=None)
+        .values("step")
+        .annotate(best=best)
+        .values_list("step", "best")
+    )
+    scored = [c for c in checkpoints if c.step in values]
+    scored.sort(key=lambda c: values[c.step], reverse=rules.best_mode == RetentionPolicy.BestMode.MAX)
+    return {c.pk for c in scored[: rules.keep_best]}
