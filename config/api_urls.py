@@ -17,6 +17,13 @@ from checkpoints.api import (
     CheckpointUploadPartsApi,
 )
 from checkpoints.api.codes import CodeVersionListApi
+from checkpoints.api.retention import (
+    CheckpointBulkDeleteApi,
+    ProjectUsageApi,
+    RetentionApplyApi,
+    RetentionPolicyApi,
+    RetentionPreviewApi,
+)
 from jobs.api import CheckpointContinueApi, CheckpointResumeApi, JobViewSet, QueueListApi
 from parity.api import ProjectParityApi, RunResourceViewSet, RunRestoreReportApi
 from runs.api.liveness import RunHeartbeatApi
@@ -89,6 +96,15 @@ urlpatterns = [
     path("runs/<int:run_id>/data-stages/", RunDataStagesApi.as_view(), name="run-data-stages"),
     path("runs/<int:run_id>/restore-report/", RunRestoreReportApi.as_view(), name="run-restore-report"),
     path("projects/<slug:slug>/parity/", ProjectParityApi.as_view(), name="project-parity"),
+    path("projects/<slug:slug>/usage/", ProjectUsageApi.as_view(), name="project-usage"),
+    path("projects/<slug:slug>/retention-policy/", RetentionPolicyApi.as_view(), name="retention-policy"),
+    path("projects/<slug:slug>/retention-policy/preview/", RetentionPreviewApi.as_view(), name="retention-preview"),
+    path("projects/<slug:slug>/retention-policy/apply/", RetentionApplyApi.as_view(), name="retention-apply"),
+    path(
+        "projects/<slug:slug>/checkpoints/bulk-delete/",
+        CheckpointBulkDeleteApi.as_view(),
+        name="checkpoint-bulk-delete",
+    ),
     path("queues/", QueueListApi.as_view(), name="queue-list"),
     *alert_patterns,
     *router.urls,

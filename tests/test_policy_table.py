@@ -241,6 +241,9 @@ def request_body(route: str, method: str, world):
         "data-stages/": {"start_step": 5, "input_dataset_version_ids": [world["version"].pk]},
         "restore-report/": {"checkpoint_id": world["checkpoint"].pk, "parts": {"model": "restored"}},
         "<slug:slug>/parity/": {"tolerance": 1e-5},
+        "retention-policy/": {"keep_last": 3},
+        "retention-policy/preview/": {"keep_last": 3},
+        "bulk-delete/": {"run_ids": [run.pk]},
         "upload-parts/": {"tar_size": 1},
         "complete/": {"tar_size": 10, "tar_sha256": "0" * 64, "manifest": []},
         "resume/": {"queue": "cpu", "nproc_per_node": 2},
@@ -304,6 +307,8 @@ def request_body(route: str, method: str, world):
     }
     if route.endswith("codes/<int:code_id>/versions/") and method == "POST":
         return {"entrypoint": json.dumps(["python", "train.py"])}, "multipart"
+    if method == "PUT" and route.endswith("retention-policy/"):
+        return {"keep_last": 3}, "json"
     if method in ("PUT",):
         return ARTIFACT, "application/octet-stream"
     bare = route.replace("\\Z", "")

@@ -1,0 +1,165 @@
+"""Storage usage, retention policies and bulk deletion of a Project's checkpoints
+(docs/design/checkpoints.md#usage, #retention, #deletion; docs/api.md)."""
+
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from rest_framework import serializers
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from checkpoints.models import RetentionPolicy
+from checkpoints.retention import Rules, retention_plan
+from checkpoints.services import retention as services
+from checkpoints.usage import project_usage
+from mado import policy
+from mado.api import valid
+from runs import selectors as run_selectors
+
+TAGS = ["storage"]
+_SLUG = OpenApiParameter("slug", str, OpenApiParameter.PATH, description="project slug")
+_ADMIN = OpenApiResponse(description="not a project admin")
+
+
+class RetentionRulesSerializer(serializers.Serializer):
+    keep_last = serializers.IntegerField(min_value=1, required=False, allow_null=True, default=None)
+    keep_best = serializers.IntegerField(min_value=1, required=False, allow_null=True, default=None)
+    best_metric = serializers.CharField(max_length=250, required=False, allow_blank=True, default="")
+    best_mode = serializers.ChoiceField(choices=RetentionPolicy.BestMode.values, required=False, default="min")
+    keep_every = serializers.IntegerField(min_value=1, required=False, allow_null=True, default=None)
+    keep_newer_days = serializers.IntegerField(min_value=0, required=False, allow_null=True, default=None)
+
+
+class RetentionPolicyInputSerializer(RetentionRulesSerializer):
+    scheduled = serializers.BooleanField(required=False, default=False)
+
+
+class RetentionPolicyOutputSerializer(RetentionPolicyInputSerializer):
+    last_applied_at = serializers.DateTimeField(allow_null=True)
+
+
+class BulkDeleteInputSerializer(serializers.Serializer):
+    run_ids = serializers.ListField(child=serializers.IntegerField(min_value=1), min_length=1, max_length=1000)
+
+
+def deleted_json(outcome) -> dict:
+    """``{"deleted": [{id, run_id, step}], "refused": [{id, reason}], "bytes"}`` of a ``Deleted``."""
+    return {
+        "deleted": [{"id": c.pk, "run_id": c.run_id, "step": c.step} for c in outcome.deleted],
+        "refused": [{"id": pk, "reason": reason} for pk, reason in sorted(outcome.refused.items())],
+        "bytes": outcome.bytes,
+    }
+
+
+def plan_json(plans) -> dict:
+    """The preview: per Run what goes (id, step, bytes) and what a protection keeps (id, step, reason)."""
+    runs = [
+        {
+            "run_id": plan.run.pk,
+            "name": plan.run.name,
+            "bytes": plan.bytes,
+            "going": [{"id": c.pk, "step": c.step, "bytes": c.stored_bytes} for c in plan.going],
+            "protected": [{"id": c.pk, "step": c.step, "reason": reason} for c, reason in plan.protected],
+        }
+        for plan in plans
+    ]
+    return {"runs": runs, "bytes": sum(r["bytes"] for r in runs), "checkpoints": sum(len(r["going"]) for r in runs)}
+
+
+class ProjectUsageApi(APIView):
+    """``projects/{slug}/usage/``: bytes the Project stores (any member or viewer)."""
+
+    @extend_schema(tags=TAGS, parameters=[_SLUG], responses=OpenApiResponse(description="usage figures, bytes"))
+    def get(self, request, slug):
+        """``{bytes, files, by_kind, largest_runs, checkpoints_by_age, reclaimable}``, all sizes in bytes."""
+        project = run_selectors.project_get_for_user(user=request.user, slug=slug)
+        return Response(project_usage(project=project))
+
+
+class RetentionPolicyApi(APIView):
+    """``projects/{slug}/retention-policy/``: the Project's retention rules; any member reads, admins set."""
+
+    @extend_schema(tags=TAGS, parameters=[_SLUG], responses=RetentionPolicyOutputSerializer)
+    def get(self, request, slug):
+        """The saved policy, or 404 when the Project has none (nothing is deleted then)."""
+        project = run_selectors.project_get_for_user(user=request.user, slug=slug)
+        saved = RetentionPolicy.objects.filter(project=project).first()
+        if saved is None:
+            return Response({"error": "not_found", "detail": "no retention policy", "field": None}, status=404)
+        return Response(RetentionPolicyOutputSerializer(saved).data)
+
+    @extend_schema(
+        tags=TAGS,
+        parameters=[_SLUG],
+        request=RetentionPolicyInputSerializer,
+        responses={200: RetentionPolicyOutputSerializer, 400: OpenApiResponse(description="no rule"), 403: _ADMIN},
+    )
+    def put(self, request, slug):
+        """Save the rules (at least one) and ``scheduled``; deletes nothing. Admins only."""
+        project = run_selectors.project_get_for_user(user=request.user, slug=slug)
+        policy.require_role(request.user, project, policy.ADMIN)
+        data = valid(RetentionPolicyInputSerializer, request)
+        scheduled = data.pop("scheduled")
+        saved = services.retention_policy_set(
+            actor=request.user, project=project, rules=Rules(**data), scheduled=scheduled
+        )
+        return Response(RetentionPolicyOutputSerializer(saved).data)
+
+
+class RetentionPreviewApi(APIView):
+    """``projects/{slug}/retention-policy/preview/``: what the rules sent (or the saved policy) would delete."""
+
+    @extend_schema(
+        tags=TAGS,
+        parameters=[_SLUG],
+        request=RetentionRulesSerializer,
+        responses={
+            200: OpenApiResponse(description="{runs: [{run_id, name, bytes, going, protected}], bytes}"),
+            403: _ADMIN,
+        },
+    )
+    def post(self, request, slug):
+        """The preview of the rules in the body; an empty body previews the saved policy. Admins only."""
+        project = run_selectors.project_get_for_user(user=request.user, slug=slug)
+        policy.require_role(request.user, project, policy.ADMIN)
+        saved = RetentionPolicy.objects.filter(project=project).first()
+        if request.data or saved is None:
+            rules = services.clean_rules(Rules(**valid(RetentionRulesSerializer, request)))
+        else:
+            rules = Rules.of(saved)
+        return Response(plan_json(retention_plan(project=project, rules=rules)))
+
+
+class RetentionApplyApi(APIView):
+    """``projects/{slug}/retention-policy/apply/``: delete what the saved policy's preview lists."""
+
+    @extend_schema(
+        tags=TAGS,
+        parameters=[_SLUG],
+        request=None,
+        responses={
+            200: OpenApiResponse(description="{deleted, refused, bytes}"),
+            400: OpenApiResponse(description="no policy"),
+            403: _ADMIN,
+        },
+    )
+    def post(self, request, slug):
+        """Apply the saved policy now. Admins only; protected checkpoints stay."""
+        project = run_selectors.project_get_for_user(user=request.user, slug=slug)
+        return Response(deleted_json(services.retention_apply(actor=request.user, project=project)))
+
+
+class CheckpointBulkDeleteApi(APIView):
+    """``projects/{slug}/checkpoints/bulk-delete/``: delete every unprotected checkpoint of the Runs sent."""
+
+    @extend_schema(
+        tags=TAGS,
+        parameters=[_SLUG],
+        request=BulkDeleteInputSerializer,
+        responses={200: OpenApiResponse(description="{deleted, refused, bytes}"), 403: _ADMIN},
+    )
+    def post(self, request, slug):
+        """``{run_ids}`` (at most 1000); protected checkpoints are listed in ``refused``. Admins only."""
+        project = run_selectors.project_get_for_user(user=request.user, slug=slug)
+        run_ids = valid(BulkDeleteInputSerializer, request)["run_ids"]
+        return Response(
+            deleted_json(services.runs_checkpoints_delete(actor=request.user, project=project, run_ids=run_ids))
+        )
