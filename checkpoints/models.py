@@ -65,6 +65,8 @@ class CheckpointState(models.TextChoices):
     # Nobody will finish it (its Run ended, its upload lease expired, its verification never ran): ``error`` says
     # why; a later registration of the same step replaces it.
     ERROR = "error", "error"
+    # Complete once, but a scrub found its stored bytes altered or gone: ``error`` says how; never usable again.
+    CORRUPT = "corrupt", "corrupt"
 
 
 USABLE_STATES = frozenset({CheckpointState.COMPLETE})
@@ -144,6 +146,9 @@ class Checkpoint(models.Model):
     )
     created_at = models.DateTimeField(auto_now_add=True)
     completed_at = models.DateTimeField(null=True, blank=True)
+    verified_at = models.DateTimeField(
+        null=True, blank=True, help_text="when a scrub last read the stored bytes back and they matched"
+    )
     deleted_at = models.DateTimeField(null=True, blank=True)
     deleted_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
@@ -313,3 +318,14 @@ class StorageUsage(models.Model):
 
     def __str__(self):
         return f"{self.kind} of run {self.run_id}: {self.bytes} bytes"
+
+
+class ScrubState(models.Model):
+    """The scrub's one row (docs/design/checkpoints.md#scrubbing): bytes it may still read (``credit``, earned at
+    ``MADO_SCRUB_BYTES_PER_HOUR``) and when it last earned; locked by each pass, so passes never overlap."""
+
+    credit = models.FloatField(default=0.0, help_text="bytes")
+    updated_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self):
+        return f"scrub credit {self.credit:.0f} bytes"

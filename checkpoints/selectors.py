@@ -130,7 +130,7 @@ def checkpoint_list_for_run(
     """
     checkpoints = _with_keep_flag(Checkpoint.objects.filter(run=run)).select_related("created_by")
     if not include_unusable:
-        shown = Q(state=CheckpointState.COMPLETE)
+        shown = Q(state__in=(CheckpointState.COMPLETE, CheckpointState.CORRUPT))  # a corrupt one shows why
         if include_failed:
             shown |= Q(state=CheckpointState.PENDING) & ~Q(error="")
         checkpoints = checkpoints.filter(shown)

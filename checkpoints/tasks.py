@@ -24,3 +24,12 @@ def apply_scheduled_retention() -> int:
     from checkpoints.services.retention import retention_apply_scheduled
 
     return retention_apply_scheduled()
+
+
+@shared_task(name="checkpoints.tasks.scrub_checkpoints", ignore_result=True)
+def scrub_checkpoints() -> int:
+    """Re-verify stored checkpoints at ``MADO_SCRUB_BYTES_PER_HOUR`` (docs/design/checkpoints.md#scrubbing);
+    ``checkpoints.services.scrub.checkpoint_scrub_pass``. Returns the bytes read."""
+    from checkpoints.services.scrub import checkpoint_scrub_pass
+
+    return checkpoint_scrub_pass().bytes

@@ -30,6 +30,11 @@ written onto the Run by the app that knows (``Run.ran_as_job``,
   app after the change commits.
 - ``job_given_up(job, reason)``: a Job ended without running because no
   worker took it; sent by the jobs app after the change commits.
+- ``checkpoint_corrupt(checkpoint, reason)``: a scrub found a complete
+  checkpoint's stored bytes altered or missing and marked it ``corrupt``
+  (``checkpoint`` a ``checkpoints.Checkpoint``, ``reason`` the sentence kept
+  in its ``error``); sent by the checkpoints app after the change commits,
+  here so that an alerting app may connect to it without importing checkpoints.
 """
 
 from django.dispatch import Signal
@@ -40,3 +45,4 @@ metrics_stored = Signal()
 parity_changed = Signal()
 checkpoint_refused = Signal()
 job_given_up = Signal()
+checkpoint_corrupt = Signal()

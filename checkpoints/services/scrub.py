@@ -1,0 +1,118 @@
+"""Re-verifying stored checkpoints at rest (docs/design/checkpoints.md#scrubbing).
+
+Each pass earns ``MADO_SCRUB_BYTES_PER_HOUR`` × the hours since the last one, then reads back complete
+checkpoints, the least recently verified first, while it has the bytes to: each stored object's size and
+SHA-256 are compared with what was recorded when the checkpoint completed. A match sets ``verified_at``; a
+difference or a missing object turns the checkpoint ``corrupt`` with the reason in ``error`` (it is never offered
+for resume again; "resume from latest" takes the newest complete one before it) and sends
+``runs.hooks.checkpoint_corrupt`` after the commit. A storage that cannot be reached changes nothing.
+"""
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import F
+from django.utils import timezone
+
+from checkpoints import storage
+from checkpoints.models import Artifact, Checkpoint, CheckpointState, ManifestEntry, ScrubState
+from runs.hooks import checkpoint_corrupt
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class Scrubbed:
+    """One pass: ``verified`` and ``corrupt`` checkpoint ids, ``bytes`` read, ``credit`` left (bytes)."""
+
+    verified: list[int]
+    corrupt: list[int]
+    bytes: int
+    credit: float
+
+
+def checkpoint_scrub_pass(*, now: datetime | None = None, rate: int | None = None) -> Scrubbed:
+    """Run one scrub pass; ``rate`` bytes per hour (default ``MADO_SCRUB_BYTES_PER_HOUR``; 0 does nothing).
+
+    The credit a pass earns is capped at one hour's worth, or the size of the next checkpoint when that is
+    larger, so a checkpoint bigger than an hour's budget is still read once the credit allows it, and an idle
+    period never turns into a burst. Passes serialise on the ``ScrubState`` row lock.
+    """
+    rate = settings.MADO_SCRUB_BYTES_PER_HOUR if rate is None else rate
+    now = now or timezone.now()
+    outcome = Scrubbed([], [], 0, 0.0)
+    if rate <= 0:
+        return outcome
+    with transaction.atomic():
+        state, _ = ScrubState.objects.select_for_update().get_or_create(pk=1)
+        elapsed = (now - state.updated_at).total_seconds() if state.updated_at else settings.MADO_REAPER_INTERVAL
+        credit = state.credit + rate * max(elapsed, 0) / 3600
+        for checkpoint in _oldest_verified_first():
+            size = checkpoint.stored_bytes
+            if size > credit:
+                credit = min(credit, max(rate, size))
+                break
+            credit -= size
+            outcome.bytes += size
+            reason = _check(checkpoint)
+            if reason is None:
+                continue  # the storage could not be reached: try again next pass
+            if reason:
+                _mark_corrupt(checkpoint, reason)
+                outcome.corrupt.append(checkpoint.pk)
+            else:
+                Checkpoint.objects.filter(pk=checkpoint.pk, state=CheckpointState.COMPLETE).update(verified_at=now)
+                outcome.verified.append(checkpoint.pk)
+        else:
+            credit = min(credit, rate)
+        ScrubState.objects.filter(pk=state.pk).update(credit=credit, updated_at=now)
+    outcome.credit = credit
+    return outcome
+
+
+def _oldest_verified_first():
+    """Complete checkpoints, never verified first (oldest completion first), then by when last verified."""
+    rows = Checkpoint.objects.filter(state=CheckpointState.COMPLETE)
+    return rows.order_by(F("verified_at").asc(nulls_first=True), "completed_at", "pk").iterator(chunk_size=100)
+
+
+def _check(checkpoint: Checkpoint) -> str | None:
+    """``""`` when every stored object matches, the reason when one does not, None when the storage failed."""
+    if checkpoint.layout == "files":
+        expected = [
+            (entry.artifact, entry.size, entry.sha256, entry.path)
+            for entry in ManifestEntry.objects.filter(checkpoint=checkpoint).select_related("artifact")
+        ]
+    else:
+        artifact = Artifact.objects.filter(pk=checkpoint.artifact_id).first()
+        expected = [(artifact, checkpoint.tar_size, checkpoint.tar_sha256, "the tar")]
+    for artifact, size, sha256, what in expected:
+        if artifact is None:
+            return f"{what} has no stored object"
+        try:
+            if not storage.artifact_storage().exists(artifact.storage_key):
+                return f"{what}: the stored object is missing"
+            found = storage.blob_stat(artifact.storage_key)
+        except Exception:  # noqa: BLE001 - an outage is not corruption; the next pass tries again
+            logger.warning("scrub of checkpoint %s could not read %s", checkpoint.pk, what, exc_info=True)
+            return None
+        if found.size != size:
+            return f"{what}: the stored object is {found.size} bytes, {size} were verified"
+        if found.sha256 != sha256:
+            return f"{what}: the stored object's SHA-256 is {found.sha256}, {sha256} was verified"
+    return ""
+
+
+def _mark_corrupt(checkpoint: Checkpoint, reason: str) -> None:
+    """complete → corrupt (conditional), the event after the commit."""
+    if Checkpoint.objects.filter(pk=checkpoint.pk, state=CheckpointState.COMPLETE).update(
+        state=CheckpointState.CORRUPT, error=reason
+    ):
+        checkpoint.state, checkpoint.error = CheckpointState.CORRUPT, reason
+        logger.warning("checkpoint %s is corrupt: %s", checkpoint.pk, reason)
+        transaction.on_commit(
+            lambda: checkpoint_corrupt.send_robust(sender=Checkpoint, checkpoint=checkpoint, reason=reason)
+        )
