@@ -49,11 +49,13 @@ def checkpoint_scrub_pass(*, now: datetime | None = None, rate: int | None = Non
     with transaction.atomic():
         state, _ = ScrubState.objects.select_for_update().get_or_create(pk=1)
         elapsed = (now - state.updated_at).total_seconds() if state.updated_at else settings.MADO_REAPER_INTERVAL
-        credit = state.credit + rate * max(elapsed, 0) / 3600
+        earned = state.credit + rate * max(elapsed, 0) / 3600
+        credit = None
         for checkpoint in _oldest_verified_first():
             size = checkpoint.stored_bytes
+            if credit is None:  # the cap: an hour's worth, or the first checkpoint when it is larger
+                credit = min(earned, max(rate, size))
             if size > credit:
-                credit = min(credit, max(rate, size))
                 break
             credit -= size
             outcome.bytes += size
@@ -67,7 +69,7 @@ def checkpoint_scrub_pass(*, now: datetime | None = None, rate: int | None = Non
                 Checkpoint.objects.filter(pk=checkpoint.pk, state=CheckpointState.COMPLETE).update(verified_at=now)
                 outcome.verified.append(checkpoint.pk)
         else:
-            credit = min(credit, rate)
+            credit = min(earned if credit is None else credit, rate)
         ScrubState.objects.filter(pk=state.pk).update(credit=credit, updated_at=now)
     outcome.credit = credit
     return outcome
