@@ -346,6 +346,8 @@ def page_form(route: str, world) -> dict:
             "nproc_per_node": 2,
         },
         "resume/": {"confirm": "1", "queue": "cpu", "nproc_per_node": 2},
+        "storage/policy/": {"keep_last": 3},
+        "checkpoints/bulk-delete/": {"run": world["run"].pk},
         "delete/": {"confirm": "1", "path": "notes.txt"},
         "register/": {"name": "fresh-model"},
     }

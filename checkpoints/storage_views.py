@@ -1,0 +1,128 @@
+"""The Project's Storage page: usage, the retention policy with its preview and apply, and the bulk delete of the
+Runs table (docs/design/checkpoints.md#usage, #retention, #deletion). Thin views: a form, one selector or service."""
+
+from django import forms
+from django.contrib import messages
+from django.shortcuts import redirect, render
+from django.template.defaultfilters import filesizeformat
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
+from django.views.decorators.http import require_GET, require_POST
+
+from checkpoints.models import RetentionPolicy
+from checkpoints.retention import Rules, retention_plan
+from checkpoints.services import retention as services
+from checkpoints.usage import project_usage
+from mado import policy
+from mado.errors import Conflict, ValidationFailed
+from runs import selectors as run_selectors
+from runs.views import page
+
+
+class RetentionPolicyForm(forms.Form):
+    keep_last = forms.IntegerField(label=gettext_lazy("Keep the last N per run"), min_value=1, required=False)
+    keep_best = forms.IntegerField(label=gettext_lazy("Keep the best K per run"), min_value=1, required=False)
+    best_metric = forms.CharField(label=gettext_lazy("by metric"), max_length=250, required=False)
+    best_mode = forms.ChoiceField(
+        label=gettext_lazy("best is"),
+        choices=[("min", gettext_lazy("lowest")), ("max", gettext_lazy("highest"))],
+        initial="min",
+        required=False,
+    )
+    keep_every = forms.IntegerField(label=gettext_lazy("Keep every k-th step"), min_value=1, required=False)
+    keep_newer_days = forms.IntegerField(
+        label=gettext_lazy("Keep everything newer than D days"), min_value=0, required=False
+    )
+    scheduled = forms.BooleanField(label=gettext_lazy("Apply it every day"), required=False)
+
+    def rules(self) -> Rules:
+        data = dict(self.cleaned_data)
+        data.pop("scheduled", None)
+        data["best_metric"] = data.get("best_metric") or ""
+        data["best_mode"] = data.get("best_mode") or "min"
+        return Rules(**data)
+
+
+@page
+@require_GET
+def project_storage(request, slug):
+    """Usage figures for any member; for admins the policy form and, with ``?preview=1``, the preview of the rules
+    in the query (or of the saved policy)."""
+    project = run_selectors.project_get_for_user(user=request.user, slug=slug)
+    saved = RetentionPolicy.objects.filter(project=project).first()
+    is_admin = policy.has_role(request.user, project, policy.ADMIN)
+    form = RetentionPolicyForm(request.GET if "preview" in request.GET else None, initial=_initial(saved))
+    plans, refusal = None, None
+    if is_admin and form.is_bound and form.is_valid():
+        try:
+            plans = retention_plan(project=project, rules=services.clean_rules(form.rules()))
+        except (Conflict, ValidationFailed) as exc:
+            refusal = exc.detail
+    context = {"project": project, "usage": project_usage(project=project), "policy": saved, "form": form}
+    context.update(is_admin=is_admin, plans=plans, refusal=refusal, preview_bytes=sum(p.bytes for p in plans or ()))
+    context["admin_refusal"] = policy.why_not(request.user, project, policy.ADMIN)
+    return render(request, "checkpoints/project_storage.html", context)
+
+
+@page
+@require_POST
+def project_retention_save(request, slug):
+    """Save the policy (admins; ``services.retention_policy_set``); deletes nothing."""
+    project = run_selectors.project_get_for_user(user=request.user, slug=slug)
+    form = RetentionPolicyForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, _("The policy was not saved: %(errors)s") % {"errors": form.errors.as_text()})
+        return redirect("checkpoints:project-storage", slug=slug)
+    try:
+        services.retention_policy_set(
+            actor=request.user, project=project, rules=form.rules(), scheduled=form.cleaned_data["scheduled"]
+        )
+    except (Conflict, ValidationFailed) as exc:
+        messages.error(request, exc.detail)
+    else:
+        messages.success(request, _("The retention policy was saved. Nothing was deleted."))
+    return redirect("checkpoints:project-storage", slug=slug)
+
+
+@page
+@require_POST
+def project_retention_apply(request, slug):
+    """Apply the saved policy now (admins; ``services.retention_apply``)."""
+    project = run_selectors.project_get_for_user(user=request.user, slug=slug)
+    try:
+        outcome = services.retention_apply(actor=request.user, project=project)
+    except (Conflict, ValidationFailed) as exc:
+        messages.error(request, exc.detail)
+    else:
+        messages.success(request, _deleted_sentence(outcome))
+    return redirect("checkpoints:project-storage", slug=slug)
+
+
+@page
+@require_POST
+def project_checkpoints_bulk_delete(request, slug):
+    """Delete every unprotected checkpoint of the Runs ticked in the Runs table (admins)."""
+    project = run_selectors.project_get_for_user(user=request.user, slug=slug)
+    run_ids = [int(value) for value in request.POST.getlist("run") if value.isdigit()][:1000]
+    try:
+        outcome = services.runs_checkpoints_delete(actor=request.user, project=project, run_ids=run_ids)
+    except (Conflict, ValidationFailed) as exc:
+        messages.error(request, exc.detail)
+    else:
+        messages.success(request, _deleted_sentence(outcome))
+    return redirect("runs:project-detail", slug=slug)
+
+
+def _initial(saved: RetentionPolicy | None) -> dict:
+    if saved is None:
+        return {}
+    names = ("keep_last", "keep_best", "best_metric", "best_mode", "keep_every", "keep_newer_days", "scheduled")
+    return {name: getattr(saved, name) for name in names}
+
+
+def _deleted_sentence(outcome) -> str:
+    return _("%(count)s checkpoints deleted (%(size)s freed); %(kept)s kept by a protection.") % {
+        "count": len(outcome.deleted),
+        "size": filesizeformat(outcome.bytes),
+        "kept": len(outcome.refused),
+    }
