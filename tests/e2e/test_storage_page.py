@@ -26,7 +26,8 @@ def _seed():
             files = {"model.pt": b"w" * (1000 * step)}
             tar = make_tar(files)
             checkpoint, _ = services.checkpoint_register(actor=admin, run=run, step=step, framework="torch")
-            services.checkpoint_upload(actor=admin, checkpoint=checkpoint, source=io.BytesIO(tar), expected_size=len(tar))
+            source = io.BytesIO(tar)
+            services.checkpoint_upload(actor=admin, checkpoint=checkpoint, source=source, expected_size=len(tar))
             services.checkpoint_complete(actor=admin, checkpoint=checkpoint, **declaration(tar, files))
         runs[name] = run
     source = Checkpoint.objects.get(run=runs["resnet"], step=200)

@@ -1,0 +1,61 @@
+"""Usage and retention on PostgreSQL and a real S3-compatible server (moto's): the usage figures equal the bytes the
+bucket holds, a policy's preview lists exactly what apply deletes, the deleted objects leave the bucket and the
+protected ones stay (docs/design/checkpoints.md#usage, #retention, #deletion)."""
+
+import pytest
+
+from checkpoints.models import Checkpoint, CheckpointState
+from tests.checkpoints.checkpoint_helpers import save
+from tests.factories import RunFactory
+from tests.integration.conftest import S3_BUCKET
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def bucket_bytes(client) -> dict[str, int]:
+    """``{key: size}`` of every object in the test bucket."""
+    return {o["Key"]: o["Size"] for o in client.list_objects_v2(Bucket=S3_BUCKET).get("Contents", [])}
+
+
+def stored_key(checkpoint: Checkpoint) -> str:
+    return f"prefix/{checkpoint.artifact.storage_key}"
+
+
+def test_usage_equals_the_bucket_and_apply_deletes_exactly_the_preview(
+    postgres, s3_bucket, api, admin, creator, project, settings
+):
+    settings.MMT_CHECKPOINT_KEEP_COUNT = 2
+    client = api(creator)
+    runs = [RunFactory(project=project, created_by=creator, name=name) for name in ("long", "short")]
+    saved = {}
+    for run, steps in zip(runs, (range(1, 7), range(1, 4))):
+        for step in steps:
+            body = save(client, run, step, {"model.pt": bytes([step]) * (3000 * step), "rng.pt": b"r" * 99})
+            saved[(run.name, step)] = Checkpoint.objects.get(pk=body["id"])
+    put = client.put(f"/api/v1/runs/{runs[0].pk}/artifacts/eval.json", b"{}" * 500, content_type="application/json")
+    assert put.status_code == 201, put.content
+    source = saved[("long", 2)]
+    RunFactory(project=project, created_by=creator, name="resumed", source_checkpoint=source)
+
+    usage = api(admin).get(f"/api/v1/projects/{project.slug}/usage/").json()
+    assert usage["bytes"] == sum(bucket_bytes(s3_bucket).values())
+    assert usage["files"] == len(bucket_bytes(s3_bucket)) == 10
+
+    url = f"/api/v1/projects/{project.slug}/retention-policy/"
+    assert api(admin).put(url, {"keep_last": 1}, format="json").status_code == 200
+    preview = api(admin).post(f"{url}preview/", {}, format="json").json()
+    going = {c["id"] for r in preview["runs"] for c in r["going"]}
+    expected = {saved[("long", s)].pk for s in (1, 3, 4)} | {saved[("short", 1)].pk}
+    assert going == expected
+    going_keys = {stored_key(c) for c in Checkpoint.objects.filter(pk__in=going)}
+    kept_keys = set(bucket_bytes(s3_bucket)) - going_keys
+
+    applied = api(admin).post(f"{url}apply/").json()
+    assert {c["id"] for c in applied["deleted"]} == going
+    assert applied["bytes"] == preview["bytes"]
+    left = bucket_bytes(s3_bucket)
+    assert set(left) == kept_keys, "the deleted checkpoints' objects are gone, every other object stays"
+    assert stored_key(source) in left and stored_key(saved[("long", 6)]) in left
+    assert set(Checkpoint.objects.filter(state=CheckpointState.DELETED).values_list("pk", flat=True)) == going
+    after = api(admin).get(f"/api/v1/projects/{project.slug}/usage/").json()
+    assert after["bytes"] == sum(left.values()) == usage["bytes"] - preview["bytes"]
