@@ -69,10 +69,17 @@ def scan(directory: str | os.PathLike) -> list[tuple[str, Path, int]]:
     if not root.is_dir():
         raise CheckpointError(f"{root}: is not a directory")
     files: list[tuple[str, Path, int]] = []
+    limits = Limits.from_env()
     for current, dirnames, filenames in os.walk(root, followlinks=False):
         here = Path(current)
         if not dirnames and not filenames:
             raise CheckpointError(f"{here}: empty directory; remove it or put a file in it")
+        level = len(here.relative_to(root).parts) + 1
+        if level > limits.depth:  # refused before os.walk goes deeper (it recurses once per level)
+            raise CheckpointError(
+                f"{here / (dirnames + filenames)[0]}: cannot be in a checkpoint: "
+                f"path of {level} levels is deeper than {limits.depth} levels"
+            )
         for name in dirnames + filenames:
             path = here / name
             info = path.lstat()
@@ -82,7 +89,6 @@ def scan(directory: str | os.PathLike) -> list[tuple[str, Path, int]]:
                 if not stat.S_ISREG(info.st_mode):
                     raise CheckpointError(f"{path}: is not a regular file")
                 files.append((path.relative_to(root).as_posix(), path, info.st_size))
-    limits = Limits.from_env()
     for relative, path, _ in files:
         try:
             check_path(relative.encode("utf-8", "surrogateescape"), limits)

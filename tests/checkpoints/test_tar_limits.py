@@ -149,3 +149,14 @@ def test_a_body_over_the_api_limit_gets_json_naming_the_limit(api, creator, run,
     body = answer.json()
     assert body["error"] == "too_large"
     assert "larger than 200000 bytes" in body["detail"] and "manifest_sha256" in body["detail"]
+
+
+def test_the_sdk_refuses_a_directory_deeper_than_the_limit_before_walking_it(tmp_path):
+    """The save side: a user's directory 1,500 levels deep is refused by name, not by a recursion error."""
+    from mado_tracking.errors import CheckpointError
+    from mado_tracking.tarstream import CheckpointTar
+
+    deep_directory(tmp_path, 1500)
+    with pytest.raises(CheckpointError, match="path of 65 levels is deeper than 64 levels"):
+        CheckpointTar(tmp_path)
+    remove_tree(tmp_path)
