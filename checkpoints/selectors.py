@@ -121,7 +121,8 @@ def checkpoint_list_for_run(
     Only ``complete`` checkpoints are listed unless ``include_unusable``
     (then pending and deleted ones too, never flagged as kept), or, with
     ``include_failed``, pending ones whose upload failed (``error`` says
-    why, e.g. the storage was full), so the reason shows. Without
+    why, e.g. the storage was full) and corrupt ones (a scrub found their
+    stored bytes altered), so the reason shows. Without
     ``include_older`` only the kept complete ones (plus, with
     ``include_unusable``, the unusable ones) are listed and
     ``hidden_older_count`` says how many complete ones were left out; with it,
@@ -130,9 +131,9 @@ def checkpoint_list_for_run(
     """
     checkpoints = _with_keep_flag(Checkpoint.objects.filter(run=run)).select_related("created_by")
     if not include_unusable:
-        shown = Q(state__in=(CheckpointState.COMPLETE, CheckpointState.CORRUPT))  # a corrupt one shows why
+        shown = Q(state=CheckpointState.COMPLETE)
         if include_failed:
-            shown |= Q(state=CheckpointState.PENDING) & ~Q(error="")
+            shown |= Q(state=CheckpointState.PENDING) & ~Q(error="") | Q(state=CheckpointState.CORRUPT)
         checkpoints = checkpoints.filter(shown)
     hidden = 0
     if not include_older:
