@@ -80,6 +80,9 @@ class CheckpointOutputSerializer(serializers.Serializer):
     )
     created_at = serializers.DateTimeField(read_only=True)
     completed_at = serializers.DateTimeField(read_only=True, allow_null=True)
+    verified_at = serializers.DateTimeField(
+        read_only=True, allow_null=True, help_text="when a scrub last read the stored bytes back and they matched"
+    )
     within_keep_count = serializers.BooleanField(read_only=True, help_text="among the Run's newest K complete ones")
     metadata = serializers.JSONField(
         read_only=True, help_text="what the saving code said about it: training_state, preemption {signal, signal_at}"
