@@ -9,6 +9,8 @@ def test_every_apps_checks_are_scheduled_on_the_maintenance_queue(settings):
         "reap-crashed-runs": "runs.tasks.reap_crashed_runs",
         "release-sweep-leases": "sweeps.tasks.release_sweep_leases",
         "end-abandoned-checkpoints": "checkpoints.tasks.end_abandoned_checkpoints",
+        "apply-scheduled-retention": "checkpoints.tasks.apply_scheduled_retention",
+        "scrub-checkpoints": "checkpoints.tasks.scrub_checkpoints",
         "reap-stale-jobs": "jobs.tasks.reap_stale_jobs",
         "flush-dispatches": "mado.tasks.flush_dispatches",
         "reap-undelivered": "mado.tasks.reap_undelivered",
