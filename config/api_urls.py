@@ -23,6 +23,7 @@ from checkpoints.api.retention import (
     RetentionApplyApi,
     RetentionPolicyApi,
     RetentionPreviewApi,
+    RunUsageApi,
 )
 from jobs.api import CheckpointContinueApi, CheckpointResumeApi, JobViewSet, QueueListApi
 from parity.api import ProjectParityApi, RunResourceViewSet, RunRestoreReportApi
@@ -97,6 +98,7 @@ urlpatterns = [
     path("runs/<int:run_id>/restore-report/", RunRestoreReportApi.as_view(), name="run-restore-report"),
     path("projects/<slug:slug>/parity/", ProjectParityApi.as_view(), name="project-parity"),
     path("projects/<slug:slug>/usage/", ProjectUsageApi.as_view(), name="project-usage"),
+    path("runs/<int:run_id>/usage/", RunUsageApi.as_view(), name="run-usage"),
     path("projects/<slug:slug>/retention-policy/", RetentionPolicyApi.as_view(), name="retention-policy"),
     path("projects/<slug:slug>/retention-policy/preview/", RetentionPreviewApi.as_view(), name="retention-preview"),
     path("projects/<slug:slug>/retention-policy/apply/", RetentionApplyApi.as_view(), name="retention-apply"),

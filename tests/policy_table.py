@@ -102,6 +102,7 @@ ROWS = {
     API + "runs/<int:run_id>/restore-report/": {"POST": run_write(201)},
     API + "projects/<slug:slug>/parity/": {"GET": api_read(tokens=403), "PATCH": admin_only(200)},
     API + "projects/<slug:slug>/usage/": {"GET": api_read(tokens=403)},
+    API + "runs/<int:run_id>/usage/": {"GET": api_read()},
     API + "projects/<slug:slug>/retention-policy/": {"GET": api_read(404, tokens=403), "PUT": admin_only(200)},
     API + "projects/<slug:slug>/retention-policy/preview/": {"POST": admin_only(200)},
     API + "projects/<slug:slug>/retention-policy/apply/": {"POST": admin_only(400)},

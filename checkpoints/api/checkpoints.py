@@ -80,6 +80,9 @@ class CheckpointOutputSerializer(serializers.Serializer):
     )
     created_at = serializers.DateTimeField(read_only=True)
     completed_at = serializers.DateTimeField(read_only=True, allow_null=True)
+    stored_bytes = serializers.IntegerField(
+        read_only=True, help_text="bytes it holds in the storage: its tar, or its files when stored file by file"
+    )
     verified_at = serializers.DateTimeField(
         read_only=True, allow_null=True, help_text="when a scrub last read the stored bytes back and they matched"
     )

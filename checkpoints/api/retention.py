@@ -9,7 +9,7 @@ from rest_framework.views import APIView
 from checkpoints.models import RetentionPolicy
 from checkpoints.retention import Rules, retention_plan
 from checkpoints.services import retention as services
-from checkpoints.usage import project_usage
+from checkpoints.usage import project_usage, run_usage
 from mado import policy
 from mado.api import valid
 from runs import selectors as run_selectors
@@ -72,6 +72,16 @@ class ProjectUsageApi(APIView):
         """``{bytes, files, by_kind, largest_runs, checkpoints_by_age, reclaimable}``, all sizes in bytes."""
         project = run_selectors.project_get_for_user(user=request.user, slug=slug)
         return Response(project_usage(project=project))
+
+
+class RunUsageApi(APIView):
+    """``runs/{run_id}/usage/``: bytes one Run stores, by kind (any member or viewer, the Run's own token)."""
+
+    @extend_schema(tags=TAGS, responses=OpenApiResponse(description="{bytes, files, by_kind}, bytes"))
+    def get(self, request, run_id):
+        """``{bytes, files, by_kind: {kind: {bytes, files}}}``."""
+        run = run_selectors.run_get_for_user(user=request.user, run_id=run_id)
+        return Response(run_usage(run=run))
 
 
 class RetentionPolicyApi(APIView):

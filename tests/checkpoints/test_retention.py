@@ -140,3 +140,11 @@ def test_beat_applies_only_a_policy_an_admin_scheduled_once_a_day(api, admin, pr
     assert retention_apply_scheduled() == 1
     assert set(CheckpointDeletion.objects.values_list("cause", flat=True)) == {"schedule"}
     assert retention_apply_scheduled() == 0, "applied at most once a day"
+
+
+def test_a_runs_usage_and_a_checkpoints_stored_bytes(api, viewer, run, seeded):
+    usage = api(viewer).get(f"/api/v1/runs/{run.pk}/usage/").json()
+    assert usage["by_kind"]["tar"] == {"bytes": tar_bytes(seeded.values()), "files": 6}
+    assert usage["bytes"] == tar_bytes(seeded.values()) + 77
+    shown = api(viewer).get(f"/api/v1/checkpoints/{seeded[3].pk}/").json()
+    assert shown["stored_bytes"] == seeded[3].tar_size and shown["verified_at"] is None
