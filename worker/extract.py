@@ -32,6 +32,9 @@ CODE_DIR = "code"
 CHUNK = 1024 * 1024
 CODE_MAX_BYTES = 4 * 1024**3  # uncompressed bytes of one Code archive (a decompression bomb stops here)
 CODE_MAX_MEMBERS = 100_000
+# A source tree may nest deeper than a checkpoint (a vendored package's own tree); nothing recurses over depth.
+CODE_MAX_DEPTH = 1024
+CODE_LIMITS = Limits(members=CODE_MAX_MEMBERS, total_bytes=CODE_MAX_BYTES, depth=CODE_MAX_DEPTH, name_bytes=64 << 20)
 __all__ = ["extract_code_archive", "refuse_existing", "remove_tree", "write_resume_info"]
 
 
@@ -66,7 +69,7 @@ def extract_code_archive(*, archive_path: Path, workdir: Path, label: str) -> Pa
     The rules of the checkpoint format (docs/checkpoint-format.md: regular
     files and directories only; no link, device or other member; safe
     relative paths, a leading ``./`` allowed; no duplicates or collisions),
-    at most ``CODE_MAX_MEMBERS`` members and ``CODE_MAX_BYTES`` bytes; each
+    at most ``CODE_MAX_MEMBERS`` members, ``CODE_MAX_BYTES`` bytes, ``CODE_MAX_DEPTH`` levels; each
     file written by us into a staging directory as it is read. Files keep an executable bit (0o755, else 0o644).
     ``label`` names the archive in errors. Raises ``ArchiveRejected``
     (nothing left behind).
@@ -101,7 +104,7 @@ def _open_tar_stream(path: Path, magic: bytes):
 
 
 def _extract_code_tar(path: Path, workdir: Path, target: Path, fail: Fail, magic: bytes) -> None:
-    limits = Limits(members=CODE_MAX_MEMBERS, total_bytes=CODE_MAX_BYTES)
+    limits = CODE_LIMITS
     try:
         with (
             _open_tar_stream(path, magic) as stream,
@@ -161,7 +164,7 @@ def _code_path(raw: str, is_dir: bool, fail: Fail) -> str | None:
         path = path.rstrip("/")
     if path in ("", "."):
         return None
-    _check_path(path, fail)
+    _check_path(path, fail, CODE_LIMITS)
     return path
 
 
@@ -180,9 +183,9 @@ def _code_mode(member: Member) -> int:
     return _code_mode_bits(member.mode)
 
 
-def _check_path(path: str, fail: Fail) -> None:
+def _check_path(path: str, fail: Fail, limits: Limits = Limits()) -> None:
     try:
-        check_path(path)
+        check_path(path, limits)
     except ManifestMismatch as exc:
         raise fail(exc.what, exc.detail) from None
 

@@ -160,3 +160,16 @@ def test_the_sdk_refuses_a_directory_deeper_than_the_limit_before_walking_it(tmp
     with pytest.raises(CheckpointError, match="path of 65 levels is deeper than 64 levels"):
         CheckpointTar(tmp_path)
     remove_tree(tmp_path)
+
+
+def test_a_code_archive_may_nest_deeper_than_a_checkpoint(tmp_path):
+    """Source trees keep their own, larger depth limit: 200 levels extract (a checkpoint stops at 64)."""
+    from tests.worker.helpers import tar_gz
+    from worker.extract import extract_code_archive
+
+    archive = tmp_path / "code.tar.gz"
+    archive.write_bytes(tar_gz([("/".join(["pkg"] * 200 + ["main.py"]), b"print(1)\n")]))
+    (tmp_path / "job").mkdir()
+    code = extract_code_archive(archive_path=archive, workdir=tmp_path / "job", label="code v1")
+    assert (code / "/".join(["pkg"] * 200) / "main.py").read_bytes() == b"print(1)\n"
+    remove_tree(tmp_path / "job")
