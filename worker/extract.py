@@ -34,7 +34,13 @@ CODE_MAX_BYTES = 4 * 1024**3  # uncompressed bytes of one Code archive (a decomp
 CODE_MAX_MEMBERS = 100_000
 # A source tree may nest deeper than a checkpoint (a vendored package's own tree); nothing recurses over depth.
 CODE_MAX_DEPTH = 1024
-CODE_LIMITS = Limits(members=CODE_MAX_MEMBERS, total_bytes=CODE_MAX_BYTES, depth=CODE_MAX_DEPTH, name_bytes=64 << 20)
+
+
+def _code_limits() -> Limits:
+    """What one Code archive may hold (read at each call: the module's limits may be changed)."""
+    return Limits(members=CODE_MAX_MEMBERS, total_bytes=CODE_MAX_BYTES, depth=CODE_MAX_DEPTH, name_bytes=64 << 20)
+
+
 __all__ = ["extract_code_archive", "refuse_existing", "remove_tree", "write_resume_info"]
 
 
@@ -104,7 +110,7 @@ def _open_tar_stream(path: Path, magic: bytes):
 
 
 def _extract_code_tar(path: Path, workdir: Path, target: Path, fail: Fail, magic: bytes) -> None:
-    limits = CODE_LIMITS
+    limits = _code_limits()
     try:
         with (
             _open_tar_stream(path, magic) as stream,
@@ -164,7 +170,7 @@ def _code_path(raw: str, is_dir: bool, fail: Fail) -> str | None:
         path = path.rstrip("/")
     if path in ("", "."):
         return None
-    _check_path(path, fail, CODE_LIMITS)
+    _check_path(path, fail, _code_limits())
     return path
 
 
