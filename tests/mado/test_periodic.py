@@ -11,6 +11,8 @@ def test_every_apps_checks_are_scheduled_on_the_maintenance_queue(settings):
         "end-abandoned-checkpoints": "checkpoints.tasks.end_abandoned_checkpoints",
         "apply-scheduled-retention": "checkpoints.tasks.apply_scheduled_retention",
         "scrub-checkpoints": "checkpoints.tasks.scrub_checkpoints",
+        "alerts-retry-deliveries": "alerts.tasks.retry_deliveries",
+        "alerts-stalled-metrics": "alerts.tasks.check_stalled_metrics",
         "reap-stale-jobs": "jobs.tasks.reap_stale_jobs",
         "flush-dispatches": "mado.tasks.flush_dispatches",
         "reap-undelivered": "mado.tasks.reap_undelivered",
