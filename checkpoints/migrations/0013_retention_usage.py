@@ -35,7 +35,7 @@ def count_what_is_stored(apps, schema_editor):
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("checkpoints", "0011_checkpoint_metadata"),
+        ("checkpoints", "0012_checkpoint_registered_as"),
         ("runs", "0018_sweeps_move_to_sweeps_app"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]

@@ -6,7 +6,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("checkpoints", "0012_retention_usage"),
+        ("checkpoints", "0013_retention_usage"),
         ("runs", "0018_sweeps_move_to_sweeps_app"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
