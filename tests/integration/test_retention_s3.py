@@ -36,6 +36,8 @@ def test_usage_equals_the_bucket_and_apply_deletes_exactly_the_preview(
     assert put.status_code == 201, put.content
     source = saved[("long", 2)]
     RunFactory(project=project, created_by=creator, name="resumed", source_checkpoint=source)
+    registered = saved[("long", 3)]  # the fact the model registry writes when a version points at it
+    Checkpoint.objects.filter(pk=registered.pk).update(registered_as="net v1")
 
     usage = api(admin).get(f"/api/v1/projects/{project.slug}/usage/").json()
     assert usage["bytes"] == sum(bucket_bytes(s3_bucket).values())
@@ -45,8 +47,10 @@ def test_usage_equals_the_bucket_and_apply_deletes_exactly_the_preview(
     assert api(admin).put(url, {"keep_last": 1}, format="json").status_code == 200
     preview = api(admin).post(f"{url}preview/", {}, format="json").json()
     going = {c["id"] for r in preview["runs"] for c in r["going"]}
-    expected = {saved[("long", s)].pk for s in (1, 3, 4)} | {saved[("short", 1)].pk}
+    expected = {saved[("long", s)].pk for s in (1, 4)} | {saved[("short", 1)].pk}
     assert going == expected
+    protected = {c["id"]: c["reason"] for r in preview["runs"] for c in r["protected"]}
+    assert "registered as model version net v1" in protected[registered.pk]
     going_keys = {stored_key(c) for c in Checkpoint.objects.filter(pk__in=going)}
     kept_keys = set(bucket_bytes(s3_bucket)) - going_keys
 
@@ -56,6 +60,7 @@ def test_usage_equals_the_bucket_and_apply_deletes_exactly_the_preview(
     left = bucket_bytes(s3_bucket)
     assert set(left) == kept_keys, "the deleted checkpoints' objects are gone, every other object stays"
     assert stored_key(source) in left and stored_key(saved[("long", 6)]) in left
+    assert stored_key(registered) in left
     assert set(Checkpoint.objects.filter(state=CheckpointState.DELETED).values_list("pk", flat=True)) == going
     after = api(admin).get(f"/api/v1/projects/{project.slug}/usage/").json()
     assert after["bytes"] == sum(left.values()) == usage["bytes"] - preview["bytes"]
