@@ -3,11 +3,12 @@ Runs table (docs/design/checkpoints.md#usage, #retention, #deletion). Thin views
 
 from django import forms
 from django.contrib import messages
+from django.core.exceptions import PermissionDenied
 from django.shortcuts import redirect, render
 from django.template.defaultfilters import filesizeformat
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
-from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from checkpoints.models import RetentionPolicy
 from checkpoints.retention import Rules, retention_plan
@@ -16,6 +17,7 @@ from checkpoints.usage import project_usage
 from mado import policy
 from mado.errors import Conflict, ValidationFailed
 from runs import selectors as run_selectors
+from runs.models import Run
 from runs.views import page
 
 
@@ -99,11 +101,20 @@ def project_retention_apply(request, slug):
 
 
 @page
-@require_POST
+@require_http_methods(["GET", "POST"])
 def project_checkpoints_bulk_delete(request, slug):
-    """Delete every unprotected checkpoint of the Runs ticked in the Runs table (admins)."""
+    """The Runs table's "Delete checkpoints of selected" (admins): GET (the table's form, which carries no CSRF
+    token so none lands in a URL) asks to confirm for the ticked Runs; POST deletes every unprotected checkpoint
+    of them (``services.runs_checkpoints_delete``; docs/design/checkpoints.md#deletion)."""
     project = run_selectors.project_get_for_user(user=request.user, slug=slug)
-    run_ids = [int(value) for value in request.POST.getlist("run") if value.isdigit()][:1000]
+    data = request.POST if request.method == "POST" else request.GET
+    run_ids = [int(value) for value in data.getlist("run") if value.isdigit()][:1000]
+    if request.method == "GET":
+        refusal = policy.why_not(request.user, project, policy.ADMIN)
+        if refusal:
+            raise PermissionDenied(refusal)
+        runs = Run.objects.filter(project=project, pk__in=run_ids).order_by("-pk")
+        return render(request, "checkpoints/checkpoints_bulk_delete.html", {"project": project, "runs": runs})
     try:
         outcome = services.runs_checkpoints_delete(actor=request.user, project=project, run_ids=run_ids)
     except (Conflict, ValidationFailed) as exc:

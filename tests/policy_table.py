@@ -235,7 +235,10 @@ ROWS = {
     "projects/<slug:slug>/storage/": {"GET": page_read()},
     "projects/<slug:slug>/storage/policy/": {"POST": page(403, 403, 403, 302)},
     "projects/<slug:slug>/storage/apply/": {"POST": page(403, 403, 403, 302)},
-    "projects/<slug:slug>/checkpoints/bulk-delete/": {"POST": page(403, 403, 403, 302)},
+    "projects/<slug:slug>/checkpoints/bulk-delete/": {
+        "GET": page(403, 403, 403, 200),
+        "POST": page(403, 403, 403, 302),
+    },
     "checkpoints/<int:pk>/resume/": {"GET": page_read(), "POST": page(403, 403, 409, 409)},
     "checkpoints/<int:pk>/continue/": {"GET": page_read(), "POST": page(403, 302, 302, 302)},
     "projects/<slug:slug>/models/": {"GET": page_read()},

@@ -109,6 +109,19 @@ def test_bulk_delete_of_runs_obeys_the_protections_and_is_idempotent(api, admin,
     assert second["deleted"] == [] and len(second["refused"]) == 3
 
 
+def test_the_runs_tables_button_asks_first_and_no_csrf_token_lands_in_a_url(client, admin, project, run, seeded):
+    client.force_login(admin)
+    table = client.get(f"/projects/{project.slug}/").content.decode()
+    assert "csrfmiddlewaretoken" not in table.split('class="runs-select"')[1].split("</form>")[0]
+    url = f"/projects/{project.slug}/checkpoints/bulk-delete/"
+    asked = client.get(url, {"run": [run.pk]})
+    assert asked.status_code == 200 and "csrfmiddlewaretoken" in asked.content.decode()
+    assert Checkpoint.objects.filter(run=run).count() == len(seeded)  # asking deletes nothing
+    done = client.post(url, {"run": [run.pk]})
+    assert done.status_code == 302
+    assert sorted(CheckpointDeletion.objects.values_list("step", flat=True)) == [1, 3, 4]
+
+
 def test_every_deletion_asks_the_one_protection_check(api, admin, project, run, seeded, monkeypatch):
     """A protection added to ``checkpoint_delete_refusal`` (a registered model version, say) holds for the Delete
     button, bulk delete and policies alike."""
