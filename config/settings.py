@@ -36,7 +36,6 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "rest_framework",
-    "rest_framework.authtoken",
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "mado",
@@ -157,13 +156,21 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.SessionAuthentication",
     ],
     # RunTokenScope: a Job's token (MMT_API_TOKEN) acts on its own Run only (docs/api.md).
-    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated", "mado.authentication.RunTokenScope"],
+    # TokenScopeAllows: a read-scoped token reads only (docs/api.md#tokens).
+    "DEFAULT_PERMISSION_CLASSES": [
+        "rest_framework.permissions.IsAuthenticated",
+        "mado.authentication.RunTokenScope",
+        "mado.authentication.TokenScopeAllows",
+    ],
     "DEFAULT_PAGINATION_CLASS": "mado.pagination.DefaultPagination",
     "PAGE_SIZE": 50,
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "mado.errors.api_exception_handler",
     "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
 }
+# API tokens (docs/api.md#tokens): the lifetime a new token gets unless its creator picks one, and the longest.
+MADO_TOKEN_DEFAULT_DAYS = env_int("MADO_TOKEN_DEFAULT_DAYS", 90, minimum=1)
+MADO_TOKEN_MAX_DAYS = env_int("MADO_TOKEN_MAX_DAYS", 365, minimum=MADO_TOKEN_DEFAULT_DAYS)
 SPECTACULAR_SETTINGS = {
     "TITLE": "mado API",
     "DESCRIPTION": "Runs, metrics, artifacts, checkpoints and jobs. Auth: `Authorization: Bearer <token>`.",

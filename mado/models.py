@@ -1,5 +1,6 @@
-"""Ground-level rows shared by every app: the dispatch outbox (mado/outbox.py)."""
+"""Ground-level rows shared by every app: the dispatch outbox (mado/outbox.py), API tokens (mado/tokens.py)."""
 
+from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
@@ -35,3 +36,45 @@ class Dispatch(models.Model):
 
     def __str__(self):
         return f"{self.task}{self.args} → {self.queue}"
+
+
+class TokenScope(models.TextChoices):
+    """What an API token may do (docs/api.md#tokens): ``read`` reads, ``write`` also writes what its user may
+    write as a member, ``admin`` also does what only Project admins do (members, deletions, tokens)."""
+
+    READ = "read", "read"
+    WRITE = "write", "write"
+    ADMIN = "admin", "admin"
+
+
+class ApiToken(models.Model):
+    """A user's named API token (docs/api.md#tokens), stored only as ``prefix`` (to find it) and ``digest``.
+
+    The key itself is shown once, when created (``mado.tokens.api_token_create``).
+    ``expires_at`` None never expires (only tokens carried over from before
+    expiry existed); ``revoked_at`` set: refused from then on. ``last_used_at``
+    and ``last_used_ip`` are refreshed at most once a minute per token.
+    """
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens")
+    name = models.CharField(max_length=100)
+    scope = models.CharField(max_length=10, choices=TokenScope.choices, default=TokenScope.WRITE)
+    prefix = models.CharField(max_length=12, db_index=True)
+    digest = models.CharField(max_length=64, unique=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    last_used_ip = models.GenericIPAddressField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            # a double click on "Create" makes one token, not two of the same name
+            models.UniqueConstraint(
+                fields=["user", "name"], condition=Q(revoked_at__isnull=True), name="apitoken_active_name_unique"
+            ),
+        ]
+
+    def __str__(self):
+        return f"{self.name} ({self.prefix}…)"

@@ -1,8 +1,11 @@
 """factory_boy factories for the models every test needs."""
 
+import itertools
+
 import factory
 from django.contrib.auth import get_user_model
 
+from mado.tokens import api_token_create
 from runs.models import Code, CodeVersion, Dataset, DatasetVersion, Membership, Project, Role, Run
 
 
@@ -74,3 +77,12 @@ class DatasetVersionFactory(factory.django.DjangoModelFactory):
 
     dataset = factory.SubFactory(DatasetFactory)
     version = factory.Sequence(lambda n: f"v{n}")
+
+
+_api_keys = itertools.count(1)
+
+
+def api_key(user, *, scope: str = "admin", days: int | None = None) -> str:
+    """A new API token of ``user`` (``scope`` admin: all the user's role allows) and its key, as a user makes one
+    on the account page (``mado.tokens.api_token_create``)."""
+    return api_token_create(user=user, name=f"test token {next(_api_keys)}", scope=scope, expires_in_days=days)[1]

@@ -16,7 +16,6 @@ import re
 import pytest
 from django.db import transaction
 from django.urls import URLPattern, URLResolver, get_resolver
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from alerts.services.rules import channel_create, rule_create
@@ -28,7 +27,7 @@ from runs.models import RunStatus
 from runs.resume import run_start
 from runs.services import dataset_create, dataset_version_create
 from sweeps.services import sweep_claim
-from tests.factories import CodeVersionFactory, UserFactory
+from tests.factories import CodeVersionFactory, UserFactory, api_key
 from tests.jobs.conftest import checkpoint, launch
 from tests.policy_table import ROLES, ROWS
 from tests.sweeps.sweep_helpers import make_sweep
@@ -164,7 +163,7 @@ def client_for(role: str, world, *, page: bool):
         if page:
             client.force_login(user)
         else:
-            client.credentials(HTTP_AUTHORIZATION=f"Bearer {Token.objects.get_or_create(user=user)[0].key}")
+            client.credentials(HTTP_AUTHORIZATION=f"Bearer {api_key(user)}")
     return client
 
 

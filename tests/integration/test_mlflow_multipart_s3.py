@@ -7,12 +7,11 @@ import os
 
 import pytest
 import requests
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from checkpoints.models import Artifact, Checkpoint, CheckpointLayout, CheckpointState
 from runs.models import RunKind
-from tests.factories import RunFactory
+from tests.factories import RunFactory, api_key
 from tests.integration.conftest import S3_BUCKET as BUCKET
 from tests.integration.conftest import s3_keys as keys
 
@@ -32,7 +31,7 @@ def training_run(project, member):
 
 def bearer(user) -> APIClient:
     client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Bearer {Token.objects.get_or_create(user=user)[0].key}")
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {api_key(user)}")
     return client
 
 

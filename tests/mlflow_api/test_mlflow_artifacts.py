@@ -6,12 +6,11 @@ import base64
 import hashlib
 
 import pytest
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from checkpoints import storage
 from checkpoints.models import Artifact
-from tests.factories import RunFactory
+from tests.factories import RunFactory, api_key
 
 pytestmark = pytest.mark.django_db
 BASE = "/api/2.0/mlflow-artifacts"
@@ -29,7 +28,7 @@ def url(run, path="model/weights.bin") -> str:
 def bearer(user) -> APIClient:
     client = APIClient()
     if user is not None:
-        client.credentials(HTTP_AUTHORIZATION=f"Bearer {Token.objects.get_or_create(user=user)[0].key}")
+        client.credentials(HTTP_AUTHORIZATION=f"Bearer {api_key(user)}")
     return client
 
 

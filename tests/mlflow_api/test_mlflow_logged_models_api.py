@@ -5,14 +5,13 @@ their files through the artifact proxy: MLflow's answers and error codes, hostil
 import json
 
 import pytest
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from checkpoints.models import Artifact
 from jobs.models import RunToken
 from runs.metrics import metrics_ingest
 from runs.models import LoggedModel, LoggedModelStatus, RunTag
-from tests.factories import RunFactory
+from tests.factories import RunFactory, api_key
 
 pytestmark = pytest.mark.django_db
 API = "/api/2.0/mlflow/"
@@ -22,7 +21,7 @@ ART = "/api/2.0/mlflow-artifacts/artifacts/"
 def client_of(user) -> APIClient:
     client = APIClient()
     if user is not None:
-        client.credentials(HTTP_AUTHORIZATION=f"Bearer {Token.objects.get_or_create(user=user)[0].key}")
+        client.credentials(HTTP_AUTHORIZATION=f"Bearer {api_key(user)}")
     return client
 
 

@@ -4,7 +4,8 @@ directory (``start_run`` writes ``.mado/resume.json`` there); a member's token."
 import os
 
 import pytest
-from rest_framework.authtoken.models import Token
+
+from tests.factories import api_key
 
 
 @pytest.fixture(autouse=True)
@@ -22,7 +23,7 @@ def _own_working_directory(monkeypatch, tmp_path):
 @pytest.fixture
 def token_of():
     def make(user) -> str:
-        return Token.objects.get_or_create(user=user)[0].key
+        return api_key(user)
 
     return make
 
