@@ -18,6 +18,7 @@ from checkpoints.api import (
 )
 from checkpoints.api.codes import CodeVersionListApi
 from jobs.api import CheckpointContinueApi, CheckpointResumeApi, JobViewSet, QueueListApi
+from mado.token_api import TokenDetailApi, TokenListApi
 from parity.api import ProjectParityApi, RunResourceViewSet, RunRestoreReportApi
 from runs.api.liveness import RunHeartbeatApi
 from runs.api.projects import (
@@ -42,7 +43,7 @@ class BearerTokenScheme(OpenApiAuthenticationExtension):
     name = "bearerAuth"
 
     def get_security_definition(self, auto_schema):
-        return {"type": "http", "scheme": "bearer", "description": "`manage.py mado_token USERNAME` prints a token"}
+        return {"type": "http", "scheme": "bearer", "description": "an API token: create one on your account page"}
 
 
 class BasicPasswordOrTokenScheme(OpenApiAuthenticationExtension):
@@ -91,5 +92,7 @@ urlpatterns = [
     path("projects/<slug:slug>/parity/", ProjectParityApi.as_view(), name="project-parity"),
     path("queues/", QueueListApi.as_view(), name="queue-list"),
     *alert_patterns,
+    path("tokens/", TokenListApi.as_view(), name="token-list"),
+    path("tokens/<int:token_id>/", TokenDetailApi.as_view(), name="token-detail"),
     *router.urls,
 ]

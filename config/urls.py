@@ -4,6 +4,7 @@ from django.urls import include, path
 
 from checkpoints import views as checkpoint_views
 from jobs import views as job_views
+from mado import token_pages
 from runs import urls as run_urls
 from sweeps import urls as sweep_urls
 
@@ -27,6 +28,8 @@ urlpatterns = [
     path("", include("mlflow_api.urls")),  # the MLflow protocol: api/2.0/mlflow*/, also under mlflow/
     path("accounts/login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("accounts/tokens/", token_pages.token_list, name="token-list"),
+    path("accounts/tokens/<int:token_id>/revoke/", token_pages.token_revoke, name="token-revoke"),
     path("i18n/", include("django.conf.urls.i18n")),
     path("", include((RUN_PAGES, run_urls.app_name))),
     path("", include("checkpoints.urls")),

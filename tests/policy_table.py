@@ -18,14 +18,48 @@ superuser, no membership: sees nothing through the product, only /admin/);
 Run token of another Run of the same Project). A Run token authenticates as
 the Job's creator but only for its own Run; pages take no token (they use the
 session), so a token alone is sent to the login page like ``anonymous``.
+
+Token scope is a dimension too (docs/api.md#tokens): ``read_token`` is the
+Project admin's API token of scope ``read``, ``write_token`` the creator's of
+scope ``write``. Unless a row says otherwise (``read_token=``/``write_token=``),
+``with_token_scopes`` derives them: on pages both are ``anonymous``; on the APIs
+``write_token`` answers as ``creator``, ``read_token`` as ``admin`` for a read
+(GET, or a POST in ``READ_POSTS``) and 403 for every write.
 """
 
-ROLES = ("anonymous", "outsider", "viewer", "member", "creator", "admin", "superuser", "own_token", "other_token")
+ROLES = (
+    "anonymous",
+    "outsider",
+    "viewer",
+    "member",
+    "creator",
+    "admin",
+    "superuser",
+    "own_token",
+    "other_token",
+    "read_token",
+    "write_token",
+)
+DERIVED = None  # a token-scope cell ``with_token_scopes`` fills in
 
 
-def answers(anonymous, outsider, viewer, member, creator, admin, superuser, own_token, other_token) -> dict:
+def answers(
+    anonymous,
+    outsider,
+    viewer,
+    member,
+    creator,
+    admin,
+    superuser,
+    own_token,
+    other_token,
+    *,
+    read_token=DERIVED,
+    write_token=DERIVED,
+) -> dict:
     """``{role: HTTP status}`` in ``ROLES`` order."""
-    return dict(zip(ROLES, (anonymous, outsider, viewer, member, creator, admin, superuser, own_token, other_token)))
+    cells = (anonymous, outsider, viewer, member, creator, admin, superuser, own_token, other_token)
+    return dict(zip(ROLES, (*cells, read_token, write_token)))
 
 
 def api_read(ok: int = 200, *, tokens: int | None = None) -> dict:
@@ -242,7 +276,44 @@ ROWS = {
     "alert-channels/<int:pk>/send-test/": {"POST": page(403, 403, 403, 302)},
     "projects/<slug:slug>/reliability/": {"GET": page_read()},
     "admin/": {"GET": answers(302, 302, 302, 302, 302, 302, 200, 302, 302)},
+    # The account page's tokens: each user sees and changes only their own (the world's token is the creator's).
+    "accounts/tokens/": {"GET": answers(302, *(200,) * 6, 302, 302), "POST": answers(302, *(200,) * 6, 302, 302)},
+    "accounts/tokens/<int:token_id>/revoke/": {"POST": answers(302, 404, 404, 404, 302, 404, 404, 302, 302)},
+}
+ROWS |= {
+    # Tokens are managed with a session, a password or a token of scope admin (the default role's token here).
+    API + "tokens/": {
+        "GET": answers(401, *(200,) * 6, 403, 403, read_token=403, write_token=403),
+        "POST": answers(401, *(201,) * 6, 403, 403, read_token=403, write_token=403),
+    },
+    API + "tokens/<int:token_id>/": {
+        "DELETE": answers(401, 404, 404, 404, 204, 404, 404, 403, 403, read_token=403, write_token=403),
+    },
 }
 
 # The MLflow API is also served under the mlflow/ prefix (MLFLOW_TRACKING_URI=http://<mado>/mlflow), alike.
 ROWS |= {"mlflow/" + route: row for route, row in ROWS.items() if route.startswith(("api/2.0/", "api/^"))}
+
+# POSTs that only read: a read token may send them.
+READ_POSTS = {
+    ML + "experiments/search",
+    ML + "runs/search",
+    ML + "logged-models/search",
+    "api/^(?P<rest>2\\.0/mlflow/.*|3\\.0/mlflow/.*)$",  # an unknown MLflow path: 404 before anything
+}
+
+
+def scope_cells(route: str, method: str, row: dict) -> dict:
+    """The token-scope cells of ``row`` (one method's answers) where the row leaves them to be derived."""
+    if not route.startswith(("api/", "mlflow/")):
+        derived = {"read_token": row["anonymous"], "write_token": row["anonymous"]}
+    else:
+        reads = method == "GET" or route.removeprefix("mlflow/") in READ_POSTS
+        derived = {"read_token": row["admin"] if reads else 403, "write_token": row["creator"]}
+    return {role: derived[role] if row[role] is DERIVED else row[role] for role in derived}
+
+
+ROWS = {
+    route: {method: cell | scope_cells(route, method, cell) for method, cell in row.items()}
+    for route, row in ROWS.items()
+}

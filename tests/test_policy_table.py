@@ -22,6 +22,7 @@ from alerts.services.rules import channel_create, rule_create
 from jobs.models import JobStatus, Queue
 from jobs.services.lifecycle import job_claim, run_token_issue
 from mlflow_api.registry import services as registry
+from mado.tokens import api_token_create
 from mlflow_api.tracking.logged_models import logged_model_create
 from runs.models import RunStatus
 from runs.resume import run_start
@@ -117,7 +118,13 @@ def world(db, project, other_project, creator, admin, member, viewer, outsider):
         ).status_code
         == 201
     )
-    tokens = {"own_token": run_token_issue(job=job).key, "other_token": run_token_issue(job=other_job).key}
+    tokens = {
+        "own_token": run_token_issue(job=job).key,
+        "other_token": run_token_issue(job=other_job).key,
+        "read_token": api_key(admin, scope="read"),
+        "write_token": api_key(creator, scope="write"),
+    }
+    laptop, _key = api_token_create(user=creator, name="laptop")
     logged_model = logged_model_create(actor=creator, project=project, name="net", source_run=run)
     channel, _ = channel_create(actor=admin, project=project, name="oncall", kind="email", target="ops@example.org")
     rule = rule_create(actor=admin, project=project, name="crashes", event="crashed", personal=False)
@@ -133,6 +140,7 @@ def world(db, project, other_project, creator, admin, member, viewer, outsider):
         "alert_rule": rule,
         "registered_model": registered,
         "logged_model": logged_model,
+        "laptop_token": laptop,
         "project": project,
         "run": run,
         "job": job,
@@ -156,7 +164,7 @@ def PLACE(project) -> dict:  # noqa: N802 - the tag that places a new registered
 def client_for(role: str, world, *, page: bool):
     """A client as ``role``: pages log in with the session, the APIs send the user's token (or the Run token)."""
     client = APIClient()
-    if role in ("own_token", "other_token"):
+    if role in world["tokens"]:
         client.credentials(HTTP_AUTHORIZATION=f"Bearer {world['tokens'][role]}")
     elif role != "anonymous":
         user = world["users"][role]
@@ -196,6 +204,7 @@ def concrete(route: str, world) -> str:
         "tag_key": "absent",
         "rule_id": world["alert_rule"].pk,
         "channel_id": world["alert_channel"].pk,
+        "token_id": world["laptop_token"].pk,
     }
     url = re.sub(r"\(\?P<(\w+)>[^)]*\)", lambda m: str(values[m.group(1)]), route)
     url = re.sub(r"<(?:\w+:)?(\w+)>", lambda m: str(values[m.group(1)]), url)
@@ -300,6 +309,7 @@ def request_body(route: str, method: str, world):
         "alert-rules/": {"name": "failures", "event": "failed"},
         "alert-channels/": {"name": "team", "kind": "email", "target": "team@example.org"},
         "<int:run_id>/alerts/": {"title": "loss plateaued"},
+        "v1/tokens/": {"name": "ci", "scope": "read"},
     }
     if route.endswith("codes/<int:code_id>/versions/") and method == "POST":
         return {"entrypoint": json.dumps(["python", "train.py"])}, "multipart"
@@ -342,6 +352,7 @@ def page_form(route: str, world) -> dict:
         "resume/": {"confirm": "1", "queue": "cpu", "nproc_per_node": 2},
         "delete/": {"confirm": "1", "path": "notes.txt"},
         "register/": {"name": "fresh-model"},
+        "accounts/tokens/": {"name": "ci", "scope": "read", "expires_in_days": 30},
     }
     return next((body for tail, body in forms.items() if route.endswith(tail)), {})
 
