@@ -20,6 +20,7 @@ from checkpoints.api.codes import CodeVersionListApi
 from jobs.api import CheckpointContinueApi, CheckpointResumeApi, JobViewSet, QueueListApi
 from mado.token_api import TokenDetailApi, TokenListApi
 from parity.api import ProjectParityApi, RunResourceViewSet, RunRestoreReportApi
+from runs.api.audit import AuditListApi
 from runs.api.liveness import RunHeartbeatApi
 from runs.api.projects import (
     CodeListApi,
@@ -93,6 +94,7 @@ urlpatterns = [
     path("queues/", QueueListApi.as_view(), name="queue-list"),
     *alert_patterns,
     path("tokens/", TokenListApi.as_view(), name="token-list"),
+    path("audit/", AuditListApi.as_view(), name="audit-list"),
     path("tokens/<int:token_id>/", TokenDetailApi.as_view(), name="token-detail"),
     *router.urls,
 ]

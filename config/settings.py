@@ -54,6 +54,8 @@ MIDDLEWARE = [
     # Outermost: a database, broker or storage outage raised by a view answers 503, not an HTML 500
     # (errors raised inside the other middleware go to mado.outages.server_error, the handler500).
     "mado.outages.OutageMiddleware",
+    # The request's address and id, for the audit records its writes leave (docs/api.md#audit).
+    "mado.audit.AuditContextMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",

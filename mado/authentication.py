@@ -52,6 +52,7 @@ def user_for_token(key: str, request=None) -> tuple:
     """
     # models: importable only once the apps are loaded; the policy imports DRF, whose settings import this module
     from mado import tokens
+    from mado.audit import remember_credential
     from mado.models import ApiToken
     from mado.policy import limit_to_scope
 
@@ -70,6 +71,7 @@ def user_for_token(key: str, request=None) -> tuple:
     if not found[0].is_active:
         raise AuthenticationFailed("User inactive or deleted.")
     limit_to_scope(found[0], getattr(found[1], "scope", None))
+    remember_credential(found[0], found[1])
     return found
 
 

@@ -78,3 +78,62 @@ class ApiToken(models.Model):
 
     def __str__(self):
         return f"{self.name} ({self.prefix}…)"
+
+
+class AuditQuerySet(models.QuerySet):
+    """Rows are only ever added: ``update`` and ``delete`` raise (docs/api.md#audit; the database refuses them too)."""
+
+    def update(self, **kwargs):
+        raise PermissionError("the audit log is append-only")
+
+    def delete(self):
+        raise PermissionError("the audit log is append-only")
+
+
+class ActorKind(models.TextChoices):
+    USER = "user", "user"
+    SERVICE_ACCOUNT = "service_account", "service account"
+    RUN_TOKEN = "run_token", "run token"
+    SYSTEM = "system", "system"
+
+
+class AuditEvent(models.Model):
+    """One write that changed who may do what, or ended, resumed, deleted or changed a Run, Job, Checkpoint,
+    Artifact, Project, membership or token (docs/api.md#audit). Append-only.
+
+    ``actor_id`` / ``actor_name`` are the user at the time (kept as values, not a
+    foreign key: deleting a user changes no record), ``via`` the credential (a
+    token's name, a Run token's Run). ``project_id`` is the Project the object
+    belongs to (None: none, e.g. a user's token). ``changes`` maps each changed
+    field to ``[before, after]``. ``address`` and ``request_id`` come from the request (None / "" outside one).
+    """
+
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    actor_kind = models.CharField(max_length=20, choices=ActorKind.choices)
+    actor_id = models.BigIntegerField(null=True, blank=True)
+    actor_name = models.CharField(max_length=150, blank=True)
+    via = models.CharField(max_length=200, blank=True)
+    action = models.CharField(max_length=64, db_index=True)
+    object_type = models.CharField(max_length=64)
+    object_id = models.CharField(max_length=64, blank=True)
+    object_repr = models.CharField(max_length=200, blank=True)
+    project_id = models.BigIntegerField(null=True, blank=True, db_index=True)
+    changes = models.JSONField(default=dict, blank=True)
+    address = models.GenericIPAddressField(null=True, blank=True)
+    request_id = models.CharField(max_length=64, blank=True)
+
+    objects = AuditQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self):
+        return f"{self.created_at:%Y-%m-%d %H:%M:%S} {self.actor_name} {self.action} {self.object_repr}"
+
+    def save(self, *args, **kwargs):
+        if self.pk is not None:
+            raise PermissionError("the audit log is append-only")
+        super().save(*args, **kwargs)
+
+    def delete(self, *args, **kwargs):
+        raise PermissionError("the audit log is append-only")

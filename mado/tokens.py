@@ -26,6 +26,7 @@ from django.db.models import Q
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
+from mado.audit import audit_record
 from mado.errors import Conflict, NotFound, ValidationFailed
 from mado.models import ApiToken, TokenScope
 
@@ -120,6 +121,8 @@ def api_token_create(
             )
     except IntegrityError:
         raise Conflict(_("You already have a token named “%(name)s”.") % {"name": name}, field="name") from None
+    changes = {"scope": [None, scope], "expires_at": [None, expires_at.isoformat()]}
+    audit_record(actor=user, action="token.create", obj=token, changes=changes)
     return token, key
 
 
@@ -135,6 +138,8 @@ def api_token_revoke(*, user, token_id: int) -> ApiToken:
     if token.revoked_at is None:
         token.revoked_at = timezone.now()
         ApiToken.objects.filter(pk=token.pk, revoked_at__isnull=True).update(revoked_at=token.revoked_at)
+        changes = {"revoked_at": [None, token.revoked_at.isoformat()]}
+        audit_record(actor=user, action="token.revoke", obj=token, changes=changes)
     return token
 
 

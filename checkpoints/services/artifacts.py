@@ -17,6 +17,7 @@ from django.utils import timezone
 from checkpoints import storage
 from checkpoints.models import Artifact, Checkpoint, ManifestEntry
 from mado import policy
+from mado.audit import audit_record
 from mado.errors import Conflict, NotFound, ValidationFailed
 from runs.lease import lease_check
 from runs.models import Code, CodeVersion, Run
@@ -230,6 +231,7 @@ def artifact_delete(*, actor, artifact: Artifact) -> None:
             deleted, _ = Artifact.objects.filter(pk=artifact.pk).delete()
             if deleted:
                 transaction.on_commit(lambda: storage.blob_delete_quietly(key))
+                audit_record(actor=actor, action="artifact.delete", obj=artifact, project_id=project.pk)
     except (ProtectedError, IntegrityError):
         raise Conflict(refusal, field="path") from None
 

@@ -16,6 +16,7 @@ from checkpoints.models import Artifact, Checkpoint, CheckpointLayout, Checkpoin
 from checkpoints.services.metadata import clean_checkpoint_metadata
 from checkpoints.services.shards import clean_world_size
 from mado import policy
+from mado.audit import audit_record
 from mado.errors import Conflict, NotFound, RunEnded, ValidationFailed
 from runs.lease import lease_check
 from runs.models import FINAL_STATES, Run
@@ -213,6 +214,7 @@ def checkpoint_delete(*, actor, checkpoint: Checkpoint) -> Checkpoint:
     if refusal:
         raise Conflict(refusal, field="checkpoint")
     artifact = Artifact.objects.filter(pk=row.artifact_id).first() if row.artifact_id else None
+    row_state = row.state
     updated = Checkpoint.objects.filter(pk=row.pk, state=row.state).update(
         state=CheckpointState.DELETED,
         artifact=None,
@@ -233,6 +235,13 @@ def checkpoint_delete(*, actor, checkpoint: Checkpoint) -> Checkpoint:
         stored.delete()
         transaction.on_commit(lambda key=stored.storage_key: storage.blob_delete_quietly(key))
     row.refresh_from_db()
+    audit_record(
+        actor=actor,
+        action="checkpoint.delete",
+        obj=row,
+        project_id=run.project_id,
+        changes={"state": [row_state, row.state]},
+    )
     return row
 
 

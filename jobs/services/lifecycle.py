@@ -24,6 +24,7 @@ from django.utils.translation import gettext as _
 from jobs.models import FINAL_STATES, Job, JobStatus, RunLogChunk, RunToken
 from jobs.services._common import end_run, record_job_alive, record_job_ended, revoke_on_commit, revoke_run_tokens
 from mado import policy, tokens
+from mado.audit import audit_record
 from mado.errors import Conflict, Forbidden, NotFound, UserError
 from runs import hooks
 from runs.models import Run, RunStatus
@@ -223,7 +224,9 @@ def job_abort(*, actor, job: Job) -> Job:
             field="job",
         )
     now = timezone.now()
-    Job.objects.filter(pk=row.pk, abort_requested_at__isnull=True).update(abort_requested_at=now)
+    if Job.objects.filter(pk=row.pk, abort_requested_at__isnull=True).update(abort_requested_at=now):
+        changes = {"abort_requested_at": [None, now.isoformat()]}
+        audit_record(actor=actor, action="job.abort", obj=row, project_id=job.run.project_id, changes=changes)
     if Job.objects.filter(pk=row.pk, status=JobStatus.QUEUED).update(
         status=JobStatus.ABORTED, ended_at=now, error=f"Aborted by {actor.get_username()} before it started."
     ):
