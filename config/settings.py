@@ -173,6 +173,8 @@ REST_FRAMEWORK = {
 # API tokens (docs/api.md#tokens): the lifetime a new token gets unless its creator picks one, and the longest.
 MADO_TOKEN_DEFAULT_DAYS = env_int("MADO_TOKEN_DEFAULT_DAYS", 90, minimum=1)
 MADO_TOKEN_MAX_DAYS = env_int("MADO_TOKEN_MAX_DAYS", 365, minimum=MADO_TOKEN_DEFAULT_DAYS)
+# Audit records older than this many days are deleted by `manage.py audit_prune` (0: kept forever).
+MADO_AUDIT_RETENTION_DAYS = env_int("MADO_AUDIT_RETENTION_DAYS", 0, minimum=0)
 SPECTACULAR_SETTINGS = {
     "TITLE": "mado API",
     "DESCRIPTION": "Runs, metrics, artifacts, checkpoints and jobs. Auth: `Authorization: Bearer <token>`.",

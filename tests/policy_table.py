@@ -246,6 +246,8 @@ ROWS = {
     "projects/<slug:slug>/members/": {"GET": page(403, 403, 403, 200), "POST": page(403, 403, 403, 302)},
     "projects/<slug:slug>/members/<str:username>/role/": {"POST": page(403, 403, 403, 302)},
     "projects/<slug:slug>/members/<str:username>/remove/": {"POST": page(403, 403, 403, 302)},
+    "projects/<slug:slug>/audit/": {"GET": page(403, 403, 403, 200)},
+    "projects/<slug:slug>/audit.csv": {"GET": page(403, 403, 403, 200)},
     "projects/<slug:slug>/sweeps/": {"GET": page_read()},
     "projects/<slug:slug>/sweeps/new/": {"GET": page_read(), "POST": page(403, 302, 302, 302)},
     "sweeps/<int:pk>/": {"GET": page_read()},
@@ -286,6 +288,8 @@ ROWS |= {
         "GET": answers(401, *(200,) * 6, 403, 403, read_token=403, write_token=403),
         "POST": answers(401, *(201,) * 6, 403, 403, read_token=403, write_token=403),
     },
+    # The audit log: each user gets the records of the Projects they administer (none for others).
+    API + "audit/": {"GET": api_list()},
     API + "tokens/<int:token_id>/": {
         "DELETE": answers(401, 404, 404, 404, 204, 404, 404, 403, 403, read_token=403, write_token=403),
     },
