@@ -39,6 +39,8 @@ class Command(BaseCommand):
                 cursor.execute("DROP TRIGGER IF EXISTS mado_audit_no_delete")
             cursor.execute(f"DELETE FROM {table} WHERE created_at < %s", [cutoff])
             deleted = cursor.rowcount
-            if connection.vendor == "sqlite":
+            if connection.vendor == "postgresql":  # closed again at once, even inside a caller's transaction
+                cursor.execute("SET LOCAL mado.audit_prune = 'off'")
+            elif connection.vendor == "sqlite":
                 cursor.execute(SQLITE_GUARD)
         self.stdout.write(f"deleted {deleted} audit records older than {days} days")
