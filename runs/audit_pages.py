@@ -17,8 +17,8 @@ from runs.views import _administered_project, page
 class AuditFilterForm(forms.Form):
     action = forms.CharField(label=_lazy("Action"), required=False, max_length=64)
     actor = forms.CharField(label=_lazy("Who"), required=False, max_length=150)
-    since = forms.DateField(label=_lazy("From"), required=False)
-    until = forms.DateField(label=_lazy("To"), required=False)
+    since = forms.DateField(label=_lazy("From"), required=False, widget=forms.DateInput(attrs={"type": "date"}))
+    until = forms.DateField(label=_lazy("To"), required=False, widget=forms.DateInput(attrs={"type": "date"}))
 
     def filters(self) -> dict:
         """The cleaned filters for ``audit_list`` (``until`` a whole day: up to the next midnight)."""

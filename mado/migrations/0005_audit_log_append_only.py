@@ -1,6 +1,7 @@
-"""The database itself refuses UPDATE and DELETE on the audit log (docs/api.md#audit), whatever the role: a trigger
-on PostgreSQL and SQLite. Deleting old records for retention needs ``manage.py audit_prune``, which opens the door for
-its own transaction only (PostgreSQL: ``SET LOCAL mado.audit_prune = 'on'``)."""
+"""On PostgreSQL the database itself refuses UPDATE and DELETE on the audit log (docs/api.md#audit), whatever the
+role: a row trigger. Deleting old records for retention needs ``manage.py audit_prune``, which opens the door for
+its own transaction only (``SET LOCAL mado.audit_prune = 'on'``). SQLite (development only) relies on the
+application's guard: a trigger there would also refuse the test runner's flush between tests."""
 
 from django.db import migrations
 
@@ -22,31 +23,16 @@ POSTGRES_DOWN = f"""
 DROP TRIGGER IF EXISTS mado_audit_append_only ON {TABLE};
 DROP FUNCTION IF EXISTS mado_audit_append_only();
 """
-SQLITE_UP = [
-    f"""CREATE TRIGGER mado_audit_no_update BEFORE UPDATE ON {TABLE}
-        BEGIN SELECT RAISE(ABORT, 'the audit log is append-only (UPDATE refused)'); END;""",
-    f"""CREATE TRIGGER mado_audit_no_delete BEFORE DELETE ON {TABLE}
-        BEGIN SELECT RAISE(ABORT, 'the audit log is append-only (DELETE refused)'); END;""",
-]
-SQLITE_DOWN = ["DROP TRIGGER IF EXISTS mado_audit_no_update;", "DROP TRIGGER IF EXISTS mado_audit_no_delete;"]
 
 
 def up(apps, schema_editor):
-    vendor = schema_editor.connection.vendor
-    if vendor == "postgresql":
+    if schema_editor.connection.vendor == "postgresql":
         schema_editor.execute(POSTGRES_UP)
-    elif vendor == "sqlite":
-        for statement in SQLITE_UP:
-            schema_editor.execute(statement)
 
 
 def down(apps, schema_editor):
-    vendor = schema_editor.connection.vendor
-    if vendor == "postgresql":
+    if schema_editor.connection.vendor == "postgresql":
         schema_editor.execute(POSTGRES_DOWN)
-    elif vendor == "sqlite":
-        for statement in SQLITE_DOWN:
-            schema_editor.execute(statement)
 
 
 class Migration(migrations.Migration):

@@ -10,11 +10,6 @@ from django.utils import timezone
 
 from mado.models import AuditEvent
 
-SQLITE_GUARD = (
-    "CREATE TRIGGER mado_audit_no_delete BEFORE DELETE ON mado_auditevent "
-    "BEGIN SELECT RAISE(ABORT, 'the audit log is append-only (DELETE refused)'); END;"
-)
-
 
 class Command(BaseCommand):
     help = "Delete audit records older than --days (default: MADO_AUDIT_RETENTION_DAYS; 0 keeps them all)."
@@ -32,15 +27,12 @@ class Command(BaseCommand):
         cutoff = timezone.now() - timedelta(days=days)
         table = connection.ops.quote_name(AuditEvent._meta.db_table)
         with transaction.atomic(), connection.cursor() as cursor:
-            # The database guard lets this transaction alone delete (docs/api.md#audit).
-            if connection.vendor == "postgresql":
+            # PostgreSQL's guard lets this transaction alone delete (docs/api.md#audit).
+            postgres = connection.vendor == "postgresql"
+            if postgres:
                 cursor.execute("SET LOCAL mado.audit_prune = 'on'")
-            elif connection.vendor == "sqlite":
-                cursor.execute("DROP TRIGGER IF EXISTS mado_audit_no_delete")
             cursor.execute(f"DELETE FROM {table} WHERE created_at < %s", [cutoff])
             deleted = cursor.rowcount
-            if connection.vendor == "postgresql":  # closed again at once, even inside a caller's transaction
+            if postgres:  # closed again at once, even inside a caller's transaction
                 cursor.execute("SET LOCAL mado.audit_prune = 'off'")
-            elif connection.vendor == "sqlite":
-                cursor.execute(SQLITE_GUARD)
         self.stdout.write(f"deleted {deleted} audit records older than {days} days")
