@@ -1,8 +1,8 @@
 """``/api/v1/tokens/``: a user's API tokens, listed, created (the key shown once) and revoked (docs/api.md#tokens).
 
 Signed in with the session or a password, or with a token of scope ``admin``:
-a narrower token cannot make itself a wider one, and a Run token manages no
-tokens (``TokenManagement``).
+a narrower token cannot make itself a wider one (it may only revoke itself),
+and a Run token manages no tokens (``TokenManagement``).
 """
 
 from drf_spectacular.utils import OpenApiResponse, extend_schema
@@ -28,6 +28,8 @@ class TokenManagement(BasePermission):
     def has_permission(self, request, view) -> bool:
         if run_id_of(request.auth) is not None:
             return False
+        if request.method == "DELETE" and str(view.kwargs.get("token_id")) == str(getattr(request.auth, "pk", "")):
+            return True  # any token may revoke itself (``mado logout``)
         return getattr(request.auth, "scope", TokenScope.ADMIN) == TokenScope.ADMIN
 
 
@@ -92,6 +94,7 @@ class TokenDetailApi(GenericAPIView):
 
     permission_classes = [*GenericAPIView.permission_classes, TokenManagement]
     run_token_allowed = False
+    token_read_only = True  # TokenManagement decides: a read token may revoke itself, nothing else
 
     @extend_schema(tags=TAG_TOKENS, request=None, responses={204: None, 404: OpenApiResponse(description="no such")})
     def delete(self, request, token_id: int):

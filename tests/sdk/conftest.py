@@ -18,6 +18,8 @@ def _clean_mmt_environment(monkeypatch):
 @pytest.fixture(autouse=True)
 def _own_working_directory(monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)
+    # `mado login`'s kept tokens: the test's own (a developer's ~/.config/mado never answers for a test)
+    monkeypatch.setenv("MMT_CONFIG_DIR", str(tmp_path / "mado-config"))
 
 
 @pytest.fixture
