@@ -31,6 +31,11 @@ from runs.api.projects import (
     ProjectViewSet,
 )
 from runs.api.runs import RunMetricsApi
+from runs.api.service_accounts import (
+    ServiceAccountListApi,
+    ServiceAccountTokenDetailApi,
+    ServiceAccountTokenListApi,
+)
 from runs.api.stages import RunDataStagesApi
 from sweeps.api import SweepViewSet
 
@@ -95,6 +100,17 @@ urlpatterns = [
     *alert_patterns,
     path("tokens/", TokenListApi.as_view(), name="token-list"),
     path("audit/", AuditListApi.as_view(), name="audit-list"),
+    path("projects/<slug:slug>/service-accounts/", ServiceAccountListApi.as_view(), name="service-account-list"),
+    path(
+        "projects/<slug:slug>/service-accounts/<slug:name>/tokens/",
+        ServiceAccountTokenListApi.as_view(),
+        name="service-account-token-list",
+    ),
+    path(
+        "projects/<slug:slug>/service-accounts/<slug:name>/tokens/<int:token_id>/",
+        ServiceAccountTokenDetailApi.as_view(),
+        name="service-account-token-detail",
+    ),
     path("tokens/<int:token_id>/", TokenDetailApi.as_view(), name="token-detail"),
     *router.urls,
 ]

@@ -39,14 +39,14 @@ def _actor(actor) -> dict:
         kind, via = ActorKind.RUN_TOKEN, f"run token of run {credential.run_id}"
     elif credential is not None and hasattr(credential, "scope"):
         via = f"token “{credential.name}” ({credential.scope})"
-    if getattr(actor, "is_service_account", False):
+    if is_service_account(actor):
         kind = ActorKind.SERVICE_ACCOUNT
     return {"actor_kind": kind, "actor_id": actor.pk, "actor_name": actor.get_username(), "via": via}
 
 
-def changed(before: dict, after: dict) -> dict:
-    """``{field: [before, after]}`` for the fields whose values differ (JSON-ready values)."""
-    return {field: [before.get(field), after.get(field)] for field in after if before.get(field) != after.get(field)}
+def is_service_account(user) -> bool:
+    """True for a Project's service account (a user with a ``service_account``: ``runs.ServiceAccount``)."""
+    return getattr(user, "service_account", None) is not None
 
 
 def audit_record(

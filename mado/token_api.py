@@ -13,6 +13,7 @@ from rest_framework.response import Response
 
 from mado import tokens
 from mado.api import PaginatedListApi, valid
+from mado.audit import is_service_account
 from mado.authentication import run_id_of
 from mado.models import ApiToken, TokenScope
 
@@ -26,8 +27,8 @@ class TokenManagement(BasePermission):
     message = ADMIN_SCOPE_NEEDED
 
     def has_permission(self, request, view) -> bool:
-        if run_id_of(request.auth) is not None:
-            return False
+        if run_id_of(request.auth) is not None or is_service_account(request.user):
+            return False  # a service account's tokens are made and revoked by its Project's admins
         if request.method == "DELETE" and str(view.kwargs.get("token_id")) == str(getattr(request.auth, "pk", "")):
             return True  # any token may revoke itself (``mado logout``)
         return getattr(request.auth, "scope", TokenScope.ADMIN) == TokenScope.ADMIN

@@ -97,7 +97,7 @@ def _expiry(days: int | None) -> datetime:
 
 @transaction.atomic
 def api_token_create(
-    *, user, name: str, scope: str = TokenScope.WRITE, expires_in_days: int | None = None
+    *, user, name: str, scope: str = TokenScope.WRITE, expires_in_days: int | None = None, actor=None
 ) -> tuple[ApiToken, str]:
     """Create ``user``'s token ``name`` (1..100 characters) with ``scope``; returns ``(token, key)``.
 
@@ -105,7 +105,8 @@ def api_token_create(
     ``expires_in_days`` None takes the operator's default
     (``MADO_TOKEN_DEFAULT_DAYS``), at most ``MADO_TOKEN_MAX_DAYS``. Raises
     ``ValidationFailed`` (400) for a bad name, scope or lifetime and ``Conflict``
-    (409, field ``name``) when an unrevoked token of that name exists.
+    (409, field ``name``) when an unrevoked token of that name exists. ``actor`` (default ``user``) is who
+    the audit log names: a Project admin making a service account's token.
     """
     name = (name or "").strip()
     if not name or len(name) > 100:
@@ -122,15 +123,16 @@ def api_token_create(
     except IntegrityError:
         raise Conflict(_("You already have a token named “%(name)s”.") % {"name": name}, field="name") from None
     changes = {"scope": [None, scope], "expires_at": [None, expires_at.isoformat()]}
-    audit_record(actor=user, action="token.create", obj=token, changes=changes)
+    audit_record(actor=actor or user, action="token.create", obj=token, changes=changes)
     return token, key
 
 
 @transaction.atomic
-def api_token_revoke(*, user, token_id: int) -> ApiToken:
+def api_token_revoke(*, user, token_id: int, actor=None) -> ApiToken:
     """Revoke ``user``'s token ``token_id`` now; revoking a revoked token changes nothing (idempotent).
 
-    Raises ``NotFound`` (404) when ``user`` has no such token (another user's included).
+    Raises ``NotFound`` (404) when ``user`` has no such token (another user's included). ``actor`` as in
+    ``api_token_create``.
     """
     token = ApiToken.objects.select_for_update().filter(user=user, pk=token_id).first()
     if token is None:
@@ -139,7 +141,7 @@ def api_token_revoke(*, user, token_id: int) -> ApiToken:
         token.revoked_at = timezone.now()
         ApiToken.objects.filter(pk=token.pk, revoked_at__isnull=True).update(revoked_at=token.revoked_at)
         changes = {"revoked_at": [None, token.revoked_at.isoformat()]}
-        audit_record(actor=user, action="token.revoke", obj=token, changes=changes)
+        audit_record(actor=actor or user, action="token.revoke", obj=token, changes=changes)
     return token
 
 

@@ -30,6 +30,7 @@ from runs.models import (
     RunKind,
     RunStatus,
     RunTableColumns,
+    ServiceAccount,
 )
 from runs.stages import data_stage_record  # noqa: F401 - a service of this app
 from runs.table import parse_columns
@@ -97,6 +98,8 @@ def membership_add(*, actor, project: Project, username: str, role: str) -> Memb
     user = get_user_model().objects.filter(username=username).first()
     if user is None:
         raise ValidationFailed(_("no user named '%(username)s'") % {"username": username}, field="username")
+    if ServiceAccount.objects.filter(user=user).exclude(project=project).exists():
+        raise ValidationFailed(_("A service account acts in its own project only."), field="username")
     try:
         with transaction.atomic():
             membership = Membership.objects.create(user=user, project=project, role=role)

@@ -288,6 +288,13 @@ ROWS |= {
         "GET": answers(401, *(200,) * 6, 403, 403, read_token=403, write_token=403),
         "POST": answers(401, *(201,) * 6, 403, 403, read_token=403, write_token=403),
     },
+    # Service accounts: Project admins only (an admin's read token acts as a viewer).
+    API + "projects/<slug:slug>/service-accounts/": {
+        "GET": admin_only(200) | {"read_token": 403},
+        "POST": admin_only(201),
+    },
+    API + "projects/<slug:slug>/service-accounts/<slug:name>/tokens/": {"POST": admin_only(201)},
+    API + "projects/<slug:slug>/service-accounts/<slug:name>/tokens/<int:token_id>/": {"DELETE": admin_only(204)},
     # The audit log: each user gets the records of the Projects they administer (none for others).
     API + "audit/": {"GET": api_list()},
     API + "tokens/<int:token_id>/": {

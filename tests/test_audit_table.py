@@ -46,6 +46,9 @@ AUDITED = {
     API + "^sweeps/(?P<pk>[0-9]+)/trials/(?P<number>[0-9]+)/retry/$": {"POST": REFUSED},
     API + "tokens/": {"POST": "token.create"},
     API + "tokens/<int:token_id>/": {"DELETE": "token.revoke"},
+    API + "projects/<slug:slug>/service-accounts/": {"POST": "service_account.create"},
+    API + "projects/<slug:slug>/service-accounts/<slug:name>/tokens/": {"POST": "token.create"},
+    API + "projects/<slug:slug>/service-accounts/<slug:name>/tokens/<int:token_id>/": {"DELETE": "token.revoke"},
     # MLflow
     ML + "runs/update": {"POST": NO_CHANGE},
     ML + "runs/delete": {"POST": "run.delete"},

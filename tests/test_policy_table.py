@@ -26,6 +26,7 @@ from mado.tokens import api_token_create
 from mlflow_api.tracking.logged_models import logged_model_create
 from runs.models import RunStatus
 from runs.resume import run_start
+from runs.service_accounts import service_account_create, service_account_token_create
 from runs.services import dataset_create, dataset_version_create
 from sweeps.services import sweep_claim
 from tests.factories import CodeVersionFactory, UserFactory, api_key
@@ -125,6 +126,8 @@ def world(db, project, other_project, creator, admin, member, viewer, outsider):
         "write_token": api_key(creator, scope="write"),
     }
     laptop, _key = api_token_create(user=creator, name="laptop")
+    bot = service_account_create(actor=admin, project=project, name="ci-bot")
+    bot_token, _key = service_account_token_create(actor=admin, account=bot, name="pipeline")
     logged_model = logged_model_create(actor=creator, project=project, name="net", source_run=run)
     channel, _ = channel_create(actor=admin, project=project, name="oncall", kind="email", target="ops@example.org")
     rule = rule_create(actor=admin, project=project, name="crashes", event="crashed", personal=False)
@@ -141,6 +144,7 @@ def world(db, project, other_project, creator, admin, member, viewer, outsider):
         "registered_model": registered,
         "logged_model": logged_model,
         "laptop_token": laptop,
+        "bot_token": bot_token,
         "project": project,
         "run": run,
         "job": job,
@@ -204,7 +208,8 @@ def concrete(route: str, world) -> str:
         "tag_key": "absent",
         "rule_id": world["alert_rule"].pk,
         "channel_id": world["alert_channel"].pk,
-        "token_id": world["laptop_token"].pk,
+        "token_id": world["bot_token" if "service-accounts" in route else "laptop_token"].pk,
+        "name": "ci-bot",
     }
     url = re.sub(r"\(\?P<(\w+)>[^)]*\)", lambda m: str(values[m.group(1)]), route)
     url = re.sub(r"<(?:\w+:)?(\w+)>", lambda m: str(values[m.group(1)]), url)
@@ -310,6 +315,8 @@ def request_body(route: str, method: str, world):
         "alert-channels/": {"name": "team", "kind": "email", "target": "team@example.org"},
         "<int:run_id>/alerts/": {"title": "loss plateaued"},
         "v1/tokens/": {"name": "ci", "scope": "read"},
+        "service-accounts/": {"name": "new-bot", "role": "viewer"},
+        "<slug:name>/tokens/": {"name": "ci", "scope": "read"},
     }
     if route.endswith("codes/<int:code_id>/versions/") and method == "POST":
         return {"entrypoint": json.dumps(["python", "train.py"])}, "multipart"
