@@ -247,6 +247,11 @@ ROWS = {
     "projects/<slug:slug>/members/<str:username>/role/": {"POST": page(403, 403, 403, 302)},
     "projects/<slug:slug>/members/<str:username>/remove/": {"POST": page(403, 403, 403, 302)},
     "projects/<slug:slug>/audit/": {"GET": page(403, 403, 403, 200)},
+    "projects/<slug:slug>/service-accounts/": {"POST": page(403, 403, 403, 302)},
+    "projects/<slug:slug>/service-accounts/<slug:name>/tokens/": {"POST": page(403, 403, 403, 200)},
+    "projects/<slug:slug>/service-accounts/<slug:name>/tokens/<int:token_id>/revoke/": {
+        "POST": page(403, 403, 403, 302)
+    },
     "projects/<slug:slug>/audit.csv": {"GET": page(403, 403, 403, 200)},
     "projects/<slug:slug>/sweeps/": {"GET": page_read()},
     "projects/<slug:slug>/sweeps/new/": {"GET": page_read(), "POST": page(403, 302, 302, 302)},

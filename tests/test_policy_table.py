@@ -360,6 +360,8 @@ def page_form(route: str, world) -> dict:
         "delete/": {"confirm": "1", "path": "notes.txt"},
         "register/": {"name": "fresh-model"},
         "accounts/tokens/": {"name": "ci", "scope": "read", "expires_in_days": 30},
+        "service-accounts/": {"name": "web-bot", "role": "viewer"},
+        "<slug:name>/tokens/": {"token_name": "ci", "scope": "read"},
     }
     return next((body for tail, body in forms.items() if route.endswith(tail)), {})
 

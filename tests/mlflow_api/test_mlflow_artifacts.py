@@ -10,7 +10,7 @@ from rest_framework.test import APIClient
 
 from checkpoints import storage
 from checkpoints.models import Artifact
-from tests.factories import RunFactory, api_key
+from tests.factories import RunFactory, api_key, run_token
 
 pytestmark = pytest.mark.django_db
 BASE = "/api/2.0/mlflow-artifacts"
@@ -164,10 +164,9 @@ def test_delete_of_a_directory_removes_every_file_below_it(admin, creator, run):
 
 
 def test_a_run_token_acts_only_on_its_own_run(creator, project, run):
-    from jobs.models import RunToken
 
     other = RunFactory(project=project, created_by=creator)
-    token = RunToken.objects.create(run=other, user=creator)
+    token = run_token(other, creator)
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Bearer {token.key}")
     assert put(client, run).status_code == 403
