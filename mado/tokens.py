@@ -79,6 +79,8 @@ def mark_used(token: ApiToken, address: str | None) -> None:
     A conditional UPDATE: concurrent requests write it once and never wait on each other.
     """
     now = timezone.now()
+    if token.last_used_ip == address and token.last_used_at is not None and token.last_used_at >= now - LAST_USED_EVERY:
+        return  # the row read to authenticate says it is fresh: no query on the hot path
     ApiToken.objects.filter(pk=token.pk).filter(
         Q(last_used_at__isnull=True) | Q(last_used_at__lt=now - LAST_USED_EVERY) | ~Q(last_used_ip=address)
     ).update(last_used_at=now, last_used_ip=address)
