@@ -237,6 +237,9 @@ ROWS = {
     # --- pages --------------------------------------------------------------------------------------
     "accounts/login/": {"GET": answers(200, 302, 302, 302, 302, 302, 302, 200, 200)},
     "accounts/logout/": {"POST": answers(*(302,) * 9)},
+    # Single sign-on is not configured in the matrix's world (tests/e2e/test_oidc_sign_in.py configures it).
+    "oidc/authenticate/": {"GET": answers(*(404,) * 9)},
+    "oidc/callback/": {"GET": answers(*(404,) * 9)},
     "i18n/setlang/": {"POST": answers(*(302,) * 9)},
     "": {"GET": answers(302, 200, 200, 200, 200, 200, 200, 302, 302)},
     "projects/<slug:slug>/": {"GET": page_read()},
