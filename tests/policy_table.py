@@ -145,11 +145,18 @@ ROWS = {
     API + "queues/": {"GET": answers(401, 200, 200, 200, 200, 200, 200, 403, 403)},
     # Alerts: members read the Project's rules and channels and own their subscriptions, admins manage the
     # Project's rules and channels (the body is a Project rule); viewers nothing.
-    API + "projects/<slug:slug>/alert-rules/": {"GET": member_write(200), "POST": admin_only(201)},
+    # An admin's read token acts as a viewer: the alert pages' reads for members and admins refuse it.
+    API + "projects/<slug:slug>/alert-rules/": {
+        "GET": member_write(200) | {"read_token": 403},
+        "POST": admin_only(201),
+    },
     API + "alert-rules/<int:rule_id>/": {"DELETE": admin_only(204)},
-    API + "projects/<slug:slug>/alert-channels/": {"GET": member_write(200), "POST": admin_only(201)},
+    API + "projects/<slug:slug>/alert-channels/": {
+        "GET": member_write(200) | {"read_token": 403},
+        "POST": admin_only(201),
+    },
     API + "alert-channels/<int:channel_id>/test/": {"POST": admin_only(202)},
-    API + "alert-channels/<int:channel_id>/deliveries/": {"GET": admin_only(200)},
+    API + "alert-channels/<int:channel_id>/deliveries/": {"GET": admin_only(200) | {"read_token": 403}},
     API + "runs/<int:run_id>/alerts/": {"POST": run_write(201)},
     API + "projects/<slug:slug>/reliability/": {"GET": api_read(tokens=403)},
     API + "^jobs/$": {"GET": api_list(), "POST": member_write(201)},

@@ -24,6 +24,7 @@ SESSION = "changes the browser session only (sign-in, language, table columns)"
 REFUSED = "refused in the matrix's world (409/400/501): its record is asserted in tests/mado/test_audit.py"
 NO_CHANGE = "the matrix's request changes nothing there (same status, not deleted): a no-op records nothing"
 READS = "only reads, though sent by POST (a search)"
+SENDS = "sends an alert or a test message: the channel's delivery log records it"
 
 AUDITED = {
     # /api/v1/
@@ -49,6 +50,11 @@ AUDITED = {
     API + "projects/<slug:slug>/service-accounts/": {"POST": "service_account.create"},
     API + "projects/<slug:slug>/service-accounts/<slug:name>/tokens/": {"POST": "token.create"},
     API + "projects/<slug:slug>/service-accounts/<slug:name>/tokens/<int:token_id>/": {"DELETE": "token.revoke"},
+    API + "projects/<slug:slug>/alert-rules/": {"POST": "alert_rule.create"},
+    API + "alert-rules/<int:rule_id>/": {"DELETE": "alert_rule.delete"},
+    API + "projects/<slug:slug>/alert-channels/": {"POST": "alert_channel.create"},
+    API + "alert-channels/<int:channel_id>/test/": {"POST": SENDS},
+    API + "runs/<int:run_id>/alerts/": {"POST": SENDS},
     # MLflow
     ML + "runs/update": {"POST": NO_CHANGE},
     ML + "runs/delete": {"POST": "run.delete"},
@@ -75,6 +81,7 @@ AUDITED = {
     "projects/<slug:slug>/service-accounts/<slug:name>/tokens/<int:token_id>/revoke/": {"POST": "token.revoke"},
     "accounts/tokens/<int:token_id>/revoke/": {"POST": "token.revoke"},
     "accounts/logout/": {"POST": SESSION},
+    "alert-channels/<int:pk>/send-test/": {"POST": SENDS},
     "i18n/setlang/": {"POST": SESSION},
     "projects/<slug:slug>/columns/": {"POST": SESSION},
 }
@@ -132,7 +139,7 @@ def declared(route: str, method: str) -> str:
 
 
 WRITE_CELLS = sorted((route, method) for route, row in ROWS.items() for method in row if method in WRITES)
-REASONS = {RUN_DATA, CREATES, SESSION, REFUSED, NO_CHANGE, READS}
+REASONS = {RUN_DATA, CREATES, SESSION, REFUSED, NO_CHANGE, READS, SENDS}
 
 
 def test_every_write_is_declared():
