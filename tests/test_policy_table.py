@@ -21,8 +21,8 @@ from rest_framework.test import APIClient
 from alerts.services.rules import channel_create, rule_create
 from jobs.models import JobStatus, Queue
 from jobs.services.lifecycle import job_claim, run_token_issue
-from mlflow_api.registry import services as registry
 from mado.tokens import api_token_create
+from mlflow_api.registry import services as registry
 from mlflow_api.tracking.logged_models import logged_model_create
 from runs.models import RunStatus
 from runs.resume import run_start

@@ -7,7 +7,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("runs", "0018_sweeps_move_to_sweeps_app"),
+        ("runs", "0020_metricrollup_covering_idx"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
