@@ -25,6 +25,8 @@ REFUSED = "refused in the matrix's world (409/400/501): its record is asserted i
 NO_CHANGE = "the matrix's request changes nothing there (same status, not deleted): a no-op records nothing"
 READS = "only reads, though sent by POST (a search)"
 SENDS = "sends an alert or a test message: the channel's delivery log records it"
+# Not yet audited: the model registry arrived after the audit log; its services are the place to add it.
+REGISTRY = "the model registry (registered models, versions, aliases, stages): not audited yet"
 
 AUDITED = {
     # /api/v1/
@@ -131,6 +133,8 @@ def declared(route: str, method: str) -> str:
         return AUDITED[route][method]
     if route.removeprefix("mlflow/") in READ_POSTS:
         return READS
+    if "registered-models/" in route or "model-versions/" in route or route.endswith("/register/"):
+        return REGISTRY
     if route.endswith(RUN_DATA_TAILS):
         return RUN_DATA
     if route.endswith(CREATE_TAILS):
@@ -139,7 +143,7 @@ def declared(route: str, method: str) -> str:
 
 
 WRITE_CELLS = sorted((route, method) for route, row in ROWS.items() for method in row if method in WRITES)
-REASONS = {RUN_DATA, CREATES, SESSION, REFUSED, NO_CHANGE, READS, SENDS}
+REASONS = {RUN_DATA, CREATES, SESSION, REFUSED, NO_CHANGE, READS, SENDS, REGISTRY}
 
 
 def test_every_write_is_declared():
