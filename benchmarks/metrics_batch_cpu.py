@@ -72,8 +72,8 @@ def main() -> None:
     from django.core.management import call_command
     from django.db import connection
     from django.test import Client
-    from rest_framework.authtoken.models import Token
 
+    from mado.tokens import api_token_create
     from mado_tracking.metrics import batch_body
     from mado_tracking.points import metric_points
     from runs.models import Run
@@ -83,7 +83,7 @@ def main() -> None:
     user = get_user_model().objects.create_user("bench")
     project = project_create(user=user, name="Bench", slug="bench")
     run = Run.objects.create(project=project, name="cpu", created_by=user)
-    token = Token.objects.create(user=user).key
+    token = api_token_create(user=user, name="benchmark")[1]
     alert_cpu = add_alert_rules(project, user, args.alert_rules) if args.alert_rules else None
     client = Client(HTTP_AUTHORIZATION=f"Bearer {token}")
     path = f"/api/v1/runs/{run.pk}/metrics/"

@@ -67,9 +67,9 @@ def prepare(env: dict) -> str:
     subprocess.run([*manage, "migrate", "--verbosity", "0"], env=env, check=True, cwd=ROOT)
     script = (
         "from django.contrib.auth import get_user_model; from runs.services import project_create;"
-        "from rest_framework.authtoken.models import Token;"
+        "from mado.tokens import api_token_create;"
         "u=get_user_model().objects.create_user('bench');project_create(user=u, name='Bench', slug='bench');"
-        "print(Token.objects.create(user=u).key)"
+        "print(api_token_create(user=u, name='benchmark')[1])"
     )
     out = subprocess.run(
         [*manage, "shell", "-c", script], env=env, check=True, cwd=ROOT, capture_output=True, text=True

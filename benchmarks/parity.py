@@ -82,9 +82,9 @@ def main() -> None:
     from django.core.management import call_command
     from django.db import connection
     from django.test import Client
-    from rest_framework.authtoken.models import Token
 
     from checkpoints.models import Checkpoint, CheckpointState
+    from mado.tokens import api_token_create
     from parity import receivers
     from parity.models import Parity
     from parity.receivers import parity_follows_metrics
@@ -97,7 +97,7 @@ def main() -> None:
     call_command("migrate", verbosity=0)
     user = get_user_model().objects.create_user("bench")
     project = project_create(user=user, name="Bench", slug="bench")
-    client = Client(HTTP_AUTHORIZATION=f"Bearer {Token.objects.create(user=user).key}")
+    client = Client(HTTP_AUTHORIZATION=f"Bearer {api_token_create(user=user, name='benchmark')[1]}")
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_backend_pid()")
         backend = cursor.fetchone()[0]

@@ -26,7 +26,9 @@ from checkpoints.api.retention import (
     RunUsageApi,
 )
 from jobs.api import CheckpointContinueApi, CheckpointResumeApi, JobViewSet, QueueListApi
+from mado.token_api import TokenDetailApi, TokenListApi
 from parity.api import ProjectParityApi, RunResourceViewSet, RunRestoreReportApi
+from runs.api.audit import AuditListApi
 from runs.api.liveness import RunHeartbeatApi
 from runs.api.projects import (
     CodeListApi,
@@ -37,6 +39,11 @@ from runs.api.projects import (
     ProjectViewSet,
 )
 from runs.api.runs import RunMetricsApi
+from runs.api.service_accounts import (
+    ServiceAccountListApi,
+    ServiceAccountTokenDetailApi,
+    ServiceAccountTokenListApi,
+)
 from runs.api.stages import RunDataStagesApi
 from sweeps.api import SweepViewSet
 
@@ -50,7 +57,7 @@ class BearerTokenScheme(OpenApiAuthenticationExtension):
     name = "bearerAuth"
 
     def get_security_definition(self, auto_schema):
-        return {"type": "http", "scheme": "bearer", "description": "`manage.py mado_token USERNAME` prints a token"}
+        return {"type": "http", "scheme": "bearer", "description": "an API token: create one on your account page"}
 
 
 class BasicPasswordOrTokenScheme(OpenApiAuthenticationExtension):
@@ -109,5 +116,19 @@ urlpatterns = [
     ),
     path("queues/", QueueListApi.as_view(), name="queue-list"),
     *alert_patterns,
+    path("tokens/", TokenListApi.as_view(), name="token-list"),
+    path("audit/", AuditListApi.as_view(), name="audit-list"),
+    path("projects/<slug:slug>/service-accounts/", ServiceAccountListApi.as_view(), name="service-account-list"),
+    path(
+        "projects/<slug:slug>/service-accounts/<slug:name>/tokens/",
+        ServiceAccountTokenListApi.as_view(),
+        name="service-account-token-list",
+    ),
+    path(
+        "projects/<slug:slug>/service-accounts/<slug:name>/tokens/<int:token_id>/",
+        ServiceAccountTokenDetailApi.as_view(),
+        name="service-account-token-detail",
+    ),
+    path("tokens/<int:token_id>/", TokenDetailApi.as_view(), name="token-detail"),
     *router.urls,
 ]

@@ -36,9 +36,9 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "rest_framework",
-    "rest_framework.authtoken",
     "drf_spectacular",
     "drf_spectacular_sidecar",
+    "mozilla_django_oidc",
     "mado",
     "runs",
     "sweeps",
@@ -55,6 +55,8 @@ MIDDLEWARE = [
     # Outermost: a database, broker or storage outage raised by a view answers 503, not an HTML 500
     # (errors raised inside the other middleware go to mado.outages.server_error, the handler500).
     "mado.outages.OutageMiddleware",
+    # The request's address and id, for the audit records its writes leave (docs/api.md#audit).
+    "mado.audit.AuditContextMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -157,13 +159,49 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.SessionAuthentication",
     ],
     # RunTokenScope: a Job's token (MMT_API_TOKEN) acts on its own Run only (docs/api.md).
-    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated", "mado.authentication.RunTokenScope"],
+    # TokenScopeAllows: a read-scoped token reads only (docs/api.md#tokens).
+    "DEFAULT_PERMISSION_CLASSES": [
+        "rest_framework.permissions.IsAuthenticated",
+        "mado.authentication.RunTokenScope",
+        "mado.authentication.TokenScopeAllows",
+    ],
     "DEFAULT_PAGINATION_CLASS": "mado.pagination.DefaultPagination",
     "PAGE_SIZE": 50,
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "mado.errors.api_exception_handler",
     "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
 }
+# Single sign-on with OpenID Connect (docs/deploy.md#single-sign-on): on when MADO_OIDC_CLIENT_ID is set.
+OIDC_RP_CLIENT_ID = env_str("MADO_OIDC_CLIENT_ID", "")
+OIDC_RP_CLIENT_SECRET = env_str("MADO_OIDC_CLIENT_SECRET", "")
+OIDC_OP_AUTHORIZATION_ENDPOINT = env_str("MADO_OIDC_AUTHORIZATION_ENDPOINT", "")
+OIDC_OP_TOKEN_ENDPOINT = env_str("MADO_OIDC_TOKEN_ENDPOINT", "")
+OIDC_OP_USER_ENDPOINT = env_str("MADO_OIDC_USERINFO_ENDPOINT", "")
+OIDC_OP_JWKS_ENDPOINT = env_str("MADO_OIDC_JWKS_ENDPOINT", "")
+OIDC_RP_SIGN_ALGO = env_choice("MADO_OIDC_SIGN_ALGO", "RS256", ("RS256", "RS384", "RS512", "ES256", "ES384", "ES512"))
+OIDC_RP_SCOPES = env_str("MADO_OIDC_SCOPES", "openid email profile")
+OIDC_USE_PKCE = True
+OIDC_USE_NONCE = True
+OIDC_TIMEOUT = 15
+MADO_OIDC_ENABLED = bool(OIDC_RP_CLIENT_ID)
+MADO_OIDC_ISSUER = env_str("MADO_OIDC_ISSUER", "")  # checked against the ID token's iss when set
+MADO_OIDC_PROVIDER_NAME = env_str("MADO_OIDC_PROVIDER_NAME", "your company account")
+# The claim whose values map to Project roles, and the rules: "CLAIM_VALUE=PROJECT_SLUG:ROLE", comma-separated.
+MADO_OIDC_ROLE_CLAIM = env_str("MADO_OIDC_ROLE_CLAIM", "groups")
+MADO_OIDC_ROLE_RULES = env_list("MADO_OIDC_ROLE_RULES", [])
+# 0: only the provider signs people in (the password form and Basic passwords are refused; tokens still work).
+MADO_PASSWORD_LOGIN = env_bool("MADO_PASSWORD_LOGIN", True)
+AUTHENTICATION_BACKENDS = [
+    *(["runs.oidc.MadoOIDCBackend"] if MADO_OIDC_ENABLED else []),
+    *(["django.contrib.auth.backends.ModelBackend"] if MADO_PASSWORD_LOGIN or not MADO_OIDC_ENABLED else []),
+]
+LOGIN_REDIRECT_URL_FAILURE = "/accounts/login/?sso=failed"
+
+# API tokens (docs/api.md#tokens): the lifetime a new token gets unless its creator picks one, and the longest.
+MADO_TOKEN_DEFAULT_DAYS = env_int("MADO_TOKEN_DEFAULT_DAYS", 90, minimum=1)
+MADO_TOKEN_MAX_DAYS = env_int("MADO_TOKEN_MAX_DAYS", 365, minimum=MADO_TOKEN_DEFAULT_DAYS)
+# Audit records older than this many days are deleted by `manage.py audit_prune` (0: kept forever).
+MADO_AUDIT_RETENTION_DAYS = env_int("MADO_AUDIT_RETENTION_DAYS", 0, minimum=0)
 SPECTACULAR_SETTINGS = {
     "TITLE": "mado API",
     "DESCRIPTION": "Runs, metrics, artifacts, checkpoints and jobs. Auth: `Authorization: Bearer <token>`.",

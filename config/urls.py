@@ -4,6 +4,8 @@ from django.urls import include, path
 
 from checkpoints import views as checkpoint_views
 from jobs import views as job_views
+from mado import token_pages
+from runs import oidc
 from runs import urls as run_urls
 from sweeps import urls as sweep_urls
 
@@ -25,8 +27,12 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/v1/", include("config.api_urls")),
     path("", include("mlflow_api.urls")),  # the MLflow protocol: api/2.0/mlflow*/, also under mlflow/
-    path("accounts/login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
+    path("accounts/login/", oidc.MadoLoginView.as_view(), name="login"),
+    path("oidc/authenticate/", oidc.SignInView.as_view(), name="oidc_authentication_init"),
+    path("oidc/callback/", oidc.CallbackView.as_view(), name="oidc_authentication_callback"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("accounts/tokens/", token_pages.token_list, name="token-list"),
+    path("accounts/tokens/<int:token_id>/revoke/", token_pages.token_revoke, name="token-revoke"),
     path("i18n/", include("django.conf.urls.i18n")),
     path("", include((RUN_PAGES, run_urls.app_name))),
     path("", include("checkpoints.urls")),

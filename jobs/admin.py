@@ -70,9 +70,9 @@ class RunTokenAdmin(ReadOnlyAdmin):
     search_fields = ["run__external_id", "user__username"]
     raw_id_fields = ["run", "user"]
     list_select_related = ["run", "user"]
-    exclude = ["key"]
+    exclude = ["salt", "digest"]
     readonly_fields = ["short_key"]
 
     @admin.display(description="key")
     def short_key(self, token):
-        return f"{token.key[:6]}…"
+        return f"{token.prefix}…"

@@ -218,17 +218,24 @@ class RunLogChunk(models.Model):
 
 
 def new_token_key() -> str:
-    """40 random hex characters (160 bits)."""
+    """40 random hex characters: the plain key Run tokens had before digests (named by migration 0001 only)."""
     return secrets.token_hex(20)
 
 
 class RunToken(models.Model):
     """The API token a Job's code gets as ``MMT_API_TOKEN``: acts as ``user`` on ``run`` only (docs/jobs.md).
 
-    Revoked when the Job ends. At most one unrevoked token per Run.
+    Revoked when the Job ends. At most one unrevoked token per Run. The key is
+    never stored (docs/api.md#tokens): ``prefix`` finds the row, ``digest`` checks
+    it, and ``salt`` lets ``run_token_issue`` give the same key again to a retried
+    worker (the key is an HMAC of the salt under the server's secret key, so a copy
+    of the database alone yields no key). ``salt`` is empty for a token carried over
+    from plain storage: its key cannot be given again.
     """
 
-    key = models.CharField(max_length=40, unique=True, default=new_token_key)
+    salt = models.CharField(max_length=32, blank=True, default="")
+    prefix = models.CharField(max_length=12, db_index=True)
+    digest = models.CharField(max_length=64, unique=True)
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="tokens")
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="run_tokens")
     created_at = models.DateTimeField(auto_now_add=True)
@@ -243,7 +250,7 @@ class RunToken(models.Model):
         ]
 
     def __str__(self):
-        return f"token of run {self.run_id} ({self.key[:6]}…)"
+        return f"token of run {self.run_id} ({self.prefix}…)"
 
     @property
     def is_active(self) -> bool:

@@ -8,7 +8,7 @@ from rest_framework.exceptions import AuthenticationFailed
 from jobs.models import RunToken
 from jobs.services._common import RUN_JOB_TASK
 from jobs.services.lifecycle import job_end_with_run, job_fail_undelivered, job_waits_for_message
-from mado import authentication, outbox
+from mado import authentication, outbox, tokens
 from runs import hooks
 
 
@@ -20,7 +20,7 @@ def job_follows_ended_run(sender, *, run, **kwargs) -> None:
 
 def run_token_lookup(key: str) -> tuple | None:
     """``(user, RunToken)`` for an active Run token ``key``, None for another key; a revoked one is refused (401)."""
-    token = RunToken.objects.select_related("user", "run__project").filter(key=key).first()
+    token = tokens.row_for_key(RunToken.objects.select_related("user", "run__project"), key)
     if token is None:
         return None
     if token.revoked_at is not None and token.revoked_at <= timezone.now():  # a future time: revoked then

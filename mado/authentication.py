@@ -22,11 +22,12 @@ from collections.abc import Callable
 
 from django.contrib.auth import authenticate
 from django.utils.translation import gettext_lazy as _
-from rest_framework.authentication import BasicAuthentication, TokenAuthentication
+from rest_framework.authentication import BaseAuthentication, BasicAuthentication
 from rest_framework.exceptions import AuthenticationFailed
 from rest_framework.permissions import SAFE_METHODS, BasePermission
 
 RUN_TOKEN_SCOPE = _("This token belongs to one run and may only act on that run.")
+READ_ONLY_TOKEN = _("This token may only read: create a token with the write scope to change anything.")
 INVALID_TOKEN = "Invalid token."
 INVALID_BASIC = "Invalid username or password."
 
@@ -41,23 +42,42 @@ def register_token_lookup(lookup: Callable[[str], tuple | None]) -> None:
         _token_lookups.append(lookup)
 
 
-def user_for_token(key: str) -> tuple:
-    """``(user, credential)`` for an API token ``key`` (a user token, or a registered kind such as a Run token).
+def user_for_token(key: str, request=None) -> tuple:
+    """``(user, credential)`` for an API token ``key`` (a user's ``ApiToken``, or a registered kind such as a Run
+    token); ``request`` (or None) gives the address recorded as the token's last use.
 
-    Raises ``AuthenticationFailed`` (401): unknown key, revoked Run token,
-    inactive user.
+    Raises ``AuthenticationFailed`` (401): unknown key, revoked or expired
+    token, inactive user (docs/api.md#tokens). The user's role is limited to the
+    token's scope for this request (``mado.policy.limit_to_scope``).
     """
-    from rest_framework.authtoken.models import Token  # a model: importable only once the apps are loaded
+    # models: importable only once the apps are loaded; the policy imports DRF, whose settings import this module
+    from mado import tokens
+    from mado.audit import remember_credential
+    from mado.models import ApiToken
+    from mado.policy import limit_to_scope
 
-    token = Token.objects.select_related("user").filter(key=key).first()
-    found = (token.user, token) if token is not None else None
+    token = tokens.row_for_key(ApiToken.objects.select_related("user"), key)
+    found = None
+    if token is not None:
+        reason = tokens.refusal(token)
+        if reason:
+            raise AuthenticationFailed(reason)
+        tokens.mark_used(token, client_address(request))
+        found = (token.user, token)
     for lookup in _token_lookups:
         found = found or lookup(key)
     if found is None:
         raise AuthenticationFailed(INVALID_TOKEN)
     if not found[0].is_active:
         raise AuthenticationFailed("User inactive or deleted.")
+    limit_to_scope(found[0], getattr(found[1], "scope", None))
+    remember_credential(found[0], found[1])
     return found
+
+
+def client_address(request) -> str | None:
+    """The address a request came from (``REMOTE_ADDR``: the proxy in front of mado sets it), or None."""
+    return request.META.get("REMOTE_ADDR") or None if request is not None else None
 
 
 def run_id_of(credential) -> int | None:
@@ -72,7 +92,7 @@ def run_token_refusal(credential, run) -> str | None:
     return None if scoped is None or (run is not None and scoped == run.pk) else str(RUN_TOKEN_SCOPE)
 
 
-class BearerTokenAuthentication(TokenAuthentication):
+class BearerTokenAuthentication(BaseAuthentication):
     """``Authorization: Bearer <token>`` or ``Token <token>`` with a user token or a Run token."""
 
     keywords = ("bearer", "token")
@@ -85,11 +105,7 @@ class BearerTokenAuthentication(TokenAuthentication):
         token = token.strip()
         if not token or " " in token:
             raise AuthenticationFailed("Invalid token header: expected 'Bearer <token>'.")
-        return self.authenticate_credentials(token)
-
-    def authenticate_credentials(self, key):
-        """``(user, credential)`` for a user token or an active Run token; 401 otherwise."""
-        return user_for_token(key)
+        return user_for_token(token, request)
 
     def authenticate_header(self, request):
         return "Bearer"
@@ -105,7 +121,7 @@ class PasswordOrTokenBasicAuthentication(BasicAuthentication):
         deliberately slow hash on every request of the MLflow client.
         """
         try:
-            user, credential = user_for_token(password)
+            user, credential = user_for_token(password, request)
         except AuthenticationFailed:
             user, credential = authenticate(request=request, username=userid, password=password), None
         if user is None or not user.is_active or user.get_username() != userid:
@@ -190,3 +206,20 @@ class RunTokenScope(BasePermission):
         if not hasattr(data, "get"):
             return False
         return data.get("external_id") == run.external_id and data.get("project") == run.project.slug
+
+
+def token_may_write(credential) -> bool:
+    """False for a ``read``-scoped token (docs/api.md#tokens); True for other tokens, a password or a session."""
+    return getattr(credential, "scope", None) != "read"
+
+
+class TokenScopeAllows(BasePermission):
+    """A ``read``-scoped token only reads (safe methods, or a view with ``token_read_only = True`` whose POST only
+    reads, e.g. a search): every other request answers 403 (docs/api.md#tokens)."""
+
+    message = READ_ONLY_TOKEN
+
+    def has_permission(self, request, view) -> bool:
+        if request.method in SAFE_METHODS or getattr(view, "token_read_only", False):
+            return True
+        return token_may_write(request.auth)

@@ -67,8 +67,26 @@ def remember_role(user, project, role: str | None) -> None:
     project.__dict__.setdefault(_KNOWN_ROLES, {})[user.pk] = role
 
 
-def role_in(user, project) -> str | None:
-    """The user's role in ``project``, or None when not a member (or anonymous)."""
+_SCOPE = "_policy_token_scope"  # on a user instance: the scope of the API token this request came with
+SCOPE_CAP = {"read": VIEWER, "write": MEMBER, "admin": ADMIN}  # the highest role a token of each scope acts as
+
+
+def limit_to_scope(user, scope: str | None) -> None:
+    """Let ``user`` (the instance of this request) act at most as ``scope`` allows (docs/api.md#tokens): a ``read``
+    token as a viewer, a ``write`` token as a member, an ``admin`` token with the user's full role; None: no
+    limit (a session, a password, a Run token)."""
+    user.__dict__[_SCOPE] = scope
+
+
+def _capped(user, role: str | None) -> str | None:
+    scope = user.__dict__.get(_SCOPE)
+    if role is None or scope is None or ROLE_RANK[role] <= ROLE_RANK[SCOPE_CAP[scope]]:
+        return role
+    return SCOPE_CAP[scope]
+
+
+def _member_role(user, project) -> str | None:
+    """The user's role in ``project`` from the membership alone (no token scope applied)."""
     if user is None or not user.is_authenticated or not user.is_active:
         return None
     known = project.__dict__.get(_KNOWN_ROLES, {})
@@ -76,6 +94,13 @@ def role_in(user, project) -> str | None:
         return known[user.pk]
     # values_list: a model instance from ``only("role")`` would fetch its deferred project_id in a second query
     return project.memberships.filter(user=user).values_list("role", flat=True).first()
+
+
+def role_in(user, project) -> str | None:
+    """The user's role in ``project``, or None when not a member (or anonymous); a request made with an API token
+    acts at most with its scope's role (``limit_to_scope``)."""
+    role = _member_role(user, project)
+    return _capped(user, role) if role is not None else None
 
 
 def has_role(user, project, role: str) -> bool:
@@ -91,6 +116,8 @@ def why_not(user, project, role: str) -> str | None:
         return _("You are not a member of this project.")
     if ROLE_RANK[actual] >= ROLE_RANK[role]:
         return None
+    if actual != _member_role(user, project):
+        return _("This token's scope does not allow this: create a token with a wider scope.")
     if actual == VIEWER:
         return _("Your role in this project is viewer: viewers can only read.")
     return _("Only project admins can do this.")

@@ -8,17 +8,25 @@ session, no CSRF. A Run token acts only on its own Run (``require_own_run``).
 
 from rest_framework.exceptions import AuthenticationFailed
 
-from mado.authentication import RUN_TOKEN_SCOPE, authenticate_api_request, run_id_of, run_token_refusal
+from mado.authentication import (
+    READ_ONLY_TOKEN,
+    RUN_TOKEN_SCOPE,
+    authenticate_api_request,
+    run_id_of,
+    run_token_refusal,
+    token_may_write,
+)
 from mlflow_api.errors import PERMISSION_DENIED, UNAUTHENTICATED, MlflowError
 
 
-def authenticate_request(request, *, run_token_allowed: bool):
+def authenticate_request(request, *, run_token_allowed: bool, writes: bool = False):
     """The active user ``request`` authenticates as; ``request.auth`` is set to its credential.
 
     Raises ``MlflowError`` UNAUTHENTICATED (401) without or with bad
     credentials, PERMISSION_DENIED (403) for a Run token on an endpoint that
     does not act on one Run (``run_token_allowed`` False: creating or
-    searching experiments and runs).
+    searching experiments and runs), and for a ``read``-scoped token when the request ``writes``
+    (docs/api.md#tokens).
     """
     try:
         found = authenticate_api_request(request)
@@ -27,6 +35,8 @@ def authenticate_request(request, *, run_token_allowed: bool):
     if found is None:
         raise MlflowError(UNAUTHENTICATED, "Authentication required: send a Bearer token or Basic credentials.")
     user, request.auth = found
+    if writes and not token_may_write(request.auth):
+        raise MlflowError(PERMISSION_DENIED, str(READ_ONLY_TOKEN))
     if not run_token_allowed and run_id_of(request.auth) is not None:
         raise MlflowError(PERMISSION_DENIED, str(RUN_TOKEN_SCOPE))
     return user

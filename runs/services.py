@@ -13,6 +13,7 @@ from django.utils.text import slugify
 from django.utils.translation import gettext as _
 
 from mado import policy
+from mado.audit import audit_record
 from mado.errors import Conflict, Forbidden, NotFound, ValidationFailed
 from runs.lease import lease_check
 from runs.liveness import run_ended_effects
@@ -29,6 +30,7 @@ from runs.models import (
     RunKind,
     RunStatus,
     RunTableColumns,
+    ServiceAccount,
 )
 from runs.stages import data_stage_record  # noqa: F401 - a service of this app
 from runs.table import parse_columns
@@ -66,6 +68,9 @@ def project_create(*, user, name: str, slug: str | None = None) -> Project:
         # (docs/design/runs.md#write-rule).
         raise Conflict(_("this slug is not available: choose another"), field="slug") from None
     Membership.objects.create(user=user, project=project, role=Role.ADMIN)
+    audit_record(
+        actor=user, action="project.create", obj=project, project_id=project.pk, changes={"slug": [None, slug]}
+    )
     return project
 
 
@@ -93,14 +98,29 @@ def membership_add(*, actor, project: Project, username: str, role: str) -> Memb
     user = get_user_model().objects.filter(username=username).first()
     if user is None:
         raise ValidationFailed(_("no user named '%(username)s'") % {"username": username}, field="username")
+    if ServiceAccount.objects.filter(user=user).exclude(project=project).exists():
+        raise ValidationFailed(_("A service account acts in its own project only."), field="username")
     try:
         with transaction.atomic():
-            return Membership.objects.create(user=user, project=project, role=role)
+            membership = Membership.objects.create(user=user, project=project, role=role)
     except IntegrityError:
         raise Conflict(
             _("%(username)s is already a member of %(project)s") % {"username": username, "project": project.slug},
             field="username",
         ) from None
+    _audit_membership(actor, "membership.add", membership, {"role": [None, role]})
+    return membership
+
+
+def _audit_membership(actor, action: str, membership: Membership, changes: dict) -> None:
+    audit_record(
+        actor=actor,
+        action=action,
+        obj=membership,
+        object_repr=f"{membership.user.get_username()} in {membership.project.slug}",
+        project_id=membership.project_id,
+        changes=changes,
+    )
 
 
 def _membership(project: Project, username: str) -> Membership:
@@ -121,8 +141,10 @@ def membership_change_role(*, actor, project: Project, username: str, role: str)
     membership = _membership(project, username)
     if membership.role == Role.ADMIN and role != Role.ADMIN:
         _guard_last_admin(project, membership)
-    membership.role = role
+    before, membership.role = membership.role, role
     membership.save(update_fields=["role"])
+    if before != role:
+        _audit_membership(actor, "membership.change_role", membership, {"role": [before, role]})
     return membership
 
 
@@ -133,6 +155,7 @@ def membership_remove(*, actor, project: Project, username: str) -> None:
     membership = _membership(project, username)
     if membership.role == Role.ADMIN:
         _guard_last_admin(project, membership)
+    _audit_membership(actor, "membership.remove", membership, {"role": [membership.role, None]})
     membership.delete()
 
 
@@ -393,6 +416,14 @@ def run_set_status(*, actor, run: Run, status: str, fencing_token: int | None = 
     if Run.objects.filter(pk=run.pk, status=old).update(**changes) == 0:
         raise Conflict(f"run {run.external_id} changed status meanwhile; try again", field="status")
     _reread_own_fields(run)
+    audit_record(
+        actor=actor,
+        action="run.end" if status in FINAL_STATES else "run.set_status",
+        obj=run,
+        object_repr=f"run {run.pk} {run.name}",
+        project_id=run.project_id,
+        changes={"status": [old, status]},
+    )
     if status in FINAL_STATES:
         run_ended_effects(run=run)
     return run

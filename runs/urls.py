@@ -7,7 +7,7 @@ sweeps, checkpoints nor jobs.
 
 from django.urls import path
 
-from runs import views
+from runs import audit_pages, service_account_pages, views
 
 app_name = "runs"
 
@@ -20,6 +20,23 @@ urlpatterns = [
     path("projects/<slug:slug>/members/", views.project_members, name="project-members"),
     path("projects/<slug:slug>/members/<str:username>/role/", views.member_role, name="member-role"),
     path("projects/<slug:slug>/members/<str:username>/remove/", views.member_remove, name="member-remove"),
+    path(
+        "projects/<slug:slug>/service-accounts/",
+        service_account_pages.service_account_create,
+        name="service-account-create",
+    ),
+    path(
+        "projects/<slug:slug>/service-accounts/<slug:name>/tokens/",
+        service_account_pages.service_account_token_create,
+        name="service-account-token-create",
+    ),
+    path(
+        "projects/<slug:slug>/service-accounts/<slug:name>/tokens/<int:token_id>/revoke/",
+        service_account_pages.service_account_token_revoke,
+        name="service-account-token-revoke",
+    ),
+    path("projects/<slug:slug>/audit/", audit_pages.project_audit, name="project-audit"),
+    path("projects/<slug:slug>/audit.csv", audit_pages.project_audit_csv, name="project-audit-csv"),
     path("runs/<int:pk>/", views.run_detail, name="run-detail"),
     path("runs/<int:pk>/charts/", views.run_charts, name="run-charts"),
     path("runs/<int:pk>/system/", views.run_system, name="run-system"),

@@ -23,6 +23,7 @@ from mado import policy
 from mado.errors import Conflict, Forbidden, NotFound, ValidationFailed
 from runs import charts, compare, selectors, services, table
 from runs.forms import DataStageRecordForm, MemberAddForm, MemberRoleForm, RunFilterForm, add_service_error
+from runs.service_accounts import service_account_list
 
 RUNS_PER_PAGE = 25
 # (tab, URL name, template); "data-history" is docs/design/runs.md#data-stages, "logs" docs/design/worker.md#subprocess.
@@ -295,13 +296,15 @@ def _administered_project(request, slug):
     return project
 
 
-def _members_page(request, project, *, add_form=None, errors=(), status=200):
+def _members_page(request, project, *, add_form=None, errors=(), status=200, new_key=None):
     context = {
         "project": project,
         "members": selectors.membership_list(project=project),
         "add_form": add_form or MemberAddForm(),
         "role_choices": MemberRoleForm.base_fields["role"].choices,
         "errors": errors,
+        "service_accounts": service_account_list(actor=request.user, project=project),
+        "new_key": new_key,
     }
     return render(request, "runs/project_members.html", context, status=status)
 

@@ -9,12 +9,11 @@ import os
 
 import pytest
 from django.utils import translation
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from mado_tracking import writeback
 from runs.models import Role
-from tests.factories import MembershipFactory, ProjectFactory, RunFactory, UserFactory
+from tests.factories import MembershipFactory, ProjectFactory, RunFactory, UserFactory, api_key
 
 
 @pytest.fixture(autouse=True)
@@ -116,8 +115,7 @@ def api():
     def make(user=None):
         client = APIClient()
         if user is not None:
-            token, _ = Token.objects.get_or_create(user=user)
-            client.credentials(HTTP_AUTHORIZATION=f"Bearer {token.key}")
+            client.credentials(HTTP_AUTHORIZATION=f"Bearer {api_key(user)}")
         return client
 
     return make

@@ -25,14 +25,14 @@ ROOT = Path(__file__).resolve().parents[1]
 
 SETUP = """
 from django.contrib.auth import get_user_model
-from rest_framework.authtoken.models import Token
+from tests.factories import api_key
 from jobs.models import Queue
 from runs.models import Membership, Project, Role
 user = get_user_model().objects.create_user("flow", password="flow-password")
 project = Project.objects.create(name="Flow", slug="flow")
 Membership.objects.create(user=user, project=project, role=Role.MEMBER)
 Queue.objects.get_or_create(name={queue!r})
-print(Token.objects.create(user=user).key)
+print(api_key(user))
 """
 
 

@@ -1,8 +1,12 @@
 """factory_boy factories for the models every test needs."""
 
+import itertools
+import secrets
+
 import factory
 from django.contrib.auth import get_user_model
 
+from mado.tokens import api_token_create, key_digest, key_prefix, run_key_for
 from runs.models import Code, CodeVersion, Dataset, DatasetVersion, Membership, Project, Role, Run
 
 
@@ -74,3 +78,24 @@ class DatasetVersionFactory(factory.django.DjangoModelFactory):
 
     dataset = factory.SubFactory(DatasetFactory)
     version = factory.Sequence(lambda n: f"v{n}")
+
+
+_api_keys = itertools.count(1)
+
+
+def api_key(user, *, scope: str = "admin", days: int | None = None) -> str:
+    """A new API token of ``user`` (``scope`` admin: all the user's role allows) and its key, as a user makes one
+    on the account page (``mado.tokens.api_token_create``)."""
+    return api_token_create(user=user, name=f"test token {next(_api_keys)}", scope=scope, expires_in_days=days)[1]
+
+
+def run_token(run, user):
+    """A Run token of ``run`` acting as ``user``, with its ``key`` set (stored as a digest, as the jobs app does
+    in ``run_token_issue``); for tests of Runs that have no Job."""
+    from jobs.models import RunToken
+
+    salt = secrets.token_hex(16)
+    key = run_key_for(salt)
+    token = RunToken.objects.create(run=run, user=user, salt=salt, prefix=key_prefix(key), digest=key_digest(key))
+    token.key = key
+    return token

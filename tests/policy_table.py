@@ -18,14 +18,48 @@ superuser, no membership: sees nothing through the product, only /admin/);
 Run token of another Run of the same Project). A Run token authenticates as
 the Job's creator but only for its own Run; pages take no token (they use the
 session), so a token alone is sent to the login page like ``anonymous``.
+
+Token scope is a dimension too (docs/api.md#tokens): ``read_token`` is the
+Project admin's API token of scope ``read``, ``write_token`` the creator's of
+scope ``write``. Unless a row says otherwise (``read_token=``/``write_token=``),
+``with_token_scopes`` derives them: on pages both are ``anonymous``; on the APIs
+``write_token`` answers as ``creator``, ``read_token`` as ``admin`` for a read
+(GET, or a POST in ``READ_POSTS``) and 403 for every write.
 """
 
-ROLES = ("anonymous", "outsider", "viewer", "member", "creator", "admin", "superuser", "own_token", "other_token")
+ROLES = (
+    "anonymous",
+    "outsider",
+    "viewer",
+    "member",
+    "creator",
+    "admin",
+    "superuser",
+    "own_token",
+    "other_token",
+    "read_token",
+    "write_token",
+)
+DERIVED = None  # a token-scope cell ``with_token_scopes`` fills in
 
 
-def answers(anonymous, outsider, viewer, member, creator, admin, superuser, own_token, other_token) -> dict:
+def answers(
+    anonymous,
+    outsider,
+    viewer,
+    member,
+    creator,
+    admin,
+    superuser,
+    own_token,
+    other_token,
+    *,
+    read_token=DERIVED,
+    write_token=DERIVED,
+) -> dict:
     """``{role: HTTP status}`` in ``ROLES`` order."""
-    return dict(zip(ROLES, (anonymous, outsider, viewer, member, creator, admin, superuser, own_token, other_token)))
+    cells = (anonymous, outsider, viewer, member, creator, admin, superuser, own_token, other_token)
+    return dict(zip(ROLES, (*cells, read_token, write_token)))
 
 
 def api_read(ok: int = 200, *, tokens: int | None = None) -> dict:
@@ -117,11 +151,18 @@ ROWS = {
     API + "queues/": {"GET": answers(401, 200, 200, 200, 200, 200, 200, 403, 403)},
     # Alerts: members read the Project's rules and channels and own their subscriptions, admins manage the
     # Project's rules and channels (the body is a Project rule); viewers nothing.
-    API + "projects/<slug:slug>/alert-rules/": {"GET": member_write(200), "POST": admin_only(201)},
+    # An admin's read token acts as a viewer: the alert pages' reads for members and admins refuse it.
+    API + "projects/<slug:slug>/alert-rules/": {
+        "GET": member_write(200) | {"read_token": 403},
+        "POST": admin_only(201),
+    },
     API + "alert-rules/<int:rule_id>/": {"DELETE": admin_only(204)},
-    API + "projects/<slug:slug>/alert-channels/": {"GET": member_write(200), "POST": admin_only(201)},
+    API + "projects/<slug:slug>/alert-channels/": {
+        "GET": member_write(200) | {"read_token": 403},
+        "POST": admin_only(201),
+    },
     API + "alert-channels/<int:channel_id>/test/": {"POST": admin_only(202)},
-    API + "alert-channels/<int:channel_id>/deliveries/": {"GET": admin_only(200)},
+    API + "alert-channels/<int:channel_id>/deliveries/": {"GET": admin_only(200) | {"read_token": 403}},
     API + "runs/<int:run_id>/alerts/": {"POST": run_write(201)},
     API + "projects/<slug:slug>/reliability/": {"GET": api_read(tokens=403)},
     API + "^jobs/$": {"GET": api_list(), "POST": member_write(201)},
@@ -209,6 +250,9 @@ ROWS = {
     # --- pages --------------------------------------------------------------------------------------
     "accounts/login/": {"GET": answers(200, 302, 302, 302, 302, 302, 302, 200, 200)},
     "accounts/logout/": {"POST": answers(*(302,) * 9)},
+    # Single sign-on is not configured in the matrix's world (tests/e2e/test_oidc_sign_in.py configures it).
+    "oidc/authenticate/": {"GET": answers(*(404,) * 9)},
+    "oidc/callback/": {"GET": answers(*(404,) * 9)},
     "i18n/setlang/": {"POST": answers(*(302,) * 9)},
     "": {"GET": answers(302, 200, 200, 200, 200, 200, 200, 302, 302)},
     "projects/<slug:slug>/": {"GET": page_read()},
@@ -218,6 +262,13 @@ ROWS = {
     "projects/<slug:slug>/members/": {"GET": page(403, 403, 403, 200), "POST": page(403, 403, 403, 302)},
     "projects/<slug:slug>/members/<str:username>/role/": {"POST": page(403, 403, 403, 302)},
     "projects/<slug:slug>/members/<str:username>/remove/": {"POST": page(403, 403, 403, 302)},
+    "projects/<slug:slug>/audit/": {"GET": page(403, 403, 403, 200)},
+    "projects/<slug:slug>/service-accounts/": {"POST": page(403, 403, 403, 302)},
+    "projects/<slug:slug>/service-accounts/<slug:name>/tokens/": {"POST": page(403, 403, 403, 200)},
+    "projects/<slug:slug>/service-accounts/<slug:name>/tokens/<int:token_id>/revoke/": {
+        "POST": page(403, 403, 403, 302)
+    },
+    "projects/<slug:slug>/audit.csv": {"GET": page(403, 403, 403, 200)},
     "projects/<slug:slug>/sweeps/": {"GET": page_read()},
     "projects/<slug:slug>/sweeps/new/": {"GET": page_read(), "POST": page(403, 302, 302, 302)},
     "sweeps/<int:pk>/": {"GET": page_read()},
@@ -255,7 +306,53 @@ ROWS = {
     "alert-channels/<int:pk>/send-test/": {"POST": page(403, 403, 403, 302)},
     "projects/<slug:slug>/reliability/": {"GET": page_read()},
     "admin/": {"GET": answers(302, 302, 302, 302, 302, 302, 200, 302, 302)},
+    # The account page's tokens: each user sees and changes only their own (the world's token is the creator's).
+    "accounts/tokens/": {"GET": answers(302, *(200,) * 6, 302, 302), "POST": answers(302, *(200,) * 6, 302, 302)},
+    "accounts/tokens/<int:token_id>/revoke/": {"POST": answers(302, 404, 404, 404, 302, 404, 404, 302, 302)},
+}
+ROWS |= {
+    # Tokens are managed with a session, a password or a token of scope admin (the default role's token here).
+    API + "tokens/": {
+        "GET": answers(401, *(200,) * 6, 403, 403, read_token=403, write_token=403),
+        "POST": answers(401, *(201,) * 6, 403, 403, read_token=403, write_token=403),
+    },
+    # Service accounts: Project admins only (an admin's read token acts as a viewer).
+    API + "projects/<slug:slug>/service-accounts/": {
+        "GET": admin_only(200) | {"read_token": 403},
+        "POST": admin_only(201),
+    },
+    API + "projects/<slug:slug>/service-accounts/<slug:name>/tokens/": {"POST": admin_only(201)},
+    API + "projects/<slug:slug>/service-accounts/<slug:name>/tokens/<int:token_id>/": {"DELETE": admin_only(204)},
+    # The audit log: each user gets the records of the Projects they administer (none for others).
+    API + "audit/": {"GET": api_list()},
+    API + "tokens/<int:token_id>/": {
+        "DELETE": answers(401, 404, 404, 404, 204, 404, 404, 403, 403, read_token=403, write_token=403),
+    },
 }
 
 # The MLflow API is also served under the mlflow/ prefix (MLFLOW_TRACKING_URI=http://<mado>/mlflow), alike.
 ROWS |= {"mlflow/" + route: row for route, row in ROWS.items() if route.startswith(("api/2.0/", "api/^"))}
+
+# POSTs that only read: a read token may send them.
+READ_POSTS = {
+    ML + "experiments/search",
+    ML + "runs/search",
+    ML + "logged-models/search",
+    "api/^(?P<rest>2\\.0/mlflow/.*|3\\.0/mlflow/.*)$",  # an unknown MLflow path: 404 before anything
+}
+
+
+def scope_cells(route: str, method: str, row: dict) -> dict:
+    """The token-scope cells of ``row`` (one method's answers) where the row leaves them to be derived."""
+    if not route.startswith(("api/", "mlflow/")):
+        derived = {"read_token": row["anonymous"], "write_token": row["anonymous"]}
+    else:
+        reads = method == "GET" or route.removeprefix("mlflow/") in READ_POSTS
+        derived = {"read_token": row["admin"] if reads else 403, "write_token": row["creator"]}
+    return {role: derived[role] if row[role] is DERIVED else row[role] for role in derived}
+
+
+ROWS = {
+    route: {method: cell | scope_cells(route, method, cell) for method, cell in row.items()}
+    for route, row in ROWS.items()
+}

@@ -16,19 +16,20 @@ import re
 import pytest
 from django.db import transaction
 from django.urls import URLPattern, URLResolver, get_resolver
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from alerts.services.rules import channel_create, rule_create
 from jobs.models import JobStatus, Queue
 from jobs.services.lifecycle import job_claim, run_token_issue
+from mado.tokens import api_token_create
 from mlflow_api.registry import services as registry
 from mlflow_api.tracking.logged_models import logged_model_create
 from runs.models import RunStatus
 from runs.resume import run_start
+from runs.service_accounts import service_account_create, service_account_token_create
 from runs.services import dataset_create, dataset_version_create
 from sweeps.services import sweep_claim
-from tests.factories import CodeVersionFactory, UserFactory
+from tests.factories import CodeVersionFactory, UserFactory, api_key
 from tests.jobs.conftest import checkpoint, launch
 from tests.policy_table import ROLES, ROWS
 from tests.sweeps.sweep_helpers import make_sweep
@@ -118,7 +119,15 @@ def world(db, project, other_project, creator, admin, member, viewer, outsider):
         ).status_code
         == 201
     )
-    tokens = {"own_token": run_token_issue(job=job).key, "other_token": run_token_issue(job=other_job).key}
+    tokens = {
+        "own_token": run_token_issue(job=job).key,
+        "other_token": run_token_issue(job=other_job).key,
+        "read_token": api_key(admin, scope="read"),
+        "write_token": api_key(creator, scope="write"),
+    }
+    laptop, _key = api_token_create(user=creator, name="laptop")
+    bot = service_account_create(actor=admin, project=project, name="ci-bot")
+    bot_token, _key = service_account_token_create(actor=admin, account=bot, name="pipeline")
     logged_model = logged_model_create(actor=creator, project=project, name="net", source_run=run)
     channel, _ = channel_create(actor=admin, project=project, name="oncall", kind="email", target="ops@example.org")
     rule = rule_create(actor=admin, project=project, name="crashes", event="crashed", personal=False)
@@ -134,6 +143,8 @@ def world(db, project, other_project, creator, admin, member, viewer, outsider):
         "alert_rule": rule,
         "registered_model": registered,
         "logged_model": logged_model,
+        "laptop_token": laptop,
+        "bot_token": bot_token,
         "project": project,
         "run": run,
         "job": job,
@@ -157,14 +168,14 @@ def PLACE(project) -> dict:  # noqa: N802 - the tag that places a new registered
 def client_for(role: str, world, *, page: bool):
     """A client as ``role``: pages log in with the session, the APIs send the user's token (or the Run token)."""
     client = APIClient()
-    if role in ("own_token", "other_token"):
+    if role in world["tokens"]:
         client.credentials(HTTP_AUTHORIZATION=f"Bearer {world['tokens'][role]}")
     elif role != "anonymous":
         user = world["users"][role]
         if page:
             client.force_login(user)
         else:
-            client.credentials(HTTP_AUTHORIZATION=f"Bearer {Token.objects.get_or_create(user=user)[0].key}")
+            client.credentials(HTTP_AUTHORIZATION=f"Bearer {api_key(user)}")
     return client
 
 
@@ -197,6 +208,8 @@ def concrete(route: str, world) -> str:
         "tag_key": "absent",
         "rule_id": world["alert_rule"].pk,
         "channel_id": world["alert_channel"].pk,
+        "token_id": world["bot_token" if "service-accounts" in route else "laptop_token"].pk,
+        "name": "ci-bot",
     }
     url = re.sub(r"\(\?P<(\w+)>[^)]*\)", lambda m: str(values[m.group(1)]), route)
     url = re.sub(r"<(?:\w+:)?(\w+)>", lambda m: str(values[m.group(1)]), url)
@@ -304,6 +317,9 @@ def request_body(route: str, method: str, world):
         "alert-rules/": {"name": "failures", "event": "failed"},
         "alert-channels/": {"name": "team", "kind": "email", "target": "team@example.org"},
         "<int:run_id>/alerts/": {"title": "loss plateaued"},
+        "v1/tokens/": {"name": "ci", "scope": "read"},
+        "service-accounts/": {"name": "new-bot", "role": "viewer"},
+        "<slug:name>/tokens/": {"name": "ci", "scope": "read"},
     }
     if route.endswith("codes/<int:code_id>/versions/") and method == "POST":
         return {"entrypoint": json.dumps(["python", "train.py"])}, "multipart"
@@ -350,6 +366,9 @@ def page_form(route: str, world) -> dict:
         "checkpoints/bulk-delete/": {"run": world["run"].pk},
         "delete/": {"confirm": "1", "path": "notes.txt"},
         "register/": {"name": "fresh-model"},
+        "accounts/tokens/": {"name": "ci", "scope": "read", "expires_in_days": 30},
+        "service-accounts/": {"name": "web-bot", "role": "viewer"},
+        "<slug:name>/tokens/": {"token_name": "ci", "scope": "read"},
     }
     return next((body for tail, body in forms.items() if route.endswith(tail)), {})
 

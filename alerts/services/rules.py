@@ -20,6 +20,7 @@ from alerts.models import METRIC_EVENTS, Channel, ChannelKind, Delivery, Event, 
 from alerts.services.firing import alert_fire, delivery_queue
 from alerts.ssrf import UrlRefused, check_url
 from mado import policy
+from mado.audit import audit_record
 from mado.errors import Conflict, UserError, ValidationFailed
 
 logger = logging.getLogger("alerts")
@@ -88,6 +89,13 @@ def rule_create(
     rule.channels.set(channels)
     transaction.on_commit(lambda: forget_rules(project.pk))
     logger.info("alert rule %s created by %s in %s", rule.pk, actor.username, project.slug)
+    audit_record(
+        actor=actor,
+        action="alert_rule.create",
+        obj=rule,
+        project_id=rule.project_id,
+        changes={"event": [None, rule.event]},
+    )
     return rule
 
 
@@ -97,6 +105,13 @@ def rule_delete(*, actor, rule: Rule) -> None:
     policy.require_alerts_manager(actor, rule.project, owner_id=rule.owner_id)
     logger.info("alert rule %s deleted by %s in %s", rule.pk, actor.username, rule.project.slug)
     project_id = rule.project_id
+    audit_record(
+        actor=actor,
+        action="alert_rule.delete",
+        obj=rule,
+        project_id=rule.project_id,
+        changes={"event": [rule.event, None]},
+    )
     rule.delete()
     transaction.on_commit(lambda: forget_rules(project_id))
 
@@ -128,6 +143,9 @@ def channel_create(*, actor, project, name: str, kind: str, target: str) -> tupl
     except IntegrityError as exc:
         raise Conflict(f"a channel named {name!r} exists in this project", field="name") from exc
     logger.info("alert channel %s (%s) created by %s in %s", channel.pk, kind, actor.username, project.slug)
+    audit_record(
+        actor=actor, action="alert_channel.create", obj=channel, project_id=project.pk, changes={"kind": [None, kind]}
+    )
     return channel, secret
 
 

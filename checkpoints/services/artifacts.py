@@ -18,6 +18,7 @@ from checkpoints import storage
 from checkpoints.models import Artifact, Checkpoint, ManifestEntry, StorageUsage
 from checkpoints.services.usage import artifact_kind, usage_add, usage_count, usage_run_id
 from mado import policy
+from mado.audit import audit_record
 from mado.errors import Conflict, NotFound, ValidationFailed
 from runs.lease import lease_check
 from runs.models import Code, CodeVersion, Run
@@ -241,6 +242,7 @@ def artifact_delete(*, actor, artifact: Artifact) -> None:
             if deleted:
                 usage_count(artifact, sign=-1, kind=kind)
                 transaction.on_commit(lambda: storage.blob_delete_quietly(key))
+                audit_record(actor=actor, action="artifact.delete", obj=artifact, project_id=project.pk)
     except (ProtectedError, IntegrityError):
         raise Conflict(refusal, field="path") from None
 

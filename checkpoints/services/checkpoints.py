@@ -16,6 +16,7 @@ from checkpoints.services import deletion
 from checkpoints.services.metadata import clean_checkpoint_metadata
 from checkpoints.services.shards import clean_world_size
 from mado import policy
+from mado.audit import audit_record
 from mado.errors import Conflict, NotFound, RunEnded, ValidationFailed
 from runs.lease import lease_check
 from runs.models import FINAL_STATES, Run
@@ -211,7 +212,16 @@ def checkpoint_delete(*, actor, checkpoint: Checkpoint) -> Checkpoint:
     refusal = selectors.checkpoint_delete_refusal(checkpoint=row, kept_ids=selectors.checkpoint_kept_ids(run_id=run.pk))
     if refusal:
         raise Conflict(refusal, field="checkpoint")
-    return deletion.delete_locked(row=row, actor=actor, cause=CheckpointDeletion.Cause.HAND)
+    row_state = row.state
+    row = deletion.delete_locked(row=row, actor=actor, cause=CheckpointDeletion.Cause.HAND)
+    audit_record(
+        actor=actor,
+        action="checkpoint.delete",
+        obj=row,
+        project_id=run.project_id,
+        changes={"state": [row_state, row.state]},
+    )
+    return row
 
 
 def checkpoint_lock_for_use(*, checkpoint_id: int) -> Checkpoint:

@@ -14,6 +14,7 @@ from django.utils.translation import gettext as _
 
 from jobs.models import Job, JobStatus, Queue, RunToken
 from mado import outbox
+from mado.audit import audit_record
 from mado.errors import ValidationFailed
 from runs.liveness import run_ended_effects
 from runs.models import FINAL_STATES as RUN_FINAL_STATES
@@ -141,7 +142,25 @@ def create_job(
     outbox.dispatch_create(task=RUN_JOB_TASK, args=[job.pk], queue=queue.name, task_id=job.celery_task_id)
     Run.objects.filter(pk=run.pk).update(ran_as_job=True)  # a fact runs reads (docs/design/house.md#arrows)
     run.ran_as_job = True
+    _audit_job_created(job, run, resumed_from)
     return job
+
+
+JOB_CREATED_ACTIONS = {"new": "job.launch", "resume": "run.resume", "continue": "run.continue", "retry": "job.retry"}
+
+
+def _audit_job_created(job: Job, run: Run, resumed_from: Run | None) -> None:
+    """One audit record per new Job (docs/api.md#audit); an automatic retry is the system's doing, not its user's."""
+    changes = {"kind": [None, job.kind], "run": [None, run.pk]}
+    if resumed_from is not None:
+        changes["resumed_from"] = [None, resumed_from.pk]
+    audit_record(
+        actor=None if job.kind == "retry" else job.created_by,
+        action=JOB_CREATED_ACTIONS[job.kind],
+        obj=job,
+        project_id=run.project_id,
+        changes=changes,
+    )
 
 
 def record_job_alive(*, run_id: int, now) -> None:

@@ -10,7 +10,9 @@ a worker, a reaper and an abort racing on one Job leave one consistent end
 state: the first to finish it wins, the others see a final Job and stop.
 """
 
+import hmac
 import logging
+import secrets
 from datetime import timedelta
 
 from django.conf import settings
@@ -21,7 +23,8 @@ from django.utils.translation import gettext as _
 
 from jobs.models import FINAL_STATES, Job, JobStatus, RunLogChunk, RunToken
 from jobs.services._common import end_run, record_job_alive, record_job_ended, revoke_on_commit, revoke_run_tokens
-from mado import policy
+from mado import policy, tokens
+from mado.audit import audit_record
 from mado.errors import Conflict, Forbidden, NotFound, UserError
 from runs import hooks
 from runs.models import Run, RunStatus
@@ -221,7 +224,9 @@ def job_abort(*, actor, job: Job) -> Job:
             field="job",
         )
     now = timezone.now()
-    Job.objects.filter(pk=row.pk, abort_requested_at__isnull=True).update(abort_requested_at=now)
+    if Job.objects.filter(pk=row.pk, abort_requested_at__isnull=True).update(abort_requested_at=now):
+        changes = {"abort_requested_at": [None, now.isoformat()]}
+        audit_record(actor=actor, action="job.abort", obj=row, project_id=job.run.project_id, changes=changes)
     if Job.objects.filter(pk=row.pk, status=JobStatus.QUEUED).update(
         status=JobStatus.ABORTED, ended_at=now, error=f"Aborted by {actor.get_username()} before it started."
     ):
@@ -336,14 +341,31 @@ def job_fail_undelivered(args: list, reason: str) -> None:
 def run_token_issue(*, job: Job) -> RunToken:
     """The API token for ``job``'s code (``MMT_API_TOKEN``): acts as the Job's creator on the Job's Run only.
 
-    Returns the Run's active token, creating it on the first call (one active
-    token per Run: row lock + database constraint). Revoked when the Job
-    ends; ``Conflict`` for a Job that already ended.
+    Returns the Run's active token with its ``key`` (set on the instance, never
+    stored: docs/api.md#tokens), creating it on the first call (one active token
+    per Run: row lock + database constraint); a retried worker gets the same key.
+    A token whose key cannot be given again (carried over from plain storage, or
+    the server's secret key changed) is revoked and replaced. Revoked when the
+    Job ends; ``Conflict`` for a Job that already ended.
     """
     row = _job_or_404(job.pk, lock=True)
     if row.status in FINAL_STATES:
         raise Conflict(f"job {row.pk} already ended {row.status}: no token is issued", field="job")
     token = RunToken.objects.filter(run_id=row.run_id, revoked_at__isnull=True).first()
     if token is not None:
-        return token
-    return RunToken.objects.create(run_id=row.run_id, user_id=row.created_by_id)
+        key = tokens.run_key_for(token.salt)
+        if token.salt and hmac.compare_digest(token.digest, tokens.key_digest(key)):
+            token.key = key
+            return token
+        revoke_run_tokens(run_id=row.run_id)
+    salt = secrets.token_hex(16)
+    key = tokens.run_key_for(salt)
+    token = RunToken.objects.create(
+        run_id=row.run_id,
+        user_id=row.created_by_id,
+        salt=salt,
+        prefix=tokens.key_prefix(key),
+        digest=tokens.key_digest(key),
+    )
+    token.key = key
+    return token

@@ -20,7 +20,7 @@ from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from mado.authentication import API_AUTHENTICATION
+from mado.authentication import API_AUTHENTICATION, TokenScopeAllows
 from mado.errors import UserError
 from mado.outages import outage_of
 from mlflow_api.errors import (
@@ -82,7 +82,7 @@ class MlflowApiView(APIView):
     """
 
     authentication_classes = list(API_AUTHENTICATION)
-    permission_classes = [IsAuthenticated]
+    permission_classes = [IsAuthenticated, TokenScopeAllows]
     renderer_classes = [JSONRenderer]
     schema = None  # MLflow's own protocol, not part of mado's /api/v1/ OpenAPI schema
 

@@ -96,7 +96,7 @@ def logged_model_log_params(request, user, data, model_id):
     return {}
 
 
-@endpoint("POST", "GET", run_token_allowed=True)
+@endpoint("POST", "GET", run_token_allowed=True, reads=True)
 def logged_model_search(request, user, data):
     """``logged-models/search`` ``{experiment_ids, filter?, order_by?, max_results?, page_token?}`` →
     ``{"models", "next_page_token"?}`` (grammar: ``logged_models.logged_model_search``); a Run token

@@ -29,6 +29,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from mado import policy
+from mado.audit import audit_record
 from mado.errors import Conflict
 from mlflow_api.errors import (
     INVALID_PARAMETER_VALUE,
@@ -225,10 +226,14 @@ def run_reopen(*, actor, run: Run) -> Run:
             f"run {run.external_id} was written by the mado SDK; resume it with "
             f"start_run(id={run.external_id!r}, resume='allow') instead",
         )
-    Run.objects.filter(pk=run.pk, status__in=FINAL_STATES).update(
+    before = run.status
+    reopened = Run.objects.filter(pk=run.pk, status__in=FINAL_STATES).update(
         status=RunStatus.RUNNING, ended_at=None, ended_reason="", last_write_at=timezone.now()
     )
     run.refresh_from_db()
+    if reopened:
+        changes = {"status": [before, run.status]}
+        audit_record(actor=actor, action="run.reopen", obj=run, project_id=run.project_id, changes=changes)
     return run
 
 
@@ -242,8 +247,18 @@ def run_delete(*, actor, run: Run, deleted: bool) -> Run:
     MLflow searches unless deleted runs are asked for. Idempotent both ways.
     """
     policy.require_run_writer(actor, run)
-    Run.objects.filter(pk=run.pk).update(deleted_at=timezone.now() if deleted else None)
+    now = timezone.now() if deleted else None
+    changed = Run.objects.filter(pk=run.pk, deleted_at__isnull=deleted).update(deleted_at=now)
     run.refresh_from_db()
+    if changed:  # asked twice: recorded once
+        audit_record(
+            actor=actor,
+            action="run.delete" if deleted else "run.restore",
+            obj=run,
+            object_repr=f"run {run.pk} {run.name}",
+            project_id=run.project_id,
+            changes={"deleted": [not deleted, deleted]},
+        )
     return run
 
 

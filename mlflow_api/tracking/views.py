@@ -18,11 +18,13 @@ from mlflow_api.tracking import inputs, selectors, services
 from mlflow_api.tracking.translate import experiment_json, int_arg, page_answer, str_arg
 
 
-def endpoint(*methods, run_token_allowed: bool = False):
+def endpoint(*methods, run_token_allowed: bool = False, reads: bool = False):
     """Decorate ``view(request, user, data)``: method check, auth, JSON body, error translation.
 
     ``run_token_allowed``: the view acts on one Run (found with ``request_run``, which
-    refuses another Run's token); other views refuse every Run token.
+    refuses another Run's token); other views refuse every Run token. ``reads``: the
+    view only reads, even by POST (a search), so a ``read``-scoped token may call it;
+    any other POST, PATCH or DELETE needs a token that may write.
     """
 
     def wrap(view):
@@ -32,7 +34,8 @@ def endpoint(*methods, run_token_allowed: bool = False):
             try:
                 if request.method not in methods:
                     raise MlflowError(ENDPOINT_NOT_FOUND, f"{request.method} is not allowed on {request.path}")
-                user = authenticate_request(request, run_token_allowed=run_token_allowed)
+                writes = request.method != "GET" and not reads
+                user = authenticate_request(request, run_token_allowed=run_token_allowed, writes=writes)
                 return JsonResponse(view(request, user, _arguments(request), **kwargs))
             except UserError as exc:
                 return error_response(from_user_error(exc))
@@ -114,7 +117,7 @@ def experiment_create(request, user, data):
     return {"experiment_id": str(project.pk)}
 
 
-@endpoint("POST", "GET")
+@endpoint("POST", "GET", reads=True)
 def experiment_search(request, user, data):
     name = None
     flt = str_arg(data, "filter", required=False, max_length=1000).strip()
@@ -173,7 +176,7 @@ def run_update(request, user, data):
     return {"run_info": selectors.runs_json([run])[0]["info"]}
 
 
-@endpoint("POST", "GET")
+@endpoint("POST", "GET", reads=True)
 def run_search(request, user, data):
     experiment_ids = data.get("experiment_ids")
     if isinstance(experiment_ids, str):

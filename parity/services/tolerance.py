@@ -5,6 +5,7 @@ import math
 from django.db import transaction
 
 from mado import policy
+from mado.audit import audit_record
 from mado.errors import ValidationFailed
 from parity.models import Parity, ParitySettings
 from parity.services.verdict import parity_recompute
@@ -36,7 +37,13 @@ def parity_tolerance_set(*, actor, project: Project, tolerance) -> ParitySetting
         policy.require_role(actor, project, policy.ADMIN)
     value = clean_tolerance(tolerance)
     with transaction.atomic():
+        before = ParitySettings.objects.filter(project=project).values_list("tolerance", flat=True).first()
         settings, _ = ParitySettings.objects.update_or_create(project=project, defaults={"tolerance": value})
+        if before != value:
+            changes = {"parity_tolerance": [before, value]}
+            audit_record(
+                actor=actor, action="project.set_parity_tolerance", obj=project, project_id=project.pk, changes=changes
+            )
     for parity_id in Parity.objects.filter(run__project=project).exclude(tolerance=value).values_list("pk", flat=True):
         parity_recompute(parity_id=parity_id)
     return settings

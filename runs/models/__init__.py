@@ -1,5 +1,6 @@
 """The runs app's models: Projects, Runs and their records (``core``). Sweeps and trials are the sweeps app's."""
 
+from runs.models.accounts import ServiceAccount
 from runs.models.core import (
     FINAL_STATES,
     Code,
@@ -37,6 +38,7 @@ from runs.models.metrics import (
 from runs.models.workspace import RunTableColumns
 
 __all__ = [
+    "ServiceAccount",
     "CHUNK_ID_STRIDE",
     "FINAL_STATES",
     "Code",

@@ -4,6 +4,7 @@ import os
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from mado_tracking import credentials
 from mado_tracking.errors import ConfigError
 
 ENV_API_URL = "MMT_API_URL"
@@ -85,22 +86,28 @@ def resolve(
     project: str | None = None,
     require_project: bool = True,
 ) -> Config:
-    """Settings from the arguments, falling back to ``MMT_API_URL``, ``MMT_API_TOKEN``, ``MMT_PROJECT``.
+    """Settings from the arguments, falling back to ``MMT_API_URL``, ``MMT_API_TOKEN``, ``MMT_PROJECT``, then to
+    the token ``mado login`` kept for the server (``mado_tracking.credentials``).
 
     An argument that is not ``None`` wins over its variable. Raises
     ``ConfigError`` naming the argument and the variable of the first missing
     setting; the project is only required when ``require_project`` is true.
     """
     url = _pick(api_url, ENV_API_URL)
+    token = _pick(api_token, ENV_API_TOKEN)
+    if token is None:  # the token `mado login` kept for this server (or for the last one logged into)
+        kept = credentials.lookup(server_identity(url) if url else None)
+        if kept is not None:
+            url, token = url or kept["api_url"], kept["token"]
     if url is None:
         raise ConfigError(
-            f"no mado API URL: pass api_url=... (mado: --api-url) or set {ENV_API_URL} (e.g. http://127.0.0.1:8000)"
+            f"no mado API URL: pass api_url=... (mado: --api-url), set {ENV_API_URL} (e.g. http://127.0.0.1:8000) "
+            "or run `mado login`"
         )
-    token = _pick(api_token, ENV_API_TOKEN)
     if token is None:
         raise ConfigError(
-            f"no mado API token: pass api_token=... (mado: --api-token) or set {ENV_API_TOKEN} "
-            "(`python manage.py mado_token USERNAME` prints one)"
+            f"no mado API token: run `mado login`, pass api_token=... (mado: --api-token) or set {ENV_API_TOKEN} "
+            "(make one on your account page)"
         )
     slug = _pick(project, ENV_PROJECT)
     if slug is None and require_project:

@@ -7,12 +7,11 @@ import os
 
 import pytest
 import requests
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from checkpoints.models import Artifact, Checkpoint, CheckpointLayout, CheckpointState
 from runs.models import RunKind
-from tests.factories import RunFactory
+from tests.factories import RunFactory, api_key, run_token
 from tests.integration.conftest import S3_BUCKET as BUCKET
 from tests.integration.conftest import s3_keys as keys
 
@@ -32,7 +31,7 @@ def training_run(project, member):
 
 def bearer(user) -> APIClient:
     client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Bearer {Token.objects.get_or_create(user=user)[0].key}")
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {api_key(user)}")
     return client
 
 
@@ -157,10 +156,9 @@ def test_non_members_and_viewers_are_refused(s3_bucket, member, viewer, outsider
 
 
 def test_a_run_token_acts_only_on_its_own_run(s3_bucket, member, project, training_run):
-    from jobs.models import RunToken
 
     other = RunFactory(project=project, created_by=member, kind=RunKind.TRAINING)
     client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Bearer {RunToken.objects.create(run=other, user=member).key}")
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {run_token(other, member).key}")
     assert mpu(client, "create", training_run, "big.bin", num_parts=1).status_code == 403
     assert mpu(client, "create", other, "big.bin", num_parts=1).status_code == 200

@@ -9,7 +9,7 @@ from jobs.services import run_continue_from_checkpoint
 from mado import policy
 from mado.errors import Conflict, Forbidden, NotFound, ValidationFailed
 from runs.models import Run, RunKind, RunStatus
-from tests.factories import CodeVersionFactory, DatasetVersionFactory, RunFactory
+from tests.factories import CodeVersionFactory, DatasetVersionFactory, RunFactory, run_token
 from tests.jobs.conftest import checkpoint, launch, run_to_end
 
 pytestmark = pytest.mark.django_db
@@ -168,9 +168,8 @@ def test_api_refuses_a_pending_checkpoint_with_409(api, member, finished_job, co
 
 
 def test_a_jobs_run_token_cannot_continue(client, ckpt, code_version, cpu, finished_job):
-    from jobs.models import RunToken
 
-    token = RunToken.objects.create(run=ckpt.run, user=finished_job.created_by)
+    token = run_token(ckpt.run, finished_job.created_by)
     response = client.post(
         continue_url(ckpt),
         {"code_version_id": code_version.pk, "input_dataset_version_ids": []},

@@ -88,13 +88,13 @@ def test_log_seq_is_unique_per_run(run):
 
 
 def test_one_active_token_per_run(run, creator):
-    first = RunToken.objects.create(run=run, user=creator)
+    first = RunToken.objects.create(run=run, user=creator, prefix="a", digest="a")
     with pytest.raises(IntegrityError), transaction.atomic():
-        RunToken.objects.create(run=run, user=creator)
+        RunToken.objects.create(run=run, user=creator, prefix="b", digest="b")
     first.revoked_at = timezone.now()
     first.save()
-    second = RunToken.objects.create(run=run, user=creator)
-    assert len({first.key, second.key}) == 2 and len(second.key) == 40
+    second = RunToken.objects.create(run=run, user=creator, prefix="c", digest="c")
+    assert RunToken.objects.filter(run=run, revoked_at__isnull=True).get() == second
 
 
 def test_duration_and_flags(creator, code_version, cpu):

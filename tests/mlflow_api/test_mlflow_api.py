@@ -3,9 +3,9 @@
 import base64
 
 import pytest
-from rest_framework.authtoken.models import Token
 
 from runs.models import MetricPoint, Run
+from tests.factories import api_key
 
 pytestmark = pytest.mark.django_db
 API = "/api/2.0/mlflow/"
@@ -16,7 +16,7 @@ def call(client):
     def make(user, method, path, data=None, headers=None):
         extra = dict(headers or {})
         if user is not None:
-            extra["HTTP_AUTHORIZATION"] = f"Bearer {Token.objects.get_or_create(user=user)[0].key}"
+            extra["HTTP_AUTHORIZATION"] = f"Bearer {api_key(user)}"
         if method == "GET":
             return client.get(API + path, data or {}, **extra)
         return client.post(API + path, data or {}, content_type="application/json", **extra)
@@ -205,7 +205,7 @@ def test_tags_delete_and_unknown_paths_answer_json(call, member, mlrun):
 
 
 def test_the_api_also_answers_under_the_mlflow_path_prefix(client, member, project, mlrun):
-    auth = {"HTTP_AUTHORIZATION": f"Bearer {Token.objects.get_or_create(user=member)[0].key}"}
+    auth = {"HTTP_AUTHORIZATION": f"Bearer {api_key(member)}"}
     answer = client.get("/mlflow" + API + "runs/get", {"run_id": mlrun}, **auth)
     assert answer.status_code == 200 and answer.json()["run"]["info"]["run_id"] == mlrun
     listing = client.get(

@@ -6,12 +6,11 @@ import base64
 import hashlib
 
 import pytest
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from checkpoints import storage
 from checkpoints.models import Artifact
-from tests.factories import RunFactory
+from tests.factories import RunFactory, api_key, run_token
 
 pytestmark = pytest.mark.django_db
 BASE = "/api/2.0/mlflow-artifacts"
@@ -29,7 +28,7 @@ def url(run, path="model/weights.bin") -> str:
 def bearer(user) -> APIClient:
     client = APIClient()
     if user is not None:
-        client.credentials(HTTP_AUTHORIZATION=f"Bearer {Token.objects.get_or_create(user=user)[0].key}")
+        client.credentials(HTTP_AUTHORIZATION=f"Bearer {api_key(user)}")
     return client
 
 
@@ -165,10 +164,9 @@ def test_delete_of_a_directory_removes_every_file_below_it(admin, creator, run):
 
 
 def test_a_run_token_acts_only_on_its_own_run(creator, project, run):
-    from jobs.models import RunToken
 
     other = RunFactory(project=project, created_by=creator)
-    token = RunToken.objects.create(run=other, user=creator)
+    token = run_token(other, creator)
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Bearer {token.key}")
     assert put(client, run).status_code == 403

@@ -5,14 +5,12 @@ their files through the artifact proxy: MLflow's answers and error codes, hostil
 import json
 
 import pytest
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from checkpoints.models import Artifact
-from jobs.models import RunToken
 from runs.metrics import metrics_ingest
 from runs.models import LoggedModel, LoggedModelStatus, RunTag
-from tests.factories import RunFactory
+from tests.factories import RunFactory, api_key, run_token
 
 pytestmark = pytest.mark.django_db
 API = "/api/2.0/mlflow/"
@@ -22,7 +20,7 @@ ART = "/api/2.0/mlflow-artifacts/artifacts/"
 def client_of(user) -> APIClient:
     client = APIClient()
     if user is not None:
-        client.credentials(HTTP_AUTHORIZATION=f"Bearer {Token.objects.get_or_create(user=user)[0].key}")
+        client.credentials(HTTP_AUTHORIZATION=f"Bearer {api_key(user)}")
     return client
 
 
@@ -262,7 +260,7 @@ def test_log_model_appends_to_the_runs_history_tag(creator, run):
 
 
 def test_a_run_token_creates_models_only_of_its_own_run(creator, project, run):
-    token = RunToken.objects.create(run=run, user=creator)
+    token = run_token(run, creator)
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Bearer {token.key}")
     bare = client.post(API + "logged-models", {"experiment_id": str(project.pk)}, format="json")
@@ -328,7 +326,7 @@ def test_hostile_file_paths_are_refused(model, creator, tail):
 def test_a_run_token_cannot_reach_a_model_logged_outside_a_run(creator, project, run):
     outside = create(creator, project, name="loose")  # no source_run_id: a model of no Run
     client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Bearer {RunToken.objects.create(run=run, user=creator).key}")
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {run_token(run, creator).key}")
     assert client.put(files_url(outside, "w"), b"x", content_type="application/octet-stream").status_code == 403
     assert client.get(API + f"logged-models/{outside['info']['model_id']}").status_code == 403
 
@@ -352,5 +350,5 @@ def test_a_run_token_reaches_only_the_files_of_its_runs_models(model, creator, p
     other = RunFactory(project=project, created_by=creator)
     for token_run, status in ((other, 403), (run, 200)):
         client = APIClient()
-        client.credentials(HTTP_AUTHORIZATION=f"Bearer {RunToken.objects.create(run=token_run, user=creator).key}")
+        client.credentials(HTTP_AUTHORIZATION=f"Bearer {run_token(token_run, creator).key}")
         assert client.put(files_url(model, "w"), b"x", content_type="application/octet-stream").status_code == status

@@ -2,9 +2,9 @@
 them, hostile input, the silence clock."""
 
 import pytest
-from rest_framework.authtoken.models import Token
 
 from runs.models import Project, Run
+from tests.factories import api_key
 
 API = "/api/2.0/mlflow/"
 
@@ -12,7 +12,7 @@ API = "/api/2.0/mlflow/"
 @pytest.fixture
 def call(client):
     def make(user, path, data):
-        auth = {"HTTP_AUTHORIZATION": f"Bearer {Token.objects.get_or_create(user=user)[0].key}"}
+        auth = {"HTTP_AUTHORIZATION": f"Bearer {api_key(user)}"}
         return client.post(API + path, data, content_type="application/json", **auth)
 
     return make

@@ -3,7 +3,8 @@
 import os
 
 import pytest
-from rest_framework.authtoken.models import Token
+
+from tests.factories import api_key
 
 mlflow = pytest.importorskip("mlflow")
 
@@ -11,7 +12,7 @@ mlflow = pytest.importorskip("mlflow")
 @pytest.fixture
 def mlflow_env(monkeypatch, live_server, member):
     """MLflow client variables pointing at the live server as ``member``; no active run leaks between tests."""
-    token = Token.objects.get_or_create(user=member)[0].key
+    token = api_key(member)
     monkeypatch.setenv("MLFLOW_TRACKING_URI", live_server.url)
     monkeypatch.setenv("MLFLOW_TRACKING_TOKEN", token)
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")

@@ -10,7 +10,8 @@ import stat
 
 import pytest
 from click.testing import CliRunner
-from rest_framework.authtoken.models import Token
+
+from tests.factories import api_key
 
 pytest.importorskip("mlflow")
 pytest.importorskip("transformers")
@@ -34,7 +35,7 @@ def test_an_hf_checkpoint_saved_through_mlflow_is_restored_by_the_cli_and_a_tamp
     run = Run.objects.get(project=project)
     checkpoints = {c["step"]: c for c in _checkpoints(api(member), run)}
     assert {step: c["layout"] for step, c in checkpoints.items()} == {10: "files", 5: "files"}
-    env = {"MMT_API_URL": mlflow_env, "MMT_API_TOKEN": Token.objects.get(user=member).key}
+    env = {"MMT_API_URL": mlflow_env, "MMT_API_TOKEN": api_key(member)}
 
     five = checkpoints[5]["id"]
     assert api(member).get(f"/api/v1/checkpoints/{five}/tar").status_code == 409  # no tar: the files instead

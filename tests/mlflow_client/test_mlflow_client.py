@@ -7,10 +7,9 @@ import pytest
 
 mlflow = pytest.importorskip("mlflow")
 
-from rest_framework.authtoken.models import Token  # noqa: E402
-
 from runs.models import MetricPoint, Run  # noqa: E402
 from tests.deployment import deployment  # noqa: E402
+from tests.factories import api_key  # noqa: E402
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -166,13 +165,13 @@ def test_basic_with_an_api_token_as_password_logs_to_tracking_and_artifacts(
     )
     monkeypatch.delenv("MLFLOW_TRACKING_TOKEN")
     monkeypatch.setenv("MLFLOW_TRACKING_USERNAME", creator.username)
-    monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", Token.objects.get_or_create(user=creator)[0].key)
+    monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", api_key(creator))
     _log_everything(tmp_path, run)
     assert _stored(run) == ("7", [("loss", 1)], len("epoch 1 done\n"))
 
 
 def test_an_outsider_cannot_take_a_projects_name_and_is_told_so(mlflow_env, monkeypatch, outsider, project):
-    monkeypatch.setenv("MLFLOW_TRACKING_TOKEN", Token.objects.get_or_create(user=outsider)[0].key)
+    monkeypatch.setenv("MLFLOW_TRACKING_TOKEN", api_key(outsider))
     with pytest.raises(mlflow.exceptions.MlflowException, match="cannot be used: choose another name") as raised:
         mlflow.set_experiment(project.name)
     assert project.slug not in str(raised.value) and project.name not in str(raised.value)

@@ -32,9 +32,9 @@ def test_a_run_without_an_experiment_goes_to_the_default_experiment_0(mlflow_env
 def test_each_user_has_their_own_default_experiment(mlflow_env, member, admin, monkeypatch):
     with mlflow.start_run():
         pass
-    from rest_framework.authtoken.models import Token
+    from tests.factories import api_key
 
-    monkeypatch.setenv("MLFLOW_TRACKING_TOKEN", Token.objects.get_or_create(user=admin)[0].key)
+    monkeypatch.setenv("MLFLOW_TRACKING_TOKEN", api_key(admin))
     with mlflow.start_run():
         pass
     assert Project.objects.filter(name="Default").count() == 2
@@ -70,11 +70,11 @@ def test_mlflow_run_id_variable_reopens_a_finished_run(mlflow_env, monkeypatch):
 
 
 def test_a_viewer_cannot_reopen_a_run(mlflow_env, viewer, monkeypatch, project, member):
-    from rest_framework.authtoken.models import Token
+    from tests.factories import api_key
 
     with mlflow.start_run(experiment_id=str(project.pk)) as first:
         pass
-    monkeypatch.setenv("MLFLOW_TRACKING_TOKEN", Token.objects.get_or_create(user=viewer)[0].key)
+    monkeypatch.setenv("MLFLOW_TRACKING_TOKEN", api_key(viewer))
     with pytest.raises(mlflow.exceptions.MlflowException) as refused:
         mlflow.start_run(run_id=first.info.run_id)
     assert refused.value.error_code == "PERMISSION_DENIED"

@@ -3,10 +3,10 @@
 
 import pytest
 from click.testing import CliRunner
-from rest_framework.authtoken.models import Token
 
 from mado_tracking.cli import main
 from parity.services import restore_report_record
+from tests.factories import api_key
 from tests.jobs.conftest import (  # noqa: F401
     celery_calls,
     checkpoint,
@@ -22,7 +22,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def job_show(live_server, user, job_id) -> str:
-    env = {"MMT_API_URL": live_server.url, "MMT_API_TOKEN": Token.objects.get_or_create(user=user)[0].key}
+    env = {"MMT_API_URL": live_server.url, "MMT_API_TOKEN": api_key(user)}
     shown = CliRunner().invoke(main, ["job", "show", str(job_id)], env=env, catch_exceptions=False)
     assert shown.exit_code == 0, shown.output
     return shown.output

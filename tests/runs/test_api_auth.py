@@ -4,10 +4,10 @@ import io
 
 import pytest
 from django.core.management import CommandError, call_command
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
-from tests.factories import UserFactory
+from mado.models import ApiToken
+from tests.factories import UserFactory, api_key
 
 
 def client_with(header: str) -> APIClient:
@@ -18,14 +18,14 @@ def client_with(header: str) -> APIClient:
 
 @pytest.mark.parametrize("keyword", ["Bearer", "Token", "bearer"])
 def test_a_token_is_accepted_with_the_bearer_and_token_keywords(viewer, project, keyword):
-    token = Token.objects.create(user=viewer)
-    response = client_with(f"{keyword} {token.key}").get("/api/v1/projects/")
+    key = api_key(viewer)
+    response = client_with(f"{keyword} {key}").get("/api/v1/projects/")
     assert response.status_code == 200 and response.json()["count"] == 1
 
 
 @pytest.mark.parametrize("header", ["Bearer wrong-token", "Bearer", "Bearer a b", "Token "])
 def test_a_wrong_or_malformed_token_is_refused_with_401(viewer, header):
-    Token.objects.create(user=viewer)
+    api_key(viewer)
     response = client_with(header).get("/api/v1/projects/")
     assert response.status_code == 401
     assert response.json()["error"] == "unauthenticated"
@@ -33,10 +33,10 @@ def test_a_wrong_or_malformed_token_is_refused_with_401(viewer, header):
 
 
 def test_an_inactive_users_token_is_refused(viewer):
-    token = Token.objects.create(user=viewer)
+    key = api_key(viewer)
     viewer.is_active = False
     viewer.save()
-    assert client_with(f"Bearer {token.key}").get("/api/v1/projects/").status_code == 401
+    assert client_with(f"Bearer {key}").get("/api/v1/projects/").status_code == 401
 
 
 def test_anonymous_gets_a_json_401(db):
@@ -78,21 +78,29 @@ def test_the_schema_and_docs_are_served(api, viewer):
 def test_mado_token_creates_and_prints_a_token_that_authenticates(db, project):
     UserFactory(username="trainer")
     out = io.StringIO()
-    call_command("mado_token", "trainer", stdout=out)
+    call_command("mado_token", "trainer", "--name", "laptop", "--scope", "read", stdout=out)
     key = out.getvalue().strip()
-    assert Token.objects.get(user__username="trainer").key == key
+    token = ApiToken.objects.get(user__username="trainer")
+    assert (token.name, token.scope) == ("laptop", "read") and key not in (token.prefix, token.digest)
     assert client_with(f"Bearer {key}").get("/api/v1/projects/").status_code == 200
 
 
-def test_mado_token_prints_the_same_token_twice(db):
+def test_mado_token_makes_a_new_token_each_time(db):
     UserFactory(username="trainer")
     first, second = io.StringIO(), io.StringIO()
     call_command("mado_token", "trainer", stdout=first)
     call_command("mado_token", "trainer", stdout=second)
-    assert first.getvalue() == second.getvalue() and Token.objects.count() == 1
+    assert first.getvalue() != second.getvalue() and ApiToken.objects.count() == 2
+
+
+def test_mado_token_refuses_a_lifetime_beyond_the_maximum(db, settings):
+    UserFactory(username="trainer")
+    with pytest.raises(CommandError, match="expires_in_days"):
+        call_command("mado_token", "trainer", "--days", str(settings.MADO_TOKEN_MAX_DAYS + 1))
+    assert not ApiToken.objects.exists()
 
 
 def test_mado_token_refuses_an_unknown_user(db):
     with pytest.raises(CommandError, match="ghost"):
         call_command("mado_token", "ghost")
-    assert not Token.objects.exists()
+    assert not ApiToken.objects.exists()

@@ -4,7 +4,8 @@ directory (``start_run`` writes ``.mado/resume.json`` there); a member's token."
 import os
 
 import pytest
-from rest_framework.authtoken.models import Token
+
+from tests.factories import api_key
 
 
 @pytest.fixture(autouse=True)
@@ -17,12 +18,14 @@ def _clean_mmt_environment(monkeypatch):
 @pytest.fixture(autouse=True)
 def _own_working_directory(monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)
+    # `mado login`'s kept tokens: the test's own (a developer's ~/.config/mado never answers for a test)
+    monkeypatch.setenv("MMT_CONFIG_DIR", str(tmp_path / "mado-config"))
 
 
 @pytest.fixture
 def token_of():
     def make(user) -> str:
-        return Token.objects.get_or_create(user=user)[0].key
+        return api_key(user)
 
     return make
 

@@ -7,6 +7,7 @@ from checkpoints.models import Checkpoint, CheckpointState
 from runs.models import RunStatus
 from runs.services import run_set_status
 from sweeps.models import SweepTrial, TrialState
+from tests.factories import run_token
 from tests.sweeps.sweep_helpers import GRID, log_metric, make_sweep, start_program
 
 pytestmark = pytest.mark.django_db
@@ -189,9 +190,8 @@ def test_detail_lists_trials_with_their_last_metric_and_the_best(api, grid, memb
 
 
 def test_a_run_token_cannot_use_sweeps(api, grid, run, creator):
-    from jobs.models import RunToken
 
     client = api(None)
-    client.credentials(HTTP_AUTHORIZATION=f"Bearer {RunToken.objects.create(run=run, user=creator).key}")
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {run_token(run, creator).key}")
     assert client.post(f"/api/v1/sweeps/{grid.pk}/claim/", {}, format="json").status_code == 403
     assert not SweepTrial.objects.exists()

@@ -9,8 +9,8 @@ import yaml
 from django.core.management import CommandError, call_command
 from kubernetes.client import ApiClient
 
-from jobs.models import Job, RunToken
-from jobs.services import job_abort, run_resume_from_checkpoint
+from jobs.models import Job
+from jobs.services import job_abort, run_resume_from_checkpoint, run_token_issue
 from tests.worker.helpers import stored_checkpoint
 from worker import container
 from worker.execute import Prepared, code_variables
@@ -81,7 +81,7 @@ def test_the_manifest_is_a_secret_and_a_jobset_whose_pods_the_client_models_acce
 def test_the_runs_token_is_in_the_secret_and_nowhere_in_the_pods(resumed):
     job, _ = resumed
     secret, jobset = build_manifest(job, OPTIONS)
-    token = RunToken.objects.get(run=job.run, revoked_at__isnull=True).key
+    token = run_token_issue(job=job).key
     assert secret["stringData"] == {"MMT_API_TOKEN": token}
     assert token not in yaml.safe_dump(jobset)
     reference = {"secretKeyRef": {"name": secret["metadata"]["name"], "key": "MMT_API_TOKEN"}}

@@ -12,6 +12,7 @@ from checkpoints.models import Checkpoint, ManifestEntry
 from jobs import services as jobs_services
 from jobs.models import Job, JobKind, JobStatus, RunLogChunk, RunToken
 from jobs.services import job_abort, run_resume_from_checkpoint
+from mado.tokens import key_digest
 from runs.models import Run, RunStatus
 from tests.worker.helpers import FILES, make_tar, member, stored_checkpoint, tar_gz
 from worker.tasks import run_job
@@ -39,7 +40,7 @@ def test_a_new_job_runs_the_code_and_succeeds(launch, control, settings, monkeyp
     seen = json.loads(marker.read_text())
     env = seen["env"]
     token = RunToken.objects.get(run=job.run)
-    assert env["MMT_API_URL"] == "http://mado.test:8000" and env["MMT_API_TOKEN"] == token.key
+    assert env["MMT_API_URL"] == "http://mado.test:8000" and key_digest(env["MMT_API_TOKEN"]) == token.digest
     assert env["MMT_PROJECT"] == "vision" and env["MMT_RUN_ID"] == job.run.external_id
     assert env["CUDA_VISIBLE_DEVICES"] == "" and env["PYTHONUNBUFFERED"] == "1"
     assert not any(name.startswith("MMT_RESUME") for name in env)

@@ -1,6 +1,6 @@
 """The ``mado`` command line (docs/design/runs.md#offline; docs/design/interfaces.md#surfaces).
 
-``mado --version``, ``mado runs list``, ``mado sync DIR``,
+``mado --version``, ``mado login`` / ``logout`` (a token kept for this machine), ``mado runs list``, ``mado sync DIR``,
 ``mado code push DIR``, ``mado job launch | list | show | abort | resume | logs``,
 ``mado sweep create | show | retry``, ``mado alert RUN_ID TITLE`` (docs/design/alerts.md#run-alert)
 and ``mado agent SWEEP_ID`` (docs/design/sweeps.md#sweeps, #requeue), ``mado
@@ -18,6 +18,7 @@ from mado_tracking.cli.alerts import alert
 from mado_tracking.cli.checkpoints import checkpoint
 from mado_tracking.cli.code import code
 from mado_tracking.cli.jobs import job
+from mado_tracking.cli.login import login, logout
 from mado_tracking.cli.probe import probe_resume
 from mado_tracking.cli.runs import runs, sync
 from mado_tracking.cli.sweeps import sweep
@@ -33,7 +34,7 @@ def main(ctx: click.Context, api_url: str | None, api_token: str | None) -> None
     ctx.obj = {"api_url": api_url, "api_token": api_token}
 
 
-for _command in (runs, sync, code, job, sweep, agent, checkpoint, probe_resume, alert):
+for _command in (login, logout, runs, sync, code, job, sweep, agent, checkpoint, probe_resume, alert):
     main.add_command(_command)
 
 __all__ = ["main"]
