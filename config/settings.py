@@ -360,11 +360,18 @@ LOGGING = {
     "disable_existing_loggers": False,
     "filters": {"request_id": {"()": "mado.logs.RequestIdFilter"}},
     "formatters": {
-        "json": {
-            "()": "pythonjsonlogger.json.JsonFormatter",
-            "fmt": "%(asctime)s %(levelname)s %(name)s %(message)s %(request_id)s",
-            "rename_fields": {"asctime": "time", "levelname": "level", "name": "logger"},
-        },
+        # Only when asked for, so a process that logs plain text never imports the JSON formatter.
+        **(
+            {
+                "json": {
+                    "()": "pythonjsonlogger.json.JsonFormatter",
+                    "fmt": "%(asctime)s %(levelname)s %(name)s %(message)s %(request_id)s",
+                    "rename_fields": {"asctime": "time", "levelname": "level", "name": "logger"},
+                }
+            }
+            if _json_logs
+            else {}
+        ),
         "text": {"format": "%(message)s"},
     },
     "handlers": {
