@@ -57,6 +57,12 @@ build_wheelhouse() {
   compgen -G "var/wheelhouse/torch-*.whl" >/dev/null || { echo "the wheelhouse has no torch wheel" >&2; exit 1; }
 }
 
+npm_files() {
+  # htmx and uPlot, served by the pages (package.json); without npm the pages work without live refresh.
+  if [ ! -d node_modules/htmx.org/dist ] && command -v npm >/dev/null; then npm ci --no-audit --no-fund --silent; fi
+  mkdir -p node_modules
+}
+
 build_images() {
   # Python packages come from the wheelhouse and Debian's over its mirror's own signatures, so the build needs no
   # CA bundle of the host; a build that installed from a package index over TLS would mount it read-only at
@@ -72,6 +78,7 @@ build_images() {
 install_tools
 build_base
 build_wheelhouse
+npm_files
 build_images
 for tag in "$IMAGE" "$WORKER_IMAGE"; do
   "${PODMAN[@]}" image inspect --format "image {{index .RepoTags 0}}: {{.Size}} bytes" "$tag"

@@ -12,6 +12,14 @@ command=${1:-web}
 [ $# -gt 0 ] && shift
 case "$command" in
   web)
+    # gunicorn's processes share their counters for /metrics through this folder, emptied at each start.
+    export PROMETHEUS_MULTIPROC_DIR="${PROMETHEUS_MULTIPROC_DIR:-/tmp/mado-metrics}"
+    rm -rf "$PROMETHEUS_MULTIPROC_DIR" && mkdir -p "$PROMETHEUS_MULTIPROC_DIR"
+    if [ "${MADO_LOG_FORMAT:-text}" = json ]; then
+      set -- --access-logformat \
+        '{"time": "%(t)s", "level": "INFO", "logger": "gunicorn.access", "message": "%(r)s", "status": %(s)s, "bytes": "%(B)s", "duration_us": %(D)s, "remote": "%(h)s", "request_id": "%({x-request-id}o)s"}' \
+        "$@"
+    fi
     exec gunicorn config.wsgi:application --bind "${MADO_BIND:-0.0.0.0:8000}" --worker-class gthread \
       --workers "${MADO_WEB_WORKERS:-2}" --threads "${MADO_WEB_THREADS:-4}" \
       --graceful-timeout "${MADO_WEB_GRACEFUL_TIMEOUT:-30}" --access-logfile - "$@" ;;
