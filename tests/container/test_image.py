@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import time
 import uuid
+from contextlib import closing
 
 import pytest
 import requests
@@ -45,6 +46,12 @@ def podman(*args: str, check: bool = True, timeout: float = 300) -> subprocess.C
     return done
 
 
+def container_log(name: str) -> str:
+    """What the container wrote, stdout and stderr together."""
+    done = podman("logs", name, check=False)
+    return done.stdout + done.stderr
+
+
 @pytest.fixture(scope="module")
 def images():
     require_service(shutil.which("podman") is not None, "podman is not installed (deploy/build-image.sh installs it)")
@@ -60,10 +67,7 @@ class Stack(Deployment):
     containers: dict[str, str]
 
     def logs(self) -> str:
-        return "\n".join(
-            f"--- {role} ---\n{podman('logs', name, check=False).stderr[-6000:]}"
-            for role, name in self.containers.items()
-        )
+        return "\n".join(f"--- {role} ---\n{container_log(name)[-6000:]}" for role, name in self.containers.items())
 
 
 @pytest.fixture
@@ -117,7 +121,7 @@ def test_the_demo_flow_runs_through_the_containers_as_a_non_root_user(stack, tmp
         assert podman("exec", name, "id", "-u").stdout.strip() == "10001"
     assert requests.get(f"{stack.url}/readyz", timeout=15).json()["status"] == "ready"
     run_the_flow(stack, tmp_path)
-    verified = podman("logs", stack.containers["verify"]).stderr
+    verified = container_log(stack.containers["verify"])
     assert "worker.tasks.checkpoint_verify" in verified and "succeeded" in verified, verified[-3000:]
 
 
@@ -136,7 +140,7 @@ def test_a_worker_sent_sigterm_mid_job_lets_the_job_finish_then_exits(stack, tmp
     )
     assert launched.exit_code == 0, launched.output
     job_id = int(launched.output)
-    with stack.client() as client:
+    with closing(stack.client()) as client:
         deadline = time.monotonic() + 120
         while "tick 2" not in job_log(client, job_id):
             assert time.monotonic() < deadline, stack.logs()
@@ -149,7 +153,7 @@ def test_a_worker_sent_sigterm_mid_job_lets_the_job_finish_then_exits(stack, tmp
     assert exited.stdout.strip() == "0", stack.logs()
     assert (job["status"], job["exit_code"]) == ("succeeded", 0), (job, stack.logs())
     assert log.count("tick 0") == 1 and "tick 14" in log, log
-    assert "Warm shutdown" in podman("logs", stack.containers["worker"]).stderr
+    assert "Warm shutdown" in container_log(stack.containers["worker"])
 
 
 def test_the_image_says_its_sub_commands(images):
