@@ -3,6 +3,7 @@ kustomization on top (the Secret an operator creates, this machine's PostgreSQL,
 is played by ``podman kube play`` on the host network after the migration; the web, CPU worker, maintenance
 worker and beat pods run, and the web pod's ``/readyz`` answers 200."""
 
+import json
 import os
 import shutil
 import subprocess
@@ -21,7 +22,7 @@ from tests.integration.test_faults_outages import bucket, s3_variables  # noqa: 
 
 pytestmark = pytest.mark.container
 ROOT = Path(__file__).resolve().parents[2]
-PLAYED = {"Deployment", "ConfigMap", "Secret"}  # what Podman plays; Service, Ingress, PDB are the cluster's
+PLAYED = {"Deployment", "ConfigMap"}  # what Podman plays; Service, Ingress, PDB are the cluster's
 
 
 def test_the_cpu_overlay_plays_under_podman_and_reaches_readyz(
@@ -73,13 +74,23 @@ def test_the_cpu_overlay_plays_under_podman_and_reaches_readyz(
     rendered = subprocess.run(
         ["kubectl", "kustomize", str(tmp_path / "test")], check=True, capture_output=True, text=True
     ).stdout
-    docs = [doc for doc in yaml.safe_load_all(rendered) if doc and doc["kind"] in PLAYED]
+    everything = [doc for doc in yaml.safe_load_all(rendered) if doc]
+    docs = [doc for doc in everything if doc["kind"] in PLAYED]
+    # Podman reads a pod's Secret from its own store, kept there as the JSON of its data (the operator's
+    # `kubectl create secret` on a cluster).
+    secret = next(doc for doc in everything if doc["kind"] == "Secret")
+    secret_name = f"mado-secrets-{suffix}"
+    secret["metadata"]["name"] = secret_name
+    (tmp_path / "secret.json").write_text(json.dumps(secret["data"]))
     for doc in docs:
         # On the host's network the pods share ports: web serves on the test's port and the probes (whose ports
         # name the cluster's) are left to the test, which asks /readyz itself.
         for container in doc.get("spec", {}).get("template", {}).get("spec", {}).get("containers", []):
             for key in ("ports", "startupProbe", "livenessProbe", "readinessProbe"):
                 container.pop(key, None)
+            for source in container.get("envFrom", []):
+                if "secretRef" in source:
+                    source["secretRef"]["name"] = secret_name
     played = tmp_path / "played.yaml"
     played.write_text(yaml.safe_dump_all(docs))
     conf = tmp_path / "containers.conf"
@@ -87,6 +98,7 @@ def test_the_cpu_overlay_plays_under_podman_and_reaches_readyz(
     env = {**os.environ, "CONTAINERS_CONF": str(conf)}
     migrate_env = [arg for key, value in {**secrets, **settings}.items() for arg in ("--env", f"{key}={value}")]
     podman("run", "--rm", "--network", "host", *LIMITS, *migrate_env, images[0], "migrate")
+    podman("secret", "create", secret_name, str(tmp_path / "secret.json"))
     try:
         started = subprocess.run(
             [*PODMAN, "kube", "play", "--network", "host", str(played)], capture_output=True, text=True, env=env
@@ -98,7 +110,7 @@ def test_the_cpu_overlay_plays_under_podman_and_reaches_readyz(
                 answer = requests.get(f"http://127.0.0.1:{port}/readyz", timeout=10)
                 if answer.status_code == 200:
                     break
-            except requests.ConnectionError:
+            except requests.RequestException:
                 pass
             time.sleep(1)
         assert answer is not None and answer.status_code == 200, (answer and answer.text, pod_logs(suffix))
@@ -108,6 +120,7 @@ def test_the_cpu_overlay_plays_under_podman_and_reaches_readyz(
             assert any(f"mado-{role}-{suffix}" in name for name in running), (states, pod_logs(suffix))
     finally:
         subprocess.run([*PODMAN, "kube", "down", str(played)], capture_output=True, env=env)
+        podman("secret", "rm", secret_name, check=False)
 
 
 def pod_logs(suffix: str) -> str:
