@@ -114,8 +114,9 @@ def test_the_cpu_overlay_plays_under_podman_and_reaches_readyz(
                 pass
             time.sleep(1)
         assert answer is not None and answer.status_code == 200, (answer and answer.text, pod_logs(suffix))
-        states = podman("ps", "--all", "--filter", f"name={suffix}", "--format", "{{.Names}} {{.State}}").stdout
-        running = {line.split()[0] for line in states.splitlines() if line.split()[-1] == "running"}
+        running = podman("ps", "--filter", f"name={suffix}", "--filter", "status=running", "--format", "{{.Names}}")
+        running = set(running.stdout.split())
+        states = podman("ps", "--all", "--filter", f"name={suffix}", "--format", "{{.Names}} {{.Status}}").stdout
         for role in ("web", "worker-cpu", "worker-maintenance", "beat"):
             assert any(f"mado-{role}-{suffix}" in name for name in running), (states, pod_logs(suffix))
     finally:
