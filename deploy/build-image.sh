@@ -3,7 +3,7 @@
 #   1. podman, runc and debootstrap from Debian when missing;
 #   2. a Debian bookworm base (debootstrap --variant=minbase, `podman import`) tagged $MADO_BASE_IMAGE, built once
 #      and kept (skipped while the tag exists: delete it with `podman rmi` to rebuild);
-#   3. a wheelhouse under var/wheelhouse: `pip wheel` of mado, its SDK and their dependencies as this host's pip
+#   3. a wheelhouse under var/wheelhouse: `pip wheel` of the dependencies of mado and its SDK as this host's pip
 #      resolves them (so the image carries the CPU torch build found here, not the index's multi-GB CUDA one);
 #   4. `podman build` of the targets `web` (no torch) and `worker` (torch; also the demo), tagged
 #      $MADO_IMAGE and $MADO_IMAGE-worker; prints each image's size and the build time.
