@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 # pip prints a warning per package for the machine's unused local index folders; hide only those.
 QUIET_PIP := 2>&1 | grep -v "is ignored: it is neither a file nor a directory" || true
 
-.PHONY: install install-dev demo test test-integration lint benchmark clean
+.PHONY: install install-dev demo test test-integration test-container image lint benchmark clean
 
 install: $(VENV)/.installed
 
@@ -42,6 +42,17 @@ test-integration: install-dev
 	MADO_TEST_REDIS_URL=$${MADO_TEST_REDIS_URL:-redis://127.0.0.1:6379/15} \
 	$(VENV)/bin/pytest -o addopts="-ra" tests/integration tests/runs tests/sweeps tests/checkpoints tests/parity tests/mlflow_api tests/sdk \
 		tests/mlflow_client/test_mlflow_stock_integrations.py
+
+# mado's images (docs/deploy.md#images): a local Debian base, a wheelhouse of what this host resolved, podman build.
+image: install
+	PIP=$(PIP) deploy/build-image.sh
+
+# The images run as an operator runs them (web, workers, beat; `podman kube play` of the manifests) against
+# PostgreSQL, Redis and moto's S3: a few minutes, so not part of `make test`; .ci/run runs it.
+test-container: install-dev image
+	MADO_DATABASE_URL=$${MADO_TEST_DATABASE_URL:-postgresql://postgres@127.0.0.1:5432/postgres} \
+	MADO_TEST_REDIS_URL=$${MADO_TEST_REDIS_URL:-redis://127.0.0.1:6379/15} \
+	$(VENV)/bin/pytest -o addopts="-ra" -m container tests/container
 
 # The house style held by a tool (docs/design/house.md#comments): lint with import order, then the formatter's check.
 lint: install-dev

@@ -13,7 +13,7 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
-from mado.env import env_bool, env_choice, env_int, env_list, env_str
+from mado.env import env_bool, env_choice, env_float, env_int, env_list, env_networks, env_str
 from mado_tracking.hashing import hash_threads
 from mado_tracking.tarformat import Limits as TarLimits
 
@@ -52,9 +52,14 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # Every line a request logs carries its id (X-Request-ID), and its time is measured (docs/deploy.md#logs).
+    "mado.logs.RequestIdMiddleware",
+    "config.metrics.RequestMetricsMiddleware",
     # Outermost: a database, broker or storage outage raised by a view answers 503, not an HTML 500
     # (errors raised inside the other middleware go to mado.outages.server_error, the handler500).
     "mado.outages.OutageMiddleware",
+    # /healthz, /readyz and /metrics answer before host validation and the HTTPS redirect: probes send neither.
+    "config.ops.OperatorEndpointsMiddleware",
     # The request's address and id, for the audit records its writes leave (docs/api.md#audit).
     "mado.audit.AuditContextMiddleware",
     "django.middleware.security.SecurityMiddleware",
@@ -116,7 +121,8 @@ USE_I18N = True
 USE_TZ = True
 
 STATIC_URL = "static/"
-STATIC_ROOT = DATA_DIR / "static"
+# The image collects static files at build time into a folder of its own (deploy/Dockerfile), not the data volume.
+STATIC_ROOT = Path(env_str("MADO_STATIC_ROOT", str(DATA_DIR / "static"))).resolve()
 STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # whitenoise warns on every request when it is missing
 # npm packages served as they are installed (package.json): htmx for live parts, uPlot for the charts.
 NPM_DIST_DIRS = [BASE_DIR / "node_modules" / name / "dist" for name in ("htmx.org", "uplot")]
@@ -379,9 +385,45 @@ SECURE_HSTS_INCLUDE_SUBDOMAINS = SECURE_HSTS_SECONDS > 0
 SECURE_HSTS_PRELOAD = SECURE_HSTS_SECONDS > 0
 SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https") if env_bool("MADO_BEHIND_TLS_PROXY", False) else None
 
+# --- operators (docs/deploy.md#health-and-metrics, #logs) ----------------------------------------------------------
+# /readyz: seconds each of the database, broker and storage checks may take before it counts as down.
+MADO_READYZ_TIMEOUT_S = env_float("MADO_READYZ_TIMEOUT_S", 3.0, minimum=0.1)
+# /metrics answers a caller with this bearer token, or from these networks (default: this host only).
+MADO_METRICS_TOKEN = env_str("MADO_METRICS_TOKEN") or ""
+MADO_METRICS_ALLOW_FROM = env_networks("MADO_METRICS_ALLOW_FROM", ["127.0.0.1/32", "::1/128"])
+# A Celery worker serves its own metrics (verifications, periodic checks) on this port; 0 = not served.
+MADO_METRICS_PORT = env_int("MADO_METRICS_PORT", 0, minimum=0)
+# "json": one JSON object per line (time, level, logger, message, request_id); "text": plain lines.
+MADO_LOG_FORMAT = env_choice("MADO_LOG_FORMAT", "text", ("text", "json"))
+_json_logs = MADO_LOG_FORMAT == "json"
+# Celery would replace the root logger's handlers with its own plain-text ones.
+CELERY_WORKER_HIJACK_ROOT_LOGGER = not _json_logs
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "filters": {"request_id": {"()": "mado.logs.RequestIdFilter"}},
+    "formatters": {
+        # Only when asked for, so a process that logs plain text never imports the JSON formatter.
+        **(
+            {
+                "json": {
+                    "()": "pythonjsonlogger.json.JsonFormatter",
+                    "fmt": "%(asctime)s %(levelname)s %(name)s %(message)s %(request_id)s",
+                    "rename_fields": {"asctime": "time", "levelname": "level", "name": "logger"},
+                }
+            }
+            if _json_logs
+            else {}
+        ),
+        "text": {"format": "%(message)s"},
+    },
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "filters": ["request_id"],
+            "formatter": "json" if _json_logs else "text",
+        }
+    },
     "root": {"handlers": ["console"], "level": env_str("MADO_LOG_LEVEL", "INFO")},
 }

@@ -3,6 +3,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
 from checkpoints import views as checkpoint_views
+from config import ops
 from jobs import views as job_views
 from mado import token_pages
 from runs import oidc
@@ -24,6 +25,10 @@ handler500 = "mado.outages.server_error"
 handler404 = "mado.outages.not_found"
 
 urlpatterns = [
+    # Answered by config.ops.OperatorEndpointsMiddleware before host checks; named here for reverse() and the docs.
+    path("healthz", ops.healthz, name="healthz"),
+    path("readyz", ops.readyz, name="readyz"),
+    path("metrics", ops.metrics_view, name="metrics"),
     path("admin/", admin.site.urls),
     path("api/v1/", include("config.api_urls")),
     path("", include("mlflow_api.urls")),  # the MLflow protocol: api/2.0/mlflow*/, also under mlflow/

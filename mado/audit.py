@@ -21,7 +21,6 @@ audit_recorded = Signal()
 
 _request = contextvars.ContextVar("mado_audit_request", default=None)
 _CREDENTIAL = "_audit_credential"  # on the user instance of a request: what it authenticated with
-REQUEST_ID_HEADER = "X-Request-ID"
 
 
 def remember_credential(user, credential) -> None:
@@ -84,19 +83,16 @@ def audit_record(
 
 
 class AuditContextMiddleware:
-    """Keeps the request's address and id (``X-Request-ID`` when the proxy sends a sane one, else a new one, echoed
-    in the answer) for the records its services write."""
+    """Keeps the request's address for the records its services write; the request id is the one
+    ``mado.logs.RequestIdMiddleware`` gave the request (and answered in ``X-Request-ID``)."""
 
     def __init__(self, get_response):
         self.get_response = get_response
 
     def __call__(self, request):
-        sent = request.headers.get(REQUEST_ID_HEADER, "")
-        request_id = sent if 0 < len(sent) <= 64 and sent.isprintable() else uuid.uuid4().hex
+        request_id = getattr(request, "request_id", "") or uuid.uuid4().hex
         token = _request.set({"address": request.META.get("REMOTE_ADDR") or None, "request_id": request_id})
         try:
-            response = self.get_response(request)
+            return self.get_response(request)
         finally:
             _request.reset(token)
-        response[REQUEST_ID_HEADER] = request_id
-        return response

@@ -5,6 +5,7 @@ parsed, and reads ``<NAME>_FILE`` (a path whose content is the value) when
 ``<NAME>`` itself is unset, so secrets can come from mounted files.
 """
 
+import ipaddress
 import os
 from pathlib import Path
 
@@ -67,4 +68,30 @@ def env_choice(name: str, default: str, choices: tuple[str, ...]) -> str:
     value = env_str(name, default) or default
     if value not in choices:
         raise ImproperlyConfigured(f"{name}={value!r} must be one of {', '.join(choices)}")
+    return value
+
+
+def env_networks(name: str, default: list[str]) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
+    """Parse a comma-separated list of addresses or networks (``10.0.0.0/8,::1``); a bad item is an error naming
+    the variable and the item."""
+    networks = []
+    for item in env_list(name, default):
+        try:
+            networks.append(ipaddress.ip_network(item, strict=False))
+        except ValueError as exc:
+            raise ImproperlyConfigured(f"{name}: {item!r} is not an address or network ({exc})") from exc
+    return tuple(networks)
+
+
+def env_float(name: str, default: float, *, minimum: float | None = None) -> float:
+    """Parse a number (``2.5``), optionally bounded below; a bad value is an error naming the variable."""
+    raw = env_str(name)
+    if raw is None:
+        return default
+    try:
+        value = float(raw)
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"{name}={raw!r} is not a number") from exc
+    if minimum is not None and value < minimum:
+        raise ImproperlyConfigured(f"{name}={value} must be >= {minimum}")
     return value

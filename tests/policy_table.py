@@ -248,6 +248,10 @@ ROWS = {
     },
     ART + "^mpu/(?P<action>[a-z]+)/(?P<artifact_path>[\\s\\S]+)\\Z": {"POST": run_write(501)},
     # --- pages --------------------------------------------------------------------------------------
+    # Operators' endpoints: no login; /metrics also answers every role here (the test client calls from loopback).
+    "healthz": {"GET": answers(*(200,) * 9)},
+    "readyz": {"GET": answers(*(200,) * 9)},
+    "metrics": {"GET": answers(*(200,) * 9)},
     "accounts/login/": {"GET": answers(200, 302, 302, 302, 302, 302, 302, 200, 200)},
     "accounts/logout/": {"POST": answers(*(302,) * 9)},
     # Single sign-on is not configured in the matrix's world (tests/e2e/test_oidc_sign_in.py configures it).
