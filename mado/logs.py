@@ -1,6 +1,6 @@
 """Log lines an operator can follow: a request id on every line a request logs, and JSON on request.
 
-``RequestIdMiddleware`` takes the caller's ``X-Request-ID`` (a proxy or load balancer sets one; up to 128
+``RequestIdMiddleware`` takes the caller's ``X-Request-ID`` (a proxy or load balancer sets one; up to 64
 characters of letters, digits, ``-``, ``_``, ``.``) or makes one, answers it in the same header and keeps it in a
 context variable for the request's duration; ``RequestIdFilter`` puts it on every record as ``request_id``
 (``-`` outside a request), so ``MADO_LOG_FORMAT=json`` (``config/settings.py``) writes it as a field of each line
@@ -13,7 +13,7 @@ import uuid
 from contextvars import ContextVar
 
 REQUEST_ID_HEADER = "X-Request-ID"
-_ACCEPTED = re.compile(r"[A-Za-z0-9._-]{1,128}")
+_ACCEPTED = re.compile(r"[A-Za-z0-9._-]{1,64}")  # the audit log keeps up to 64
 _current: ContextVar[str] = ContextVar("mado_request_id", default="-")
 
 
