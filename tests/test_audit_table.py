@@ -57,6 +57,10 @@ AUDITED = {
     API + "projects/<slug:slug>/alert-channels/": {"POST": "alert_channel.create"},
     API + "alert-channels/<int:channel_id>/test/": {"POST": SENDS},
     API + "runs/<int:run_id>/alerts/": {"POST": SENDS},
+    API + "projects/<slug:slug>/retention-policy/": {"PUT": "retention_policy.set"},
+    API + "projects/<slug:slug>/retention-policy/preview/": {"POST": READS},
+    API + "projects/<slug:slug>/retention-policy/apply/": {"POST": REFUSED},
+    API + "projects/<slug:slug>/checkpoints/bulk-delete/": {"POST": "checkpoint.bulk_delete"},
     # MLflow
     ML + "runs/update": {"POST": NO_CHANGE},
     ML + "runs/delete": {"POST": "run.delete"},
@@ -84,6 +88,9 @@ AUDITED = {
     "accounts/tokens/<int:token_id>/revoke/": {"POST": "token.revoke"},
     "accounts/logout/": {"POST": SESSION},
     "alert-channels/<int:pk>/send-test/": {"POST": SENDS},
+    "projects/<slug:slug>/storage/policy/": {"POST": "retention_policy.set"},
+    "projects/<slug:slug>/storage/apply/": {"POST": REFUSED},
+    "projects/<slug:slug>/checkpoints/bulk-delete/": {"POST": "checkpoint.bulk_delete"},
     "i18n/setlang/": {"POST": SESSION},
     "projects/<slug:slug>/columns/": {"POST": SESSION},
 }

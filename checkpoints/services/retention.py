@@ -15,6 +15,7 @@ from checkpoints.models import Checkpoint, CheckpointDeletion, CheckpointState, 
 from checkpoints.retention import Rules, retention_plan
 from checkpoints.services.deletion import Deleted, checkpoints_delete
 from mado import policy
+from mado.audit import audit_record
 from mado.errors import ValidationFailed
 from runs.models import Project
 
@@ -46,12 +47,26 @@ def retention_policy_set(*, actor, project: Project, rules: Rules, scheduled: bo
     policy.require_role(actor, project, policy.ADMIN)
     clean_rules(rules)
     values = {**vars(rules), "scheduled": scheduled, "updated_by": actor}
+    before = RetentionPolicy.objects.filter(project=project).values(*vars(rules), "scheduled").first()
     try:
         with transaction.atomic():
             row, _ = RetentionPolicy.objects.update_or_create(project=project, defaults=values)
     except IntegrityError:
         row, _ = RetentionPolicy.objects.update_or_create(project=project, defaults=values)
+    after = {**vars(rules), "scheduled": scheduled}
+    changes = {name: [(before or {}).get(name), value] for name, value in after.items()}
+    audit_record(actor=actor, action="retention_policy.set", obj=row, project_id=project.pk, changes=changes)
     return row
+
+
+def _audit_deleted(*, actor, project: Project, action: str, outcome: Deleted) -> None:
+    audit_record(
+        actor=actor,
+        action=action,
+        obj=project,
+        project_id=project.pk,
+        changes={"deleted_checkpoints": [None, [row.pk for row in outcome.deleted]], "bytes": [None, outcome.bytes]},
+    )
 
 
 def retention_apply(*, actor, project: Project, cause: str = CheckpointDeletion.Cause.POLICY) -> Deleted:
@@ -68,6 +83,7 @@ def retention_apply(*, actor, project: Project, cause: str = CheckpointDeletion.
     ids = [checkpoint.pk for plan in plans for checkpoint in plan.going]
     outcome = checkpoints_delete(actor=actor, project=project, checkpoint_ids=ids, cause=cause)
     RetentionPolicy.objects.filter(pk=saved.pk).update(last_applied_at=timezone.now())
+    _audit_deleted(actor=actor, project=project, action="retention_policy.apply", outcome=outcome)
     return outcome
 
 
@@ -79,7 +95,9 @@ def runs_checkpoints_delete(*, actor, project: Project, run_ids: list[int]) -> D
         .exclude(state__in=(CheckpointState.DELETED, CheckpointState.PENDING))
         .values_list("pk", flat=True)
     )
-    return checkpoints_delete(actor=actor, project=project, checkpoint_ids=ids, cause=CheckpointDeletion.Cause.BULK)
+    outcome = checkpoints_delete(actor=actor, project=project, checkpoint_ids=ids, cause=CheckpointDeletion.Cause.BULK)
+    _audit_deleted(actor=actor, project=project, action="checkpoint.bulk_delete", outcome=outcome)
+    return outcome
 
 
 def retention_apply_scheduled() -> int:
