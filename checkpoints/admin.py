@@ -9,7 +9,15 @@ delete.
 
 from django.contrib import admin
 
-from checkpoints.models import Artifact, Checkpoint, ManifestEntry
+from checkpoints.models import (
+    Artifact,
+    Checkpoint,
+    CheckpointDeletion,
+    ManifestEntry,
+    RetentionPolicy,
+    ScrubState,
+    StorageUsage,
+)
 from mado.admin import ReadOnlyAdmin
 
 
@@ -61,3 +69,42 @@ class ManifestEntryAdmin(ReadOnlyAdmin):
     search_fields = ["path", "sha256"]
     raw_id_fields = ["checkpoint"]
     list_select_related = ["checkpoint__run"]
+
+
+@admin.register(RetentionPolicy)
+class RetentionPolicyAdmin(ReadOnlyAdmin):
+    """Set and applied by Project admins on the Storage page (docs/design/checkpoints.md#retention)."""
+
+    list_display = ["project", "keep_last", "keep_best", "best_metric", "keep_every", "keep_newer_days", "scheduled"]
+    list_filter = ["scheduled"]
+    raw_id_fields = ["project", "updated_by"]
+    list_select_related = ["project"]
+
+
+@admin.register(CheckpointDeletion)
+class CheckpointDeletionAdmin(ReadOnlyAdmin):
+    """What each deletion removed, who and why (docs/design/checkpoints.md#deletion)."""
+
+    list_display = ["checkpoint", "project", "run", "step", "bytes", "cause", "deleted_by", "deleted_at"]
+    list_filter = ["cause", "project"]
+    raw_id_fields = ["project", "run", "checkpoint", "deleted_by"]
+    list_select_related = ["project", "run", "deleted_by"]
+    date_hierarchy = "deleted_at"
+
+
+@admin.register(StorageUsage)
+class StorageUsageAdmin(ReadOnlyAdmin):
+    """Bytes stored per Project, Run and kind, kept by the services that store and delete
+    (docs/design/checkpoints.md#usage)."""
+
+    list_display = ["project", "run", "kind", "bytes", "files"]
+    list_filter = ["kind", "project"]
+    raw_id_fields = ["project", "run"]
+    list_select_related = ["project", "run"]
+
+
+@admin.register(ScrubState)
+class ScrubStateAdmin(ReadOnlyAdmin):
+    """The scrubber's byte credit (docs/design/checkpoints.md#scrubbing)."""
+
+    list_display = ["id", "credit", "updated_at"]

@@ -25,6 +25,7 @@ from runs.models import (  # noqa: I001
     Run,
     RunTableColumns,
     RunTag,
+    ServiceAccount,
 )
 
 
@@ -265,3 +266,14 @@ class LoggedModelAdmin(ReadOnlyAdmin):
     raw_id_fields = ["project", "run", "created_by"]
     list_select_related = ["project", "run", "created_by"]
     date_hierarchy = "created_at"
+
+
+@admin.register(ServiceAccount)
+class ServiceAccountAdmin(ReadOnlyAdmin):
+    """Project-scoped non-human users; created and given tokens by Project admins on the members page."""
+
+    list_display = ["name", "project", "user", "created_by", "created_at"]
+    list_filter = ["project"]
+    search_fields = ["name", "project__slug"]
+    raw_id_fields = ["project", "user", "created_by"]
+    list_select_related = ["project", "user", "created_by"]

@@ -115,6 +115,7 @@ def test_lists_read_the_verdicts_without_a_query_per_run(api, creator, log, fail
     client = api(creator)
     log(failed_job.run, range(27))
     log(resumed_job.run, range(20, 30))
+    client.get("/api/v1/projects/")  # the token's first use records it (once a minute): not a query per run
     with CaptureQueriesContext(connection) as few:
         client.get("/api/v1/jobs/")
         client.get("/api/v1/runs/")

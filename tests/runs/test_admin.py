@@ -8,10 +8,19 @@ from django.apps import apps
 from django.contrib import admin
 from django.urls import reverse
 
-from checkpoints.models import Artifact, Checkpoint, CheckpointState, ManifestEntry
+from checkpoints.models import (
+    Artifact,
+    Checkpoint,
+    CheckpointDeletion,
+    CheckpointState,
+    ManifestEntry,
+    RetentionPolicy,
+    ScrubState,
+    StorageUsage,
+)
 from mlflow_api.tracking.logged_models import logged_model_create
 from runs.metrics import metrics_ingest
-from runs.models import DataStage, Project, Run
+from runs.models import DataStage, Project, Run, ServiceAccount
 from runs.services import run_table_columns_save
 from sweeps.services import sweep_claim, sweep_create
 from tests.factories import CodeVersionFactory, DatasetVersionFactory, UserFactory
@@ -60,6 +69,14 @@ def one_of_each(project, run, creator):
     sweep_claim(actor=creator, sweep=sweep, agent="gpu-1:7")
     run_table_columns_save(user=creator, project=project, column_ids=["param:lr", "metric:loss:min"])
     logged_model_create(actor=creator, project=project, name="net", source_run=run)
+    ServiceAccount.objects.create(user=UserFactory(username="ci-bot"), project=project, name="ci", created_by=creator)
+    RetentionPolicy.objects.create(project=project, keep_last=3, updated_by=creator)
+    gone = Checkpoint.objects.create(run=run, step=5, state=CheckpointState.DELETED)
+    CheckpointDeletion.objects.create(
+        project=project, run=run, checkpoint=gone, step=5, bytes=10, cause="hand", deleted_by=creator
+    )
+    StorageUsage.objects.create(project=project, run=run, kind=StorageUsage.Kind.CHECKPOINT_TAR, bytes=10, files=1)
+    ScrubState.objects.create(credit=0.0)
 
 
 @pytest.mark.parametrize("model", MODELS, ids=lambda m: m.__name__)
@@ -89,7 +106,7 @@ def test_changelist_search_works(client, superuser, one_of_each, model):
 
 def test_checkpoints_and_metric_points_are_read_only(client, superuser, one_of_each):
     client.force_login(superuser)
-    checkpoint = Checkpoint.objects.get()
+    checkpoint = Checkpoint.objects.get(step=10)
     response = client.post(reverse("admin:checkpoints_checkpoint_delete", args=[checkpoint.pk]), {"post": "yes"})
     assert response.status_code == 403
     assert Checkpoint.objects.filter(pk=checkpoint.pk).exists()
