@@ -84,9 +84,9 @@ def test_tuned_web_process_faults_far_fewer_pages_per_upload():
     _, untuned = upload_faults("plain")
     said, tuned = upload_faults("tuned")
     assert said == ["applied"]
-    # Measured: 17,000-20,000 page faults for these 64 MiB with glibc's defaults, 2,000-4,000 tuned
-    # (a smaller gap than a 1 GiB upload shows: the test's own set-up faults count too).
-    assert tuned * 3 < untuned, (tuned, untuned)
+    # Measured: 15,000-20,000 page faults for these 64 MiB with glibc's defaults, 2,000-4,000 tuned (a smaller gap
+    # than a 1 GiB upload shows: the test's own set-up faults count too); on a loaded machine 10,000 and 4,000.
+    assert tuned * 2 < untuned, (tuned, untuned)
 
 
 def test_operator_malloc_settings_win():
@@ -101,4 +101,4 @@ def test_wsgi_application_tunes_the_web_process(tmp_path):
     _, served = upload_faults(
         "wsgi", DJANGO_SETTINGS_MODULE="config.settings", MADO_SECRET_KEY="x" * 60, MADO_DATA_DIR=str(tmp_path)
     )
-    assert served * 3 < untuned, (served, untuned)
+    assert served * 2 < untuned, (served, untuned)
