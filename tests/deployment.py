@@ -25,14 +25,14 @@ ROOT = Path(__file__).resolve().parents[1]
 
 SETUP = """
 from django.contrib.auth import get_user_model
-from tests.factories import api_key
 from jobs.models import Queue
+from mado.tokens import api_token_create
 from runs.models import Membership, Project, Role
 user = get_user_model().objects.create_user("flow", password="flow-password")
 project = Project.objects.create(name="Flow", slug="flow")
 Membership.objects.create(user=user, project=project, role=Role.MEMBER)
 Queue.objects.get_or_create(name={queue!r})
-print(api_key(user))
+print(api_token_create(user=user, name="deployment test", scope="admin", expires_in_days=None)[1])
 """
 
 
