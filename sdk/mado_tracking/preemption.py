@@ -47,6 +47,7 @@ class Preemption:
         self.signal_at: float | None = None
         self._previous: dict[int, object] = {}
         self._delivered = False  # a signal reached this process's handler (not only another rank's, via agreed)
+        self._last_vote = None  # the latest all-reduce's Work, see agreed()
 
     @property
     def requested(self) -> bool:
@@ -69,7 +70,12 @@ class Preemption:
             return self.requested
         device = "cuda" if dist.get_backend() == "nccl" else "cpu"
         flag = torch.tensor([1 if self.requested else 0], device=device)
-        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        work = dist.all_reduce(flag, op=dist.ReduceOp.MAX, async_op=True)
+        work.wait()
+        # Held until the next vote, so the process group's worker thread never drops the last reference to
+        # ``flag``: that drop takes the GIL, and a gloo group's destructor joins its threads holding the GIL
+        # (at exit, right after the last vote, the process hung there).
+        self._last_vote = work
         if flag.item() and not self.requested:
             self._record(signal.SIGTERM)  # another rank was told; this one stops with it
         return bool(flag.item())
