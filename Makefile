@@ -37,8 +37,9 @@ test: install-dev
 	$(VENV)/bin/pytest
 
 # The same flows against PostgreSQL, Redis and an S3-compatible server (moto); .ci/run starts the services.
+# Outside tests/integration only the tests that touch the database run again (tests/conftest.py).
 test-integration: install-dev
-	MADO_DATABASE_URL=$${MADO_TEST_DATABASE_URL:-postgresql://postgres@127.0.0.1:5432/postgres} \
+	MADO_TEST_DATABASE_ONLY=1 MADO_DATABASE_URL=$${MADO_TEST_DATABASE_URL:-postgresql://postgres@127.0.0.1:5432/postgres} \
 	MADO_TEST_REDIS_URL=$${MADO_TEST_REDIS_URL:-redis://127.0.0.1:6379/15} \
 	$(VENV)/bin/pytest -o addopts="-ra" tests/integration tests/runs tests/sweeps tests/checkpoints tests/parity tests/mlflow_api tests/sdk \
 		tests/mlflow_client/test_mlflow_stock_integrations.py

@@ -16,6 +16,25 @@ from runs.models import Role
 from tests.factories import MembershipFactory, ProjectFactory, RunFactory, UserFactory, api_key
 
 
+DATABASE_FIXTURES = frozenset({"db", "transactional_db", "django_db_reset_sequences", "live_server"})
+
+
+def pytest_collection_modifyitems(config, items):
+    """``MADO_TEST_DATABASE_ONLY=1`` (``make test-integration``, after ``make test``): outside ``tests/integration``
+    only the tests that touch the database run again, on PostgreSQL; the others gave their verdict in ``make test``
+    and would give the same one."""
+    if os.environ.get("MADO_TEST_DATABASE_ONLY") != "1":
+        return
+    integration = config.rootpath / "tests" / "integration"
+    kept, deselected = [], []
+    for item in items:
+        touches = item.get_closest_marker("django_db") or DATABASE_FIXTURES & set(item.fixturenames)
+        (kept if touches or integration in item.path.parents else deselected).append(item)
+    if deselected:
+        config.hook.pytest_deselected(items=deselected)
+        items[:] = kept
+
+
 @pytest.fixture(autouse=True)
 def _fast_password_hasher(settings):
     """The default PBKDF2 costs about 0.5 s per user and most tests create several."""
