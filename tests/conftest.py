@@ -15,7 +15,6 @@ from mado_tracking import writeback
 from runs.models import Role
 from tests.factories import MembershipFactory, ProjectFactory, RunFactory, UserFactory, api_key
 
-
 DATABASE_FIXTURES = frozenset({"db", "transactional_db", "django_db_reset_sequences", "live_server"})
 
 
