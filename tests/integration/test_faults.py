@@ -257,7 +257,7 @@ def test_after_a_broker_reconnect_a_busy_worker_leaves_the_next_job_to_an_idle_o
     for name in ("w1", "w2"):
         site.start_worker(name)
         site.wait_ready(name)
-    busy = launch(40)
+    busy = launch(120)  # long enough to still run after the outage on a loaded machine (a 40 s one had ended)
     wait_until(lambda: status(busy) == JobStatus.RUNNING, 60, "the long Job runs", site)
     site.redis.cut()
     time.sleep(3)
@@ -268,6 +268,7 @@ def test_after_a_broker_reconnect_a_busy_worker_leaves_the_next_job_to_an_idle_o
         "both workers reconnect",
         site,
     )
+    assert status(busy) == JobStatus.RUNNING, "the long Job ended before the outage was over"
     started = time.monotonic()
     quick = launch(1)
     wait_until(
