@@ -4,6 +4,7 @@ resume that finds them kept for another server says so."""
 
 import json
 import logging
+import threading
 import time
 
 import pytest
@@ -34,15 +35,20 @@ def _lose(run) -> None:
 
 
 def test_a_crashed_run_keeps_many_points_with_one_warning_and_few_disk_writes(monkeypatch, caplog):
-    fsyncs = []
+    fsyncs = []  # the thread each fsync ran on, and whether the training loop was running then
+    in_loop = threading.Event()
     real_fsync = unsent.os.fsync
-    monkeypatch.setattr(unsent.os, "fsync", lambda fd: (fsyncs.append(fd), real_fsync(fd)))
+    monkeypatch.setattr(
+        unsent.os, "fsync", lambda fd: (fsyncs.append((threading.current_thread(), in_loop.is_set())), real_fsync(fd))
+    )
     with ResumeStubApi(resumed=False) as stub, caplog.at_level(logging.WARNING, logger="mado_tracking"):
         stub.ended = True
         run = _start(stub.url)
         _lose(run)
+        in_loop.set()
         for step in range(1, 5001):
             run.log_metrics({"loss": 1.0 / step}, step=step)
+        in_loop.clear()
         run.finish()
     kept = run_staging_dir(api_url=stub.url, project="vision", external_id="exp-1") / unsent.FILE_NAME
     steps = [json.loads(line)[2] for line in kept.read_text().splitlines()]
@@ -52,6 +58,8 @@ def test_a_crashed_run_keeps_many_points_with_one_warning_and_few_disk_writes(mo
         f"mado: run exp-1 ended on the server; its metric points are kept in {kept} from now on and sent by a "
         "resume of this run (its id with resume='allow')"
     ]
+    training = threading.main_thread()
+    assert [thread.name for thread, looping in fsyncs if looping and thread is training] == []
     assert 1 <= len(fsyncs) <= 4  # about once a second and at finish, never once per call
 
 
