@@ -25,8 +25,8 @@ REFUSED = "refused in the matrix's world (409/400/501): its record is asserted i
 NO_CHANGE = "the matrix's request changes nothing there (same status, not deleted): a no-op records nothing"
 READS = "only reads, though sent by POST (a search)"
 SENDS = "sends an alert or a test message: the channel's delivery log records it"
-# Not yet audited: the model registry arrived after the audit log; its services are the place to add it.
-REGISTRY = "the model registry (registered models, versions, aliases, stages): not audited yet"
+ABSENT = "names what does not exist in the matrix's world (404): its record is asserted in test_registry_audit.py"
+UNSUPPORTED = "always refused (400): mado has aliases, not MLflow's deprecated stages; nothing changes"
 
 AUDITED = {
     # /api/v1/
@@ -68,6 +68,19 @@ AUDITED = {
     ML + "experiments/create": {"POST": REFUSED},
     ML + "experiments/delete": {"POST": REFUSED},
     ML + "experiments/restore": {"POST": REFUSED},
+    ML + "registered-models/update": {"PATCH": "registered_model.update"},
+    ML + "registered-models/rename": {"POST": "registered_model.rename"},
+    ML + "registered-models/delete": {"DELETE": "registered_model.delete"},
+    ML + "registered-models/set-tag": {"POST": "registered_model.set_tag"},
+    ML + "registered-models/delete-tag": {"DELETE": ABSENT},
+    ML + "registered-models/get-latest-versions": {"POST": READS},
+    # The world's alias already points at the version the request names.
+    ML + "registered-models/alias": {"POST": NO_CHANGE, "DELETE": "model_alias.delete"},
+    ML + "model-versions/update": {"PATCH": "model_version.update"},
+    ML + "model-versions/delete": {"DELETE": "model_version.delete"},
+    ML + "model-versions/set-tag": {"POST": "model_version.set_tag"},
+    ML + "model-versions/delete-tag": {"DELETE": ABSENT},
+    ML + "model-versions/transition-stage": {"POST": UNSUPPORTED},
     ART + "^artifacts/(?P<artifact_path>[\\s\\S]+)\\Z": {"PUT": RUN_DATA, "DELETE": "artifact.delete"},
     ART + "^mpu/(?P<action>[a-z]+)/(?P<artifact_path>[\\s\\S]+)\\Z": {"POST": REFUSED},
     # pages
@@ -128,6 +141,9 @@ CREATE_TAILS = (
     "^sweeps/$",
     "claim/$",
     "runs/create",
+    "registered-models/create",
+    "model-versions/create",
+    "/register/",
     "experiment-tag",
     "sweeps/new/",
     "2\\.0/mlflow/.*|3\\.0/mlflow/.*)$",
@@ -140,8 +156,6 @@ def declared(route: str, method: str) -> str:
         return AUDITED[route][method]
     if route.removeprefix("mlflow/") in READ_POSTS:
         return READS
-    if "registered-models/" in route or "model-versions/" in route or route.endswith("/register/"):
-        return REGISTRY
     if route.endswith(RUN_DATA_TAILS):
         return RUN_DATA
     if route.endswith(CREATE_TAILS):
@@ -150,7 +164,7 @@ def declared(route: str, method: str) -> str:
 
 
 WRITE_CELLS = sorted((route, method) for route, row in ROWS.items() for method in row if method in WRITES)
-REASONS = {RUN_DATA, CREATES, SESSION, REFUSED, NO_CHANGE, READS, SENDS, REGISTRY}
+REASONS = {RUN_DATA, CREATES, SESSION, REFUSED, NO_CHANGE, READS, SENDS, ABSENT, UNSUPPORTED}
 
 
 def test_every_write_is_declared():

@@ -12,6 +12,12 @@ model's (``checkpoint_lock_for_use``), and so does every deletion, so a
 checkpoint is never deleted while it is being registered and
 ``Checkpoint.registered_as`` (the fact ``checkpoints`` reads to refuse a
 deletion) is always current when the transaction commits.
+
+Audit (docs/api.md#audit): every change to an existing model, version or
+alias (description, name, tags, aliases, deletion) is recorded inside its
+transaction, with ``changes`` as ``{field: [before, after]}``; creating a
+model or a version is not a record, and a request that changes nothing
+(the same description, an alias set where it already points) records nothing.
 """
 
 import re
@@ -22,6 +28,7 @@ from django.db.models import F
 from checkpoints.models import Checkpoint
 from checkpoints.services import checkpoint_lock_for_use
 from mado import policy
+from mado.audit import audit_record
 from mado.errors import Forbidden
 from mlflow_api.errors import INVALID_PARAMETER_VALUE, RESOURCE_ALREADY_EXISTS, RESOURCE_DOES_NOT_EXIST, MlflowError
 from mlflow_api.models import ModelAlias, ModelVersion, RegisteredModel
@@ -119,13 +126,21 @@ def _locked_model(model: RegisteredModel) -> RegisteredModel:
     return RegisteredModel.objects.select_for_update(of=("self",)).select_related("project").get(pk=model.pk)
 
 
+def _audit(actor, action: str, obj, project_id: int | None, changes: dict | None = None) -> None:
+    """One audit record of a registry change; nothing when every ``changes`` value is ``[same, same]``."""
+    if changes and all(before == after for before, after in changes.values()):
+        return
+    audit_record(actor=actor, action=action, obj=obj, project_id=project_id, changes=changes)
+
+
 @transaction.atomic
 def registered_model_update(*, actor, model: RegisteredModel, description) -> RegisteredModel:
     """Set the model's description (members of its Project)."""
     require_model_role(actor, model, policy.MEMBER)
     model = _locked_model(model)
-    model.description = _description(description)
+    before, model.description = model.description, _description(description)
     model.save(update_fields=["description", "updated_at"])
+    _audit(actor, "registered_model.update", model, model.project_id, {"description": [before, model.description]})
     return model
 
 
@@ -138,9 +153,10 @@ def registered_model_rename(*, actor, model: RegisteredModel, new_name) -> Regis
             held = list(model.versions.exclude(checkpoint=None).values_list("checkpoint_id", flat=True))
             _lock_checkpoints(held)  # the checkpoints' rows before the model's, as everywhere
             model = _locked_model(model)
-            model.name = new_name
+            before, model.name = model.name, new_name
             model.save(update_fields=["name", "updated_at"])
             _refresh_checkpoints(held)
+            _audit(actor, "registered_model.rename", model, model.project_id, {"name": [before, new_name]})
     except IntegrityError:
         raise MlflowError(RESOURCE_ALREADY_EXISTS, "this model name cannot be used: choose another") from None
     return model
@@ -151,8 +167,10 @@ def registered_model_tag_set(*, actor, model: RegisteredModel, key, value) -> No
     """Set tag ``key`` (``value`` None: delete it; absent → 404) on the model (members)."""
     require_model_role(actor, model, policy.MEMBER)
     model = _locked_model(model)
-    model.tags = _tags_with(model.tags, key, value, f"Registered model {model.name!r}")
+    before = model.tags
+    model.tags = _tags_with(before, key, value, f"Registered model {model.name!r}")
     model.save(update_fields=["tags", "updated_at"])
+    _audit_tag(actor, "registered_model", model, model.project_id, before, model.tags)
 
 
 def _tags_with(tags: dict, key, value, owner: str) -> dict:
@@ -164,12 +182,20 @@ def _tags_with(tags: dict, key, value, owner: str) -> dict:
     return {k: v for k, v in tags.items() if k != key}
 
 
+def _audit_tag(actor, entity: str, obj, project_id: int | None, before: dict, after: dict) -> None:
+    """``<entity>.set_tag`` or ``.delete_tag`` with ``{"tags.<key>": [before, after]}`` (None: no such tag)."""
+    changed = {f"tags.{k}": [before.get(k), after.get(k)] for k in before.keys() | after.keys()}
+    verb = "set_tag" if len(after) >= len(before) else "delete_tag"
+    _audit(actor, f"{entity}.{verb}", obj, project_id, changed)
+
+
 @transaction.atomic
 def registered_model_delete(*, actor, model: RegisteredModel) -> None:
     """Delete the model with its versions and aliases (Project admins); their checkpoints become deletable."""
     require_model_role(actor, model, policy.ADMIN)
     checkpoint_ids = list(model.versions.exclude(checkpoint=None).values_list("checkpoint_id", flat=True))
     _lock_checkpoints(checkpoint_ids)
+    _audit(actor, "registered_model.delete", model, model.project_id)
     RegisteredModel.objects.filter(pk=model.pk).delete()
     _refresh_checkpoints(checkpoint_ids)
 
@@ -251,9 +277,11 @@ def model_version_create(
 def model_version_update(*, actor, version: ModelVersion, description) -> ModelVersion:
     """Set the version's description (members)."""
     require_model_role(actor, version.registered_model, policy.MEMBER)
-    version = ModelVersion.objects.select_for_update().get(pk=version.pk)
-    version.description = _description(description)
+    version = ModelVersion.objects.select_for_update().select_related("registered_model").get(pk=version.pk)
+    before, version.description = version.description, _description(description)
     version.save(update_fields=["description", "updated_at"])
+    project_id = version.registered_model.project_id
+    _audit(actor, "model_version.update", version, project_id, {"description": [before, version.description]})
     return version
 
 
@@ -261,9 +289,11 @@ def model_version_update(*, actor, version: ModelVersion, description) -> ModelV
 def model_version_tag_set(*, actor, version: ModelVersion, key, value) -> None:
     """Set tag ``key`` (``value`` None: delete it; absent → 404) on the version (members)."""
     require_model_role(actor, version.registered_model, policy.MEMBER)
-    row = ModelVersion.objects.select_for_update().get(pk=version.pk)
-    row.tags = _tags_with(row.tags, key, value, f"Model version {version}")
+    row = ModelVersion.objects.select_for_update().select_related("registered_model").get(pk=version.pk)
+    before = row.tags
+    row.tags = _tags_with(before, key, value, f"Model version {version}")
     row.save(update_fields=["tags", "updated_at"])
+    _audit_tag(actor, "model_version", row, row.registered_model.project_id, before, row.tags)
 
 
 @transaction.atomic
@@ -272,28 +302,49 @@ def model_version_delete(*, actor, version: ModelVersion) -> None:
     holds it. Deleting a deleted version → 404 (MLflow's answer)."""
     require_model_role(actor, version.registered_model, policy.ADMIN)
     _lock_checkpoints([version.checkpoint_id] if version.checkpoint_id else [])
+    _audit(actor, "model_version.delete", version, version.registered_model.project_id)
     ModelVersion.objects.filter(pk=version.pk).delete()
     if version.checkpoint_id:
         _refresh_checkpoints([version.checkpoint_id])
 
 
+def _alias_row(model: RegisteredModel, alias: str) -> ModelAlias | None:
+    return (
+        ModelAlias.objects.select_related("version", "registered_model")
+        .filter(registered_model=model, alias=alias)
+        .first()
+    )
+
+
+@transaction.atomic
 def model_alias_set(*, actor, model: RegisteredModel, alias, version: ModelVersion) -> None:
-    """Point ``alias`` at ``version`` of ``model`` (Project admins); setting it again moves it (idempotent)."""
+    """Point ``alias`` at ``version`` of ``model`` (Project admins); setting it again moves it (idempotent).
+
+    The model's row is locked first, so two requests setting one alias at once run one after the other.
+    """
     require_model_role(actor, model, policy.ADMIN)
     alias = check_alias(alias)
-    try:
-        with transaction.atomic():
-            ModelAlias.objects.update_or_create(registered_model=model, alias=alias, defaults={"version": version})
-    except IntegrityError:  # set at the same moment by another request: the row exists now, move it
-        ModelAlias.objects.filter(registered_model=model, alias=alias).update(version=version)
+    model = _locked_model(model)
+    row = _alias_row(model, alias)
+    before = None if row is None else row.version.version
+    if row is None:
+        row = ModelAlias.objects.create(registered_model=model, alias=alias, version=version)
+    elif before != version.version:
+        row.version = version
+        row.save(update_fields=["version", "updated_at"])
+    _audit(actor, "model_alias.set", row, model.project_id, {"version": [before, version.version]})
 
 
+@transaction.atomic
 def model_alias_delete(*, actor, model: RegisteredModel, alias) -> None:
     """Remove ``alias`` (Project admins); an alias that is not set → 404."""
     require_model_role(actor, model, policy.ADMIN)
-    deleted, _ = ModelAlias.objects.filter(registered_model=model, alias=alias).delete()
-    if not deleted:
+    model = _locked_model(model)
+    row = _alias_row(model, alias)
+    if row is None:
         raise MlflowError(RESOURCE_DOES_NOT_EXIST, f"Registered model alias {alias!r} not found.")
+    _audit(actor, "model_alias.delete", row, model.project_id, {"version": [row.version.version, None]})
+    row.delete()
 
 
 def checkpoint_register(*, actor, checkpoint: Checkpoint, name, description: str = "") -> ModelVersion:

@@ -1,53 +1,28 @@
-"""Races on a real PostgreSQL around the model registry (docs/design/checkpoints.md#deletion;
-docs/design/house.md#idempotent).
-
-Registering a checkpoint as a model version and deleting that checkpoint at
-the same moment never both win; two registrations of one checkpoint into one
-model at once (a double click) make one version.
-"""
+"""The model registry's aliases on a real PostgreSQL (docs/api.md#model-registry, #audit): two requests moving one
+alias at the same instant both succeed, one after the other, and the audit log tells the same story."""
 
 import pytest
 
-from checkpoints import services as checkpoint_services
-from checkpoints.models import Checkpoint, CheckpointState
-from mlflow_api.models import ModelVersion
+from mado.models import AuditEvent
+from mlflow_api.models import ModelAlias
 from mlflow_api.registry import services
 from tests.integration.concurrency import together
+from tests.jobs.conftest import checkpoint
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def complete_checkpoint(run, step) -> Checkpoint:
-    return Checkpoint.objects.create(run=run, step=step, state=CheckpointState.COMPLETE)
-
-
-def test_registering_and_deleting_a_checkpoint_at_once_never_both_win(postgres, run, member, admin, settings):
-    settings.MMT_CHECKPOINT_KEEP_COUNT = 1
-    complete_checkpoint(run, 100)  # the kept one: steps 1..6 may be deleted
-    for step in range(1, 7):
-        target = complete_checkpoint(run, step)
-        (version, register_error), (_, delete_error) = together(
-            (services.checkpoint_register, {"actor": member, "checkpoint": target, "name": f"net-{step}"}),
-            (checkpoint_services.checkpoint_delete, {"actor": admin, "checkpoint": target}),
-        )
-        target.refresh_from_db()
-        assert (register_error is None) != (delete_error is None), (register_error, delete_error)
-        if register_error is None:
-            assert target.state == CheckpointState.COMPLETE and target.registered_as == f"net-{step} v1"
-            assert "registered as model version" in delete_error.detail
-        else:
-            assert target.state == CheckpointState.DELETED and target.registered_as == ""
-            assert "not complete" in register_error.detail
-            assert not ModelVersion.objects.filter(checkpoint=target).exists()
-
-
-def test_a_double_registration_makes_one_version(postgres, run, member):
-    for step in range(1, 5):
-        target = complete_checkpoint(run, step)
+def test_an_alias_set_twice_at_once_ends_on_one_version_with_a_record_per_move(postgres, run, member, admin):
+    one = services.checkpoint_register(actor=member, checkpoint=checkpoint(run, 10), name="resnet")
+    two = services.checkpoint_register(actor=member, checkpoint=checkpoint(run, 20), name="resnet")
+    model = one.registered_model
+    for attempt in range(5):
+        alias = f"prod-{attempt}"
         outcomes = together(
-            (services.checkpoint_register, {"actor": member, "checkpoint": target, "name": "twice"}),
-            (services.checkpoint_register, {"actor": member, "checkpoint": target, "name": "twice"}),
+            (services.model_alias_set, {"actor": admin, "model": model, "alias": alias, "version": one}),
+            (services.model_alias_set, {"actor": admin, "model": model, "alias": alias, "version": two}),
         )
         assert [error for _, error in outcomes] == [None, None]
-        assert outcomes[0][0].pk == outcomes[1][0].pk
-        assert ModelVersion.objects.filter(checkpoint=target).count() == 1
+        final = ModelAlias.objects.get(registered_model=model, alias=alias).version.version
+        moves = [e.changes["version"] for e in AuditEvent.objects.filter(object_repr=f"resnet@{alias}").order_by("pk")]
+        assert moves == [[None, 3 - final], [3 - final, final]]  # set by the first, moved by the second
