@@ -25,6 +25,7 @@ class Event(models.TextChoices):
     FINISHED = "finished", "run finished"
     RESUMED = "resumed", "run resumed"
     CHECKPOINT_REFUSED = "checkpoint_refused", "checkpoint refused or left pending"
+    CHECKPOINT_CORRUPT = "checkpoint_corrupt", "stored checkpoint found corrupt"
     JOB_GIVEN_UP = "job_given_up", "Job given up"
     PARITY_DIVERGED = "parity_diverged", "parity diverged"
     METRIC_NONFINITE = "metric_nonfinite", "metric not finite"

@@ -75,6 +75,20 @@ def alerts_on_checkpoint_refused(sender, *, checkpoint, reason, **kwargs) -> Non
     _fire(Event.CHECKPOINT_REFUSED, run, condition=f"checkpoint {checkpoint.step}", title=title, text=reason)
 
 
+def alerts_on_checkpoint_corrupt(sender, *, checkpoint, reason, **kwargs) -> None:
+    """A scrub found a complete checkpoint's stored bytes changed (docs/design/checkpoints.md#scrubbing): its Run's
+    rules fire (one condition per step), at level ``error``: the checkpoint is no longer offered for resume."""
+    run = Run.objects.select_related("project", "created_by").get(pk=checkpoint.run_id)
+    _fire(
+        Event.CHECKPOINT_CORRUPT,
+        run,
+        condition=f"checkpoint {checkpoint.step} corrupt",
+        title=f"Stored checkpoint at step {checkpoint.step} of run {_name(run)} is corrupt",
+        text=f"{reason}. It is no longer offered for resume; resume from an earlier checkpoint.",
+        level="error",
+    )
+
+
 def alerts_on_job_given_up(sender, *, job, reason, **kwargs) -> None:
     """A Job never ran (no worker took it): the Job rules of its Run fire."""
     run = job.run
@@ -95,5 +109,6 @@ def connect() -> None:
     hooks.metrics_stored.connect(alerts_on_metrics, dispatch_uid="alerts.metrics_stored")
     hooks.parity_changed.connect(alerts_on_parity, dispatch_uid="alerts.parity_changed")
     hooks.checkpoint_refused.connect(alerts_on_checkpoint_refused, dispatch_uid="alerts.checkpoint_refused")
+    hooks.checkpoint_corrupt.connect(alerts_on_checkpoint_corrupt, dispatch_uid="alerts.checkpoint_corrupt")
     hooks.job_given_up.connect(alerts_on_job_given_up, dispatch_uid="alerts.job_given_up")
     outbox.register(DELIVER_TASK, waiting=delivery_waits, give_up=delivery_give_up)

@@ -7,11 +7,15 @@ from django.core import mail
 
 from alerts.models import Event, Firing
 from alerts.services.rules import rule_create
+from checkpoints.models import Checkpoint
 from checkpoints.services.janitor import checkpoint_end_in_error
+from checkpoints.services.scrub import checkpoint_scrub_pass
 from jobs.models import Queue
 from jobs.services.lifecycle import job_fail_undelivered
 from runs.models import RunStatus
 from runs.resume import run_start
+from tests.checkpoints.checkpoint_helpers import save
+from tests.checkpoints.test_scrub import alter_stored_tar
 from tests.factories import CodeVersionFactory, RunFactory
 from tests.jobs.conftest import checkpoint, launch
 
@@ -42,6 +46,20 @@ def test_a_checkpoint_left_unfinished_mails_the_subscriber(subscribed, project, 
 
     assert subjects() == ["[mado] Checkpoint at step 40 of run ckpt-run refused"]
     assert "not finished within its lease" in mail.outbox[0].body
+
+
+def test_a_stored_checkpoint_a_scrub_finds_corrupt_mails_the_subscriber_once(subscribed, api, project, creator):
+    subscribed(Event.CHECKPOINT_CORRUPT)
+    run = RunFactory(project=project, created_by=creator, name="ckpt-run")
+    saved = Checkpoint.objects.get(pk=save(api(creator), run, 7)["id"])
+    alter_stored_tar(saved)
+
+    assert checkpoint_scrub_pass(rate=10**12).corrupt == [saved.pk]
+    checkpoint_scrub_pass(rate=10**12)  # the next pass: already corrupt, nothing more
+
+    assert subjects() == ["[mado] Stored checkpoint at step 7 of run ckpt-run is corrupt"]
+    assert "the stored object's SHA-256 is" in mail.outbox[0].body
+    assert "no longer offered for resume" in mail.outbox[0].body
 
 
 def test_a_job_no_worker_took_mails_the_subscriber(subscribed, monkeypatch, project, creator):
