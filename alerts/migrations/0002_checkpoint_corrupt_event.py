@@ -4,15 +4,32 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('alerts', '0001_initial'),
+        ("alerts", "0001_initial"),
     ]
 
     operations = [
         migrations.AlterField(
-            model_name='rule',
-            name='event',
-            field=models.CharField(choices=[('crashed', 'run crashed'), ('failed', 'run failed'), ('preempted', 'run preempted'), ('finished', 'run finished'), ('resumed', 'run resumed'), ('checkpoint_refused', 'checkpoint refused or left pending'), ('checkpoint_corrupt', 'stored checkpoint found corrupt'), ('job_given_up', 'Job given up'), ('parity_diverged', 'parity diverged'), ('metric_nonfinite', 'metric not finite'), ('metric_above', 'metric above threshold'), ('metric_below', 'metric below threshold'), ('metric_stalled', 'no new point of a metric'), ('run_alert', 'alert sent by the run')], max_length=20),
+            model_name="rule",
+            name="event",
+            field=models.CharField(
+                choices=[
+                    ("crashed", "run crashed"),
+                    ("failed", "run failed"),
+                    ("preempted", "run preempted"),
+                    ("finished", "run finished"),
+                    ("resumed", "run resumed"),
+                    ("checkpoint_refused", "checkpoint refused or left pending"),
+                    ("checkpoint_corrupt", "stored checkpoint found corrupt"),
+                    ("job_given_up", "Job given up"),
+                    ("parity_diverged", "parity diverged"),
+                    ("metric_nonfinite", "metric not finite"),
+                    ("metric_above", "metric above threshold"),
+                    ("metric_below", "metric below threshold"),
+                    ("metric_stalled", "no new point of a metric"),
+                    ("run_alert", "alert sent by the run"),
+                ],
+                max_length=20,
+            ),
         ),
     ]
