@@ -213,7 +213,7 @@ def checkpoint_delete(*, actor, checkpoint: Checkpoint) -> Checkpoint:
     if refusal:
         raise Conflict(refusal, field="checkpoint")
     row_state = row.state
-    row = deletion.delete_locked(row=row, actor=actor, cause=CheckpointDeletion.Cause.HAND)
+    row, _freed = deletion.delete_locked(row=row, actor=actor, cause=CheckpointDeletion.Cause.HAND)
     audit_record(
         actor=actor,
         action="checkpoint.delete",

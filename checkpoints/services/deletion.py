@@ -34,14 +34,25 @@ def lock_run_checkpoints(run_id: int) -> dict[int, Checkpoint]:
     return {row.pk: row for row in Checkpoint.objects.select_for_update().filter(run_id=run_id).order_by("pk")}
 
 
-def delete_locked(*, row: Checkpoint, actor, cause: str) -> Checkpoint:
+def _stored(row: Checkpoint) -> list[tuple[Artifact, str]]:
+    """The stored objects ``row`` holds, each with its usage kind: a tar checkpoint's one artifact, or one per
+    manifest entry of a checkpoint logged file by file (MLflow, layout "files"), whatever its state."""
+    artifact = Artifact.objects.filter(pk=row.artifact_id).first() if row.artifact_id else None
+    stored = [(artifact, StorageUsage.Kind.CHECKPOINT_TAR)] if artifact is not None else []
+    entries = ManifestEntry.objects.filter(checkpoint=row, artifact__isnull=False).select_related("artifact")
+    return stored + [(entry.artifact, StorageUsage.Kind.CHECKPOINT_FILES) for entry in entries]
+
+
+def delete_locked(*, row: Checkpoint, actor, cause: str) -> tuple[Checkpoint, int]:
     """Delete the locked, unprotected ``row`` (the caller checked ``checkpoint_delete_refusal``): state
-    ``deleted``, a ``CheckpointDeletion`` of ``cause`` (``CheckpointDeletion.Cause``), usage counted out, stored
-    bytes removed on commit. ``Conflict`` if the row changed under the lock (cannot happen; said rather than
-    guessed)."""
+    ``deleted``, a ``CheckpointDeletion`` of ``cause`` (``CheckpointDeletion.Cause``) with the bytes its stored
+    objects held, usage counted out, stored bytes removed on commit. Returns the row and those bytes (a
+    checkpoint that ended ``error`` with files stored frees them too). ``Conflict`` if the row changed under the
+    lock (cannot happen; said rather than guessed)."""
     from checkpoints.services.checkpoints import discard_upload  # registration imports this module
 
-    artifact = Artifact.objects.filter(pk=row.artifact_id).first() if row.artifact_id else None
+    stored = _stored(row)
+    freed = sum(item.size for item, _ in stored)
     updated = Checkpoint.objects.filter(pk=row.pk, state=row.state).update(
         state=CheckpointState.DELETED,
         artifact=None,
@@ -57,22 +68,18 @@ def delete_locked(*, row: Checkpoint, actor, cause: str) -> Checkpoint:
         run_id=row.run_id,
         checkpoint_id=row.pk,
         step=row.step,
-        bytes=row.stored_bytes if row.state == CheckpointState.COMPLETE else 0,
+        bytes=freed,
         cause=cause,
         deleted_by=actor,
     )
-    # A tar checkpoint has one artifact; one logged file by file (MLflow, layout "files") one per manifest entry.
-    stored = [(artifact, StorageUsage.Kind.CHECKPOINT_TAR)] if artifact is not None else []
-    entries = ManifestEntry.objects.filter(checkpoint=row, artifact__isnull=False)
-    stored += [(entry.artifact, StorageUsage.Kind.CHECKPOINT_FILES) for entry in entries.select_related("artifact")]
-    entries.update(artifact=None)
+    ManifestEntry.objects.filter(checkpoint=row, artifact__isnull=False).update(artifact=None)
     discard_upload(row.received, on_commit=True)
     for item, kind in stored:
         item.delete()
         usage_count(item, sign=-1, kind=kind)
         transaction.on_commit(lambda key=item.storage_key: storage.blob_delete_quietly(key))
     row.refresh_from_db()
-    return row
+    return row, freed
 
 
 @transaction.atomic
@@ -100,6 +107,7 @@ def checkpoints_delete(*, actor, project, checkpoint_ids: list[int], cause: str)
             if refusal:
                 outcome.refused[pk] = refusal
                 continue
-            outcome.bytes += row.stored_bytes if row.state == CheckpointState.COMPLETE else 0
-            outcome.deleted.append(delete_locked(row=row, actor=actor, cause=cause))
+            deleted, freed = delete_locked(row=row, actor=actor, cause=cause)
+            outcome.deleted.append(deleted)
+            outcome.bytes += freed
     return outcome

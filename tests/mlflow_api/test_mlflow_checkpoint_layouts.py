@@ -6,7 +6,8 @@ import hashlib
 
 import pytest
 
-from checkpoints.models import Artifact, Checkpoint, CheckpointState
+from checkpoints.models import Artifact, Checkpoint, CheckpointDeletion, CheckpointState, StorageUsage
+from checkpoints.services.deletion import checkpoints_delete
 from mlflow_api.artifacts.checkpoint_files import UNFINALIZED
 from mlflow_api.artifacts.checkpoint_layouts import LIGHTNING, STEP_FOLDER, TRANSFORMERS, checkpoint_file_in
 from runs.models import RunKind, RunStatus
@@ -175,6 +176,22 @@ def test_an_upload_failure_ends_the_hf_checkpoint_in_error(creator, project, run
     _hf_save(creator, project, run, 5, status="LOGGED_MODEL_UPLOAD_FAILED")
     checkpoint = Checkpoint.objects.get(run=run)
     assert checkpoint.state == CheckpointState.ERROR and "failed" in checkpoint.error
+
+
+def test_deleting_a_hf_checkpoint_in_error_frees_its_files_and_says_how_many_bytes(admin, creator, project, run):
+    _hf_save(creator, project, run, 5, status="LOGGED_MODEL_UPLOAD_FAILED")
+    checkpoint = Checkpoint.objects.get(run=run)
+    size = sum(map(len, HF_FILES.values()))
+
+    def stored_files() -> tuple[int, int]:
+        usage = StorageUsage.objects.filter(project=project, kind=StorageUsage.Kind.CHECKPOINT_FILES)
+        return sum(u.bytes for u in usage), sum(u.files for u in usage)
+
+    assert checkpoint.state == CheckpointState.ERROR and stored_files() == (size, len(HF_FILES))
+    outcome = checkpoints_delete(actor=admin, project=project, checkpoint_ids=[checkpoint.pk], cause="hand")
+    assert [c.pk for c in outcome.deleted] == [checkpoint.pk] and outcome.bytes == size
+    assert CheckpointDeletion.objects.get(checkpoint_id=checkpoint.pk).bytes == size
+    assert stored_files() == (0, 0) and not Artifact.objects.filter(path__contains="checkpoint-5/").exists()
 
 
 @pytest.mark.parametrize("then", ["higher step", "run end"])
