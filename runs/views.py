@@ -101,7 +101,9 @@ def project_detail(request, slug):
         "columns": columns,
         "choices": choices,
         "query": query.urlencode(),
-        "page_obj": Paginator(rows, RUNS_PER_PAGE).get_page(request.GET.get("page")),
+        "page_obj": Paginator(table.PageByIds(rows) if not invalid else [], RUNS_PER_PAGE).get_page(
+            request.GET.get("page")
+        ),
         "sort": form.cleaned_data.get("sort", "") if not invalid else "",
         "fixed_columns": FIXED_COLUMNS,
         "metric_stats": table.METRIC_STATS,

@@ -243,3 +243,25 @@ def test_compare_lists_each_runs_checkpoints_and_stages_in_the_same_queries_for_
     for index in range(6):
         assert f"step {10 + index}<" in body
     assert "step 99<" not in body and "from step 5" in body and body.count("No data changes") == 5
+
+
+def test_every_run_shows_once_across_pages_in_the_sorts_order_with_its_columns(login, viewer, project, creator):
+    losses = {f"run-{index:02d}": (index * 7) % 31 / 10 for index in range(30)}  # 30 distinct values, shuffled
+    for name, loss in losses.items():
+        run = RunFactory(project=project, created_by=creator, name=name, parameters={"lr": loss})
+        metrics_ingest(actor=creator, run=run, points=[{"key": "loss", "value": loss, "step": 1}])
+        if loss > 1:
+            RunTag.objects.create(run=run, key="team", value="vision")
+    client = login(viewer)
+    for params, expected in [
+        ({"sort": "-metric:loss:last"}, sorted(losses, key=losses.get, reverse=True)),
+        ({"sort": "param:lr", "q": "tag=team"}, sorted((n for n in losses if losses[n] > 1), key=losses.get)),
+        ({"q": "run-0"}, [f"run-{index:02d}" for index in range(9, -1, -1)]),
+    ]:
+        shown, number = [], 1
+        while number:
+            page_obj = page(client, project, page=number, col=["metric:loss:last"], **params).context["page_obj"]
+            shown += [(row.name, row.col0) for row in page_obj]
+            number = page_obj.next_page_number() if page_obj.has_next() else 0
+        assert [name for name, _ in shown] == expected  # the second page repeats nothing, misses nothing
+        assert [value for _, value in shown] == pytest.approx([losses[name] for name in expected])
