@@ -9,6 +9,9 @@ app_name = "alerts"
 
 urlpatterns = [
     path("projects/<slug:slug>/alerts/", views.project_alerts, name="project-alerts"),
+    path("projects/<slug:slug>/alerts/rules/", views.rule_add, name="rule-add"),
+    path("alert-rules/<int:pk>/delete/", views.rule_remove, name="rule-delete"),
+    path("projects/<slug:slug>/alerts/channels/", views.channel_add, name="channel-add"),
     path("alert-channels/<int:pk>/send-test/", views.channel_send_test, name="channel-send-test"),
     path("projects/<slug:slug>/reliability/", views.project_reliability_page, name="project-reliability"),
 ]

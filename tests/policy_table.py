@@ -307,6 +307,10 @@ ROWS = {
     "jobs/<int:pk>/abort/": {"POST": page(403, 403, 302, 302)},
     "jobs/<int:pk>/resume-latest/": {"POST": page(403, 403, 302, 302)},
     "projects/<slug:slug>/alerts/": {"GET": page(403, 200, 200, 200)},
+    # The matrix's rule is a Project rule (admins add and delete those; members subscribe, tested in tests/alerts).
+    "projects/<slug:slug>/alerts/rules/": {"POST": page(403, 403, 403, 302)},
+    "alert-rules/<int:pk>/delete/": {"POST": page(403, 403, 403, 302)},
+    "projects/<slug:slug>/alerts/channels/": {"POST": page(403, 403, 403, 302)},
     "alert-channels/<int:pk>/send-test/": {"POST": page(403, 403, 403, 302)},
     "projects/<slug:slug>/reliability/": {"GET": page_read()},
     "admin/": {"GET": answers(302, 302, 302, 302, 302, 302, 200, 302, 302)},

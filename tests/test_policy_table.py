@@ -189,6 +189,7 @@ def concrete(route: str, world) -> str:
         "checkpoints": world["checkpoint"].pk,
         "sweeps": world["sweep"].pk,
         "alert-channels": world["alert_channel"].pk,
+        "alert-rules": world["alert_rule"].pk,
         "models": world["registered_model"].pk,
     }.get(head, "")
     values = {
@@ -366,6 +367,8 @@ def page_form(route: str, world) -> dict:
         "checkpoints/bulk-delete/": {"run": world["run"].pk},
         "delete/": {"confirm": "1", "path": "notes.txt"},
         "register/": {"name": "fresh-model"},
+        "alerts/rules/": {"name": "failures", "event": "failed"},
+        "alerts/channels/": {"name": "team", "kind": "email", "target": "team@example.org"},
         "accounts/tokens/": {"name": "ci", "scope": "read", "expires_in_days": 30},
         "service-accounts/": {"name": "web-bot", "role": "viewer"},
         "<slug:name>/tokens/": {"token_name": "ci", "scope": "read"},
