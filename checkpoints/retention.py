@@ -63,21 +63,24 @@ def retention_plan(*, project: Project, rules: Rules, run_ids: list[int] | None 
 
     Complete checkpoints only: pending and ``error`` ones hold no verified bytes and are the janitor's.
     """
-    rows = Checkpoint.objects.filter(run__project=project, state=CheckpointState.COMPLETE).select_related("run")
+    rows = Checkpoint.objects.filter(run__project=project, state=CheckpointState.COMPLETE)
     if run_ids is not None:
         rows = rows.filter(run_id__in=run_ids)
+    sources = selectors.checkpoint_sources(rows)  # a Project's protections in two queries, not two per checkpoint
     by_run: dict[int, list[Checkpoint]] = {}
-    for row in rows.order_by("run_id", "-step"):
+    for row in selectors.with_keep_flag(rows).select_related("run").order_by("run_id", "-step"):
         by_run.setdefault(row.run_id, []).append(row)
     plans = []
-    for run_id, checkpoints in by_run.items():
+    for checkpoints in by_run.values():
         kept = _kept_by_rules(checkpoints, rules, now or timezone.now())
-        protected_ids = selectors.checkpoint_kept_ids(run_id=run_id)
+        protected_ids = {checkpoint.pk for checkpoint in checkpoints if checkpoint.within_keep_count}
         plan = RunPlan(run=checkpoints[0].run)
         for checkpoint in checkpoints:
             if checkpoint.pk in kept:
                 continue
-            refusal = selectors.checkpoint_delete_refusal(checkpoint=checkpoint, kept_ids=protected_ids)
+            refusal = selectors.checkpoint_delete_refusal(
+                checkpoint=checkpoint, kept_ids=protected_ids, sources=sources
+            )
             if refusal:
                 plan.protected.append((checkpoint, refusal))
             else:

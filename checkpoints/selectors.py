@@ -94,7 +94,7 @@ def _kept(run_ref) -> QuerySet[Checkpoint]:
     )
 
 
-def _with_keep_flag(checkpoints: QuerySet[Checkpoint]) -> QuerySet[Checkpoint]:
+def with_keep_flag(checkpoints: QuerySet[Checkpoint]) -> QuerySet[Checkpoint]:
     """Annotate ``within_keep_count`` (bool) on each row."""
     return checkpoints.annotate(
         within_keep_count=Case(
@@ -129,7 +129,7 @@ def checkpoint_list_for_run(
     the count is 0. Leaving the list never deletes anything. The caller has
     checked that the user sees ``run``.
     """
-    checkpoints = _with_keep_flag(Checkpoint.objects.filter(run=run)).select_related("created_by")
+    checkpoints = with_keep_flag(Checkpoint.objects.filter(run=run)).select_related("created_by")
     if not include_unusable:
         shown = Q(state=CheckpointState.COMPLETE)
         if include_failed:
@@ -154,7 +154,7 @@ def checkpoint_get_for_user(*, user, checkpoint_id) -> Checkpoint:
     except (TypeError, ValueError):
         raise NotFound(f"checkpoint {checkpoint_id!r} not found", field="checkpoint") from None
     checkpoint = (
-        _with_keep_flag(Checkpoint.objects.visible_to(user))
+        with_keep_flag(Checkpoint.objects.visible_to(user))
         .select_related("run__project", "artifact", "created_by")
         .filter(pk=checkpoint_id)
         .first()
@@ -219,13 +219,24 @@ def checkpoint_file_artifact(*, checkpoint: Checkpoint, path: str) -> Artifact:
     return entry.artifact
 
 
-def checkpoint_delete_refusal(*, checkpoint: Checkpoint, kept_ids: set[int]) -> str | None:
+def checkpoint_sources(checkpoints: QuerySet[Checkpoint]) -> dict[int, Run]:
+    """``{checkpoint id: the first Run (by id) resumed or continued from it}`` for ``checkpoints``, in one query."""
+    sources: dict[int, Run] = {}
+    for run in Run.objects.filter(source_checkpoint__in=checkpoints.values("pk")).order_by("pk"):
+        sources.setdefault(run.source_checkpoint_id, run)
+    return sources
+
+
+def checkpoint_delete_refusal(
+    *, checkpoint: Checkpoint, kept_ids: set[int], sources: dict[int, Run] | None = None
+) -> str | None:
     """Why ``checkpoint`` may not be deleted by anyone (docs/design/checkpoints.md#deletion), or None.
 
     ``kept_ids`` comes from ``checkpoint_kept_ids`` (the service passes the
     ids it read under its row locks). Reasons: already deleted; inside the
     keep count; the source checkpoint of a Run; registered as a model version (``registered_as``, a fact the model
-    registry keeps on the row).
+    registry keeps on the row). ``sources``: ``checkpoint_sources`` of many checkpoints at once (a plan over a
+    whole Project), else the Run is looked up here.
     """
     if checkpoint.state == CheckpointState.DELETED:
         return _("The checkpoint at step %(step)s is already deleted.") % {"step": checkpoint.step}
@@ -234,7 +245,10 @@ def checkpoint_delete_refusal(*, checkpoint: Checkpoint, kept_ids: set[int]) -> 
             "The checkpoint at step %(step)s is one of the newest %(keep)s complete checkpoints of this run, "
             "which are kept: it cannot be deleted."
         ) % {"step": checkpoint.step, "keep": checkpoint_keep_count()}
-    source_of = Run.objects.filter(source_checkpoint_id=checkpoint.pk).order_by("pk").first()
+    if sources is None:
+        source_of = Run.objects.filter(source_checkpoint_id=checkpoint.pk).order_by("pk").first()
+    else:
+        source_of = sources.get(checkpoint.pk)
     if source_of is not None:
         return _(
             "The checkpoint at step %(step)s is the source checkpoint of run %(run)s (#%(id)s) and cannot be deleted."

@@ -4,13 +4,17 @@ by-hand delete answer to the same protections (docs/design/checkpoints.md#usage,
 from datetime import timedelta
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from checkpoints import selectors
 from checkpoints.models import Checkpoint, CheckpointDeletion, CheckpointState, RetentionPolicy
 from checkpoints.services.retention import retention_apply_scheduled
+from checkpoints.usage import project_usage
 from tests.checkpoints.checkpoint_helpers import save
 from tests.factories import RunFactory
+from tests.jobs.conftest import checkpoint
 
 pytestmark = pytest.mark.django_db
 
@@ -48,6 +52,30 @@ def test_usage_equals_the_stored_bytes_and_follows_deletes(api, admin, project, 
     assert after["by_kind"]["tar"]["files"] == 5 and after["by_kind"]["artifact"] == {"bytes": 0, "files": 0}
     record = CheckpointDeletion.objects.get(checkpoint=seeded[1])
     assert (record.cause, record.bytes, record.deleted_by) == ("hand", seeded[1].tar_size, admin)
+
+
+def test_the_reclaimable_figure_takes_the_same_queries_for_ten_times_the_checkpoints(project, creator, settings):
+    """The usage page's "reclaimable" reads every protection of a Project at once, not a query or two per
+    checkpoint (a Project with 100,000 runs would otherwise wait minutes for its storage page)."""
+    settings.MMT_CHECKPOINT_KEEP_COUNT = 2
+
+    def add_runs(count: int) -> None:
+        for _ in range(count):
+            run = RunFactory(project=project, created_by=creator)
+            saved = [checkpoint(run, step) for step in range(1, 6)]
+            RunFactory(project=project, created_by=creator, source_checkpoint=saved[0])
+
+    def usage_queries() -> tuple[int, dict]:
+        with CaptureQueriesContext(connection) as queries:
+            usage = project_usage(project=project)
+        return len(queries), usage["reclaimable"]["checkpoints"]
+
+    add_runs(2)
+    few, reclaimable = usage_queries()
+    assert reclaimable == 2 * 2  # per run, steps 2 and 3: step 1 is a source, 4 and 5 are kept
+    add_runs(18)
+    many, reclaimable = usage_queries()
+    assert reclaimable == 20 * 2 and many == few
 
 
 def test_a_policy_preview_lists_what_apply_deletes_and_protections_win(api, admin, project, run, seeded):
@@ -127,10 +155,10 @@ def test_every_deletion_asks_the_one_protection_check(api, admin, project, run, 
     button, bulk delete and policies alike."""
     real = selectors.checkpoint_delete_refusal
 
-    def with_registry(*, checkpoint, kept_ids):
+    def with_registry(*, checkpoint, **facts):
         if checkpoint.step == 3:
             return "The checkpoint at step 3 is behind a registered model version."
-        return real(checkpoint=checkpoint, kept_ids=kept_ids)
+        return real(checkpoint=checkpoint, **facts)
 
     monkeypatch.setattr(selectors, "checkpoint_delete_refusal", with_registry)
     client = api(admin)
