@@ -16,7 +16,9 @@ case "$command" in
     export PROMETHEUS_MULTIPROC_DIR="${PROMETHEUS_MULTIPROC_DIR:-/tmp/mado-metrics}"
     rm -rf "$PROMETHEUS_MULTIPROC_DIR" && mkdir -p "$PROMETHEUS_MULTIPROC_DIR"
     if [ "${MADO_LOG_FORMAT:-text}" = json ]; then
-      set -- --access-logformat \
+      # gunicorn's own lines (start, workers, errors) as JSON objects too; the file is read from the working
+      # directory (/app in the image).
+      set -- --log-config-json deploy/gunicorn-logging.json --access-logformat \
         '{"time": "%(t)s", "level": "INFO", "logger": "gunicorn.access", "message": "%(r)s", "status": %(s)s, "bytes": "%(B)s", "duration_us": %(D)s, "remote": "%(h)s", "request_id": "%({x-request-id}o)s"}' \
         "$@"
     fi

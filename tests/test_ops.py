@@ -121,3 +121,46 @@ def test_json_logs_write_one_object_per_line_with_the_request_id(tmp_path):
         "req-42",
     )
     assert "time" in line
+
+
+def test_the_image_web_command_writes_gunicorns_own_lines_as_json_too(tmp_path):
+    """``deploy/entrypoint.sh web`` with ``MADO_LOG_FORMAT=json``: every line gunicorn writes (start, workers, each
+    request) is one JSON object, so a log pipeline parses the web's output whole (docs/deploy.md#logs)."""
+    import signal
+    import socket
+    import time
+    import urllib.request
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = {
+        **os.environ,
+        "PATH": f"{os.path.dirname(sys.executable)}:{os.environ['PATH']}",
+        "MADO_LOG_FORMAT": "json",
+        "MADO_DATA_DIR": str(tmp_path),
+        "MADO_SECRET_KEY": "x" * 50,
+        "MADO_BIND": f"127.0.0.1:{port}",
+        "MADO_WEB_WORKERS": "1",
+        "PROMETHEUS_MULTIPROC_DIR": str(tmp_path / "metrics"),
+    }
+    web = subprocess.Popen(
+        ["sh", "deploy/entrypoint.sh", "web"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        deadline, answer = time.monotonic() + 60, None
+        while answer is None and time.monotonic() < deadline and web.poll() is None:
+            try:
+                request = urllib.request.Request(f"http://127.0.0.1:{port}/healthz", headers={"X-Request-ID": "lb-7"})
+                answer = urllib.request.urlopen(request, timeout=5).status
+            except OSError:
+                time.sleep(0.2)
+        assert answer == 200
+    finally:
+        web.send_signal(signal.SIGTERM)
+        out, err = web.communicate(timeout=60)
+    lines = [json.loads(line) for line in (out + err).splitlines() if line.strip()]
+    messages = {(line["logger"], line["message"].split(":")[0]) for line in lines}
+    assert ("gunicorn.error", "Listening at") in messages and ("gunicorn.error", "Booting worker with pid") in messages
+    [access] = [line for line in lines if line["logger"] == "gunicorn.access"]
+    assert (access["status"], access["request_id"], access["message"]) == (200, "lb-7", "GET /healthz HTTP/1.1")
