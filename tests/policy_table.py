@@ -298,6 +298,10 @@ ROWS = {
     "checkpoints/<int:pk>/continue/": {"GET": page_read(), "POST": page(403, 302, 302, 302)},
     "projects/<slug:slug>/models/": {"GET": page_read()},
     "models/<int:pk>/": {"GET": page_read()},
+    # Aliases and deletions are the Project admins' (docs/api.md#model-registry).
+    "models/<int:pk>/aliases/": {"POST": page(403, 403, 403, 302)},
+    "models/<int:pk>/aliases/<str:alias>/delete/": {"POST": page(403, 403, 403, 302)},
+    "models/<int:pk>/versions/<int:version>/delete/": {"POST": page(403, 403, 403, 302)},
     "checkpoints/<int:pk>/register/": {"GET": page_read(), "POST": page(403, 302, 302, 302)},
     "projects/<slug:slug>/jobs/": {"GET": page_read()},
     "projects/<slug:slug>/jobs/table/": {"GET": page_read()},

@@ -102,6 +102,9 @@ AUDITED = {
     "accounts/logout/": {"POST": SESSION},
     "alert-channels/<int:pk>/send-test/": {"POST": SENDS},
     "projects/<slug:slug>/alerts/rules/": {"POST": "alert_rule.create"},
+    "models/<int:pk>/aliases/": {"POST": NO_CHANGE},  # the world's alias already points at version 1
+    "models/<int:pk>/aliases/<str:alias>/delete/": {"POST": "model_alias.delete"},
+    "models/<int:pk>/versions/<int:version>/delete/": {"POST": "model_version.delete"},
     "alert-rules/<int:pk>/delete/": {"POST": "alert_rule.delete"},
     "projects/<slug:slug>/alerts/channels/": {"POST": "alert_channel.create"},
     "projects/<slug:slug>/storage/policy/": {"POST": "retention_policy.set"},

@@ -211,6 +211,8 @@ def concrete(route: str, world) -> str:
         "channel_id": world["alert_channel"].pk,
         "token_id": world["bot_token" if "service-accounts" in route else "laptop_token"].pk,
         "name": "ci-bot",
+        "alias": "champion",
+        "version": 1,
     }
     url = re.sub(r"\(\?P<(\w+)>[^)]*\)", lambda m: str(values[m.group(1)]), route)
     url = re.sub(r"<(?:\w+:)?(\w+)>", lambda m: str(values[m.group(1)]), url)
@@ -367,6 +369,7 @@ def page_form(route: str, world) -> dict:
         "checkpoints/bulk-delete/": {"run": world["run"].pk},
         "delete/": {"confirm": "1", "path": "notes.txt"},
         "register/": {"name": "fresh-model"},
+        "aliases/": {"alias": "champion", "version": "1"},
         "alerts/rules/": {"name": "failures", "event": "failed"},
         "alerts/channels/": {"name": "team", "kind": "email", "target": "team@example.org"},
         "accounts/tokens/": {"name": "ci", "scope": "read", "expires_in_days": 30},
