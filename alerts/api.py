@@ -89,6 +89,17 @@ class AlertChannelListApi(PaginatedListApi):
         )
 
 
+class AlertChannelDetailApi(APIView):
+    """``alert-channels/{channel_id}/``: delete a channel (admins)."""
+
+    @extend_schema(tags=TAGS, responses={204: None, 403: OpenApiResponse(), 404: OpenApiResponse()})
+    def delete(self, request, channel_id):
+        """Delete the channel and its delivery log; rules stop sending to it."""
+        channel = selectors.channel_get_for_user(user=request.user, channel_id=channel_id)
+        services.channel_delete(actor=request.user, channel=channel)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
 class AlertChannelTestApi(APIView):
     """``alert-channels/{channel_id}/test/``: send a test message (admins)."""
 

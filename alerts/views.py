@@ -10,7 +10,7 @@ from django.views.decorators.http import require_GET, require_POST
 from alerts import selectors
 from alerts.forms import ChannelForm, RuleForm
 from alerts.reliability import project_reliability, reliability_json
-from alerts.services.rules import channel_create, channel_test, rule_create, rule_delete
+from alerts.services.rules import channel_create, channel_delete, channel_test, rule_create, rule_delete
 from mado import policy
 from mado.errors import Conflict, ValidationFailed
 from runs import selectors as run_selectors
@@ -92,6 +92,16 @@ def channel_add(request, slug):
     if secret:
         return _alerts_page(request, project, new_secret=secret)
     return redirect("alerts:project-alerts", project.slug)
+
+
+@page
+@require_POST
+def channel_remove(request, pk):
+    """Delete a channel (``channel_delete``, admins) and come back to the alerts page."""
+    channel = selectors.channel_get_for_user(user=request.user, channel_id=pk)
+    channel_delete(actor=request.user, channel=channel)
+    messages.success(request, _("Channel %(name)s deleted.") % {"name": channel.name})
+    return redirect("alerts:project-alerts", channel.project.slug)
 
 
 @page

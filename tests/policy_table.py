@@ -161,6 +161,7 @@ ROWS = {
         "GET": member_write(200) | {"read_token": 403},
         "POST": admin_only(201),
     },
+    API + "alert-channels/<int:channel_id>/": {"DELETE": admin_only(204)},
     API + "alert-channels/<int:channel_id>/test/": {"POST": admin_only(202)},
     API + "alert-channels/<int:channel_id>/deliveries/": {"GET": admin_only(200) | {"read_token": 403}},
     API + "runs/<int:run_id>/alerts/": {"POST": run_write(201)},
@@ -316,6 +317,7 @@ ROWS = {
     "alert-rules/<int:pk>/delete/": {"POST": page(403, 403, 403, 302)},
     "projects/<slug:slug>/alerts/channels/": {"POST": page(403, 403, 403, 302)},
     "alert-channels/<int:pk>/send-test/": {"POST": page(403, 403, 403, 302)},
+    "alert-channels/<int:pk>/delete/": {"POST": page(403, 403, 403, 302)},
     "projects/<slug:slug>/reliability/": {"GET": page_read()},
     "admin/": {"GET": answers(302, 302, 302, 302, 302, 302, 200, 302, 302)},
     # The account page's tokens: each user sees and changes only their own (the world's token is the creator's).

@@ -55,6 +55,7 @@ AUDITED = {
     API + "projects/<slug:slug>/alert-rules/": {"POST": "alert_rule.create"},
     API + "alert-rules/<int:rule_id>/": {"DELETE": "alert_rule.delete"},
     API + "projects/<slug:slug>/alert-channels/": {"POST": "alert_channel.create"},
+    API + "alert-channels/<int:channel_id>/": {"DELETE": "alert_channel.delete"},
     API + "alert-channels/<int:channel_id>/test/": {"POST": SENDS},
     API + "runs/<int:run_id>/alerts/": {"POST": SENDS},
     API + "projects/<slug:slug>/retention-policy/": {"PUT": "retention_policy.set"},
@@ -101,6 +102,7 @@ AUDITED = {
     "accounts/tokens/<int:token_id>/revoke/": {"POST": "token.revoke"},
     "accounts/logout/": {"POST": SESSION},
     "alert-channels/<int:pk>/send-test/": {"POST": SENDS},
+    "alert-channels/<int:pk>/delete/": {"POST": "alert_channel.delete"},
     "projects/<slug:slug>/alerts/rules/": {"POST": "alert_rule.create"},
     "models/<int:pk>/aliases/": {"POST": NO_CHANGE},  # the world's alias already points at version 1
     "models/<int:pk>/aliases/<str:alias>/delete/": {"POST": "model_alias.delete"},

@@ -37,8 +37,11 @@ def delivery_waits(args: list) -> bool:
 
 
 def delivery_give_up(args: list, reason: str) -> None:
-    """Outbox hook: no worker took the attempt's message; the delivery ends ``failed`` with ``reason``."""
-    _record_failure(Delivery.objects.get(pk=args[0]), f"not sent: {reason}", final=True)
+    """Outbox hook: no worker took the attempt's message; the delivery ends ``failed`` with ``reason`` (gone with its
+    deleted channel: nothing to record)."""
+    delivery = Delivery.objects.filter(pk=args[0]).first()
+    if delivery is not None:
+        _record_failure(delivery, f"not sent: {reason}", final=True)
 
 
 def _claim(delivery_id: int, attempt: int) -> Delivery | None:

@@ -150,6 +150,24 @@ def channel_create(*, actor, project, name: str, kind: str, target: str) -> tupl
 
 
 @transaction.atomic
+def channel_delete(*, actor, channel: Channel) -> None:
+    """Delete ``channel`` (admins) with its delivery log; the rules that sent to it stop sending there (a rule left
+    with no channel sends nowhere). A delivery still queued for it is dropped when its turn comes."""
+    policy.require_alerts_manager(actor, channel.project, owner_id=None)
+    project_id = channel.project_id
+    logger.info("alert channel %s deleted by %s in %s", channel.pk, actor.username, channel.project.slug)
+    audit_record(
+        actor=actor,
+        action="alert_channel.delete",
+        obj=channel,
+        project_id=project_id,
+        changes={"kind": [channel.kind, None]},
+    )
+    channel.delete()
+    transaction.on_commit(lambda: forget_rules(project_id))
+
+
+@transaction.atomic
 def channel_test(*, actor, channel: Channel) -> Delivery:
     """Queue a test message to ``channel`` (admins); the Delivery, recorded in the channel's log as any other."""
     policy.require_alerts_manager(actor, channel.project, owner_id=None)

@@ -4,7 +4,8 @@ and nothing is stored."""
 
 import pytest
 
-from alerts.models import Channel, Event, Rule
+from alerts.models import Channel, Delivery, Event, Rule
+from alerts.services.delivery import delivery_give_up
 from alerts.services.rules import channel_create, rule_create
 from mado.models import AuditEvent
 
@@ -101,3 +102,22 @@ def test_the_forms_are_translated_to_japanese(login, admin, project):
     client.cookies["django_language"] = "ja"
     page = client.get(alerts_url(project), HTTP_ACCEPT_LANGUAGE="ja").content.decode()
     assert "ルールを追加" in page and "チャネルを追加" in page and "しきい値" in page
+
+
+def test_an_admin_deletes_a_channel_its_rules_stop_sending_there_and_a_queued_delivery_is_dropped(
+    login, api, admin, member, project, oncall
+):
+    rule = rule_create(
+        actor=admin, project=project, name="crashes", event="crashed", personal=False, channel_ids=[oncall.pk]
+    )
+    queued = Delivery.objects.create(channel=oncall, payload={"title": "t"})
+    assert login(member).post(f"/alert-channels/{oncall.pk}/delete/").status_code == 403
+    assert api(member).delete(f"/api/v1/alert-channels/{oncall.pk}/").status_code == 403
+    client = login(admin)
+    assert "Delete channel oncall and its deliveries" in client.get(alerts_url(project)).content.decode()
+    done = client.post(f"/alert-channels/{oncall.pk}/delete/", follow=True)
+    assert "Channel oncall deleted." in done.content.decode() and not Channel.objects.exists()
+    assert list(Rule.objects.get(pk=rule.pk).channels.all()) == [] and not Delivery.objects.filter(pk=queued.pk)
+    delivery_give_up([queued.pk, 1], "no worker took it")  # its outbox message, later: nothing to record
+    assert api(admin).delete(f"/api/v1/alert-channels/{oncall.pk}/").status_code == 404
+    assert AuditEvent.objects.filter(action="alert_channel.delete", actor_name=admin.username).count() == 1
