@@ -33,15 +33,21 @@ PORT ?= 8000
 demo: install
 	$(PY) manage.py demo --port $(PORT)
 
+# Both suites run on every core with pytest-xdist (docs/design/house.md#tests): `make test TEST_WORKERS=0` runs
+# in this process alone; PYTEST_ARGS adds pytest options (e.g. `-k name`, a report file).
+TEST_WORKERS ?= auto
+PYTEST_ARGS ?=
+PYTEST := $(VENV)/bin/pytest -n $(TEST_WORKERS) --dist loadgroup
+
 test: install-dev
-	$(VENV)/bin/pytest
+	$(PYTEST) $(PYTEST_ARGS)
 
 # The same flows against PostgreSQL, Redis and an S3-compatible server (moto); .ci/run starts the services.
 # Outside tests/integration only the tests that touch the database run again (tests/conftest.py).
 test-integration: install-dev
 	MADO_TEST_DATABASE_ONLY=1 MADO_DATABASE_URL=$${MADO_TEST_DATABASE_URL:-postgresql://postgres@127.0.0.1:5432/postgres} \
 	MADO_TEST_REDIS_URL=$${MADO_TEST_REDIS_URL:-redis://127.0.0.1:6379/15} \
-	$(VENV)/bin/pytest -o addopts="-ra" tests/integration tests/runs tests/sweeps tests/checkpoints tests/parity tests/mlflow_api tests/sdk \
+	$(PYTEST) -o addopts="-ra" $(PYTEST_ARGS) tests/integration tests/runs tests/sweeps tests/checkpoints tests/parity tests/mlflow_api tests/sdk \
 		tests/mlflow_client/test_mlflow_stock_integrations.py
 
 # mado's images (docs/deploy.md#images): a local Debian base, a wheelhouse of what this host resolved, podman build.

@@ -179,14 +179,15 @@ def ended():
 
 
 @pytest.fixture(scope="session")
-def django_db_modify_db_settings(tmp_path_factory):
+def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix, tmp_path_factory):
     """On SQLite, the test database is a file rather than pytest-django's shared in-memory one.
 
     Django hands the live server's threads the test's own connection to an
     in-memory database; a sqlite3 connection used by two threads at once can
     raise "table is locked" or hang both. With a file each thread has its own
     connection, as with PostgreSQL, and WAL with a busy timeout (settings)
-    makes lock waits waits.
+    makes lock waits waits. Under pytest-xdist each worker has a database of its own: the file lies in
+    the worker's own temporary folder, and PostgreSQL's name gets the worker's suffix (``test_postgres_gw1``).
     """
     from django.conf import settings
 

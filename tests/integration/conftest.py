@@ -33,10 +33,21 @@ def postgres(db):
     return connection
 
 
+def worker_redis_url(url: str) -> str:
+    """``url`` with a Redis database of this pytest-xdist worker's own: ``gw0`` keeps the database the URL names,
+    ``gw1`` the one below it, and so on (Redis has 16), so one worker's Celery queues and broadcasts never reach
+    another worker's processes."""
+    index = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
+    parts = urlsplit(url)
+    database = int(parts.path.strip("/") or 0)
+    return parts._replace(path=f"/{(database - index) % 16}").geturl()
+
+
 @pytest.fixture
 def redis_url():
     url = os.environ.get("MADO_TEST_REDIS_URL")
     if url:
+        url = worker_redis_url(url)
         import redis
 
         try:

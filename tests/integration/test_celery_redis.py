@@ -1,6 +1,7 @@
 """A real Celery worker process consumes from a Redis broker with mado's Celery configuration."""
 
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -33,17 +34,19 @@ def test_a_worker_on_redis_answers_on_its_queue(redis_url, tmp_path):
         start_new_session=True,
     )
     client = Celery(broker=redis_url)
+    # Only this worker is asked: other tests' workers may share the broker's database (pytest-xdist).
+    name = f"itest@{socket.gethostname()}"
     try:
         replies = []
         deadline = time.monotonic() + 60
         while not replies and time.monotonic() < deadline:
             assert worker.poll() is None, "the worker exited"
-            replies = client.control.ping(timeout=1.0)
-        assert any(name.startswith("itest@") for reply in replies for name in reply)
-        queues = client.control.inspect(timeout=2.0).active_queues() or {}
-        assert any(q["name"] == "gpu-test" for qs in queues.values() for q in qs)
-        stats = client.control.inspect(timeout=2.0).stats() or {}
-        assert all(s["prefetch_count"] == 1 for s in stats.values())
+            replies = client.control.ping(destination=[name], timeout=1.0)
+        assert [list(reply) for reply in replies] == [[name]]
+        queues = client.control.inspect(destination=[name], timeout=5.0).active_queues() or {}
+        assert [q["name"] for q in queues[name]] == ["gpu-test"]
+        stats = client.control.inspect(destination=[name], timeout=5.0).stats() or {}
+        assert stats[name]["prefetch_count"] == 1
     finally:
         worker.terminate()
         worker.wait(timeout=30)
