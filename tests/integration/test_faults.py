@@ -122,16 +122,16 @@ class HeldJobsTable:
 
 def held_before_its_claim(site, launch) -> tuple[Job, HeldJobsTable]:
     """A new Job whose message reaches a worker that is then blocked between delivery and claim."""
-    connected = site.log("w1").count("Connected to redis")
     with site.redis.outage():  # the message waits in the outbox while the lock is taken
         job = launch(1)
         held = HeldJobsTable()
     try:
-        wait_until(lambda: site.log("w1").count("Connected to redis") > connected, 30, "w1 reconnects", site)
+        # The message waits in Redis until w1 takes it: the caller waits for that (a worker blocked before its
+        # claim), not for w1's reconnect line, which a worker that was idle during the cut may log late or never.
         row = Dispatch.objects.get(
             task_id=job.celery_task_id
         )  # sent as the flush would (its hook reads the locked table)
-        wait_until(lambda: dispatch_send(dispatch_id=row.pk), 30, "the broker takes the message once it is back", site)
+        wait_until(lambda: dispatch_send(dispatch_id=row.pk), 60, "the broker takes the message once it is back", site)
     except BaseException:
         held.release()  # else the test database's teardown waits for the lock for good
         raise
@@ -147,7 +147,7 @@ def test_case_1_a_worker_killed_between_delivery_and_claim_does_not_lose_the_job
             pids = []
             wait_until(
                 lambda pids=pids, held=held: pids.extend(held.blocked_pids()) or pids,
-                60,
+                120,
                 "a worker blocks before its claim",
                 site,
             )
@@ -269,14 +269,15 @@ def test_after_a_broker_reconnect_a_busy_worker_leaves_the_next_job_to_an_idle_o
         site,
     )
     assert status(busy) == JobStatus.RUNNING, "the long Job ended before the outage was over"
-    started = time.monotonic()
     quick = launch(1)
     wait_until(
-        lambda: final(quick), 60, f"the quick Job ends; {list(Dispatch.objects.values('sent_at', 'sends'))}", site
+        lambda: final(quick), 90, f"the quick Job ends; {list(Dispatch.objects.values('sent_at', 'sends'))}", site
     )
-    took = time.monotonic() - started
     assert quick.status == JobStatus.SUCCEEDED and quick.worker_host != busy.worker_host, site.logs()
-    assert took < 10, f"the quick Job waited {took:.0f} s (a redelivery) while a worker was idle\n{site.logs()}"
+    # The event itself rather than a deadline a loaded machine misses: the busy worker never received the quick
+    # Job's message (a reserved one would be logged "received", then wait there or come back after a redelivery).
+    busy_worker = busy.worker_host.split("@")[0]
+    assert quick.celery_task_id not in site.log(busy_worker), f"the busy worker reserved the quick Job\n{site.logs()}"
 
 
 def test_case_6_without_a_secret_key_the_server_refuses_to_start(tmp_path):
