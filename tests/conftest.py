@@ -19,16 +19,18 @@ DATABASE_FIXTURES = frozenset({"db", "transactional_db", "django_db_reset_sequen
 
 
 def pytest_collection_modifyitems(config, items):
-    """``MADO_TEST_DATABASE_ONLY=1`` (``make test-integration``, after ``make test``): outside ``tests/integration``
+    """``MADO_TEST_DATABASE_ONLY=1`` (``make test-integration``, beside ``make test``): outside ``tests/integration``
     only the tests that touch the database run again, on PostgreSQL; the others gave their verdict in ``make test``
-    and would give the same one."""
+    and would give the same one. So do those marked ``one_database``: what they check does not depend on the
+    database (a tar reader's verdict, a training process's), or a test in ``tests/integration`` checks it there."""
     if os.environ.get("MADO_TEST_DATABASE_ONLY") != "1":
         return
     integration = config.rootpath / "tests" / "integration"
     kept, deselected = [], []
     for item in items:
         touches = item.get_closest_marker("django_db") or DATABASE_FIXTURES & set(item.fixturenames)
-        (kept if touches or integration in item.path.parents else deselected).append(item)
+        again = touches and not item.get_closest_marker("one_database")
+        (kept if again or integration in item.path.parents else deselected).append(item)
     if deselected:
         config.hook.pytest_deselected(items=deselected)
         items[:] = kept

@@ -25,7 +25,8 @@ from tests.worker.helpers import store_blob
 from worker.errors import CheckpointMismatch
 from worker.fetch import restore_checkpoint
 
-pytestmark = pytest.mark.django_db
+# The verdicts are the tar reader's: `make test` gives them, `make test-integration` leaves them out.
+pytestmark = [pytest.mark.django_db, pytest.mark.one_database]
 MEMORY_CAP = 32 * 1024 * 1024  # bytes allocated at peak by one verdict (the largest tar is 1 MB)
 _steps = itertools.count(1)
 

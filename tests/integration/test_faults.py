@@ -28,10 +28,17 @@ from jobs.services import job_abort, job_launch
 from mado.models import Dispatch
 from mado.outbox import dispatch_send
 from tests.checkpoints.checkpoint_helpers import declaration, make_tar, register
-from tests.deployment import ROOT
+from tests.deployment import ROOT, free_port
 from tests.factories import CodeFactory
 from tests.integration.conftest import S3_BUCKET, require_service
-from tests.integration.fault_site import REAPER_INTERVAL, code_archive, database_url, fault_site, wait_until
+from tests.integration.fault_site import (
+    REAPER_INTERVAL,
+    broker_for_this_process,
+    code_archive,
+    database_url,
+    fault_site,
+    wait_until,
+)
 from tests.integration.test_checkpoint_s3 import upload_parts
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(300)]
@@ -122,16 +129,17 @@ class HeldJobsTable:
 
 def held_before_its_claim(site, launch) -> tuple[Job, HeldJobsTable]:
     """A new Job whose message reaches a worker that is then blocked between delivery and claim."""
-    with site.redis.outage():  # the message waits in the outbox while the lock is taken
+    # The message waits in the outbox while the lock is taken: this process's sends go to a port where nothing
+    # listens (the broker refuses), while the workers stay connected. Cutting the proxy instead would also cut
+    # the workers, and what this case is about is the kill, not a reconnect (case 3 and the busy-worker test).
+    with broker_for_this_process(f"redis://127.0.0.1:{free_port()}/0"):
         job = launch(1)
         held = HeldJobsTable()
     try:
-        # The message waits in Redis until w1 takes it: the caller waits for that (a worker blocked before its
-        # claim), not for w1's reconnect line, which a worker that was idle during the cut may log late or never.
         row = Dispatch.objects.get(
             task_id=job.celery_task_id
         )  # sent as the flush would (its hook reads the locked table)
-        wait_until(lambda: dispatch_send(dispatch_id=row.pk), 60, "the broker takes the message once it is back", site)
+        wait_until(lambda: dispatch_send(dispatch_id=row.pk), 60, "the broker takes the message", site)
     except BaseException:
         held.release()  # else the test database's teardown waits for the lock for good
         raise

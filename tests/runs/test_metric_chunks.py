@@ -70,6 +70,7 @@ def test_at_steps_reads_the_points_in_range_from_the_chunks_reaching_it(run, cre
     assert set(points.values_list("chunk_first_step", flat=True)) == {100, 200}
 
 
+@pytest.mark.one_database  # on PostgreSQL: tests/integration/test_postgres_metrics.py
 @pytest.mark.django_db(transaction=True)
 def test_the_points_table_comes_back_with_every_point_when_the_migration_is_reversed(run, creator):
     metrics_ingest(

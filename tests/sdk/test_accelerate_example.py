@@ -105,6 +105,7 @@ def test_two_processes_save_and_load_alike_and_resume_to_the_same_weights(tmp_pa
     checkpoint.chmod(0o755)
 
 
+@pytest.mark.one_database  # the process stops itself; the database only records it
 @pytest.mark.django_db(transaction=True)
 def test_sigterm_mid_training_saves_a_complete_checkpoint_with_the_signal_and_the_run_ends_preempted(mmt_env, tmp_path):
     argv = [sys.executable, str(EXAMPLE), "--steps", "1000000", "--name", "spot"]
@@ -126,6 +127,7 @@ def test_sigterm_mid_training_saves_a_complete_checkpoint_with_the_signal_and_th
     assert not list(tmp_path.glob(".mado/cache/accelerate/*"))  # the local copy is gone once complete
 
 
+@pytest.mark.one_database  # on PostgreSQL: tests/integration/test_accelerate_flow.py
 @pytest.mark.django_db(transaction=True)
 def test_started_again_under_its_id_the_run_resumes_mid_epoch_from_its_latest_checkpoint_to_the_same_weights(
     mmt_env, tmp_path, reference

@@ -89,6 +89,7 @@ def test_the_same_seed_gives_the_same_weights_file(tmp_path, uninterrupted):
     assert list(weights) == ["0.weight", "0.bias", "2.weight", "2.bias"] and len(weights["0.weight"]) == 64 * 64
 
 
+@pytest.mark.one_database  # on PostgreSQL: tests/integration/test_job_flow.py
 @pytest.mark.django_db(transaction=True)
 def test_online_checkpoints_are_stored_complete_and_a_downloaded_one_resumes_to_the_same_weights(
     mmt_env, tmp_path, uninterrupted

@@ -90,6 +90,7 @@ def test_offline_a_trainer_failing_at_27_resumed_from_a_read_only_step_20_ends_w
     assert (resumed_dir / "w.safetensors").read_bytes() == uninterrupted
 
 
+@pytest.mark.one_database  # on PostgreSQL: tests/integration/test_hf_trainer_flow.py
 @pytest.mark.django_db(transaction=True)
 def test_the_same_run_started_again_in_an_empty_directory_resumes_from_its_step_20_checkpoint(
     mmt_env, tmp_path, uninterrupted
@@ -261,6 +262,7 @@ def _preempted_checkpoint(name: str, env: dict):
     return checkpoint, resource
 
 
+@pytest.mark.one_database  # the process stops itself; the database only records it
 @pytest.mark.django_db(transaction=True)
 def test_sigterm_mid_training_saves_a_complete_checkpoint_and_the_run_ends_preempted(mmt_env, tmp_path):
     argv = [sys.executable, str(EXAMPLE), "--steps", "100000", "--checkpoint-every", "0", "--name", "sigterm"]
@@ -270,6 +272,7 @@ def test_sigterm_mid_training_saves_a_complete_checkpoint_and_the_run_ends_preem
     assert {"trainer_state.json", "optimizer.pt", "rng_state.pth"} <= {entry["path"] for entry in resource["manifest"]}
 
 
+@pytest.mark.one_database  # the ranks stop themselves; the database only records it
 @pytest.mark.django_db(transaction=True)
 def test_under_torchrun_sigterm_to_one_rank_stops_both_at_one_step_with_each_ranks_random_state(mmt_env, tmp_path):
     from tests.deployment import free_port
