@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.deployment import migrate
 from tests.worker.helpers import FILES
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -70,7 +71,7 @@ def deployment(tmp_path):
         }
     )
     python = [sys.executable]
-    subprocess.run([*python, "manage.py", "migrate", "--noinput"], cwd=ROOT, env=env, check=True, capture_output=True)
+    migrate(env)
     seeded = subprocess.run(
         [*python, "-m", "tests.worker.real_worker_setup", str(tmp_path)],
         cwd=ROOT,
