@@ -26,8 +26,7 @@ from mado_tracking.tarformat import Limits
 from tests.checkpoints.tar_corpus import END, Case, member
 from tests.checkpoints.test_tar_corpus import direct_verdict, sdk_verdict, server_verdict, worker_verdict
 
-# The verdicts are the tar reader's: `make test` gives them, `make test-integration` leaves them out.
-pytestmark = [pytest.mark.django_db, pytest.mark.one_database]
+pytestmark = pytest.mark.django_db
 BUDGET = 2_000_000  # bytes: the largest generated tar or manifest body
 EXTRA_MEMORY = 64 * 1024 * 1024  # bytes allocated at peak by one path, over what it started with
 SECONDS = 30  # per path and input, on a loaded 2-core machine under tracemalloc

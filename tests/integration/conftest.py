@@ -38,6 +38,8 @@ def worker_redis_url(url: str) -> str:
     ``gw1`` the one below it, and so on (Redis has 16), so one worker's Celery queues and broadcasts never reach
     another worker's processes."""
     index = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
+    if index >= 16:
+        pytest.fail(f"pytest-xdist worker gw{index}: Redis has 16 databases, one per worker (make TEST_WORKERS=8)")
     parts = urlsplit(url)
     database = int(parts.path.strip("/") or 0)
     return parts._replace(path=f"/{(database - index) % 16}").geturl()

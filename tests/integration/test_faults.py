@@ -118,6 +118,7 @@ class HeldJobsTable:
         with psycopg.connect(database_url(), autocommit=True) as probe:
             rows = probe.execute(
                 "SELECT application_name FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                "AND datname = current_database() "  # another pytest-xdist worker's processes wait elsewhere
                 "AND query ILIKE '%%FROM \"jobs_job\"%%' AND application_name LIKE 'mado:%%'"
             ).fetchall()
         return [int(name.split(":")[1]) for (name,) in rows]

@@ -127,7 +127,7 @@ def test_sigterm_mid_training_saves_a_complete_checkpoint_with_the_signal_and_th
     assert not list(tmp_path.glob(".mado/cache/accelerate/*"))  # the local copy is gone once complete
 
 
-@pytest.mark.one_database  # on PostgreSQL: tests/integration/test_accelerate_flow.py
+@pytest.mark.one_database  # on PostgreSQL: test_accelerate_flow.py, same-run resume in test_resume_anywhere_ddp.py
 @pytest.mark.django_db(transaction=True)
 def test_started_again_under_its_id_the_run_resumes_mid_epoch_from_its_latest_checkpoint_to_the_same_weights(
     mmt_env, tmp_path, reference

@@ -90,7 +90,7 @@ def test_offline_a_trainer_failing_at_27_resumed_from_a_read_only_step_20_ends_w
     assert (resumed_dir / "w.safetensors").read_bytes() == uninterrupted
 
 
-@pytest.mark.one_database  # on PostgreSQL: tests/integration/test_hf_trainer_flow.py
+@pytest.mark.one_database  # on PostgreSQL: test_hf_trainer_flow.py, same-run resume in test_resume_anywhere_ddp.py
 @pytest.mark.django_db(transaction=True)
 def test_the_same_run_started_again_in_an_empty_directory_resumes_from_its_step_20_checkpoint(
     mmt_env, tmp_path, uninterrupted

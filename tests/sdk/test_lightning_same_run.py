@@ -13,7 +13,7 @@ from runs.models import Run, RunStatus
 from tests.sdk.lightning_fits import EXAMPLE_PATH
 
 
-@pytest.mark.one_database  # on PostgreSQL: tests/integration/test_lightning_flow.py
+@pytest.mark.one_database  # on PostgreSQL: test_lightning_flow.py, same-run resume in test_resume_anywhere_ddp.py
 @pytest.mark.django_db(transaction=True)
 def test_a_same_run_resume_of_the_example_fetches_the_latest_checkpoint_and_ends_byte_identical(mmt_env, tmp_path):
     def example(*args, **env):
