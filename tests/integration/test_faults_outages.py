@@ -277,11 +277,15 @@ def test_a_dead_broker_never_holds_a_request_that_sends_a_message(broker_site, t
     )
     assert pushed.exit_code == 0, pushed.output
     code_version = pushed.output.strip().splitlines()[-1]
+    launch = ["job", "launch", "--project", "flow", "--code-version", code_version, "--queue", site.queue]
+    started = time.monotonic()
+    assert site.mado(*launch).exit_code == 0  # with the broker up: what a launch takes on this machine now
+    usual = time.monotonic() - started
     with broker.outage():
         started = time.monotonic()
-        launched = site.mado(
-            "job", "launch", "--project", "flow", "--code-version", code_version, "--queue", site.queue
-        )
+        launched = site.mado(*launch)
         took = time.monotonic() - started
     assert launched.exit_code == 0, launched.output
-    assert took < 3.0, f"the launch took {took:.1f} s while the broker was down\n{launched.output}"
+    # Compared with the launch just before, not with a fixed deadline a loaded machine misses: a send that waited
+    # for the broker would add at least its 2 s connect timeout.
+    assert took < usual + 2.0, f"the launch took {took:.1f} s while the broker was down ({usual:.1f} s when up)"
