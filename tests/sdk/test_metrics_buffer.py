@@ -98,7 +98,9 @@ def test_batches_hold_at_most_ten_thousand_points():
 
 
 def test_a_backlog_goes_out_two_batches_at_a_time_each_point_once():
-    with StubApi(fail_metrics=1, fail_status=503, metrics_delay_s=0.3) as stub:
+    # Each post lasts 1.5 s, so the two batches sent together overlap even when a loaded machine starts the second
+    # thread late (with 0.3 s, one CI run under load saw them one after the other).
+    with StubApi(fail_metrics=1, fail_status=503, metrics_delay_s=1.5) as stub:
         stub.release.clear()  # the first full batch waits while the loop queues the rest
         with _start(stub) as run:
             for step in range(35_000):
