@@ -220,7 +220,9 @@ def test_case_3_a_broker_outage_leaves_jobs_queued_and_loses_nothing(
     for name in ("w1", "w2", "maint"):
         site.start_worker(name, queues=[site.maintenance_queue] if name == "maint" else None)
     site.start_beat()
-    running = [launch(40), launch(40)]  # long enough to outlast the upload and the 10 s outage on a loaded machine
+    # 25 s: long enough to outlast the upload and the outage, short enough that the queued Jobs behind them are
+    # claimed before MADO_DISPATCH_TIMEOUT (20 s here) sends them again and then fails them (with 40 s, one failed)
+    running = [launch(25), launch(25)]
     queued = [launch(1), launch(1)]
     wait_until(lambda: all(status(job) == JobStatus.RUNNING for job in running), 90, "two Jobs run", site)
     client = api(creator)
@@ -249,7 +251,7 @@ def test_case_3_a_broker_outage_leaves_jobs_queued_and_loses_nothing(
     site.redis.restore()
 
     jobs = [*running, *queued, during]
-    wait_until(lambda: all(final(job) for job in jobs), 40 + REDELIVERY + SETTLE + 30, "every Job ends", site)
+    wait_until(lambda: all(final(job) for job in jobs), 25 + REDELIVERY + SETTLE + 30, "every Job ends", site)
     assert [(job.status, site.starts(job.run)) for job in jobs] == [(JobStatus.SUCCEEDED, 1)] * 5, site.logs()
     wait_until(
         lambda: Checkpoint.objects.get(pk=checkpoint_id).state != CheckpointState.PENDING,
