@@ -162,15 +162,9 @@ def seed_everything(seed: int) -> torch.Generator:
 
 
 def load_data() -> tuple[torch.Tensor, torch.Tensor]:
-    """Digits as ``(x, y)``: x float32 ``[1797, 64]`` scaled to [0, 1], y int64 ``[1797]`` in 0..9.
-
-    Read from the file scikit-learn ships (``sklearn/datasets/data/digits.csv.gz``, 64 pixels then the label on
-    each row, which is what ``sklearn.datasets.load_digits`` reads), without importing scikit-learn: its import
-    costs each start of this program about 2 CPU-seconds.
-    """
-    package = importlib.util.find_spec("sklearn")
-    if package is None:
-        raise SystemExit("scikit-learn is not installed: pip install scikit-learn (it ships the digits data set)")
+    """Digits as ``(x, y)``: x float32 ``[1797, 64]`` scaled to [0, 1], y int64 ``[1797]`` in 0..9, read from the file
+    ``load_digits`` reads (64 pixels, then the label) without importing scikit-learn (2 CPU-seconds per start)."""
+    package = importlib.util.find_spec("sklearn")  # None: scikit-learn, which ships the data, is not installed
     path = Path(package.submodule_search_locations[0]) / "datasets" / "data" / "digits.csv.gz"
     with gzip.open(path, "rt", encoding="utf-8") as rows:
         table = np.loadtxt(rows, delimiter=",")
