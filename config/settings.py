@@ -190,7 +190,16 @@ OIDC_USE_PKCE = True
 OIDC_USE_NONCE = True
 OIDC_TIMEOUT = 15
 MADO_OIDC_ENABLED = bool(OIDC_RP_CLIENT_ID)
-MADO_OIDC_ISSUER = env_str("MADO_OIDC_ISSUER", "")  # checked against the ID token's iss when set
+# Each external identity is (this issuer, the ID token's sub): required once sign-on is on.
+MADO_OIDC_ISSUER = env_str("MADO_OIDC_ISSUER", "")
+if MADO_OIDC_ENABLED and not MADO_OIDC_ISSUER:
+    raise ImproperlyConfigured(
+        "MADO_OIDC_ISSUER must be set when MADO_OIDC_CLIENT_ID is: the provider's issuer URL "
+        "(its discovery document's issuer), which every ID token's iss must equal"
+    )
+# 1: a new subject whose provider says its e-mail is verified links to the one account with that address.
+MADO_OIDC_LINK_VERIFIED_EMAIL = env_bool("MADO_OIDC_LINK_VERIFIED_EMAIL", False)
+MADO_OIDC_CLOCK_SKEW_S = env_int("MADO_OIDC_CLOCK_SKEW_S", 60, minimum=0)  # seconds allowed for iat, nbf and exp
 MADO_OIDC_PROVIDER_NAME = env_str("MADO_OIDC_PROVIDER_NAME", "your company account")
 # The claim whose values map to Project roles, and the rules: "CLAIM_VALUE=PROJECT_SLUG:ROLE", comma-separated.
 MADO_OIDC_ROLE_CLAIM = env_str("MADO_OIDC_ROLE_CLAIM", "groups")

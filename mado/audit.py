@@ -82,6 +82,20 @@ def audit_record(
     return event
 
 
+def audit_sign_in(*, user, name: str, method: str, result: str) -> AuditEvent:
+    """Record one sign-in attempt (docs/api.md#audit): by ``user`` (None when nobody signed in; ``name`` is then
+    the name tried), through ``method`` (``"password"``, ``"basic"``, ``"oidc"``), ``result`` ``"signed in"`` or
+    the reason it was refused."""
+    return audit_record(
+        actor=user,
+        action="auth.sign_in" if user is not None else "auth.sign_in_failed",
+        object_type="auth.user",
+        object_id=user.pk if user is not None else "",
+        object_repr=name,
+        changes={"method": [None, method], "result": [None, result[:200]]},
+    )
+
+
 class AuditContextMiddleware:
     """Keeps the request's address for the records its services write; the request id is the one
     ``mado.logs.RequestIdMiddleware`` gave the request (and answered in ``X-Request-ID``)."""

@@ -8,12 +8,14 @@ through the services, which keep the invariants (docs/design/house.md#immutable,
 from django.contrib import admin
 
 from mado.admin import ReadOnlyAdmin
+from runs.identities import identity_link, identity_unlink
 from runs.models import (  # noqa: I001
     Code,
     CodeVersion,
     Dataset,
     DatasetVersion,
     DataStage,
+    ExternalIdentity,
     LoggedModel,
     Membership,
     MetricBatch,
@@ -277,3 +279,29 @@ class ServiceAccountAdmin(ReadOnlyAdmin):
     search_fields = ["name", "project__slug"]
     raw_id_fields = ["project", "user", "created_by"]
     list_select_related = ["project", "user", "created_by"]
+
+
+@admin.register(ExternalIdentity)
+class ExternalIdentityAdmin(admin.ModelAdmin):
+    """Who each single sign-on subject signs in as (docs/deploy.md#single-sign-on). Adding a row binds a subject to
+    an account by hand, the only way sign-on reaches a superuser or a service account; deleting one unbinds it (its
+    next sign-in makes a new user). Both are audit records; a binding never changes in place."""
+
+    list_display = ["subject", "issuer", "user", "linked_by", "created_at"]
+    list_filter = ["linked_by", "issuer"]
+    search_fields = ["subject", "user__username"]
+    raw_id_fields = ["user"]
+    fields = ["issuer", "subject", "user"]
+
+    def has_change_permission(self, request, obj=None):
+        return obj is None and super().has_change_permission(request, obj)
+
+    def save_model(self, request, obj, form, change):
+        obj.pk = identity_link(actor=request.user, user=obj.user, issuer=obj.issuer, subject=obj.subject).pk
+
+    def delete_model(self, request, obj):
+        identity_unlink(actor=request.user, identity=obj)
+
+    def delete_queryset(self, request, queryset):
+        for identity in queryset:
+            identity_unlink(actor=request.user, identity=identity)

@@ -7,29 +7,38 @@ at each sign-in, so a rotated key is picked up) — a small, focused library
 whose backend is one class to extend, where allauth brings its own account
 pages, e-mail flows and models. The library checks the signature and the
 nonce; ``MadoOIDCBackend`` adds what it leaves out: the issuer, the audience
-(the client id) and the expiry of the ID token. Users are found by their
-``sub``-stable user name, created on first sign-in, and their Project roles
-follow the configured claim at every sign-in (``sync_roles``).
+and authorized party (the client id), the subject and the token's times, and
+that the userinfo speaks of the same subject. A user is the one bound to the
+provider's ``(issuer, subject)`` (``runs.identities``), never the one a
+claimed name or e-mail matches, and their Project roles follow the configured
+claim at every sign-in (``sync_roles``). Every refusal ends on the login page
+with its reason and an audit record.
 """
 
+import base64
+import json
 import logging
 import time
 
+import requests
 from django.conf import settings
-from django.contrib.auth import get_user_model
+from django.contrib import auth, messages
 from django.contrib.auth.views import LoginView
 from django.core.exceptions import SuspiciousOperation
 from django.db import transaction
 from django.http import Http404, HttpResponseForbidden
+from django.utils.encoding import force_bytes
 from mozilla_django_oidc.auth import OIDCAuthenticationBackend
 from mozilla_django_oidc.views import OIDCAuthenticationCallbackView, OIDCAuthenticationRequestView
 
-from mado.audit import audit_record
+from mado.audit import audit_record, audit_sign_in
+from mado.errors import Conflict
 from mado.policy import ROLE_RANK
-from runs.models import Membership, Project
+from runs.identities import SignOnRefused, claimed_name, email_verified, sign_on_user
+from runs.models import Membership, Project, Role
+from runs.services import guard_last_admin
 
 logger = logging.getLogger(__name__)
-CLOCK_SKEW_S = 60
 
 
 def parse_role_rules(rules: list[str]) -> list[tuple[str, str, str]]:
@@ -60,7 +69,8 @@ def wanted_roles(claims: dict) -> tuple[dict[str, str], set[str]]:
 @transaction.atomic
 def sync_roles(*, user, claims: dict) -> None:
     """Make ``user``'s memberships in the Projects the rules name match ``claims`` (docs/deploy.md#single-sign-on):
-    added, changed or removed, each change an audit record by the system (the sign-in)."""
+    added, changed or removed, each change an audit record by the system (the sign-in). A Project's last admin
+    stays admin whatever the claim says (``membership.keep_last_admin`` in the audit log)."""
     wanted, managed = wanted_roles(claims)
     projects = {p.slug: p for p in Project.objects.filter(slug__in=managed)}
     current = {
@@ -72,7 +82,11 @@ def sync_roles(*, user, claims: dict) -> None:
         before = membership.role if membership else None
         if before == role:
             continue
-        if before is None:
+        repr_note = "sign-in claim"
+        if before == Role.ADMIN and _is_last_admin(project, membership):
+            action, role = "membership.keep_last_admin", before
+            repr_note = "sign-in claim; kept: the Project's last admin"
+        elif before is None:
             action, membership = "membership.add", Membership.objects.create(user=user, project=project, role=role)
         elif role is None:
             action = "membership.remove"
@@ -85,47 +99,101 @@ def sync_roles(*, user, claims: dict) -> None:
             action=action,
             object_type="runs.membership",
             object_id=membership.pk,
-            object_repr=f"{user.get_username()} in {slug} (sign-in claim)",
+            object_repr=f"{user.get_username()} in {slug} ({repr_note})",
             project_id=project.pk,
-            changes={"role": [before, role]},
+            changes={"role": [before, wanted.get(slug)]},
         )
 
 
+def _is_last_admin(project: Project, membership: Membership) -> bool:
+    """True when ``membership`` is ``project``'s only admin (the rule behind the members API's 409)."""
+    try:
+        guard_last_admin(project, membership)
+    except Conflict:
+        return True
+    return False
+
+
+def check_id_token(payload: dict, *, client_id: str, now: float | None = None) -> None:
+    """Raise ``SuspiciousOperation`` naming the claim unless the ID token ``payload`` (signature and nonce checked)
+    is for ``client_id`` (``aud``, and ``azp`` when present or when there are several audiences), from
+    ``MADO_OIDC_ISSUER`` (``iss``), names a subject (``sub``), was issued (``iat``) and is valid now (``nbf``,
+    ``exp``), within ``MADO_OIDC_CLOCK_SKEW_S`` seconds (docs/deploy.md#single-sign-on)."""
+    now, skew = time.time() if now is None else now, settings.MADO_OIDC_CLOCK_SKEW_S
+    audience = payload.get("aud")
+    audience = [audience] if isinstance(audience, str) else audience if isinstance(audience, list) else []
+    if client_id not in audience:
+        raise SuspiciousOperation("the ID token is not meant for this client (aud)")
+    if ("azp" in payload or len(audience) > 1) and payload.get("azp") != client_id:
+        raise SuspiciousOperation("the ID token was issued to another client (azp)")
+    if payload.get("iss") != settings.MADO_OIDC_ISSUER:
+        raise SuspiciousOperation("the ID token comes from another issuer (iss)")
+    if not isinstance(payload.get("sub"), str) or not payload["sub"]:
+        raise SuspiciousOperation("the ID token names no subject (sub)")
+    times = {name: payload.get(name) for name in ("exp", "iat", "nbf")}
+    if not all(value is None or type(value) in (int, float) for value in times.values()):
+        raise SuspiciousOperation("the ID token's times are not numbers (exp, iat, nbf)")
+    if times["exp"] is None or times["exp"] + skew < now:
+        raise SuspiciousOperation("the ID token has expired (exp)")
+    if times["iat"] is None or times["iat"] - skew > now:
+        raise SuspiciousOperation("the ID token was issued in the future (iat)")
+    if times["nbf"] is not None and times["nbf"] - skew > now:
+        raise SuspiciousOperation("the ID token is not valid yet (nbf)")
+
+
+def _header_algorithm(token) -> str | None:
+    """The ``alg`` of a compact JWS's protected header, None when there is none to read."""
+    try:
+        header = json.loads(base64.urlsafe_b64decode(force_bytes(token).split(b".")[0] + b"==="))
+    except (ValueError, TypeError):
+        return None
+    return header.get("alg") if isinstance(header, dict) else None
+
+
 class MadoOIDCBackend(OIDCAuthenticationBackend):
-    """The library's code flow, plus issuer, audience and expiry checks, user names and roles from the claims."""
+    """The library's code flow with the ID token's claims checked (``check_id_token``), the userinfo's subject
+    compared with the ID token's, and the user found by ``(issuer, subject)`` (``runs.identities``)."""
 
     def verify_token(self, token, **kwargs):
-        """The ID token's payload once its signature and nonce (the library) and ``iss``, ``aud``, ``exp`` hold;
-        ``SuspiciousOperation`` otherwise (the sign-in fails)."""
-        payload = super().verify_token(token, **kwargs)
-        audience = payload.get("aud")
-        audience = [audience] if isinstance(audience, str) else audience or []
-        if self.OIDC_RP_CLIENT_ID not in audience:
-            raise SuspiciousOperation("the ID token is not meant for this client (aud)")
-        if settings.MADO_OIDC_ISSUER and payload.get("iss") != settings.MADO_OIDC_ISSUER:
-            raise SuspiciousOperation("the ID token comes from another issuer (iss)")
-        expires = payload.get("exp")
-        if not isinstance(expires, int | float) or expires + CLOCK_SKEW_S < time.time():
-            raise SuspiciousOperation("the ID token has expired (exp)")
+        """The ID token's payload once its signature and nonce (the library) and its claims (above) hold;
+        ``SuspiciousOperation`` for a token that fails them or cannot be read at all."""
+        algorithm = _header_algorithm(token)
+        if algorithm != self.OIDC_RP_SIGN_ALGO:
+            raise SuspiciousOperation(f"the ID token is not signed with {self.OIDC_RP_SIGN_ALGO} (alg {algorithm!r})")
+        try:
+            payload = super().verify_token(token, **kwargs)
+        except (SuspiciousOperation, requests.RequestException):
+            raise
+        except Exception as error:  # noqa: BLE001 - a token the JOSE library cannot parse is a refused token
+            raise SuspiciousOperation(f"the ID token could not be read ({type(error).__name__})") from error
+        check_id_token(payload, client_id=self.OIDC_RP_CLIENT_ID)
         return payload
 
-    def get_username(self, claims):
-        return claims.get("preferred_username") or claims.get("email") or claims["sub"]
+    def get_userinfo(self, access_token, id_token, payload):
+        """The userinfo claims over the ID token's; ``SignOnRefused`` when their ``sub`` differs (raised past the
+        library, which would swallow a ``SuspiciousOperation`` here without a reason)."""
+        userinfo = super().get_userinfo(access_token, id_token, payload)
+        if not isinstance(userinfo, dict) or userinfo.get("sub") != payload["sub"]:
+            raise SignOnRefused("the provider's userinfo names another subject than the ID token (sub)")
+        return {**payload, **userinfo}
 
-    def filter_users_by_claims(self, claims):
-        return get_user_model().objects.filter(username=self.get_username(claims))
-
-    def create_user(self, claims):
-        user = get_user_model().objects.create_user(self.get_username(claims), email=claims.get("email", ""))
-        user.set_unusable_password()  # signs in through the provider only
-        user.save(update_fields=["password"])
-        return self.update_user(user, claims)
+    def get_or_create_user(self, access_token, id_token, payload):
+        """The user bound to the token's subject (made or linked at its first sign-in), updated from the claims."""
+        claims = self.get_userinfo(access_token, id_token, payload)
+        self.request.mado_sign_in_name = claimed_name(claims)
+        user = sign_on_user(issuer=settings.MADO_OIDC_ISSUER, claims=claims)
+        return self.update_user(user, claims) if user.is_active else user
 
     def update_user(self, user, claims):
-        user.email = claims.get("email", user.email)
-        user.first_name = claims.get("given_name", user.first_name)[:150]
-        user.last_name = claims.get("family_name", user.last_name)[:150]
-        user.save(update_fields=["email", "first_name", "last_name"])
+        """Names from the claims; the e-mail only when the provider says it is verified; roles from the claim."""
+        fields = {"first_name": claims.get("given_name"), "last_name": claims.get("family_name")}
+        fields = {name: value[:150] for name, value in fields.items() if isinstance(value, str)}
+        if email_verified(claims):
+            fields["email"] = claims["email"][:254]
+        for name, value in fields.items():
+            setattr(user, name, value)
+        if fields:
+            user.save(update_fields=list(fields))
         sync_roles(user=user, claims=claims)
         return user
 
@@ -142,7 +210,47 @@ class SignInView(_OnlyWhenConfigured, OIDCAuthenticationRequestView):
 
 
 class CallbackView(_OnlyWhenConfigured, OIDCAuthenticationCallbackView):
-    """``oidc/callback/``: back from the provider; a failed check signs nobody in."""
+    """``oidc/callback/``: back from the provider. Every outcome is an audit record; a refusal of any kind (a
+    failed check, a provider error, an unknown state, a deactivated account) signs nobody in and ends on the login
+    page with the reason, never an error page."""
+
+    def get(self, request):
+        try:
+            return super().get(request)
+        except Exception as error:  # noqa: BLE001 - whatever failed, the person lands on the login page, told why
+            if not isinstance(error, SuspiciousOperation | SignOnRefused | requests.RequestException):
+                logger.exception("single sign-on failed")
+            return self.login_failure(reason=_reason(error))
+
+    def login_success(self):
+        audit_sign_in(user=self.user, name=self.user.get_username(), method="oidc", result="signed in")
+        return super().login_success()
+
+    def login_failure(self, reason: str = ""):
+        if not reason:
+            error = self.request.GET.get("error")
+            inactive = getattr(self, "user", None) is not None
+            reason = (
+                f"the provider answered {error[:100]!r}"
+                if error
+                else "the account is deactivated"
+                if inactive
+                else "the sign-in expired or was already used: start again"
+            )
+        if self.request.user.is_authenticated:
+            auth.logout(self.request)
+        audit_sign_in(user=None, name=getattr(self.request, "mado_sign_in_name", ""), method="oidc", result=reason)
+        messages.error(self.request, f"Single sign-on refused: {reason}.")
+        return super().login_failure()
+
+
+def _reason(error: Exception) -> str:
+    """What the login page and the audit record say about ``error``."""
+    if isinstance(error, SuspiciousOperation | SignOnRefused):
+        return str(error)
+    if isinstance(error, requests.RequestException):
+        return "the identity provider did not answer as expected: try again, or ask your administrator"
+    return "the sign-in failed on our side: try again, or ask your administrator"
 
 
 class MadoLoginView(LoginView):

@@ -79,7 +79,7 @@ def _check_role(role: str) -> None:
         raise ValidationFailed(_("role must be one of %(choices)s") % {"choices": ", ".join(Role.values)}, field="role")
 
 
-def _guard_last_admin(project: Project, membership: Membership) -> None:
+def guard_last_admin(project: Project, membership: Membership) -> None:
     """Refuse to leave a Project without an admin (the row lock makes two demotions serialize)."""
     admins = list(project.memberships.select_for_update().filter(role=Role.ADMIN).values_list("pk", flat=True))
     if admins == [membership.pk]:
@@ -140,7 +140,7 @@ def membership_change_role(*, actor, project: Project, username: str, role: str)
     _check_role(role)
     membership = _membership(project, username)
     if membership.role == Role.ADMIN and role != Role.ADMIN:
-        _guard_last_admin(project, membership)
+        guard_last_admin(project, membership)
     before, membership.role = membership.role, role
     membership.save(update_fields=["role"])
     if before != role:
@@ -154,7 +154,7 @@ def membership_remove(*, actor, project: Project, username: str) -> None:
     require(policy.can_manage_members(actor, project), "Only project admins can manage members.")
     membership = _membership(project, username)
     if membership.role == Role.ADMIN:
-        _guard_last_admin(project, membership)
+        guard_last_admin(project, membership)
     _audit_membership(actor, "membership.remove", membership, {"role": [membership.role, None]})
     membership.delete()
 

@@ -1,6 +1,6 @@
 """The runs app's models: Projects, Runs and their records (``core``). Sweeps and trials are the sweeps app's."""
 
-from runs.models.accounts import ServiceAccount
+from runs.models.accounts import ExternalIdentity, IdentityLink, ServiceAccount
 from runs.models.core import (
     FINAL_STATES,
     Code,
@@ -39,6 +39,8 @@ from runs.models.workspace import RunTableColumns
 
 __all__ = [
     "ServiceAccount",
+    "ExternalIdentity",
+    "IdentityLink",
     "CHUNK_ID_STRIDE",
     "FINAL_STATES",
     "Code",

@@ -22,3 +22,29 @@ class ServiceAccount(models.Model):
 
     def __str__(self):
         return f"{self.name} ({self.project.slug})"
+
+
+class IdentityLink(models.TextChoices):
+    SIGN_UP = "sign-up", "first sign-in of a new subject"
+    VERIFIED_EMAIL = "verified-email", "linked by the provider's verified e-mail"
+    ADMIN = "admin", "linked by an admin"
+
+
+class ExternalIdentity(models.Model):
+    """A person at the identity provider, ``(issuer, subject)`` (the ID token's ``iss`` and ``sub``), and the one user
+    it signs in as (docs/deploy.md#single-sign-on). The provider's user name and e-mail never pick the user: only
+    this row does, made at the first sign-in of a new subject, by a verified e-mail where the operator allows it,
+    or by an admin."""
+
+    issuer = models.CharField(max_length=255)
+    subject = models.CharField(max_length=255)
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="external_identities")
+    linked_by = models.CharField(max_length=20, choices=IdentityLink.choices)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        verbose_name_plural = "external identities"
+        constraints = [models.UniqueConstraint(fields=["issuer", "subject"], name="externalidentity_unique_subject")]
+
+    def __str__(self):
+        return f"{self.subject} at {self.issuer}"

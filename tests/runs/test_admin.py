@@ -20,7 +20,7 @@ from checkpoints.models import (
 )
 from mlflow_api.tracking.logged_models import logged_model_create
 from runs.metrics import metrics_ingest
-from runs.models import DataStage, Project, Run, ServiceAccount
+from runs.models import DataStage, ExternalIdentity, Project, Run, ServiceAccount
 from runs.services import run_table_columns_save
 from sweeps.services import sweep_claim, sweep_create
 from tests.factories import CodeVersionFactory, DatasetVersionFactory, UserFactory
@@ -70,6 +70,7 @@ def one_of_each(project, run, creator):
     run_table_columns_save(user=creator, project=project, column_ids=["param:lr", "metric:loss:min"])
     logged_model_create(actor=creator, project=project, name="net", source_run=run)
     ServiceAccount.objects.create(user=UserFactory(username="ci-bot"), project=project, name="ci", created_by=creator)
+    ExternalIdentity.objects.create(issuer="https://idp.example.com", subject="42", user=creator, linked_by="sign-up")
     RetentionPolicy.objects.create(project=project, keep_last=3, updated_by=creator)
     gone = Checkpoint.objects.create(run=run, step=5, state=CheckpointState.DELETED)
     CheckpointDeletion.objects.create(
