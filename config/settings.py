@@ -7,6 +7,7 @@ filesystem. Production sets ``MADO_DATABASE_URL`` (PostgreSQL),
 ``docs/deploy.md``.
 """
 
+import datetime
 import os
 from pathlib import Path
 
@@ -39,6 +40,7 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "mozilla_django_oidc",
+    "axes",
     "mado",
     "runs",
     "sweeps",
@@ -71,6 +73,8 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # A sign-in refused for too many failures answers 429 (API) or the login page's message (mado.signins).
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "config.urls"
@@ -207,10 +211,25 @@ MADO_OIDC_ROLE_RULES = env_list("MADO_OIDC_ROLE_RULES", [])
 # 0: only the provider signs people in (the password form and Basic passwords are refused; tokens still work).
 MADO_PASSWORD_LOGIN = env_bool("MADO_PASSWORD_LOGIN", True)
 AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",  # first: a locked-out account or address is refused before any check
     *(["runs.oidc.MadoOIDCBackend"] if MADO_OIDC_ENABLED else []),
     *(["django.contrib.auth.backends.ModelBackend"] if MADO_PASSWORD_LOGIN or not MADO_OIDC_ENABLED else []),
 ]
 LOGIN_REDIRECT_URL_FAILURE = "/accounts/login/?sso=failed"
+# Failed sign-ins throttled per account name and per address by django-axes (docs/deploy.md#sign-in-throttling).
+MADO_LOGIN_FAILURE_LIMIT = env_int("MADO_LOGIN_FAILURE_LIMIT", 5, minimum=1)
+MADO_LOGIN_LOCKOUT_S = env_int("MADO_LOGIN_LOCKOUT_S", 900, minimum=1)
+AXES_FAILURE_LIMIT = MADO_LOGIN_FAILURE_LIMIT
+AXES_COOLOFF_TIME = datetime.timedelta(seconds=MADO_LOGIN_LOCKOUT_S)
+AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]  # either one locks: a guessed account, a guessing address
+AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = True
+AXES_RESET_ON_SUCCESS = True
+AXES_CLIENT_IP_CALLABLE = "mado.addresses.client_address"
+AXES_LOCKOUT_CALLABLE = "mado.signins.lockout_response"
+AXES_DISABLE_ACCESS_LOG = True  # successful sign-ins are audit records (mado.signins)
+AXES_VERBOSE = False
+# Addresses or networks of the proxies in front of mado: only their X-Forwarded-For is read (mado/addresses.py).
+MADO_TRUSTED_PROXIES = env_networks("MADO_TRUSTED_PROXIES", [])
 
 # API tokens (docs/api.md#tokens): the lifetime a new token gets unless its creator picks one, and the longest.
 MADO_TOKEN_DEFAULT_DAYS = env_int("MADO_TOKEN_DEFAULT_DAYS", 90, minimum=1)

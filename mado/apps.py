@@ -22,7 +22,10 @@ class MadoConfig(AppConfig):
     verbose_name = "mado"
 
     def ready(self):
-        from mado import checks  # noqa: F401 - registers the deploy checks
+        from mado import (
+            checks,  # noqa: F401 - registers the deploy checks
+            signins,  # noqa: F401 - audits sign-ins through Django's signals
+        )
 
         schedule_every_interval("flush-dispatches", "mado.tasks.flush_dispatches")
         schedule_every_interval("reap-undelivered", "mado.tasks.reap_undelivered")

@@ -14,6 +14,7 @@ import uuid
 from django.db import transaction
 from django.dispatch import Signal
 
+from mado.addresses import client_address
 from mado.models import ActorKind, AuditEvent
 
 # Sent on commit with ``event`` (an ``AuditEvent``): the hook for alert rules and other reactions.
@@ -105,7 +106,7 @@ class AuditContextMiddleware:
 
     def __call__(self, request):
         request_id = getattr(request, "request_id", "") or uuid.uuid4().hex
-        token = _request.set({"address": request.META.get("REMOTE_ADDR") or None, "request_id": request_id})
+        token = _request.set({"address": client_address(request), "request_id": request_id})
         try:
             return self.get_response(request)
         finally:

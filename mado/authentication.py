@@ -26,6 +26,8 @@ from rest_framework.authentication import BaseAuthentication, BasicAuthenticatio
 from rest_framework.exceptions import AuthenticationFailed
 from rest_framework.permissions import SAFE_METHODS, BasePermission
 
+from mado.addresses import client_address
+
 RUN_TOKEN_SCOPE = _("This token belongs to one run and may only act on that run.")
 READ_ONLY_TOKEN = _("This token may only read: create a token with the write scope to change anything.")
 INVALID_TOKEN = "Invalid token."
@@ -75,11 +77,6 @@ def user_for_token(key: str, request=None) -> tuple:
     return found
 
 
-def client_address(request) -> str | None:
-    """The address a request came from (``REMOTE_ADDR``: the proxy in front of mado sets it), or None."""
-    return request.META.get("REMOTE_ADDR") or None if request is not None else None
-
-
 def run_id_of(credential) -> int | None:
     """The id of the Run a Run token is scoped to; None for any other credential (a user token, a session)."""
     return getattr(credential, "run_id", None)
@@ -121,9 +118,19 @@ class PasswordOrTokenBasicAuthentication(BasicAuthentication):
         deliberately slow hash on every request of the MLflow client.
         """
         try:
-            user, credential = user_for_token(password, request)
+            return self._checked(userid, *user_for_token(password, request))
         except AuthenticationFailed:
-            user, credential = authenticate(request=request, username=userid, password=password), None
+            pass
+        from mado.signins import basic_signed_in  # imports models: not at this module's import (see above)
+
+        # Django's request, where django-axes notes a lock-out for its middleware to answer 429 (mado.signins).
+        http_request = getattr(request, "_request", request)
+        user = self._checked(userid, authenticate(request=http_request, username=userid, password=password), None)[0]
+        basic_signed_in(http_request, user)
+        return user, None
+
+    @staticmethod
+    def _checked(userid, user, credential) -> tuple:
         if user is None or not user.is_active or user.get_username() != userid:
             raise AuthenticationFailed(INVALID_BASIC)
         return user, credential
