@@ -78,8 +78,9 @@ class AlertChannelListApi(PaginatedListApi):
         responses={201: AlertChannelCreatedSerializer, 409: OpenApiResponse(description="name taken"), **_REFUSED},
     )
     def post(self, request, slug):
-        """Create a channel (admins); a webhook's ``secret`` is in this answer only. A URL reaching a loopback,
-        private, link-local or metadata address is refused (400 on ``target``)."""
+        """Create a channel (admins); a webhook's ``secret`` is in this answer only. A malformed URL, or one
+        reaching a loopback, private, link-local, metadata or other special-purpose address, is refused (400 on
+        ``target``)."""
         project = run_selectors.project_get_for_user(user=request.user, slug=slug)
         channel, secret = services.channel_create(
             actor=request.user, project=project, **valid(AlertChannelInputSerializer, request)

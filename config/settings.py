@@ -14,7 +14,7 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
-from mado.env import env_bool, env_choice, env_float, env_int, env_list, env_networks, env_str
+from mado.env import env_bool, env_choice, env_float, env_int, env_list, env_network_ports, env_networks, env_str
 from mado_tracking.hashing import hash_threads
 from mado_tracking.tarformat import Limits as TarLimits
 
@@ -394,8 +394,9 @@ EMAIL_HOST_PASSWORD = env_str("MADO_EMAIL_PASSWORD", "")
 EMAIL_USE_TLS = env_bool("MADO_EMAIL_USE_TLS", False)
 EMAIL_TIMEOUT = env_int("MADO_EMAIL_TIMEOUT", 20, minimum=1)
 DEFAULT_FROM_EMAIL = env_str("MADO_EMAIL_FROM", "mado@localhost")
-# Webhook URLs may not resolve to loopback, private, link-local or metadata addresses, except in these CIDRs.
-MADO_ALERT_WEBHOOK_ALLOW = env_list("MADO_ALERT_WEBHOOK_ALLOW", [])
+# Webhook URLs may not resolve to loopback, private, link-local, metadata or other special-purpose addresses, except
+# these addresses or CIDRs, each on every port or on the one it names (10.0.0.5:8443, [2001:db8::/32]:443).
+MADO_ALERT_WEBHOOK_ALLOW = env_network_ports("MADO_ALERT_WEBHOOK_ALLOW", [])
 # A failed delivery is tried again after this many seconds, doubled each time (at most 1 h), up to this many attempts.
 MADO_ALERT_RETRY_SECONDS = env_int("MADO_ALERT_RETRY_SECONDS", 30, minimum=1)
 MADO_ALERT_MAX_ATTEMPTS = env_int("MADO_ALERT_MAX_ATTEMPTS", 10, minimum=1)

@@ -8,6 +8,7 @@ parsed, and reads ``<NAME>_FILE`` (a path whose content is the value) when
 import ipaddress
 import os
 from pathlib import Path
+from typing import NamedTuple
 
 from django.core.exceptions import ImproperlyConfigured
 
@@ -81,6 +82,43 @@ def env_networks(name: str, default: list[str]) -> tuple[ipaddress.IPv4Network |
         except ValueError as exc:
             raise ImproperlyConfigured(f"{name}: {item!r} is not an address or network ({exc})") from exc
     return tuple(networks)
+
+
+class NetworkPort(NamedTuple):
+    """An address or network, and the one TCP port it is open on (``None``: every port)."""
+
+    network: ipaddress.IPv4Network | ipaddress.IPv6Network
+    port: int | None
+
+
+def network_port(item: str) -> NetworkPort:
+    """Parse ``10.0.0.0/8``, ``::1``, ``10.0.0.5:8443``, ``10.0.0.0/8:8443``, ``[2001:db8::/32]:8443`` or
+    ``[::1]``; an IPv6 entry with a port is in brackets. Raises ``ValueError`` with the reason."""
+    text, port = item, None
+    if item.startswith("["):
+        inner, bracket, rest = item[1:].partition("]")
+        if not bracket or (rest and not rest.startswith(":")):
+            raise ValueError("an IPv6 entry with a port is written [address or network]:port")
+        text, port = inner, rest[1:] if rest else None
+    elif item.count(":") == 1:  # an IPv6 address has two colons at least
+        text, _, port = item.partition(":")
+    if port is not None and not (port.isascii() and port.isdigit() and 1 <= int(port) <= 65535):
+        raise ValueError(f"the port {port!r} is not a number from 1 to 65535")
+    return NetworkPort(ipaddress.ip_network(text, strict=False), int(port) if port is not None else None)
+
+
+def env_network_ports(name: str, default: list[str]) -> tuple[NetworkPort, ...]:
+    """Parse a comma-separated list of addresses or networks, each optionally limited to one port (``network_port``:
+    ``10.20.0.0/16,10.0.0.5:8443,[2001:db8::/32]:443``); a bad item is an error naming the variable and the item."""
+    entries = []
+    for item in env_list(name, default):
+        try:
+            entries.append(network_port(item))
+        except ValueError as exc:
+            raise ImproperlyConfigured(
+                f"{name}: {item!r} is not an address or network, optionally with :port ({exc})"
+            ) from exc
+    return tuple(entries)
 
 
 def env_float(name: str, default: float, *, minimum: float | None = None) -> float:

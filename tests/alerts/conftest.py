@@ -3,6 +3,7 @@
 import pytest
 from celery import current_app
 
+from mado.env import network_port
 from tests.alerts.receivers import SmtpReceiver, WebhookReceiver
 
 
@@ -16,7 +17,7 @@ def eager(monkeypatch, settings):
 @pytest.fixture
 def webhook(settings):
     """A running webhook receiver on 127.0.0.1, reachable because the operator allowed 127.0.0.0/8."""
-    settings.MADO_ALERT_WEBHOOK_ALLOW = ["127.0.0.0/8"]
+    settings.MADO_ALERT_WEBHOOK_ALLOW = (network_port("127.0.0.0/8"),)
     receiver = WebhookReceiver()
     receiver.start()
     yield receiver

@@ -32,7 +32,8 @@ class WebhookReceiver:
     """An HTTP receiver on 127.0.0.1 that records each POST (``received``: headers, JSON body, signature verdict).
 
     ``secret`` is set once the channel exists; ``stop()`` closes the port (an outage), ``start()`` opens it again;
-    ``redirect_to`` answers every POST with a 307 to that URL.
+    ``redirect_to`` answers every POST with a 307 to that URL; a POST to ``/hop/<n>`` (``hops_url(n)``) is
+    answered with a 307 to ``/hop/<n-1>`` until ``/hop/0``, which is received.
     """
 
     def __init__(self):
@@ -46,15 +47,19 @@ class WebhookReceiver:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}/hook"
 
+    def hops_url(self, hops: int) -> str:
+        return f"http://127.0.0.1:{self.port}/hop/{hops}"
+
     def start(self) -> None:
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self):
                 body = self.rfile.read(int(self.headers["Content-Length"]))
-                if receiver.redirect_to:
+                hops = int(self.path.removeprefix("/hop/")) if self.path.startswith("/hop/") else 0
+                if receiver.redirect_to or hops:
                     self.send_response(307)
-                    self.send_header("Location", receiver.redirect_to)
+                    self.send_header("Location", receiver.redirect_to or f"/hop/{hops - 1}")
                     self.end_headers()
                     return
                 signature = self.headers.get("X-Mado-Signature", "")

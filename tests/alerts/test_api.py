@@ -4,6 +4,7 @@
 import pytest
 
 from alerts.models import Rule
+from mado.env import network_port
 
 pytestmark = pytest.mark.django_db
 
@@ -63,7 +64,7 @@ def test_a_bad_rule_answers_400_naming_the_field_and_stores_nothing(api, project
 
 
 def test_the_webhook_secret_is_shown_once(api, project, admin, settings):
-    settings.MADO_ALERT_WEBHOOK_ALLOW = ["127.0.0.0/8"]
+    settings.MADO_ALERT_WEBHOOK_ALLOW = (network_port("127.0.0.0/8"),)
     url = f"/api/v1/projects/{project.slug}/alert-channels/"
     created = api(admin).post(url, {"name": "hook", "kind": "webhook", "target": "http://127.0.0.1:9/h"}, format="json")
 
