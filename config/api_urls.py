@@ -2,7 +2,7 @@
 
 from django.urls import path
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 from rest_framework.routers import DefaultRouter
 
 from alerts.urls import api_patterns as alert_patterns
@@ -78,7 +78,13 @@ router.register("sweeps", SweepViewSet, basename="sweep")
 
 urlpatterns = [
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
-    path("docs/", SpectacularSwaggerView.as_view(url_name="api:schema"), name="docs"),
+    # The split view serves Swagger UI's start script from ?script, not inline: the page passes the
+    # Content-Security-Policy (docs/design/interfaces.md#page-security).
+    path(
+        "docs/",
+        SpectacularSwaggerSplitView.as_view(url_name="api:schema", template_name="mado/api_docs.html"),
+        name="docs",
+    ),
     path("projects/<slug:slug>/members/", MemberListApi.as_view(), name="member-list"),
     path("projects/<slug:slug>/members/<str:username>/", MemberDetailApi.as_view(), name="member-detail"),
     path("projects/<slug:slug>/datasets/", DatasetListApi.as_view(), name="dataset-list"),

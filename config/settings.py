@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 
 import dj_database_url
+from csp.constants import NONE, SELF
 from django.core.exceptions import ImproperlyConfigured
 
 from mado.env import env_bool, env_choice, env_float, env_int, env_list, env_network_ports, env_networks, env_str
@@ -60,6 +61,10 @@ MIDDLEWARE = [
     # Outermost: a database, broker or storage outage raised by a view answers 503, not an HTML 500
     # (errors raised inside the other middleware go to mado.outages.server_error, the handler500).
     "mado.outages.OutageMiddleware",
+    # Outside everything that answers early (probes, outages, static files): every response carries both
+    # policies (docs/design/interfaces.md#page-security).
+    "csp.middleware.CSPMiddleware",
+    "mado.page_headers.PermissionsPolicyMiddleware",
     # /healthz, /readyz and /metrics answer before host validation and the HTTPS redirect: probes send neither.
     "config.ops.OperatorEndpointsMiddleware",
     # The request's address and id, for the audit records its writes leave (docs/api.md#audit).
@@ -174,6 +179,11 @@ REST_FRAMEWORK = {
         "rest_framework.permissions.IsAuthenticated",
         "mado.authentication.RunTokenScope",
         "mado.authentication.TokenScopeAllows",
+    ],
+    # The browsable API, read-only: DRF's generated forms need a serializer_class the views do not declare.
+    "DEFAULT_RENDERER_CLASSES": [
+        "rest_framework.renderers.JSONRenderer",
+        "mado.browsable_api.ReadOnlyBrowsableAPIRenderer",
     ],
     "DEFAULT_PAGINATION_CLASS": "mado.pagination.DefaultPagination",
     "PAGE_SIZE": 50,
@@ -413,6 +423,50 @@ SECURE_HSTS_SECONDS = env_int("MADO_HSTS_SECONDS", 0, minimum=0)
 SECURE_HSTS_INCLUDE_SUBDOMAINS = SECURE_HSTS_SECONDS > 0
 SECURE_HSTS_PRELOAD = SECURE_HSTS_SECONDS > 0
 SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https") if env_bool("MADO_BEHIND_TLS_PROXY", False) else None
+
+# --- pages in the browser (docs/design/interfaces.md#page-security, docs/deploy.md#browser-policies) ----------------
+# django-csp's Content-Security-Policy on every response: scripts, styles, fonts and requests from this server
+# only; no inline script, event handler, <style> or style attribute runs (the templates have none; Swagger UI is
+# served through the split view and templates/mado/api_docs.html, the browsable API by mado/browsable_api.py, the
+# Django admin as it is). uPlot, Swagger UI and Django admin's scripts set element.style, which CSP allows.
+# data: images: Swagger UI's icons and the pages' empty favicon.
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": [SELF],
+        "script-src": [SELF],
+        "style-src": [SELF],
+        "img-src": [SELF, "data:"],
+        "font-src": [SELF],
+        "connect-src": [SELF],
+        "object-src": [NONE],
+        "base-uri": [NONE],
+        "form-action": [SELF],
+        "frame-ancestors": [NONE],
+    }
+}
+# Page sessions in the database under a digest of their key: a copy of the table signs nobody in (mado/sessions.py).
+SESSION_ENGINE = "mado.sessions"
+# Browser features no page uses, refused to every page and frame (Permissions-Policy, mado/page_headers.py).
+MADO_PERMISSIONS_POLICY_OFF = (
+    "accelerometer",
+    "autoplay",
+    "camera",
+    "display-capture",
+    "encrypted-media",
+    "geolocation",
+    "gyroscope",
+    "hid",
+    "idle-detection",
+    "magnetometer",
+    "microphone",
+    "midi",
+    "payment",
+    "publickey-credentials-get",
+    "screen-wake-lock",
+    "serial",
+    "usb",
+    "xr-spatial-tracking",
+)
 
 # --- operators (docs/deploy.md#health-and-metrics, #logs) ----------------------------------------------------------
 # /readyz: seconds each of the database, broker and storage checks may take before it counts as down.
