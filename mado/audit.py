@@ -16,6 +16,7 @@ from django.dispatch import Signal
 
 from mado.addresses import client_address
 from mado.models import ActorKind, AuditEvent
+from mado.policy import is_service_account
 
 # Sent on commit with ``event`` (an ``AuditEvent``): the hook for alert rules and other reactions.
 audit_recorded = Signal()
@@ -42,11 +43,6 @@ def _actor(actor) -> dict:
     if is_service_account(actor):
         kind = ActorKind.SERVICE_ACCOUNT
     return {"actor_kind": kind, "actor_id": actor.pk, "actor_name": actor.get_username(), "via": via}
-
-
-def is_service_account(user) -> bool:
-    """True for a Project's service account (a user with a ``service_account``: ``runs.ServiceAccount``)."""
-    return getattr(user, "service_account", None) is not None
 
 
 def audit_record(

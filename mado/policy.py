@@ -43,10 +43,15 @@ def membership_q(user, *, role: str = VIEWER, project_path: str = "") -> Q:
 
     ``project_path`` is the lookup from the queried model to its Project
     (``""`` for Project itself, ``"project"`` for Run, ``"run__project"``...).
-    An anonymous or inactive user matches nothing.
+    An anonymous or inactive user matches nothing, and so does a request whose
+    API token's scope acts below ``role`` (``limit_to_scope``): admin reads
+    honour token scope like admin writes.
     """
     if user is None or not user.is_authenticated or not user.is_active:
         return Q(pk__in=[])
+    scope = user.__dict__.get(_SCOPE)
+    if scope is not None and ROLE_RANK[role] > ROLE_RANK[SCOPE_CAP[scope]]:
+        return Q(pk__in=[])  # the request's token acts below ``role`` everywhere (docs/api.md#tokens)
     prefix = f"{project_path}__" if project_path else ""
     return Q(
         **{
@@ -209,6 +214,29 @@ def why_cannot_resume_by_id(user, run) -> str | None:
     if reason is None or run.ran_as_job or not run.project.members_may_resume:
         return reason
     return why_not(user, run.project, MEMBER)
+
+
+def is_service_account(user) -> bool:
+    """True for a Project's service account (a user with a ``service_account``, docs/api.md#service-accounts)."""
+    return getattr(user, "service_account", None) is not None
+
+
+def why_cannot_create_project(user) -> str | None:
+    """None when ``user`` may create a Project (and so become its admin), else why not (docs/api.md#tokens,
+    #service-accounts): a service account acts only in its own Project, and a ``read`` token writes nothing."""
+    if is_service_account(user):
+        return _("A service account acts only in its own project: it cannot create projects.")
+    if user.__dict__.get(_SCOPE) == "read":
+        return _("This token may only read: create a token with the write scope to change anything.")
+    return None
+
+
+def why_cannot_make_tokens(actor) -> str | None:
+    """None when ``actor`` may make API tokens (its own, or a service account's as its Project's admin), else why
+    not: a service account's tokens are made by its Project's admins, never by itself (docs/api.md#service-accounts)."""
+    if is_service_account(actor):
+        return _("A service account cannot make tokens: its project's admins make them.")
+    return None
 
 
 def can_manage_members(user, project) -> bool:

@@ -13,9 +13,9 @@ from rest_framework.response import Response
 
 from mado import tokens
 from mado.api import PaginatedListApi, valid
-from mado.audit import is_service_account
 from mado.authentication import run_id_of
 from mado.models import ApiToken, TokenScope
+from mado.policy import is_service_account
 
 TAG_TOKENS = ["tokens"]
 ADMIN_SCOPE_NEEDED = "Tokens are managed with your password, a signed-in session or a token of scope admin."

@@ -8,12 +8,17 @@ from django.utils.translation import gettext as _
 
 from mado import policy, tokens
 from mado.audit import audit_record
-from mado.errors import Conflict, NotFound, ValidationFailed
+from mado.errors import Conflict, Forbidden, NotFound, ValidationFailed
 from mado.models import ApiToken, TokenScope
 from runs.models import Membership, Project, Role, ServiceAccount
 
 
 def _require_admin(actor, project: Project) -> None:
+    """Only the Project's (human) admins manage its service accounts: a service account, even an admin one, makes
+    no accounts or tokens, its own included (``Forbidden``)."""
+    refusal = policy.why_cannot_make_tokens(actor)
+    if refusal:
+        raise Forbidden(refusal)
     policy.require_role(actor, project, policy.ADMIN)
 
 

@@ -46,10 +46,14 @@ def require(allowed: bool, reason: str) -> None:
 def project_create(*, user, name: str, slug: str | None = None) -> Project:
     """Create a Project; its creator becomes admin.
 
-    ``slug`` defaults to ``slugify(name)``. Raises ``ValidationFailed`` for an
+    ``slug`` defaults to ``slugify(name)``. Raises ``Forbidden`` for a service
+    account or a ``read`` token (``policy.why_cannot_create_project``), ``ValidationFailed`` for an
     empty name or slug, ``Conflict`` "this slug is not available" when it is taken (database unique; the
     answer names no Project, docs/design/runs.md#write-rule).
     """
+    refusal = policy.why_cannot_create_project(user)
+    if refusal:
+        raise Forbidden(refusal)
     name = (name or "").strip()
     if not name:
         raise ValidationFailed(_("name must not be empty"), field="name")
@@ -91,7 +95,8 @@ def membership_add(*, actor, project: Project, username: str, role: str) -> Memb
     """Add ``username`` to ``project`` with ``role`` (admin only; the members page).
 
     Raises ``Forbidden`` for a non-admin actor, ``ValidationFailed`` for an
-    unknown user or role, ``Conflict`` when already a member.
+    unknown user or role or another Project's service account (docs/api.md#service-accounts), ``Conflict`` when
+    already a member.
     """
     require(policy.can_manage_members(actor, project), "Only project admins can manage members.")
     _check_role(role)

@@ -21,10 +21,14 @@ session), so a token alone is sent to the login page like ``anonymous``.
 
 Token scope is a dimension too (docs/api.md#tokens): ``read_token`` is the
 Project admin's API token of scope ``read``, ``write_token`` the creator's of
-scope ``write``. Unless a row says otherwise (``read_token=``/``write_token=``),
-``with_token_scopes`` derives them: on pages both are ``anonymous``; on the APIs
-``write_token`` answers as ``creator``, ``read_token`` as ``admin`` for a read
-(GET, or a POST in ``READ_POSTS``) and 403 for every write.
+scope ``write``. So are service accounts (docs/api.md#service-accounts):
+``service_account`` is the Project's own (role member) with its write token,
+``outside_service_account`` another Project's (role admin there) with its
+admin token. Unless a row says otherwise (``read_token=`` …), ``scope_cells``
+derives them: on pages all are ``anonymous``; on the APIs ``write_token``
+answers as ``creator``, ``read_token`` as ``admin`` for a read (GET, or a
+POST in ``READ_POSTS``) and 403 for every write, ``service_account`` as
+``member`` and ``outside_service_account`` as ``outsider``.
 """
 
 ROLES = (
@@ -39,6 +43,8 @@ ROLES = (
     "other_token",
     "read_token",
     "write_token",
+    "service_account",
+    "outside_service_account",
 )
 DERIVED = None  # a token-scope cell ``with_token_scopes`` fills in
 
@@ -56,10 +62,12 @@ def answers(
     *,
     read_token=DERIVED,
     write_token=DERIVED,
+    service_account=DERIVED,
+    outside_service_account=DERIVED,
 ) -> dict:
     """``{role: HTTP status}`` in ``ROLES`` order."""
     cells = (anonymous, outsider, viewer, member, creator, admin, superuser, own_token, other_token)
-    return dict(zip(ROLES, (*cells, read_token, write_token)))
+    return dict(zip(ROLES, (*cells, read_token, write_token, service_account, outside_service_account)))
 
 
 def api_read(ok: int = 200, *, tokens: int | None = None) -> dict:
@@ -113,7 +121,11 @@ ROWS = {
     API: {"GET": api_list()},
     API + "schema/": {"GET": answers(*(200,) * 9)},
     API + "docs/": {"GET": answers(*(200,) * 9)},
-    API + "^projects/$": {"GET": api_list(), "POST": answers(401, 201, 201, 201, 201, 201, 201, 403, 403)},
+    # A service account acts only in its own Project: it creates none (docs/api.md#service-accounts).
+    API + "^projects/$": {
+        "GET": api_list(),
+        "POST": answers(401, 201, 201, 201, 201, 201, 201, 403, 403, service_account=403, outside_service_account=403),
+    },
     API + "^projects/(?P<slug>[^/.]+)/$": {"GET": api_read(tokens=403)},
     API + "projects/<slug:slug>/members/": {"GET": api_read(tokens=403), "POST": admin_only(201)},
     API + "projects/<slug:slug>/members/<str:username>/": {"PATCH": admin_only(200), "DELETE": admin_only(204)},
@@ -182,7 +194,11 @@ ROWS = {
     # A Run token reads the experiment (Project) of its own Run; other_token is of a Run of this same Project.
     ML + "experiments/get-by-name": {"GET": mlflow_read(tokens=200)},
     ML + "experiments/get": {"GET": mlflow_read(tokens=200)},
-    ML + "experiments/create": {"POST": answers(401, 400, 400, 400, 400, 400, 400, 403, 403)},
+    # The body names an experiment the Project's members see (400: it exists); another Project's service account
+    # may create none (403).
+    ML + "experiments/create": {
+        "POST": answers(401, 400, 400, 400, 400, 400, 400, 403, 403, outside_service_account=403)
+    },
     ML + "experiments/search": {"GET": api_list(), "POST": api_list()},
     ML + "experiments/delete": {"POST": answers(401, 400, 400, 400, 400, 400, 400, 403, 403)},
     ML + "experiments/restore": {"POST": answers(401, 400, 400, 400, 400, 400, 400, 403, 403)},
@@ -325,10 +341,29 @@ ROWS = {
     "accounts/tokens/<int:token_id>/revoke/": {"POST": answers(302, 404, 404, 404, 302, 404, 404, 302, 302)},
 }
 ROWS |= {
-    # Tokens are managed with a session, a password or a token of scope admin (the default role's token here).
+    # Tokens are managed with a session, a password or a token of scope admin (the default role's token here);
+    # a service account's tokens by its Project's admins only.
     API + "tokens/": {
-        "GET": answers(401, *(200,) * 6, 403, 403, read_token=403, write_token=403),
-        "POST": answers(401, *(201,) * 6, 403, 403, read_token=403, write_token=403),
+        "GET": answers(
+            401,
+            *(200,) * 6,
+            403,
+            403,
+            read_token=403,
+            write_token=403,
+            service_account=403,
+            outside_service_account=403,
+        ),
+        "POST": answers(
+            401,
+            *(201,) * 6,
+            403,
+            403,
+            read_token=403,
+            write_token=403,
+            service_account=403,
+            outside_service_account=403,
+        ),
     },
     # Service accounts: Project admins only (an admin's read token acts as a viewer).
     API + "projects/<slug:slug>/service-accounts/": {
@@ -340,7 +375,21 @@ ROWS |= {
     # The audit log: each user gets the records of the Projects they administer (none for others).
     API + "audit/": {"GET": api_list()},
     API + "tokens/<int:token_id>/": {
-        "DELETE": answers(401, 404, 404, 404, 204, 404, 404, 403, 403, read_token=403, write_token=403),
+        "DELETE": answers(
+            401,
+            404,
+            404,
+            404,
+            204,
+            404,
+            404,
+            403,
+            403,
+            read_token=403,
+            write_token=403,
+            service_account=403,
+            outside_service_account=403,
+        ),
     },
 }
 
@@ -357,12 +406,19 @@ READ_POSTS = {
 
 
 def scope_cells(route: str, method: str, row: dict) -> dict:
-    """The token-scope cells of ``row`` (one method's answers) where the row leaves them to be derived."""
+    """The token-scope and service-account cells of ``row`` (one method's answers) where the row leaves them to be
+    derived."""
     if not route.startswith(("api/", "mlflow/")):
-        derived = {"read_token": row["anonymous"], "write_token": row["anonymous"]}
+        derived = dict.fromkeys(("read_token", "write_token", "service_account", "outside_service_account"))
+        derived = {role: row["anonymous"] for role in derived}
     else:
         reads = method == "GET" or route.removeprefix("mlflow/") in READ_POSTS
-        derived = {"read_token": row["admin"] if reads else 403, "write_token": row["creator"]}
+        derived = {
+            "read_token": row["admin"] if reads else 403,
+            "write_token": row["creator"],
+            "service_account": row["member"],
+            "outside_service_account": row["outsider"],
+        }
     return {role: derived[role] if row[role] is DERIVED else row[role] for role in derived}
 
 

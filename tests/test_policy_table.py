@@ -127,7 +127,11 @@ def world(db, project, other_project, creator, admin, member, viewer, outsider):
     }
     laptop, _key = api_token_create(user=creator, name="laptop")
     bot = service_account_create(actor=admin, project=project, name="ci-bot")
-    bot_token, _key = service_account_token_create(actor=admin, account=bot, name="pipeline")
+    bot_token, tokens["service_account"] = service_account_token_create(actor=admin, account=bot, name="pipeline")
+    elsewhere = service_account_create(actor=outsider, project=other_project, name="intruder", role="admin")
+    tokens["outside_service_account"] = service_account_token_create(
+        actor=outsider, account=elsewhere, name="pipeline", scope="admin"
+    )[1]
     logged_model = logged_model_create(actor=creator, project=project, name="net", source_run=run)
     channel, _ = channel_create(actor=admin, project=project, name="oncall", kind="email", target="ops@example.org")
     rule = rule_create(actor=admin, project=project, name="crashes", event="crashed", personal=False)

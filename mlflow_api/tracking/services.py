@@ -123,13 +123,17 @@ def experiment_for_id(*, actor, experiment_id) -> Project:
     MLflow scripts that never set an experiment write to experiment 0. Here
     it is a Project named "Default" per user, created on first use with the
     user as admin (``Project.default_for`` is unique: two first uses at once
-    make one). Any other id: ``selectors.experiment_get`` (404 when invisible).
+    make one), never for a ``read`` token or a service account
+    (RESOURCE_DOES_NOT_EXIST, 404, until a write makes it). Any other id:
+    ``selectors.experiment_get`` (404 when invisible).
     """
     if str(experiment_id) != DEFAULT_EXPERIMENT_ID:
         return selectors.experiment_get(user=actor, experiment_id=experiment_id)
     project = Project.objects.filter(default_for=actor).first()
     if project is not None:
         return project
+    if policy.why_cannot_create_project(actor):  # a read token or a service account: nothing is made on its behalf
+        raise MlflowError(RESOURCE_DOES_NOT_EXIST, f"No experiment with id={DEFAULT_EXPERIMENT_ID} exists for you yet.")
     slug_base = f"default-{actor.username}"[:90]
     for attempt in range(5):
         slug = slug_base if attempt == 0 else f"{slug_base}-{uuid.uuid4().hex[:6]}"

@@ -7,7 +7,7 @@ import pytest
 from rest_framework.test import APIClient
 
 from mado.models import AuditEvent
-from runs.models import ServiceAccount
+from runs.models import Project, ServiceAccount
 from tests.factories import api_key
 
 
@@ -79,3 +79,20 @@ def test_an_admin_revokes_a_service_accounts_token(bot_key, admin, project):
     assert client.delete(url).status_code == 204
     assert bearer(bot_key).get("/api/v1/projects/").status_code == 401
     assert AuditEvent.objects.filter(action="token.revoke", actor_name=admin.username).count() == 1
+
+
+def test_a_service_account_creates_no_project_and_an_admin_one_makes_no_tokens_or_accounts(admin, project):
+    client = bearer(api_key(admin))
+    base = f"/api/v1/projects/{project.slug}/service-accounts/"
+    assert client.post(base, {"name": "boss", "role": "admin"}, format="json").status_code == 201
+    boss = bearer(client.post(f"{base}boss/tokens/", {"name": "t", "scope": "admin"}, format="json").json()["key"])
+    made = boss.post("/api/v1/projects/", {"name": "Mine", "slug": "mine"}, format="json")
+    assert made.status_code == 403 and "cannot create projects" in made.json()["detail"]
+    assert boss.post(f"{base}boss/tokens/", {"name": "more", "scope": "admin"}, format="json").status_code == 403
+    assert boss.post(base, {"name": "sibling", "role": "admin"}, format="json").status_code == 403
+    assert boss.get(base).status_code == 403
+    experiment = boss.post("/api/2.0/mlflow/experiments/create", {"name": "side"}, format="json")
+    assert (experiment.status_code, experiment.json()["error_code"]) == (403, "PERMISSION_DENIED")
+    assert boss.get("/api/2.0/mlflow/experiments/get", {"experiment_id": "0"}).status_code == 404
+    assert sorted(ServiceAccount.objects.values_list("name", flat=True)) == ["boss"]
+    assert not Project.objects.exclude(pk=project.pk).exists()
