@@ -86,7 +86,8 @@ class AlertChannelListApi(PaginatedListApi):
             actor=request.user, project=project, **valid(AlertChannelInputSerializer, request)
         )
         return Response(
-            {**AlertChannelOutputSerializer(channel).data, "secret": secret}, status=status.HTTP_201_CREATED
+            {**AlertChannelOutputSerializer(channel, context={"request": request}).data, "secret": secret},
+            status=status.HTTP_201_CREATED,
         )
 
 

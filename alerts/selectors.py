@@ -1,8 +1,10 @@
 """Reads of the alerts app (docs/design/house.md#where-logic-goes): lookups within the user's Projects."""
 
+from urllib.parse import urlsplit
+
 from django.db.models import Q, QuerySet
 
-from alerts.models import Channel, Delivery, Rule
+from alerts.models import Channel, ChannelKind, Delivery, Rule
 from mado import policy
 from mado.errors import Forbidden, NotFound
 from runs.models import Project
@@ -30,7 +32,17 @@ def rule_get_for_user(*, user, rule_id: int) -> Rule:
 def channel_list(*, user, project) -> QuerySet[Channel]:
     """The Project's channels (members and admins read them; viewers ``Forbidden``)."""
     _require_member(user, project)
-    return Channel.objects.filter(project=project).order_by("name")
+    return Channel.objects.filter(project=project).select_related("project").order_by("name")
+
+
+def channel_target_shown(channel: Channel, *, user) -> str:
+    """What ``user`` is shown of ``channel``'s target (docs/design/alerts.md#channels): the whole of it for the
+    Project's admins; for others a URL is cut to its scheme and host (a chat webhook's path is its credential:
+    whoever holds it posts to the channel), e-mail addresses are shown."""
+    if channel.kind == ChannelKind.EMAIL or policy.has_role(user, channel.project, policy.ADMIN):
+        return channel.target
+    parts = urlsplit(channel.target)
+    return f"{parts.scheme}://{parts.hostname}/…" if parts.scheme and parts.hostname else "…"
 
 
 def channel_get_for_user(*, user, channel_id: int) -> Channel:

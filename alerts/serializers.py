@@ -3,6 +3,7 @@
 from rest_framework import serializers
 
 from alerts.models import Channel, ChannelKind, Delivery, Event, Rule
+from alerts.selectors import channel_target_shown
 
 
 class AlertRuleInputSerializer(serializers.Serializer):
@@ -57,9 +58,15 @@ class AlertChannelInputSerializer(serializers.Serializer):
 
 
 class AlertChannelOutputSerializer(serializers.ModelSerializer):
-    """A channel; its secret never (only the creation's answer carries it, once)."""
+    """A channel; its secret never (only the creation's answer carries it, once); its ``target`` whole to the
+    Project's admins, a URL cut to scheme and host for others (``selectors.channel_target_shown``)."""
 
     failing = serializers.BooleanField(source="is_failing", read_only=True)
+    target = serializers.SerializerMethodField()
+
+    def get_target(self, channel) -> str:
+        request = self.context.get("request")
+        return channel_target_shown(channel, user=getattr(request, "user", None))
 
     class Meta:
         model = Channel

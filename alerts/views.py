@@ -24,6 +24,8 @@ SERVICE_FORM_ERRORS = (ValidationFailed, Conflict)
 def _alerts_page(request, project, *, rule_form=None, channel_form=None, new_secret="", status=200):
     """The alerts page of ``project``, with the forms as given (bound, showing their errors) or empty."""
     channels = sorted(selectors.channel_list(user=request.user, project=project), key=lambda c: not c.is_failing)
+    for channel in channels:
+        channel.shown_target = selectors.channel_target_shown(channel, user=request.user)
     is_admin = policy.has_role(request.user, project, policy.ADMIN)
     context = {
         "project": project,

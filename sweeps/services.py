@@ -21,7 +21,7 @@ from django.db.models import F, Max, Q
 from django.utils import timezone
 
 from mado import policy
-from mado.errors import Conflict
+from mado.errors import Conflict, Forbidden
 from runs import services as run_services
 from runs.models import Project, Run, RunStatus
 from sweeps import selectors
@@ -180,12 +180,17 @@ def sweep_trial_report(
     changes when the Run already ended (idempotent), when the report is
     stale (the trial is queued again, or ``agent`` is given and another
     agent holds the trial now) or when another process took the Run over
-    before this claim. Member or admin (``Forbidden``).
+    before this claim. Past a stale report, only who may write to the trial's Run reports it
+    (docs/design/runs.md#write-rule: its claimer, who created it, or a Project admin; ``Forbidden`` for any
+    other member, a done trial's too).
     """
     policy.require_role(actor, trial.sweep.project, policy.MEMBER)
     trial = SweepTrial.objects.select_for_update().get(pk=trial.pk)
-    run = Run.objects.select_for_update().select_related("project").get(pk=trial.run_id)
+    run = Run.objects.select_for_update().select_related("project", "sweep_trial").get(pk=trial.run_id)
     stale = trial.state == TrialState.QUEUED or (agent and agent != trial.agent)
+    refusal = None if stale else policy.why_cannot_write_run(actor, run)  # the claimer (its creator), an admin
+    if refusal:
+        raise Forbidden(refusal)
     if run.is_final or stale or _took_over_elsewhere(run, trial):
         return SweepTrial.objects.select_related("run").get(pk=trial.pk)
     if run.status == RunStatus.PENDING and preempted:

@@ -84,3 +84,19 @@ def test_a_worker_knows_the_delivery_task_and_beat_schedules_the_retries_and_the
         app.tasks
     )
     assert {"alerts-retry-deliveries", "alerts-stalled-metrics"} <= set(beat_schedule())
+
+
+def test_a_chat_channels_url_is_shown_whole_to_admins_only(api, client, project, admin, member, settings):
+    settings.MADO_ALERT_WEBHOOK_ALLOW = (network_port("127.0.0.0/8"),)
+    url = f"/api/v1/projects/{project.slug}/alert-channels/"
+    secret_url = "http://127.0.0.1:9/services/T000/B000/XXXXsecretXXXX"
+    created = api(admin).post(url, {"name": "chat", "kind": "slack", "target": secret_url}, format="json")
+    assert created.status_code == 201 and created.json()["target"] == secret_url
+    api(admin).post(url, {"name": "mail", "kind": "email", "target": "ops@example.org"}, format="json")
+    by_admin = {c["name"]: c["target"] for c in api(admin).get(url).json()["results"]}
+    by_member = {c["name"]: c["target"] for c in api(member).get(url).json()["results"]}
+    assert by_admin == {"chat": secret_url, "mail": "ops@example.org"}
+    assert by_member == {"chat": "http://127.0.0.1/…", "mail": "ops@example.org"}
+    client.force_login(member)
+    page = client.get(f"/projects/{project.slug}/alerts/").content.decode()
+    assert "XXXXsecretXXXX" not in page and "http://127.0.0.1/…" in page

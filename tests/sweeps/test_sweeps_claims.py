@@ -10,12 +10,13 @@ from django.utils import timezone
 
 from checkpoints.models import Checkpoint, CheckpointState
 from mado.errors import Forbidden
-from runs.models import Run, RunStatus
+from runs.models import Membership, Role, Run, RunStatus
 from runs.services import run_set_status
 from sweeps.hooks import sweep_trial_run_ended, sweep_trial_run_started
 from sweeps.models import SweepTrial, TrialState
 from sweeps.services import sweep_claim, sweep_release_expired_leases, sweep_trial_report
 from sweeps.suggest import suggest_parameters
+from tests.factories import UserFactory
 from tests.sweeps.sweep_helpers import RANDOM, log_metric, make_sweep, start_program
 
 pytestmark = pytest.mark.django_db
@@ -257,3 +258,14 @@ def test_a_viewer_cannot_claim_or_report(grid, member, viewer):
     with pytest.raises(Forbidden):
         sweep_trial_report(actor=viewer, trial=trial, exit_code=0)
     assert not SweepTrial.objects.filter(agent="v").exists()
+
+
+def test_a_done_trials_report_is_refused_to_a_member_who_never_held_it(grid, member, admin, project):
+    other = UserFactory(username="mallory")
+    Membership.objects.create(user=other, project=project, role=Role.MEMBER)
+    trial = sweep_claim(actor=member, sweep=grid, agent="a").trial
+    trial = sweep_trial_report(actor=member, trial=trial, exit_code=0, agent="a")
+    assert (trial.state, trial.run.status) == (TrialState.DONE, RunStatus.FINISHED)
+    with pytest.raises(Forbidden, match="This is not your run"):
+        sweep_trial_report(actor=other, trial=trial, exit_code=1)
+    assert sweep_trial_report(actor=admin, trial=trial, exit_code=1).run.status == RunStatus.FINISHED
