@@ -20,7 +20,7 @@ from django.contrib.auth import get_user_model
 from django.db import IntegrityError, transaction
 
 from mado.audit import audit_record
-from runs.models import ExternalIdentity, IdentityLink
+from runs.models import ExternalIdentity, IdentityLink, Project
 
 USERNAME_MAX = 150  # Django's username column
 _NOT_IN_USERNAME = re.compile(r"[^\w.@+-]")  # Django's username validator's characters
@@ -46,9 +46,14 @@ def email_verified(claims: dict) -> bool:
 
 def free_username(claims: dict) -> str:
     """A user name no account has (compared without case): the claimed name in Django's user-name characters,
-    then ``-2``, ``-3``… until one is free."""
+    then ``-2``, ``-3``… until one is free. A name in a service account's form, ``<project slug>.<name>`` of a
+    Project that exists, has that dot made a hyphen, so nobody signs on under a name a Project's admin may give
+    a service account."""
     base = claims.get("preferred_username") or str(claims.get("email") or "").partition("@")[0]
     base = _NOT_IN_USERNAME.sub("-", str(base or "user"))[: USERNAME_MAX - 8].strip(".-") or "user"
+    prefix, dot, _rest = base.partition(".")
+    if dot and Project.objects.filter(slug__iexact=prefix).exists():
+        base = base.replace(".", "-", 1)  # <project>.<name> is a service account's (runs.service_accounts)
     taken = {
         name.lower()
         for name in get_user_model().objects.filter(username__istartswith=base).values_list("username", flat=True)

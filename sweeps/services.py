@@ -186,11 +186,9 @@ def sweep_trial_report(
     """
     policy.require_role(actor, trial.sweep.project, policy.MEMBER)
     trial = SweepTrial.objects.select_for_update().get(pk=trial.pk)
-    run = (
-        Run.objects.select_for_update(of=("self", "project"))  # the trial row is locked above; FOR UPDATE refuses its outer join
-        .select_related("project", "sweep_trial")
-        .get(pk=trial.run_id)
-    )
+    # The trial row is locked above; PostgreSQL refuses FOR UPDATE on the outer join to it.
+    run = Run.objects.select_for_update(of=("self", "project")).select_related("project", "sweep_trial")
+    run = run.get(pk=trial.run_id)
     stale = trial.state == TrialState.QUEUED or (agent and agent != trial.agent)
     refusal = None if stale else policy.why_cannot_write_run(actor, run)  # the claimer (its creator), an admin
     if refusal:

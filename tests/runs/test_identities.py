@@ -7,8 +7,9 @@ from django.contrib.auth.validators import UnicodeUsernameValidator
 
 from mado.models import AuditEvent
 from runs.identities import SignOnRefused, free_username, sign_on_user
-from runs.models import ExternalIdentity, IdentityLink
-from tests.factories import UserFactory
+from runs.models import ExternalIdentity, IdentityLink, Membership, Role
+from runs.service_accounts import service_account_create
+from tests.factories import ProjectFactory, UserFactory
 
 pytestmark = pytest.mark.django_db
 ISSUER = "https://idp.example.com"
@@ -38,6 +39,17 @@ def test_a_taken_name_is_never_reused_whatever_its_case():
     UserFactory(username="Root")
     UserFactory(username="root-2")
     assert free_username({"preferred_username": "root"}) == "root-3"
+
+
+def test_a_name_in_a_service_accounts_form_is_not_handed_out_so_the_projects_admin_can_still_use_it():
+    project = ProjectFactory(slug="vision")
+    admin = UserFactory(username="alice")
+    Membership.objects.create(user=admin, project=project, role=Role.ADMIN)
+    squatter = sign_on_user(issuer=ISSUER, claims={"sub": "s-9", "preferred_username": "Vision.ci"})
+    person = sign_on_user(issuer=ISSUER, claims={"sub": "s-10", "preferred_username": "john.doe"})
+    account = service_account_create(actor=admin, project=project, name="ci")
+    assert squatter.username == "Vision-ci" and person.username == "john.doe"
+    assert account.user.username == "vision.ci"
 
 
 def test_a_new_subject_gets_a_new_user_and_a_known_one_its_own():
