@@ -68,6 +68,14 @@ class JobOutputSerializer(ResumeFactsMixin, serializers.Serializer):
     )
     created_by = serializers.CharField(source="created_by.username", read_only=True, help_text="username")
     max_retries = serializers.IntegerField(read_only=True)
+    max_restarts = serializers.IntegerField(
+        read_only=True, help_text="automatic resumes from the latest checkpoint after a preemption or a lost worker"
+    )
+    restarts = serializers.IntegerField(read_only=True, help_text="automatic restarts before this Job in its chain")
+    restart_of_id = serializers.IntegerField(
+        read_only=True, allow_null=True, help_text="the preempted Job this automatic restart resumes"
+    )
+    restart_id = serializers.SerializerMethodField(help_text="this Job's automatic restart, if it was restarted")
     nproc_per_node = serializers.IntegerField(read_only=True, help_text="processes under torchrun; 1: no torchrun")
     nnodes = serializers.IntegerField(
         read_only=True, help_text="nodes for a multi-node runner; the Celery worker runs 1"
@@ -92,6 +100,10 @@ class JobOutputSerializer(ResumeFactsMixin, serializers.Serializer):
 
     def get_run_url(self, job) -> str:
         return run_page_url(self.context.get("request"), job.run)
+
+    def get_restart_id(self, job) -> int | None:
+        restart = getattr(job, "restart", None)
+        return restart.pk if restart else None
 
     @staticmethod
     def run_of(job):
@@ -122,6 +134,15 @@ class JobLaunchInputSerializer(serializers.Serializer):
         required=False,
         default=0,
         help_text="automatic fresh attempts after a failure; a retry starts the code again without any checkpoint",
+    )
+    max_restarts = serializers.IntegerField(
+        min_value=0,
+        max_value=10,
+        required=False,
+        default=None,
+        allow_null=True,
+        help_text="automatic resumes from the latest checkpoint after a preemption or a lost worker "
+        "(default: the Project's job_max_restarts)",
     )
     nproc_per_node = serializers.IntegerField(
         min_value=1,
@@ -237,12 +258,13 @@ class JobViewSet(GenericViewSet):
     )
     def create(self, request):
         """Launch ``{code_version_id, queue?, parameters?, input_dataset_version_ids?, name?, kind?, max_retries?,
-        nproc_per_node?}``.
+        max_restarts?, nproc_per_node?}``.
 
         Creates a pending Run and a queued Job in the Code's Project (member
         or admin) and sends it to the queue. ``max_retries`` automatic
-        retries start the code again from scratch, never from a checkpoint.
-        ``nproc_per_node`` > 1 runs the code under torchrun.
+        retries start the code again from scratch, never from a checkpoint;
+        ``max_restarts`` automatic restarts resume a preempted Job from its latest checkpoint
+        (docs/design/resume.md#restarts). ``nproc_per_node`` > 1 runs the code under torchrun.
         """
         data = valid(JobLaunchInputSerializer, request)
         queue = selectors.queue_get(name=data.get("queue") or selectors.default_queue_name())
@@ -255,6 +277,7 @@ class JobViewSet(GenericViewSet):
             name=data["name"],
             kind_of_run=data["kind"],
             max_retries=data["max_retries"],
+            max_restarts=data["max_restarts"],
             nproc_per_node=data["nproc_per_node"],
             request_key=request.headers.get("Idempotency-Key"),
         )

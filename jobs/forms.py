@@ -22,6 +22,10 @@ RETRY_HELP = _(
     "A retry starts the code again from scratch, without any checkpoint. To continue from a checkpoint after a "
     "failure, resume the Job by hand."
 )
+RESTART_HELP = _(
+    "When the Job is preempted or its worker is lost, resume it by itself from its latest checkpoint, at most this "
+    "many times (with a growing wait between restarts)."
+)
 
 
 NPROC_HELP = _("Processes on the worker: above 1 the code runs under torchrun, one process per rank (one per GPU).")
@@ -122,11 +126,15 @@ class JobLaunchForm(ParametersMixin, forms.Form):
     max_retries = forms.IntegerField(
         label=_("Max retries"), min_value=0, max_value=MAX_RETRIES_LIMIT, initial=0, help_text=RETRY_HELP
     )
+    max_restarts = forms.IntegerField(
+        label=_("Max restarts"), min_value=0, max_value=MAX_RETRIES_LIMIT, required=False, help_text=RESTART_HELP
+    )  # empty: the Project's job_max_restarts
     nproc_per_node = nproc_per_node_field(initial=1, required=False, help_text=NPROC_HELP)
     request_key = request_key_field()
 
     def __init__(self, *args, project, **kwargs):
         super().__init__(*args, **kwargs)
+        self.fields["max_restarts"].initial = project.job_max_restarts
         self.fields["code_version"].queryset = run_selectors.code_version_choices(project=project)
         self.fields["input_dataset_version_ids"].queryset = run_selectors.dataset_version_choices(project=project)
         self.fields["queue"].queryset = selectors.queue_list()
@@ -143,6 +151,7 @@ class JobLaunchForm(ParametersMixin, forms.Form):
             "name": data["name"],
             "kind_of_run": data["kind"],
             "max_retries": data["max_retries"],
+            "max_restarts": data["max_restarts"],
             "request_key": data["request_key"],
             "nproc_per_node": data["nproc_per_node"],
         }

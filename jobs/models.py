@@ -61,9 +61,10 @@ class JobStatus(models.TextChoices):
     SUCCEEDED = "succeeded", "succeeded"
     FAILED = "failed", "failed"
     ABORTED = "aborted", "aborted"
+    PREEMPTED = "preempted", "preempted"
 
 
-FINAL_STATES = frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.ABORTED})
+FINAL_STATES = frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.ABORTED, JobStatus.PREEMPTED})
 ACTIVE_STATES = frozenset({JobStatus.QUEUED, JobStatus.RUNNING})
 
 
@@ -88,6 +89,18 @@ class Job(models.Model):
     status = models.CharField(max_length=10, choices=JobStatus.choices, default=JobStatus.QUEUED)
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="jobs")
     max_retries = models.PositiveIntegerField(default=0, help_text="automatic fresh attempts after a failure")
+    max_restarts = models.PositiveIntegerField(
+        default=0, help_text="automatic resumes from the latest checkpoint after a preemption or a lost worker"
+    )
+    restart_of = models.OneToOneField(
+        "self",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="restart",
+        help_text="the preempted Job this automatic restart resumes (one restart per Job)",
+    )
+    restarts = models.PositiveIntegerField(default=0, help_text="automatic restarts before this Job in its chain")
     attempt = models.PositiveIntegerField(default=1, help_text="1 for the first attempt")
     nproc_per_node = models.PositiveIntegerField(
         default=1, help_text="processes per node: above 1 the worker starts the code under torchrun"
@@ -148,8 +161,7 @@ class Job(models.Model):
                 name="job_retry_of_iff_retry",
             ),
             models.CheckConstraint(
-                condition=~Q(status__in=[JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.ABORTED])
-                | Q(ended_at__isnull=False),
+                condition=~Q(status__in=sorted(FINAL_STATES)) | Q(ended_at__isnull=False),
                 name="job_final_has_ended_at",
             ),
             # A double-clicked Launch / Continue button or an API retry with the same key: one Job

@@ -26,6 +26,7 @@ class Dispatch(models.Model):
     sends = models.PositiveIntegerField(default=0)
     last_error = models.TextField(blank=True)
     done_at = models.DateTimeField(null=True, blank=True)
+    send_after = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["created_at", "id"]

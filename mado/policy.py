@@ -252,6 +252,7 @@ def can_delete_artifacts(user, project) -> bool:
 # --- Jobs: stop, rerun and resume (docs/design/resume.md#who-may-resume, #latest-checkpoint, #conditions) -------------
 
 RESUMABLE_KINDS = ("training", "fine_tuning")
+RESUMABLE_STATUSES = ("failed", "aborted", "preempted")  # docs/design/resume.md#from-a-checkpoint
 
 
 def why_cannot_manage_job(user, run) -> str | None:
@@ -272,7 +273,7 @@ def why_run_not_resumable(run, *, job, has_checkpoint: bool | None) -> str | Non
     or None when not asked (the Checkpoint tab's button names its
     checkpoint); the caller reads both, so this module imports no app.
     Refused: a Run that did not run as a Job, whose Job has not ended, that
-    finished (continue instead) or ended otherwise than failed / aborted, of
+    finished (continue instead) or ended otherwise than failed / aborted / preempted, of
     a kind other than training / fine-tuning, and one with no checkpoint.
     """
     if job is None:
@@ -286,8 +287,10 @@ def why_run_not_resumable(run, *, job, has_checkpoint: bool | None) -> str | Non
         return _("The run is still running: it can be resumed once its Job has failed or been aborted.")
     if run.status == "finished":
         return _("The run finished: use “Continue training from these weights” instead of resume.")
-    if run.status not in ("failed", "aborted"):
-        return _("The run ended %(status)s: only failed or aborted runs can be resumed.") % {"status": run.status}
+    if run.status not in RESUMABLE_STATUSES:
+        return _("The run ended %(status)s: only failed, aborted or preempted runs can be resumed.") % {
+            "status": run.status
+        }
     if run.kind not in RESUMABLE_KINDS:
         return _("Only training and fine-tuning runs can be resumed.")
     if has_checkpoint is False:

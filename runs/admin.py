@@ -40,7 +40,7 @@ class MembershipInline(admin.TabularInline):
 
 @admin.register(Project)
 class ProjectAdmin(admin.ModelAdmin):
-    list_display = ["name", "slug", "silent_run_timeout", "created_at"]
+    list_display = ["name", "slug", "silent_run_timeout", "job_max_restarts", "created_at"]
     search_fields = ["name", "slug"]
     readonly_fields = ["created_at"]
     date_hierarchy = "created_at"

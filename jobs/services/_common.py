@@ -29,6 +29,7 @@ RUN_STATUS_FOR_JOB = {
     JobStatus.SUCCEEDED: RunStatus.FINISHED,
     JobStatus.FAILED: RunStatus.FAILED,
     JobStatus.ABORTED: RunStatus.ABORTED,
+    JobStatus.PREEMPTED: RunStatus.PREEMPTED,
 }
 MAX_RETRIES_LIMIT = 10
 NPROC_PER_NODE_LIMIT = 256
@@ -50,10 +51,13 @@ def clean_nproc_per_node(value, default: int = 1) -> int:
     return value
 
 
-def clean_max_retries(value) -> int:
+def clean_max_retries(value, field: str = "max_retries") -> int:
+    """``value`` when it is an int from 0 to 10 (``max_retries``, ``max_restarts``); ``ValidationFailed`` naming
+    ``field`` otherwise."""
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_RETRIES_LIMIT:
         raise ValidationFailed(
-            _("max_retries must be an integer from 0 to %(max)s") % {"max": MAX_RETRIES_LIMIT}, field="max_retries"
+            _("%(field)s must be an integer from 0 to %(max)s") % {"field": field, "max": MAX_RETRIES_LIMIT},
+            field=field,
         )
     return value
 
@@ -114,6 +118,9 @@ def create_job(
     resumed_from: Run | None = None,
     request_key: str | None = None,
     nproc_per_node: int = 1,
+    max_restarts: int = 0,
+    restart_of: Job | None = None,
+    delay_s: float = 0,
 ) -> Job:
     """Insert the queued Job of ``run`` with a fresh Celery task id and its dispatch (sent to its queue on commit).
 
@@ -123,6 +130,8 @@ def create_job(
     already checked by ``clean_nproc_per_node``), and a broker
     that is down leaves the Job ``queued`` "waiting for the queue" until beat
     sends it (never ``failed`` because of the broker, docs/design/worker.md#subprocess).
+    ``restart_of``: the preempted Job this one restarts automatically (``restarts`` counts the chain);
+    ``delay_s``: seconds before a worker starts it (the restart's backoff).
     """
     job = Job.objects.create(
         run=run,
@@ -138,8 +147,13 @@ def create_job(
         celery_task_id=str(uuid.uuid4()),
         request_key=request_key,
         nproc_per_node=nproc_per_node,
+        max_restarts=max_restarts,
+        restart_of=restart_of,
+        restarts=restart_of.restarts + 1 if restart_of else 0,
     )
-    outbox.dispatch_create(task=RUN_JOB_TASK, args=[job.pk], queue=queue.name, task_id=job.celery_task_id)
+    outbox.dispatch_create(
+        task=RUN_JOB_TASK, args=[job.pk], queue=queue.name, task_id=job.celery_task_id, delay_s=delay_s
+    )
     Run.objects.filter(pk=run.pk).update(ran_as_job=True)  # a fact runs reads (docs/design/house.md#arrows)
     run.ran_as_job = True
     _audit_job_created(job, run, resumed_from)
@@ -150,13 +164,15 @@ JOB_CREATED_ACTIONS = {"new": "job.launch", "resume": "run.resume", "continue": 
 
 
 def _audit_job_created(job: Job, run: Run, resumed_from: Run | None) -> None:
-    """One audit record per new Job (docs/api.md#audit); an automatic retry is the system's doing, not its user's."""
+    """One audit record per new Job (docs/api.md#audit); an automatic retry or restart is the system's doing, not its
+    user's."""
     changes = {"kind": [None, job.kind], "run": [None, run.pk]}
     if resumed_from is not None:
         changes["resumed_from"] = [None, resumed_from.pk]
+    automatic = job.kind == "retry" or job.restart_of_id is not None
     audit_record(
-        actor=None if job.kind == "retry" else job.created_by,
-        action=JOB_CREATED_ACTIONS[job.kind],
+        actor=None if automatic else job.created_by,
+        action="job.restart" if job.restart_of_id else JOB_CREATED_ACTIONS[job.kind],
         obj=job,
         project_id=run.project_id,
         changes=changes,

@@ -32,6 +32,7 @@ def job_launch(
     max_retries: int = 0,
     request_key: str | None = None,
     nproc_per_node: int | None = None,
+    max_restarts: int | None = None,
 ) -> Job:
     """Create a pending Run and its queued Job (kind ``new``) running ``code_version`` on ``queue``; enqueue on commit.
 
@@ -47,11 +48,14 @@ def job_launch(
     same user returns the first Job instead of launching a second (docs/design/house.md#idempotent).
     ``nproc_per_node`` (1..256, None: 1): above 1 the worker starts the code
     under torchrun with that many processes (docs/design/worker.md#distributed; else ``ValidationFailed``).
+    ``max_restarts`` (0..10, None: the Project's ``job_max_restarts``): automatic resumes from the latest
+    checkpoint after a preemption or a lost worker (docs/design/resume.md#restarts).
     """
     project = code_version.code.project
     policy.require_role(actor, project, policy.MEMBER)
     require_enabled(queue)
     max_retries = clean_max_retries(max_retries)
+    max_restarts = project.job_max_restarts if max_restarts is None else clean_max_retries(max_restarts, "max_restarts")
     nproc_per_node = clean_nproc_per_node(nproc_per_node)
 
     def create(key: str | None) -> Job:
@@ -74,6 +78,7 @@ def job_launch(
             max_retries=max_retries,
             request_key=key,
             nproc_per_node=nproc_per_node,
+            max_restarts=max_restarts,
         )
 
     return once_per_request(actor=actor, request_key=request_key, create=create)
@@ -127,6 +132,7 @@ def job_retry_from_scratch(*, job: Job) -> Job:
                 attempt=row.attempt + 1,
                 retry_of=row,
                 nproc_per_node=row.nproc_per_node,
+                max_restarts=row.max_restarts,
             )
     except IntegrityError:
         existing = Job.objects.filter(retry_of=row).first()

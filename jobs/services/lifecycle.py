@@ -11,6 +11,7 @@ state: the first to finish it wins, the others see a final Job and stop.
 """
 
 import hmac
+import importlib
 import logging
 import secrets
 from datetime import timedelta
@@ -31,6 +32,7 @@ from runs.models import Run, RunStatus
 
 logger = logging.getLogger("jobs")
 
+PREEMPTED_RUN_STATES = (RunStatus.PREEMPTING, RunStatus.PREEMPTED)
 TRUNCATED_LINE = "[log truncated]\n"
 
 
@@ -129,17 +131,32 @@ def _lock_run_of(job_id: int) -> None:
         Run.objects.select_for_update().filter(pk=run_id).values_list("pk", flat=True).first()
 
 
-def _outcome(job: Job, exit_code: int | None, error: str, aborted: bool) -> str:
+def _outcome(job: Job, exit_code: int | None, error: str, aborted: bool, preempted: bool) -> str:
     if aborted or (job.abort_requested_at is not None and exit_code != 0):
         return JobStatus.ABORTED
+    run_said_preempted = Run.objects.filter(pk=job.run_id, status__in=PREEMPTED_RUN_STATES).exists()
+    if preempted or run_said_preempted:
+        return JobStatus.PREEMPTED
     if exit_code == 0 and not error:
         return JobStatus.SUCCEEDED
     return JobStatus.FAILED
 
 
-def _finish(*, job_id: int, exit_code: int | None, error: str, aborted: bool, stale_before=None) -> tuple[Job, bool]:
+def _default_error(status: str, exit_code: int | None) -> str:
+    if status == JobStatus.ABORTED:
+        return "Aborted on request."
+    if status == JobStatus.PREEMPTED:
+        code = f", exiting with code {exit_code}" if exit_code is not None else ""
+        return f"Preempted: the code said it was being stopped (run.mark_preempting()){code}."
+    return f"The code exited with code {exit_code}." if exit_code is not None else "The Job failed."
+
+
+def _finish(
+    *, job_id: int, exit_code: int | None, error: str, aborted: bool, preempted: bool = False, stale_before=None
+) -> tuple[Job, bool]:
     """End the Job under its row lock; ``(job, ended_now)``. With ``stale_before``, only a running Job whose
-    heartbeat is older than that (the reaper's guard against a heartbeat that arrived meanwhile)."""
+    heartbeat is older than that (the reaper's guard against a heartbeat that arrived meanwhile): its worker is
+    lost, which restarts it like a preemption."""
     with transaction.atomic():
         _lock_run_of(job_id)
         job = _job_or_404(job_id, lock=True)
@@ -149,11 +166,9 @@ def _finish(*, job_id: int, exit_code: int | None, error: str, aborted: bool, st
             job.status != JobStatus.RUNNING or (job.heartbeat_at and job.heartbeat_at >= stale_before)
         ):
             return job, False
-        status = _outcome(job, exit_code, error, aborted)
-        if status == JobStatus.FAILED and not error:
-            error = f"The code exited with code {exit_code}." if exit_code is not None else "The Job failed."
-        elif status == JobStatus.ABORTED and not error:
-            error = "Aborted on request."
+        status = _outcome(job, exit_code, error, aborted, preempted)
+        if status != JobStatus.SUCCEEDED and not error:
+            error = _default_error(status, exit_code)
         now = timezone.now()
         updated = Job.objects.filter(pk=job.pk, status=job.status).update(
             status=status, exit_code=exit_code, error=error, ended_at=now
@@ -163,30 +178,39 @@ def _finish(*, job_id: int, exit_code: int | None, error: str, aborted: bool, st
         end_run(run_id=job.run_id, job_status=status, now=now)
         revoke_run_tokens(run_id=job.run_id, now=now)
         job.refresh_from_db()
-        if status == JobStatus.FAILED and job.attempt <= job.max_retries:
-            _retry_quietly(job)
+        lost_worker = stale_before is not None and status == JobStatus.FAILED
+        if (status == JobStatus.PREEMPTED or lost_worker) and job.restarts < job.max_restarts:
+            _quietly(job, "restarted", "jobs.services.restart", "job_restart")
+        elif status == JobStatus.FAILED and job.attempt <= job.max_retries:
+            _quietly(job, "retried", "jobs.services.launch", "job_retry_from_scratch")
     return job, True
 
 
-def _retry_quietly(job: Job) -> None:
-    from jobs.services.launch import job_retry_from_scratch
-
+def _quietly(job: Job, done: str, module: str, name: str) -> None:
+    """The automatic next Job of ``job`` (``module.name(job=job)``); when refused, the end stands and says why."""
+    follow_up = getattr(importlib.import_module(module), name)  # imported late: they import this module
     try:
         with transaction.atomic():
-            job_retry_from_scratch(job=job)
-    except UserError as exc:  # e.g. the queue was disabled meanwhile: the failure stands, say why
-        logger.warning("job %s not retried: %s", job.pk, exc)
-        Job.objects.filter(pk=job.pk).update(error=f"{job.error}\nNot retried: {exc.detail}".strip())
+            follow_up(job=job)
+    except UserError as exc:  # e.g. the queue was disabled meanwhile: the end stands, say why
+        logger.warning("job %s not %s: %s", job.pk, done, exc)
+        Job.objects.filter(pk=job.pk).update(error=f"{job.error}\nNot {done}: {exc.detail}".strip())
         job.refresh_from_db()
 
 
-def job_finish(*, job_id: int, exit_code: int | None, error: str = "", aborted: bool = False) -> Job:
+def job_finish(
+    *, job_id: int, exit_code: int | None, error: str = "", aborted: bool = False, preempted: bool = False
+) -> Job:
     """End Job ``job_id`` with the code's outcome and give its Run the matching status
     (docs/design/worker.md#refusal, #subprocess).
 
     ``succeeded`` (exit code 0, no ``error``) → Run ``finished``; ``aborted``
     (``aborted=True``, or an abort was requested and the exit code is not 0)
-    → Run ``aborted``; otherwise ``failed`` → Run ``failed`` (``error``
+    → Run ``aborted``; ``preempted`` (``preempted=True``: the worker was
+    stopping and stopped the code, or the code marked its Run preempting) →
+    Run ``preempted``, and with restarts left (``restarts < max_restarts``)
+    its automatic resume from the latest checkpoint (``jobs.services.restart``,
+    docs/design/resume.md#restarts); otherwise ``failed`` → Run ``failed`` (``error``
     defaults to "The code exited with code N."; pass the verification
     refusal message (docs/design/worker.md#refusal) when the code never started, ``exit_code`` None). The
     Run's ``ended_at`` is set, its tokens revoked. A failed Job with attempts
@@ -195,7 +219,7 @@ def job_finish(*, job_id: int, exit_code: int | None, error: str = "", aborted: 
     final (e.g. failed by the reaper) is returned unchanged. ``NotFound`` for
     an unknown Job.
     """
-    return _finish(job_id=job_id, exit_code=exit_code, error=error or "", aborted=aborted)[0]
+    return _finish(job_id=job_id, exit_code=exit_code, error=error or "", aborted=aborted, preempted=preempted)[0]
 
 
 @transaction.atomic
@@ -240,7 +264,11 @@ def job_abort(*, actor, job: Job) -> Job:
 # The other nodes of a JobSet may still send their last points after rank 0 ended the Run, and a finish retried
 # after a lost answer must get the same answer: the Run's token stops working this many seconds later.
 ENDED_RUN_TOKEN_GRACE_S = 120
-_JOB_STATUS_OF_ENDED_RUN = {RunStatus.FINISHED: JobStatus.SUCCEEDED, RunStatus.ABORTED: JobStatus.ABORTED}
+_JOB_STATUS_OF_ENDED_RUN = {
+    RunStatus.FINISHED: JobStatus.SUCCEEDED,
+    RunStatus.ABORTED: JobStatus.ABORTED,
+    RunStatus.PREEMPTED: JobStatus.PREEMPTED,
+}
 
 
 def job_end_with_run(*, run: Run) -> Job | None:

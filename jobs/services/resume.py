@@ -79,8 +79,9 @@ def _check_conditions(*, source_run: Run, source_job: Job, checkpoint: Checkpoin
     return code_version
 
 
-def _resume(*, actor, source_run: Run, checkpoint: Checkpoint, code_version, queue, nproc_per_node) -> Job:
-    """The shared protocol (module docstring); call inside ``transaction.atomic``."""
+def _resume(*, actor, source_run: Run, checkpoint: Checkpoint, code_version, queue, nproc_per_node, **restart) -> Job:
+    """The shared protocol (module docstring); call inside ``transaction.atomic``. ``restart``: ``restart_of`` and
+    ``delay_s`` of an automatic restart (``jobs.services.restart``)."""
     _require_may_manage(actor, source_run)
     source_job = (
         Job.objects.select_for_update(of=("self",))
@@ -123,6 +124,8 @@ def _resume(*, actor, source_run: Run, checkpoint: Checkpoint, code_version, que
                 max_retries=source_job.max_retries,
                 resumed_from=source_run,
                 nproc_per_node=nproc_per_node,
+                max_restarts=source_job.max_restarts,
+                **restart,
             )
     except IntegrityError:
         conflict = _already_resuming(source_run)
@@ -186,8 +189,8 @@ def job_resume_from_latest(
     queue: Queue | None = None,
     nproc_per_node: int | None = None,
 ) -> Job:
-    """Resume ``job``'s failed or aborted Run from its latest checkpoint (docs/design/resume.md#latest-checkpoint): the
-    Jobs list's button.
+    """Resume ``job``'s failed, aborted or preempted Run from its latest checkpoint
+    (docs/design/resume.md#latest-checkpoint): the Jobs list's button.
 
     Latest = the Run's complete checkpoint with the highest step; if it has
     none and is itself a resumed Run, its own source checkpoint

@@ -40,6 +40,7 @@ LABELS = {
         "succeeded": pgettext_lazy("job status", "succeeded"),
         "failed": pgettext_lazy("job status", "failed"),
         "aborted": pgettext_lazy("job status", "aborted"),
+        "preempted": pgettext_lazy("job status", "preempted"),
     },
     # The Jobs list's badges (docs/design/resume.md#from-a-checkpoint): a resume Job is "resumed".
     "job_kind": {

@@ -52,6 +52,11 @@ class Project(models.Model):
     default_for = models.OneToOneField(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="default_project"
     )
+    job_max_restarts = models.PositiveIntegerField(
+        default=0,
+        help_text="automatic restarts a Job launched without max_restarts gets: resumes from its latest checkpoint "
+        "after a preemption or a lost worker (docs/design/resume.md#restarts)",
+    )
     silent_run_timeout = models.PositiveIntegerField(
         null=True,
         blank=True,

@@ -26,8 +26,8 @@ from mado_tracking.cli.job_inputs import parse_parameters, resolve_code_version
 from mado_tracking.cli.parity import print_resume_facts
 from mado_tracking.run import RUN_KINDS
 
-JOB_STATUSES = ("queued", "running", "succeeded", "failed", "aborted")
-FINAL_STATUSES = frozenset({"succeeded", "failed", "aborted"})
+JOB_STATUSES = ("queued", "running", "succeeded", "failed", "aborted", "preempted")
+FINAL_STATUSES = frozenset({"succeeded", "failed", "aborted", "preempted"})
 LOG_PAGE = 1000  # the logs endpoint's largest ?limit=
 
 
@@ -94,6 +94,13 @@ def job() -> None:
     help="automatic fresh attempts after a failure; a retry starts from scratch, never from a checkpoint",
 )
 @click.option(
+    "--max-restarts",
+    type=click.IntRange(0, 10),
+    default=None,
+    help="automatic resumes from the latest checkpoint after a preemption or a lost worker "
+    "(default: the project's setting)",
+)
+@click.option(
     "--nproc-per-node",
     "nproc_per_node",
     type=click.IntRange(1, 256),
@@ -114,6 +121,7 @@ def job_launch(
     dataset_versions: tuple[int, ...],
     queue: str | None,
     max_retries: int,
+    max_restarts: int | None,
     nproc_per_node: int,
     name: str,
     kind: str,
@@ -139,6 +147,8 @@ def job_launch(
         }
         if queue:
             body["queue"] = queue
+        if max_restarts is not None:
+            body["max_restarts"] = max_restarts
         created = client.request("POST", "jobs/", body=body, attempts=1)
     _print_job(created, quiet)
 
@@ -195,6 +205,10 @@ def job_show(ctx: click.Context, job_id: int, api_url: str | None, api_token: st
         ("created by", "created_by"),
         ("attempt", "attempt"),
         ("max retries", "max_retries"),
+        ("max restarts", "max_restarts"),
+        ("restarts", "restarts"),
+        ("restart of job", "restart_of_id"),
+        ("restarted as job", "restart_id"),
         ("processes per node", "nproc_per_node"),
     ):
         if found.get(key) not in (None, ""):
@@ -204,7 +218,7 @@ def job_show(ctx: click.Context, job_id: int, api_url: str | None, api_token: st
             click.echo(f"  {label}: {local_time(found[key])}")
     print_resume_facts(found)
     refusal = found.get("resume_refusal")
-    if found["status"] in ("failed", "aborted"):
+    if found["status"] in ("failed", "aborted", "preempted"):
         click.echo(f"  resume: {refusal}" if refusal else f"  resume: mado job resume {job_id} --latest")
     if found.get("run_url"):
         click.echo(f"  {found['run_url']}")
@@ -265,7 +279,7 @@ def job_resume(
     api_url: str | None,
     api_token: str | None,
 ) -> None:
-    """Resume a failed or aborted Job as a new Run and Job, from a checkpoint of its Run.
+    """Resume a failed, aborted or preempted Job as a new Run and Job, from a checkpoint of its Run.
 
     The new Run records the Job's Run as its parent and the checkpoint as its
     source; the code gets the checkpoint through ``run.resume_checkpoint()``.
@@ -420,7 +434,7 @@ def job_logs(
     """Print the Job's output (the code's stdout and stderr, and the worker's [mado] lines).
 
     With --follow, polls until the Job has ended, then prints its final state
-    on stderr and exits 0 when it succeeded, 3 when it failed or was aborted,
+    on stderr and exits 0 when it succeeded, 3 when it failed, was aborted or preempted,
     4 when --timeout passed first.
     """
     deadline = None if timeout is None else time.monotonic() + timeout

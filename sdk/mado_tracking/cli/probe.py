@@ -25,7 +25,7 @@ from mado_tracking.cli._common import EXIT_TIMEOUT, api_client, api_options, pag
 from mado_tracking.cli.job_inputs import resolve_code_version
 from mado_tracking.probe_stop import END_AT_STEP, FAIL_AT_STEP
 
-FINAL = frozenset({"succeeded", "failed", "aborted"})
+FINAL = frozenset({"succeeded", "failed", "aborted", "preempted"})
 OK = ("identical", "within_tolerance")
 PARITY_WAIT_S = 30.0
 
