@@ -120,6 +120,7 @@ def create_job(
     nproc_per_node: int = 1,
     max_restarts: int = 0,
     restart_of: Job | None = None,
+    restarts: int = 0,
     delay_s: float = 0,
 ) -> Job:
     """Insert the queued Job of ``run`` with a fresh Celery task id and its dispatch (sent to its queue on commit).
@@ -130,7 +131,8 @@ def create_job(
     already checked by ``clean_nproc_per_node``), and a broker
     that is down leaves the Job ``queued`` "waiting for the queue" until beat
     sends it (never ``failed`` because of the broker, docs/design/worker.md#subprocess).
-    ``restart_of``: the preempted Job this one restarts automatically (``restarts`` counts the chain);
+    ``restart_of``: the preempted Job this one restarts automatically (``restarts`` counts the chain: its + 1; a retry
+    passes its failed Job's, so retries and restarts together stay within both budgets);
     ``delay_s``: seconds before a worker starts it (the restart's backoff).
     """
     job = Job.objects.create(
@@ -149,7 +151,7 @@ def create_job(
         nproc_per_node=nproc_per_node,
         max_restarts=max_restarts,
         restart_of=restart_of,
-        restarts=restart_of.restarts + 1 if restart_of else 0,
+        restarts=restarts if restart_of is None else restart_of.restarts + 1,
     )
     outbox.dispatch_create(
         task=RUN_JOB_TASK, args=[job.pk], queue=queue.name, task_id=job.celery_task_id, delay_s=delay_s
@@ -169,6 +171,8 @@ def _audit_job_created(job: Job, run: Run, resumed_from: Run | None) -> None:
     changes = {"kind": [None, job.kind], "run": [None, run.pk]}
     if resumed_from is not None:
         changes["resumed_from"] = [None, resumed_from.pk]
+    if job.restart_of_id is not None:
+        changes["restart_of"] = [None, job.restart_of_id]
     automatic = job.kind == "retry" or job.restart_of_id is not None
     audit_record(
         actor=None if automatic else job.created_by,

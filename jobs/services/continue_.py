@@ -135,7 +135,7 @@ def run_continue_from_checkpoint(
         )
         _record_data_change(actor=actor, run=run, source_run=source_run, checkpoint=locked, versions=versions)
         # No automatic retries: a retry starts from scratch (docs/design/resume.md#retry), which would drop the weights
-        # continued from.
+        # continued from; restarts resume from its own checkpoints (the Project's default, #restarts).
         return create_job(
             run=run,
             code_version=code_version,
@@ -143,6 +143,7 @@ def run_continue_from_checkpoint(
             kind=JobKind.CONTINUE,
             created_by=actor,
             max_retries=0,
+            max_restarts=source_run.project.job_max_restarts,
             resumed_from=source_run,
             request_key=key,
             nproc_per_node=nproc_per_node,

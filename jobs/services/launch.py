@@ -133,6 +133,7 @@ def job_retry_from_scratch(*, job: Job) -> Job:
                 retry_of=row,
                 nproc_per_node=row.nproc_per_node,
                 max_restarts=row.max_restarts,
+                restarts=row.restarts,
             )
     except IntegrityError:
         existing = Job.objects.filter(retry_of=row).first()

@@ -132,14 +132,16 @@ def _lock_run_of(job_id: int) -> None:
 
 
 def _outcome(job: Job, exit_code: int | None, error: str, aborted: bool, preempted: bool) -> str:
-    if aborted or (job.abort_requested_at is not None and exit_code != 0):
+    """docs/design/worker.md#subprocess, docs/design/runs.md#states: an abort wins over a preemption (its stop
+    signal is what the code saw); a clean exit succeeds unless the worker stopped the code before its Run finished;
+    a code that marked its Run preempting and then failed was preempted."""
+    run_status = Run.objects.filter(pk=job.run_id).values_list("status", flat=True).first()
+    stopped = preempted or run_status in PREEMPTED_RUN_STATES
+    if aborted or (job.abort_requested_at is not None and (exit_code != 0 or stopped)):
         return JobStatus.ABORTED
-    run_said_preempted = Run.objects.filter(pk=job.run_id, status__in=PREEMPTED_RUN_STATES).exists()
-    if preempted or run_said_preempted:
-        return JobStatus.PREEMPTED
     if exit_code == 0 and not error:
-        return JobStatus.SUCCEEDED
-    return JobStatus.FAILED
+        return JobStatus.PREEMPTED if preempted and run_status != RunStatus.FINISHED else JobStatus.SUCCEEDED
+    return JobStatus.PREEMPTED if stopped else JobStatus.FAILED
 
 
 def _default_error(status: str, exit_code: int | None) -> str:
@@ -179,15 +181,16 @@ def _finish(
         revoke_run_tokens(run_id=job.run_id, now=now)
         job.refresh_from_db()
         lost_worker = stale_before is not None and status == JobStatus.FAILED
-        if (status == JobStatus.PREEMPTED or lost_worker) and job.restarts < job.max_restarts:
-            _quietly(job, "restarted", "jobs.services.restart", "job_restart")
-        elif status == JobStatus.FAILED and job.attempt <= job.max_retries:
+        restarted = (status == JobStatus.PREEMPTED or lost_worker) and job.restarts < job.max_restarts
+        restarted = restarted and _quietly(job, "restarted", "jobs.services.restart", "job_restart")
+        if not restarted and status == JobStatus.FAILED and job.attempt <= job.max_retries:
             _quietly(job, "retried", "jobs.services.launch", "job_retry_from_scratch")
     return job, True
 
 
-def _quietly(job: Job, done: str, module: str, name: str) -> None:
-    """The automatic next Job of ``job`` (``module.name(job=job)``); when refused, the end stands and says why."""
+def _quietly(job: Job, done: str, module: str, name: str) -> bool:
+    """Make the automatic next Job of ``job`` (``module.name(job=job)``); False when refused: the end stands and
+    its error says why."""
     follow_up = getattr(importlib.import_module(module), name)  # imported late: they import this module
     try:
         with transaction.atomic():
@@ -196,6 +199,8 @@ def _quietly(job: Job, done: str, module: str, name: str) -> None:
         logger.warning("job %s not %s: %s", job.pk, done, exc)
         Job.objects.filter(pk=job.pk).update(error=f"{job.error}\nNot {done}: {exc.detail}".strip())
         job.refresh_from_db()
+        return False
+    return True
 
 
 def job_finish(

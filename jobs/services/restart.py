@@ -11,6 +11,8 @@ each time. A Job preempted before its first checkpoint starts again from
 the start only when the operator allows it (``MADO_JOB_RESTART_FROM_START``).
 """
 
+import re
+
 from django.conf import settings
 from django.utils.translation import gettext as _
 
@@ -18,9 +20,10 @@ from checkpoints.models import Checkpoint
 from jobs import selectors
 from jobs.models import Job, JobKind, JobStatus
 from jobs.services._common import create_job, new_job_run, require_enabled
-from jobs.services.resume import _resume
+from jobs.services.resume import _already_resuming, _require_may_manage, _resume
 from mado.errors import Conflict
 
+RESTARTED_SUFFIX = re.compile(r"( · restarted)+$")
 RESTARTABLE = (JobStatus.PREEMPTED, JobStatus.FAILED)  # failed: only when the reaper found its worker lost
 
 
@@ -66,6 +69,7 @@ def job_restart(*, job: Job) -> Job:
         queue=row.queue,
         nproc_per_node=row.nproc_per_node,
         restart_of=row,
+        attempt=row.attempt,
         delay_s=delay_s,
     )
 
@@ -76,11 +80,15 @@ def _restart_from_start(row: Job, delay_s: float) -> Job:
             _("it has no complete checkpoint to resume from (MADO_JOB_RESTART_FROM_START is off)"), field="job"
         )
     source = row.run
+    _require_may_manage(row.created_by, source)
+    conflict = _already_resuming(source)
+    if conflict:
+        raise conflict
     return create_job(
         run=new_job_run(
             source=source,
             created_by=row.created_by,
-            name=f"{source.name or source.external_id} · restarted",
+            name=f"{RESTARTED_SUFFIX.sub('', source.name) or source.external_id} · restarted",
             code_version=row.code_version,
         ),
         code_version=row.code_version,
@@ -91,5 +99,6 @@ def _restart_from_start(row: Job, delay_s: float) -> Job:
         nproc_per_node=row.nproc_per_node,
         max_restarts=row.max_restarts,
         restart_of=row,
+        attempt=row.attempt,
         delay_s=delay_s,
     )

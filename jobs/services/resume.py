@@ -12,6 +12,7 @@ source Run whatever happens above it. The source Run is only read (docs/design/r
 import re
 
 from django.db import IntegrityError, transaction
+from django.db.models import Q
 from django.utils.translation import gettext as _
 
 from checkpoints.models import Checkpoint
@@ -33,7 +34,10 @@ def _require_may_manage(actor, run: Run) -> None:
 
 
 def _already_resuming(source_run: Run) -> Conflict | None:
-    active = Job.objects.filter(resumed_from=source_run, kind=JobKind.RESUME, status__in=ACTIVE_STATES).first()
+    """The Conflict naming the queued or running resume of ``source_run`` (by hand, or its automatic restart), if
+    any."""
+    resuming = Q(resumed_from=source_run, kind=JobKind.RESUME) | Q(restart_of__run=source_run)
+    active = Job.objects.filter(resuming, status__in=ACTIVE_STATES).first()
     if active is None:
         return None
     return Conflict(

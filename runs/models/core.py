@@ -4,6 +4,7 @@ docs/design/runs.md#resume-modes, #one-writer-process, #states; docs/design/inte
 import secrets
 
 from django.conf import settings
+from django.core.validators import MaxValueValidator
 from django.db import models
 from django.db.models import Q
 
@@ -54,6 +55,7 @@ class Project(models.Model):
     )
     job_max_restarts = models.PositiveIntegerField(
         default=0,
+        validators=[MaxValueValidator(10)],
         help_text="automatic restarts a Job launched without max_restarts gets: resumes from its latest checkpoint "
         "after a preemption or a lost worker (docs/design/resume.md#restarts)",
     )

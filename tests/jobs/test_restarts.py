@@ -5,17 +5,18 @@ a failed one."""
 from datetime import timedelta
 
 import pytest
+from django.db.models import Q
 from django.utils import timezone
 
 from checkpoints.models import CheckpointState
 from jobs import services
 from jobs.models import Job, JobKind, JobStatus
 from jobs.services.restart import job_restart
-from mado.errors import ValidationFailed
+from mado.errors import Conflict, ValidationFailed
 from mado.models import AuditEvent, Dispatch
-from runs.models import RunStatus
+from runs.models import Membership, Role, RunStatus
 from runs.services import run_set_status
-from tests.jobs.conftest import checkpoint, launch
+from tests.jobs.conftest import checkpoint, launch, run_to_end
 
 
 def preempt(job: Job, creator, *, by_worker: bool = True, exit_code: int = 143) -> Job:
@@ -106,7 +107,7 @@ def test_a_restart_is_made_once_however_often_it_is_asked(creator, code_version,
 def test_a_preempted_run_is_resumed_by_hand_like_a_failed_one(creator, code_version, cpu):
     job = launch(creator, code_version, cpu)
     checkpoint(job.run, 20)
-    ended = preempt(job, creator, by_worker=False, exit_code=0)
+    ended = preempt(job, creator, by_worker=False, exit_code=1)
     resumed = services.job_resume_from_latest(actor=creator, job=ended)
     assert ended.status == JobStatus.PREEMPTED and resumed.run.source_checkpoint.step == 20
 
@@ -131,3 +132,65 @@ def test_the_job_page_and_the_api_show_the_restarts_and_link_both_ways(creator, 
     facts = (data["status"], data["max_restarts"], data["restarts"], data["restart_id"])
     assert facts == ("preempted", 2, 0, restart.pk)
     assert data["resume_refusal"] is None
+
+
+def test_retries_and_restarts_share_one_chain_that_ends(creator, code_version, cpu):
+    job = launch(creator, code_version, cpu, max_restarts=1, max_retries=1)
+    chain = [job]
+    for _ in range(6):
+        current = Job.objects.get(pk=chain[-1].pk)
+        checkpoint(current.run, 20)
+        if current.kind == JobKind.RESUME:
+            run_to_end(current, exit_code=1)
+        else:
+            preempt(current, creator)
+        follow_up = Job.objects.filter(Q(restart_of=current) | Q(retry_of=current)).first()
+        if follow_up is None:
+            break
+        chain.append(follow_up)
+    assert [(j.kind, j.restarts, j.attempt) for j in chain] == [("new", 0, 1), ("resume", 1, 1), ("retry", 1, 2)]
+
+
+def test_an_abort_wins_over_the_preemption_its_stop_signal_caused(creator, code_version, cpu):
+    job = launch(creator, code_version, cpu, max_restarts=2)
+    checkpoint(job.run, 20)
+    services.job_claim(job_id=job.pk, worker_host="gpu-1")
+    run_set_status(actor=creator, run=job.run, status=RunStatus.RUNNING)
+    services.job_abort(actor=creator, job=job)
+    run_set_status(actor=creator, run=job.run, status=RunStatus.PREEMPTING)  # the SDK's handler saw the SIGTERM
+    ended = services.job_finish(job_id=job.pk, exit_code=0, preempted=True)
+    assert (ended.status, ended.run.status, Job.objects.count()) == (JobStatus.ABORTED, RunStatus.ABORTED, 1)
+
+
+@pytest.mark.parametrize("finished", [False, True], ids=["marked-preempting", "run-finished"])
+def test_a_clean_exit_succeeds_and_is_not_restarted(creator, code_version, cpu, finished):
+    job = launch(creator, code_version, cpu, max_restarts=2)
+    checkpoint(job.run, 20)
+    services.job_claim(job_id=job.pk, worker_host="gpu-1")
+    run_set_status(actor=creator, run=job.run, status=RunStatus.RUNNING)
+    run_set_status(actor=creator, run=job.run, status=RunStatus.FINISHED if finished else RunStatus.PREEMPTING)
+    ended = services.job_finish(job_id=job.pk, exit_code=0, preempted=finished)  # the worker was stopping meanwhile
+    assert (ended.status, ended.run.status, Job.objects.count()) == (JobStatus.SUCCEEDED, RunStatus.FINISHED, 1)
+
+
+def test_a_lost_worker_that_cannot_be_restarted_is_retried(creator, code_version, cpu):
+    job = launch(creator, code_version, cpu, max_restarts=1, max_retries=1)
+    services.job_claim(job_id=job.pk, worker_host="gpu-1")
+    Job.objects.filter(pk=job.pk).update(heartbeat_at=timezone.now() - timedelta(hours=1))
+    services.job_reap_stale()
+    job.refresh_from_db()
+    assert "Not restarted: it has no complete checkpoint" in job.error
+    assert job.retries.get().kind == JobKind.RETRY
+
+
+def test_a_restart_from_the_start_follows_the_resume_rules(creator, code_version, cpu, project, settings):
+    settings.MADO_JOB_RESTART_FROM_START = True
+    kept = preempt(launch(creator, code_version, cpu, max_restarts=1), creator)
+    with pytest.raises(Conflict, match="already being resumed"):
+        checkpoint(kept.run, 20)
+        services.job_resume_from_latest(actor=creator, job=kept)  # its restart is queued
+    demoted = launch(creator, code_version, cpu, max_restarts=1)
+    services.job_claim(job_id=demoted.pk, worker_host="gpu-1")
+    Membership.objects.filter(user=creator, project=project).update(role=Role.VIEWER)
+    refused = services.job_finish(job_id=demoted.pk, exit_code=143, preempted=True)
+    assert "Not restarted" in refused.error and not Job.objects.filter(restart_of=refused).exists()
