@@ -28,3 +28,11 @@ def _tune_allocator(**kwargs) -> None:
     """A worker streams a resumed Job's checkpoint in 1 MiB chunks through several threads, as the web process
     streams an upload: the same malloc settings keep those chunks on reused pages (``mado.allocator``)."""
     tune_allocator()
+
+
+@worker_init.connect
+def _stop_reaches_the_job(**kwargs) -> None:
+    """A worker's stop reaches its running Job's code (``worker.shutdown``, docs/design/worker.md#stop). Imported
+    here, in the main process before the pool forks its children (they share the page it maps), and not with this
+    module, which every web process loads too."""
+    import worker.shutdown  # noqa: F401

@@ -9,13 +9,24 @@ filesystem. Production sets ``MADO_DATABASE_URL`` (PostgreSQL),
 
 import datetime
 import os
+import signal
 from pathlib import Path
 
 import dj_database_url
 from csp.constants import NONE, SELF
 from django.core.exceptions import ImproperlyConfigured
 
-from mado.env import env_bool, env_choice, env_float, env_int, env_list, env_network_ports, env_networks, env_str
+from mado.env import (
+    env_bool,
+    env_choice,
+    env_float,
+    env_int,
+    env_list,
+    env_network_ports,
+    env_networks,
+    env_signal,
+    env_str,
+)
 from mado_tracking.hashing import hash_threads
 from mado_tracking.tarformat import Limits as TarLimits
 
@@ -384,7 +395,10 @@ MMT_SWEEP_LEASE = env_int("MMT_SWEEP_LEASE", 3600, minimum=1)
 # Jobs (docs/jobs.md). A running Job whose worker sent no heartbeat for this many seconds is
 # failed by the reaper (MADO_JOB_HEARTBEAT_TIMEOUT, above); workers beat well within it.
 MADO_JOB_LOG_MAX_BYTES = env_int("MADO_JOB_LOG_MAX_BYTES", 10 * 1024 * 1024, minimum=1024)  # per Run, UTF-8 bytes
-MADO_JOB_KILL_GRACE = env_int("MADO_JOB_KILL_GRACE", 30, minimum=0)  # seconds between SIGTERM and SIGKILL
+MADO_JOB_KILL_GRACE = env_int("MADO_JOB_KILL_GRACE", 30, minimum=0)  # seconds between the stop signal and SIGKILL
+# The signal a Job's code gets when it must stop (an abort, the worker's own stop: docs/design/worker.md#stop), a name
+# such as SIGTERM, SIGINT or SIGUSR1; SIGKILL follows after MADO_JOB_KILL_GRACE seconds.
+MADO_JOB_STOP_SIGNAL = env_signal("MADO_JOB_STOP_SIGNAL", signal.SIGTERM)
 # The API URL the Job's code talks to (MMT_API_URL); must be reachable from the worker hosts.
 MADO_PUBLIC_URL = env_str("MADO_PUBLIC_URL", "http://127.0.0.1:8000")
 # GPUs of this worker host for the code (worker/container.py): "0,1" (indexes or GPU-UUIDs) →

@@ -7,6 +7,7 @@ parsed, and reads ``<NAME>_FILE`` (a path whose content is the value) when
 
 import ipaddress
 import os
+import signal
 from pathlib import Path
 from typing import NamedTuple
 
@@ -133,3 +134,23 @@ def env_float(name: str, default: float, *, minimum: float | None = None) -> flo
     if minimum is not None and value < minimum:
         raise ImproperlyConfigured(f"{name}={value} must be >= {minimum}")
     return value
+
+
+UNCATCHABLE_SIGNALS = frozenset({signal.SIGKILL, signal.SIGSTOP})
+
+
+def env_signal(name: str, default: signal.Signals) -> signal.Signals:
+    """Parse a signal name (``SIGTERM``, ``TERM``, ``sigusr1``) into ``signal.Signals``; an unknown name, a number or
+    a signal no program can catch (SIGKILL, SIGSTOP: no handler would run) is an error naming the variable."""
+    raw = env_str(name)
+    if raw is None:
+        return default
+    text = raw.strip().upper()
+    found = signal.Signals.__members__.get(text if text.startswith("SIG") else f"SIG{text}")
+    if found is None:
+        raise ImproperlyConfigured(f"{name}={raw!r} is not a signal name (e.g. SIGTERM, SIGINT, SIGUSR1)")
+    if found in UNCATCHABLE_SIGNALS:
+        raise ImproperlyConfigured(
+            f"{name}={raw!r}: {found.name} cannot be caught, so the code could not save first; use SIGTERM"
+        )
+    return found

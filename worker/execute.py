@@ -12,17 +12,20 @@ succeeded (docs/design/house.md#verify-first):
    a checkpoint stored file by file, e.g. from MLflow: ``worker.fetch_files``);
 4. the Run's token (``jobs.services.run_token_issue``) and the environment of docs/jobs.md;
 5. the code: a subprocess or ``docker run`` (the Queue's runner), its log appended to the Run,
-   ``job_heartbeat`` every ``HEARTBEAT_S`` seconds (False → SIGTERM, SIGKILL after ``MADO_JOB_KILL_GRACE``);
+   ``job_heartbeat`` every ``HEARTBEAT_S`` seconds (False → ``MADO_JOB_STOP_SIGNAL``, SIGKILL after
+   ``MADO_JOB_KILL_GRACE``; the same when the worker itself is stopped, ``worker.shutdown``, and the Job then
+   ends ``preempted``, docs/design/worker.md#stop);
    with ``nproc_per_node`` > 1 under torchrun, every rank reading the one restored checkpoint, each failed
    rank's exit in the Job's error (``worker.distributed``, docs/design/worker.md#distributed).
 
 Heartbeats are sent during the download and extraction too, so a long
-download is not taken for a lost worker, and an abort stops it. The working
-directory is removed when the Job ends.
+download is not taken for a lost worker, and an abort or the worker's stop
+ends it. The working directory is removed when the Job ends.
 """
 
 import logging
 import os
+import signal
 import subprocess
 import time
 from collections.abc import Callable
@@ -36,7 +39,7 @@ from checkpoints.models import CheckpointLayout
 from jobs import services as jobs_services
 from jobs.models import Job, JobKind, Runner
 from runs.stages import data_composition_at
-from worker import container, distributed
+from worker import container, distributed, shutdown
 from worker.errors import PrepareError
 from worker.extract import extract_code_archive, remove_tree, write_resume_info
 from worker.fetch import fetch_artifact, restore_checkpoint
@@ -53,11 +56,13 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Outcome:
-    """What ``job_finish`` is told: the code's ``exit_code`` (None: it never ran), an ``error``, ``aborted``."""
+    """What ``job_finish`` is told: the code's ``exit_code`` (None: it never ran), an ``error``, ``aborted``,
+    ``preempted`` (the worker was stopped and stopped the code, docs/design/worker.md#stop)."""
 
     exit_code: int | None
     error: str = ""
     aborted: bool = False
+    preempted: bool = False
 
 
 @dataclass(frozen=True)
@@ -73,15 +78,20 @@ class _StopRequested(Exception):
 
 
 class _Heartbeat:
-    """Calls ``job_heartbeat`` at most every ``HEARTBEAT_S`` seconds; remembers a "stop" answer."""
+    """Calls ``job_heartbeat`` at most every ``HEARTBEAT_S`` seconds; remembers a "stop" answer and whether the
+    worker's own stop came first (``worker_stop``: the signal that stopped the worker)."""
 
     def __init__(self, job_id: int):
         self.job_id = job_id
         self.stop = False
+        self.worker_stop: signal.Signals | None = None
         self._last = 0.0
 
     def __call__(self, *, force: bool = False) -> bool:
-        """True when the code must stop (abort requested, or the Job no longer running)."""
+        """True when the code must stop (the worker is stopping, an abort was requested, or the Job is no longer
+        running). Beats on while the worker stops, so the Job stays alive while its code saves."""
+        if self.worker_stop is None and not self.stop:
+            self.worker_stop = shutdown.stop_signal()
         now = time.monotonic()
         if not self.stop and (force or now - self._last >= HEARTBEAT_S):
             self._last = now
@@ -90,7 +100,13 @@ class _Heartbeat:
             except DatabaseError:  # a database hiccup must not kill hours of training; the reaper decides
                 logger.warning("job %s: heartbeat failed; the code keeps running", self.job_id, exc_info=True)
                 close_old_connections()
-        return self.stop
+        return self.stop or self.worker_stop is not None
+
+    def stopped_before_start(self) -> Outcome:
+        """The outcome of a Job stopped before its code started."""
+        if self.worker_stop is not None:
+            return Outcome(exit_code=None, error=shutdown.stopped_reason(self.worker_stop), preempted=True)
+        return Outcome(exit_code=None, error="Aborted before the code started.", aborted=True)
 
     def during_prepare(self) -> None:
         if self():
@@ -121,12 +137,12 @@ def execute(job: Job) -> Outcome:
             _log(job, str(exc))
             return Outcome(exit_code=None, error=str(exc))
         except _StopRequested:
-            return Outcome(exit_code=None, error="Aborted before the code started.", aborted=True)
+            return heartbeat.stopped_before_start()
         except Exception as exc:
             _log(job, f"the Job could not be prepared: {exc}")  # the log says why, not only the error field
             raise
         if heartbeat(force=True):
-            return Outcome(exit_code=None, error="Aborted before the code started.", aborted=True)
+            return heartbeat.stopped_before_start()
         return run_code(job, prepared, heartbeat)
     finally:
         _remove_quietly(workdir)
@@ -257,11 +273,21 @@ def run_code(job: Job, prepared: Prepared, heartbeat: _Heartbeat) -> Outcome:
             grace_s=settings.MADO_JOB_KILL_GRACE,
             log_max_bytes=settings.MADO_JOB_LOG_MAX_BYTES,
             on_kill=on_kill,
+            stop_signal=settings.MADO_JOB_STOP_SIGNAL,
         )
     except OSError as exc:  # the entrypoint's program does not exist or is not executable
         message = f"The code could not be started: {argv[0]!r}: {exc.strerror or exc}"
         _log(job, message)
         return Outcome(exit_code=None, error=message)
+    if result.stopped and heartbeat.worker_stop is not None:
+        error = shutdown.stopped_reason(
+            heartbeat.worker_stop,
+            result,
+            stop_signal=settings.MADO_JOB_STOP_SIGNAL,
+            grace_s=settings.MADO_JOB_KILL_GRACE,
+        )
+        _log(job, error)
+        return Outcome(exit_code=result.exit_code, error=error, preempted=True)
     error = ""
     if job.nproc_per_node > 1 and result.exit_code != 0 and not result.stopped:
         error = ranks.summary(job.nproc_per_node, result.exit_code)

@@ -6,9 +6,10 @@ environment (server secret, database URL, storage keys) reaches the code
 except ``PATH``, ``HOME``, ``LANG``, ``LC_ALL``, ``TMPDIR`` and what the
 caller passes (``MMT_*``, ``CUDA_VISIBLE_DEVICES``). stdout and stderr are
 merged and handed to ``on_output`` line by line in chunks, capped at
-``log_max_bytes``. ``should_stop()`` (the Job's heartbeat) is asked about
-once a second; when it says yes the whole process group gets SIGTERM, then
-SIGKILL after ``grace_s`` seconds.
+``log_max_bytes``. ``should_stop()`` (the Job's heartbeat, the worker's own
+stop) is asked about once a second; when it says yes the whole process group
+gets the stop signal (SIGTERM unless told otherwise) once, then SIGKILL after
+``grace_s`` seconds.
 """
 
 import codecs
@@ -62,10 +63,14 @@ def _parent_death_signal():
 
 
 class RunOutcome(NamedTuple):
-    """``exit_code``: the code's exit status (negative: killed by that signal); ``stopped``: it was asked to stop."""
+    """``exit_code``: the code's exit status (negative: killed by that signal); ``stopped``: it was asked to stop;
+    ``stop_to_exit_s``: seconds from the stop signal to the code's exit (None when not stopped); ``killed``: it was
+    still running ``grace_s`` after the stop signal and got SIGKILL."""
 
     exit_code: int | None
     stopped: bool
+    stop_to_exit_s: float | None = None
+    killed: bool = False
 
 
 def child_env(
@@ -163,6 +168,7 @@ def run_process(
     poll_s: float = 1.0,
     log_max_bytes: int = 10 * 1024 * 1024,
     on_kill: Callable[[], None] | None = None,
+    stop_signal: int = signal.SIGTERM,
 ) -> RunOutcome:
     """Run ``argv`` in ``cwd`` with exactly ``env``; stream its output; return ``RunOutcome``
     (docs/design/worker.md#subprocess).
@@ -170,9 +176,12 @@ def run_process(
     ``argv``: list of strings (``argv[0]`` is looked up on ``env["PATH"]``).
     ``on_output(text)`` gets stdout+stderr, merged, in whole lines when it
     can (at most ``log_max_bytes`` bytes, then one ``[log truncated]`` line).
-    ``should_stop()`` is called every ``poll_s`` seconds while the code runs;
-    True → SIGTERM to the process group, SIGKILL ``grace_s`` seconds later
-    (``on_kill()`` is then called, e.g. to kill a container). When the code
+    ``should_stop()`` is called every ``poll_s`` seconds while the code runs
+    (also during the grace period); the first True → ``stop_signal`` (default
+    SIGTERM; a Job's is ``MADO_JOB_STOP_SIGNAL``) to the process group, once,
+    and SIGKILL ``grace_s`` seconds later (``on_kill()`` is then called, e.g.
+    to kill a container). ``RunOutcome`` says how long the code took to exit
+    after the stop signal and whether it had to be killed. When the code
     exits on its own, whatever it left running in its group is killed; if
     the worker itself dies, the kernel SIGKILLs the code (Linux). Raises ``OSError`` (e.g. ``FileNotFoundError``) when
     ``argv[0]`` cannot be started; the callbacks' exceptions propagate after the group is killed.
@@ -192,8 +201,9 @@ def run_process(
     )
     pgid = process.pid  # start_new_session: the child leads its own session and process group
     sink = _LogSink(on_output, log_max_bytes)
+    stop = _Stop(pgid, stop_signal, grace_s)
     try:
-        stopped = _supervise(process, pgid, sink, should_stop, grace_s, poll_s, on_kill)
+        _supervise(process, pgid, sink, should_stop, stop, poll_s, on_kill)
     except BaseException:
         _signal_group(pgid, signal.SIGKILL)
         process.kill()
@@ -201,34 +211,65 @@ def run_process(
         raise
     finally:
         process.stdout.close()
-    return RunOutcome(exit_code=process.returncode, stopped=stopped)
+    return RunOutcome(
+        exit_code=process.returncode,
+        stopped=stop.sent_at is not None,
+        stop_to_exit_s=None if stop.sent_at is None else round(stop.exited_at - stop.sent_at, 3),
+        killed=stop.killed,
+    )
 
 
-def _supervise(process, pgid, sink: _LogSink, should_stop, grace_s: float, poll_s: float, on_kill) -> bool:
-    """The loop: read output, ask ``should_stop``, signal the group; returns whether the code was stopped."""
+class _Stop:
+    """The stop of one process group: the signal sent once, SIGKILL ``grace_s`` later; when each happened."""
+
+    def __init__(self, pgid: int, signum: int, grace_s: float):
+        self.pgid, self.signum, self.grace_s = pgid, signum, grace_s
+        self.sent_at: float | None = None  # time.monotonic() of the stop signal
+        self.exited_at: float | None = None  # ... and of the code's exit, once seen
+        self.killed = False  # SIGKILL because the code outlived the grace period
+
+    def send(self, now: float) -> None:
+        self.sent_at = now
+        logger.info(
+            "stopping process group %d: %s, SIGKILL in %.0f s",
+            self.pgid,
+            signal.Signals(self.signum).name,
+            self.grace_s,
+        )
+        _signal_group(self.pgid, self.signum)
+
+    @property
+    def kill_at(self) -> float | None:
+        return None if self.sent_at is None else self.sent_at + self.grace_s
+
+
+def _supervise(process, pgid, sink: _LogSink, should_stop, stop: _Stop, poll_s: float, on_kill) -> None:
+    """The loop: read output, ask ``should_stop``, signal the group; records the stop's times in ``stop``."""
     fd = process.stdout.fileno()
     os.set_blocking(fd, False)
     selector = selectors.DefaultSelector()
     selector.register(fd, selectors.EVENT_READ)
-    stopped, killed, eof, exited = False, False, False, False
-    kill_at = drain_until = None
+    killed, eof, exited = False, False, False
+    drain_until = None
     next_poll = time.monotonic() + poll_s
     try:
         while not (eof and exited and killed):
             now = time.monotonic()
             if not exited and process.poll() is not None:
-                exited = True
-            if not exited and not stopped and now >= next_poll:
+                exited, stop.exited_at = True, now
+            if not exited and now >= next_poll:
                 next_poll = now + poll_s
-                if should_stop():
-                    stopped, kill_at = True, now + grace_s
-                    logger.info("stopping process group %d: SIGTERM, SIGKILL in %.0f s", pgid, grace_s)
-                    _signal_group(pgid, signal.SIGTERM)
+                # asked during the grace period too: the Job's heartbeat keeps beating while the code saves
+                if should_stop() and stop.sent_at is None:
+                    stop.send(now)
+            kill_at = stop.kill_at
             if not killed and kill_at is not None and now >= kill_at:
                 _signal_group(pgid, signal.SIGKILL)
                 killed, drain_until = True, now + DRAIN_S
-                if on_kill is not None and not exited:
-                    on_kill()
+                if not exited:
+                    stop.killed = True
+                    if on_kill is not None:
+                        on_kill()
             elif not killed and exited and (kill_at is None or not _group_alive(pgid)):
                 _signal_group(pgid, signal.SIGKILL)  # leftovers of a finished program get no grace
                 killed, drain_until = True, now + DRAIN_S
@@ -254,7 +295,8 @@ def _supervise(process, pgid, sink: _LogSink, should_stop, grace_s: float, poll_
     finally:
         selector.close()
     process.wait()
-    return stopped
+    if stop.exited_at is None:
+        stop.exited_at = time.monotonic()
 
 
 def _read(fd: int) -> bytes | None:

@@ -5,14 +5,19 @@ import socket
 import time
 
 from celery import shared_task
+from celery.exceptions import Reject
 from celery.signals import worker_ready
 from django.db import DatabaseError, close_old_connections
 
 from mado.errors import InternalError
+from worker import shutdown
 
 VERIFY_MAX_RETRIES = 5
 RUN_JOB_MAX_RETRIES = 5
 FINISH_ATTEMPTS = 5
+# A stopping worker may still receive messages while its running Job's code saves: it hands each back after this
+# pause (seconds), so an idle pool child does not receive and return the same message in a tight loop.
+REJECT_PAUSE_S = 1.0
 
 logger = logging.getLogger(__name__)
 
@@ -54,7 +59,21 @@ def run_job(self, job_id: int) -> str:
     A message whose worker was killed is delivered again: before the claim
     the next delivery runs the Job; after it, the delivery is skipped and
     the heartbeat reaper fails the Job ("worker lost"), so no code runs twice.
+    A worker that is stopping claims nothing: the message goes back to the
+    broker for another worker (``Reject``); a stop during the Job stops the
+    code and ends the Job ``preempted`` (docs/design/worker.md#stop).
     """
+    with shutdown.job_guard():
+        stopping = shutdown.stop_signal()
+        if stopping is not None:
+            time.sleep(REJECT_PAUSE_S)
+            raise Reject(
+                f"the worker is stopping ({stopping.name}): job {job_id} left for another worker", requeue=True
+            )
+        return _claim_and_run(self, job_id)
+
+
+def _claim_and_run(task, job_id: int) -> str:
     from jobs.models import FINAL_STATES, Job
     from jobs.services import job_claim
     from worker.execute import Outcome, execute
@@ -63,10 +82,10 @@ def run_job(self, job_id: int) -> str:
         status = Job.objects.filter(pk=job_id).values_list("status", flat=True).first()
         if status is None or status in FINAL_STATES:
             return "skipped"
-        job = job_claim(job_id=job_id, worker_host=self.request.hostname or socket.gethostname())
+        job = job_claim(job_id=job_id, worker_host=task.request.hostname or socket.gethostname())
     except DatabaseError as exc:
         close_old_connections()
-        raise self.retry(exc=exc, countdown=min(10 * 2**self.request.retries, 300)) from exc
+        raise task.retry(exc=exc, countdown=min(10 * 2**task.request.retries, 300)) from exc
     if job is None:
         return "skipped"
     try:
@@ -102,7 +121,11 @@ def _finish(job_id: int, outcome) -> str:
     for attempt in range(1, FINISH_ATTEMPTS + 1):
         try:
             return job_finish(
-                job_id=job_id, exit_code=outcome.exit_code, error=outcome.error, aborted=outcome.aborted
+                job_id=job_id,
+                exit_code=outcome.exit_code,
+                error=outcome.error,
+                aborted=outcome.aborted,
+                preempted=outcome.preempted,
             ).status
         except DatabaseError:
             if attempt == FINISH_ATTEMPTS:

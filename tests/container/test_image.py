@@ -5,8 +5,9 @@ this machine's PostgreSQL and Redis and a moto S3 server (``--network host``, Po
 Through them, the demo's flow (tests/jobs/test_job_flow.py's ``run_the_flow``): a Job fails at step 27, is resumed
 from its step-20 checkpoint as a new Run whose weights equal an uninterrupted run's; the checkpoints were uploaded
 to S3 and verified by the verification worker's container, and the resumed Job's worker container verified the
-checkpoint it restored. The containers run as a non-root user; a worker container sent SIGTERM mid-Job lets the Job
-end by itself (docs/deploy.md#graceful-shutdown) and exits. ``make test-container`` builds the images and runs it.
+checkpoint it restored. The containers run as a non-root user; a worker container sent SIGTERM mid-Job sends the
+Job's code SIGTERM, ends the Job preempted (docs/deploy.md#graceful-shutdown) and exits. ``make test-container``
+builds the images and runs it.
 """
 
 import os
@@ -132,7 +133,7 @@ def job_log(client, job_id: int) -> str:
     return "".join(chunk["text"] for chunk in client.request("GET", f"jobs/{job_id}/logs/")["results"])
 
 
-def test_a_worker_sent_sigterm_mid_job_lets_the_job_finish_then_exits(stack, tmp_path):
+def test_a_worker_sent_sigterm_mid_job_stops_the_code_preempts_the_job_then_exits(stack, tmp_path):
     code = tmp_path / "slow"
     code.mkdir()
     (code / "slow.py").write_text(SLOW_JOB)
@@ -152,10 +153,13 @@ def test_a_worker_sent_sigterm_mid_job_lets_the_job_finish_then_exits(stack, tmp
         exited = podman("wait", stack.containers["worker"], timeout=120)
         job = client.request("GET", f"jobs/{job_id}/")
         log = job_log(client, job_id)
-    # The worker stopped claiming, waited for the running Job, which ended by itself, once; then the worker exited.
+    # The worker sent the code SIGTERM (it has no handler: it ends at once), ended the Job preempted, once; then exited.
     assert exited.stdout.strip() == "0", stack.logs()
-    assert (job["status"], job["exit_code"]) == ("succeeded", 0), (job, stack.logs())
-    assert log.count("tick 0") == 1 and "tick 14" in log, log
+    assert (job["status"], job["exit_code"]) == ("preempted", -15), (job, stack.logs())
+    assert job["error"].startswith(
+        "The worker was stopped (SIGTERM to the worker): the code was sent SIGTERM and was ended by SIGTERM after "
+    ), job
+    assert log.count("tick 0") == 1 and "tick 14" not in log, log
     assert "Warm shutdown" in container_log(stack.containers["worker"])
 
 

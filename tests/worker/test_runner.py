@@ -62,7 +62,7 @@ def test_it_returns_the_exit_code_and_merges_stdout_and_stderr(tmp_path):
         ),
         tmp_path,
     )
-    assert outcome == (3, False)
+    assert outcome == (3, False, None, False)
     assert "to stdout\n" in log and "to stderr\n" in log
 
 
@@ -223,11 +223,42 @@ def test_stop_sends_sigterm_and_the_code_may_exit_cleanly(tmp_path):
     outcome = run_process(
         argv, cwd=tmp_path, env=child_env({}), on_output=seen.append, should_stop=should_stop, grace_s=30, poll_s=0.1
     )
-    assert outcome == (7, True)
+    assert (outcome.exit_code, outcome.stopped, outcome.killed) == (7, True, False)
     assert marker.read_text() == "SIGTERM"
     assert "got SIGTERM, saving" in "".join(seen)
     assert time.monotonic() - started < 10  # well inside the grace period
+    assert 0 <= outcome.stop_to_exit_s < 10
     assert len(asked) >= 1
+
+
+def test_stop_sends_the_chosen_signal_once(tmp_path):
+    argv = script(
+        tmp_path,
+        """
+        import signal, sys, time
+        received = []
+        signal.signal(signal.SIGUSR1, lambda signum, frame: received.append(signum))
+        print("ready", flush=True)
+        deadline = time.monotonic() + 2
+        while time.monotonic() < deadline:
+            time.sleep(0.05)
+        print(f"received {len(received)}", flush=True)
+        sys.exit(5)
+    """,
+    )
+    seen: list[str] = []
+    outcome = run_process(
+        argv,
+        cwd=tmp_path,
+        env=child_env({}),
+        on_output=seen.append,
+        should_stop=lambda: "ready" in "".join(seen),  # keeps saying yes: one signal all the same
+        grace_s=30,
+        poll_s=0.1,
+        stop_signal=signal.SIGUSR1,
+    )
+    assert (outcome.exit_code, outcome.stopped, outcome.killed) == (5, True, False)
+    assert "received 1\n" in "".join(seen)
 
 
 def test_code_that_ignores_sigterm_is_killed_after_the_grace_period(tmp_path):
@@ -255,7 +286,7 @@ def test_code_that_ignores_sigterm_is_killed_after_the_grace_period(tmp_path):
         on_kill=lambda: killed.append(True),
     )
     elapsed = time.monotonic() - started
-    assert outcome == (-signal.SIGKILL, True)
+    assert (outcome.exit_code, outcome.stopped, outcome.killed) == (-signal.SIGKILL, True, True)
     assert killed == [True]
     assert elapsed >= 1.0, "SIGKILL came before the grace period ended"
     assert elapsed < 15
@@ -302,7 +333,7 @@ def test_what_finished_code_leaves_running_in_its_group_is_killed(tmp_path):
     )
     started = time.monotonic()
     outcome, _, _ = run(argv, tmp_path)
-    assert outcome == (0, False)
+    assert outcome == (0, False, None, False)
     assert time.monotonic() - started < 10
     assert wait_for(lambda: not alive(int(pid_file.read_text())), timeout=5)
 
