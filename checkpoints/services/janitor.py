@@ -29,14 +29,19 @@ logger = logging.getLogger("checkpoints")
 def checkpoint_end_in_error(*, checkpoint_id: int, error: str) -> bool:
     """End pending checkpoint ``checkpoint_id`` ``error`` with ``error`` and discard its upload; False if not pending.
 
-    Under the row lock, so a concurrent completion or verification either
+    A reason already recorded on the pending checkpoint (its upload ran out
+    of space, was cut off, did not match) stays first, ``error`` follows it
+    on a line of its own: the janitor's generic reason never hides what
+    happened. Under the row lock, so a concurrent completion or verification either
     wins (then this does nothing) or finds the checkpoint ended. After the commit,
-    ``runs.hooks.checkpoint_refused`` tells the higher apps (alerts).
+    ``runs.hooks.checkpoint_refused`` tells the higher apps (alerts) the whole reason.
     """
     with transaction.atomic():
         row = Checkpoint.objects.select_for_update().filter(pk=checkpoint_id, state=CheckpointState.PENDING).first()
         if row is None:
             return False
+        if row.error.strip() and error not in row.error:
+            error = f"{row.error.strip()}\n{error}"
         Checkpoint.objects.filter(pk=row.pk).update(state=CheckpointState.ERROR, error=error[:10_000], declared=None)
         discard_upload(row.received, on_commit=True)
         transaction.on_commit(

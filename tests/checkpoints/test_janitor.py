@@ -1,5 +1,5 @@
 """The checkpoint janitor (docs/design/checkpoints.md#a-checkpoint; docs/design/worker.md#subprocess): no checkpoint
-stays pending after its Run ended or its upload lease expired."""
+stays pending after its Run ended or its upload lease expired, and the reason its upload failed stays on it."""
 
 import io
 from datetime import timedelta
@@ -7,14 +7,14 @@ from datetime import timedelta
 from django.db import transaction
 from django.utils import timezone
 
-from checkpoints import services
+from checkpoints import filesystem, services
 from checkpoints.models import Checkpoint, CheckpointState
 from checkpoints.services.direct import VERIFY_TASK
 from checkpoints.tasks import end_abandoned_checkpoints
 from mado import outbox
 from mado.outbox import dispatch_reap_overdue
 from runs.models import Run, RunStatus
-from tests.checkpoints.checkpoint_helpers import FILES, make_tar
+from tests.checkpoints.checkpoint_helpers import FILES, FillsUp, make_tar, put_tar, register
 from tests.checkpoints.test_checkpoint_services import stored_files, uploaded_directly
 
 TAR = make_tar(FILES)
@@ -95,3 +95,23 @@ def test_the_next_start_may_save_an_errored_step_again(run, creator):
     again, created = services.checkpoint_register(actor=creator, run=run, step=7, idempotency_key="save-7")
     assert created and again.pk != old.pk and again.state == CheckpointState.PENDING
     assert not Checkpoint.objects.filter(pk=old.pk).exists()
+
+
+def test_the_reason_an_upload_failed_stays_first_when_the_janitor_ends_the_checkpoint(
+    api, run, creator, settings, monkeypatch, django_capture_on_commit_callbacks
+):
+    settings.MADO_CHECKPOINT_ENDED_GRACE = 0
+    client = api(creator)
+    pending = register(client, run, 10).json()
+    real_open = open  # the volume fills up 100,000 bytes into the tar
+    monkeypatch.setattr(filesystem, "open", lambda *args, **kw: FillsUp(real_open(*args, **kw), 100_000), raising=False)
+    assert put_tar(client, pending["id"], make_tar({"model.pt": b"w" * 300_000})).status_code == 507
+    monkeypatch.undo()
+    recorded = client.get(f"/api/v1/checkpoints/{pending['id']}/").json()["error"]
+    assert "ran out of space after" in recorded, "premise: the failed upload recorded why"
+    end_run(run, ago=10)
+    with django_capture_on_commit_callbacks(execute=True):
+        assert end_abandoned_checkpoints() == 1
+    shown = client.get(f"/api/v1/checkpoints/{pending['id']}/").json()
+    assert shown["state"] == CheckpointState.ERROR
+    assert shown["error"] == f"{recorded}\nThe Run ended before the upload was finished; save the checkpoint again."
