@@ -11,7 +11,9 @@ it with the others so ``finish`` reports it; nothing fails silently. The
 snapshot of an upload that broke (server unreachable through the retries,
 the Run taken over) stays staged for the next start of the run; one the
 server refused (``CheckpointError``) is removed, as sending it again would
-be refused again.
+be refused again. Once the process is exiting (the end of the program,
+``sys.exit``, a stop signal's exit) no upload starts, and one that the exit
+cut short ends with ``EXITING``: its snapshot stays staged too.
 """
 
 import logging
@@ -22,7 +24,7 @@ from concurrent.futures import Future
 
 from tqdm import tqdm
 
-from mado_tracking.errors import CheckpointError
+from mado_tracking.errors import CheckpointError, MadoError
 from mado_tracking.staging import StagedCheckpoint
 from mado_tracking.threads import leave_program_signals_to_main_thread
 
@@ -30,6 +32,14 @@ logger = logging.getLogger("mado_tracking")
 
 ENV_QUEUE = "MMT_CHECKPOINT_QUEUE"
 DEFAULT_MAX_PENDING = 2
+EXITING = "the process is exiting: the checkpoint is left pending and the next start of the Run uploads it"
+
+
+def process_exiting() -> bool:
+    """True once the interpreter began to exit (the main thread ended: the end of the program, ``sys.exit``, a stop
+    signal's exit), when Python runs no new thread pool work ("cannot schedule new futures after interpreter
+    shutdown"), so an upload could not finish (docs/design/checkpoints.md#save-and-restore)."""
+    return not threading.main_thread().is_alive()
 
 
 def max_pending_from_environment() -> int:
@@ -111,6 +121,9 @@ class BackgroundUploads:
                 self._slots.release()
 
     def _run(self, staged: StagedCheckpoint, future: Future) -> None:
+        if process_exiting():  # none started now could end: the next start sends it whole, not half of it now
+            self._left_pending(staged, future, None)
+            return
         try:
             saved = self._upload(staged)
         except CheckpointError as error:  # refused: sending it again would be refused again
@@ -118,6 +131,9 @@ class BackgroundUploads:
             logger.error("mado: the checkpoint of run %s at step %s was not saved: %s", self._label, staged.step, error)
             future.set_exception(error)
         except BaseException as error:  # noqa: BLE001 - handed to the caller through the future
+            if isinstance(error, RuntimeError) and process_exiting():  # the exit refused the upload's thread pools
+                self._left_pending(staged, future, error)
+                return
             logger.error(
                 "mado: uploading the checkpoint of run %s at step %s failed: %s; its snapshot stays in %s "
                 "and is uploaded when this run starts again",
@@ -130,6 +146,14 @@ class BackgroundUploads:
         else:
             staged.discard()
             future.set_result(saved)
+
+    def _left_pending(self, staged: StagedCheckpoint, future: Future, cause: BaseException | None) -> None:
+        logger.warning(
+            "mado: run %s, checkpoint at step %s (snapshot %s): %s", self._label, staged.step, staged.directory, EXITING
+        )
+        error = MadoError(EXITING)
+        error.__cause__ = cause
+        future.set_exception(error)
 
     def close(self, *, show_progress: bool) -> list[tuple[int, Future]]:
         """Wait for every queued upload (a tqdm bar of checkpoints when ``show_progress``); ``[(step, future)]``.

@@ -5,7 +5,8 @@ The save returns once the files are snapshotted, uploads on a background
 thread, ``finish()`` waits; refusals stay synchronous; a full queue blocks
 and says so; a failed upload is logged and raised by ``finish()``; a process
 SIGKILLed mid-upload leaves the checkpoint ``pending`` and the next start of
-the same run completes it from the staging directory.
+the same run completes it from the staging directory; so does a process that
+exits with uploads still queued or running, saying so.
 """
 
 import os
@@ -231,6 +232,56 @@ def test_a_process_killed_mid_upload_leaves_pending_and_the_same_run_resumed_com
     stored.refresh_from_db()
     assert stored.state == CheckpointState.COMPLETE and stored.framework == "torch"
     assert _stored_manifest(stored.id) == expected
+    assert _staged_steps(tmp_path) == []
+
+
+EXITING_CHILD = textwrap.dedent("""
+    import concurrent.futures.thread, os, sys, time
+    import mado_tracking
+    from mado_tracking import saving
+
+    real = saving.upload_checkpoint
+
+    def once_the_interpreter_exits(*args, **kwargs):  # the first upload runs on as the program ends
+        os.write(1, b"uploading\\n")  # one write: the main thread prints beside it
+        while not concurrent.futures.thread._shutdown:  # Python's flag: no new thread pool work from now on
+            time.sleep(0.01)
+        return real(*args, **kwargs)
+
+    saving.upload_checkpoint = once_the_interpreter_exits
+    run = mado_tracking.start_run(id="exiting")
+    run.log_checkpoint(sys.argv[1], step=10, framework="torch", wait=False)
+    run.log_checkpoint(sys.argv[1], step=20, framework="torch", wait=False)  # queued behind it
+    os.write(1, b"returned\\n")
+""")  # the program ends here, its Run open: the SDK finishes it at exit
+
+
+def test_a_process_exiting_with_uploads_queued_says_so_and_the_next_start_uploads_them(mmt_env, ckpt, tmp_path):
+    expected = _manifest(ckpt)
+    child = subprocess.run(
+        [sys.executable, "-c", EXITING_CHILD, str(ckpt)],
+        cwd=tmp_path,
+        env={**os.environ, **mmt_env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert sorted(child.stdout.split()) == ["returned", "uploading"], child.stderr
+    message = "the process is exiting: the checkpoint is left pending and the next start of the Run uploads it"
+    said = [line for line in child.stderr.splitlines() if "checkpoint at step" in line]
+    assert [line.split(" (snapshot")[0] for line in said] == [
+        "mado: run exiting, checkpoint at step 10",
+        "mado: run exiting, checkpoint at step 20",
+    ], child.stderr
+    assert all(line.endswith(f"): {message}") for line in said), child.stderr
+    assert "cannot schedule new futures" not in child.stderr
+    assert _staged_steps(tmp_path) == ["step-10", "step-20"]
+    assert not Checkpoint.objects.filter(state=CheckpointState.COMPLETE).exists()
+    with mado_tracking.start_run(id="exiting", resume="allow") as run:  # the next start of the same Run
+        assert run.id == Run.objects.get(external_id="exiting").pk
+    stored = Checkpoint.objects.filter(run_id=run.id).order_by("step")
+    assert [(c.step, c.state) for c in stored] == [(10, CheckpointState.COMPLETE), (20, CheckpointState.COMPLETE)]
+    assert all(_stored_manifest(c.id) == expected for c in stored)
     assert _staged_steps(tmp_path) == []
 
 
