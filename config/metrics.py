@@ -12,7 +12,8 @@ Counted where it happens, in the process it happens in:
 
 Read from the database and the broker at each scrape (``StateCollector``), so any web process answers for all:
 ``mado_jobs{queue,state}``, ``mado_queue_depth{queue}`` (messages waiting in the broker; absent while it is
-down), ``mado_outbox_backlog{state}`` (``unsent``: the broker refused them; ``unclaimed``: sent, not yet taken).
+down), ``mado_outbox_backlog{state}`` (``unsent``: the broker has not taken them; ``unclaimed``: sent, and their work
+still waits for a worker; ``mado.outbox.dispatch_backlog``).
 
 A web server of several processes (gunicorn) shares its counters through ``PROMETHEUS_MULTIPROC_DIR`` (the
 image's ``web`` sub-command sets and empties it at start); a worker serves its own on ``MADO_METRICS_PORT``.
@@ -77,20 +78,21 @@ class StateCollector:
         from django.db.models import Count
 
         from jobs.models import Job, Queue
-        from mado.models import Dispatch
+        from mado.outbox import broker_call, dispatch_backlog
 
         jobs = GaugeMetricFamily("mado_jobs", "Jobs by queue and state", labels=["queue", "state"])
         for row in Job.objects.values("queue__name", "status").annotate(n=Count("id")).order_by():
             jobs.add_metric([row["queue__name"], row["status"]], row["n"])
         yield jobs
         backlog = GaugeMetricFamily("mado_outbox_backlog", "Outbox messages waiting", labels=["state"])
-        backlog.add_metric(["unsent"], Dispatch.objects.filter(sent_at__isnull=True).count())
-        backlog.add_metric(["unclaimed"], Dispatch.objects.filter(sent_at__isnull=False, done_at__isnull=True).count())
+        for state, count in dispatch_backlog().items():
+            backlog.add_metric([state], count)
         yield backlog
         names = set(Queue.objects.values_list("name", flat=True)) | {settings.CELERY_TASK_DEFAULT_QUEUE}
         depth = GaugeMetricFamily("mado_queue_depth", "Messages waiting in the broker, by queue", labels=["queue"])
-        try:
-            for name, count in queue_depths(sorted(names)).items():
+        try:  # a broker that accepts connections but never answers holds the scrape no longer than /readyz
+            found = broker_call(lambda: queue_depths(sorted(names)), timeout=settings.MADO_READYZ_TIMEOUT_S)
+            for name, count in found.items():
                 depth.add_metric([name], count)
         except Exception as exc:  # noqa: BLE001 - the broker's outage shows as missing samples and in /readyz
             logger.warning("queue depth unavailable: %s", exc)
@@ -99,7 +101,8 @@ class StateCollector:
 
 def queue_depths(names: list[str]) -> dict[str, int]:
     """``{queue: messages waiting}`` as the broker reports them (0 for a queue it does not hold); raises the
-    broker's connection error when it cannot be reached within ``MADO_READYZ_TIMEOUT_S``."""
+    broker's connection error when it cannot be reached within ``MADO_READYZ_TIMEOUT_S`` (a broker that connects
+    but never answers: the caller bounds the whole, ``mado.outbox.broker_call``)."""
     from kombu.exceptions import ChannelError
 
     from config.celery import app

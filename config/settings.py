@@ -341,6 +341,15 @@ CELERY_BROKER_CONNECTION_TIMEOUT = 5
 # broker restart), never with a wait that would hold the request or the Job: the outbox sends it later.
 CELERY_TASK_PUBLISH_RETRY = True
 CELERY_TASK_PUBLISH_RETRY_POLICY = {"max_retries": 1, "interval_start": 0, "interval_step": 0, "interval_max": 0}
+# The longest one send to the broker may take, connecting included, in seconds (mado.outbox.broker_call; docs/deploy.md,
+# "Messages, workers and outages"): the timeouts above bound each step of a send, not the send, and a broker that
+# accepts connections but never answers would hold the request for several of them. Past it the message stays in the
+# outbox, as when the broker refuses, and beat's flush sends it later.
+MADO_BROKER_SEND_TIMEOUT_S = env_float("MADO_BROKER_SEND_TIMEOUT_S", 3.0, minimum=0.1)
+if MADO_BROKER_SEND_TIMEOUT_S > 60:
+    raise ImproperlyConfigured(
+        f"MADO_BROKER_SEND_TIMEOUT_S={MADO_BROKER_SEND_TIMEOUT_S:g} must be <= 60 (a request may wait that long)"
+    )
 CELERY_TASK_DEFAULT_QUEUE = env_str("MADO_DEFAULT_QUEUE", "cpu")
 CELERY_TASK_ALWAYS_EAGER = env_bool("MADO_CELERY_EAGER", False)
 # Periodic work goes to this queue (default: the default queue); some worker must consume it.

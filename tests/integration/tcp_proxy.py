@@ -1,8 +1,10 @@
 """A TCP proxy in front of a real service (PostgreSQL, Redis, S3) that a fault test can cut and restore.
 
 ``cut()`` closes every open connection and refuses new ones (the client sees a reset, as when a
-service host goes away); ``restore()`` accepts again. Point the code under test at ``proxy.port``
-instead of the service's own port.
+service host goes away); ``stall()`` keeps every connection open and accepts new ones but forwards
+nothing either way (a hung service: the client's connect succeeds, its request is never answered);
+``restore()`` accepts and forwards again, what was held back included. Point the code under test at
+``proxy.port`` instead of the service's own port.
 """
 
 import socket
@@ -13,7 +15,8 @@ import pytest
 
 
 class TcpProxy:
-    """Forward ``127.0.0.1:<port>`` to ``(host, port)``; ``cut()`` / ``restore()`` simulate an outage."""
+    """Forward ``127.0.0.1:<port>`` to ``(host, port)``; ``cut()`` / ``stall()`` / ``restore()`` simulate an
+    outage."""
 
     def __init__(self, target_host: str, target_port: int):
         self.target = (target_host, target_port)
@@ -24,6 +27,8 @@ class TcpProxy:
         self._open: set[socket.socket] = set()
         self._up = threading.Event()
         self._up.set()
+        self._forwarding = threading.Event()
+        self._forwarding.set()
         self._closed = threading.Event()
         self._thread = threading.Thread(target=self._accept_loop, name=f"tcp-proxy-{self.port}", daemon=True)
         self._thread.start()
@@ -40,9 +45,14 @@ class TcpProxy:
         for sock in sockets:
             _close(sock, reset=True)
 
+    def stall(self) -> None:
+        """Accept connections but forward no byte, on open and new connections alike, until ``restore()``."""
+        self._forwarding.clear()
+
     def restore(self) -> None:
-        """Accept and forward connections again."""
+        """Accept and forward connections again (after a stall, the bytes held back go on)."""
         self._up.set()
+        self._forwarding.set()
 
     @contextmanager
     def outage(self):
@@ -70,20 +80,42 @@ class TcpProxy:
             if not self._up.is_set():
                 _close(client, reset=True)
                 continue
-            try:
-                upstream = socket.create_connection(self.target, timeout=5)
-            except OSError:
-                _close(client, reset=True)
+            if not self._forwarding.is_set():
+                threading.Thread(target=self._connect_once_restored, args=(client,), daemon=True).start()
                 continue
-            upstream.settimeout(None)
-            with self._lock:
-                self._open.update((client, upstream))
-            for source, sink in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pipe, args=(source, sink), daemon=True).start()
+            self._connect(client)
+
+    def _connect_once_restored(self, client: socket.socket) -> None:
+        """Hold ``client``, accepted while stalled, until ``restore()``, then connect it."""
+        with self._lock:
+            self._open.add(client)
+        while not self._forwarding.wait(0.2):
+            if self._closed.is_set():
+                return
+        with self._lock:
+            if client not in self._open:  # cut meanwhile
+                return
+        self._connect(client)
+
+    def _connect(self, client: socket.socket) -> None:
+        """Connect ``client`` to the target and pipe both ways."""
+        try:
+            upstream = socket.create_connection(self.target, timeout=5)
+        except OSError:
+            _close(client, reset=True)
+            return
+        upstream.settimeout(None)
+        with self._lock:
+            self._open.update((client, upstream))
+        for source, sink in ((client, upstream), (upstream, client)):
+            threading.Thread(target=self._pipe, args=(source, sink), daemon=True).start()
 
     def _pipe(self, source: socket.socket, sink: socket.socket) -> None:
         try:
             while data := source.recv(65536):
+                while not self._forwarding.wait(0.2):  # stalled: hold the bytes back, forward them once restored
+                    if self._closed.is_set():
+                        return
                 sink.sendall(data)
         except OSError:
             pass
