@@ -408,6 +408,15 @@ MADO_JOB_KILL_GRACE = env_int("MADO_JOB_KILL_GRACE", 30, minimum=0)  # seconds b
 # The signal a Job's code gets when it must stop (an abort, the worker's own stop: docs/design/worker.md#stop), a name
 # such as SIGTERM, SIGINT or SIGUSR1; SIGKILL follows after MADO_JOB_KILL_GRACE seconds.
 MADO_JOB_STOP_SIGNAL = env_signal("MADO_JOB_STOP_SIGNAL", signal.SIGTERM)
+# Automatic restarts of a preempted Job (docs/design/resume.md#restarts): the first waits this many seconds, each next
+# one twice as long, at most the maximum; a Job preempted before its first checkpoint starts again from the start only
+# when MADO_JOB_RESTART_FROM_START is on (its work so far is lost).
+MADO_JOB_RESTART_BACKOFF_S = env_float("MADO_JOB_RESTART_BACKOFF_S", 30.0, minimum=0.0)
+MADO_JOB_RESTART_BACKOFF_MAX_S = env_float("MADO_JOB_RESTART_BACKOFF_MAX_S", 600.0, minimum=0.0)
+MADO_JOB_RESTART_FROM_START = env_bool("MADO_JOB_RESTART_FROM_START", False)
+for _name in ("MADO_JOB_RESTART_BACKOFF_S", "MADO_JOB_RESTART_BACKOFF_MAX_S"):
+    if not 0 <= globals()[_name] <= 24 * 3600:  # also refuses nan and inf
+        raise ImproperlyConfigured(f"{_name}={globals()[_name]:g} must be a number of seconds from 0 to 86400")
 # The API URL the Job's code talks to (MMT_API_URL); must be reachable from the worker hosts.
 MADO_PUBLIC_URL = env_str("MADO_PUBLIC_URL", "http://127.0.0.1:8000")
 # GPUs of this worker host for the code (worker/container.py): "0,1" (indexes or GPU-UUIDs) →

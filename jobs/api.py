@@ -263,8 +263,8 @@ class JobViewSet(GenericViewSet):
         Creates a pending Run and a queued Job in the Code's Project (member
         or admin) and sends it to the queue. ``max_retries`` automatic
         retries start the code again from scratch, never from a checkpoint;
-        ``max_restarts`` automatic restarts resume a preempted Job from its latest checkpoint
-        (docs/design/resume.md#restarts). ``nproc_per_node`` > 1 runs the code under torchrun.
+        ``max_restarts`` automatic restarts resume a preempted Job (or one whose worker was lost) from its
+        latest checkpoint, default the Project's setting. ``nproc_per_node`` > 1 runs the code under torchrun.
         """
         data = valid(JobLaunchInputSerializer, request)
         queue = selectors.queue_get(name=data.get("queue") or selectors.default_queue_name())

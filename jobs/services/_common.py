@@ -204,8 +204,8 @@ def revoke_on_commit(task_id: str) -> None:
         return
 
     def send():
-        try:
-            current_app.control.revoke(task_id)
+        try:  # bounded like every send from a request: kombu retries a revoke on a hung broker without end
+            outbox.broker_call(lambda: current_app.control.revoke(task_id))
         except Exception:  # noqa: BLE001 - a missed revoke is harmless: job_claim refuses a final Job
             logger.warning("could not revoke task %s", task_id, exc_info=True)
 
