@@ -5,7 +5,10 @@ condition or an alert sent by the Run's code); a Project rule (``owner``
 null) is managed by the Project's admins and sends to its ``channels``, a
 personal subscription (``owner`` set) by its member and mails that member.
 A ``Firing`` is one (rule, run, condition): unique, so a rule fires once per
-Run and condition. A ``Delivery`` is one firing sent to one channel,
+Run and condition; a Run's end is one condition per segment (the Run's
+``resume_count``), so a Run resumed by id that crashes again fires again.
+A ``Failure`` is one lost segment of a Run, kept when a resume by id makes
+the Run run again (the lost-work ledger). A ``Delivery`` is one firing sent to one channel,
 retried until it is delivered or its attempts run out; its ``idempotency_id``
 travels with every attempt so a receiver can drop a repeat.
 """
@@ -126,6 +129,29 @@ class Firing(models.Model):
 
     def __str__(self) -> str:
         return f"{self.rule_id}: {self.condition}"
+
+
+class Failure(models.Model):
+    """One segment of a Run that ended ``crashed``, ``preempted`` or ``failed`` (docs/design/alerts.md#reliability).
+
+    A segment is the Run between two starts: ``segment`` is the Run's ``resume_count`` when it ended. The row outlives
+    a same-run resume (which sets the Run running again), and ``resumed_at`` links it to the segment that resumed it.
+    """
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="failures")
+    segment = models.PositiveIntegerField(help_text="the Run's resume_count when this segment ended")
+    status = models.CharField(max_length=20)
+    started_at = models.DateTimeField(null=True, blank=True, help_text="this segment's start")
+    ended_at = models.DateTimeField(help_text="when the server ended it (the reaper's pass, a Job's end, the SDK)")
+    last_alive_at = models.DateTimeField(help_text="its last heartbeat or write, whichever is later (else ended_at)")
+    reason = models.CharField(max_length=500, blank=True)
+    resumed_at = models.DateTimeField(null=True, blank=True, help_text="when a resume by id started the next segment")
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["run", "segment"], name="alert_failure_once_per_segment")]
+
+    def __str__(self) -> str:
+        return f"run {self.run_id} segment {self.segment} {self.status}"
 
 
 class MetricWatch(models.Model):

@@ -6,8 +6,12 @@ Every receiver fires in its own savepoint and swallows its errors
 
 import logging
 
+from django.db import transaction
+from django.utils import timezone
+
 from alerts.evaluate import rules_after_batch
-from alerts.models import Event
+from alerts.models import Event, Failure
+from alerts.reliability import LOST_STATES, last_alive
 from alerts.services.delivery import delivery_give_up, delivery_waits
 from alerts.services.firing import DELIVER_TASK, fire_safely, rules_for
 from mado import outbox
@@ -28,16 +32,55 @@ def _name(run) -> str:
     return run.name or run.external_id
 
 
+def ended_condition(run) -> str:
+    """The condition of ``run``'s end: its status, then ``after resume #N`` once resumed by id N times, so each
+    segment's end is its own occurrence (docs/design/alerts.md#rules)."""
+    return run.status if not run.resume_count else f"{run.status} after resume #{run.resume_count}"
+
+
+def _record_failure(run) -> None:
+    """Keep ``run``'s lost segment as a ``Failure`` (once per segment), in a savepoint whose error is logged."""
+    if run.status not in LOST_STATES or run.ended_at is None:
+        return
+    try:
+        with transaction.atomic():
+            Failure.objects.get_or_create(
+                run=run,
+                segment=run.resume_count,
+                defaults={
+                    "status": run.status,
+                    "started_at": (run.writer_since if run.resume_count else None) or run.started_at or run.created_at,
+                    "ended_at": run.ended_at,
+                    "last_alive_at": last_alive(run),
+                    "reason": run.ended_reason[:500],
+                },
+            )
+    except Exception:  # noqa: BLE001 - the reaper or a Job's end must go on
+        logger.exception("the failure of run %s could not be recorded", run.pk)
+
+
 def alerts_on_run_ended(sender, *, run, **kwargs) -> None:
-    """``run`` ended: the rules on its final status fire (crashed, failed, preempted, finished)."""
+    """``run`` ended: its lost segment is recorded and the rules on its final status fire (crashed, failed,
+    preempted, finished), once per segment (``ended_condition``)."""
+    _record_failure(run)
     event = ENDED.get(run.status)
     if event is not None:
         level = "info" if event == Event.FINISHED else "error"
-        _fire(event, run, condition=event, title=f"Run {_name(run)} {run.status}", text=run.ended_reason, level=level)
+        title = f"Run {_name(run)} {run.status}"
+        _fire(event, run, condition=ended_condition(run), title=title, text=run.ended_reason, level=level)
 
 
 def alerts_on_run_started(sender, *, run, **kwargs) -> None:
-    """``run`` started; a resumed one (a parent, or reopened under its id) fires the ``resumed`` rules."""
+    """``run`` started; a resumed one (a parent, or reopened under its id) fires the ``resumed`` rules, and a
+    resume by id links the lost segment it follows (``Failure.resumed_at``)."""
+    if run.resume_count:
+        try:
+            with transaction.atomic():
+                Failure.objects.filter(run=run, segment=run.resume_count - 1, resumed_at__isnull=True).update(
+                    resumed_at=run.writer_since or timezone.now()
+                )
+        except Exception:  # noqa: BLE001 - a resume must go on
+            logger.exception("the resume of run %s could not be linked to its failure", run.pk)
     if run.parent_id or run.resume_count:
         _fire(
             Event.RESUMED,
@@ -62,7 +105,7 @@ def alerts_on_parity(sender, *, parity, previous, **kwargs) -> None:
         _fire(
             Event.PARITY_DIVERGED,
             run,
-            condition="parity diverged",
+            condition=f"parity diverged at {parity.key} step {parity.step}",
             title=f"Run {_name(run)} diverged from its parent",
             text=text,
         )

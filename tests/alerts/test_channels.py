@@ -11,7 +11,8 @@ from alerts.models import Channel, Delivery, DeliveryStatus, Event
 from alerts.services.delivery import deliveries_retry_due
 from alerts.services.rules import channel_create, rule_create
 from runs.liveness import runs_reap_crashed
-from runs.models import RunStatus
+from runs.models import Run, RunStatus
+from runs.resume import run_start
 from tests.factories import RunFactory
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -166,3 +167,32 @@ def test_a_channel_that_keeps_failing_ends_failed_with_its_error(eager, settings
     assert (delivery.status, delivery.attempts) == (DeliveryStatus.FAILED, 2)
     channel.refresh_from_db()
     assert channel.is_failing and "ConnectionError" in channel.last_error
+
+
+def test_a_run_that_crashes_again_after_a_resume_by_id_alerts_again(eager, smtp, webhook, project, admin, creator):
+    hook, secret = channel_create(actor=admin, project=project, name="hook", kind="webhook", target=webhook.url)
+    webhook.secret = secret
+    mail, _ = channel_create(actor=admin, project=project, name="oncall", kind="email", target="ops@example.org")
+    rule_create(
+        actor=admin,
+        project=project,
+        name="crashes",
+        event=Event.CRASHED,
+        personal=False,
+        channel_ids=[hook.pk, mail.pk],
+    )
+    run = running_run(project, creator, "twice")
+
+    assert runs_reap_crashed() == 1  # the first crash
+    run_start(actor=creator, project=project, external_id=run.external_id, resume="allow")  # same-run resume
+    Run.objects.filter(pk=run.pk).update(heartbeat_at=timezone.now() - timedelta(hours=1))
+    assert runs_reap_crashed() == 1  # the second crash of the same Run
+
+    assert [text.count("Subject: [mado] Run twice crashed") for _, text in smtp.messages] == [1, 1]
+    bodies = [r["body"] for r in webhook.received]
+    assert [(b["event"], b["run"]["id"], b["condition"]) for b in bodies] == [
+        ("crashed", run.pk, "crashed"),
+        ("crashed", run.pk, "crashed after resume #1"),
+    ]
+    assert all(r["signed"] for r in webhook.received)
+    assert Delivery.objects.filter(status=DeliveryStatus.SENT).count() == 4  # two events × two channels

@@ -2,8 +2,15 @@
 (docs/design/alerts.md#reliability)."""
 
 import pytest
+from django.utils import timezone
 
+from alerts.models import Failure
+from checkpoints.models import Checkpoint, CheckpointState
+from runs.liveness import runs_reap_crashed
+from runs.models import Run, RunStatus
+from runs.resume import run_start
 from tests.alerts import history
+from tests.factories import RunFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -53,3 +60,74 @@ def test_the_reliability_and_alerts_pages_speak_japanese(client, project, admin)
 
     assert "信頼性" in reliability and "失われた作業" in reliability
     assert "チャネルはまだありません" in alerts
+
+
+def _crashed_run(project, creator, *, heartbeat_h, write_h, checkpoint_h, reaped_h=2.0):
+    """A crashed Run started at T0 whose last heartbeat and write were ``heartbeat_h`` / ``write_h`` hours in (None:
+    never), with one complete checkpoint created ``checkpoint_h`` hours in and ended by the reaper at ``reaped_h``."""
+    at = lambda hours: None if hours is None else history.T0 + hours * history.H  # noqa: E731
+    run = Run.objects.create(project=project, created_by=creator, name="lost", status=RunStatus.CRASHED)
+    Run.objects.filter(pk=run.pk).update(
+        created_at=history.T0,
+        started_at=history.T0,
+        ended_at=at(reaped_h),
+        heartbeat_at=at(heartbeat_h),
+        last_write_at=at(write_h),
+    )
+    saved = Checkpoint.objects.create(run=run, step=100, state=CheckpointState.COMPLETE)
+    Checkpoint.objects.filter(pk=saved.pk).update(created_at=at(checkpoint_h), completed_at=at(checkpoint_h))
+    return run
+
+
+@pytest.mark.parametrize(
+    ("heartbeat_h", "write_h", "lost_s", "hours_run"),
+    [(1.5, 1.25, 1800, 1.5), (1.25, 1.75, 2700, 1.75), (None, None, 3600, 2.0)],
+    ids=["heartbeat-later", "write-later", "neither-so-the-end"],
+)
+def test_lost_work_ends_at_the_last_sign_of_life_not_the_reapers_pass(
+    api, project, creator, viewer, heartbeat_h, write_h, lost_s, hours_run
+):
+    run = _crashed_run(project, creator, heartbeat_h=heartbeat_h, write_h=write_h, checkpoint_h=1.0)
+
+    body = api(viewer).get(f"/api/v1/projects/{project.slug}/reliability/").json()
+
+    [lost] = body["ledger"]
+    assert lost["run_id"] == run.pk and lost["lost_work_s"] == lost_s
+    assert lost["last_checkpoint_at"] == (history.T0 + history.H).isoformat()
+    assert body["hours_run"] == hours_run
+
+
+def test_a_crash_then_a_resume_by_id_is_still_a_failure(api, project, creator, viewer):
+    now = timezone.now()
+    run = RunFactory(project=project, created_by=creator, name="again", status=RunStatus.RUNNING)
+    Run.objects.filter(pk=run.pk).update(started_at=now - 3 * history.H, heartbeat_at=now - history.H)
+    saved = Checkpoint.objects.create(run=run, step=100, state=CheckpointState.COMPLETE)
+    Checkpoint.objects.filter(pk=saved.pk).update(created_at=now - 2 * history.H, completed_at=now - 2 * history.H)
+
+    assert runs_reap_crashed(now=now) == 1
+    resumed = run_start(actor=creator, project=project, external_id=run.external_id, resume="allow").run
+    assert resumed.status == RunStatus.RUNNING and resumed.resume_count == 1
+
+    body = api(viewer).get(f"/api/v1/projects/{project.slug}/reliability/").json()
+
+    assert body["failures"] == 1
+    [lost] = body["ledger"]
+    assert (lost["run_id"], lost["status"], lost["segment"]) == (run.pk, "crashed", 0)
+    assert lost["lost_work_s"] == 3600  # its last heartbeat − the checkpoint's creation
+    assert lost["last_alive_at"] == (now - history.H).isoformat()
+    assert lost["resumed_at"] is not None  # linked to the segment that resumed it
+    resumed_at = Failure.objects.get(run=run, segment=0).resumed_at
+    assert lost["restart_s"] == pytest.approx((resumed_at - (now - history.H)).total_seconds(), abs=1e-3)
+    assert body["hours_run"] == 2.0  # the crashed segment, start to last heartbeat
+
+
+def test_thin_data_says_not_enough_failures_instead_of_an_interval(api, login, project, creator, viewer):
+    _crashed_run(project, creator, heartbeat_h=1.5, write_h=None, checkpoint_h=1.0)
+
+    body = api(viewer).get(f"/api/v1/projects/{project.slug}/reliability/").json()
+    page = login(creator).get(f"/projects/{project.slug}/reliability/").content.decode()
+
+    assert body["failures"] == 1 and body["advice"] == "not enough failures yet"
+    assert all(c["young_daly_interval_s"] is None for c in body["codes"])
+    assert {c["advice"] for c in body["codes"]} == {"not enough failures yet"}
+    assert "not enough failures yet" in page and "every 0 s" not in page
