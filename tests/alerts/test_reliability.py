@@ -131,3 +131,13 @@ def test_thin_data_says_not_enough_failures_instead_of_an_interval(api, login, p
     assert all(c["young_daly_interval_s"] is None for c in body["codes"])
     assert {c["advice"] for c in body["codes"]} == {"not enough failures yet"}
     assert "not enough failures yet" in page and "every 0 s" not in page
+
+
+def test_thin_data_says_so_in_japanese(client, project, creator):
+    _crashed_run(project, creator, heartbeat_h=1.5, write_h=None, checkpoint_h=1.0)
+    client.force_login(creator)
+    client.cookies["django_language"] = "ja"
+
+    page = client.get(f"/projects/{project.slug}/reliability/", HTTP_ACCEPT_LANGUAGE="ja").content.decode()
+
+    assert "障害の数がまだ足りません" in page
