@@ -5,9 +5,11 @@ Every MLflow error answers ``{"error_code": code, "message": message}`` with
 the HTTP status the stock client expects for the code (``HTTP_STATUS``);
 401 also names the accepted schemes. ``MlflowError`` carries a code, a
 message and that status; ``from_user_error`` translates a mado service
-error (``mado.errors``).
+error (``mado.errors``); ``too_large`` a body over ``MADO_API_MAX_BODY_BYTES`` (413).
 """
 
+from django.conf import settings
+from django.core.exceptions import TooManyFieldsSent
 from django.http import JsonResponse
 
 from mado.errors import Conflict, Forbidden, NotFound, UserError
@@ -66,6 +68,22 @@ def from_user_error(exc: UserError, *, conflict: str = INVALID_STATE, keep_statu
     else:
         code = INVALID_PARAMETER_VALUE
     return MlflowError(code, message, status=exc.status if keep_status else None)
+
+
+def too_large(exc: Exception) -> MlflowError:
+    """A request body (or its form fields) over what the API reads into memory (``MADO_API_MAX_BODY_BYTES``,
+    Django's ``RequestDataTooBig`` / ``TooManyFieldsSent``) as 413 ``INVALID_PARAMETER_VALUE`` naming the limit:
+    MLflow's own server answers a body over its limit 413 too, and the stock client does not retry a 413."""
+    if isinstance(exc, TooManyFieldsSent):
+        limit = settings.DATA_UPLOAD_MAX_NUMBER_FIELDS
+        return MlflowError(INVALID_PARAMETER_VALUE, f"the request sends more than {limit} form fields", status=413)
+    limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+    return MlflowError(
+        INVALID_PARAMETER_VALUE,
+        f"the request body is larger than {limit} bytes (MADO_API_MAX_BODY_BYTES), the most the API reads at once; "
+        "send less at a time (log_batch: fewer metrics, params or tags per call)",
+        status=413,
+    )
 
 
 def error_body(code: str, message: str) -> dict:

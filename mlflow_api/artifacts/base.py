@@ -13,6 +13,7 @@ subclass ``MlflowApiView``.
 import logging
 
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.core.exceptions import RequestDataTooBig, TooManyFieldsSent
 from django.http import Http404
 from rest_framework import exceptions as drf_exceptions
 from rest_framework.permissions import IsAuthenticated
@@ -36,6 +37,7 @@ from mlflow_api.errors import (
     MlflowError,
     error_body,
     from_user_error,
+    too_large,
 )
 
 logger = logging.getLogger(__name__)
@@ -54,6 +56,8 @@ def mlflow_exception_handler(exc, context) -> Response | None:
     """
     if outage_of(exc) is not None:
         return None  # re-raised: mado.outages.OutageMiddleware answers 503 / 507 in MLflow's shape
+    if isinstance(exc, (RequestDataTooBig, TooManyFieldsSent)):  # a JSON body over MADO_API_MAX_BODY_BYTES: 413
+        exc = too_large(exc)
     if isinstance(exc, UserError):  # the proxy keeps the service's status: 409 RESOURCE_ALREADY_EXISTS for a conflict
         exc = from_user_error(exc, conflict=RESOURCE_ALREADY_EXISTS, keep_status=True)
     if isinstance(exc, MlflowError):

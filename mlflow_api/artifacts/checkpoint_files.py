@@ -20,6 +20,7 @@ so a file never joins a checkpoint that has completed.
 
 import logging
 
+from django.conf import settings
 from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
@@ -34,7 +35,8 @@ from checkpoints.services.artifacts import (
 )
 from checkpoints.services.usage import artifact_kind, usage_count, usage_move
 from mado import policy
-from mado.errors import Conflict
+from mado.errors import Conflict, ValidationFailed
+from mado_tracking.tarformat import ManifestMismatch, check_paths
 from mlflow_api.artifacts.checkpoint_layouts import CheckpointFile, Completion, checkpoint_file_in
 from runs.liveness import run_touch
 from runs.models import FINAL_STATES, LoggedModel, Run, RunKind
@@ -89,10 +91,74 @@ def require_put(*, actor, run: Run, path: str) -> tuple[str, CheckpointFile | No
     policy.require_run_writer(actor, run)
     path = validate_artifact_path(path)
     target = checkpoint_file_of(run=run, path=path)
-    if target is not None and target.layout.strict:
-        with transaction.atomic():
-            _refusal_check(Run.objects.get(pk=run.pk), target.step)
+    if target is not None:
+        checkpoint_file_precheck(actor=actor, run=run, target=target)
     return path, target
+
+
+class NameRefused(ValidationFailed):
+    """A checkpoint file whose name the checkpoint format refuses (``tarformat.check_paths``): every restore would
+    refuse the checkpoint, so the file is refused and its checkpoint ends ``error``
+    (docs/design/checkpoints.md#names)."""
+
+
+def checkpoint_file_precheck(*, actor, run: Run, target: CheckpointFile) -> None:
+    """The checks before the bytes of checkpoint file ``target`` of ``run`` are stored.
+
+    A strict layout's step that cannot take files: ``Conflict``; another layout's file then stays plain and is
+    not checked further. A name the checkpoint format refuses, alone or beside the files the step's
+    checkpoint already holds: ``NameRefused`` (400, naming the file and the rule) after the step's checkpoint
+    ended ``error`` (``_end_refused``), so no partial checkpoint completes. ``checkpoint_add_file`` checks again
+    under the Run's lock (two files uploaded at once).
+    """
+    with transaction.atomic():
+        try:
+            checkpoint = _refusal_check(Run.objects.get(pk=run.pk), target.step)
+        except Conflict:
+            if target.layout.strict:
+                raise
+            return
+        refusal = _name_refusal(checkpoint, target)
+    if refusal is not None:
+        _end_refused(actor=actor, run=run, target=target, reason=refusal.detail)
+        raise refusal
+
+
+def _name_refusal(checkpoint: Checkpoint | None, target: CheckpointFile) -> NameRefused | None:
+    """Why ``target.path`` cannot join ``checkpoint`` (None: not started) under the checkpoint format's name, depth
+    and collision rules, checked by the one checker (``tarformat.check_paths``); None when it can.
+
+    The checkpoint's own entry of the same path is left out: a retry or a replacement is decided elsewhere.
+    """
+    existing = ()
+    if checkpoint is not None:
+        existing = ManifestEntry.objects.filter(checkpoint=checkpoint).exclude(path=target.path)
+        existing = existing.values_list("path", flat=True).iterator()
+    try:
+        check_paths(existing, settings.MADO_TAR_LIMITS, new=target.path)
+    except ManifestMismatch as exc:
+        return NameRefused(
+            f"checkpoint file {target.path!r} (step {target.step}) is refused: {exc.detail}; every restore would "
+            f"refuse this checkpoint, so the checkpoint at step {target.step} ends error",
+            field="path",
+        )
+    return None
+
+
+@transaction.atomic
+def _end_refused(*, actor, run: Run, target: CheckpointFile, reason: str) -> None:
+    """End the pending files checkpoint of ``target.step`` ``error`` with ``reason``, starting it (as ``error``) when
+    it has no file yet, so the step's other files cannot form a checkpoint without the refused one."""
+    locked_run = Run.objects.select_for_update().get(pk=run.pk)
+    try:
+        checkpoint = _refusal_check(locked_run, target.step)
+    except Conflict:
+        return  # it completed or ended meanwhile: nothing pending to end
+    if checkpoint is None:
+        checkpoint = _start(actor=actor, run=run, target=target)
+    Checkpoint.objects.filter(pk=checkpoint.pk, state=CheckpointState.PENDING).update(
+        state=CheckpointState.ERROR, error=reason
+    )
 
 
 def checkpoint_join(
@@ -110,6 +176,10 @@ def checkpoint_join(
         return artifact
     try:
         checkpoint_add_file(actor=actor, run=run, target=target, artifact=artifact)
+    except NameRefused as exc:  # a name that joined at the same time as this one collides with it
+        _remove(artifact, created)
+        _end_refused(actor=actor, run=run, target=target, reason=exc.detail)
+        raise
     except Conflict as exc:
         if not target.layout.strict:
             logger.info("%s of run %s stays a plain artifact: %s", artifact.path, run.external_id, exc)
@@ -171,18 +241,11 @@ def checkpoint_add_file(*, actor, run: Run, target: CheckpointFile, artifact: Ar
         return entry.checkpoint
     step = target.step
     checkpoint = _refusal_check(locked_run, step)
+    refusal = _name_refusal(checkpoint, target)
+    if refusal is not None:
+        raise refusal
     if checkpoint is None:
-        checkpoint = Checkpoint.objects.create(
-            run_id=run.pk,
-            step=step,
-            layout=CheckpointLayout.FILES,
-            framework=target.layout.framework,
-            created_by=actor if getattr(actor, "is_authenticated", False) else None,
-        )
-        for older in Checkpoint.objects.filter(
-            run_id=run.pk, step__lt=step, layout=CheckpointLayout.FILES, state=CheckpointState.PENDING
-        ):
-            _close(older)
+        checkpoint = _start(actor=actor, run=run, target=target)
     entry, created = ManifestEntry.objects.get_or_create(
         checkpoint=checkpoint,
         path=target.path,
@@ -200,6 +263,23 @@ def checkpoint_add_file(*, actor, run: Run, target: CheckpointFile, artifact: Ar
     if target.layout.completes == Completion.FILE_STORED:
         _complete(checkpoint)
     checkpoint.refresh_from_db()
+    return checkpoint
+
+
+def _start(*, actor, run: Run, target: CheckpointFile) -> Checkpoint:
+    """Start the pending files checkpoint of ``target.step`` (the Run's row locked); starting it closes every
+    pending files checkpoint of the Run at a lower step (``_close``)."""
+    checkpoint = Checkpoint.objects.create(
+        run_id=run.pk,
+        step=target.step,
+        layout=CheckpointLayout.FILES,
+        framework=target.layout.framework,
+        created_by=actor if getattr(actor, "is_authenticated", False) else None,
+    )
+    for older in Checkpoint.objects.filter(
+        run_id=run.pk, step__lt=target.step, layout=CheckpointLayout.FILES, state=CheckpointState.PENDING
+    ):
+        _close(older)
     return checkpoint
 
 

@@ -23,7 +23,7 @@ from checkpoints.services.artifacts import (
 )
 from checkpoints.services.usage import usage_count
 from mado import policy
-from mlflow_api.artifacts.checkpoint_files import checkpoint_file_of, checkpoint_join
+from mlflow_api.artifacts.checkpoint_files import checkpoint_file_of, checkpoint_file_precheck, checkpoint_join
 from runs.models import LoggedModel
 
 
@@ -40,10 +40,17 @@ def logged_model_file_put(
     checkpoint's file (``Conflict``). A file of the model's ``checkpoint-N``
     directory (``checkpoint_layouts``) joins checkpoint N of the model's
     source Run when ``actor`` may write that Run; when it cannot, it stays a
-    plain file of the model.
+    plain file of the model. A checkpoint file whose name the checkpoint format refuses raises
+    ``NameRefused`` (400) before any byte is stored, its checkpoint ended ``error``
+    (docs/design/checkpoints.md#names).
     """
     policy.require_logged_model_writer(actor, model)
     path = validate_artifact_path(path)
+    target = checkpoint_file_of(run=model.run, path=path, model_name=model.name)
+    if target is not None and policy.why_cannot_write_run(actor, model.run) is not None:
+        target = None
+    if target is not None:  # a name the checkpoint format refuses: NameRefused before any byte is stored
+        checkpoint_file_precheck(actor=actor, run=model.run, target=target)
     blob = storage.blob_write(source=source, prefix=f"models/{model.pk}")
     try:
         check_received(blob, None, expected_size)
@@ -53,8 +60,7 @@ def logged_model_file_put(
         raise
     if unused:
         storage.blob_delete_quietly(unused)
-    target = checkpoint_file_of(run=model.run, path=path, model_name=model.name)
-    if target is not None and policy.why_cannot_write_run(actor, model.run) is None:
+    if target is not None:
         checkpoint_join(actor=actor, run=model.run, target=target, artifact=artifact)
     return artifact
 

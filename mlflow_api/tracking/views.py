@@ -2,18 +2,27 @@
 
 Each view authenticates (``mlflow_api.auth``), reads its arguments (JSON
 body for POST, query string for GET), calls one selector or service and
-answers MLflow's JSON; every error is ``{"error_code", "message"}``.
+answers MLflow's JSON; every error is ``{"error_code", "message"}``, a body over
+``MADO_API_MAX_BODY_BYTES`` included (413 ``INVALID_PARAMETER_VALUE``, ``errors.too_large``).
 """
 
 import functools
 import json
 
+from django.core.exceptions import RequestDataTooBig, TooManyFieldsSent
 from django.http import JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
 from mado.errors import UserError
 from mlflow_api.auth import authenticate_request, require_own_project, require_own_run
-from mlflow_api.errors import ENDPOINT_NOT_FOUND, INVALID_PARAMETER_VALUE, MlflowError, error_response, from_user_error
+from mlflow_api.errors import (
+    ENDPOINT_NOT_FOUND,
+    INVALID_PARAMETER_VALUE,
+    MlflowError,
+    error_response,
+    from_user_error,
+    too_large,
+)
 from mlflow_api.tracking import inputs, selectors, services
 from mlflow_api.tracking.translate import experiment_json, int_arg, page_answer, str_arg
 
@@ -41,6 +50,8 @@ def endpoint(*methods, run_token_allowed: bool = False, reads: bool = False):
                 return error_response(from_user_error(exc))
             except MlflowError as exc:
                 return error_response(exc)
+            except (RequestDataTooBig, TooManyFieldsSent) as exc:  # Django's HTML 400 otherwise
+                return error_response(too_large(exc))
 
         return handle
 

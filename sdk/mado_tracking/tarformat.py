@@ -225,6 +225,29 @@ class Names:
             _directory_clash(before, after)
 
 
+def check_paths(paths, limits: Limits = Limits(), *, new: str | None = None) -> list[str]:
+    """The checkpoint format's name, depth and collision rules, all of them, for the files of ONE checkpoint.
+
+    Every path of ``paths`` (the checkpoint's files, regular files only) passes ``check_path``
+    (UTF-8, control characters, absolute / ``..`` / ``//``, length, component length, depth,
+    Windows device names and trailing dots or spaces), and the set passes ``Names`` (duplicates,
+    NFC / case-fold collisions, a file that is also a directory, directories spelled two ways, the
+    bytes of all the names). This is what every restore refuses (docs/checkpoint-format.md#names-one-precedence),
+    so every way a checkpoint is created calls it, or ``TarReader`` which runs the same two, before
+    the checkpoint can complete (docs/design/checkpoints.md#names).
+
+    ``new``: one more path, added last, so that a collision names it (a file joining a checkpoint
+    whose files were checked already). Returns the checked paths (``new`` last); raises
+    ``ManifestMismatch('path', <the file and the rule>)``.
+    """
+    names, checked = Names(limits), []
+    for path in [*paths, *([new] if new is not None else [])]:
+        checked.append(check_path(path, limits))
+        names.add(checked[-1], is_dir=False)
+    names.finish()
+    return checked
+
+
 def _directory_clash(before: tuple[str, str, bool, str], after: tuple[str, str, bool, str]) -> None:
     """Refuse two neighbouring paths (in folded order) when one needs the other, a file, as a directory, or when
     a directory above both is spelled two ways."""
