@@ -6,6 +6,7 @@ parsed, and reads ``<NAME>_FILE`` (a path whose content is the value) when
 """
 
 import ipaddress
+import math
 import os
 import signal
 from pathlib import Path
@@ -123,7 +124,8 @@ def env_network_ports(name: str, default: list[str]) -> tuple[NetworkPort, ...]:
 
 
 def env_float(name: str, default: float, *, minimum: float | None = None) -> float:
-    """Parse a number (``2.5``), optionally bounded below; a bad value is an error naming the variable."""
+    """Parse a finite number (``2.5``), optionally bounded below; a bad value (``nan``, ``inf`` included) is an error
+    naming the variable."""
     raw = env_str(name)
     if raw is None:
         return default
@@ -131,6 +133,8 @@ def env_float(name: str, default: float, *, minimum: float | None = None) -> flo
         value = float(raw)
     except ValueError as exc:
         raise ImproperlyConfigured(f"{name}={raw!r} is not a number") from exc
+    if not math.isfinite(value):
+        raise ImproperlyConfigured(f"{name}={raw!r} is not a finite number")
     if minimum is not None and value < minimum:
         raise ImproperlyConfigured(f"{name}={value} must be >= {minimum}")
     return value

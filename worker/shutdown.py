@@ -76,6 +76,15 @@ def stopped_reason(
     return f"{sent} and exited with code {result.exit_code} {after}."
 
 
+def cold_stop_reason(worker_signal: signal.Signals) -> str:
+    """The error of a Job that a cold shutdown (a second SIGINT or SIGTERM, or SIGQUIT) broke into: the worker gave
+    the code no grace (docs/design/worker.md#stop)."""
+    return (
+        f"The worker was stopped at once ({worker_signal.name} to the worker, then a cold shutdown): the code was "
+        "killed without its grace and could not save; the Job resumes from its last complete checkpoint."
+    )
+
+
 @contextmanager
 def job_guard() -> Iterator[None]:
     """While the block (one Job) runs in a prefork pool child, that child's SIGTERM asks the Job to stop

@@ -2,6 +2,7 @@
 
 import logging
 import socket
+import threading
 import time
 
 from celery import shared_task
@@ -18,6 +19,7 @@ FINISH_ATTEMPTS = 5
 # A stopping worker may still receive messages while its running Job's code saves: it hands each back after this
 # pause (seconds), so an idle pool child does not receive and return the same message in a tight loop.
 REJECT_PAUSE_S = 1.0
+_ONE_JOB = threading.Lock()
 
 logger = logging.getLogger(__name__)
 
@@ -61,16 +63,25 @@ def run_job(self, job_id: int) -> str:
     the heartbeat reaper fails the Job ("worker lost"), so no code runs twice.
     A worker that is stopping claims nothing: the message goes back to the
     broker for another worker (``Reject``); a stop during the Job stops the
-    code and ends the Job ``preempted`` (docs/design/worker.md#stop).
+    code and ends the Job ``preempted`` (docs/design/worker.md#stop). A worker
+    process runs one Job at a time (a second message is handed back).
     """
-    with shutdown.job_guard():
-        stopping = shutdown.stop_signal()
-        if stopping is not None:
-            time.sleep(REJECT_PAUSE_S)
-            raise Reject(
-                f"the worker is stopping ({stopping.name}): job {job_id} left for another worker", requeue=True
-            )
-        return _claim_and_run(self, job_id)
+    if not _ONE_JOB.acquire(blocking=False):
+        # The solo pool runs a message whose countdown (a restart's backoff) ran out on Celery's timer thread, beside
+        # the Job of the main thread: one Job per worker process, so it goes back to the broker.
+        time.sleep(REJECT_PAUSE_S)
+        raise Reject(f"this worker runs another Job: job {job_id} left for a free worker", requeue=True)
+    try:
+        with shutdown.job_guard():
+            stopping = shutdown.stop_signal()
+            if stopping is not None:
+                time.sleep(REJECT_PAUSE_S)
+                raise Reject(
+                    f"the worker is stopping ({stopping.name}): job {job_id} left for another worker", requeue=True
+                )
+            return _claim_and_run(self, job_id)
+    finally:
+        _ONE_JOB.release()
 
 
 def _claim_and_run(task, job_id: int) -> str:
@@ -91,8 +102,12 @@ def _claim_and_run(task, job_id: int) -> str:
     try:
         outcome = execute(job)
     except Exception as exc:  # noqa: BLE001 - ours, not the code's: the Job must still end, saying why
-        logger.exception("job %s: the worker failed", job_id)
-        outcome = Outcome(exit_code=None, error=f"Worker error on {job.worker_host}: {exc}")
+        stopping = shutdown.stop_signal()
+        if stopping is not None:  # a cold shutdown (a second SIGINT, SIGQUIT) broke into the Job: no grace was given
+            outcome = Outcome(exit_code=None, error=shutdown.cold_stop_reason(stopping), preempted=True)
+        else:
+            logger.exception("job %s: the worker failed", job_id)
+            outcome = Outcome(exit_code=None, error=f"Worker error on {job.worker_host}: {exc}")
     status = _finish(job_id, outcome)
     _sweep_workdirs()
     return status

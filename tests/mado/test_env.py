@@ -6,7 +6,7 @@ import ipaddress
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
-from mado.env import NetworkPort, env_network_ports
+from mado.env import NetworkPort, env_float, env_network_ports
 
 
 @pytest.mark.parametrize(
@@ -53,3 +53,10 @@ def test_a_bad_entry_fails_naming_the_variable_and_the_item(monkeypatch, item, r
         env_network_ports("MADO_ALERT_WEBHOOK_ALLOW", [])
 
     assert repr(item) in str(refused.value) and reason in str(refused.value)
+
+
+@pytest.mark.parametrize("raw", ["nan", "inf", "-inf", "NaN"])
+def test_a_number_setting_that_is_not_finite_stops_start_up_naming_it(monkeypatch, raw):
+    monkeypatch.setenv("MADO_TEST_SECONDS", raw)
+    with pytest.raises(ImproperlyConfigured, match=f"MADO_TEST_SECONDS='{raw}' is not a finite number"):
+        env_float("MADO_TEST_SECONDS", 3.0, minimum=0.1)

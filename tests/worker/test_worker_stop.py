@@ -28,6 +28,7 @@ from tests.worker.helpers import tar_gz
 from tests.worker.test_real_worker import process_alive, rows, wait_until
 from tests.worker.test_tasks import log_of
 from worker import shutdown
+from worker import tasks as worker_tasks
 from worker.runner import RunOutcome
 from worker.tasks import run_job
 
@@ -110,6 +111,36 @@ def test_a_stop_before_the_code_starts_preempts_the_job_and_runs_nothing(stop_pa
     job.refresh_from_db()
     assert (job.exit_code, job.error) == (None, f"{WORKER_STOPPED} before the code started.")
     assert job.run.status == RunStatus.PREEMPTED and not marker.exists()
+
+
+@pytest.mark.django_db
+def test_a_worker_process_runs_one_job_at_a_time(stop_page, launch, control, monkeypatch):
+    """The solo pool runs a message whose countdown ran out on Celery's timer thread, beside the running Job."""
+    monkeypatch.setattr("worker.tasks.REJECT_PAUSE_S", 0)
+    marker = control(wait=True)
+    job = launch()
+    with worker_tasks._ONE_JOB:  # a Job runs in this process
+        with pytest.raises(Reject) as refused:
+            run_job(job.pk)
+    assert refused.value.requeue and "runs another Job" in str(refused.value.reason)
+    job.refresh_from_db()
+    assert job.status == JobStatus.QUEUED and not marker.exists()
+
+
+@pytest.mark.django_db
+def test_a_cold_shutdown_breaking_into_the_job_preempts_it_with_a_clear_reason(stop_page, launch, control, monkeypatch):
+    control(wait=True)
+    job = launch()
+
+    def cold_shutdown(job):
+        shutdown.request_stop(signal.SIGINT)
+        raise NotImplementedError("<class 'celery.concurrency.solo.TaskPool'> does not implement kill_job")
+
+    monkeypatch.setattr("worker.execute.execute", cold_shutdown)
+    assert run_job(job.pk) == JobStatus.PREEMPTED
+    job.refresh_from_db()
+    assert job.error == shutdown.cold_stop_reason(signal.SIGINT) and "kill_job" not in job.error
+    assert job.run.status == RunStatus.PREEMPTED
 
 
 def test_the_reason_says_how_the_code_ended():
