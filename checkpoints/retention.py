@@ -3,17 +3,26 @@
 ``retention_plan`` is the one computation behind the preview and the apply: per Run, each complete checkpoint
 that no rule keeps goes, unless a deletion protection (``selectors.checkpoint_delete_refusal``: the keep count,
 a resume source, and whatever else protects a checkpoint) holds it. It reads; it changes nothing.
+
+A preview is a plan with an id (``plan_id``): the exact checkpoint ids it deletes and their bytes, signed so that
+apply deletes that set and no other (docs/design/checkpoints.md#retention).
 """
 
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from itertools import accumulate
 
+from django.core import signing
 from django.db.models import Max, Min
 from django.utils import timezone
 
 from checkpoints import selectors
 from checkpoints.models import Checkpoint, CheckpointState, RetentionPolicy
+from mado.errors import ValidationFailed
 from runs.models import MetricPoint, Project, Run
+
+PLAN_SALT = "checkpoints.retention.plan"
+PLAN_MAX_AGE = timedelta(days=1)
 
 
 @dataclass(frozen=True)
@@ -88,6 +97,50 @@ def retention_plan(*, project: Project, rules: Rules, run_ids: list[int] | None 
         if plan.going or plan.protected:
             plans.append(plan)
     return plans
+
+
+def plan_id(*, project: Project, plans: list[RunPlan]) -> str:
+    """The id of a plan: a signed token of ``project``'s id, the ids of the checkpoints ``plans`` delete (sorted)
+    and their bytes. Signed rather than stored: a preview writes nothing, and an id cannot name another set."""
+    going = sorted(checkpoint.pk for plan in plans for checkpoint in plan.going)
+    gaps = [pk - before for before, pk in zip([0, *going], going)]  # small, repeating numbers: a short id
+    payload = {"project": project.pk, "going": gaps, "bytes": sum(plan.bytes for plan in plans)}
+    return signing.dumps(payload, salt=PLAN_SALT, compress=True)
+
+
+def plan_read(*, project: Project, plan: str) -> set[int]:
+    """The checkpoint ids the plan ``plan`` (a ``plan_id`` of ``project``, made less than a day ago) deletes;
+    ``ValidationFailed`` naming ``plan`` for a missing, altered, expired or other Project's id."""
+    try:
+        payload = signing.loads(plan or "", salt=PLAN_SALT, max_age=PLAN_MAX_AGE)
+    except signing.SignatureExpired:
+        raise ValidationFailed("this preview is more than a day old: preview the policy again", field="plan")
+    except signing.BadSignature:
+        raise ValidationFailed("apply needs the plan of a preview: preview the policy first", field="plan")
+    if payload.get("project") != project.pk:
+        raise ValidationFailed("this plan is another project's: preview this project's policy", field="plan")
+    return set(accumulate(payload["going"]))
+
+
+def plan_json(*, project: Project, plans: list[RunPlan]) -> dict:
+    """The preview: the plan's id, per Run what goes (id, step, bytes) and what a protection keeps (id, step,
+    reason), the bytes and number of checkpoints that go."""
+    runs = [
+        {
+            "run_id": plan.run.pk,
+            "name": plan.run.name,
+            "bytes": plan.bytes,
+            "going": [{"id": c.pk, "step": c.step, "bytes": c.stored_bytes} for c in plan.going],
+            "protected": [{"id": c.pk, "step": c.step, "reason": reason} for c, reason in plan.protected],
+        }
+        for plan in plans
+    ]
+    return {
+        "plan": plan_id(project=project, plans=plans),
+        "runs": runs,
+        "bytes": sum(r["bytes"] for r in runs),
+        "checkpoints": sum(len(r["going"]) for r in runs),
+    }
 
 
 def _kept_by_rules(checkpoints: list[Checkpoint], rules: Rules, now: datetime) -> set[int]:

@@ -6,12 +6,13 @@ from django.contrib import messages
 from django.core.exceptions import PermissionDenied
 from django.shortcuts import redirect, render
 from django.template.defaultfilters import filesizeformat
+from django.urls import reverse
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from checkpoints.models import RetentionPolicy
-from checkpoints.retention import Rules, retention_plan
+from checkpoints.retention import Rules, plan_id, retention_plan
 from checkpoints.services import retention as services
 from checkpoints.usage import project_usage
 from mado import policy
@@ -49,19 +50,24 @@ class RetentionPolicyForm(forms.Form):
 @require_GET
 def project_storage(request, slug):
     """Usage figures for any member; for admins the policy form and, with ``?preview=1``, the preview of the rules
-    in the query (or of the saved policy)."""
+    in the query, or with ``?preview=saved`` of the saved policy: only the latter carries the plan id that the
+    Apply button sends."""
     project = run_selectors.project_get_for_user(user=request.user, slug=slug)
     saved = RetentionPolicy.objects.filter(project=project).first()
     is_admin = policy.has_role(request.user, project, policy.ADMIN)
-    form = RetentionPolicyForm(request.GET if "preview" in request.GET else None, initial=_initial(saved))
-    plans, refusal = None, None
+    of_saved = request.GET.get("preview") == "saved" and saved is not None
+    data = _initial(saved) if of_saved else request.GET if "preview" in request.GET else None
+    form = RetentionPolicyForm(data, initial=_initial(saved))
+    plans, refusal, plan = None, None, None
     if is_admin and form.is_bound and form.is_valid():
         try:
             plans = retention_plan(project=project, rules=services.clean_rules(form.rules()))
         except (Conflict, ValidationFailed) as exc:
             refusal = exc.detail
+        plan = plan_id(project=project, plans=plans) if of_saved and plans is not None else None
     context = {"project": project, "usage": project_usage(project=project), "policy": saved, "form": form}
     context.update(is_admin=is_admin, plans=plans, refusal=refusal, preview_bytes=sum(p.bytes for p in plans or ()))
+    context.update(plan=plan, of_saved=of_saved)
     context["admin_refusal"] = policy.why_not(request.user, project, policy.ADMIN)
     return render(request, "checkpoints/project_storage.html", context)
 
@@ -89,14 +95,21 @@ def project_retention_save(request, slug):
 @page
 @require_POST
 def project_retention_apply(request, slug):
-    """Apply the saved policy now (admins; ``services.retention_apply``)."""
+    """Apply the previewed plan ``plan`` of the saved policy (admins; ``services.retention_apply``): each planned
+    checkpoint kept since is named with its reason; a plan that changed deletes nothing and shows the fresh one."""
     project = run_selectors.project_get_for_user(user=request.user, slug=slug)
     try:
-        outcome = services.retention_apply(actor=request.user, project=project)
+        outcome = services.retention_apply(actor=request.user, project=project, plan=request.POST.get("plan", ""))
+    except services.PlanChanged:
+        messages.error(request, _("The plan changed: review it again. Nothing was deleted."))
+        return redirect(reverse("checkpoints:project-storage", args=[slug]) + "?preview=saved")
     except (Conflict, ValidationFailed) as exc:
         messages.error(request, exc.detail)
     else:
         messages.success(request, _deleted_sentence(outcome))
+        for checkpoint, reason in outcome.skipped:
+            values = {"step": checkpoint.step, "run": checkpoint.run.name or checkpoint.run_id, "reason": reason}
+            messages.warning(request, _("Step %(step)s of run %(run)s was not deleted: %(reason)s") % values)
     return redirect("checkpoints:project-storage", slug=slug)
 
 

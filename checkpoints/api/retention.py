@@ -7,7 +7,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from checkpoints.models import RetentionPolicy
-from checkpoints.retention import Rules, retention_plan
+from checkpoints.retention import Rules, plan_json, retention_plan
 from checkpoints.services import retention as services
 from checkpoints.usage import project_usage, run_usage
 from mado import policy
@@ -36,32 +36,27 @@ class RetentionPolicyOutputSerializer(RetentionPolicyInputSerializer):
     last_applied_at = serializers.DateTimeField(allow_null=True)
 
 
+class RetentionApplyInputSerializer(serializers.Serializer):
+    plan = serializers.CharField(
+        max_length=100_000, required=False, allow_blank=True, default="", help_text="the plan id of a preview"
+    )
+
+
 class BulkDeleteInputSerializer(serializers.Serializer):
     run_ids = serializers.ListField(child=serializers.IntegerField(min_value=1), min_length=1, max_length=1000)
 
 
 def deleted_json(outcome) -> dict:
-    """``{"deleted": [{id, run_id, step}], "refused": [{id, reason}], "bytes"}`` of a ``Deleted``."""
+    """``{"deleted": [{id, run_id, step}], "refused": [{id, reason}], "bytes"}`` of a ``Deleted``; an applied
+    plan's refused ones also say their ``run_id`` and ``step``."""
+    refused = [{"id": pk, "reason": reason} for pk, reason in sorted(outcome.refused.items())]
+    if isinstance(outcome, services.Applied):
+        refused = [{"id": c.pk, "run_id": c.run_id, "step": c.step, "reason": why} for c, why in outcome.skipped]
     return {
         "deleted": [{"id": c.pk, "run_id": c.run_id, "step": c.step} for c in outcome.deleted],
-        "refused": [{"id": pk, "reason": reason} for pk, reason in sorted(outcome.refused.items())],
+        "refused": refused,
         "bytes": outcome.bytes,
     }
-
-
-def plan_json(plans) -> dict:
-    """The preview: per Run what goes (id, step, bytes) and what a protection keeps (id, step, reason)."""
-    runs = [
-        {
-            "run_id": plan.run.pk,
-            "name": plan.run.name,
-            "bytes": plan.bytes,
-            "going": [{"id": c.pk, "step": c.step, "bytes": c.stored_bytes} for c in plan.going],
-            "protected": [{"id": c.pk, "step": c.step, "reason": reason} for c, reason in plan.protected],
-        }
-        for plan in plans
-    ]
-    return {"runs": runs, "bytes": sum(r["bytes"] for r in runs), "checkpoints": sum(len(r["going"]) for r in runs)}
 
 
 class ProjectUsageApi(APIView):
@@ -122,7 +117,7 @@ class RetentionPreviewApi(APIView):
         parameters=[_SLUG],
         request=RetentionRulesSerializer,
         responses={
-            200: OpenApiResponse(description="{runs: [{run_id, name, bytes, going, protected}], bytes}"),
+            200: OpenApiResponse(description="{plan, runs: [{run_id, name, bytes, going, protected}], bytes}"),
             403: _ADMIN,
         },
     )
@@ -135,26 +130,29 @@ class RetentionPreviewApi(APIView):
             rules = services.clean_rules(Rules(**valid(RetentionRulesSerializer, request)))
         else:
             rules = Rules.of(saved)
-        return Response(plan_json(retention_plan(project=project, rules=rules)))
+        return Response(plan_json(project=project, plans=retention_plan(project=project, rules=rules)))
 
 
 class RetentionApplyApi(APIView):
-    """``projects/{slug}/retention-policy/apply/``: delete what the saved policy's preview lists."""
+    """``projects/{slug}/retention-policy/apply/``: delete exactly what a preview of the saved policy listed."""
 
     @extend_schema(
         tags=TAGS,
         parameters=[_SLUG],
-        request=None,
+        request=RetentionApplyInputSerializer,
         responses={
-            200: OpenApiResponse(description="{deleted, refused, bytes}"),
-            400: OpenApiResponse(description="no policy"),
+            200: OpenApiResponse(description="{deleted, refused: [{id, run_id, step, reason}], bytes}"),
+            400: OpenApiResponse(description="no policy, or no valid plan"),
             403: _ADMIN,
+            409: OpenApiResponse(description="the plan changed: nothing deleted; the fresh preview in plan"),
         },
     )
     def post(self, request, slug):
-        """Apply the saved policy now. Admins only; protected checkpoints stay."""
+        """Apply the preview ``{plan}``; what became protected since stays (in ``refused`` with the reason). Admins
+        only. 409 ``plan_changed`` with the fresh preview when applying now would delete more than the plan."""
         project = run_selectors.project_get_for_user(user=request.user, slug=slug)
-        return Response(deleted_json(services.retention_apply(actor=request.user, project=project)))
+        plan = valid(RetentionApplyInputSerializer, request)["plan"]
+        return Response(deleted_json(services.retention_apply(actor=request.user, project=project, plan=plan)))
 
 
 class CheckpointBulkDeleteApi(APIView):

@@ -89,14 +89,16 @@ def test_a_policy_preview_lists_what_apply_deletes_and_protections_win(api, admi
     assert plan["bytes"] == preview["bytes"] == tar_bytes([seeded[1], seeded[3], seeded[4]])
     reasons = {c["step"]: c["reason"] for c in plan["protected"]}
     assert "source checkpoint of run resumed" in reasons[2] and "newest 2 complete checkpoints" in reasons[5]
-    applied = client.post(f"/api/v1/projects/{project.slug}/retention-policy/apply/").json()
+    apply_url = f"/api/v1/projects/{project.slug}/retention-policy/apply/"
+    applied = client.post(apply_url, {"plan": preview["plan"]}, format="json").json()
     assert sorted(c["id"] for c in applied["deleted"]) == sorted(c["id"] for c in plan["going"])
     assert applied["bytes"] == preview["bytes"] and applied["refused"] == []
     left = set(Checkpoint.objects.exclude(state=CheckpointState.DELETED).values_list("step", flat=True))
     assert left == {2, 5, 6}
     assert set(CheckpointDeletion.objects.values_list("cause", flat=True)) == {"policy"}
-    again = client.post(f"/api/v1/projects/{project.slug}/retention-policy/apply/").json()
-    assert again == {"deleted": [], "refused": [], "bytes": 0}
+    again = client.post(apply_url, {"plan": preview["plan"]}, format="json").json()
+    assert again["deleted"] == [] and again["bytes"] == 0
+    assert all("is already deleted" in c["reason"] for c in again["refused"])
 
 
 def test_each_rule_keeps_its_checkpoints(api, admin, creator, project, run, seeded):

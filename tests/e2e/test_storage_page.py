@@ -62,7 +62,9 @@ def test_an_admin_sees_usage_previews_a_policy_and_applies_it(browser_page, sett
 
     page.get_by_role("button", name="Save policy").click()
     expect(page.locator(".messages, .message").first).to_contain_text("Nothing was deleted")
-    page.get_by_role("button", name="Apply the saved policy now").click()
+    page.get_by_role("link", name="Preview the saved policy to apply it").click()
+    expect(preview.locator(f'tr[data-run="{runs["resnet"].pk}"] .going')).to_have_text("400, 300, 100")
+    page.get_by_role("button", name="Apply this preview").click()
     expect(page.locator(".messages, .message").first).to_contain_text("4 checkpoints deleted")
     deleted = set(Checkpoint.objects.filter(state=CheckpointState.DELETED).values_list("step", flat=True))
     assert deleted == {100, 300, 400, 10}

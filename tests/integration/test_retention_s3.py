@@ -1,12 +1,15 @@
 """Usage and retention on PostgreSQL and a real S3-compatible server (moto's): the usage figures equal the bytes the
 bucket holds, a policy's preview lists exactly what apply deletes, the deleted objects leave the bucket and the
-protected ones stay (docs/design/checkpoints.md#usage, #retention, #deletion)."""
+protected ones stay, and one plan applied twice at once deletes once (docs/design/checkpoints.md#usage, #retention,
+#deletion)."""
 
 import pytest
 
-from checkpoints.models import Checkpoint, CheckpointState
+from checkpoints.models import Checkpoint, CheckpointDeletion, CheckpointState
+from checkpoints.services.retention import retention_apply
 from tests.checkpoints.checkpoint_helpers import save
 from tests.factories import RunFactory
+from tests.integration.concurrency import together
 from tests.integration.conftest import S3_BUCKET
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -54,7 +57,7 @@ def test_usage_equals_the_bucket_and_apply_deletes_exactly_the_preview(
     going_keys = {stored_key(c) for c in Checkpoint.objects.filter(pk__in=going)}
     kept_keys = set(bucket_bytes(s3_bucket)) - going_keys
 
-    applied = api(admin).post(f"{url}apply/").json()
+    applied = api(admin).post(f"{url}apply/", {"plan": preview["plan"]}, format="json").json()
     assert {c["id"] for c in applied["deleted"]} == going
     assert applied["bytes"] == preview["bytes"]
     left = bucket_bytes(s3_bucket)
@@ -64,3 +67,22 @@ def test_usage_equals_the_bucket_and_apply_deletes_exactly_the_preview(
     assert set(Checkpoint.objects.filter(state=CheckpointState.DELETED).values_list("pk", flat=True)) == going
     after = api(admin).get(f"/api/v1/projects/{project.slug}/usage/").json()
     assert after["bytes"] == sum(left.values()) == usage["bytes"] - preview["bytes"]
+
+
+def test_one_plan_applied_twice_at_once_deletes_each_checkpoint_once(
+    postgres, s3_bucket, api, admin, creator, project, settings
+):
+    """A double-submitted apply: both requests run together; the checkpoints go once, each with one record."""
+    settings.MMT_CHECKPOINT_KEEP_COUNT = 1
+    run = RunFactory(project=project, created_by=creator, name="twice")
+    for step in range(1, 5):
+        save(api(creator), run, step, {"model.pt": bytes([step]) * 500})
+    url = f"/api/v1/projects/{project.slug}/retention-policy/"
+    assert api(admin).put(url, {"keep_last": 1}, format="json").status_code == 200
+    plan = api(admin).post(f"{url}preview/", {}, format="json").json()["plan"]
+    call = (retention_apply, {"actor": admin, "project": project, "plan": plan})
+    outcomes = together(call, call)
+    assert [error for _, error in outcomes] == [None, None]
+    assert sorted(len(applied.deleted) for applied, _ in outcomes) == [0, 3]
+    assert sorted(CheckpointDeletion.objects.values_list("step", flat=True)) == [1, 2, 3]
+    assert len(bucket_bytes(s3_bucket)) == 1
