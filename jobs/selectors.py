@@ -21,7 +21,8 @@ LOG_PAGE_MAX = 1000
 
 
 def _with_relations(jobs: QuerySet[Job]) -> QuerySet[Job]:
-    """With the relations pages and API show (the Run's parity verdict and restore report too), and
+    """With the relations pages and API show (the Run's parity verdict and restore report too, the Job's automatic
+    restart), and
     ``dispatch_unsent`` (``Job.waiting_for_queue``, docs/design/worker.md#subprocess)."""
     unsent = Dispatch.objects.filter(task_id=OuterRef("celery_task_id"), sent_at__isnull=True, done_at__isnull=True)
     return jobs.select_related(
@@ -33,6 +34,7 @@ def _with_relations(jobs: QuerySet[Job]) -> QuerySet[Job]:
         "code_version__code",
         "queue",
         "created_by",
+        "restart",
     ).annotate(dispatch_unsent=Exists(unsent))
 
 
