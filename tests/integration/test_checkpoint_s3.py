@@ -10,6 +10,7 @@ import requests
 from celery import current_app
 
 from checkpoints.models import Checkpoint, CheckpointState
+from mado import outbox
 from tests.checkpoints.checkpoint_helpers import declaration, make_tar, manifest_of, put_tar, register, save
 from tests.integration.conftest import S3_BUCKET as BUCKET
 from tests.integration.conftest import s3_keys as keys
@@ -22,7 +23,7 @@ TAR = make_tar(FILES)
 
 @pytest.fixture
 def s3(s3_bucket, settings, monkeypatch):
-    """The S3 bucket with 8 MiB parts, and the verification task run in-process."""
+    """The S3 bucket with 8 MiB parts, and the verification task run in-process (in the test's thread)."""
     settings.MADO_CHECKPOINT_PART_SIZE = 8 * MIB
     queued = []
     monkeypatch.setattr(  # the outbox's send after commit
@@ -30,6 +31,8 @@ def s3(s3_bucket, settings, monkeypatch):
         "send_task",
         lambda name, args=(), **options: queued.append(options) or current_app.tasks[name].apply(args=args),
     )
+    # The verification runs in this thread, inside the test's transaction, not on broker_call's thread.
+    monkeypatch.setattr(outbox, "broker_call", lambda call, timeout=None: call())
     s3_bucket.queued = queued
     return s3_bucket
 
