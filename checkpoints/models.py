@@ -31,6 +31,11 @@ class Artifact(models.Model):
     size = models.BigIntegerField(help_text="bytes")
     sha256 = models.CharField(max_length=64)
     storage_key = models.CharField(max_length=1024, unique=True)
+    stored_fingerprint = models.CharField(
+        max_length=300,
+        blank=True,
+        help_text="the stored object's stat (storage.StoredStat) when its bytes were last read back whole and matched",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     history = models.JSONField(
         default=list,

@@ -13,6 +13,8 @@ never overwritten and a failed upload never touches stored bytes.
 import hashlib
 import io
 import logging
+import os
+import time
 import uuid
 from collections import deque
 from collections.abc import Iterator
@@ -370,3 +372,55 @@ def blob_stat(key: str) -> StoredBlob:
         digest.update(data)
         received += len(data)
     return StoredBlob(key=key, size=received, sha256=digest.hexdigest())
+
+
+@dataclass(frozen=True)
+class StoredStat:
+    """What a stat or an S3 HEAD tells of a stored blob without reading it: ``size`` (bytes), a ``fingerprint`` that
+    changes whenever the bytes are rewritten (size, modification time and inode; S3: size, ETag and LastModified), and
+    ``settled``: False while a rewrite could still go unnoticed (a file modified in the last ``SETTLE_S`` seconds:
+    timestamps tick coarsely, so the same fingerprint may cover two writes; Git calls such entries racy)."""
+
+    size: int
+    fingerprint: str
+    settled: bool
+
+
+SETTLE_S = 2
+
+
+def blob_fingerprint(key: str) -> StoredStat | None:
+    """``StoredStat`` of blob ``key``, None when the storage has no such object (docs/design/checkpoints.md#damage).
+
+    One ``stat`` (FileSystemStorage) or S3 HEAD; any other error (an outage) propagates.
+    """
+    s3 = s3_storage()
+    if s3 is not None:
+        client, bucket, name = _s3_target(key)
+        try:
+            head = client.head_object(Bucket=bucket, Key=name)
+        except Exception as exc:
+            if is_missing(exc):
+                return None
+            raise
+        size = int(head["ContentLength"])
+        return StoredStat(size, f"s3:{size}:{head.get('ETag', '')}:{head.get('LastModified', '')}", True)
+    storage = artifact_storage()
+    if not hasattr(storage, "path"):  # another backend: no fingerprint, so every check reads the bytes
+        return StoredStat(storage.size(key), "", False) if storage.exists(key) else None
+    try:
+        found = os.stat(storage.path(key))
+    except FileNotFoundError:
+        return None
+    settled = time.time_ns() - found.st_mtime_ns > SETTLE_S * 1_000_000_000
+    return StoredStat(found.st_size, f"fs:{found.st_size}:{found.st_mtime_ns}:{found.st_ino}", settled)
+
+
+def is_missing(exc: BaseException) -> bool:
+    """True when ``exc`` says the storage has no object under the key (FileNotFoundError, S3 404 / NoSuchKey)."""
+    if isinstance(exc, FileNotFoundError):
+        return True
+    response = getattr(exc, "response", None)
+    if isinstance(response, dict):
+        return str(response.get("Error", {}).get("Code")) in {"404", "NoSuchKey", "NotFound"}
+    return False

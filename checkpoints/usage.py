@@ -4,7 +4,7 @@ storage or sums the artifacts."""
 
 from datetime import timedelta
 
-from django.db.models import Case, F, Q, Sum, When
+from django.db.models import Case, Count, F, Min, Q, Sum, When
 from django.utils import timezone
 
 from checkpoints.models import Checkpoint, CheckpointState, StorageUsage
@@ -17,7 +17,8 @@ LARGEST = 10
 
 def project_usage(*, project: Project) -> dict:
     """``{"bytes", "files", "by_kind": {kind: {"bytes", "files"}}, "largest_runs": [{"run_id", "name", "bytes"}],
-    "checkpoints_by_age": {bucket: bytes}, "reclaimable": {"bytes", "checkpoints"}}`` of ``project`` (bytes).
+    "checkpoints_by_age": {bucket: bytes}, "reclaimable": {"bytes", "checkpoints"}, "scrub": {...}}`` of ``project``
+    (bytes; ``scrub`` as ``scrub_state``).
 
     ``largest_runs``: the ``LARGEST`` Runs holding most bytes. ``checkpoints_by_age``: bytes of complete
     checkpoints created in the last 7 / 30 / 90 days and ``older``. ``reclaimable``: complete checkpoints no
@@ -44,6 +45,32 @@ def project_usage(*, project: Project) -> dict:
             "bytes": sum(plan.bytes for plan in plans),
             "checkpoints": sum(len(plan.going) for plan in plans),
         },
+        "scrub": scrub_state(project=project),
+    }
+
+
+def scrub_state(*, project: Project) -> dict:
+    """``{"last_full_scrub", "verified", "complete", "corrupt"}`` of ``project``'s checkpoints
+    (docs/design/checkpoints.md#scrubbing).
+
+    ``last_full_scrub``: the time by which every complete checkpoint had been read back and matched (the oldest
+    ``verified_at``), None while one has never been; ``verified`` of ``complete`` checkpoints have been;
+    ``corrupt``: checkpoints found damaged by any reader.
+    """
+    checkpoints = Checkpoint.objects.filter(run__project=project)
+    complete = Q(state=CheckpointState.COMPLETE)
+    figures = checkpoints.aggregate(
+        complete=Count("pk", filter=complete),
+        verified=Count("pk", filter=complete & Q(verified_at__isnull=False)),
+        oldest=Min("verified_at", filter=complete),
+        corrupt=Count("pk", filter=Q(state=CheckpointState.CORRUPT)),
+    )
+    whole = figures["complete"] and figures["verified"] == figures["complete"]
+    return {
+        "last_full_scrub": figures["oldest"] if whole else None,
+        "verified": figures["verified"],
+        "complete": figures["complete"],
+        "corrupt": figures["corrupt"],
     }
 
 

@@ -324,8 +324,8 @@ MADO_CHECKPOINT_ENDED_GRACE = env_int("MADO_CHECKPOINT_ENDED_GRACE", 300, minimu
 # The largest request body read into memory (a JSON body, a form); larger ones answer 413 naming the limit
 # (docs/checkpoint-format.md#limits-settings). Tars and files stream and are not bound by it.
 # Scrubbing (docs/design/checkpoints.md#scrubbing): bytes per hour beat reads back from the storage to re-verify
-# complete checkpoints, oldest-verified first; 0 turns it off.
-MADO_SCRUB_BYTES_PER_HOUR = env_int("MADO_SCRUB_BYTES_PER_HOUR", 0, minimum=0)
+# complete checkpoints, oldest-verified first; 0 turns it off. On by default at 10 GiB an hour (why: the doc).
+MADO_SCRUB_BYTES_PER_HOUR = env_int("MADO_SCRUB_BYTES_PER_HOUR", 10 * 1024**3, minimum=0)
 DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("MADO_API_MAX_BODY_BYTES", 2_621_440, minimum=65_536)
 # What one checkpoint tar may hold (docs/checkpoint-format.md): MADO_TAR_MAX_MEMBERS, _PATH_BYTES,
 # _COMPONENT_BYTES, _DEPTH, _NAME_BYTES, _PAX_BYTES, _TOTAL_BYTES; the worker and `mado agent` read the same variables.

@@ -36,11 +36,12 @@ from django.conf import settings
 from django.db import DatabaseError, close_old_connections
 
 from checkpoints.models import CheckpointLayout
+from checkpoints.services.integrity import checkpoint_confirm_damage
 from jobs import services as jobs_services
 from jobs.models import Job, JobKind, Runner
 from runs.stages import data_composition_at
 from worker import container, distributed, shutdown
-from worker.errors import PrepareError
+from worker.errors import CheckpointMismatch, PrepareError
 from worker.extract import extract_code_archive, remove_tree, write_resume_info
 from worker.fetch import fetch_artifact, restore_checkpoint
 from worker.fetch_files import restore_checkpoint_files
@@ -169,7 +170,11 @@ def prepare(job: Job, workdir: Path, on_progress: Callable[[], None]) -> Prepare
     # checks, the same directory.
     restore = restore_checkpoint_files if checkpoint.layout == CheckpointLayout.FILES else restore_checkpoint
     started = time.monotonic()
-    restored = restore(checkpoint=checkpoint, workdir=workdir, on_progress=on_progress)
+    try:
+        restored = restore(checkpoint=checkpoint, workdir=workdir, on_progress=on_progress)
+    except CheckpointMismatch:  # the stored bytes read back: corrupt when they do differ (checkpoints.md#damage)
+        checkpoint_confirm_damage(checkpoint)
+        raise
     resume_file = write_resume_info(workdir=workdir, checkpoint=checkpoint, manifest=restored.manifest)
     _log(
         job,

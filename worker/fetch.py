@@ -249,7 +249,7 @@ def stream_resuming(
             if offset < size:
                 raise OSError(f"the read ended after {offset} of {size} bytes")
         except _transient_errors() as exc:
-            if _is_missing(exc):
+            if storage.is_missing(exc):
                 raise _Missing(key) from exc
             failures += 1
             if failures >= attempts:
@@ -269,7 +269,7 @@ def _retrying(call, key: str, *, attempts: int, backoff_s: float):
         try:
             return call()
         except _transient_errors() as exc:
-            if _is_missing(exc):
+            if storage.is_missing(exc):
                 raise _Missing(key) from exc
             if failures >= attempts:
                 raise StorageUnavailable(f"reading {key} failed {failures} times: {exc}") from exc
@@ -284,15 +284,6 @@ def _transient_errors() -> tuple[type[BaseException], ...]:
     except ImportError:  # pragma: no cover - boto3 is a dependency
         return (OSError,)
     return (OSError, BotoCoreError, ClientError)
-
-
-def _is_missing(exc: BaseException) -> bool:
-    if isinstance(exc, FileNotFoundError):
-        return True
-    response = getattr(exc, "response", None)
-    if isinstance(response, dict):
-        return str(response.get("Error", {}).get("Code")) in {"404", "NoSuchKey", "NotFound"}
-    return False
 
 
 def _unlink(path: Path) -> None:

@@ -22,6 +22,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from checkpoints import selectors, services
+from checkpoints.services import integrity
 from mado.api import request_int
 from mado.errors import ValidationFailed
 from runs.api.serializers import FENCING_PARAMETER
@@ -109,8 +110,10 @@ def ranged_download(request, artifact) -> StreamingHttpResponse | Response:
     200 with everything, 206 with ``Content-Range`` for one satisfiable range,
     416 with ``Content-Range: bytes */size`` otherwise. ``ETag`` and
     ``X-Mado-Sha256`` carry the SHA-256. Shared by artifact and checkpoint
-    tar downloads.
+    tar downloads. A stored object missing or differing from its record answers 410 ``checkpoint_corrupt`` (its
+    checkpoint turned corrupt) or ``artifact_damaged`` before any byte is sent (docs/design/checkpoints.md#damage).
     """
+    integrity.artifact_check_stored(artifact)
     etag = f'"{artifact.sha256}"'
     header = request.META.get("HTTP_RANGE")
     if request.META.get("HTTP_IF_RANGE", etag) != etag:

@@ -14,6 +14,7 @@ from rest_framework.views import APIView
 
 from checkpoints import selectors
 from checkpoints.api.artifacts import LenientNegotiation, ranged_download
+from checkpoints.services import integrity
 
 
 class CheckpointFileApi(APIView):
@@ -33,6 +34,7 @@ class CheckpointFileApi(APIView):
             (206, "application/octet-stream"): OpenApiTypes.BINARY,
             404: OpenApiResponse(description="no such checkpoint, or no such file in its manifest"),
             409: OpenApiResponse(description="not complete (pending or deleted), or stored as one tar (GET tar)"),
+            410: OpenApiResponse(description="checkpoint_corrupt: a stored file is missing or differs"),
             416: OpenApiResponse(description="range selects no byte"),
         },
     )
@@ -45,5 +47,6 @@ class CheckpointFileApi(APIView):
         checkpoints/{id}/tar``).
         """
         checkpoint = selectors.checkpoint_get_for_user(user=request.user, checkpoint_id=checkpoint_id)
+        integrity.checkpoint_refuse_corrupt(checkpoint)
         artifact = selectors.checkpoint_file_artifact(checkpoint=checkpoint, path=path)
         return ranged_download(request, artifact)

@@ -16,6 +16,7 @@ from rest_framework.views import APIView
 from checkpoints import selectors, services, storage
 from checkpoints.api.artifacts import LenientNegotiation, OctetStreamParser, ranged_download, upload_source
 from checkpoints.models import CheckpointLayout, CheckpointState
+from checkpoints.services import integrity
 from mado.api import valid
 from mado.errors import Conflict
 from runs.api.serializers import FENCING_PARAMETER
@@ -300,6 +301,7 @@ class CheckpointTarApi(APIView):
             409: OpenApiResponse(
                 description="not complete (pending or deleted), or made of separate files (GET files/<path>)"
             ),
+            410: OpenApiResponse(description="checkpoint_corrupt: the stored tar is missing or differs"),
             416: OpenApiResponse(description="range selects no byte"),
         },
     )
@@ -310,6 +312,7 @@ class CheckpointTarApi(APIView):
         with ``GET checkpoints/{id}/files/<path>``.
         """
         checkpoint = selectors.checkpoint_get_for_user(user=request.user, checkpoint_id=checkpoint_id)
+        integrity.checkpoint_refuse_corrupt(checkpoint)
         refusal = selectors.checkpoint_download_refusal(checkpoint=checkpoint, layout=CheckpointLayout.TAR)
         if refusal is None and checkpoint.artifact is None:
             refusal = f"checkpoint {checkpoint.pk} has no stored tar"

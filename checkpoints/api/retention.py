@@ -64,7 +64,9 @@ class ProjectUsageApi(APIView):
 
     @extend_schema(tags=TAGS, parameters=[_SLUG], responses=OpenApiResponse(description="usage figures, bytes"))
     def get(self, request, slug):
-        """``{bytes, files, by_kind, largest_runs, checkpoints_by_age, reclaimable}``, all sizes in bytes."""
+        """``{bytes, files, by_kind, largest_runs, checkpoints_by_age, reclaimable, scrub}``, all sizes in bytes;
+        ``scrub``: ``{last_full_scrub, verified, complete, corrupt}`` (when every complete checkpoint had last been
+        read back and matched, null until each has been; counts of checkpoints)."""
         project = run_selectors.project_get_for_user(user=request.user, slug=slug)
         return Response(project_usage(project=project))
 

@@ -189,7 +189,8 @@ def replace_content(current: Artifact, blob: storage.StoredBlob) -> str:
         },
     ]
     current.sha256, current.size, current.storage_key = blob.sha256, blob.size, blob.key
-    current.save(update_fields=["sha256", "size", "storage_key", "history"])
+    current.stored_fingerprint = ""
+    current.save(update_fields=["sha256", "size", "storage_key", "stored_fingerprint", "history"])
     return unused
 
 

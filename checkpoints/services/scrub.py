@@ -3,9 +3,9 @@
 Each pass earns ``MADO_SCRUB_BYTES_PER_HOUR`` × the hours since the last one, then reads back complete
 checkpoints, the least recently verified first, while it has the bytes to: each stored object's size and
 SHA-256 are compared with what was recorded when the checkpoint completed. A match sets ``verified_at``; a
-difference or a missing object turns the checkpoint ``corrupt`` with the reason in ``error`` (it is never offered
-for resume again; "resume from latest" takes the newest complete one before it) and sends
-``runs.hooks.checkpoint_corrupt`` after the commit. A storage that cannot be reached changes nothing.
+difference or a missing object turns the checkpoint ``corrupt`` (``services.integrity``, the one verdict every reader
+reaches: it is never offered for resume again; "resume from latest" takes the newest complete one before it). A
+storage that cannot be reached changes nothing.
 """
 
 import logging
@@ -17,9 +17,8 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
-from checkpoints import storage
-from checkpoints.models import Artifact, Checkpoint, CheckpointState, ManifestEntry, ScrubState
-from runs.hooks import checkpoint_corrupt
+from checkpoints.models import Checkpoint, CheckpointState, ScrubState
+from checkpoints.services.integrity import checkpoint_mark_corrupt, checkpoint_problem
 
 logger = logging.getLogger(__name__)
 
@@ -63,7 +62,7 @@ def checkpoint_scrub_pass(*, now: datetime | None = None, rate: int | None = Non
             if reason is None:
                 continue  # the storage could not be reached: try again next pass
             if reason:
-                _mark_corrupt(checkpoint, reason)
+                checkpoint_mark_corrupt(checkpoint, reason)
                 outcome.corrupt.append(checkpoint.pk)
             else:
                 Checkpoint.objects.filter(pk=checkpoint.pk, state=CheckpointState.COMPLETE).update(verified_at=now)
@@ -83,38 +82,8 @@ def _oldest_verified_first():
 
 def _check(checkpoint: Checkpoint) -> str | None:
     """``""`` when every stored object matches, the reason when one does not, None when the storage failed."""
-    if checkpoint.layout == "files":
-        expected = [
-            (entry.artifact, entry.size, entry.sha256, entry.path)
-            for entry in ManifestEntry.objects.filter(checkpoint=checkpoint).select_related("artifact")
-        ]
-    else:
-        artifact = Artifact.objects.filter(pk=checkpoint.artifact_id).first()
-        expected = [(artifact, checkpoint.tar_size, checkpoint.tar_sha256, "the tar")]
-    for artifact, size, sha256, what in expected:
-        if artifact is None:
-            return f"{what} has no stored object"
-        try:
-            if not storage.artifact_storage().exists(artifact.storage_key):
-                return f"{what}: the stored object is missing"
-            found = storage.blob_stat(artifact.storage_key)
-        except Exception:  # noqa: BLE001 - an outage is not corruption; the next pass tries again
-            logger.warning("scrub of checkpoint %s could not read %s", checkpoint.pk, what, exc_info=True)
-            return None
-        if found.size != size:
-            return f"{what}: the stored object is {found.size} bytes, {size} were verified"
-        if found.sha256 != sha256:
-            return f"{what}: the stored object's SHA-256 is {found.sha256}, {sha256} was verified"
-    return ""
-
-
-def _mark_corrupt(checkpoint: Checkpoint, reason: str) -> None:
-    """complete → corrupt (conditional), the event after the commit."""
-    if Checkpoint.objects.filter(pk=checkpoint.pk, state=CheckpointState.COMPLETE).update(
-        state=CheckpointState.CORRUPT, error=reason
-    ):
-        checkpoint.state, checkpoint.error = CheckpointState.CORRUPT, reason
-        logger.warning("checkpoint %s is corrupt: %s", checkpoint.pk, reason)
-        transaction.on_commit(
-            lambda: checkpoint_corrupt.send_robust(sender=Checkpoint, checkpoint=checkpoint, reason=reason)
-        )
+    try:
+        return checkpoint_problem(checkpoint, read_always=True)
+    except Exception:  # noqa: BLE001 - an outage is not corruption; the next pass tries again
+        logger.warning("scrub of checkpoint %s could not read its stored objects", checkpoint.pk, exc_info=True)
+        return None

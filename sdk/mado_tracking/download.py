@@ -12,6 +12,7 @@ and ``If-Range: "<sha256>"``. Only a file whose size and SHA-256 equal the
 checkpoint's is renamed to ``destination``.
 """
 
+import contextlib
 import hashlib
 import itertools
 import logging
@@ -90,10 +91,11 @@ def fetch_tar(client: ApiClient, checkpoint_id: int, destination: Path, *, attem
 def complete_checkpoint(client: ApiClient, checkpoint_id: int) -> dict:
     """``GET checkpoints/{id}/`` (with its manifest); ``CheckpointError`` unless the checkpoint is complete."""
     resource = client.request("GET", f"checkpoints/{checkpoint_id}/", attempts=3)
-    if resource.get("state") != "complete":
-        raise CheckpointError(
-            f"checkpoint {checkpoint_id} is {resource.get('state')}; only a complete one can be downloaded"
-        )
+    state = resource.get("state")
+    if state == "corrupt":  # its stored bytes were found missing or altered (docs/design/checkpoints.md#damage)
+        raise CheckpointError(f"checkpoint {checkpoint_id} is corrupt: {resource.get('error') or 'no reason recorded'}")
+    if state != "complete":
+        raise CheckpointError(f"checkpoint {checkpoint_id} is {state}; only a complete one can be downloaded")
     return resource
 
 
@@ -109,18 +111,32 @@ def stream_tar(
     """Yield the ``size`` bytes of the checkpoint's tar (``GET checkpoints/{id}/tar``) in order, in chunks of up to
     1 MiB (docs/design/worker.md#fetch); see ``stream_download``."""
     url = client.url(f"checkpoints/{checkpoint_id}/tar")
-    yield from stream_download(
-        client, url, f"checkpoint {checkpoint_id}", size=size, sha256=sha256, attempts=attempts, parallel=parallel
-    )
+    with _corrupt_named():
+        yield from stream_download(
+            client, url, f"checkpoint {checkpoint_id}", size=size, sha256=sha256, attempts=attempts, parallel=parallel
+        )
 
 
 def stream_file(client: ApiClient, checkpoint_id: int, path: str, *, size: int, sha256: str, attempts: int = ATTEMPTS):
     """Yield the ``size`` bytes of file ``path`` (a manifest path) of a checkpoint saved through MLflow
     (``GET checkpoints/{id}/files/<path>``), in order, in chunks of up to 1 MiB; see ``stream_download``."""
     url = client.url(f"checkpoints/{checkpoint_id}/files/{quote(path, safe='/')}")
-    yield from stream_download(
-        client, url, f"checkpoint {checkpoint_id} file {path!r}", size=size, sha256=sha256, attempts=attempts
-    )
+    with _corrupt_named():
+        yield from stream_download(
+            client, url, f"checkpoint {checkpoint_id} file {path!r}", size=size, sha256=sha256, attempts=attempts
+        )
+
+
+@contextlib.contextmanager
+def _corrupt_named():
+    """The server's 410 ``checkpoint_corrupt`` (its stored bytes are missing or differ from what was verified,
+    docs/design/checkpoints.md#damage) as a ``CheckpointError`` with the server's reason; other errors unchanged."""
+    try:
+        yield
+    except ApiError as error:
+        if error.code == "checkpoint_corrupt":
+            raise CheckpointError(error.detail or str(error)) from None
+        raise
 
 
 def stream_download(

@@ -88,3 +88,23 @@ def test_the_rate_holds_with_a_small_budget(run, saved, settings):
     assert idle.verified == [saved[2].pk], "a month idle earns one hour's worth, not a burst"
     again = checkpoint_scrub_pass(now=start + timedelta(days=30, hours=1), rate=size)
     assert again.verified == [saved[0].pk], "then the least recently verified"
+
+
+def test_the_storage_page_and_usage_api_say_when_the_project_was_last_fully_scrubbed(
+    login, api, viewer, project, saved, django_capture_on_commit_callbacks
+):
+    def page() -> str:
+        text = login(viewer).get(f"/projects/{project.slug}/storage/").content.decode()
+        return html.unescape(text.split('class="scrub-state"', 1)[1].split("</p>", 1)[0])
+
+    assert "Not yet fully scrubbed: 0 of 3 complete checkpoints read back and matched." in page()
+    alter_stored_tar(saved[0])
+    with django_capture_on_commit_callbacks(execute=True):
+        checkpoint_scrub_pass(rate=10**12)
+    usage = api(viewer).get(f"/api/v1/projects/{project.slug}/usage/").json()["scrub"]
+    oldest = min(Checkpoint.objects.get(pk=c.pk).verified_at for c in saved[1:])
+    assert usage["complete"] == 2 and usage["verified"] == 2 and usage["corrupt"] == 1
+    assert usage["last_full_scrub"].replace("Z", "+00:00") == oldest.isoformat()
+    shown = page()
+    assert f"last read back and matched by {timezone.localtime(oldest):%Y-%m-%d %H:%M}" in shown
+    assert "1 checkpoint was found corrupt." in shown
