@@ -4,13 +4,15 @@
 ``mado_tracking.torch.load_checkpoint`` (or a framework integration) calls
 ``after_load`` with one status per part of the training state the checkpoint
 holds: ``restored``, ``not_restored`` (with a one-line detail) or ``unknown``,
-and the checks to repeat at the run's first ``log_metrics`` ("late"
-checks: a scheduler rebuilt, an RNG re-seeded, a data loader restarted
-after the load). The SDK then
+or ``not_declared`` for a part the checkpoint cannot describe (its detail
+names the call that declares it), and the checks to repeat at the run's
+first optimizer step or ``log_metrics`` ("late" checks: a value changed
+after the load, a scheduler rebuilt, an RNG re-seeded, a data loader
+restarted after the load). The SDK then
 
-- writes one WARNING line naming each part not restored to the process
-  output (a Job's log), at the load and again at the first metrics when the
-  late checks found more;
+- writes one WARNING line naming each part not restored, and one naming
+  each part not declared, to the process output (a Job's log), at the load
+  and again at the first metrics when the late checks found more;
 - sends the report to the server, ``POST runs/{id}/restore-report/`` (once
   a Run is open; again at the first metrics when something changed), before
   the first metrics of the run are queued. Offline, or on ranks other than 0,
@@ -37,8 +39,8 @@ from mado_tracking.resume import resume_checkpoint
 
 logger = logging.getLogger("mado_tracking")
 
-RESTORED, NOT_RESTORED, UNKNOWN = "restored", "not_restored", "unknown"
-STATUSES = (RESTORED, NOT_RESTORED, UNKNOWN)
+RESTORED, NOT_RESTORED, UNKNOWN, NOT_DECLARED = "restored", "not_restored", "unknown", "not_declared"
+STATUSES = (RESTORED, NOT_RESTORED, UNKNOWN, NOT_DECLARED)
 INFO_FILE = "mado-checkpoint.json"
 PARTS_MAX = 128  # what one report may hold (docs/api.md)
 DETAIL_MAX = 500
@@ -64,7 +66,11 @@ class RestoreCheck:
     send_refused: bool = False
 
     def not_restored(self) -> list[str]:
-        return [part for part, (status, _detail) in self.parts.items() if status == NOT_RESTORED]
+        return self.having(NOT_RESTORED)
+
+    def having(self, wanted: str) -> list[str]:
+        """The parts whose status is ``wanted``, in the report's order."""
+        return [part for part, (status, _detail) in self.parts.items() if status == wanted]
 
     def body(self) -> dict:
         """The ``POST runs/{id}/restore-report/`` body: at most ``PARTS_MAX`` parts (those not restored first),
@@ -202,18 +208,16 @@ def _first_metrics(run, step) -> None:
 
 
 def _warn(check: RestoreCheck) -> None:
-    fresh = [part for part in check.not_restored() if part not in check.warned]
-    if not fresh:
-        return
-    check.warned.update(fresh)
     where = f"checkpoint {check.checkpoint_id}" if check.checkpoint_id is not None else str(check.directory)
-    listed = "; ".join(f"{part} — {check.parts[part][1]}" if check.parts[part][1] else part for part in fresh)
-    logger.warning(
-        "mado: WARNING: not restored from %s (step %d): %s. The run will not continue as an uninterrupted one would.",
-        where,
-        check.step,
-        listed,
-    )
+    for status, line in (
+        (NOT_RESTORED, "not restored from %s (step %d): %s. The run will not continue as an uninterrupted one would."),
+        (NOT_DECLARED, "not declared in %s (step %d): %s. mado cannot check that part of the resume."),
+    ):
+        fresh = [part for part in check.having(status) if (part, status) not in check.warned]
+        if fresh:
+            check.warned.update((part, status) for part in fresh)
+            listed = "; ".join(f"{part} — {check.parts[part][1]}" if check.parts[part][1] else part for part in fresh)
+            logger.warning("mado: WARNING: " + line, where, check.step, listed)
 
 
 def _warn_nothing_loaded(run) -> None:
@@ -267,7 +271,7 @@ def _send(check: RestoreCheck, run) -> None:
     if body == check.sent:
         return
     try:
-        client.request("POST", f"runs/{run.id}/restore-report/", body=body, attempts=3)
+        _post(client, run, body)
     except ApiError as error:
         if error.status in (404, 405):  # a server that keeps no restore reports
             check.send_refused = True
@@ -279,6 +283,22 @@ def _send(check: RestoreCheck, run) -> None:
         logger.warning("mado: the restore report of run %s was not sent: %s", run.id, error)
         return
     check.sent = body
+
+
+def _post(client, run, body: dict) -> None:
+    """POST the report; a server that predates ``not_declared`` (400 on ``parts.<part>``) gets those parts as
+    ``unknown``, their details kept."""
+    try:
+        client.request("POST", f"runs/{run.id}/restore-report/", body=body, attempts=3)
+    except ApiError as error:
+        if (
+            error.status != 400
+            or not (error.field or "").startswith("parts.")
+            or NOT_DECLARED not in body["parts"].values()
+        ):
+            raise
+        parts = {part: UNKNOWN if status == NOT_DECLARED else status for part, status in body["parts"].items()}
+        client.request("POST", f"runs/{run.id}/restore-report/", body={**body, "parts": parts}, attempts=3)
 
 
 def reset() -> None:

@@ -4,8 +4,11 @@ repeated at the first metrics (docs/design/checkpoints.md#restore-check, #traini
 At the load: each part the checkpoint holds is ``restored`` when the live
 object's state now has the checkpoint's digest, ``not_restored`` when the
 call left it out (no scheduler given, ``restore_rng=False``, …) or its state
-differs. At the first ``log_metrics`` (one training step later, so states
-have moved): a restored object that was dropped since (a model, optimizer,
+differs; ``not_declared`` for a data position the checkpoint does not hold
+(it cannot say where the data stopped). At the first optimizer step, or the
+first ``log_metrics`` when it comes first: a value changed after the load
+(``mado_tracking.restore_changes``). At the first ``log_metrics`` (one
+training step later, so states have moved): a restored object that was dropped since (a model, optimizer,
 scheduler, generator or data loader built anew after the load), a learning
 rate that is not the one the restored scheduler set, an RNG that drawing
 cannot have brought where it is (``mado_tracking.rng_reach``), a data
@@ -20,7 +23,8 @@ import torch
 
 from mado_tracking import restore_check, rng_reach
 from mado_tracking.fingerprint import digest, rng_parts
-from mado_tracking.restore_check import NOT_RESTORED, RESTORED, UNKNOWN, Outcome
+from mado_tracking.restore_changes import ChangesAfterLoad
+from mado_tracking.restore_check import NOT_DECLARED, NOT_RESTORED, RESTORED, UNKNOWN, Outcome
 from mado_tracking.rng_states import rng_state
 
 try:
@@ -57,9 +61,25 @@ def check_restored(
             parts[part] = (UNKNOWN, "its state_dict() after load differs from the one saved")
         else:
             parts[part] = (NOT_RESTORED, "its state after load differs from the checkpoint's (converted on load?)")
+    if "data_position" not in expected:
+        parts["data_position"] = (NOT_DECLARED, _undeclared_position(info))
     restored = {part for part, (status, _detail) in parts.items() if status == RESTORED}
-    restore_check.after_load(
-        directory=directory, step=step, parts=parts, late=_late_checks(restored, live, generators, step)
+    loaded = {
+        part: expected[part] or digest(current[part])
+        for part in restored & set(ChangesAfterLoad.PARTS)
+        if part in current
+    }
+    late = [ChangesAfterLoad(directory, live, loaded, _reference), *_late_checks(restored, live, generators, step)]
+    restore_check.after_load(directory=directory, step=step, parts=parts, late=late)
+
+
+def _undeclared_position(info: dict) -> str:
+    files = info.get("files") if isinstance(info.get("files"), dict) else {}
+    kept = "; if extra.pt keeps it, mado cannot read it there" if "extra" in files else ""
+    return (
+        f"the checkpoint declares no data position, so where the data resumes is not checked{kept}: declare it "
+        "with save_checkpoint(..., data_position=<sampler, loader or value>) and load it with "
+        "load_checkpoint(..., data_position=...) or load_data_position()"
     )
 
 
