@@ -152,6 +152,7 @@ class RestorePart(models.TextChoices):
     RESTORED = "restored", "restored"
     NOT_RESTORED = "not_restored", "not restored"
     UNKNOWN = "unknown", "unknown"
+    NOT_DECLARED = "not_declared", "not declared"  # the checkpoint cannot describe it (e.g. no data position)
 
 
 class RestoreReportQuerySet(VisibleQuerySet):
@@ -160,8 +161,9 @@ class RestoreReportQuerySet(VisibleQuerySet):
 
 class RestoreReport(models.Model):
     """What ``run``'s code restored from ``checkpoint`` (docs/design/resume.md#restore-report): ``parts`` maps each
-    part of the training state the SDK checked to ``restored`` / ``not_restored`` / ``unknown``, ``details`` one
-    line per part. One per Run; a later report of the same Run replaces it (``reported_at`` is its time)."""
+    part of the training state the SDK checked to ``restored`` / ``not_restored`` / ``unknown`` / ``not_declared``,
+    ``details`` one line per part. One per Run; a later report of the same Run replaces it (``reported_at`` is its
+    time)."""
 
     run = models.OneToOneField(Run, on_delete=models.CASCADE, related_name="restore_report")
     checkpoint = models.ForeignKey(
@@ -184,3 +186,7 @@ class RestoreReport(models.Model):
     @property
     def unknown(self) -> list[str]:
         return sorted(part for part, state in self.parts.items() if state == RestorePart.UNKNOWN)
+
+    @property
+    def not_declared(self) -> list[str]:
+        return sorted(part for part, state in self.parts.items() if state == RestorePart.NOT_DECLARED)

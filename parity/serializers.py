@@ -72,8 +72,14 @@ class RestoreReportOutputSerializer(serializers.Serializer):
         child=serializers.CharField(), help_text="parts the checkpoint holds that the code did not restore, sorted"
     )
     unknown = serializers.ListField(child=serializers.CharField(), help_text="parts the SDK could not check")
+    not_declared = serializers.ListField(
+        child=serializers.CharField(),
+        help_text="parts the checkpoint cannot describe (e.g. no data position), sorted; details name the call "
+        "that declares each",
+    )
     parts = serializers.DictField(
-        child=serializers.CharField(), help_text='every part checked: "restored", "not_restored" or "unknown"'
+        child=serializers.CharField(),
+        help_text='every part checked: "restored", "not_restored", "unknown" or "not_declared"',
     )
     details = serializers.DictField(child=serializers.CharField(), help_text="one line per part, e.g. what differs")
     reported_at = serializers.DateTimeField(help_text="time of the last report (a later one replaces it)")

@@ -1,9 +1,10 @@
 """The restore report a resumed Run's SDK sends after loading its checkpoint (docs/design/resume.md#restore-report).
 
-``{"checkpoint_id": int | null, "parts": {part: "restored" | "not_restored" | "unknown"}, "details": {part: one
-line}}``; part names: ``model``, ``optimizer``, ``scheduler``, ``scaler`` (each optionally ``.<n>`` for a second
-one), ``rng.python``, ``rng.numpy``, ``rng.torch``, ``rng.cuda.<device>``, ``generator.<name>``,
-``data_position``, ``global_step``.
+``{"checkpoint_id": int | null, "parts": {part: "restored" | "not_restored" | "unknown" | "not_declared"},
+"details": {part: one line}}`` (``not_declared``: a part the checkpoint cannot describe, its detail naming the call
+that declares it; docs/design/checkpoints.md#restore-check); part names: ``model``, ``optimizer``,
+``scheduler``, ``scaler`` (each optionally ``.<n>`` for a second one), ``rng.python``, ``rng.numpy``,
+``rng.torch``, ``rng.cuda.<device>``, ``generator.<name>``, ``data_position``, ``global_step``.
 """
 
 import re
@@ -53,7 +54,7 @@ def clean_restore_report(body) -> tuple[int | None, dict[str, str], dict[str, st
     unknown field) for: a body that is not an object or has another field; a
     ``checkpoint_id`` that is not a positive integer or null; ``parts`` not an
     object of 1 to 128 known part names each mapped to ``restored``,
-    ``not_restored`` or ``unknown``; ``details`` not an object of one-line
+    ``not_restored``, ``unknown`` or ``not_declared``; ``details`` not an object of one-line
     strings (at most 500 characters, no control character) about parts
     listed in ``parts``.
     """
@@ -77,7 +78,8 @@ def clean_restore_report(body) -> tuple[int | None, dict[str, str], dict[str, st
 def _parts(parts) -> dict[str, str]:
     if not isinstance(parts, dict) or not parts:
         raise ValidationFailed(
-            'parts must be a non-empty object {"<part>": "restored" | "not_restored" | "unknown"}', field="parts"
+            'parts must be a non-empty object {"<part>": "restored" | "not_restored" | "unknown" | "not_declared"}',
+            field="parts",
         )
     if len(parts) > PARTS_MAX:
         raise ValidationFailed(f"parts holds at most {PARTS_MAX} parts, got {len(parts)}", field="parts")
@@ -86,7 +88,8 @@ def _parts(parts) -> dict[str, str]:
             raise ValidationFailed(f"unknown part {_shown(name)}: a part is {_PART_RULE}", field="parts")
         if state not in RestorePart.values:
             raise ValidationFailed(
-                f"{name} must be restored, not_restored or unknown, got {_shown(state)}", field=f"parts.{name}"
+                f"{name} must be restored, not_restored, unknown or not_declared, got {_shown(state)}",
+                field=f"parts.{name}",
             )
     return dict(sorted(parts.items()))
 

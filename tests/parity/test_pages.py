@@ -126,3 +126,25 @@ def test_the_resume_facts_read_in_japanese(login, creator, log, failed_job, resu
         html = client.get(url).content.decode()
         assert "一致判定" in html or "分岐" in html, url
         assert english_left(html, allowed) == [], url
+
+
+def test_a_part_not_declared_is_shown_with_the_call_that_declares_it_in_english_and_japanese(
+    login, creator, log, failed_job, resumed_job
+):
+    from tests.jobs.test_japanese_pages import english_left
+
+    line = "the checkpoint declares no data position: declare it with save_checkpoint(..., data_position=...)"
+    body = {"parts": {"model": "restored", "data_position": "not_declared"}, "details": {"data_position": line}}
+    log(failed_job.run, range(27))
+    log(resumed_job.run, range(20, 30))
+    restore_report_record(actor=creator, run=resumed_job.run, body=body)
+    client = login(creator)
+    page = reverse("runs:run-detail", args=[resumed_job.run_id])
+    shown = text(client.get(page))
+    assert f"Not declared in the checkpoint, so not checked: data_position. data_position {line}" in shown
+    assert "Not restored from the checkpoint" not in shown and "Everything the checkpoint holds was restored." in shown
+    client.post(reverse("set_language"), {"language": "ja", "next": "/"})
+    html = client.get(page).content.decode()
+    assert "チェックポイントで宣言されていないため確認できなかったもの: data_position。" in text(client.get(page))
+    allowed = {failed_job.run.name, resumed_job.run.name, failed_job.run.project.name, "trainer", line}
+    assert english_left(html, allowed) == []

@@ -158,3 +158,13 @@ def test_the_run_and_job_resources_show_what_was_not_restored(api, creator, chil
     assert (shown["checkpoint_id"], shown["unknown"], shown["reports"]) == (source_checkpoint.pk, [], 1)
     listed = client.get("/api/v1/runs/", {"project": child.project.slug}).json()["results"]
     assert {r["id"]: r["restore_report"] is not None for r in listed} == {child.pk: True, child.parent_id: False}
+
+
+def test_a_part_the_checkpoint_cannot_describe_is_listed_not_declared_with_its_call(api, creator, child):
+    line = "the checkpoint declares no data position: declare it with save_checkpoint(..., data_position=...)"
+    body = {"parts": {"model": "restored", "data_position": "not_declared"}, "details": {"data_position": line}}
+    client = api(creator)
+    assert client.post(url(child), body, format="json").status_code == 201
+    shown = client.get(f"/api/v1/runs/{child.pk}/").json()["restore_report"]
+    assert (shown["not_declared"], shown["not_restored"], shown["unknown"]) == (["data_position"], [], [])
+    assert shown["details"] == {"data_position": line}
