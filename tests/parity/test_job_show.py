@@ -39,13 +39,18 @@ def test_job_show_names_what_was_not_restored_and_where_the_runs_part(
     restore_report_record(
         actor=creator,
         run=resumed_job.run,
-        body={"parts": {"model": "restored", "rng.torch": "not_restored"}, "details": {"rng.torch": "re-seeded"}},
+        body={
+            "parts": {"model": "restored", "rng.torch": "not_restored", "data_position": "not_declared"},
+            "details": {"rng.torch": "re-seeded", "data_position": "declare it with save_checkpoint(data_position=)"},
+        },
     )
     lines = job_show(live_server, creator, resumed_job.pk).splitlines()
     parent = curve("train.accuracy", 21)
-    assert lines[-5:-1] == [
+    assert lines[-7:-1] == [
         "  not restored from the checkpoint: rng.torch",
         "    rng.torch: re-seeded",
+        "  not declared in the checkpoint, so not checked: data_position",
+        "    data_position: declare it with save_checkpoint(data_position=)",
         "  resume ignored?: the first logged step 0 lies below the checkpoint's step 20",
         f"  parity: diverged at step 21: train.accuracy {parent!r} in the parent run, {parent + 0.5!r} here",
     ]

@@ -142,3 +142,42 @@ def test_a_probe_that_cannot_conclude_says_why(stub, args, code, said):
         done = _probe(server, *args)
     assert done.exit_code == code, done.output
     assert said in done.output
+
+
+@pytest.mark.parametrize(
+    ("parts", "details", "causes"),
+    [
+        (
+            {"model": "restored", "optimizer": "not_restored", "data_position": "not_declared"},
+            {
+                "optimizer": "param group 0: lr 0.03645 at the load, 0.5 at the first optimizer step: set after "
+                "load_checkpoint, not by the restored scheduler (its lr: 0.03645)",
+                "data_position": "the checkpoint declares no data position, so where the data resumes is not "
+                "checked: declare it with save_checkpoint(..., data_position=...)",
+            },
+            [
+                "cause: optimizer not restored — param group 0: lr 0.03645 at the load, 0.5 at the first optimizer "
+                "step: set after load_checkpoint, not by the restored scheduler (its lr: 0.03645)",
+                "cause: data_position not declared in the checkpoint — the checkpoint declares no data position, so "
+                "where the data resumes is not checked: declare it with save_checkpoint(..., data_position=...)",
+            ],
+        ),
+        (
+            {"model": "restored", "rng.torch": "unknown"},
+            {},
+            ["cause: not named (the restore report says every part it checked was restored)"],
+        ),
+    ],
+)
+def test_a_diverged_probe_prints_the_first_differing_step_and_the_parts_that_may_cause_it(parts, details, causes):
+    diverged = {**IDENTICAL, "verdict": "diverged", "step": 22, "key": "train.loss", "parent_value": 0.043}
+    report = {**ALL_RESTORED, "parts": parts, "details": details}
+    report["not_restored"] = sorted(part for part, status in parts.items() if status == "not_restored")
+    with ProbeStub(run_extra={"parity": diverged, "restore_report": report}, resumed_loss={**LOSS, 21: 0.5}) as stub:
+        done = _probe(stub)
+    assert done.exit_code == 1, done.output
+    lines = done.output.splitlines()
+    start = lines.index("first differing step: 21 (train.loss)")  # the uninterrupted run's comparison, before 22
+    assert lines[start + 1 : start + 1 + len(causes)] == causes
+    if "data_position" in parts:
+        assert f"not declared in the checkpoint: data_position — {details['data_position']}" in lines

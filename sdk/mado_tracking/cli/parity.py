@@ -4,6 +4,19 @@ to have ignored it, and its parity verdict with its parent (docs/design/resume.m
 
 import click
 
+STATUS_WORDS = {
+    "not_restored": "not restored",
+    "not_declared": "not declared in the checkpoint",
+    "unknown": "not checked",
+}
+
+
+def parts_with(report: dict, status: str) -> list[str]:
+    """The parts of a ``restore_report`` resource with ``status`` (``not_restored``, ``not_declared``, ``unknown``),
+    sorted: its list of that name and its ``parts`` (a server that lists no ``not_declared`` still gives them)."""
+    listed = report.get(status) if isinstance(report.get(status), list) else []
+    return sorted({*listed, *(part for part, state in (report.get("parts") or {}).items() if state == status)})
+
 
 def describe_parity(parity: dict) -> str:
     """One line of a Run resource's ``parity`` (docs/api.md "Resume parity"): the verdict and where it comes from."""
@@ -25,7 +38,7 @@ def describe_parity(parity: dict) -> str:
 
 
 def print_resume_facts(found: dict) -> None:
-    """``mado job show``'s lines about a resumed Run: not restored, resume ignored, parity."""
+    """``mado job show``'s lines about a resumed Run: not restored, not declared, resume ignored, parity."""
     report = found.get("restore_report")
     if report and report.get("not_restored"):
         click.echo(f"  not restored from the checkpoint: {', '.join(report['not_restored'])}")
@@ -34,6 +47,12 @@ def print_resume_facts(found: dict) -> None:
                 click.echo(f"    {part}: {report['details'][part]}")
     elif report:
         click.echo("  restored from the checkpoint: everything checked")
+    undeclared = parts_with(report, "not_declared") if report else []
+    if undeclared:
+        click.echo(f"  not declared in the checkpoint, so not checked: {', '.join(undeclared)}")
+        for part in undeclared:
+            if (report.get("details") or {}).get(part):
+                click.echo(f"    {part}: {report['details'][part]}")
     ignored, checkpoint_step = found.get("resume_ignored_at_step"), found.get("source_checkpoint_step")
     if ignored is not None and checkpoint_step is not None and ignored >= checkpoint_step:
         click.echo(

@@ -8,7 +8,9 @@
    (``POST jobs/{id}/resume-latest/``);
 3. the resumed Run's restore report and parity verdict (against the stopped
    Run, from the server) and its curves compared with the uninterrupted
-   Run's from the checkpoint's step on (``mado_tracking.parity``).
+   Run's from the checkpoint's step on (``mado_tracking.parity``); when
+   either diverged, the first differing step and each part the report names
+   as its possible cause (not restored, changed after load, not declared).
 
 Exit status: 0 when both verdicts are ``identical`` or ``within_tolerance``
 (an ``unknown`` server verdict, e.g. K right after a checkpoint, defers to
@@ -23,6 +25,7 @@ import click
 from mado_tracking import parity
 from mado_tracking.cli._common import EXIT_TIMEOUT, api_client, api_options, pages, project_option
 from mado_tracking.cli.job_inputs import resolve_code_version
+from mado_tracking.cli.parity import STATUS_WORDS, parts_with
 from mado_tracking.probe_stop import END_AT_STEP, FAIL_AT_STEP
 
 FINAL = frozenset({"succeeded", "failed", "aborted", "preempted"})
@@ -73,16 +76,45 @@ def _server_verdict(client, run_id: int, deadline: float, interval: float) -> di
 def _restore_lines(run: dict, job: dict) -> list[str]:
     report = run.get("restore_report") or job.get("restore_report")
     if report:
-        missing = report.get("not_restored") or []
-        if not missing:
-            return ["restore report: every part of the checkpoint was restored"]
         details = report.get("details") or {}
-        listed = "; ".join(f"{part} — {details[part]}" if details.get(part) else part for part in missing)
-        return [f"not restored from the checkpoint: {listed}"]
+        lines = []
+        for status, said in (
+            ("not_restored", "not restored from the checkpoint"),
+            ("not_declared", STATUS_WORDS["not_declared"]),
+        ):
+            named = parts_with(report, status)
+            if named:
+                listed = "; ".join(f"{part} — {details[part]}" if details.get(part) else part for part in named)
+                lines.append(f"{said}: {listed}")
+        return lines or ["restore report: every part of the checkpoint was restored"]
     ignored = run.get("resume_ignored_at_step", job.get("resume_ignored_at_step"))
     if ignored is not None:
         return [f"resume ignored? the resumed run loaded no checkpoint (first step {ignored})"]
     return ["restore report: none (the code did not load its checkpoint with mado_tracking.torch.load_checkpoint)"]
+
+
+def _cause_lines(report: dict | None, verdicts: list[dict | None]) -> list[str]:
+    """When a verdict diverged: the first differing step of all, and the parts of the restore report that may
+    explain it (not restored, changed after load, not declared, not checked with a reason)."""
+    diverged = [v for v in verdicts if v and v.get("verdict") == "diverged" and isinstance(v.get("step"), int)]
+    if not diverged:
+        return []
+    first = min(diverged, key=lambda verdict: verdict["step"])
+    lines = [f"first differing step: {first['step']} ({first.get('key')})"]
+    if not report:
+        return [*lines, "cause: not named (the resumed run sent no restore report)"]
+    details = report.get("details") or {}
+    named = [
+        (part, status)
+        for status in ("not_restored", "not_declared", "unknown")
+        for part in parts_with(report, status)
+        if status != "unknown" or details.get(part)
+    ]
+    if not named:
+        return [*lines, "cause: not named (the restore report says every part it checked was restored)"]
+    for part, status in named:
+        lines.append(f"cause: {part} {STATUS_WORDS[status]}" + (f" — {details[part]}" if details.get(part) else ""))
+    return lines
 
 
 def _worst(verdicts: list[str]) -> str:
@@ -197,6 +229,8 @@ def probe_resume(
     else:
         click.echo("parity with the interrupted run: the server gives no verdict")
     click.echo(f"against the uninterrupted run: {parity.describe(against, 'uninterrupted', 'resumed')}")
+    for line in _cause_lines(run.get("restore_report") or resumed.get("restore_report"), [server, against]):
+        click.echo(line)
     verdicts = [against["verdict"], *([server["verdict"]] if server and server.get("verdict") else [])]
     verdict = _worst(verdicts)
     click.echo(f"verdict: {verdict}")
