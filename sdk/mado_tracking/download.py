@@ -127,6 +127,19 @@ def stream_file(client: ApiClient, checkpoint_id: int, path: str, *, size: int, 
         )
 
 
+def _refusal(answer: requests.Response, url: str) -> ApiError:
+    """The ``ApiError`` of a download the server refused, with the ``error`` code of its JSON body when it has one."""
+    try:
+        payload = answer.json()
+    except ValueError:
+        payload = None
+    code = payload.get("error") if isinstance(payload, dict) else None
+    detail = body_detail(answer)
+    return ApiError(
+        f"GET {url} -> HTTP {answer.status_code}: {detail}", status=answer.status_code, code=code, detail=detail
+    )
+
+
 @contextlib.contextmanager
 def _corrupt_named():
     """The server's 410 ``checkpoint_corrupt`` (its stored bytes are missing or differ from what was verified,
@@ -254,10 +267,7 @@ class _Range:
                 ) as answer:
                     if answer.status_code not in (200, 206):
                         if not is_transient(answer.status_code):
-                            raise ApiError(
-                                f"GET {self.url} -> HTTP {answer.status_code}: {body_detail(answer)}",
-                                status=answer.status_code,
-                            )
+                            raise _refusal(answer, self.url)
                         reason, retry_after = f"HTTP {answer.status_code}", retry_after_seconds(answer)
                     else:
                         self.partial = answer.status_code == 206

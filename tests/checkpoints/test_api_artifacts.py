@@ -285,21 +285,33 @@ def test_a_range_past_the_end_answers_416(api, viewer, artifact, run, header):
     assert response.json()["field"] == "Range"
 
 
-def test_a_stored_file_cut_short_breaks_the_download_instead_of_ending_it_early(api, viewer, artifact, run, settings):
-    """A blob shorter than recorded must not end a body that declared the recorded length as if it were whole:
-    the client would wait for the missing bytes until its read timeout. The stream raises after the last
-    stored byte, so the server cuts the connection and the client retries or fails at once."""
+def test_a_stored_file_cut_short_is_named_before_any_byte(api, viewer, artifact, run, settings):
+    """A blob shorter than recorded answers 410 naming it, never a cut body (docs/design/checkpoints.md#damage)."""
     root = settings.STORAGES["artifacts"]["OPTIONS"]["location"]
     with open(os.path.join(root, artifact.storage_key), "r+b") as stored:
         stored.truncate(len(BLOB) - 3000)
     response = api(viewer).get(url(run))
+    assert response.status_code == 410 and response.json()["error"] == "artifact_damaged"
+    assert f"the stored object is {len(BLOB) - 3000} bytes, {len(BLOB)} were verified" in response.json()["detail"]
+
+
+def test_a_stored_file_cut_short_while_it_streams_breaks_the_download_instead_of_ending_it_early(
+    api, viewer, artifact, run, settings
+):
+    """A blob that shrinks after the answer started must not end a body that declared the recorded length as if it
+    were whole: the client would wait for the missing bytes until its read timeout. The stream raises after the last
+    stored byte, so the server cuts the connection and the client retries or fails at once."""
+    root = settings.STORAGES["artifacts"]["OPTIONS"]["location"]
+    response = api(viewer).get(url(run))
     assert response["Content-Length"] == str(len(BLOB))
     chunks = iter(response.streaming_content)
     received = next(chunks)
-    with pytest.raises(OSError, match="ended 3000 bytes before"):
+    with open(os.path.join(root, artifact.storage_key), "r+b") as stored:
+        stored.truncate(len(BLOB) - 3)  # inside the second 1 MiB chunk, not yet read
+    with pytest.raises(OSError, match="ended 3 bytes before"):
         for chunk in chunks:
             received += chunk
-    assert received == BLOB[: len(BLOB) - 3000]
+    assert received == BLOB[: len(BLOB) - 3]
 
 
 @pytest.mark.parametrize("header", ["bytes=5-2", "items=0-1", "bytes=0-1,4-5", "garbage"])

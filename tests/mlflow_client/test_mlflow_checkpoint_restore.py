@@ -57,5 +57,5 @@ def test_an_hf_checkpoint_saved_through_mlflow_is_restored_by_the_cli_and_a_tamp
         handle.write(b"\xff\xfe")
     done = CliRunner().invoke(main, ["checkpoint", "restore", str(ten), "--into", str(tmp_path / "bad")], env=env)
     assert done.exit_code == 1
-    assert f"Checkpoint {ten} sha256 mismatch: 'model.safetensors' has SHA-256" in done.output
+    assert f"checkpoint {ten} is corrupt: model.safetensors: the stored object's SHA-256 is" in done.output
     assert not (tmp_path / "bad").exists()

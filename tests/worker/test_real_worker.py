@@ -92,7 +92,8 @@ def test_a_real_worker_runs_resumes_refuses_tampering_and_dies_cleanly(deploymen
         ids["good"]["source_run"],
         ids["tampered"]["source_run"],
     )
-    checkpoints_before = rows(database, "SELECT * FROM checkpoints_checkpoint ORDER BY id")
+    others = "SELECT * FROM checkpoints_checkpoint WHERE id != ? ORDER BY id"
+    checkpoints_before = rows(database, others, ids["tampered"]["checkpoint"])
     log = tmp_path / "worker.log"
     with open(log, "wb") as output:
         worker = subprocess.Popen(
@@ -168,7 +169,12 @@ def test_a_real_worker_runs_resumes_refuses_tampering_and_dies_cleanly(deploymen
             )
             == sources_before
         )
-        assert rows(database, "SELECT * FROM checkpoints_checkpoint ORDER BY id") == checkpoints_before
+        assert rows(database, others, tampered["checkpoint"]) == checkpoints_before
+        # the tampered one's stored tar differs from its record: named corrupt (docs/design/checkpoints.md#damage)
+        ((state, error),) = rows(
+            database, "SELECT state, error FROM checkpoints_checkpoint WHERE id = ?", tampered["checkpoint"]
+        )
+        assert state == "corrupt" and error.startswith("the tar: the stored object's SHA-256 is"), error
 
         # SIGKILL the worker while the code runs: the code dies with it, the Job is not started again.
         marker = markers / f"{waiting['run_external_id']}.json"

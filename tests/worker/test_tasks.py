@@ -8,7 +8,7 @@ import stat
 import pytest
 
 from checkpoints import storage
-from checkpoints.models import Checkpoint, ManifestEntry
+from checkpoints.models import Checkpoint, CheckpointState, ManifestEntry
 from jobs import services as jobs_services
 from jobs.models import Job, JobKind, JobStatus, RunLogChunk, RunToken
 from jobs.services import job_abort, run_resume_from_checkpoint
@@ -233,7 +233,11 @@ def test_a_tampered_checkpoint_fails_the_job_and_the_code_never_starts(
     assert not RunToken.objects.filter(run=job.run).exists()
     assert job.run.status == RunStatus.FAILED
     assert job.error in log_of(job)
-    assert snapshot(failed_source_job.run) == before
+    checkpoint.refresh_from_db()  # its stored bytes differ from what was verified: it is named corrupt, nothing else
+    assert checkpoint.state == CheckpointState.CORRUPT and checkpoint.error.startswith("the tar: the stored object")
+    run_row, checkpoints, manifest = before
+    checkpoints[-1].update(state=CheckpointState.CORRUPT, error=checkpoint.error)
+    assert snapshot(failed_source_job.run) == (run_row, checkpoints, manifest)
     assert workdir_is_gone(settings, job)
     assert not list((settings.MADO_WORKER_WORKDIR).glob("**/escape"))
 
