@@ -206,9 +206,12 @@ def load_checkpoint(
     checkpoint holds but this call did not restore (no scheduler given,
     ``restore_rng=False``, a generator or the data position left out) is
     named in a WARNING line and sent to the server as the run's restore
-    report, and checked again at the first ``log_metrics`` (a scheduler
-    rebuilt, an RNG re-seeded, a loader restarted after this call;
-    ``mado_tracking.restore_check``).
+    report, and checked again at the first optimizer step (a value changed
+    after this call, such as the learning rate: ``mado_tracking.restore_changes``)
+    and the first ``log_metrics`` (a scheduler rebuilt, an RNG re-seeded, a
+    loader restarted after this call; ``mado_tracking.restore_check``). A
+    checkpoint that holds no data position reports it ``not_declared``,
+    naming ``save_checkpoint(..., data_position=...)``.
 
     Raises:
         FileNotFoundError: ``directory`` holds no ``mado-checkpoint.json``.
