@@ -202,6 +202,21 @@ def ended():
     hooks.run_ended.disconnect(dispatch_uid="tests.ended")
 
 
+@pytest.fixture
+def corrupt_events():
+    """``[(checkpoint id, reason)]`` of every ``runs.hooks.checkpoint_corrupt`` sent, in order."""
+    from runs import hooks
+
+    calls = []
+
+    def record(sender, *, checkpoint, reason, **kwargs):
+        calls.append((checkpoint.pk, reason))
+
+    hooks.checkpoint_corrupt.connect(record, dispatch_uid="tests.corrupt_events")
+    yield calls
+    hooks.checkpoint_corrupt.disconnect(dispatch_uid="tests.corrupt_events")
+
+
 @pytest.fixture(scope="session")
 def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix, tmp_path_factory):
     """On SQLite, the test database is a file rather than pytest-django's shared in-memory one.

@@ -7,7 +7,6 @@ import pytest
 
 from checkpoints.models import Artifact, Checkpoint, CheckpointState
 from checkpoints.services.scrub import checkpoint_scrub_pass
-from runs.hooks import checkpoint_corrupt
 from tests.checkpoints.checkpoint_helpers import save
 from tests.integration.conftest import S3_BUCKET as BUCKET
 
@@ -43,21 +42,9 @@ DAMAGE = {
 }
 
 
-@pytest.fixture
-def heard():
-    events = []
-
-    def receiver(sender, checkpoint, reason, **kwargs):
-        events.append((checkpoint.pk, reason))
-
-    checkpoint_corrupt.connect(receiver)
-    yield events
-    checkpoint_corrupt.disconnect(receiver)
-
-
 @pytest.mark.parametrize("kind", DAMAGE)
 def test_a_damaged_tar_on_s3_is_named_by_the_first_download(
-    postgres, s3_bucket, api, creator, member, run, kind, heard
+    postgres, s3_bucket, api, creator, member, run, kind, corrupt_events
 ):
     checkpoint = Checkpoint.objects.get(pk=save(api(creator), run, 10)["id"])
     key, size = _key(checkpoint), checkpoint.tar_size
@@ -69,13 +56,13 @@ def test_a_damaged_tar_on_s3_is_named_by_the_first_download(
     assert answer.json()["detail"].startswith(f"checkpoint {checkpoint.pk} is corrupt: {reason}")
     checkpoint.refresh_from_db()
     assert checkpoint.state == CheckpointState.CORRUPT and checkpoint.error.startswith(reason)
-    assert heard == [(checkpoint.pk, checkpoint.error)]
+    assert corrupt_events == [(checkpoint.pk, checkpoint.error)]
     assert api(member).get(f"/api/v1/checkpoints/{checkpoint.pk}/tar").status_code == 410
-    assert checkpoint_scrub_pass(rate=10**12).corrupt == [] and len(heard) == 1, "named once"
+    assert checkpoint_scrub_pass(rate=10**12).corrupt == [] and len(corrupt_events) == 1, "named once"
 
 
 def test_an_intact_tar_on_s3_is_trusted_by_its_fingerprint_until_rewritten(
-    postgres, s3_bucket, api, creator, member, run, heard
+    postgres, s3_bucket, api, creator, member, run, corrupt_events
 ):
     checkpoint = Checkpoint.objects.get(pk=save(api(creator), run, 10)["id"])
     first = api(member).get(f"/api/v1/checkpoints/{checkpoint.pk}/tar")
@@ -86,4 +73,4 @@ def test_an_intact_tar_on_s3_is_trusted_by_its_fingerprint_until_rewritten(
     s3_bucket.put_object(Bucket=BUCKET, Key=key, Body=_altered(_body(s3_bucket, key)))
     answer = api(member).get(f"/api/v1/checkpoints/{checkpoint.pk}/tar")
     assert answer.status_code == 410 and "the stored object's SHA-256 is" in answer.json()["detail"]
-    assert len(heard) == 1
+    assert len(corrupt_events) == 1

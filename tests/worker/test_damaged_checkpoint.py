@@ -14,7 +14,6 @@ from checkpoints.models import Artifact, Checkpoint, CheckpointState
 from checkpoints.services.scrub import checkpoint_scrub_pass
 from jobs.services import run_resume_from_checkpoint
 from mado_tracking.cli import main
-from runs.hooks import checkpoint_corrupt
 from tests.factories import api_key
 from tests.worker.helpers import stored_checkpoint
 from worker.errors import CheckpointMismatch
@@ -50,19 +49,6 @@ DAMAGE = {"deleted": _delete, "truncated": _truncate, "extended": _extend, "alte
 
 
 @pytest.fixture
-def heard():
-    """``checkpoint_corrupt`` events as ``(checkpoint id, reason)``."""
-    events = []
-
-    def receiver(sender, checkpoint, reason, **kwargs):
-        events.append((checkpoint.pk, reason))
-
-    checkpoint_corrupt.connect(receiver)
-    yield events
-    checkpoint_corrupt.disconnect(receiver)
-
-
-@pytest.fixture
 def damaged(failed_source_job, request):
     """``damaged(kind)``: a complete checkpoint of the failed Job's Run whose stored tar was then damaged; returns
     ``(checkpoint, the start of the reason every reader must give)``."""
@@ -75,36 +61,40 @@ def damaged(failed_source_job, request):
     return make
 
 
-def assert_named_once(checkpoint: Checkpoint, reason: str, heard: list) -> str:
+def assert_named_once(checkpoint: Checkpoint, reason: str, corrupt_events: list) -> str:
     checkpoint.refresh_from_db()
     assert checkpoint.state == CheckpointState.CORRUPT
     assert checkpoint.error.startswith(reason), checkpoint.error
-    assert heard == [(checkpoint.pk, checkpoint.error)], "one checkpoint_corrupt event, with the reason"
+    assert corrupt_events == [(checkpoint.pk, checkpoint.error)], "one checkpoint_corrupt event, with the reason"
     return checkpoint.error
 
 
-def assert_later_downloads_refuse(api, member, checkpoint: Checkpoint, error: str, heard: list) -> None:
+def assert_later_downloads_refuse(api, member, checkpoint: Checkpoint, error: str, corrupt_events: list) -> None:
     again = api(member).get(f"/api/v1/checkpoints/{checkpoint.pk}/tar")
     assert again.status_code == 410 and again.json()["error"] == "checkpoint_corrupt"
     assert again.json()["detail"] == f"checkpoint {checkpoint.pk} is corrupt: {error}"
-    assert len(heard) == 1, "a later read sends no second event"
+    assert len(corrupt_events) == 1, "a later read sends no second event"
 
 
 @pytest.mark.django_db
 @pytest.mark.parametrize("kind", DAMAGE)
-def test_a_download_names_it_before_any_byte(kind, damaged, api, member, heard, django_capture_on_commit_callbacks):
+def test_a_download_names_it_before_any_byte(
+    kind, damaged, api, member, corrupt_events, django_capture_on_commit_callbacks
+):
     checkpoint, reason = damaged(kind)
     with django_capture_on_commit_callbacks(execute=True):
         answer = api(member).get(f"/api/v1/checkpoints/{checkpoint.pk}/tar")
     assert answer.status_code == 410 and answer["Content-Type"] == "application/json"
     assert answer.json()["error"] == "checkpoint_corrupt" and reason in answer.json()["detail"]
-    error = assert_named_once(checkpoint, reason, heard)
-    assert_later_downloads_refuse(api, member, checkpoint, error, heard)
+    error = assert_named_once(checkpoint, reason, corrupt_events)
+    assert_later_downloads_refuse(api, member, checkpoint, error, corrupt_events)
 
 
 @pytest.mark.django_db
 @pytest.mark.parametrize("kind", DAMAGE)
-def test_the_worker_names_it(kind, damaged, api, member, creator, heard, tmp_path, django_capture_on_commit_callbacks):
+def test_the_worker_names_it(
+    kind, damaged, api, member, creator, corrupt_events, tmp_path, django_capture_on_commit_callbacks
+):
     checkpoint, reason = damaged(kind)
     job = run_resume_from_checkpoint(actor=creator, checkpoint=checkpoint)
     workdir = tmp_path / "job"
@@ -112,23 +102,23 @@ def test_the_worker_names_it(kind, damaged, api, member, creator, heard, tmp_pat
     with django_capture_on_commit_callbacks(execute=True), pytest.raises(CheckpointMismatch):
         prepare(job, workdir, lambda: None)
     assert not (workdir / "checkpoint").exists()
-    error = assert_named_once(checkpoint, reason, heard)
-    assert_later_downloads_refuse(api, member, checkpoint, error, heard)
+    error = assert_named_once(checkpoint, reason, corrupt_events)
+    assert_later_downloads_refuse(api, member, checkpoint, error, corrupt_events)
 
 
 @pytest.mark.django_db
 @pytest.mark.parametrize("kind", DAMAGE)
-def test_the_scrubber_names_it(kind, damaged, api, member, heard, django_capture_on_commit_callbacks):
+def test_the_scrubber_names_it(kind, damaged, api, member, corrupt_events, django_capture_on_commit_callbacks):
     checkpoint, reason = damaged(kind)
     with django_capture_on_commit_callbacks(execute=True):
         outcome = checkpoint_scrub_pass(rate=10**12)
     assert checkpoint.pk in outcome.corrupt
-    error = assert_named_once(checkpoint, reason, heard)
-    assert_later_downloads_refuse(api, member, checkpoint, error, heard)
+    error = assert_named_once(checkpoint, reason, corrupt_events)
+    assert_later_downloads_refuse(api, member, checkpoint, error, corrupt_events)
 
 
 @pytest.mark.parametrize("kind", DAMAGE)
-def test_mado_checkpoint_restore_names_it(kind, damaged, api, member, heard, live_server, tmp_path):
+def test_mado_checkpoint_restore_names_it(kind, damaged, api, member, corrupt_events, live_server, tmp_path):
     checkpoint, reason = damaged(kind)
     env = {"MMT_API_URL": live_server.url, "MMT_API_TOKEN": api_key(member), "MMT_CONFIG_DIR": str(tmp_path / "cfg")}
     into = tmp_path / "restored"
@@ -136,15 +126,15 @@ def test_mado_checkpoint_restore_names_it(kind, damaged, api, member, heard, liv
     assert done.exit_code == 1, done.output
     assert f"checkpoint {checkpoint.pk} is corrupt: {reason}" in done.output
     assert "HTTP 500" not in done.output and not into.exists()
-    error = assert_named_once(checkpoint, reason, heard)
+    error = assert_named_once(checkpoint, reason, corrupt_events)
     again = CliRunner().invoke(main, ["checkpoint", "restore", str(checkpoint.pk), "--into", str(into)], env=env)
     assert again.exit_code == 1 and f"checkpoint {checkpoint.pk} is corrupt: {error}" in again.output
-    assert len(heard) == 1
+    assert len(corrupt_events) == 1
 
 
 @pytest.mark.django_db
 def test_an_intact_tar_is_read_back_once_then_trusted_until_it_is_rewritten(
-    failed_source_job, api, member, heard, django_capture_on_commit_callbacks
+    failed_source_job, api, member, corrupt_events, django_capture_on_commit_callbacks
 ):
     checkpoint = stored_checkpoint(failed_source_job.run, 20)
     path = storage.artifact_storage().path(checkpoint.artifact.storage_key)
@@ -157,7 +147,7 @@ def test_an_intact_tar_is_read_back_once_then_trusted_until_it_is_rewritten(
     with django_capture_on_commit_callbacks(execute=True):
         second = api(member).get(f"/api/v1/checkpoints/{checkpoint.pk}/tar")
     assert second.status_code == 410 and reason in second.json()["detail"]
-    assert_named_once(checkpoint, reason, heard)
+    assert_named_once(checkpoint, reason, corrupt_events)
 
 
 @pytest.mark.django_db
