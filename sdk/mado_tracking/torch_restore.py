@@ -125,7 +125,7 @@ def _reference(obj):
 
 
 def _late_checks(restored: set, live: dict, generators: dict, step: int) -> list:
-    checks = [lambda first: _global_step(first, step)]
+    checks = [global_step_check(step)]
     for part in ("model", "optimizer", "scaler"):
         if part in restored and live.get(part) is not None:
             checks.append(_dropped_check(part, _reference(live[part])))
@@ -146,11 +146,20 @@ def _late_checks(restored: set, live: dict, generators: dict, step: int) -> list
     return checks
 
 
-def _global_step(first: int | None, step: int) -> Outcome:
-    if first is None or first >= step:
-        return {}
-    detail = f"the first metrics are at step {first}, below the checkpoint's step {step}: the loop restarted its count"
-    return {"global_step": (NOT_RESTORED, detail)}
+def global_step_check(step: int):
+    """The late check of a load at global ``step`` (steps completed): first metrics below it make ``global_step``
+    not restored (the loop restarted its count); also used by the framework integrations
+    (``mado_tracking.integrations.restore_report``)."""
+
+    def check(first: int | None) -> Outcome:
+        if first is None or first >= step:
+            return {}
+        detail = (
+            f"the first metrics are at step {first}, below the checkpoint's step {step}: the loop restarted its count"
+        )
+        return {"global_step": (NOT_RESTORED, detail)}
+
+    return check
 
 
 def _dropped_check(part: str, reference):

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import mado_tracking
 from mado_tracking import preemption as preemption_module
+from mado_tracking.integrations.restore_report import report_loaded
 
 try:
     from transformers import TrainerCallback
@@ -251,6 +252,7 @@ class MadoCallback(TrainerCallback):
         self._stop = None
         self._stopping = False
         self._warned: set[str] = set()
+        self._resuming: tuple[str, int] | None = None  # (directory, step) handed to trainer.train, until reported
 
     # -- the Run ---------------------------------------------------------------------------------------------------
 
@@ -280,14 +282,19 @@ class MadoCallback(TrainerCallback):
         if trainer is not None:
             self.setup(trainer.args, getattr(trainer, "state", None), getattr(trainer, "model", None))
         checkpoint = self.run.resume_checkpoint() if self.run is not None else mado_tracking.resume_checkpoint()
-        return _trainer_directory(checkpoint)
+        directory = _trainer_directory(checkpoint)
+        self._resuming = None if directory is None else (directory, checkpoint.step)
+        return directory
 
     # -- Trainer events --------------------------------------------------------------------------------------------
 
     def on_train_begin(self, args, state, control, model=None, **kwargs):
-        """Start the Run (``setup``) and, with ``preemption``, install the stop-signal handler until training ends
-        (a warning instead when the Trainer runs outside the main thread, where no signal arrives)."""
+        """Start the Run (``setup``), send the restore report of the checkpoint ``resume_from_checkpoint`` handed
+        out (``report_restored``) and, with ``preemption``, install the stop-signal handler until training ends (a
+        warning instead when the Trainer runs outside the main thread, where no signal arrives)."""
         self.setup(args, state, model)
+        if self._resuming is not None and state.is_world_process_zero:
+            self.report_restored(args, state)
         # only while training: an evaluation alone has no step end to check the flag at
         if self.preemption and self._stop is None:
             try:
@@ -356,6 +363,42 @@ class MadoCallback(TrainerCallback):
         self._stop = None
 
     # -- helpers ---------------------------------------------------------------------------------------------------
+
+    def report_restored(self, args, state):
+        """The restore report of the checkpoint ``resume_from_checkpoint`` handed out, from what the Trainer loaded
+        before ``on_train_begin`` (docs/integrations.md, "What a resume restored").
+
+        A Trainer at the checkpoint's global step was given the directory: it loaded the model, optimizer, scheduler
+        and scaler there, skips the batches already seen (the data position) unless ``args.ignore_data_skip``, and
+        sets the RNGs back from this process's ``rng_state*.pth`` before the first step. At another global step it
+        loaded nothing of it. Returns ``mado_tracking.restore_check.RestoreCheck``, or None when not resuming.
+        """
+        directory, step = self._resuming
+        self._resuming = None
+        holds = list(training_state(directory, step)["training_state"]["parts"])
+        if state.global_step != step:
+            why = (
+                f"the Trainer started at global step {state.global_step}, not at the checkpoint's {step}: pass "
+                "trainer.train(resume_from_checkpoint=resume_from_checkpoint(trainer))"
+            )
+            return report_loaded(
+                directory, step=step, holds=holds, not_loaded=dict.fromkeys([*holds, "global_step"], why)
+            )
+        not_loaded = {}
+        if args.ignore_data_skip:
+            not_loaded["data_position"] = (
+                "TrainingArguments(ignore_data_skip=True): the resumed epoch starts again at its first batch"
+            )
+        rng_file = f"rng_state_{args.process_index}.pth" if args.world_size > 1 else "rng_state.pth"
+        if not (Path(directory) / rng_file).is_file():
+            not_loaded.update(
+                dict.fromkeys(
+                    (part for part in holds if part.startswith("rng.")),
+                    f"the checkpoint has no {rng_file} (saved by another number of processes): the Trainer left "
+                    "the RNGs as they were",
+                )
+            )
+        return report_loaded(directory, step=step, holds=holds, not_loaded=not_loaded)
 
     def _log_checkpoint(self, args, state) -> None:
         step = state.global_step
