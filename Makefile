@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 # pip prints a warning per package for the machine's unused local index folders; hide only those.
 QUIET_PIP := 2>&1 | grep -v "is ignored: it is neither a file nor a directory" || true
 
-.PHONY: install install-dev demo test test-integration test-container image lint benchmark clean
+.PHONY: install install-dev mlflow-server demo test test-integration test-container image lint benchmark clean
 
 install: $(VENV)/.installed
 
@@ -26,6 +26,20 @@ $(VENV)/.installed-dev: $(VENV)/.installed
 	$(PY) -c "import pytest_django, pytest_timeout, playwright, moto, transformers, lightning, accelerate, torch; \
 		assert torch.__version__.startswith('2.13.0'), torch.__version__"
 	$(VENV)/bin/ruff --version
+	touch $@
+
+# A real MLflow server for the registry's parity test (tests/mlflow_client/test_mlflow_registry_parity.py): the full
+# `mlflow` of the very version of .venv's mlflow-skinny, in its own environment, since it brings what nothing else
+# needs (scikit-learn, scipy, pyarrow, matplotlib, alembic, …) and would slow every install. .ci/run builds it
+# in the background of the install and lint steps; without it that one test skips (fails under CI).
+MLFLOW_SERVER_VENV := .venv-mlflow-server
+MLFLOW_VERSION = $(shell $(PY) -c "import importlib.metadata as m; print(m.version('mlflow-skinny'))")
+mlflow-server: $(MLFLOW_SERVER_VENV)/.installed
+
+$(MLFLOW_SERVER_VENV)/.installed: $(VENV)/.installed
+	test -x $(MLFLOW_SERVER_VENV)/bin/python || $(PYTHON) -m venv $(MLFLOW_SERVER_VENV)
+	$(MLFLOW_SERVER_VENV)/bin/pip install --quiet "mlflow==$(MLFLOW_VERSION)" $(QUIET_PIP)
+	test "$$($(MLFLOW_SERVER_VENV)/bin/mlflow --version)" = "mlflow, version $(MLFLOW_VERSION)"
 	touch $@
 
 # `make demo PORT=8001` serves on another port (default 8000).
@@ -70,4 +84,4 @@ benchmark: install-dev
 	$(PY) benchmarks/metrics_ingest.py
 
 clean:
-	rm -rf $(VENV) var node_modules
+	rm -rf $(VENV) $(MLFLOW_SERVER_VENV) var node_modules

@@ -240,7 +240,7 @@ ROWS = {
     ML + "registered-models/search": {"GET": api_list()},
     ML + "registered-models/get-latest-versions": {"GET": mlflow_read(tokens=403), "POST": mlflow_read(tokens=403)},
     ML + "registered-models/set-tag": {"POST": member_write(200)},
-    ML + "registered-models/delete-tag": {"DELETE": member_write(404)},  # the tag is absent
+    ML + "registered-models/delete-tag": {"DELETE": member_write(200)},  # the tag is absent: a no-op, as on MLflow
     ML + "registered-models/alias": {
         "GET": mlflow_read(tokens=403),
         "POST": admin_only(200),
@@ -253,7 +253,7 @@ ROWS = {
     ML + "model-versions/search": {"GET": api_list()},
     ML + "model-versions/get-download-uri": {"GET": mlflow_read(tokens=403)},
     ML + "model-versions/set-tag": {"POST": member_write(200)},
-    ML + "model-versions/delete-tag": {"DELETE": member_write(404)},  # the tag is absent
+    ML + "model-versions/delete-tag": {"DELETE": member_write(200)},  # the tag is absent: a no-op, as on MLflow
     ML + "model-versions/transition-stage": {"POST": answers(401, 400, 400, 400, 400, 400, 400, 403, 403)},
     "api/^(?P<rest>2\\.0/mlflow/.*|3\\.0/mlflow/.*)$": {"GET": answers(*(404,) * 9), "POST": answers(*(404,) * 9)},
     # --- MLflow artifact API ------------------------------------------------------------------------

@@ -4,6 +4,8 @@ Models are looked up among the caller's (``RegisteredModel.objects.visible_to``)
 an invisible one answers as a missing one, RESOURCE_DOES_NOT_EXIST (404).
 """
 
+import re
+
 from django.db.models import F, Prefetch, Q
 
 from checkpoints.models import Artifact, Checkpoint, CheckpointLayout, ManifestEntry
@@ -15,6 +17,7 @@ from mlflow_api.tracking.translate import artifact_uri as run_uri
 from mlflow_api.tracking.translate import decode_page_token, encode_page_token, ms
 from runs.models import LoggedModel
 
+ALIAS = re.compile(r"^[A-Za-z0-9_-]{1,255}$")
 SEARCH_DEFAULT, SEARCH_MAX = 100, 1000  # registered models, as on an MLflow server
 VERSIONS_MAX = 200_000  # the client asks for 10,000 versions by default
 
@@ -33,23 +36,53 @@ def registered_model_get(*, user, name) -> RegisteredModel:
     return model
 
 
+def version_number(version) -> int:
+    """``version`` as MLflow reads it (Python's ``int``: ``"3"``, ``" 3"``, ``"+3"``); anything else →
+    INVALID_PARAMETER_VALUE (400) "Parameter 'version' must be an integer", before the model is looked up."""
+    try:
+        return int(str(version))
+    except ValueError:
+        raise _bad(f"Parameter 'version' must be an integer, got '{str(version)[:60]}'.") from None
+
+
 def model_version_get(*, user, name, version) -> ModelVersion:
-    """Version ``version`` (digits) of the user's model ``name``; else 404."""
+    """Version ``version`` of the user's model ``name``: a ``version`` that is not an integer → 400 (whether the
+    model exists or not, as on an MLflow server); an unknown model or version → 404."""
+    number = version_number(version)
     model = registered_model_get(user=user, name=name)
     found = None
-    if str(version).isdigit() and len(str(version)) < 10:
-        found = _versions().filter(registered_model=model, version=int(version)).first()
+    if 0 < number < 2**31:
+        found = _versions().filter(registered_model=model, version=number).first()
     if found is None:
         raise MlflowError(RESOURCE_DOES_NOT_EXIST, f"Model Version (name={model.name}, version={version}) not found")
     return found
 
 
+def check_alias_name(alias) -> str:
+    """An alias as a name: letters, digits, ``_`` and ``-`` (1..255); else INVALID_PARAMETER_VALUE (400). Setting one
+    also refuses ``latest`` and ``v<number>`` (``services.check_alias``)."""
+    if not isinstance(alias, str) or not ALIAS.match(alias):
+        raise _bad(
+            "alias must be 1 to 255 letters, digits, '_' or '-', and neither 'latest' nor 'v<number>' "
+            f"(got {str(alias)[:60]!r})"
+        )
+    return alias
+
+
 def model_version_by_alias(*, user, name, alias) -> ModelVersion:
-    """The version alias ``alias`` of the user's model ``name`` points at; else 404."""
+    """The version alias ``alias`` of the user's model ``name`` points at, as an MLflow server answers: a malformed
+    alias → 400, an unknown model → 404, ``latest`` (any case) → the newest version (none: 404), an alias that is
+    not set → 400 INVALID_PARAMETER_VALUE "Registered model alias … not found."."""
+    alias = check_alias_name(alias)
     model = registered_model_get(user=user, name=name)
+    if alias.lower() == "latest":
+        newest = _versions().filter(registered_model=model).order_by("-version").first()
+        if newest is None:
+            raise MlflowError(RESOURCE_DOES_NOT_EXIST, f"Latest version not found for model {model.name}.")
+        return newest
     found = ModelAlias.objects.filter(registered_model=model, alias=alias).first()
     if found is None:
-        raise MlflowError(RESOURCE_DOES_NOT_EXIST, f"Registered model alias {alias} not found.")
+        raise _bad(f"Registered model alias {alias} not found.")
     return _versions().get(pk=found.version_id)
 
 
@@ -132,11 +165,21 @@ def registered_model_json(model: RegisteredModel) -> dict:
     }
 
 
-def _page(rows, *, max_results, page_token, maximum: int = SEARCH_MAX):
+def _page(rows, *, max_results, page_token, maximum: int = SEARCH_MAX, empty_below_one: bool = False):
+    """``(rows of the page, next_page_token or None)``. ``max_results``: an integer up to ``maximum``, else 400;
+    below 1 also 400, or with ``empty_below_one`` (registered models, as on an MLflow server) an empty page without a
+    next page."""
     size = max_results if max_results not in (None, "") else SEARCH_DEFAULT
-    if isinstance(size, bool) or not str(size).isdigit() or not 1 <= int(size) <= maximum:
-        raise _bad(f"max_results must be between 1 and {maximum}")
-    size, offset = int(size), decode_page_token(page_token)
+    try:
+        size = None if isinstance(size, bool) else int(str(size))
+    except ValueError:
+        size = None
+    least = None if empty_below_one else 1
+    if size is None or size > maximum or (least is not None and size < least):
+        raise _bad(f"max_results must be between {least or 0} and {maximum}")
+    offset = decode_page_token(page_token)
+    if size < 1:
+        return [], None
     page = list(rows[offset : offset + size + 1])
     return page[:size], encode_page_token(offset + size) if len(page) > size else None
 
@@ -190,7 +233,9 @@ def registered_model_search(*, user, filter_string="", order_by=None, max_result
         Prefetch("versions", queryset=_versions().prefetch_related("aliases").order_by("-version")),
         Prefetch("aliases", queryset=ModelAlias.objects.select_related("version")),
     )
-    return _page(_ordered(rows, order_by, ["name"]), max_results=max_results, page_token=page_token)
+    return _page(
+        _ordered(rows, order_by, ["name"]), max_results=max_results, page_token=page_token, empty_below_one=True
+    )
 
 
 def model_version_search(*, user, filter_string="", order_by=None, max_results=None, page_token=None):
@@ -207,9 +252,17 @@ def model_version_search(*, user, filter_string="", order_by=None, max_results=N
     )
 
 
+STAGES = ("none", "staging", "production", "archived")  # MLflow's stage names (any case)
+
+
 def latest_versions(*, model: RegisteredModel, stages) -> list[ModelVersion]:
     """MLflow's latest version per stage: every version is in stage "None", so the newest one (none when ``stages``
-    names only other stages)."""
+    names only other stages); a name that is not one of MLflow's stages → 400, as on an MLflow server."""
+    unknown = [str(stage) for stage in stages or [] if str(stage).lower() not in STAGES]
+    if unknown:
+        raise _bad(
+            f"Invalid Model Version stage: {unknown[0][:60]}. Value must be one of None, Staging, Production, Archived."
+        )
     if stages and not any(str(stage).lower() == "none" for stage in stages):
         return []
     latest = _versions().filter(registered_model=model).order_by("-version").first()

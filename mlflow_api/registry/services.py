@@ -32,13 +32,12 @@ from mado.audit import audit_record
 from mado.errors import Forbidden
 from mlflow_api.errors import INVALID_PARAMETER_VALUE, RESOURCE_ALREADY_EXISTS, RESOURCE_DOES_NOT_EXIST, MlflowError
 from mlflow_api.models import ModelAlias, ModelVersion, RegisteredModel
-from mlflow_api.registry.selectors import checkpoint_logged_model, checkpoint_uri
+from mlflow_api.registry.selectors import check_alias_name, checkpoint_logged_model, checkpoint_uri
 from mlflow_api.tracking.services import MAX_TAGS, TAG_VALUE_MAX, key_values
 from runs.models import LoggedModel, Project, Run
 
 NAME_MAX = 250
 _BAD_NAME = re.compile(r"[/@%#?\x00-\x1f\x7f]")
-_ALIAS = re.compile(r"^[A-Za-z0-9_-]{1,255}$")
 _VERSION_LIKE = re.compile(r"^[vV]\d+$")
 DESCRIPTION_MAX = 5000
 PROJECT_TAG = "mado.project"  # names the Project a new model is placed in (its slug or experiment id)
@@ -57,12 +56,13 @@ def check_model_name(name) -> str:
 
 
 def check_alias(alias) -> str:
-    """An alias: letters, digits, ``_`` and ``-`` (1..255), not ``latest`` nor ``v<number>`` (MLflow's rule); else
-    400."""
-    if not isinstance(alias, str) or not _ALIAS.match(alias) or alias.lower() == "latest" or _VERSION_LIKE.match(alias):
+    """An alias to set: a well-formed name (``selectors.check_alias_name``), not ``latest`` nor ``v<number>`` (MLflow's
+    rule: ``@latest`` is the newest version); else 400."""
+    alias = check_alias_name(alias)
+    if alias.lower() == "latest" or _VERSION_LIKE.match(alias):
         raise _bad(
             "alias must be 1 to 255 letters, digits, '_' or '-', and neither 'latest' nor 'v<number>' "
-            f"(got {str(alias)[:60]!r})"
+            f"(got {alias[:60]!r})"
         )
     return alias
 
@@ -164,21 +164,22 @@ def registered_model_rename(*, actor, model: RegisteredModel, new_name) -> Regis
 
 @transaction.atomic
 def registered_model_tag_set(*, actor, model: RegisteredModel, key, value) -> None:
-    """Set tag ``key`` (``value`` None: delete it; absent → 404) on the model (members)."""
+    """Set tag ``key`` on the model (members); ``value`` None deletes it, a no-op when it is not set (MLflow's
+    answer: 200, nothing changes nor is recorded)."""
     require_model_role(actor, model, policy.MEMBER)
     model = _locked_model(model)
     before = model.tags
-    model.tags = _tags_with(before, key, value, f"Registered model {model.name!r}")
-    model.save(update_fields=["tags", "updated_at"])
-    _audit_tag(actor, "registered_model", model, model.project_id, before, model.tags)
+    model.tags = _tags_with(before, key, value)
+    if model.tags != before:
+        model.save(update_fields=["tags", "updated_at"])
+        _audit_tag(actor, "registered_model", model, model.project_id, before, model.tags)
 
 
-def _tags_with(tags: dict, key, value, owner: str) -> dict:
+def _tags_with(tags: dict, key, value) -> dict:
+    """``tags`` with ``key`` set to ``value`` (a checked key and value, else 400), or without it (``value`` None)."""
     ((key, text),) = key_values([{"key": key, "value": value or ""}], "tag", 1, TAG_VALUE_MAX)
     if value is not None:
         return {**tags, key: text}
-    if key not in tags:
-        raise MlflowError(RESOURCE_DOES_NOT_EXIST, f"{owner} has no tag with key {key!r}.")
     return {k: v for k, v in tags.items() if k != key}
 
 
@@ -287,13 +288,15 @@ def model_version_update(*, actor, version: ModelVersion, description) -> ModelV
 
 @transaction.atomic
 def model_version_tag_set(*, actor, version: ModelVersion, key, value) -> None:
-    """Set tag ``key`` (``value`` None: delete it; absent → 404) on the version (members)."""
+    """Set tag ``key`` on the version (members); ``value`` None deletes it, a no-op when it is not set (as on an
+    MLflow server)."""
     require_model_role(actor, version.registered_model, policy.MEMBER)
     row = ModelVersion.objects.select_for_update().select_related("registered_model").get(pk=version.pk)
     before = row.tags
-    row.tags = _tags_with(before, key, value, f"Model version {version}")
-    row.save(update_fields=["tags", "updated_at"])
-    _audit_tag(actor, "model_version", row, row.registered_model.project_id, before, row.tags)
+    row.tags = _tags_with(before, key, value)
+    if row.tags != before:
+        row.save(update_fields=["tags", "updated_at"])
+        _audit_tag(actor, "model_version", row, row.registered_model.project_id, before, row.tags)
 
 
 @transaction.atomic
@@ -336,12 +339,15 @@ def model_alias_set(*, actor, model: RegisteredModel, alias, version: ModelVersi
 
 
 @transaction.atomic
-def model_alias_delete(*, actor, model: RegisteredModel, alias) -> None:
-    """Remove ``alias`` (Project admins); an alias that is not set → 404."""
+def model_alias_delete(*, actor, model: RegisteredModel, alias, missing_ok: bool = False) -> None:
+    """Remove ``alias`` (Project admins). An alias that is not set: with ``missing_ok`` (the MLflow API, as an MLflow
+    server answers) nothing happens, else 404 (the model page says so)."""
     require_model_role(actor, model, policy.ADMIN)
     model = _locked_model(model)
     row = _alias_row(model, alias)
     if row is None:
+        if missing_ok:
+            return
         raise MlflowError(RESOURCE_DOES_NOT_EXIST, f"Registered model alias {alias!r} not found.")
     _audit(actor, "model_alias.delete", row, model.project_id, {"version": [row.version.version, None]})
     row.delete()

@@ -84,7 +84,7 @@ def registered_model_delete(request, user, data):
 @endpoint("GET")
 def registered_model_search(request, user, data):
     """``registered-models/search?filter=&max_results=&order_by=&page_token=`` → ``{registered_models,
-    next_page_token?}``."""
+    next_page_token?}``; ``max_results`` up to 1000 (below 1: an empty page, as on an MLflow server), else 400."""
     models, token = selectors.registered_model_search(
         user=user,
         filter_string=str_arg(data, "filter", required=False, max_length=4000),
@@ -97,7 +97,8 @@ def registered_model_search(request, user, data):
 
 @endpoint("POST", "GET")
 def registered_model_latest_versions(request, user, data):
-    """``registered-models/get-latest-versions`` ``{name, stages?}`` → ``{model_versions}``."""
+    """``registered-models/get-latest-versions`` ``{name, stages?}`` → ``{model_versions}``; a stage that is not one
+    of MLflow's → 400."""
     found = selectors.latest_versions(model=_model(user, data), stages=_list(data.get("stages")))
     return {"model_versions": [model_version_json(v) for v in found]}
 
@@ -113,22 +114,25 @@ def registered_model_set_tag(request, user, data):
 
 @endpoint("DELETE")
 def registered_model_delete_tag(request, user, data):
-    """``registered-models/delete-tag`` ``{name, key}``: 404 when not set; ``{}``."""
+    """``registered-models/delete-tag`` ``{name, key}`` → ``{}``, also when the tag is not set (as on an MLflow
+    server); an unknown model → 404."""
     services.registered_model_tag_set(actor=user, model=_model(user, data), key=data.get("key"), value=None)
     return {}
 
 
 @endpoint("POST", "GET", "DELETE")
 def registered_model_alias(request, user, data):
-    """``registered-models/alias``: POST ``{name, alias, version}`` sets it, DELETE ``{name, alias}`` removes it
-    (Project admins; ``{}``); GET ``?name=&alias=`` → ``{model_version}``."""
+    """``registered-models/alias``, as an MLflow server answers: POST ``{name, alias, version}`` sets it, DELETE
+    ``{name, alias}`` removes it (Project admins; ``{}``, also when it is not set); GET ``?name=&alias=`` →
+    ``{model_version}`` (``latest``: the newest version), an alias that is not set → 400 INVALID_PARAMETER_VALUE.
+    An unknown model → 404."""
     alias = str_arg(data, "alias", max_length=255)
     if request.method == "GET":
         version = selectors.model_version_by_alias(user=user, name=str_arg(data, "name", max_length=250), alias=alias)
         return {"model_version": model_version_json(version)}
     model = _model(user, data)
     if request.method == "DELETE":
-        services.model_alias_delete(actor=user, model=model, alias=alias)
+        services.model_alias_delete(actor=user, model=model, alias=alias, missing_ok=True)
     else:
         version = _version(user, data)
         services.model_alias_set(actor=user, model=model, alias=alias, version=version)
@@ -164,7 +168,8 @@ def model_version_create(request, user, data):
 
 @endpoint("GET")
 def model_version_get(request, user, data):
-    """``model-versions/get?name=&version=`` → ``{model_version}``."""
+    """``model-versions/get?name=&version=`` → ``{model_version}``; an unknown model or version → 404, a version
+    that is not an integer → 400 (so for every ``version`` below)."""
     return {"model_version": model_version_json(_version(user, data))}
 
 
@@ -187,7 +192,7 @@ def model_version_delete(request, user, data):
 @endpoint("GET")
 def model_version_search(request, user, data):
     """``model-versions/search?filter=&max_results=&order_by=&page_token=`` → ``{model_versions,
-    next_page_token?}``."""
+    next_page_token?}``; ``max_results`` 1 to 200,000, else 400."""
     versions, token = selectors.model_version_search(
         user=user,
         filter_string=str_arg(data, "filter", required=False, max_length=4000),
@@ -216,7 +221,8 @@ def model_version_set_tag(request, user, data):
 
 @endpoint("DELETE")
 def model_version_delete_tag(request, user, data):
-    """``model-versions/delete-tag`` ``{name, version, key}``: 404 when not set; ``{}``."""
+    """``model-versions/delete-tag`` ``{name, version, key}`` → ``{}``, also when the tag is not set; an unknown
+    model or version → 404, a version that is not an integer → 400."""
     services.model_version_tag_set(actor=user, version=_version(user, data), key=data.get("key"), value=None)
     return {}
 
