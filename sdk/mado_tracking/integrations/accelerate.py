@@ -54,6 +54,7 @@ from pathlib import Path
 
 from mado_tracking import preemption as preemption_module
 from mado_tracking.errors import MadoError
+from mado_tracking.integrations.restore_report import report_loaded
 from mado_tracking.staging import cache_root, make_read_only
 
 logger = logging.getLogger("mado_tracking")
@@ -179,6 +180,10 @@ def load_state(accelerator, run) -> int:
     mid-epoch position of a loader whose epoch order comes from the global RNG, or no RNG state for this process
     (a different number of processes).
 
+    The main process then sends the restore report (docs/integrations.md, "What a resume restored"): every part
+    the directory holds that the accelerator had an object for, its RNG state, the data position ``batches``
+    recorded, the global step.
+
     Raises ``ValueError`` when no model was prepared yet or ``run`` is None; what ``run.resume_checkpoint()``
     raises (``ResumeError``, ``CheckpointError``, ``ApiError``) on the process it failed on and ``MadoError``
     naming it on the others, also when the processes found different steps; what ``accelerator.load_state``
@@ -202,7 +207,9 @@ def load_state(accelerator, run) -> int:
         )
     accelerator.load_state(str(path))
     state.restored = _read_positions(path)
-    _warn_unrestorable(accelerator, state.restored, path)
+    position = _warn_unrestorable(accelerator, state.restored, path)
+    if accelerator.is_main_process:
+        _report(accelerator, path, step, state, position)
     logger.info("mado: resumed from checkpoint %s at step %d (%s)", checkpoint_id, step, path)
     return step
 
@@ -376,18 +383,19 @@ def _read_positions(path: Path) -> dict[int, DataPosition]:
         return {}
 
 
-def _warn_unrestorable(accelerator, restored: dict[int, DataPosition], path: Path) -> None:
-    """Say before training what of the data position this checkpoint cannot restore."""
+def _warn_unrestorable(accelerator, restored: dict[int, DataPosition], path: Path) -> dict[str, str]:
+    """Say before training what of the data position this checkpoint cannot restore; ``{"data_position": why}``
+    for a position it holds but cannot restore, else ``{}``."""
     loaders = list(getattr(accelerator, "_dataloaders", []))
     if not loaders or not accelerator.is_main_process:
-        return
+        return {}
     if not restored and not (path / "dl_state_dict.bin").exists():
         logger.warning(
             "mado: the checkpoint records no data position (the loop did not iterate with "
             "mado_tracking.integrations.accelerate.batches): every loader starts again at epoch 0, batch 0. Iterate "
             "with batches(accelerator, loader), or skip what was trained on with accelerator.skip_first_batches"
         )
-        return
+        return {}
     from torch.utils.data import RandomSampler
 
     for index, position in sorted(restored.items()):
@@ -406,6 +414,37 @@ def _warn_unrestorable(accelerator, restored: dict[int, DataPosition], path: Pat
                 position.epoch,
                 position.batches,
             )
+            return {
+                "data_position": f"loader {index}'s shuffled order came from the global RNG at the start of epoch "
+                f"{position.epoch}: use DataLoaderConfiguration(use_seedable_sampler=True)"
+            }
+    return {}
+
+
+def _report(accelerator, path: Path, step: int, state: _State, position: dict[str, str]) -> None:
+    """The restore report of ``accelerator.load_state(path)``: it loaded the file of each model, optimizer,
+    scheduler and the scaler the accelerator holds an object for, and the main process's RNG state (the RNG parts
+    of ``_training_state`` are those of ``random_states_0.pkl``)."""
+    holds = _training_state(accelerator, path, step, state)["parts"]
+    objects = {
+        "model": len(accelerator._models),
+        "optimizer": len(accelerator._optimizers),
+        "scheduler": len(accelerator._schedulers),
+        "scaler": int(accelerator.scaler is not None),
+    }
+    not_loaded = dict(position)
+    for part in holds:
+        kind, _, number = part.partition(".")
+        if kind in objects and int(number or 0) >= objects[kind]:
+            not_loaded[part] = f"the checkpoint holds it; accelerator.prepare was given {objects[kind]} {kind}(s)"
+    report_loaded(
+        path,
+        step=step,
+        holds=holds,
+        not_loaded=not_loaded,
+        declare_position="iterate with mado_tracking.integrations.accelerate.batches(accelerator, loader), so "
+        "save_state records the data position",
+    )
 
 
 def _training_state(accelerator, target: Path, step: int, state: _State) -> dict:

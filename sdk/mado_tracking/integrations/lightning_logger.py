@@ -25,6 +25,7 @@ except ImportError:  # the older package name, same API
 
 from mado_tracking._base import new_external_id
 from mado_tracking.errors import MadoError
+from mado_tracking.integrations.restore_report import report_loaded
 from mado_tracking.resume import ENV_NAMES, resume_checkpoint
 from mado_tracking.resume_mode import ENV_RESUME, ENV_RUN_ID
 
@@ -33,6 +34,8 @@ logger = logging.getLogger("mado_tracking")
 
 FRAMEWORK = "lightning"
 MAX_NAMED_KEYS = 10
+RESUME_CALLBACK = "MadoResume"  # MadoResume's state key in a checkpoint's "callbacks"
+WITHOUT_RESUME = "no MadoResume among the trainer's callbacks"
 # Lightning's finalize statuses that end the Run; "finished" also comes from the SLURM requeue handler
 # mid-training, to flush, and ends nothing.
 FINAL_STATUSES = {"success": "finished", "failed": "failed"}
@@ -149,6 +152,8 @@ class MadoLogger(pl.loggers.Logger):
         self._saved: dict[int, object] = {}  # global step → SavedCheckpoint or Future of this process's saves
         self._warned: set[str] = set()
         self.companion = None  # the MadoResume callback of the same trainer, which records what a checkpoint holds
+        self._resumed_from = None  # the ResumeCheckpoint resume_checkpoint() handed out
+        self._reported = False  # the first log_metrics looked for a resume to report
 
     # -- the Run ------------------------------------------------------------------------------------------------
 
@@ -207,8 +212,10 @@ class MadoLogger(pl.loggers.Logger):
         if self._run is None and (
             any(os.environ.get(name, "").strip() for name in ENV_NAMES) or not self._resume_mode()
         ):
-            return resume_checkpoint()
-        return self.run.resume_checkpoint()
+            self._resumed_from = resume_checkpoint()
+        else:
+            self._resumed_from = self.run.resume_checkpoint()
+        return self._resumed_from
 
     # -- Lightning's Logger interface ---------------------------------------------------------------------------
 
@@ -243,7 +250,36 @@ class MadoLogger(pl.loggers.Logger):
                 logger.warning("mado: run %s is finished; metrics logged after fit are not recorded", self.version)
             return
         values = {key: _number(value) for key, value in metrics.items()}
+        if not self._reported:
+            self._reported = True
+            if self.companion is None:
+                self._report_without_resume(step)
         self.run.log_metrics(values, step=step)
+
+    def _report_without_resume(self, step: int | None) -> None:
+        """The restore report of a fit resumed with this logger but no ``MadoResume`` (which reports otherwise),
+        sent before the first metrics: the parts of the ``.ckpt`` restored, the RNGs and the data position not
+        restored (Lightning keeps neither without ``MadoResume``), and a WARNING line saying how to fix it. A fit that
+        logs below the checkpoint's step was not given it: nothing of it is restored."""
+        checkpoint = self._resumed_from or resume_checkpoint()
+        if checkpoint is None:
+            return
+        found = sorted(Path(checkpoint.path).rglob("*.ckpt"))
+        holds = (read_parts(found[0]) if len(found) == 1 else None) or ["model", "optimizer"]
+        if step is not None and step < checkpoint.step:
+            why = f"fit did not resume from this checkpoint: pass trainer.fit(..., ckpt_path=resume_ckpt_path({_ME}))"
+            report_loaded(checkpoint.path, step=checkpoint.step, holds=holds, not_loaded=dict.fromkeys(holds, why))
+            return
+        not_loaded = dict.fromkeys(("rng.python", "rng.numpy", "rng.torch", "data_position"), WITHOUT_RESUME)
+        if report_loaded(checkpoint.path, step=checkpoint.step, holds=holds, not_loaded=not_loaded) is not None:
+            logger.warning(
+                "mado: WARNING: run %s resumed from checkpoint %s through MadoLogger without MadoResume: the random "
+                "number generators and the data position are not restored, so it will not continue as an "
+                "uninterrupted run would. Add MadoResume() to Trainer(callbacks=[...]) (and a ResumableDataLoader "
+                "for a position within an epoch)",
+                self.version,
+                checkpoint.id,
+            )
 
     @rank_zero_only
     def after_save_checkpoint(self, checkpoint_callback) -> None:
@@ -306,7 +342,7 @@ class MadoLogger(pl.loggers.Logger):
                 os.link(path, target)
             except OSError:  # another file system, or links not allowed
                 shutil.copyfile(path, target)
-            state = {"training_state": self.training_state(path.name, step, includes_optimizer), **(metadata or {})}
+            state = {"training_state": self.training_state(path, step, includes_optimizer), **(metadata or {})}
             try:
                 saved = self.run.log_checkpoint(
                     directory, step, includes_optimizer, FRAMEWORK, wait=wait, metadata=state
@@ -319,15 +355,14 @@ class MadoLogger(pl.loggers.Logger):
         self._saved[step] = saved
         return saved
 
-    def training_state(self, file: str, step: int, includes_optimizer: bool) -> dict:
-        """``{"parts": {part: {"file": file}}, "global_step": step}``: what the Lightning checkpoint ``file`` holds
-        (docs/design/checkpoints.md#metadata), as ``MadoResume`` saw it written, else model and optimizer."""
-        parts = None
-        if self.companion is not None:
-            parts = self.companion.parts_at(step)
+    def training_state(self, path, step: int, includes_optimizer: bool) -> dict:
+        """``{"parts": {part: {"file": <name>}}, "global_step": step}``: what the Lightning checkpoint file ``path``
+        holds (docs/design/checkpoints.md#metadata), as ``MadoResume`` saw it written, else as ``read_parts`` finds
+        it in the file, else the model and (``includes_optimizer``) the optimizer."""
+        parts = self.companion.parts_at(step) if self.companion is not None else None
         if parts is None:
-            parts = ["model", "optimizer"] if includes_optimizer else ["model"]
-        return {"parts": {part: {"file": file} for part in parts}, "global_step": step}
+            parts = read_parts(path) or (["model", "optimizer"] if includes_optimizer else ["model"])
+        return {"parts": {part: {"file": Path(path).name} for part in parts}, "global_step": step}
 
     def _warn_once(self, key: str, message: str) -> None:
         if key not in self._warned:
@@ -336,6 +371,45 @@ class MadoLogger(pl.loggers.Logger):
 
 
 _MISSING = object()
+_ME = "logger"
+
+
+def checkpoint_parts(checkpoint: Mapping) -> list[str]:
+    """The parts of the training state a Lightning checkpoint dict holds (docs/design/checkpoints.md#metadata):
+    ``model`` (``state_dict``), ``optimizer``, ``scheduler`` (``lr_schedulers``), ``scaler`` (a precision plugin's
+    state), ``rng.<name>`` for each RNG in ``MadoResume``'s state, and ``data_position`` (a stateful loader's state
+    in the fit loop)."""
+    parts = ["model"] if checkpoint.get("state_dict") else []
+    if checkpoint.get("optimizer_states"):
+        parts.append("optimizer")
+    if checkpoint.get("lr_schedulers"):
+        parts.append("scheduler")
+    if any(str(key).endswith("Precision") and value for key, value in checkpoint.items()):
+        parts.append("scaler")  # a precision plugin's state: the AMP gradient scaler
+    callbacks = checkpoint.get("callbacks") or {}
+    mine = next((state for key, state in callbacks.items() if str(key).startswith(RESUME_CALLBACK)), None) or {}
+    parts.extend(f"rng.{name}" for name in sorted(mine.get("rng") or {}))
+    fit_loop = ((checkpoint.get("loops") or {}).get("fit_loop") or {}).get("state_dict") or {}
+    if fit_loop.get("combined_loader"):
+        parts.append("data_position")
+    return parts
+
+
+def read_parts(path) -> list[str] | None:
+    """``checkpoint_parts`` of the Lightning checkpoint file ``path``, read without loading its tensors
+    (``torch.load(mmap=True, weights_only=True)``); None when it cannot be read so (an object ``weights_only``
+    refuses among the hyperparameters, not a zip file)."""
+    import pickle
+    import zipfile
+
+    import torch
+
+    try:
+        checkpoint = torch.load(path, map_location="cpu", mmap=True, weights_only=True)
+    except (OSError, RuntimeError, ValueError, pickle.UnpicklingError, zipfile.BadZipFile) as error:
+        logger.debug("mado: %s: its parts are not read (%s)", path, error)
+        return None
+    return checkpoint_parts(checkpoint) if isinstance(checkpoint, Mapping) else None
 
 
 def _canonical(value) -> str:

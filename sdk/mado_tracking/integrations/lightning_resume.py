@@ -16,7 +16,12 @@ from pathlib import Path
 import torch
 
 from mado_tracking import preemption as preemption_module
-from mado_tracking.integrations.lightning_logger import MadoLogger, pl  # one Lightning package for both classes
+from mado_tracking.integrations.lightning_logger import (  # one Lightning package for both classes
+    MadoLogger,
+    checkpoint_parts,
+    pl,
+)
+from mado_tracking.integrations.restore_report import report_loaded
 
 try:
     import numpy
@@ -90,7 +95,9 @@ class MadoResume(pl.Callback):
     (``rng_states``). On ``fit(ckpt_path=...)`` they are set back at ``on_train_start``, the last hook before
     the first batch is fetched. The data position is the loader's: Lightning saves and restores a loader with
     ``state_dict``/``load_state_dict`` (``ResumableDataLoader``); for one without, a run resumed mid-epoch
-    says so before its first step (a warning starting "data position not restored").
+    says so before its first step (a warning starting "data position not restored"). Then, in a resumed run,
+    the restore report goes to the server: every part of the ``.ckpt`` restored, save those named above
+    (docs/integrations.md, "What a resume restored").
 
     With ``preemption=True`` and a ``MadoLogger`` among the trainer's loggers, ``mado_tracking.preemption`` is
     installed from ``on_train_start`` to the end of training for ``signals`` (default SIGTERM and SIGUSR1),
@@ -110,6 +117,7 @@ class MadoResume(pl.Callback):
         self._pending_rng: dict | None = None
         self._loaded = False
         self._parts: dict[int, list[str]] = {}
+        self._holds: tuple[list[str], int | None] | None = None  # what fit(ckpt_path=...) loaded, until reported
 
     # -- the state in each checkpoint ---------------------------------------------------------------------------
 
@@ -121,19 +129,10 @@ class MadoResume(pl.Callback):
         self._pending_rng = state_dict.get("rng") if isinstance(state_dict, dict) else None
 
     def on_save_checkpoint(self, trainer, pl_module, checkpoint: dict) -> None:
-        parts = ["model"] if checkpoint.get("state_dict") else []
-        if checkpoint.get("optimizer_states"):
-            parts.append("optimizer")
-        if checkpoint.get("lr_schedulers"):
-            parts.append("scheduler")
-        if any(key.endswith("Precision") and value for key, value in checkpoint.items()):
-            parts.append("scaler")  # a precision plugin's state: the AMP gradient scaler
-        mine = (checkpoint.get("callbacks") or {}).get(self.state_key) or {}
-        parts.extend(f"rng.{name}" for name in sorted(mine.get("rng") or {}))
-        fit_loop = ((checkpoint.get("loops") or {}).get("fit_loop") or {}).get("state_dict") or {}
-        if fit_loop.get("combined_loader"):
-            parts.append("data_position")
-        self._parts = {checkpoint.get("global_step", trainer.global_step): parts}
+        self._parts = {checkpoint.get("global_step", trainer.global_step): checkpoint_parts(checkpoint)}
+
+    def on_load_checkpoint(self, trainer, pl_module, checkpoint: dict) -> None:
+        self._holds = (checkpoint_parts(checkpoint), checkpoint.get("global_step"))
 
     def parts_at(self, step: int) -> list[str] | None:
         """The parts of the checkpoint last written at global step ``step``, or None."""
@@ -147,7 +146,7 @@ class MadoResume(pl.Callback):
             self._logger.companion = self
 
     def on_train_start(self, trainer, pl_module) -> None:
-        if self._loaded:
+        if self._loaded or self._holds is not None:
             self._restore(trainer)
         if self.preemption and self._logger is not None and self.stop is None:
             run = self._logger.run if trainer.is_global_zero else None
@@ -156,29 +155,53 @@ class MadoResume(pl.Callback):
     def _restore(self, trainer) -> None:
         self._loaded = False
         states, self._pending_rng = self._pending_rng, None
-        if states:
-            set_rng_states(states)
-        elif trainer.is_global_zero:
-            logger.warning(
-                "mado: random number generators not restored: the checkpoint holds no MadoResume state "
-                "(it was written without the callback); dropout and shuffling will differ from an uninterrupted run"
+        restored = set_rng_states(states) if states else []
+        not_loaded = {}
+        if not states:
+            not_loaded = dict.fromkeys(
+                ("rng.python", "rng.numpy", "rng.torch"),
+                "the checkpoint holds no MadoResume state (it was written without the callback)",
             )
+            if trainer.is_global_zero:
+                logger.warning(
+                    "mado: random number generators not restored: the checkpoint holds no MadoResume state (it was "
+                    "written without the callback); dropout and shuffling will differ from an uninterrupted run"
+                )
+        elif "cuda" in states and "cuda" not in restored:
+            not_loaded["rng.cuda"] = f"saved on {len(states['cuda'])} CUDA devices, not as many here"
         progress = trainer.fit_loop.epoch_loop.batch_progress.current
         total = trainer.num_training_batches
-        if not trainer.is_global_zero or not 0 < progress.processed < total:
+        if trainer.is_global_zero and 0 < progress.processed < total:
+            for loader in _loaders(trainer.train_dataloader):
+                if not stateful(loader):
+                    not_loaded["data_position"] = (
+                        f"{type(loader).__name__} has no state_dict: epoch {trainer.current_epoch} resumes at batch "
+                        f"{progress.processed} with batches from a fresh pass; use ResumableDataLoader"
+                    )
+                    logger.warning(
+                        "mado: data position not restored: %s has no state_dict, so epoch %d resumes at batch %d of "
+                        "%d with batches drawn from batch 0 of a fresh pass over the data, not the ones an "
+                        "uninterrupted run would see; use mado_tracking.integrations.lightning.ResumableDataLoader "
+                        "(or a loader with state_dict/load_state_dict) for an exact resume",
+                        type(loader).__name__,
+                        trainer.current_epoch,
+                        progress.processed,
+                        total,
+                    )
+        self._report(trainer, not_loaded)
+
+    def _report(self, trainer, not_loaded: dict[str, str]) -> None:
+        """The restore report of ``fit(ckpt_path=...)`` (docs/integrations.md, "What a resume restored"): Lightning
+        restored every part of the ``.ckpt`` and the fit loop's progress (the data position at an epoch boundary, or
+        within an epoch through a stateful loader), except ``not_loaded``; rank zero only."""
+        holds, self._holds = self._holds, None
+        if holds is None or not trainer.is_global_zero or not trainer.ckpt_path:
             return
-        for loader in _loaders(trainer.train_dataloader):
-            if not stateful(loader):
-                logger.warning(
-                    "mado: data position not restored: %s has no state_dict, so epoch %d resumes at batch %d of %d "
-                    "with batches drawn from batch 0 of a fresh pass over the data, not the ones an uninterrupted "
-                    "run would see; use mado_tracking.integrations.lightning.ResumableDataLoader (or a loader with "
-                    "state_dict/load_state_dict) for an exact resume",
-                    type(loader).__name__,
-                    trainer.current_epoch,
-                    progress.processed,
-                    total,
-                )
+        parts, step = holds
+        step = trainer.global_step if step is None else int(step)
+        if trainer.global_step != step:
+            not_loaded["global_step"] = f"the fit starts at global step {trainer.global_step}, not {step}"
+        report_loaded(Path(trainer.ckpt_path).parent, step=step, holds=[*parts, "data_position"], not_loaded=not_loaded)
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         stop = self.stop
@@ -207,10 +230,10 @@ class MadoResume(pl.Callback):
         self._forget()
 
     def _forget(self) -> None:
-        """The end of a trainer call: handlers back, and no RNG state left to set at a later fit (one loaded by
-        ``validate(ckpt_path=...)`` or a fit that failed before training)."""
+        """The end of a trainer call: handlers back, and no RNG state left to set or load to report at a later fit
+        (one loaded by ``validate(ckpt_path=...)`` or a fit that failed before training)."""
         self._uninstall()
-        self._loaded, self._pending_rng = False, None
+        self._loaded, self._pending_rng, self._holds = False, None, None
 
     def _uninstall(self) -> None:
         if self.stop is not None:
