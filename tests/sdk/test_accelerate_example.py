@@ -18,6 +18,7 @@ import pytest
 from checkpoints.models import Checkpoint, CheckpointState
 from mado_tracking.client import ApiClient
 from mado_tracking.config import Config
+from parity.models import RestoreReport
 from runs.models import MetricPoint, Run, RunStatus
 from tests.sdk.programs import job_resume_variables, run_example, signal_once_ready
 
@@ -147,3 +148,6 @@ def test_started_again_under_its_id_the_run_resumes_mid_epoch_from_its_latest_ch
     assert sorted(Checkpoint.objects.filter(run=run).values_list("step", flat=True)) == [10, 20, 30, 40]
     steps = list(MetricPoint.objects.filter(run=run, key="train.loss").values_list("step", flat=True))
     assert sorted(set(steps)) == list(range(40))
+    report = RestoreReport.objects.get(run=run)  # what the integration loaded: no "Resume ignored?"
+    assert set(report.parts.values()) == {"restored"}, report.details
+    assert Checkpoint.objects.get(pk=report.checkpoint_id).step == 20

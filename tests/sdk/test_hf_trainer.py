@@ -96,6 +96,7 @@ def test_the_same_run_started_again_in_an_empty_directory_resumes_from_its_step_
     mmt_env, tmp_path, uninterrupted
 ):
     from checkpoints.models import Checkpoint
+    from parity.models import RestoreReport
     from runs.models import MetricPoint, Run
 
     same_run = {**mmt_env, "MMT_RUN_ID": "hf-again"}
@@ -115,6 +116,9 @@ def test_the_same_run_started_again_in_an_empty_directory_resumes_from_its_step_
     assert list(Checkpoint.objects.filter(run=run).order_by("step").values_list("step", flat=True)) == [10, 20, 30, 40]
     steps = MetricPoint.objects.filter(run=run, key="train/loss").values_list("step", flat=True)
     assert sorted(set(steps)) == list(range(1, 41))  # one curve
+    report = RestoreReport.objects.get(run=run)  # what the integration loaded: no "Resume ignored?"
+    assert set(report.parts.values()) == {"restored"}, report.details
+    assert Checkpoint.objects.get(pk=report.checkpoint_id).step == 20
 
 
 def test_training_parameters_are_json_with_the_model_config_under_model_and_no_paths_or_tokens(tmp_path):

@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from checkpoints.models import Checkpoint
+from parity.models import RestoreReport
 from runs.models import Run, RunStatus
 from tests.sdk.lightning_fits import EXAMPLE_PATH
 
@@ -39,3 +40,6 @@ def test_a_same_run_resume_of_the_example_fetches_the_latest_checkpoint_and_ends
     assert run.status == RunStatus.FINISHED
     steps = sorted(Checkpoint.objects.filter(run=run).values_list("step", flat=True))
     assert steps == [10, 20, 30, 40]
+    report = RestoreReport.objects.get(run=run)  # what the integration loaded: no "Resume ignored?"
+    assert set(report.parts.values()) == {"restored"}, report.details
+    assert Checkpoint.objects.get(pk=report.checkpoint_id).step == 20

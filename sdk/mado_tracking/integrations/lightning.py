@@ -9,7 +9,9 @@
 
 - ``MadoLogger``: parameters, metrics at the global step, each ``ModelCheckpoint`` file a Checkpoint;
 - ``MadoResume``: every RNG in each checkpoint and set back on resume; a warning before the first step when the
-  data position cannot be restored; on SIGTERM/SIGUSR1 a complete Checkpoint at the next step, exit preempted;
+  data position cannot be restored, and the restore report of what ``fit(ckpt_path=...)`` loaded (without it,
+  ``MadoLogger`` reports the RNGs and the data position not restored); on SIGTERM/SIGUSR1 a complete Checkpoint
+  at the next step, exit preempted;
 - ``ResumableDataLoader`` / ``ResumableSampler``: a shuffled order that resumes mid-epoch;
 - ``resume_ckpt_path``: the ``.ckpt`` file to hand to ``fit(ckpt_path=...)`` in a resumed run, else None.
 

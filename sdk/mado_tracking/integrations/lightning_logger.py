@@ -262,12 +262,12 @@ class MadoLogger(pl.loggers.Logger):
         restored (Lightning keeps neither without ``MadoResume``), and a WARNING line saying how to fix it. A fit that
         logs below the checkpoint's step was not given it: nothing of it is restored."""
         checkpoint = self._resumed_from or resume_checkpoint()
-        if checkpoint is None:
+        found = sorted(Path(checkpoint.path).rglob("*.ckpt")) if checkpoint is not None else []
+        if len(found) != 1:  # not resuming, or not from a Lightning checkpoint (resume_ckpt_path refuses it)
             return
-        found = sorted(Path(checkpoint.path).rglob("*.ckpt"))
-        holds = (read_parts(found[0]) if len(found) == 1 else None) or ["model", "optimizer"]
+        holds = read_parts(found[0]) or ["model", "optimizer"]
         if step is not None and step < checkpoint.step:
-            why = f"fit did not resume from this checkpoint: pass trainer.fit(..., ckpt_path=resume_ckpt_path({_ME}))"
+            why = "fit did not resume from this checkpoint: pass trainer.fit(..., ckpt_path=resume_ckpt_path(logger))"
             report_loaded(checkpoint.path, step=checkpoint.step, holds=holds, not_loaded=dict.fromkeys(holds, why))
             return
         not_loaded = dict.fromkeys(("rng.python", "rng.numpy", "rng.torch", "data_position"), WITHOUT_RESUME)
@@ -371,7 +371,6 @@ class MadoLogger(pl.loggers.Logger):
 
 
 _MISSING = object()
-_ME = "logger"
 
 
 def checkpoint_parts(checkpoint: Mapping) -> list[str]:

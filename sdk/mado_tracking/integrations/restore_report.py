@@ -49,9 +49,8 @@ def report_loaded(
     Returns the check (``mado_tracking.restore_check.RestoreCheck``), or None when this process is not resuming
     from ``directory``. Never raises for the server (a report that cannot be sent is a warning).
     """
-    not_loaded = dict(not_loaded or {})
     parts = {part: (RESTORED, "") for part in holds}
-    parts.update({part: (NOT_RESTORED, detail) for part, detail in not_loaded.items()})
+    parts.update({part: (NOT_RESTORED, detail) for part, detail in (not_loaded or {}).items()})
     parts.setdefault("global_step", (RESTORED, ""))
     parts.setdefault("data_position", (NOT_DECLARED, declare_position))
     reportable = {
