@@ -70,6 +70,8 @@ def mlflow_server(tmp_path):
         if os.environ.get("CI"):
             pytest.fail(f"{reason}; CI must provide it (.ci/run builds it)")
         pytest.skip(reason)
+    if not list(SERVER_VENV.glob(f"lib/python*/site-packages/mlflow-{mlflow.__version__}.dist-info")):
+        pytest.fail(f"{SERVER_VENV} holds another mlflow than the client's {mlflow.__version__}: make mlflow-server")
     url = f"http://127.0.0.1:{_free_port()}"
     log_path = tmp_path / "mlflow-server.log"
     command = [str(executable), "server", "--backend-store-uri", f"sqlite:///{tmp_path / 'mlflow.db'}"]
