@@ -25,6 +25,8 @@ from itertools import islice
 from django.core.files import File
 from django.core.files.storage import storages
 
+from mado.outages import StorageUnreachable
+
 CHUNK_SIZE = 1024 * 1024  # bytes read or written at a time (1 MiB)
 S3_RANGE_PART = 8 * 1024 * 1024  # bytes of one ranged GET when a long S3 range is read
 S3_RANGE_PARALLEL = 4  # ranged GETs in flight at once (and parts held in memory)
@@ -136,10 +138,11 @@ def blob_write_through(*, source, prefix: str, on_chunk) -> tuple[str, int]:
 def _write(reader: StreamReader, prefix: str) -> str:
     key = new_storage_key(prefix)
     try:
-        return artifact_storage().save(key, _StreamFile(reader, name=key))
+        stored = artifact_storage().save(key, _StreamFile(reader, name=key))
     except BaseException:
         blob_delete_quietly(key)
         raise
+    return stored
 
 
 def blob_digest(*, source) -> StoredBlob:
@@ -392,7 +395,9 @@ SETTLE_S = 2
 def blob_fingerprint(key: str) -> StoredStat | None:
     """``StoredStat`` of blob ``key``, None when the storage has no such object (docs/design/checkpoints.md#damage).
 
-    One ``stat`` (FileSystemStorage) or S3 HEAD; any other error (an outage) propagates.
+    One ``stat`` (FileSystemStorage) or S3 HEAD. Raises ``StorageUnreachable`` (an outage, answered 503) when the
+    file system refuses the stat, or when the object is absent and so is the storage itself (``check_reachable``: a
+    volume not mounted is not a missing object); S3 errors other than 404 propagate (outages too).
     """
     s3 = s3_storage()
     if s3 is not None:
@@ -401,19 +406,49 @@ def blob_fingerprint(key: str) -> StoredStat | None:
             head = client.head_object(Bucket=bucket, Key=name)
         except Exception as exc:
             if is_missing(exc):
-                return None
+                return _absent()
             raise
         size = int(head["ContentLength"])
-        return StoredStat(size, f"s3:{size}:{head.get('ETag', '')}:{head.get('LastModified', '')}", True)
-    storage = artifact_storage()
-    if not hasattr(storage, "path"):  # another backend: no fingerprint, so every check reads the bytes
-        return StoredStat(storage.size(key), "", False) if storage.exists(key) else None
+        found = StoredStat(size, f"s3:{size}:{head.get('ETag', '')}:{head.get('LastModified', '')}", True)
+    else:
+        storage = artifact_storage()
+        if not hasattr(storage, "path"):  # another backend: no fingerprint, so every check reads the bytes
+            return StoredStat(storage.size(key), "", False) if storage.exists(key) else _absent()
+        try:
+            stat = os.stat(storage.path(key))
+        except FileNotFoundError:
+            return _absent()
+        except OSError as exc:
+            raise StorageUnreachable(f"the artifact storage cannot be read: {exc}") from exc
+        settled = time.time_ns() - stat.st_mtime_ns > SETTLE_S * 1_000_000_000
+        found = StoredStat(stat.st_size, f"fs:{stat.st_size}:{stat.st_mtime_ns}:{stat.st_ino}", settled)
+    return found
+
+
+def _absent() -> None:
+    check_reachable()
+
+
+def check_reachable() -> None:
+    """Before an absent object is called missing: ``StorageUnreachable`` when the storage itself is absent, an S3
+    bucket that does not answer HEAD or a storage root that is gone or empty (a volume not mounted leaves an empty
+    mount point; a deleted object leaves its directories)."""
     try:
-        found = os.stat(storage.path(key))
-    except FileNotFoundError:
-        return None
-    settled = time.time_ns() - found.st_mtime_ns > SETTLE_S * 1_000_000_000
-    return StoredStat(found.st_size, f"fs:{found.st_size}:{found.st_mtime_ns}:{found.st_ino}", settled)
+        if s3_storage() is not None:
+            client, bucket, _name = _s3_target("")
+            client.head_bucket(Bucket=bucket)
+            return
+        root = getattr(artifact_storage(), "location", None)
+        if root is None:
+            return
+        with os.scandir(root) as entries:
+            if next(entries, None) is not None:
+                return
+        raise StorageUnreachable(f"the artifact storage's root {root} is empty: is its volume mounted?")
+    except StorageUnreachable:
+        raise
+    except Exception as exc:
+        raise StorageUnreachable(f"the artifact storage cannot be read: {exc}") from exc
 
 
 def is_missing(exc: BaseException) -> bool:

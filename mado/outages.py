@@ -80,8 +80,13 @@ DATABASE_ERRORS = (DjangoOperationalError, DjangoInterfaceError, psycopg.Operati
 BROKER_ERRORS = (kombu.exceptions.OperationalError, redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
 
 
+class StorageUnreachable(Exception):
+    """The artifact storage cannot be read (a file system that answers EIO / EACCES / ESTALE, a volume not mounted:
+    its marker is gone): an outage, never a sign that a stored object is damaged (docs/design/checkpoints.md#damage)."""
+
+
 def _storage_unavailable(exc: BaseException) -> bool:
-    if isinstance(exc, (S3ConnectionError, S3HttpClientError)):
+    if isinstance(exc, (StorageUnreachable, S3ConnectionError, S3HttpClientError)):
         return True
     if isinstance(exc, S3ClientError):
         error = exc.response.get("Error", {})

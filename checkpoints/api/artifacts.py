@@ -113,13 +113,13 @@ def ranged_download(request, artifact) -> StreamingHttpResponse | Response:
     tar downloads. A stored object missing or differing from its record answers 410 ``checkpoint_corrupt`` (its
     checkpoint turned corrupt) or ``artifact_damaged`` before any byte is sent (docs/design/checkpoints.md#damage).
     """
-    integrity.artifact_check_stored(artifact)
     etag = f'"{artifact.sha256}"'
     header = request.META.get("HTTP_RANGE")
     if request.META.get("HTTP_IF_RANGE", etag) != etag:
         header = None
     try:
         byte_range = parse_range(header, artifact.size)
+        integrity.artifact_check_stored(artifact, from_first_byte=byte_range is None or byte_range[0] == 0)
     except RangeNotSatisfiable:
         return Response(
             {"error": "range_not_satisfiable", "detail": f"the file has {artifact.size} bytes", "field": "Range"},

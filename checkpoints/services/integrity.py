@@ -34,32 +34,39 @@ class ArtifactDamaged(UserError):
     code = "artifact_damaged"
 
 
-def stored_object_problem(artifact: Artifact, *, what: str, read_always: bool = False) -> str:
+READ_ALWAYS, READ_IF_CHANGED, READ_NEVER = "always", "if changed", "never"
+
+
+def stored_object_problem(artifact: Artifact, *, what: str, read: str = READ_IF_CHANGED) -> str:
     """``""`` when ``artifact``'s stored object matches its record, else the reason, starting with ``what``.
 
-    A stat (or S3 HEAD) first: a missing object or another size is a reason at once. When the stat's fingerprint is
-    the one recorded the last time the bytes were read back whole and matched, they are not read again (a rewrite
-    changes the fingerprint) unless ``read_always`` (the scrubber, which looks for damage a stat cannot see); else
-    the bytes are read and hashed (constant memory) and, when they match, the fingerprint is recorded. Raises what
-    the storage raises for an outage (answered 503 by ``mado.outages``).
+    A stat (or S3 HEAD) first: a missing object or another size is a reason at once. Then the bytes are read and
+    hashed (constant memory) per ``read``: ``READ_ALWAYS`` (the scrubber, which looks for damage a stat cannot
+    see); ``READ_IF_CHANGED`` unless the stat's fingerprint is the one recorded the last time they were read back
+    whole and matched (a rewrite changes it); ``READ_NEVER`` (a ranged read that does not start at the first byte:
+    the request for the first byte reads them, so parallel ranged GETs read the object back once, not once each).
+    A read that matches records the fingerprint. Raises ``StorageUnreachable`` or the storage's own error for an
+    outage (answered 503 by ``mado.outages``): never a reason.
     """
     found = storage.blob_fingerprint(artifact.storage_key)
     if found is None:
         return f"{what}: the stored object is missing"
     if found.size != artifact.size:
         return f"{what}: the stored object is {found.size} bytes, {artifact.size} were verified"
-    if not read_always and found.fingerprint and found.fingerprint == artifact.stored_fingerprint:
+    trusted = found.fingerprint and found.fingerprint == artifact.stored_fingerprint
+    if read == READ_NEVER or (read == READ_IF_CHANGED and trusted):
         return ""
     try:
-        read = storage.blob_stat(artifact.storage_key)
+        back = storage.blob_stat(artifact.storage_key)
     except Exception as exc:
         if storage.is_missing(exc):
+            storage.check_reachable()
             return f"{what}: the stored object is missing"
         raise
-    if read.size != artifact.size:
-        return f"{what}: the stored object is {read.size} bytes, {artifact.size} were verified"
-    if read.sha256 != artifact.sha256:
-        return f"{what}: the stored object's SHA-256 is {read.sha256}, {artifact.sha256} was verified"
+    if back.size != artifact.size:
+        return f"{what}: the stored object is {back.size} bytes, {artifact.size} were verified"
+    if back.sha256 != artifact.sha256:
+        return f"{what}: the stored object's SHA-256 is {back.sha256}, {artifact.sha256} was verified"
     if found.settled and found.fingerprint and found.fingerprint != artifact.stored_fingerprint:
         Artifact.objects.filter(pk=artifact.pk, storage_key=artifact.storage_key).update(
             stored_fingerprint=found.fingerprint
@@ -68,15 +75,20 @@ def stored_object_problem(artifact: Artifact, *, what: str, read_always: bool = 
     return ""
 
 
-def artifact_check_stored(artifact: Artifact) -> None:
-    """Before ``artifact``'s bytes are sent: raise ``CheckpointCorrupt`` (its checkpoint turned ``corrupt``) or
-    ``ArtifactDamaged`` (a file of no checkpoint) when the stored object is missing or differs from its record.
+def artifact_check_stored(artifact: Artifact, *, from_first_byte: bool = True) -> None:
+    """Before ``artifact``'s bytes are sent: raise ``CheckpointCorrupt`` when it belongs to a checkpoint that is
+    ``corrupt`` or becomes so now, ``ArtifactDamaged`` (a file of no checkpoint) when the stored object is missing or
+    differs from its record.
 
-    Cheap when nothing changed since the bytes were last read back whole (one stat); the first read after a
-    rewrite, or ever, hashes the object once before answering (docs/design/checkpoints.md#damage).
+    Cheap when nothing changed since the bytes were last read back whole (one stat); the first read from the first
+    byte after a rewrite, or ever, hashes the object once before answering; a read from a later byte
+    (``from_first_byte`` False) only stats it (docs/design/checkpoints.md#damage).
     """
     holders = _holders(artifact)
-    reason = stored_object_problem(artifact, what=holders[0][1] if holders else artifact.path)
+    for checkpoint, _what in holders:
+        checkpoint_refuse_corrupt(checkpoint)  # a corrupt checkpoint is never downloaded, not even its intact files
+    read = READ_IF_CHANGED if from_first_byte else READ_NEVER
+    reason = stored_object_problem(artifact, what=holders[0][1] if holders else artifact.path, read=read)
     if not reason:
         return
     for checkpoint, _what in holders:
@@ -92,9 +104,10 @@ def checkpoint_refuse_corrupt(checkpoint: Checkpoint) -> None:
         raise CheckpointCorrupt(f"checkpoint {checkpoint.pk} is corrupt: {checkpoint.error}", field="checkpoint")
 
 
-def checkpoint_problem(checkpoint: Checkpoint, *, read_always: bool = True) -> str:
+def checkpoint_problem(checkpoint: Checkpoint) -> str:
     """``""`` when every stored object of ``checkpoint`` (its tar, or each file of a checkpoint stored file by file)
-    matches its record, else the first reason (``stored_object_problem``). Raises on a storage outage."""
+    matches its record, else the first reason (``stored_object_problem``, every byte read). Raises on a storage
+    outage."""
     if checkpoint.layout == CheckpointLayout.FILES:
         entries = ManifestEntry.objects.filter(checkpoint=checkpoint).select_related("artifact").order_by("path")
         objects = [(entry.artifact, entry.path) for entry in entries]
@@ -103,7 +116,7 @@ def checkpoint_problem(checkpoint: Checkpoint, *, read_always: bool = True) -> s
     for artifact, what in objects:
         if artifact is None:
             return f"{what} has no stored object"
-        reason = stored_object_problem(artifact, what=what, read_always=read_always)
+        reason = stored_object_problem(artifact, what=what, read=READ_ALWAYS)
         if reason:
             return reason
     return ""
@@ -144,8 +157,8 @@ def checkpoint_mark_corrupt(checkpoint: Checkpoint, reason: str) -> bool:
 
 
 def _holders(artifact: Artifact) -> list[tuple[Checkpoint, str]]:
-    """The complete checkpoints whose bytes ``artifact`` holds, each with what the object is to it."""
-    complete = Checkpoint.objects.filter(state=CheckpointState.COMPLETE)
+    """The complete and corrupt checkpoints whose bytes ``artifact`` holds, each with what the object is to it."""
+    complete = Checkpoint.objects.filter(state__in=[CheckpointState.COMPLETE, CheckpointState.CORRUPT])
     tars = [(checkpoint, "the tar") for checkpoint in complete.filter(artifact=artifact)]
     files = [
         (entry.checkpoint, entry.path)

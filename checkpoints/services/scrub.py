@@ -83,7 +83,7 @@ def _oldest_verified_first():
 def _check(checkpoint: Checkpoint) -> str | None:
     """``""`` when every stored object matches, the reason when one does not, None when the storage failed."""
     try:
-        return checkpoint_problem(checkpoint, read_always=True)
+        return checkpoint_problem(checkpoint)
     except Exception:  # noqa: BLE001 - an outage is not corruption; the next pass tries again
         logger.warning("scrub of checkpoint %s could not read its stored objects", checkpoint.pk, exc_info=True)
         return None

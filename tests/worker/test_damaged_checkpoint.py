@@ -162,3 +162,74 @@ def test_a_damaged_file_of_no_checkpoint_answers_410_not_500(failed_source_job, 
     answer = client.get(f"/api/v1/runs/{run.pk}/artifacts/notes/eval.json")
     assert answer.status_code == 410 and answer.json()["error"] == "artifact_damaged"
     assert "notes/eval.json: the stored object is missing" in answer.json()["detail"]
+
+
+@pytest.mark.django_db
+def test_a_storage_not_mounted_is_an_outage_not_damage(failed_source_job, api, member, settings, corrupt_events):
+    checkpoints = [stored_checkpoint(failed_source_job.run, step) for step in (20, 21)]
+    root = settings.STORAGES["artifacts"]["OPTIONS"]["location"]
+    os.rename(root, f"{root}.away")
+    os.mkdir(root)  # what an unmounted volume's mount point looks like: an empty directory
+    answer = api(member).get(f"/api/v1/checkpoints/{checkpoints[0].pk}/tar")
+    assert answer.status_code == 503 and answer.json()["error"] == "unavailable"
+    assert checkpoint_scrub_pass(rate=10**12).corrupt == []
+    os.rmdir(root)
+    answer = api(member).get(f"/api/v1/checkpoints/{checkpoints[1].pk}/tar")  # the root itself gone
+    assert answer.status_code == 503
+    assert {c.state for c in Checkpoint.objects.all()} == {CheckpointState.COMPLETE} and corrupt_events == []
+    os.rename(f"{root}.away", root)  # mounted again: everything is there
+    assert api(member).get(f"/api/v1/checkpoints/{checkpoints[0].pk}/tar").status_code == 200
+
+
+@pytest.mark.django_db
+def test_a_file_system_that_refuses_the_read_is_an_outage(failed_source_job, api, member, monkeypatch, corrupt_events):
+    checkpoint = stored_checkpoint(failed_source_job.run, 20)
+    path = storage.artifact_storage().path(checkpoint.artifact.storage_key)
+    real_stat = os.stat
+
+    def refusing(target, *args, **kwargs):
+        if os.fspath(target) == path:
+            raise OSError(5, "Input/output error", path)  # EIO, as a failing NFS mount answers
+        return real_stat(target, *args, **kwargs)
+
+    monkeypatch.setattr(storage.os, "stat", refusing)
+    answer = api(member).get(f"/api/v1/checkpoints/{checkpoint.pk}/tar")
+    assert answer.status_code == 503 and answer.json()["error"] == "unavailable"
+    checkpoint.refresh_from_db()
+    assert checkpoint.state == CheckpointState.COMPLETE and corrupt_events == []
+
+
+@pytest.mark.django_db
+def test_no_file_of_a_corrupt_checkpoint_is_downloaded_by_any_path(
+    failed_source_job, api, member, django_capture_on_commit_callbacks
+):
+    checkpoint, reason = _damaged_now(failed_source_job)
+    with django_capture_on_commit_callbacks(execute=True):
+        assert api(member).get(f"/api/v1/checkpoints/{checkpoint.pk}/tar").status_code == 410
+    checkpoint.refresh_from_db()
+    as_file = api(member).get(f"/api/v1/runs/{checkpoint.run_id}/artifacts/{checkpoint.artifact.path}")
+    assert as_file.status_code == 410 and as_file.json()["error"] == "checkpoint_corrupt"
+    assert as_file.json()["detail"] == f"checkpoint {checkpoint.pk} is corrupt: {checkpoint.error}"
+
+
+def _damaged_now(job) -> tuple[Checkpoint, str]:
+    checkpoint = stored_checkpoint(job.run, 20)
+    path = storage.artifact_storage().path(checkpoint.artifact.storage_key)
+    return checkpoint, _alter(path, checkpoint.tar_size)
+
+
+@pytest.mark.django_db
+def test_ranged_reads_after_the_first_byte_only_stat_so_parallel_parts_read_the_object_back_once(
+    failed_source_job, api, member, monkeypatch
+):
+    checkpoint = stored_checkpoint(failed_source_job.run, 20)
+    reads = []
+    real = storage.blob_stat
+    monkeypatch.setattr(storage, "blob_stat", lambda key: reads.append(key) or real(key))
+    client = api(member)
+    for first in (4096, 1024, 0):
+        answer = client.get(f"/api/v1/checkpoints/{checkpoint.pk}/tar", HTTP_RANGE=f"bytes={first}-")
+        assert answer.status_code == 206
+    assert reads == [checkpoint.artifact.storage_key], "one read back: the part from the first byte"
+    _alter(storage.artifact_storage().path(checkpoint.artifact.storage_key), checkpoint.tar_size)
+    assert client.get(f"/api/v1/checkpoints/{checkpoint.pk}/tar", HTTP_RANGE="bytes=0-99").status_code == 410
