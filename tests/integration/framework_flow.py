@@ -144,6 +144,17 @@ def fail_resume_and_compare(
         )
 
 
+def assert_restored(flow: FlowResult) -> None:
+    """The resumed Job's Run sent a restore report of its source checkpoint (the newest of ``flow.checkpoints``)
+    naming every part restored, and is not marked "Resume ignored?" (docs/integrations.md, "What a resume
+    restored")."""
+    report = flow.resumed["restore_report"]
+    assert report is not None, "the integration sent no restore report"
+    assert (report["not_restored"], report["unknown"], report["not_declared"]) == ([], [], []), report["details"]
+    assert report["checkpoint_id"] == flow.checkpoints[0]["id"]
+    assert flow.resumed["resume_ignored_at_step"] is None
+
+
 def metric_steps(site: Deployment, run_id: int, key: str) -> list[int]:
     """The steps of Run ``run_id``'s points of ``key``, ascending (at most 1,000)."""
     with closing(site.client()) as client:

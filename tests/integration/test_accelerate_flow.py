@@ -7,7 +7,7 @@ step 20 is in the middle of an epoch (12 batches an epoch, 2 a step), so the res
 as well as the model, optimizer, scheduler and RNGs, from the directory the worker extracted read-only.
 """
 
-from tests.integration.framework_flow import fail_resume_and_compare, full_site, metric_steps
+from tests.integration.framework_flow import assert_restored, fail_resume_and_compare, full_site, metric_steps
 
 
 def test_an_accelerate_job_failed_at_27_resumes_from_20_to_the_uninterrupted_weights(
@@ -27,6 +27,7 @@ def test_an_accelerate_job_failed_at_27_resumes_from_20_to_the_uninterrupted_wei
     assert "resuming at step 20, epoch 3, batch 4" in flow.resumed_log
     assert "--fail-at-step 27" in flow.failed_log
     assert flow.resumed["run_id"] != flow.failed["run_id"]
+    assert_restored(flow)
     assert sorted(c["step"] for c in flow.checkpoints) == [10, 20]
     for checkpoint in flow.checkpoints:
         assert (checkpoint["state"], checkpoint["framework"], checkpoint["includes_optimizer"]) == (

@@ -6,7 +6,7 @@ latest checkpoint (step 20) as a new Run and ends with the weights of an uninter
 
 from contextlib import closing
 
-from tests.integration.framework_flow import fail_resume_and_compare, full_site, metric_steps
+from tests.integration.framework_flow import assert_restored, fail_resume_and_compare, full_site, metric_steps
 
 ARGS = ["--steps", "40", "--checkpoint-every", "10"]
 
@@ -37,5 +37,6 @@ def test_a_trainer_job_failing_at_step_27_resumes_from_step_20_and_ends_with_the
         assert metric_steps(site, failed_run, "train/loss") == list(range(1, 27))
         assert metric_steps(site, resumed_run, "train/loss") == list(range(21, 41))
         assert metric_steps(site, resumed_run, "eval/loss") == [30, 40]
+        assert_restored(flow)
 
     assert flow.resumed_weights.read_bytes() == flow.reference_weights.read_bytes()

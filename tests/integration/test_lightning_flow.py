@@ -5,7 +5,7 @@ docs/design/resume.md#latest-checkpoint, #steps-continue, #exact-resume)."""
 
 import pytest
 
-from tests.integration.framework_flow import fail_resume_and_compare, full_site, metric_steps
+from tests.integration.framework_flow import assert_restored, fail_resume_and_compare, full_site, metric_steps
 
 
 @pytest.mark.slow  # 50 to 85 s on two cores: a deployment and three Jobs, each importing torch and lightning
@@ -26,5 +26,6 @@ def test_a_lightning_fit_failed_at_27_and_resumed_from_20_ends_byte_identical(
         ]
         assert "resuming from epoch=1-step=20.ckpt" in flow.resumed_log
         assert "data position not restored" not in flow.resumed_log
+        assert_restored(flow)
         assert metric_steps(site, flow.failed["run_id"], "train.loss") == list(range(27))
         assert metric_steps(site, flow.resumed["run_id"], "train.loss") == list(range(20, 40))
