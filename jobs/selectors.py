@@ -21,21 +21,25 @@ LOG_PAGE_MAX = 1000
 
 
 def _with_relations(jobs: QuerySet[Job]) -> QuerySet[Job]:
-    """With the relations pages and API show (the Run's parity verdict and restore report too, the Job's automatic
-    restart), and
+    """With the relations pages and API show (the Run's parity verdict, restore report and parameter changes too, the
+    Job's automatic restart), and
     ``dispatch_unsent`` (``Job.waiting_for_queue``, docs/design/worker.md#subprocess)."""
     unsent = Dispatch.objects.filter(task_id=OuterRef("celery_task_id"), sent_at__isnull=True, done_at__isnull=True)
-    return jobs.select_related(
-        "run__project",
-        "run__created_by",
-        "run__source_checkpoint",
-        "run__parity",
-        "run__restore_report",
-        "code_version__code",
-        "queue",
-        "created_by",
-        "restart",
-    ).annotate(dispatch_unsent=Exists(unsent))
+    return (
+        jobs.select_related(
+            "run__project",
+            "run__created_by",
+            "run__source_checkpoint",
+            "run__parity",
+            "run__restore_report",
+            "code_version__code",
+            "queue",
+            "created_by",
+            "restart",
+        )
+        .prefetch_related("run__parameter_changes")
+        .annotate(dispatch_unsent=Exists(unsent))
+    )
 
 
 def job_list(*, user, project: Project | None = None, status: str | None = None) -> QuerySet[Job]:

@@ -55,7 +55,12 @@ class RunResourceViewSet(RunViewSet):
     output_serializer = RunResourceOutputSerializer
 
     def output_queryset(self, runs):
-        return super().output_queryset(runs).select_related("parity", "restore_report", "source_checkpoint")
+        return (
+            super()
+            .output_queryset(runs)
+            .select_related("parity", "restore_report", "source_checkpoint")
+            .prefetch_related("parameter_changes")
+        )
 
 
 class RestoreReportInputSerializer(serializers.Serializer):

@@ -1,7 +1,10 @@
 """Reads of verdicts, restore reports and parity settings for pages and the API (docs/design/resume.md#parity,
 #restore-report)."""
 
-from parity.models import DEFAULT_TOLERANCE, Parity, ParitySettings, RestoreReport
+from django.db.models import Min
+
+from parity.declared import DeclaredVerdict, declared_verdict
+from parity.models import DEFAULT_TOLERANCE, Parity, ParityBlock, ParitySettings, ParityVerdict, RestoreReport
 from runs.models import Run
 
 
@@ -45,6 +48,32 @@ def resume_ignored_at_step(run: Run) -> int | None:
         return None
     below = parity.first_step_below_checkpoint
     return parity.child_first_step if below is not None or checkpoint_not_loaded(run) else None
+
+
+def declared_verdict_of(run: Run, parity: Parity | None) -> DeclaredVerdict | None:
+    """The parameters ``run``'s resume or continue changed on purpose, each judged against its verdict ``parity`` and
+    restore report (``parity.declared``; docs/design/resume.md#declared-changes); None without a change or a verdict.
+
+    Reads ``run.parameter_changes`` (prefetched by the lists: no query per
+    Run without a change) and, for a Run with changes, each compared key's
+    first diverged step (one aggregate over the verdict's blocks).
+    """
+    changes = [(change.key, change.old_value, change.new_value) for change in run.parameter_changes.all()]
+    if parity is None or not changes:
+        return None
+    diverged_at = {}
+    if parity.pk is not None:
+        blocks = ParityBlock.objects.filter(parity=parity).values("key").annotate(first=Min("diverged_step"))
+        diverged_at = {row["key"]: row["first"] for row in blocks}
+    report = restore_report_of(run)
+    return declared_verdict(
+        changes=changes,
+        diverged_at=diverged_at,
+        parts=report.parts if report else {},
+        details=report.details if report else {},
+        first_step=parity.child_first_step,
+        diverged_step=parity.step if parity.verdict == ParityVerdict.DIVERGED else None,
+    )
 
 
 def parities_by_run(*, run_ids) -> dict[int, Parity]:

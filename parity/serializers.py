@@ -29,6 +29,31 @@ class ParityValueField(serializers.Field):
         return "NaN" if math.isnan(value) else _NON_FINITE[value]
 
 
+class DeclaredChangeOutputSerializer(serializers.Serializer):
+    key = serializers.CharField(help_text="the parameter changed on purpose")
+    old_value = serializers.JSONField(help_text="its value in the parent run")
+    new_value = serializers.JSONField(help_text="its value in this run")
+    took_effect_at_step = serializers.IntegerField(
+        allow_null=True, help_text="the first step the change shows; null: not seen"
+    )
+    overridden = serializers.BooleanField(help_text="the optimizer still ran at old_value: the change did nothing")
+    overridden_by = serializers.CharField(
+        help_text='overridden: "scheduler" (the restored scheduler) or "optimizer" (the restored optimizer state); '
+        '"" when not named'
+    )
+    evidence = serializers.CharField(
+        help_text='the metric key that shows it (e.g. "train.lr"), "restore_report", or "" when nothing could tell'
+    )
+
+
+class DeclaredOutputSerializer(serializers.Serializer):
+    changes = DeclaredChangeOutputSerializer(many=True)
+    divergence_declared = serializers.BooleanField(
+        help_text="diverged at or after the first step a declared change took effect: changed on purpose; false: "
+        "a divergence is still one"
+    )
+
+
 class ParityOutputSerializer(serializers.Serializer):
     verdict = serializers.ChoiceField(choices=ParityVerdict.choices)
     step = serializers.IntegerField(allow_null=True, help_text="diverged: the first step where the runs part")
@@ -47,6 +72,15 @@ class ParityOutputSerializer(serializers.Serializer):
     checkpoint_step = serializers.IntegerField(help_text="the source checkpoint's step: steps from it on count")
     parent_id = serializers.IntegerField(help_text="the run compared with")
     updated_at = serializers.DateTimeField(allow_null=True)
+    declared = serializers.SerializerMethodField(
+        help_text="the parameters the resume or continue changed on purpose and whether each took effect; null: "
+        "none changed"
+    )
+
+    @extend_schema_field(DeclaredOutputSerializer(allow_null=True))
+    def get_declared(self, parity) -> dict | None:
+        declared = selectors.declared_verdict_of(parity.run, parity)
+        return None if declared is None else DeclaredOutputSerializer(declared).data
 
     def get_key(self, parity) -> str | None:
         return parity.key if parity.verdict == ParityVerdict.DIVERGED else None

@@ -12,6 +12,8 @@ and extracts the source checkpoint and sets ``MMT_RESUME_*``. The source Run
 is only read.
 """
 
+import json
+
 from django.db import transaction
 from django.utils.translation import gettext as _
 
@@ -22,7 +24,7 @@ from jobs.selectors import job_for_run
 from jobs.services._common import clean_nproc_per_node, create_job, new_job_run, once_per_request, require_enabled
 from mado import policy
 from mado.errors import Conflict, Forbidden, NotFound, ValidationFailed
-from runs.models import CodeVersion
+from runs.models import CodeVersion, ParameterChange
 from runs.stages import data_composition_at, data_stage_record, dataset_versions_of_project
 
 
@@ -64,6 +66,18 @@ def _record_data_change(*, actor, run, source_run, checkpoint: Checkpoint, versi
     )
 
 
+def _record_parameter_changes(*, actor, run, source_run) -> None:
+    """One ``ParameterChange`` per parameter whose value the continue changed from the source Run's (absent there:
+    ``old_value`` None), so the verdict names it as changed on purpose (docs/design/resume.md#declared-changes).
+    ``lease_token`` 0: made before the Run's first start."""
+    before = source_run.parameters or {}
+    ParameterChange.objects.bulk_create(
+        ParameterChange(run=run, key=key, old_value=before.get(key), new_value=new, lease_token=0, changed_by=actor)
+        for key, new in sorted((run.parameters or {}).items())
+        if json.dumps(before.get(key), sort_keys=True) != json.dumps(new, sort_keys=True)
+    )
+
+
 @transaction.atomic
 def run_continue_from_checkpoint(
     *,
@@ -89,7 +103,9 @@ def run_continue_from_checkpoint(
     plus new versions) as its initial inputs; when they differ from the
     source's set at the checkpoint's step a data stage at that step records
     the change (``_record_data_change``). ``parameters`` is a JSON
-    object (None: the source's, copied). ``code_version`` must be a version
+    object (None: the source's, copied); each value that differs from the
+    source's is recorded as a ``ParameterChange``
+    (``_record_parameter_changes``). ``code_version`` must be a version
     of the source Run's Code when the source has one. ``name`` defaults to
     "<source> · continued from step N". The Job runs on ``queue`` (enabled)
     and is sent to the worker on commit. ``request_key`` (the form's token or
@@ -134,6 +150,7 @@ def run_continue_from_checkpoint(
             dataset_versions=versions,
         )
         _record_data_change(actor=actor, run=run, source_run=source_run, checkpoint=locked, versions=versions)
+        _record_parameter_changes(actor=actor, run=run, source_run=source_run)
         # No automatic retries: a retry starts from scratch (docs/design/resume.md#retry), which would drop the weights
         # continued from; restarts resume from its own checkpoints (the Project's default, #restarts).
         return create_job(

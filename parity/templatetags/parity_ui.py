@@ -2,8 +2,9 @@
 verdict (docs/design/resume.md#restore-report, #parity).
 
 ``{% load parity_ui %}{% parity_of_run run as parity %}``, ``{% restore_report_of run as report %}``,
-``{% checkpoint_not_loaded run as not_loaded %}`` and ``{% parity_pairs runs as pairs %}``: the templates of runs
-and jobs name the parity app here, so runs never imports it (docs/design/house.md#arrows).
+``{% checkpoint_not_loaded run as not_loaded %}``, ``{% declared_verdict_of run parity as declared %}`` and
+``{% parity_pairs runs as pairs %}``: the templates of runs and jobs name the parity app
+here, so runs never imports it (docs/design/house.md#arrows).
 ``|parity_value`` shows a compared value as the API does.
 """
 
@@ -34,6 +35,13 @@ def restore_report_of(run):
 def checkpoint_not_loaded(run):
     """True when ``run`` logged metrics without loading its checkpoint's training state (no restore report)."""
     return selectors.checkpoint_not_loaded(run)
+
+
+@register.simple_tag(name="declared_verdict_of")
+def declared_verdict_of_tag(run, parity):
+    """The parameters ``run``'s resume or continue changed on purpose, judged against ``parity`` (a
+    ``DeclaredVerdict``), or None without a change or a verdict."""
+    return selectors.declared_verdict_of(run, parity)
 
 
 @register.simple_tag

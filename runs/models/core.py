@@ -384,8 +384,8 @@ class ParameterChangeQuerySet(VisibleQuerySet):
 
 
 class ParameterChange(models.Model):
-    """A parameter whose value a resume changed with ``allow_param_change`` (docs/design/runs.md#resume-modes;
-    append-only).
+    """A parameter whose value a resume changed with ``allow_param_change`` (docs/design/runs.md#resume-modes), or a
+    continue changed from its source Run's (docs/design/resume.md#declared-changes); append-only.
 
     The Run's ``parameters`` hold the current values; these rows keep what
     they were before, so the Run page can show every change.

@@ -1,0 +1,182 @@
+"""A continue that changes a parameter on purpose: the verdict names the change and whether it took effect, from the
+logged series or the restore report; a divergence before it took effect is still one (docs/design/resume.md
+#declared-changes)."""
+
+import pytest
+from django.urls import reverse
+
+from jobs import services as job_services
+from parity.declared import declared_verdict
+from parity.services import restore_report_record
+from runs.models import ParameterChange
+from tests.jobs.conftest import (  # noqa: F401
+    celery_calls,
+    checkpoint,
+    code_version,
+    cpu,
+    dataset_versions,
+    failed_job,
+)
+from tests.parity.conftest import KEYS, curve
+from tests.parity.test_pages import text
+
+pytestmark = pytest.mark.django_db
+
+LOGGED = (*KEYS, "train.lr")
+OLD, NEW = 0.1, 0.02  # failed_job's lr, and the continue's
+OVERRIDDEN_REPORT = {"parts": {"model": "restored", "optimizer": "restored", "scheduler": "restored"}}
+SET_AFTER_LOAD = {
+    "parts": {"model": "restored", "optimizer": "not_restored", "scheduler": "restored"},
+    "details": {
+        "optimizer": "param group 0: lr 0.1 at the load, 0.02 at the first optimizer step: set after "
+        "load_checkpoint, not by the restored scheduler (its lr: 0.1)"
+    },
+}
+
+
+def parent_curve(key, step):
+    return OLD if key == "train.lr" else curve(key, step)
+
+
+def trained_at(lr_from: int, loss_from: int):
+    """The continued Run's values: its lr the new one from step ``lr_from``, its loss and accuracy apart from
+    ``loss_from``."""
+
+    def value(key, step):
+        if key == "train.lr":
+            return NEW if step >= lr_from else OLD
+        return curve(key, step) + (0.25 if step >= loss_from else 0)
+
+    return value
+
+
+@pytest.fixture
+def continued(creator, failed_job, cpu, code_version, log):
+    """``failed_job`` (logged 0..26 at lr 0.1, checkpoint at 20) continued from step 20 with ``--param lr=0.02``."""
+    log(failed_job.run, range(27), keys=LOGGED, value=parent_curve)
+    job = job_services.run_continue_from_checkpoint(
+        actor=creator,
+        checkpoint=checkpoint(failed_job.run, 20),
+        code_version=code_version,
+        queue=cpu,
+        parameters={**failed_job.run.parameters, "lr": NEW, "epochs": 3},
+        dataset_version_ids=[],
+    )
+    return job.run
+
+
+def test_the_continue_records_each_parameter_it_changed(continued):
+    changes = ParameterChange.objects.filter(run=continued).values_list("key", "old_value", "new_value")
+    assert sorted(changes) == [("epochs", None, 3), ("lr", OLD, NEW)]
+
+
+def test_a_changed_lr_seen_in_the_logged_series_is_changed_on_purpose_from_the_step_it_took_effect(
+    api, login, creator, log, continued
+):
+    log(continued, range(20, 30), keys=LOGGED, value=trained_at(lr_from=21, loss_from=22))
+    parity = api(creator).get(f"/api/v1/runs/{continued.pk}/").json()["parity"]
+    assert (parity["verdict"], parity["step"], parity["key"]) == ("diverged", 21, "train.lr")
+    lr = next(change for change in parity["declared"]["changes"] if change["key"] == "lr")
+    assert lr == {
+        "key": "lr",
+        "old_value": OLD,
+        "new_value": NEW,
+        "took_effect_at_step": 21,
+        "overridden": False,
+        "overridden_by": "",
+        "evidence": "train.lr",
+    }
+    assert parity["declared"]["divergence_declared"] is True
+    page = login(creator).get(reverse("runs:run-detail", args=[continued.pk]))
+    shown = text(page)
+    assert "changed on purpose: lr 0.1 → 0.02 (took effect at step 21)" in shown
+    assert "changed on purpose from step 21" in shown  # the badge, not "diverged at step 21"
+    assert "Diverged from the parent run" not in shown and "diverged at step" not in shown
+    assert 'data-declared="true"' in page.content.decode()
+
+
+def test_a_changed_lr_the_restored_scheduler_put_back_says_the_optimizer_still_ran_at_the_old_one(
+    api, login, creator, log, continued
+):
+    restore_report_record(actor=creator, run=continued, body=OVERRIDDEN_REPORT)
+    log(continued, range(20, 30), keys=LOGGED, value=parent_curve)
+    parity = api(creator).get(f"/api/v1/runs/{continued.pk}/").json()["parity"]
+    assert parity["verdict"] == "identical"
+    lr = next(change for change in parity["declared"]["changes"] if change["key"] == "lr")
+    assert (lr["took_effect_at_step"], lr["overridden"], lr["overridden_by"]) == (None, True, "scheduler")
+    assert parity["declared"]["divergence_declared"] is False
+    shown = text(login(creator).get(reverse("runs:run-detail", args=[continued.pk])))
+    assert (
+        "changed on purpose: lr 0.1 → 0.02 — but the optimizer still ran at 0.1 (the restored scheduler overrode it)"
+        in shown
+    )
+    ja = text(login(creator).get(reverse("runs:run-detail", args=[continued.pk]), HTTP_ACCEPT_LANGUAGE="ja"))
+    assert "意図した変更: lr 0.1 → 0.02 — ただしオプティマイザは 0.1 のまま動いた" in ja
+    assert "（復元したスケジューラが上書きした）" in ja
+
+
+def test_a_divergence_before_the_change_took_effect_is_still_a_divergence(api, login, creator, log, continued):
+    log(continued, range(20, 30), keys=LOGGED, value=trained_at(lr_from=23, loss_from=21))
+    parity = api(creator).get(f"/api/v1/runs/{continued.pk}/").json()["parity"]
+    assert (parity["verdict"], parity["step"], parity["key"]) == ("diverged", 21, "train.accuracy")
+    assert parity["declared"]["divergence_declared"] is False
+    shown = text(login(creator).get(reverse("runs:run-detail", args=[continued.pk])))
+    assert "Diverged from the parent run at step 21: train.accuracy" in shown
+    assert "changed on purpose: lr 0.1 → 0.02 (took effect at step 23)" in shown
+
+
+def test_without_a_logged_lr_the_restore_report_says_at_which_rate_the_first_step_ran(api, creator, log, continued):
+    restore_report_record(actor=creator, run=continued, body=SET_AFTER_LOAD)
+    log(continued, range(20, 30), value=trained_at(lr_from=20, loss_from=21))
+    declared = api(creator).get(f"/api/v1/runs/{continued.pk}/").json()["parity"]["declared"]
+    lr = next(change for change in declared["changes"] if change["key"] == "lr")
+    assert (lr["took_effect_at_step"], lr["overridden"], lr["evidence"]) == (20, False, "restore_report")
+    assert declared["divergence_declared"] is True
+    epochs = next(change for change in declared["changes"] if change["key"] == "epochs")
+    assert (epochs["took_effect_at_step"], epochs["overridden"], epochs["evidence"]) == (None, False, "")
+
+
+def test_a_resume_that_changed_nothing_has_no_declared_changes(api, creator, log, failed_job):
+    log(failed_job.run, range(27))
+    checkpoint(failed_job.run, 20)
+    resumed = job_services.job_resume_from_latest(actor=creator, job=failed_job)
+    log(resumed.run, range(20, 30))
+    assert api(creator).get(f"/api/v1/jobs/{resumed.pk}/").json()["parity"]["declared"] is None
+
+
+@pytest.mark.parametrize(
+    ("details", "parts", "expected"),
+    [
+        ("param group 0: lr 0.05 at the load, 0.02 at the first optimizer step: set", {}, (7, False, "")),
+        ("param group 0: lr 0.02 at the load, 0.05 at the first optimizer step: set", {}, (None, True, "")),
+        ("", {"optimizer": "restored"}, (None, True, "optimizer")),
+        ("", {"optimizer": "unknown"}, (None, False, "")),
+    ],
+)
+def test_the_restore_report_decides_a_learning_rate_no_metric_shows(details, parts, expected):
+    declared = declared_verdict(
+        changes=[("learning_rate", 0.05, 0.02)],
+        diverged_at={"train.loss": 9},
+        parts=parts,
+        details={"optimizer": details} if details else {},
+        first_step=7,
+        diverged_step=9,
+    )
+    (change,) = declared.changes
+    assert (change.took_effect_at_step, change.overridden, change.overridden_by) == expected
+    assert declared.divergence_declared is (expected[0] is not None)
+
+
+def test_a_metric_logged_under_another_spelling_of_the_name_is_the_one_compared():
+    declared = declared_verdict(
+        changes=[("lr", 0.05, 0.02), ("optimizer", "sgd", "adam")],
+        diverged_at={"train/learning_rate": 12, "train.loss": 13},
+        parts={},
+        details={},
+        first_step=10,
+        diverged_step=12,
+    )
+    lr, optimizer = declared.changes
+    assert (lr.took_effect_at_step, lr.evidence) == (12, "train/learning_rate")
+    assert (optimizer.took_effect_at_step, optimizer.evidence) == (None, "")
+    assert declared.divergence_declared
