@@ -37,7 +37,7 @@ def _with_relations(jobs: QuerySet[Job]) -> QuerySet[Job]:
             "created_by",
             "restart",
         )
-        .prefetch_related("run__parameter_changes")
+        .prefetch_related("run__parameter_changes", "run__data_stages")
         .annotate(dispatch_unsent=Exists(unsent))
     )
 

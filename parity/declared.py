@@ -13,6 +13,9 @@ checked against what the change should touch, in this order:
   after the load ran at the checkpoint's rate, the old one;
 - else nothing can tell: the change is listed, not judged.
 
+A data stage from the checkpoint's step on (the continue's changed data mix, or a stage the program recorded) is a
+declared change of ``data`` (its datasets before and after, ``name:version``) that took effect at its first step.
+
 Who put the old value back is named from the report: a restored scheduler, else the restored optimizer state.
 """
 
@@ -97,16 +100,21 @@ def _from_report(
     return None, False, ""
 
 
+DATA = "data"
+
+
 def declared_verdict(
     *,
     changes: Iterable[tuple[str, object, object]],
+    data: Iterable[tuple[int, list[str], list[str]]] = (),
     diverged_at: Mapping[str, int | None],
     parts: Mapping[str, str],
     details: Mapping[str, str],
     first_step: int | None,
     diverged_step: int | None,
 ) -> DeclaredVerdict:
-    """Judge each declared ``(key, old, new)`` change (module docstring).
+    """Judge each declared ``(key, old, new)`` change (module docstring); each data stage of ``data``,
+    ``(start_step, datasets before, datasets after)``, is a change of ``data`` that took effect at its first step.
 
     ``diverged_at``: each compared metric key → the first step it diverged
     at (None: never); ``parts`` / ``details``: the restore report's (empty:
@@ -129,6 +137,7 @@ def declared_verdict(
         judged.append(
             DeclaredChange(key, old, new, step, overridden, _overrider(parts) if overridden else "", evidence)
         )
+    judged += [DeclaredChange(DATA, before, after, step, False, "", "data_stage") for step, before, after in data]
     effects = [change.took_effect_at_step for change in judged if change.took_effect_at_step is not None]
     declared = diverged_step is not None and bool(effects) and diverged_step >= min(effects)
     return DeclaredVerdict(judged, declared)

@@ -6,6 +6,7 @@ from django.db.models import Min
 from parity.declared import DeclaredVerdict, declared_verdict
 from parity.models import DEFAULT_TOLERANCE, Parity, ParityBlock, ParitySettings, ParityVerdict, RestoreReport
 from runs.models import Run
+from runs.stages import data_stage_history
 
 
 def project_tolerance(*, project_id: int) -> float:
@@ -54,12 +55,16 @@ def declared_verdict_of(run: Run, parity: Parity | None) -> DeclaredVerdict | No
     """The parameters ``run``'s resume or continue changed on purpose, each judged against its verdict ``parity`` and
     restore report (``parity.declared``; docs/design/resume.md#declared-changes); None without a change or a verdict.
 
-    Reads ``run.parameter_changes`` (prefetched by the lists: no query per
-    Run without a change) and, for a Run with changes, each compared key's
-    first diverged step (one aggregate over the verdict's blocks).
+    Reads ``run.parameter_changes`` and ``run.data_stages`` (prefetched by
+    the lists: no query per Run without a change) and, for a Run with
+    changes, each compared key's first diverged step (one aggregate over the
+    verdict's blocks) and its data-stage history.
     """
     changes = [(change.key, change.old_value, change.new_value) for change in run.parameter_changes.all()]
-    if parity is None or not changes:
+    if parity is None:
+        return None
+    data = _data_changes(run, parity.checkpoint_step)
+    if not changes and not data:
         return None
     diverged_at = {}
     if parity.pk is not None:
@@ -68,12 +73,28 @@ def declared_verdict_of(run: Run, parity: Parity | None) -> DeclaredVerdict | No
     report = restore_report_of(run)
     return declared_verdict(
         changes=changes,
+        data=data,
         diverged_at=diverged_at,
         parts=report.parts if report else {},
         details=report.details if report else {},
         first_step=parity.child_first_step,
         diverged_step=parity.step if parity.verdict == ParityVerdict.DIVERGED else None,
     )
+
+
+def _data_changes(run: Run, checkpoint_step: int) -> list[tuple[int, list[str], list[str]]]:
+    """``(start_step, datasets before, datasets after)`` of each data stage of ``run`` from ``checkpoint_step`` on
+    that changed its data (``runs.stages.data_stage_history``); datasets as ``name:version``, sorted."""
+    if not any(stage.start_step >= checkpoint_step for stage in run.data_stages.all()):
+        return []
+    found = []
+    for entry in data_stage_history(run=run):
+        if entry["stage"].start_step < checkpoint_step or not (entry["added"] or entry["removed"]):
+            continue
+        after = [str(version) for version in entry["versions"]]
+        before = sorted({*after, *map(str, entry["removed"])} - set(map(str, entry["added"])))
+        found.append((entry["stage"].start_step, before, sorted(after)))
+    return found
 
 
 def parities_by_run(*, run_ids) -> dict[int, Parity]:

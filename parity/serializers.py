@@ -30,7 +30,7 @@ class ParityValueField(serializers.Field):
 
 
 class DeclaredChangeOutputSerializer(serializers.Serializer):
-    key = serializers.CharField(help_text="the parameter changed on purpose")
+    key = serializers.CharField(help_text='the parameter changed on purpose, or "data" for a data stage')
     old_value = serializers.JSONField(help_text="its value in the parent run")
     new_value = serializers.JSONField(help_text="its value in this run")
     took_effect_at_step = serializers.IntegerField(
@@ -42,7 +42,8 @@ class DeclaredChangeOutputSerializer(serializers.Serializer):
         '"" when not named'
     )
     evidence = serializers.CharField(
-        help_text='the metric key that shows it (e.g. "train.lr"), "restore_report", or "" when nothing could tell'
+        help_text='the metric key that shows it (e.g. "train.lr"), "restore_report", "data_stage" (key "data": a '
+        'data stage), or "" when nothing could tell'
     )
 
 

@@ -180,3 +180,32 @@ def test_a_metric_logged_under_another_spelling_of_the_name_is_the_one_compared(
     assert (lr.took_effect_at_step, lr.evidence) == (12, "train/learning_rate")
     assert (optimizer.took_effect_at_step, optimizer.evidence) == (None, "")
     assert declared.divergence_declared
+
+
+def test_a_continue_on_another_data_mix_is_a_data_change_from_the_checkpoints_step(
+    api, login, creator, log, failed_job, code_version, cpu, dataset_versions
+):
+    log(failed_job.run, range(27))
+    job = job_services.run_continue_from_checkpoint(
+        actor=creator,
+        checkpoint=checkpoint(failed_job.run, 20),
+        code_version=code_version,
+        queue=cpu,
+        dataset_version_ids=[dataset_versions[0].pk],  # the source trained on v1 and v2
+    )
+    log(job.run, range(20, 30), value=trained_at(lr_from=99, loss_from=21))
+    parity = api(creator).get(f"/api/v1/jobs/{job.pk}/").json()["parity"]
+    assert parity["declared"]["changes"] == [
+        {
+            "key": "data",
+            "old_value": ["digits:v1", "digits:v2"],
+            "new_value": ["digits:v1"],
+            "took_effect_at_step": 20,
+            "overridden": False,
+            "overridden_by": "",
+            "evidence": "data_stage",
+        }
+    ]
+    assert (parity["verdict"], parity["step"], parity["declared"]["divergence_declared"]) == ("diverged", 21, True)
+    shown = text(login(creator).get(reverse("runs:run-detail", args=[job.run_id])))
+    assert 'changed on purpose: data ["digits:v1", "digits:v2"] → ["digits:v1"] (took effect at step 20)' in shown
