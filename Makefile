@@ -29,14 +29,14 @@ $(VENV)/.installed-dev: $(VENV)/.installed
 	touch $@
 
 # A real MLflow server for the registry's parity test (tests/mlflow_client/test_mlflow_registry_parity.py): the full
-# `mlflow` of the very version of .venv's mlflow-skinny, in its own environment, since it brings what nothing else
+# `mlflow` of the very version pyproject.toml pins mlflow-skinny to, in its own environment, since it brings what nothing else
 # needs (scikit-learn, scipy, pyarrow, matplotlib, alembic, …) and would slow every install. .ci/run builds it
 # in the background of the install and lint steps; without it that one test skips (fails under CI).
 MLFLOW_SERVER_VENV := .venv-mlflow-server
-MLFLOW_VERSION = $(shell $(PY) -c "import importlib.metadata as m; print(m.version('mlflow-skinny'))")
+MLFLOW_VERSION = $(shell $(PYTHON) -c "import re, tomllib; dev = tomllib.load(open('pyproject.toml', 'rb'))['project']['optional-dependencies']['dev']; print(next(re.split('==', r)[1].strip() for r in dev if r.startswith('mlflow-skinny==')))")
 mlflow-server: $(MLFLOW_SERVER_VENV)/.installed
 
-$(MLFLOW_SERVER_VENV)/.installed: $(VENV)/.installed
+$(MLFLOW_SERVER_VENV)/.installed: pyproject.toml
 	test -x $(MLFLOW_SERVER_VENV)/bin/python || $(PYTHON) -m venv $(MLFLOW_SERVER_VENV)
 	$(MLFLOW_SERVER_VENV)/bin/pip install --quiet "mlflow==$(MLFLOW_VERSION)" $(QUIET_PIP)
 	test "$$($(MLFLOW_SERVER_VENV)/bin/mlflow --version)" = "mlflow, version $(MLFLOW_VERSION)"
