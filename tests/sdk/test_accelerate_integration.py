@@ -165,8 +165,11 @@ def test_a_plain_shuffled_loader_resumed_mid_epoch_is_announced_before_training(
     with mado_tracking.start_run(offline=True, output=tmp_path / "resumed") as run:
         with caplog.at_level(logging.WARNING, logger="mado_tracking"):
             assert mado_accelerate.load_state(accelerator, run) == 3
-    (warning,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    (warning,) = [line for line in warnings if "resumes in epoch" in line]
     assert "resumes in epoch 0 after 3 batches" in warning and "use_seedable_sampler=True" in warning
+    (report,) = [line for line in warnings if "not restored from" in line]  # the restore report's line
+    assert "data_position — loader 0's shuffled order" in report
 
 
 def test_a_checkpoint_without_a_data_position_says_every_loader_starts_again(tmp_path, monkeypatch, caplog):

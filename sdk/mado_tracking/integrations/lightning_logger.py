@@ -36,6 +36,7 @@ FRAMEWORK = "lightning"
 MAX_NAMED_KEYS = 10
 RESUME_CALLBACK = "MadoResume"  # MadoResume's state key in a checkpoint's "callbacks"
 WITHOUT_RESUME = "no MadoResume among the trainer's callbacks"
+RNG_PARTS = ("rng.python", "rng.numpy", "rng.torch")  # what MadoResume keeps besides CUDA's
 # Lightning's finalize statuses that end the Run; "finished" also comes from the SLURM requeue handler
 # mid-training, to flush, and ends nothing.
 FINAL_STATUSES = {"success": "finished", "failed": "failed"}
@@ -270,7 +271,7 @@ class MadoLogger(pl.loggers.Logger):
             why = "fit did not resume from this checkpoint: pass trainer.fit(..., ckpt_path=resume_ckpt_path(logger))"
             report_loaded(checkpoint.path, step=checkpoint.step, holds=holds, not_loaded=dict.fromkeys(holds, why))
             return
-        not_loaded = dict.fromkeys(("rng.python", "rng.numpy", "rng.torch", "data_position"), WITHOUT_RESUME)
+        not_loaded = dict.fromkeys((*RNG_PARTS, "data_position"), WITHOUT_RESUME)
         if report_loaded(checkpoint.path, step=checkpoint.step, holds=holds, not_loaded=not_loaded) is not None:
             logger.warning(
                 "mado: WARNING: run %s resumed from checkpoint %s through MadoLogger without MadoResume: the random "

@@ -17,6 +17,7 @@ import torch
 
 from mado_tracking import preemption as preemption_module
 from mado_tracking.integrations.lightning_logger import (  # one Lightning package for both classes
+    RNG_PARTS,
     MadoLogger,
     checkpoint_parts,
     pl,
@@ -159,8 +160,7 @@ class MadoResume(pl.Callback):
         not_loaded = {}
         if not states:
             not_loaded = dict.fromkeys(
-                ("rng.python", "rng.numpy", "rng.torch"),
-                "the checkpoint holds no MadoResume state (it was written without the callback)",
+                RNG_PARTS, "the checkpoint holds no MadoResume state (it was written without the callback)"
             )
             if trainer.is_global_zero:
                 logger.warning(
