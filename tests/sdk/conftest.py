@@ -37,3 +37,16 @@ def mmt_env(monkeypatch, live_server, member, project, token_of):
     monkeypatch.setenv("MMT_API_TOKEN", token_of(member))
     monkeypatch.setenv("MMT_PROJECT", project.slug)
     return {"MMT_API_URL": live_server.url, "MMT_API_TOKEN": token_of(member), "MMT_PROJECT": project.slug}
+
+
+@pytest.fixture
+def fresh_restore_check():
+    """No restore check pending, and no Run an earlier test left open: a load reports to THE one open Run."""
+    from mado_tracking import _base, restore_check
+
+    left_open = set(_base._open_runs)
+    _base._open_runs.clear()
+    restore_check.reset()
+    yield
+    restore_check.reset()
+    _base._open_runs.update(left_open)  # the interpreter-exit hook still finishes them

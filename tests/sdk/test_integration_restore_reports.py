@@ -18,6 +18,8 @@ from tests.sdk.programs import set_job_resume_variables
 from tests.sdk.stub_api import StubApi
 from tests.sdk.test_accelerate_integration import _fresh_accelerate_state, _prepared, _train  # noqa: F401 - autouse
 
+pytestmark = pytest.mark.usefixtures("fresh_restore_check")
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -28,19 +30,6 @@ def _example(name: str):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
-
-
-@pytest.fixture(autouse=True)
-def _fresh_check():
-    """No check pending, and no Run an earlier test left open: a load reports to THE one open Run."""
-    from mado_tracking import _base
-
-    left_open = set(_base._open_runs)
-    _base._open_runs.clear()
-    restore_check.reset()
-    yield
-    restore_check.reset()
-    _base._open_runs.update(left_open)
 
 
 def _online(stub: StubApi) -> dict:

@@ -15,6 +15,8 @@ from mado_tracking.errors import ApiError
 from mado_tracking.torch import load_checkpoint, load_extra, save_checkpoint
 from tests.sdk.stub_api import StubApi
 
+pytestmark = pytest.mark.usefixtures("fresh_restore_check")
+
 CHECKPOINT_ID = 7
 BATCH = 4
 
@@ -85,19 +87,6 @@ class Loop:
         if not declared:
             self.position.index = load_extra(directory)["next_index"]
         return step
-
-
-@pytest.fixture(autouse=True)
-def _fresh_check():
-    """No check pending, and no Run an earlier test left open: a load reports to THE one open Run."""
-    from mado_tracking import _base
-
-    left_open = set(_base._open_runs)
-    _base._open_runs.clear()
-    restore_check.reset()
-    yield
-    restore_check.reset()
-    _base._open_runs.update(left_open)
 
 
 def _checkpoint(tmp_path, monkeypatch, **loop) -> object:

@@ -14,6 +14,8 @@ from mado_tracking import restore_check
 from mado_tracking.torch import load_checkpoint, load_data_position, save_checkpoint
 from tests.sdk.stub_api import StubApi
 
+pytestmark = pytest.mark.usefixtures("fresh_restore_check")
+
 CHECKPOINT_ID = 7
 
 
@@ -46,19 +48,6 @@ def _step(model, optimizer, scheduler, generator, position) -> float:
     scheduler.step()
     position.index += 4
     return loss.item()
-
-
-@pytest.fixture(autouse=True)
-def _fresh_check():
-    """No check pending, and no Run an earlier test left open: a load reports to THE one open Run."""
-    from mado_tracking import _base
-
-    left_open = set(_base._open_runs)
-    _base._open_runs.clear()
-    restore_check.reset()
-    yield
-    restore_check.reset()
-    _base._open_runs.update(left_open)  # the interpreter-exit hook still finishes them
 
 
 @pytest.fixture
