@@ -5,11 +5,13 @@ import os
 from celery import Celery
 from celery.signals import worker_init, worker_process_init
 
+from mado import broker
 from mado.allocator import tune_allocator
 from mado.periodic import SCHEDULE
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
+broker.register()  # filesystem:// writes whole messages only (mado/broker.py)
 app = Celery("mado")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks(["mado", "runs", "sweeps", "checkpoints", "jobs", "alerts", "worker"])

@@ -233,7 +233,6 @@ CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", "filesystem://localhost//")
 if CELERY_BROKER_URL.startswith("filesystem"):
     for _folder in ("queue", "processed"):
         (_broker_dir / _folder).mkdir(parents=True, exist_ok=True)
-    CELERY_BROKER_TRANSPORT = "mado.broker:Transport"  # whole messages only (mado/broker.py)
 # Jobs run for hours (docs/design/worker.md#subprocess) but are fenced by their claim and heartbeat, so the broker only
 # has to get each message to some worker once (docs/deploy.md, "Messages and outages"): - outbox: services write a
 # Dispatch row in their transaction (mado/outbox.py); it is sent after commit and, while the broker is down, again by

@@ -41,3 +41,11 @@ class Transport(filesystem.Transport):
     """kombu's filesystem transport with ``Channel``'s whole-message writes."""
 
     Channel = Channel
+
+
+def register() -> None:
+    """Make ``filesystem://`` broker URLs use ``Transport`` (called by config/celery.py in every process); other
+    schemes (``redis://``, ``amqp://``) are untouched."""
+    from kombu.transport import TRANSPORT_ALIASES
+
+    TRANSPORT_ALIASES["filesystem"] = "mado.broker:Transport"
