@@ -32,8 +32,11 @@ def browser():
         if os.environ.get("CI"):
             pytest.fail(f"{CHROMIUM} is missing; CI must run the browser tests (apt-get install chromium)")
         pytest.skip(f"{CHROMIUM} is not installed (apt-get install chromium); CI runs these tests")
-    from playwright.sync_api import sync_playwright
+    from playwright.sync_api import expect, sync_playwright
 
+    # An assertion waits for its condition as long as an action does (the contexts' 15 s), not Playwright's 5 s:
+    # on a loaded 2-core CI machine Swagger UI alone takes longer than 5 s to fetch and render the schema.
+    expect.set_options(timeout=15_000)
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True)
         yield browser
