@@ -25,6 +25,7 @@ from jobs import selectors, services
 from jobs.forms import CheckpointContinueForm, CheckpointResumeForm, JobLaunchForm
 from mado import policy
 from mado.errors import Conflict, ValidationFailed
+from parity import selectors as parity_selectors
 from runs import selectors as run_selectors
 from runs.forms import add_service_error
 from runs.views import page, run_page_context
@@ -73,10 +74,11 @@ def _jobs_context(request, project) -> dict:
         request.GET.get("page")
     )
     active = selectors.active_resume_job_ids(run_ids=[job.run_id for job in page_obj])
+    declared = parity_selectors.declared_verdicts_by_run(runs=[job.run for job in page_obj])
     return {
         "project": project,
         "page_obj": page_obj,
-        "rows": [_job_actions(request.user, job, active) for job in page_obj],
+        "rows": [{**_job_actions(request.user, job, active), "declared": declared.get(job.run_id)} for job in page_obj],
         "live": any(not job.is_final for job in page_obj),
         "launch_refusal": policy.why_not(request.user, project, policy.MEMBER),
     }

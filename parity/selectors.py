@@ -1,11 +1,13 @@
 """Reads of verdicts, restore reports and parity settings for pages and the API (docs/design/resume.md#parity,
 #restore-report)."""
 
+from collections import defaultdict
+
 from django.db.models import Min
 
 from parity.declared import DeclaredVerdict, declared_verdict
 from parity.models import DEFAULT_TOLERANCE, Parity, ParityBlock, ParitySettings, ParityVerdict, RestoreReport
-from runs.models import Run
+from runs.models import DataStage, ParameterChange, Run
 from runs.stages import data_stage_history
 
 
@@ -63,14 +65,79 @@ def declared_verdict_of(run: Run, parity: Parity | None) -> DeclaredVerdict | No
     changes = [(change.key, change.old_value, change.new_value) for change in run.parameter_changes.all()]
     if parity is None:
         return None
-    data = _data_changes(run, parity.checkpoint_step)
+    has_data = any(stage.start_step >= parity.checkpoint_step for stage in run.data_stages.all())
+    data = _data_changes(run, parity.checkpoint_step) if has_data else []
     if not changes and not data:
         return None
-    diverged_at = {}
-    if parity.pk is not None:
-        blocks = ParityBlock.objects.filter(parity=parity).values("key").annotate(first=Min("diverged_step"))
-        diverged_at = {row["key"]: row["first"] for row in blocks}
-    report = restore_report_of(run)
+    diverged_at = _diverged_at(parity_ids=[parity.pk] if parity.pk is not None else []).get(parity.pk, {})
+    return _judge(parity, changes=changes, data=data, diverged_at=diverged_at, report=restore_report_of(run))
+
+
+def declared_verdicts_by_run(*, runs) -> dict[int, DeclaredVerdict]:
+    """``{run id: DeclaredVerdict}`` of those of ``runs`` whose verdict is ``diverged`` and whose resume or continue
+    changed something on purpose: what a list's badge needs to read "changed on purpose from step k" as the Run
+    page's does (the Jobs list, Compare; docs/design/resume.md#declared-changes). Any other verdict's badge does not
+    depend on declared changes, so those Runs are left out.
+
+    The verdicts come from ``parity_of`` (``select_related("parity")`` saves
+    a query per Run). For the whole list: no query without a diverged
+    verdict, else one each for the parameter changes, the data stages, the
+    restore reports and the blocks' first diverged steps; a Run with a data
+    stage from its checkpoint's step on adds its data-stage history.
+    """
+    return _declared_verdicts([(run, parity_of(run)) for run in runs])
+
+
+def _declared_verdicts(verdicts) -> dict[int, DeclaredVerdict]:
+    """``declared_verdicts_by_run`` of ``(run, verdict or None)`` pairs."""
+    diverged = {
+        run.pk: (run, parity)
+        for run, parity in verdicts
+        if parity is not None and parity.verdict == ParityVerdict.DIVERGED
+    }
+    if not diverged:
+        return {}
+    changes = defaultdict(list)
+    for run_id, key, old, new in (
+        ParameterChange.objects.filter(run_id__in=diverged)
+        .order_by("run_id", "changed_at", "id")
+        .values_list("run_id", "key", "old_value", "new_value")
+    ):
+        changes[run_id].append((key, old, new))
+    staged = {
+        run_id
+        for run_id, start_step in DataStage.objects.filter(run_id__in=diverged).values_list("run_id", "start_step")
+        if start_step >= diverged[run_id][1].checkpoint_step
+    }
+    data = {run_id: _data_changes(diverged[run_id][0], diverged[run_id][1].checkpoint_step) for run_id in staged}
+    judged = [run_id for run_id in diverged if changes[run_id] or data.get(run_id)]
+    if not judged:
+        return {}
+    reports = {report.run_id: report for report in RestoreReport.objects.filter(run_id__in=judged)}
+    diverged_at = _diverged_at(parity_ids=[diverged[run_id][1].pk for run_id in judged])
+    return {
+        run_id: _judge(
+            diverged[run_id][1],
+            changes=changes[run_id],
+            data=data.get(run_id, []),
+            diverged_at=diverged_at.get(diverged[run_id][1].pk, {}),
+            report=reports.get(run_id),
+        )
+        for run_id in judged
+    }
+
+
+def _diverged_at(*, parity_ids: list[int]) -> dict[int, dict[str, int | None]]:
+    """``{parity id: {compared key: first diverged step or None}}`` (one aggregate over the verdicts' blocks)."""
+    found = defaultdict(dict)
+    if parity_ids:
+        blocks = ParityBlock.objects.filter(parity_id__in=parity_ids).values("parity_id", "key")
+        for row in blocks.annotate(first=Min("diverged_step")).order_by():
+            found[row["parity_id"]][row["key"]] = row["first"]
+    return found
+
+
+def _judge(parity: Parity, *, changes, data, diverged_at, report: RestoreReport | None) -> DeclaredVerdict:
     return declared_verdict(
         changes=changes,
         data=data,
@@ -85,8 +152,6 @@ def declared_verdict_of(run: Run, parity: Parity | None) -> DeclaredVerdict | No
 def _data_changes(run: Run, checkpoint_step: int) -> list[tuple[int, list[str], list[str]]]:
     """``(start_step, datasets before, datasets after)`` of each data stage of ``run`` from ``checkpoint_step`` on
     that changed its data (``runs.stages.data_stage_history``); datasets as ``name:version``, sorted."""
-    if not any(stage.start_step >= checkpoint_step for stage in run.data_stages.all()):
-        return []
     found = []
     for entry in data_stage_history(run=run):
         if entry["stage"].start_step < checkpoint_step or not (entry["added"] or entry["removed"]):
@@ -102,9 +167,12 @@ def parities_by_run(*, run_ids) -> dict[int, Parity]:
     return {parity.run_id: parity for parity in Parity.objects.filter(run_id__in=list(run_ids))}
 
 
-def parity_pairs(*, runs) -> list[tuple[Run, Run, Parity]]:
-    """``(parent, child, verdict)`` for each Run of ``runs`` whose parent is among them too and that has a verdict,
-    in the order of ``runs`` (the Compare page)."""
+def parity_pairs(*, runs) -> list[tuple[Run, Run, Parity, DeclaredVerdict | None]]:
+    """``(parent, child, verdict, declared)`` for each Run of ``runs`` whose parent is among them too and that has a
+    verdict, in the order of ``runs`` (the Compare page); ``declared`` as ``declared_verdicts_by_run`` gives it (None:
+    not diverged, or nothing changed on purpose). A few queries, whatever the number of Runs."""
     by_id = {run.pk: run for run in runs}
     found = parities_by_run(run_ids=by_id)
-    return [(by_id[run.parent_id], run, found[run.pk]) for run in runs if run.pk in found and run.parent_id in by_id]
+    children = [run for run in runs if run.pk in found and run.parent_id in by_id]
+    declared = _declared_verdicts([(run, found[run.pk]) for run in children])
+    return [(by_id[run.parent_id], run, found[run.pk], declared.get(run.pk)) for run in children]

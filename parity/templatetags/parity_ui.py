@@ -46,7 +46,8 @@ def declared_verdict_of_tag(run, parity):
 
 @register.simple_tag
 def parity_pairs(runs):
-    """``(parent, child, verdict)`` for each compared Run whose parent is compared too (the Compare page)."""
+    """``(parent, child, verdict, declared)`` for each compared Run whose parent is compared too (the Compare page);
+    ``declared`` (a ``DeclaredVerdict`` or None) makes a declared change's divergence read "changed on purpose"."""
     return selectors.parity_pairs(runs=list(runs))
 
 

@@ -2,13 +2,16 @@
 logged series or the restore report; a divergence before it took effect is still one (docs/design/resume.md
 #declared-changes)."""
 
+import re
+
 import pytest
 from django.urls import reverse
 
 from jobs import services as job_services
 from parity.declared import declared_verdict
+from parity.selectors import declared_verdicts_by_run
 from parity.services import restore_report_record
-from runs.models import ParameterChange
+from runs.models import ParameterChange, Run
 from tests.jobs.conftest import (  # noqa: F401
     celery_calls,
     checkpoint,
@@ -50,19 +53,30 @@ def trained_at(lr_from: int, loss_from: int):
     return value
 
 
+def continue_from(creator, source, code_version, cpu):
+    """The Run of a continue from checkpoint ``source`` with ``--param lr=0.02`` (and ``epochs=3``)."""
+    job = job_services.run_continue_from_checkpoint(
+        actor=creator,
+        checkpoint=source,
+        code_version=code_version,
+        queue=cpu,
+        parameters={**source.run.parameters, "lr": NEW, "epochs": 3},
+        dataset_version_ids=[],
+    )
+    return job.run
+
+
 @pytest.fixture
 def continued(creator, failed_job, cpu, code_version, log):
     """``failed_job`` (logged 0..26 at lr 0.1, checkpoint at 20) continued from step 20 with ``--param lr=0.02``."""
     log(failed_job.run, range(27), keys=LOGGED, value=parent_curve)
-    job = job_services.run_continue_from_checkpoint(
-        actor=creator,
-        checkpoint=checkpoint(failed_job.run, 20),
-        code_version=code_version,
-        queue=cpu,
-        parameters={**failed_job.run.parameters, "lr": NEW, "epochs": 3},
-        dataset_version_ids=[],
-    )
-    return job.run
+    return continue_from(creator, checkpoint(failed_job.run, 20), code_version, cpu)
+
+
+def row_of(html: str, job_id: int) -> str:
+    """The text of the Jobs list's row of Job ``job_id``."""
+    row = re.search(rf'<tr data-job="{job_id}".*?</tr>', html, re.S).group(0)
+    return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", "", row))
 
 
 def test_the_continue_records_each_parameter_it_changed(continued):
@@ -209,3 +223,51 @@ def test_a_continue_on_another_data_mix_is_a_data_change_from_the_checkpoints_st
     assert (parity["verdict"], parity["step"], parity["declared"]["divergence_declared"]) == ("diverged", 21, True)
     shown = text(login(creator).get(reverse("runs:run-detail", args=[job.run_id])))
     assert 'changed on purpose: data ["digits:v1", "digits:v2"] → ["digits:v1"] (took effect at step 20)' in shown
+    listed = login(creator).get(reverse("jobs:project-jobs", args=[job.run.project.slug])).content.decode()
+    assert "changed on purpose from step 21" in row_of(listed, job.pk)
+
+
+@pytest.mark.parametrize(
+    ("lr_from", "loss_from", "badge", "not_badge"),
+    [
+        (21, 22, "changed on purpose from step 21", "diverged at step"),
+        (23, 21, "diverged at step 21", "changed on purpose from step"),  # before the change took effect
+    ],
+)
+def test_the_jobs_list_and_compare_read_the_badge_as_the_run_page_does(
+    login, creator, log, failed_job, continued, lr_from, loss_from, badge, not_badge
+):
+    log(continued, range(20, 30), keys=LOGGED, value=trained_at(lr_from=lr_from, loss_from=loss_from))
+    client = login(creator)
+    slug = continued.project.slug
+    row = row_of(client.get(reverse("jobs:project-jobs", args=[slug])).content.decode(), continued.job.pk)
+    assert badge in row and not_badge not in row
+    compared = text(
+        client.get(reverse("runs:project-compare", args=[slug]), {"run": [failed_job.run_id, continued.pk]})
+    )
+    assert badge in compared and not_badge not in compared
+    assert badge in text(client.get(reverse("runs:run-detail", args=[continued.pk])))
+
+
+def test_the_jobs_list_judges_its_rows_declared_changes_in_a_few_queries(
+    login, creator, log, failed_job, code_version, cpu, django_assert_max_num_queries
+):
+    log(failed_job.run, range(27), keys=LOGGED, value=parent_curve)
+    source = checkpoint(failed_job.run, 20)
+    runs = [continue_from(creator, source, code_version, cpu) for _ in range(4)]
+    for run in runs:
+        log(run, range(20, 21), keys=LOGGED, value=parent_curve)  # identical so far: nothing to judge
+    client, url = login(creator), reverse("jobs:project-jobs", args=[failed_job.run.project.slug])
+    assert "changed on purpose from step" not in client.get(url).content.decode()
+    with django_assert_max_num_queries(10_000) as before:
+        client.get(url)
+    for run in runs:
+        log(run, range(21, 30), keys=LOGGED, value=trained_at(lr_from=21, loss_from=22))
+    with django_assert_max_num_queries(len(before.captured_queries) + 4):  # the rows' changes, stages, reports, blocks
+        listed = client.get(url).content.decode()
+    assert [("changed on purpose from step 21" in row_of(listed, run.job.pk)) for run in runs] == [True] * 4
+    loaded = list(Run.objects.filter(pk__in=[failed_job.run_id, *(run.pk for run in runs)]).select_related("parity"))
+    with django_assert_max_num_queries(4):
+        declared = declared_verdicts_by_run(runs=loaded)
+    assert sorted(declared) == sorted(run.pk for run in runs)
+    assert all(verdict.divergence_declared for verdict in declared.values())

@@ -1,5 +1,6 @@
-"""``mado job show`` on a resumed Job: the parts not restored, the "resume ignored?" line and the parity verdict
-(docs/design/resume.md#restore-report, #parity), read from the Job resource of a live server."""
+"""``mado job show`` on a resumed Job: the parts not restored, the "resume ignored?" line, the parity verdict and the
+changes made on purpose (docs/design/resume.md#restore-report, #parity, #declared-changes), read from the Job resource
+of a live server."""
 
 import pytest
 from click.testing import CliRunner
@@ -17,6 +18,7 @@ from tests.jobs.conftest import (  # noqa: F401
 )
 from tests.parity.conftest import curve
 from tests.parity.test_api import resumed_job  # noqa: F401
+from tests.parity.test_declared import LOGGED, OVERRIDDEN_REPORT, continued, trained_at  # noqa: F401
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -70,3 +72,43 @@ def test_job_show_says_a_checkpoint_holding_a_training_state_was_not_loaded(
         f"  resume ignored?: checkpoint {source} (step 20) holds a training state but the run sent no restore report "
         "before its first metrics (step 20): it did not load the checkpoint through mado_tracking"
     ) in job_show(live_server, creator, resumed_job.pk)
+
+
+@pytest.mark.parametrize(
+    ("report", "lr_from", "loss_from", "expected"),
+    [
+        (
+            None,
+            21,
+            22,
+            [
+                "  parity: changed on purpose from step 21: train.lr 0.1 in the parent run, 0.02 here",
+                "    changed on purpose: lr 0.1 → 0.02 (took effect at step 21)",
+            ],
+        ),
+        (
+            OVERRIDDEN_REPORT,
+            99,
+            21,
+            [
+                f"  parity: diverged at step 21: train.accuracy {curve('train.accuracy', 21)!r} in the parent run, "
+                f"{curve('train.accuracy', 21) + 0.25!r} here",
+                "    changed on purpose: lr 0.1 → 0.02 — but the optimizer still ran at 0.1 (the restored scheduler "
+                "overrode it)",
+            ],
+        ),
+    ],
+)
+def test_job_show_names_the_changes_made_on_purpose_and_whether_each_took_effect(
+    live_server, creator, log, continued, report, lr_from, loss_from, expected
+):
+    if report:
+        restore_report_record(actor=creator, run=continued, body=report)
+    log(continued, range(20, 30), keys=LOGGED, value=trained_at(lr_from=lr_from, loss_from=loss_from))
+    lines = job_show(live_server, creator, continued.job.pk).splitlines()
+    start = lines.index(expected[0])  # the verdict, then each change under it
+    assert sorted(lines[start + 1 : start + 3]) == [
+        "    changed on purpose: epochs null → 3 (not seen in the logged metrics or the restore report: whether it "
+        "took effect is not known)",
+        expected[1],
+    ]

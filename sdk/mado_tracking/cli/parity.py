@@ -1,6 +1,9 @@
 """What ``mado job show`` prints about a resumed Run: what it did not restore from its checkpoint, whether it seems
 to have ignored it, and its parity verdict with its parent (docs/design/resume.md#restore-report, #parity; docs/api.md
-"Resume parity"). Reads the Job resource's ``restore_report``, ``resume_ignored_at_step`` and ``parity``."""
+"Resume parity"). Reads the Job resource's ``restore_report``, ``resume_ignored_at_step`` and ``parity`` (with its
+``declared`` changes, docs/design/resume.md#declared-changes)."""
+
+import json
 
 import click
 
@@ -30,11 +33,34 @@ def describe_parity(parity: dict) -> str:
             f"{parity.get('max_difference')})"
         )
     if verdict == "diverged":
+        declared = (parity.get("declared") or {}).get("divergence_declared")
+        where = "changed on purpose from" if declared else "diverged at"
         return (
-            f"diverged at step {parity.get('step')}: {parity.get('key')} {parity.get('parent_value')} in the parent "
+            f"{where} step {parity.get('step')}: {parity.get('key')} {parity.get('parent_value')} in the parent "
             f"run, {parity.get('child_value')} here"
         )
     return f"unknown (no step logged by both runs from the checkpoint's step {parity.get('checkpoint_step')} on)"
+
+
+def _shown(value) -> str:
+    return json.dumps(value, ensure_ascii=False)
+
+
+def describe_declared_change(change: dict) -> str:
+    """One line of a ``parity.declared.changes`` item (docs/api.md "Resume parity"): the change made on purpose and
+    whether it took effect, as the Run page says it."""
+    old = _shown(change.get("old_value"))
+    line = f"changed on purpose: {change.get('key')} {old} → {_shown(change.get('new_value'))}"
+    if change.get("took_effect_at_step") is not None:
+        return f"{line} (took effect at step {change['took_effect_at_step']})"
+    if not change.get("overridden"):
+        return f"{line} (not seen in the logged metrics or the restore report: whether it took effect is not known)"
+    by = {"scheduler": "the restored scheduler", "optimizer": "the restored optimizer state"}.get(
+        change.get("overridden_by") or ""
+    )
+    if by:
+        return f"{line} — but the optimizer still ran at {old} ({by} overrode it)"
+    return f"{line} — but the run still logged {old}, as the parent run did"
 
 
 def print_resume_facts(found: dict) -> None:
@@ -66,3 +92,5 @@ def print_resume_facts(found: dict) -> None:
         )
     if found.get("parity"):
         click.echo(f"  parity: {describe_parity(found['parity'])}")
+        for change in (found["parity"].get("declared") or {}).get("changes") or []:
+            click.echo(f"    {describe_declared_change(change)}")
