@@ -361,14 +361,16 @@ def s3_multipart_abort_quietly(*, key: str, upload_id: str) -> None:
         logger.info("could not abort multipart upload %s of %s", upload_id, key, exc_info=True)
 
 
-def blob_stat(key: str) -> StoredBlob:
-    """Size (a stat or S3 HEAD) and SHA-256 of stored blob ``key``, read back in ``CHUNK_SIZE`` chunks (constant
-    memory).
+def blob_stat(key: str, *, size: int | None = None) -> StoredBlob:
+    """Size and SHA-256 of stored blob ``key``, read back in ``CHUNK_SIZE`` chunks (constant memory): its first
+    ``size`` bytes, the size a stat or S3 HEAD gives when ``size`` is None (a caller that has just taken one passes
+    its size).
 
     For bytes that reached the storage without passing through the server
-    (an MLflow multipart upload straight to S3); a broken read resumes.
+    (an MLflow multipart upload straight to S3), and for a check of stored bytes (``checkpoints.services.integrity``);
+    a broken read resumes.
     """
-    size = blob_size(key)
+    size = blob_size(key) if size is None else size
     digest = hashlib.sha256()
     received = 0
     for data in blob_iter_resuming(key=key, size=size):
@@ -406,27 +408,28 @@ def blob_fingerprint(key: str) -> StoredStat | None:
             head = client.head_object(Bucket=bucket, Key=name)
         except Exception as exc:
             if is_missing(exc):
-                return _absent()
+                check_reachable()
+                return None
             raise
         size = int(head["ContentLength"])
         found = StoredStat(size, f"s3:{size}:{head.get('ETag', '')}:{head.get('LastModified', '')}", True)
     else:
         storage = artifact_storage()
         if not hasattr(storage, "path"):  # another backend: no fingerprint, so every check reads the bytes
-            return StoredStat(storage.size(key), "", False) if storage.exists(key) else _absent()
+            if storage.exists(key):
+                return StoredStat(storage.size(key), "", False)
+            check_reachable()
+            return None
         try:
             stat = os.stat(storage.path(key))
         except FileNotFoundError:
-            return _absent()
+            check_reachable()
+            return None
         except OSError as exc:
             raise StorageUnreachable(f"the artifact storage cannot be read: {exc}") from exc
         settled = time.time_ns() - stat.st_mtime_ns > SETTLE_S * 1_000_000_000
         found = StoredStat(stat.st_size, f"fs:{stat.st_size}:{stat.st_mtime_ns}:{stat.st_ino}", settled)
     return found
-
-
-def _absent() -> None:
-    check_reachable()
 
 
 def check_reachable() -> None:

@@ -57,7 +57,7 @@ def stored_object_problem(artifact: Artifact, *, what: str, read: str = READ_IF_
     if read == READ_NEVER or (read == READ_IF_CHANGED and trusted):
         return ""
     try:
-        back = storage.blob_stat(artifact.storage_key)
+        back = storage.blob_stat(artifact.storage_key, size=found.size)
     except Exception as exc:
         if storage.is_missing(exc):
             storage.check_reachable()
