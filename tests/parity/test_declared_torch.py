@@ -76,9 +76,29 @@ def _ingest(log, run, points: list[dict]) -> None:
         log(run, sorted(values), keys=(key,), value=lambda _key, step, values=values: values[step])
 
 
+@pytest.fixture
+def continue_with_new_lr(tmp_path, monkeypatch, log, creator, failed_job, code_version, cpu):
+    """``continue_with_new_lr(scheduler=bool, set_after_load=bool)``: train the parent (logged on ``failed_job``'s
+    Run), continue it with lr 0.02 under the SDK, store what the SDK sent on the continued Run; its
+    ``DeclaredVerdict``."""
+
+    def continued(*, scheduler: bool, set_after_load: bool):
+        return _declared(
+            scheduler=scheduler,
+            set_after_load=set_after_load,
+            tmp_path=tmp_path,
+            monkeypatch=monkeypatch,
+            log=log,
+            creator=creator,
+            failed_job=failed_job,
+            code_version=code_version,
+            queue=cpu,
+        )
+
+    return continued
+
+
 def _declared(*, scheduler: bool, set_after_load: bool, tmp_path, monkeypatch, log, creator, failed_job, **job):
-    """Train the parent (logged on ``failed_job``'s Run), continue it with lr 0.02 under the SDK, store what the SDK
-    sent on the continued Run; its ``DeclaredVerdict``."""
     parent = Loop(lr=OLD, scheduler=scheduler)
     logged = []
     for step in range(STEPS):
@@ -119,20 +139,8 @@ def _declared(*, scheduler: bool, set_after_load: bool, tmp_path, monkeypatch, l
     return selectors.declared_verdict_of(continued, selectors.parity_of(continued))
 
 
-def test_an_lr_the_restored_scheduler_put_back_is_named_as_overridden(
-    tmp_path, monkeypatch, log, creator, failed_job, code_version, cpu
-):
-    declared = _declared(
-        scheduler=True,
-        set_after_load=False,
-        tmp_path=tmp_path,
-        monkeypatch=monkeypatch,
-        log=log,
-        creator=creator,
-        failed_job=failed_job,
-        code_version=code_version,
-        queue=cpu,
-    )
+def test_an_lr_the_restored_scheduler_put_back_is_named_as_overridden(continue_with_new_lr):
+    declared = continue_with_new_lr(scheduler=True, set_after_load=False)
     (lr,) = declared.changes
     assert (lr.key, lr.old_value, lr.new_value) == ("lr", OLD, NEW)
     assert (lr.took_effect_at_step, lr.overridden, lr.overridden_by, lr.evidence) == (
@@ -144,20 +152,8 @@ def test_an_lr_the_restored_scheduler_put_back_is_named_as_overridden(
     assert not declared.divergence_declared
 
 
-def test_an_lr_set_after_the_load_takes_effect_at_the_first_step_after_the_checkpoint(
-    tmp_path, monkeypatch, log, creator, failed_job, code_version, cpu
-):
-    declared = _declared(
-        scheduler=False,
-        set_after_load=True,
-        tmp_path=tmp_path,
-        monkeypatch=monkeypatch,
-        log=log,
-        creator=creator,
-        failed_job=failed_job,
-        code_version=code_version,
-        queue=cpu,
-    )
+def test_an_lr_set_after_the_load_takes_effect_at_the_first_step_after_the_checkpoint(continue_with_new_lr):
+    declared = continue_with_new_lr(scheduler=False, set_after_load=True)
     (lr,) = declared.changes
     assert (lr.took_effect_at_step, lr.overridden, lr.evidence) == (SAVED_AT, False, "train.lr")
     assert declared.divergence_declared
