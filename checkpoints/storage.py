@@ -22,6 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from itertools import islice
 
+from django.conf import settings
 from django.core.files import File
 from django.core.files.storage import storages
 
@@ -310,9 +311,30 @@ def s3_multipart_create(*, key: str, content_type: str = "application/x-tar") ->
     return client.create_multipart_upload(Bucket=bucket, Key=name, ContentType=content_type)["UploadId"]
 
 
-def s3_presign_parts(*, key: str, upload_id: str, count: int, expires_s: int) -> list[str]:
-    """Presigned ``PUT`` URLs for parts 1..``count`` of the upload, valid ``expires_s`` seconds."""
+def _presigning(key: str) -> tuple[object, str, str]:
+    """``_s3_target`` with a client that signs for ``MADO_S3_PUBLIC_ENDPOINT_URL`` when set: the address clients
+    outside the servers' network reach S3 at (docs/deploy.md#s3-seen-from-outside). A signature covers the host, so
+    the URL is signed for the public address, not rewritten afterwards; the same credentials, region and client
+    settings as the storage's own."""
     client, bucket, name = _s3_target(key)
+    public = settings.MADO_S3_PUBLIC_ENDPOINT_URL
+    if public:
+        storage = s3_storage()
+        client = storage._create_session().client(
+            "s3",
+            region_name=storage.region_name,
+            use_ssl=storage.use_ssl,
+            endpoint_url=public,
+            config=storage.client_config,
+            verify=storage.verify,
+        )
+    return client, bucket, name
+
+
+def s3_presign_parts(*, key: str, upload_id: str, count: int, expires_s: int) -> list[str]:
+    """Presigned ``PUT`` URLs for parts 1..``count`` of the upload, valid ``expires_s`` seconds, naming the public
+    S3 address when one is set (``_presigning``)."""
+    client, bucket, name = _presigning(key)
     return [
         client.generate_presigned_url(
             "upload_part",
@@ -328,9 +350,9 @@ def s3_presign_abort(*, key: str, upload_id: str, expires_s: int) -> str:
     """A presigned ``DELETE`` URL that aborts the upload, valid ``expires_s`` seconds.
 
     The client that gives up on an upload aborts it with this, even when the
-    mado server is the part that cannot be reached.
+    mado server is the part that cannot be reached; it names the public S3 address when one is set.
     """
-    client, bucket, name = _s3_target(key)
+    client, bucket, name = _presigning(key)
     return client.generate_presigned_url(
         "abort_multipart_upload",
         Params={"Bucket": bucket, "Key": name, "UploadId": upload_id},

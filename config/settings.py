@@ -25,6 +25,7 @@ from mado.env import (
     env_networks,
     env_signal,
     env_str,
+    env_url,
 )
 from mado_tracking.hashing import hash_threads
 from mado_tracking.tarformat import Limits as TarLimits
@@ -316,6 +317,8 @@ MMT_CHECKPOINT_KEEP_COUNT = env_int("MMT_CHECKPOINT_KEEP_COUNT", 5, minimum=1)
 # lifetime of the presigned part URLs in seconds, and the Celery queue of the verification task.
 MADO_CHECKPOINT_PART_SIZE = env_int("MADO_CHECKPOINT_PART_SIZE", 64 * 1024 * 1024, minimum=8 * 1024 * 1024)
 MADO_CHECKPOINT_PRESIGN_EXPIRES = env_int("MADO_CHECKPOINT_PRESIGN_EXPIRES", 6 * 3600, minimum=60)
+# The S3 address presigned URLs name, for clients outside the servers' network (docs/deploy.md#s3-seen-from-outside).
+MADO_S3_PUBLIC_ENDPOINT_URL = env_url("MADO_S3_PUBLIC_ENDPOINT_URL")
 MADO_CHECKPOINT_VERIFY_QUEUE = env_str("MADO_CHECKPOINT_VERIFY_QUEUE", CELERY_TASK_DEFAULT_QUEUE)
 # A pending checkpoint ends ``error`` (its upload aborted) this many seconds after it was registered,
 # or MADO_CHECKPOINT_ENDED_GRACE seconds after its Run ended (the janitor, checkpoints.tasks).

@@ -11,6 +11,7 @@ import os
 import signal
 from pathlib import Path
 from typing import NamedTuple
+from urllib.parse import urlsplit
 
 from django.core.exceptions import ImproperlyConfigured
 
@@ -29,6 +30,22 @@ def env_str(name: str, default: str | None = None) -> str | None:
         except OSError as exc:
             raise ImproperlyConfigured(f"{name}_FILE={path!r} cannot be read: {exc}") from exc
     return default
+
+
+def env_url(name: str) -> str | None:
+    """An absolute ``http`` or ``https`` URL with a host (``https://s3.example.com:9000``), None when unset or empty;
+    anything else is an error naming the variable."""
+    raw = (env_str(name) or "").strip()
+    if not raw:
+        return None
+    try:
+        parts = urlsplit(raw)
+        parts.port  # noqa: B018 - a bad port raises here
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"{name}={raw!r} is not a URL ({exc})") from exc
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ImproperlyConfigured(f"{name}={raw!r} must be an http:// or https:// URL with a host")
+    return raw
 
 
 def env_bool(name: str, default: bool) -> bool:

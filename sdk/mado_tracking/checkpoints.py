@@ -24,6 +24,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import requests
 from tqdm import tqdm
@@ -47,6 +48,8 @@ logger = logging.getLogger("mado_tracking")
 
 UPLOAD_READ_TIMEOUT_S = 600.0  # the server verifies the last bytes before it answers
 VERIFY_TIMEOUT_S = 3600.0
+# A presigned URL's host that has not answered once in this long is a setting to fix, not a glitch to wait out.
+STORAGE_UNREACHABLE_S = 30.0
 BACKOFF_BASE_S = 0.5
 BACKOFF_CAP_S = 30.0
 _BODY_CHUNK = 1 << 20
@@ -339,6 +342,8 @@ class _ServerUpload(_Upload):
 class _DirectUpload(_Upload):
     """Presigned multipart upload straight to S3 (``upload-parts``), ``complete`` (202), then poll."""
 
+    storage_answered = False  # the presigned URLs' host answered a request of this upload
+
     def run(self, tar: CheckpointTar) -> SavedCheckpoint:
         if not self.bar.disable:
             tar.on_bytes = self.bar.update
@@ -417,7 +422,11 @@ class _DirectUpload(_Upload):
                 response = session.put(url, data=_Chunks(data), timeout=(CONNECT_TIMEOUT_S, UPLOAD_READ_TIMEOUT_S))
             except requests.RequestException as exc:
                 reason = f"{type(exc).__name__}: {exc}"
+                if isinstance(exc, requests.ConnectionError) and not self.storage_answered:
+                    if retrier.elapsed() >= STORAGE_UNREACHABLE_S:
+                        raise _storage_unreachable(url, exc, retrier) from exc
             else:
+                self.storage_answered = True
                 if response.status_code < 400 and response.headers.get("ETag"):
                     return {"part_number": number, "etag": response.headers["ETag"]}
                 status = response.status_code
@@ -445,3 +454,14 @@ class _DirectUpload(_Upload):
 
 class _PartFailed(Exception):
     """A part could not be stored; the whole direct upload starts again."""
+
+
+def _storage_unreachable(url: str, exc: requests.ConnectionError, retrier: Retrier) -> CheckpointError:
+    """The error of an upload whose presigned URLs name a host this machine cannot reach (docs/deploy.md, "S3 seen
+    from outside"): it names the host and the server setting that fixes it."""
+    host = urlsplit(url).netloc
+    return CheckpointError(
+        f"the object storage at {host}, named by the server's presigned upload URLs, cannot be reached from this "
+        f"machine ({type(exc).__name__}; {retrier.tries + 1} tries in {retrier.elapsed():.0f} s). The mado server's "
+        "operator sets MADO_S3_PUBLIC_ENDPOINT_URL to an S3 address this machine reaches"
+    )

@@ -6,7 +6,7 @@ import ipaddress
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
-from mado.env import NetworkPort, env_float, env_network_ports
+from mado.env import NetworkPort, env_float, env_network_ports, env_url
 
 
 @pytest.mark.parametrize(
@@ -60,3 +60,18 @@ def test_a_number_setting_that_is_not_finite_stops_start_up_naming_it(monkeypatc
     monkeypatch.setenv("MADO_TEST_SECONDS", raw)
     with pytest.raises(ImproperlyConfigured, match=f"MADO_TEST_SECONDS='{raw}' is not a finite number"):
         env_float("MADO_TEST_SECONDS", 3.0, minimum=0.1)
+
+
+@pytest.mark.parametrize("raw", ["minio:9000", "ftp://s3.example.com", "http://", "https://:9000", "http://h:99999"])
+def test_a_url_setting_that_is_not_an_http_url_with_a_host_stops_start_up_naming_it(monkeypatch, raw):
+    monkeypatch.setenv("MADO_TEST_URL", raw)
+    with pytest.raises(ImproperlyConfigured, match=f"MADO_TEST_URL={raw!r}"):
+        env_url("MADO_TEST_URL")
+
+
+@pytest.mark.parametrize(
+    "raw, value", [("", None), ("  ", None), ("https://s3.example.com:9000", "https://s3.example.com:9000")]
+)
+def test_a_url_setting_is_kept_as_given_or_none_when_empty(monkeypatch, raw, value):
+    monkeypatch.setenv("MADO_TEST_URL", raw)
+    assert env_url("MADO_TEST_URL") == value

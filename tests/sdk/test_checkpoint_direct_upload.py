@@ -4,6 +4,9 @@ server, in-process."""
 
 import hashlib
 import os
+import socket
+import time
+from urllib.parse import urlsplit
 
 import pytest
 import requests
@@ -11,6 +14,7 @@ import requests
 import mado_tracking
 from checkpoints.models import Checkpoint, CheckpointState
 from mado_tracking import checkpoints as checkpoints_module
+from mado_tracking.errors import CheckpointError
 
 pytestmark = pytest.mark.django_db(transaction=True)
 moto_server = pytest.importorskip("moto.server")
@@ -134,3 +138,47 @@ def test_a_failed_part_is_sent_again(mmt_env, s3, tmp_path, monkeypatch):
         saved = run.log_checkpoint(ckpt, step=1)
     assert len(attempts) == 2
     assert Checkpoint.objects.get(pk=saved.id).state == CheckpointState.COMPLETE
+
+
+def test_presigned_urls_name_the_public_s3_address_when_one_is_set(mmt_env, s3, moto_endpoint, settings, tmp_path):
+    public = moto_endpoint.replace("127.0.0.1", "localhost")  # the same server under the name clients use
+    settings.MADO_S3_PUBLIC_ENDPOINT_URL = public
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    (ckpt / "model.pt").write_bytes(os.urandom(9 * MIB))
+    hosts = []
+    put = requests.Session.put
+
+    def spy(session, url, data=None, **kwargs):
+        hosts.append(urlsplit(url).netloc)
+        return put(session, url, data=data, **kwargs)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(requests.Session, "put", spy)
+        with mado_tracking.start_run() as run:
+            saved = run.log_checkpoint(ckpt, step=1)
+    assert hosts == [urlsplit(public).netloc] * 2  # two parts, both to the public name
+    assert Checkpoint.objects.get(pk=saved.id).state == CheckpointState.COMPLETE
+
+
+def test_an_unreachable_presigned_host_fails_soon_naming_the_host_and_the_setting(
+    mmt_env, s3, settings, tmp_path, monkeypatch
+):
+    with socket.socket() as unused:  # a port nothing listens on: connections are refused
+        unused.bind(("127.0.0.1", 0))
+        port = unused.getsockname()[1]
+    settings.MADO_S3_PUBLIC_ENDPOINT_URL = f"http://127.0.0.1:{port}"
+    monkeypatch.setenv("MMT_RETRY_TIMEOUT", "600")  # not what ends it
+    monkeypatch.setattr(checkpoints_module, "STORAGE_UNREACHABLE_S", 0.5)
+    monkeypatch.setattr(checkpoints_module, "BACKOFF_BASE_S", 0.01)
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    (ckpt / "model.pt").write_bytes(b"m" * 1000)
+    began = time.monotonic()
+    with mado_tracking.start_run() as run:
+        with pytest.raises(CheckpointError) as refused:
+            run.log_checkpoint(ckpt, step=1)
+    assert time.monotonic() - began < 60
+    message = str(refused.value)
+    assert f"object storage at 127.0.0.1:{port}" in message and "MADO_S3_PUBLIC_ENDPOINT_URL" in message
+    assert Checkpoint.objects.get(run__external_id=run.external_id, step=1).state != CheckpointState.COMPLETE
