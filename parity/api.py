@@ -59,7 +59,7 @@ class RunResourceViewSet(RunViewSet):
             super()
             .output_queryset(runs)
             .select_related("parity", "restore_report", "source_checkpoint")
-            .prefetch_related("parameter_changes", "data_stages")
+            .prefetch_related("parameter_changes", "data_stages", "resume_segments")
         )
 
 

@@ -1,6 +1,7 @@
 """What the parity app does when runs stores a metrics batch (``runs.hooks.metrics_stored``;
 docs/design/house.md#arrows): the verdicts the batch's Run takes part in follow it (docs/design/resume.md#parity)."""
 
+from parity.services.segments import segment_verdict_refresh
 from parity.services.verdict import parity_after_batch
 from runs import hooks
 
@@ -11,6 +12,13 @@ def parity_follows_metrics(sender, *, run, steps, **kwargs) -> None:
     parity_after_batch(run=run, steps=steps)
 
 
+def segment_follows_points(sender, *, segment_id, **kwargs) -> None:
+    """A batch kept points below its Run's floor as resume segment ``segment_id``'s: that segment's verdict follows
+    (docs/design/resume.md#same-run-parity)."""
+    segment_verdict_refresh(segment_id=segment_id)
+
+
 def connect() -> None:
-    """Connect the receiver above to ``runs.hooks``; called once from ``ParityConfig.ready``."""
+    """Connect the receivers above to ``runs.hooks``; called once from ``ParityConfig.ready``."""
     hooks.metrics_stored.connect(parity_follows_metrics, dispatch_uid="parity.parity_follows_metrics")
+    hooks.segment_points_stored.connect(segment_follows_points, dispatch_uid="parity.segment_follows_points")

@@ -178,5 +178,70 @@ class ResumeFactsMixin(serializers.Serializer):
         return parity_data(self.run_of(instance))
 
 
+class SegmentRestoreReportOutputSerializer(serializers.Serializer):
+    parts = serializers.DictField(
+        child=serializers.CharField(),
+        help_text='every part checked: "restored", "not_restored", "unknown" or "not_declared"',
+    )
+    details = serializers.DictField(child=serializers.CharField(), help_text="one line per part, e.g. what differs")
+    not_restored = serializers.ListField(child=serializers.CharField(), help_text="parts not restored, sorted")
+
+
+class ResumeSegmentOutputSerializer(serializers.Serializer):
+    """One resume of a run under its id, and how the steps it logged again compare with the values the run held
+    there (the run's curve keeps those first values)."""
+
+    number = serializers.IntegerField(help_text="1 for the first resume under the run id, then 2, …")
+    floor = serializers.IntegerField(help_text="the run's step floor this resume set: steps below it are compared")
+    checkpoint_id = serializers.IntegerField(allow_null=True, help_text="the checkpoint its restore report names")
+    checkpoint_step = serializers.IntegerField(allow_null=True)
+    verdict = serializers.ChoiceField(choices=ParityVerdict.choices)
+    step = serializers.IntegerField(allow_null=True, help_text="diverged: the first step where the values part")
+    key = serializers.SerializerMethodField(help_text="diverged: the first key (by name) that parts there")
+    parent_value = serializers.SerializerMethodField(help_text="diverged: the value the run's series holds")
+    child_value = serializers.SerializerMethodField(help_text="diverged: the value this resume logged")
+    compared_points = serializers.IntegerField(help_text="(key, step) pairs compared")
+    compared_keys = serializers.ListField(child=serializers.CharField())
+    first_step = serializers.IntegerField(allow_null=True)
+    last_step = serializers.IntegerField(allow_null=True)
+    max_difference = ParityValueField(allow_null=True, help_text="largest relative difference; null: none compared")
+    tolerance = serializers.FloatField(allow_null=True)
+    restore_report = serializers.SerializerMethodField(help_text="the restore report this resume sent; null: none")
+
+    def get_key(self, segment) -> str | None:
+        return segment.key if segment.verdict == ParityVerdict.DIVERGED else None
+
+    @extend_schema_field(ParityValueField)
+    def get_parent_value(self, segment):
+        return self._value(segment, segment.parent_value)
+
+    @extend_schema_field(ParityValueField)
+    def get_child_value(self, segment):
+        return self._value(segment, segment.child_value)
+
+    @staticmethod
+    def _value(segment, value):
+        if segment.verdict != ParityVerdict.DIVERGED:
+            return None
+        return ParityValueField().to_representation(math.nan if value is None else value)
+
+    @extend_schema_field(SegmentRestoreReportOutputSerializer(allow_null=True))
+    def get_restore_report(self, segment) -> dict | None:
+        if segment.restore_parts is None:
+            return None
+        return {
+            "parts": segment.restore_parts,
+            "details": segment.restore_details or {},
+            "not_restored": segment.not_restored,
+        }
+
+
 class RunResourceOutputSerializer(ResumeFactsMixin, RunOutputSerializer):
-    """The Run resource with what it restored and its parity verdict."""
+    """The Run resource with what it restored and its parity verdict, and each resume under its id's verdict."""
+
+    resume_segments = ResumeSegmentOutputSerializer(
+        many=True,
+        read_only=True,
+        help_text="each resume of this run under its id, in order, with how the steps it logged again compare with "
+        "what the run held (the run's series keeps the first values)",
+    )

@@ -40,6 +40,7 @@ from runs.metric_rollup import rollup_add
 from runs.metric_summary import summary_add
 from runs.models import CHUNK_ID_STRIDE, MetricBatch, MetricChunk, Run
 from runs.models.arrays import json_numbers, pg_array, register_pg_arrays
+from runs.segments import segment_points_add
 
 _TABLE = MetricChunk._meta.db_table
 _BATCHES = MetricBatch._meta.db_table
@@ -51,24 +52,28 @@ SQLITE_CHUNK_POINTS = 500  # the SQLite view's json_extract walks a chunk's arra
 
 
 class MetricsIngested(NamedTuple):
-    """What ``metrics_ingest`` did with a batch: points ``stored``, ``dropped`` below the step floor, their keys."""
+    """What ``metrics_ingest`` did with a batch: points ``stored`` in the series, ``dropped`` below the step floor
+    and their keys, ``compared``: points below the floor kept as the resumed segment's own record."""
 
     stored: int
     dropped: int
     dropped_keys: list[str]
     replayed: bool
+    compared: int = 0
 
 
-def _drop_below_floor(columns: MetricColumns, floor: int) -> tuple[MetricColumns, int, list[str]]:
-    """``columns`` without the points at a step below ``floor``; the count and sorted keys of those dropped."""
-    if not floor or columns.steps.min() >= floor:
-        return columns, 0, []
-    keep = columns.steps >= floor
-    dropped_keys = sorted(set(compress(columns.keys, (~keep).tolist())))
-    kept = MetricColumns(
-        list(compress(columns.keys, keep.tolist())), columns.steps[keep], columns.values[keep], columns.timestamps[keep]
+def _columns_where(columns: MetricColumns, mask) -> MetricColumns:
+    return MetricColumns(
+        list(compress(columns.keys, mask.tolist())), columns.steps[mask], columns.values[mask], columns.timestamps[mask]
     )
-    return kept, len(keep) - len(kept.keys), dropped_keys
+
+
+def _split_at_floor(columns: MetricColumns, floor: int) -> tuple[MetricColumns, MetricColumns | None]:
+    """``columns`` at a step from ``floor`` on, and those below it (None when there are none)."""
+    if not floor or columns.steps.min() >= floor:
+        return columns, None
+    keep = columns.steps >= floor
+    return _columns_where(columns, keep), _columns_where(columns, ~keep)
 
 
 def metrics_ingest(
@@ -99,7 +104,11 @@ def metrics_ingest(
     ``Idempotency-Key`` header) makes a repeated batch a no-op (``replayed``,
     nothing stored or counted): an SDK retry after a lost answer, or ``mado
     sync`` run twice, never duplicates a point. Points at a step below
-    ``run.step_floor`` (a resumed Run's last step + 1) are dropped, added to
+    ``run.step_floor`` (a resumed Run's last step + 1) never enter the Run's
+    series: they are kept as the points of the Run's latest resume segment
+    and counted in ``compared`` (docs/design/resume.md#same-run-parity;
+    ``runs.hooks.segment_points_stored`` after the commit), or, for a Run
+    resumed before segments were kept, dropped, added to
     ``Run.dropped_points`` and reported in ``dropped`` / ``dropped_keys``
     (sorted, distinct). ``fencing_token`` (the ``Mado-Fencing-Token``
     header; None: not fenced) is checked in the writing transaction. The
@@ -120,7 +129,8 @@ def metrics_ingest(
     if idempotency_key is not None and not 0 < len(idempotency_key) <= 200:
         raise ValidationFailed("Idempotency-Key must be 1 to 200 characters", field="Idempotency-Key")
     # A matching token proves no resume happened since this writer started, so run.step_floor is current.
-    batch, dropped, dropped_keys = _drop_below_floor(batch, run.step_floor)
+    batch, below = _split_at_floor(batch, run.step_floor)
+    dropped, dropped_keys, segment_id = 0, [], None
     with transaction.atomic():
         with pipelined():
             refuse_if_stale_or_crashed = write_guard(run_id=run.pk, fencing_token=fencing_token)
@@ -134,6 +144,15 @@ def metrics_ingest(
         if claimed is not None and not claimed():
             transaction.set_rollback(True)  # a replay: what was sent with the claim is undone
             return MetricsIngested(0, 0, [], replayed=True)
+        if below is not None:  # docs/design/resume.md#same-run-parity
+            segment_id = segment_points_add(run_id=run.pk, below=below)
+            if segment_id is None:  # resumed before segments were kept: dropped, as then
+                dropped, dropped_keys = len(below.keys), sorted(set(below.keys))
+            else:
+                transaction.on_commit(
+                    partial(hooks.segment_points_stored.send, sender=None, run=run, segment_id=segment_id),
+                    robust=True,
+                )
         if dropped:
             Run.objects.filter(pk=run.pk).update(dropped_points=F("dropped_points") + dropped)
         if run.heartbeat_at is None:  # a Run that beats is judged by its heartbeats: no UPDATE per batch
@@ -144,7 +163,8 @@ def metrics_ingest(
             transaction.on_commit(
                 partial(hooks.metrics_stored.send, sender=None, run=run, steps=steps, batch=by_key), robust=True
             )
-    return MetricsIngested(len(batch.keys), dropped, dropped_keys, replayed=False)
+    compared = 0 if below is None or segment_id is None else len(below.keys)
+    return MetricsIngested(len(batch.keys), dropped, dropped_keys, replayed=False, compared=compared)
 
 
 def _claim_batch(run_id: int, key: str, points: int) -> Callable[[], bool]:

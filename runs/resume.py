@@ -42,6 +42,7 @@ from mado import policy
 from mado.errors import Conflict, Forbidden, NotFound, RunLive, ValidationFailed
 from runs import hooks, services
 from runs.models import MetricSummary, ParameterChange, Project, Run, RunStatus
+from runs.segments import segment_open
 
 MUST, ALLOW, NEVER = "must", "allow", "never"
 RESUME_MODES = (MUST, ALLOW, NEVER)
@@ -310,5 +311,6 @@ def _resume(actor, run: Run, parameters, allow_change: bool, host, pid) -> RunSt
         for key, old, new in changes
     )
     run.refresh_from_db()
+    segment_open(run=run)  # docs/design/resume.md#same-run-parity
     hooks.run_started.send(sender=None, run=run)
     return RunStarted(run, created=False, resumed=True, last_step=last_step)

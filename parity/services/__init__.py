@@ -1,6 +1,7 @@
 """The parity app's use cases (docs/design/resume.md#restore-report, #parity)."""
 
 from parity.services.restore import clean_restore_report, restore_report_record
+from parity.services.segments import segment_restore_snapshot, segment_verdict_refresh
 from parity.services.tolerance import clean_tolerance, parity_tolerance_set
 from parity.services.verdict import parity_after_batch, parity_open, parity_recompute
 
@@ -12,4 +13,6 @@ __all__ = [
     "parity_recompute",
     "parity_tolerance_set",
     "restore_report_record",
+    "segment_restore_snapshot",
+    "segment_verdict_refresh",
 ]

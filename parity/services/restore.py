@@ -17,6 +17,7 @@ from checkpoints.models import Checkpoint
 from mado import policy
 from mado.errors import ValidationFailed
 from parity.models import RestorePart, RestoreReport
+from parity.services.segments import segment_restore_snapshot
 from runs.lease import lease_check
 from runs.models import Run
 
@@ -121,7 +122,8 @@ def restore_report_record(*, actor, run: Run, body, fencing_token: int | None = 
     (docs/design/runs.md#write-rule), ``ValidationFailed`` naming the field
     (``clean_restore_report``; ``checkpoint_id`` of no checkpoint in the Run's
     Project), ``LeaseLost`` for a stale ``fencing_token`` (None: not fenced;
-    docs/design/runs.md#one-writer-process). A refused report changes nothing.
+    docs/design/runs.md#one-writer-process). A refused report changes nothing. A Run resumed under its id also
+    keeps the report on its latest resume segment (docs/design/resume.md#same-run-parity).
     """
     policy.require_run_writer(actor, run)
     checkpoint_id, parts, details = clean_restore_report(body)
@@ -141,4 +143,7 @@ def restore_report_record(*, actor, run: Run, body, fencing_token: int | None = 
                 created = True
             except IntegrityError:  # a concurrent first report won: this one replaces it
                 RestoreReport.objects.filter(run_id=run.pk).update(**values, reports=F("reports") + 1)
+        segment_restore_snapshot(
+            run=run, checkpoint_id=checkpoint_id, parts=parts, details=details, fencing_token=fencing_token
+        )
     return RestoreReport.objects.get(run_id=run.pk), created

@@ -8,8 +8,9 @@ from mado import policy
 from mado.audit import audit_record
 from mado.errors import ValidationFailed
 from parity.models import Parity, ParitySettings
+from parity.services.segments import segment_verdict_refresh
 from parity.services.verdict import parity_recompute
-from runs.models import Project
+from runs.models import Project, ResumeSegment
 
 
 def clean_tolerance(value) -> float:
@@ -46,4 +47,7 @@ def parity_tolerance_set(*, actor, project: Project, tolerance) -> ParitySetting
             )
     for parity_id in Parity.objects.filter(run__project=project).exclude(tolerance=value).values_list("pk", flat=True):
         parity_recompute(parity_id=parity_id)
+    segments = ResumeSegment.objects.filter(run__project=project).exclude(tolerance=value).values_list("pk", flat=True)
+    for segment_id in segments:
+        segment_verdict_refresh(segment_id=segment_id)
     return settings

@@ -210,9 +210,10 @@ class RunMetricsApi(APIView):
 
         At most 10,000 points, all stored or none. The columnar form (four
         lists of one length; ``timestamps`` optional) is what the SDK sends.
-        201 ``{"stored": n, "dropped": m, "dropped_keys": [...]}``: points at a
-        step below the Run's ``step_floor`` (set by a resume) are dropped and
-        counted, not stored. ``value``: a number or ``"NaN"``/``"Infinity"``/``"-Infinity"``;
+        201 ``{"stored": n, "compared": c, "dropped": m, "dropped_keys": [...]}``: points at a
+        step below the Run's ``step_floor`` (set by a resume) are not added to its series: they are kept as the
+        resumed segment's own points and compared with the series (``compared``), or dropped and counted when
+        the Run was resumed before segments were kept. ``value``: a number or ``"NaN"``/``"Infinity"``/``"-Infinity"``;
         ``step``: integer ≥ 0; ``timestamp``: Unix seconds (default: now).
         The first bad point → 400 naming ``points[i].field`` (``values[i]`` etc. in the columnar form), nothing
         stored. An ``Idempotency-Key`` header makes a repeated batch a no-op: 200 ``{"stored": 0, …}``.
@@ -233,7 +234,12 @@ class RunMetricsApi(APIView):
             idempotency_key=request.headers.get("Idempotency-Key"),
             fencing_token=fencing_token(request),
         )
-        answer = {"stored": result.stored, "dropped": result.dropped, "dropped_keys": result.dropped_keys}
+        answer = {
+            "stored": result.stored,
+            "compared": result.compared,
+            "dropped": result.dropped,
+            "dropped_keys": result.dropped_keys,
+        }
         return Response(answer, status=status.HTTP_200_OK if result.replayed else status.HTTP_201_CREATED)
 
     @extend_schema(

@@ -212,7 +212,9 @@ class RunOutputSerializer(serializers.Serializer):
     resumed = serializers.SerializerMethodField(help_text="true when this POST runs/ resumed a stopped run")
     resume_count = serializers.IntegerField(read_only=True)
     last_step = serializers.SerializerMethodField(help_text="highest step reached before this resume; null otherwise")
-    step_floor = serializers.IntegerField(read_only=True, help_text="metric points at a lower step are dropped")
+    step_floor = serializers.IntegerField(
+        read_only=True, help_text="metric points at a lower step are not added to the series: they are compared"
+    )
     dropped_points = serializers.IntegerField(read_only=True, help_text="points dropped below step_floor so far")
     writer_host = serializers.CharField(read_only=True)
     writer_pid = serializers.IntegerField(read_only=True, allow_null=True)
@@ -262,6 +264,10 @@ class MetricBatchInputSerializer(serializers.Serializer):
 
 class MetricBatchOutputSerializer(serializers.Serializer):
     stored = serializers.IntegerField()
+    compared = serializers.IntegerField(
+        help_text="points below the run's step_floor after a resume: kept as the resumed segment's own record and "
+        "compared with the run's series, which keeps the first values"
+    )
     dropped = serializers.IntegerField(help_text="points not stored: their step was below the run's step_floor")
     dropped_keys = serializers.ListField(child=serializers.CharField(), help_text="the dropped points' keys, sorted")
 

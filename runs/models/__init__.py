@@ -35,9 +35,12 @@ from runs.models.metrics import (
     MetricSummary,
     MetricSummaryQuerySet,
 )
+from runs.models.segments import ResumeSegment, SegmentPoint
 from runs.models.workspace import RunTableColumns
 
 __all__ = [
+    "ResumeSegment",
+    "SegmentPoint",
     "ServiceAccount",
     "ExternalIdentity",
     "IdentityLink",

@@ -42,6 +42,7 @@ RUN_FIELDS = {
     "restore_report",
     "resume_ignored_at_step",
     "parity",
+    "resume_segments",  # docs/design/resume.md#same-run-parity
 }
 
 

@@ -225,7 +225,7 @@ def test_must_without_an_id_is_400(api, member):
 # --- step continuation and dropping --------------------------------------------------------
 
 
-def test_a_resume_continues_after_the_last_logged_step_and_drops_lower_steps(api, project, creator):
+def test_a_resume_continues_after_the_last_logged_step_and_keeps_lower_steps_out_of_the_series(api, project, creator):
     run = stopped(project, creator)
     metrics_ingest(actor=creator, run=run, points=[{"key": "loss", "value": 1.0, "step": s} for s in range(50)])
     body = start(api(creator), "exp-42", "allow").json()
@@ -241,10 +241,12 @@ def test_a_resume_continues_after_the_last_logged_step_and_drops_lower_steps(api
     ]
     response = client.post(f"{URL}{run.pk}/metrics/", {"points": points}, format="json", **token)
     assert response.status_code == 201
-    assert response.json() == {"stored": 1, "dropped": 3, "dropped_keys": ["acc", "loss"]}
+    assert response.json() == {"stored": 1, "compared": 3, "dropped": 0, "dropped_keys": []}
     assert sorted(MetricPoint.objects.filter(run=run, step__gte=48).values_list("step", flat=True)) == [48, 49, 50]
     assert MetricPoint.objects.get(run=run, step=48).value == 1.0, "the stored point is never overwritten"
-    assert client.get(f"{URL}{run.pk}/").json()["dropped_points"] == 3
+    body = client.get(f"{URL}{run.pk}/").json()
+    assert body["dropped_points"] == 0, "kept as the resumed segment's own points, compared with the series"
+    assert [(s["number"], s["floor"]) for s in body["resume_segments"]] == [(1, 50)]
 
 
 def test_an_idempotent_replay_of_a_dropped_batch_is_not_counted_twice(api, project, creator):
@@ -253,8 +255,11 @@ def test_an_idempotent_replay_of_a_dropped_batch_is_not_counted_twice(api, proje
     batch = {"points": [{"key": "loss", "value": 1.0, "step": 3}]}
     first = client.post(f"{URL}{run.pk}/metrics/", batch, format="json", HTTP_IDEMPOTENCY_KEY="b1")
     again = client.post(f"{URL}{run.pk}/metrics/", batch, format="json", HTTP_IDEMPOTENCY_KEY="b1")
-    assert (first.status_code, first.json()) == (201, {"stored": 0, "dropped": 1, "dropped_keys": ["loss"]})
-    assert (again.status_code, again.json()) == (200, {"stored": 0, "dropped": 0, "dropped_keys": []})
+    assert (first.status_code, first.json()) == (
+        201,
+        {"stored": 0, "compared": 0, "dropped": 1, "dropped_keys": ["loss"]},
+    ), "a Run resumed before segments were kept has no segment: its points below the floor are dropped"
+    assert (again.status_code, again.json()) == (200, {"stored": 0, "compared": 0, "dropped": 0, "dropped_keys": []})
     run.refresh_from_db()
     assert run.dropped_points == 1
 

@@ -1,0 +1,170 @@
+"""A Run resumed under its id keeps what each resume logs again below its floor as that resume's segment, out of
+the Run's series, and compares it with the series: a verdict per segment, with the restore report its writer sent
+(docs/design/resume.md#same-run-parity)."""
+
+import math
+
+import pytest
+
+from checkpoints.models import Checkpoint, CheckpointState
+from mado.errors import LeaseLost
+from parity.services import parity_tolerance_set, restore_report_record
+from runs.metrics import metrics_ingest
+from runs.models import MetricPoint, ResumeSegment, Run, RunStatus, SegmentPoint
+from runs.resume import run_start
+from tests.factories import RunFactory
+from tests.parity.conftest import KEYS, curve
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def same_run(project, creator, log):
+    """Run ``exp-1`` that logged steps 0–29, saved a checkpoint at step 20 and crashed."""
+    run = RunFactory(project=project, created_by=creator, external_id="exp-1", status=RunStatus.FAILED)
+    log(run, range(30))
+    Checkpoint.objects.create(run=run, step=20, state=CheckpointState.COMPLETE, file_count=1, total_bytes=10)
+    return run
+
+
+def resume(run) -> Run:
+    Run.objects.filter(pk=run.pk).update(status=RunStatus.FAILED, heartbeat_at=None)
+    return run_start(actor=run.created_by, project=run.project, external_id=run.external_id, resume="allow").run
+
+
+def segment(run, number=1) -> ResumeSegment:
+    return ResumeSegment.objects.get(run=run, number=number)
+
+
+def test_a_resume_opens_a_segment_at_the_floor_with_the_writers_token(same_run):
+    resumed = resume(same_run)
+    opened = segment(resumed)
+    assert (opened.floor, opened.lease_token, opened.verdict) == (30, resumed.lease_token, "unknown")
+
+
+def test_the_documented_resume_replays_identically_and_the_series_keeps_the_first_points(same_run, log):
+    resumed = resume(same_run)
+    result = log(resumed, range(20, 40))
+    assert (result.stored, result.compared, result.dropped) == (20, 20, 0)
+    found = segment(resumed)
+    assert (found.verdict, found.first_step, found.last_step, found.compared_points) == ("identical", 20, 29, 20)
+    assert found.compared_keys == sorted(KEYS)
+    assert MetricPoint.objects.filter(run=resumed, key="train.loss", step=25).count() == 1
+    assert Run.objects.get(pk=resumed.pk).dropped_points == 0
+
+
+def test_a_replay_that_differs_is_diverged_at_its_first_step_with_key_and_both_values(same_run, log):
+    resumed = resume(same_run)
+    log(resumed, range(20, 30), value=lambda key, step: curve(key, step) + (0.5 if step >= 23 else 0.0))
+    found = segment(resumed)
+    assert (found.verdict, found.step, found.key) == ("diverged", 23, "train.accuracy")
+    assert found.parent_value == curve("train.accuracy", 23)
+    assert found.child_value == curve("train.accuracy", 23) + 0.5
+    stored = MetricPoint.objects.get(run=resumed, key="train.accuracy", step=23).value
+    assert stored == curve("train.accuracy", 23), "the series keeps the first value"
+
+
+def test_a_tiny_difference_is_within_tolerance_and_follows_the_projects_tolerance(same_run, log, admin):
+    resumed = resume(same_run)
+    log(resumed, range(20, 30), value=lambda key, step: curve(key, step) * (1 + 1e-9))
+    assert segment(resumed).verdict == "within_tolerance"
+    parity_tolerance_set(actor=admin, project=resumed.project, tolerance=0.0)
+    assert segment(resumed).verdict == "diverged"
+
+
+def test_nan_equals_nan_and_nan_against_a_number_diverges(project, creator, log):
+    run = RunFactory(project=project, created_by=creator, external_id="nan", status=RunStatus.FAILED)
+    log(run, range(5), keys=("loss",), value=lambda key, step: math.nan if step == 3 else float(step))
+    resumed = resume(run)
+    log(resumed, range(2, 5), keys=("loss",), value=lambda key, step: math.nan if step == 3 else float(step))
+    assert segment(resumed).verdict == "identical"
+    log(resumed, [4], keys=("loss",), value=lambda key, step: math.nan)
+    found = segment(resumed)
+    assert (found.verdict, found.step, found.parent_value, found.child_value) == ("diverged", 4, 4.0, None)
+
+
+def test_a_replay_of_steps_the_series_never_held_is_unknown(same_run, log):
+    resumed = resume(same_run)
+    log(resumed, range(20, 25), keys=("val.loss",))
+    found = segment(resumed)
+    assert (found.verdict, found.compared_points) == ("unknown", 0)
+    assert SegmentPoint.objects.filter(segment=found).count() == 5
+
+
+def test_an_idempotent_replay_of_a_batch_stores_nothing_twice(same_run, django_capture_on_commit_callbacks):
+    resumed = resume(same_run)
+    body = {"keys": ["train.loss"] * 3, "steps": [21, 22, 30], "values": [curve("train.loss", s) for s in (21, 22, 30)]}
+    with django_capture_on_commit_callbacks(execute=True):
+        first = metrics_ingest(actor=resumed.created_by, run=resumed, columns=body, idempotency_key="b1")
+        again = metrics_ingest(actor=resumed.created_by, run=resumed, columns=body, idempotency_key="b1")
+    assert (first.stored, first.compared, again.replayed, again.compared) == (1, 2, True, 0)
+    assert SegmentPoint.objects.filter(segment__run=resumed).count() == 2
+    assert segment(resumed).compared_points == 2
+
+
+def test_a_step_sent_twice_keeps_the_value_sent_last(same_run, log):
+    resumed = resume(same_run)
+    log(resumed, [21], keys=("train.loss",), value=lambda key, step: 9.0)
+    assert segment(resumed).verdict == "diverged"
+    log(resumed, [21], keys=("train.loss",))
+    assert segment(resumed).verdict == "identical"
+
+
+def test_two_resumes_each_get_their_own_segment_compared_with_what_the_series_held(same_run, log):
+    first = resume(same_run)
+    log(first, range(20, 40))
+    second = resume(first)
+    assert segment(second, 2).floor == 40
+    log(second, range(35, 45), value=lambda key, step: curve(key, step) + (1.0 if step == 38 else 0.0))
+    assert segment(second, 1).verdict == "identical"
+    found = segment(second, 2)
+    assert (found.verdict, found.step, found.first_step, found.last_step) == ("diverged", 38, 35, 39)
+
+
+def test_a_stale_writer_cannot_add_points_to_the_new_segment(same_run, log):
+    first = resume(same_run)
+    stale_token = first.lease_token
+    second = resume(first)
+    with pytest.raises(LeaseLost):
+        metrics_ingest(
+            actor=second.created_by,
+            run=first,
+            columns={"keys": ["train.loss"], "steps": [21], "values": [5.0]},
+            fencing_token=stale_token,
+        )
+    assert not SegmentPoint.objects.filter(segment__run=second).exists()
+
+
+def test_the_restore_report_is_kept_on_the_run_and_on_the_current_segment(same_run):
+    resumed = resume(same_run)
+    checkpoint = Checkpoint.objects.get(run=resumed, step=20)
+    body = {
+        "checkpoint_id": checkpoint.pk,
+        "parts": {"model": "restored", "data_position": "not_restored", "rng.torch": "not_restored"},
+        "details": {"data_position": "the loader started the epoch again"},
+    }
+    report, _ = restore_report_record(
+        actor=resumed.created_by, run=resumed, body=body, fencing_token=resumed.lease_token
+    )
+    found = segment(resumed)
+    assert (found.checkpoint_id, found.checkpoint_step) == (checkpoint.pk, 20)
+    assert found.not_restored == ["data_position", "rng.torch"] == report.not_restored
+    assert found.restore_details == body["details"]
+
+
+def test_the_run_resource_lists_each_segment_with_its_verdict_and_restore_report(same_run, log, api, viewer):
+    resumed = resume(same_run)
+    log(resumed, range(20, 30), value=lambda key, step: -1.0 if step == 26 else curve(key, step))
+    restore_report_record(
+        actor=resumed.created_by, run=resumed, body={"parts": {"model": "restored", "rng.python": "not_restored"}}
+    )
+    body = api(viewer).get(f"/api/v1/runs/{resumed.pk}/").json()
+    (found,) = body["resume_segments"]
+    assert (found["number"], found["floor"], found["verdict"], found["step"], found["key"]) == (
+        1,
+        30,
+        "diverged",
+        26,
+        "train.accuracy",
+    )
+    assert found["child_value"] == -1.0 and found["restore_report"]["not_restored"] == ["rng.python"]
