@@ -115,8 +115,6 @@ class RunBase:
     world_size = 1
     # a resumed Run's latest complete checkpoint step until resume_checkpoint() is called or the warning is given
     _warn_below_step: int | None = None
-    # after resume_checkpoint() returned a checkpoint below the resumed Run's step floor: steps already logged
-    _replayed_below = 0
 
     def _update(self, data: dict) -> None:
         """Take the Run's fields from the server's answer ``data`` (a subclass sets ``_config`` first)."""
@@ -134,7 +132,8 @@ class RunBase:
 
         ``all_ranks``: the keys go under ``rank<k>/``. Raises ``ValueError`` /
         ``TypeError`` as ``metric_points``; ``self.step`` is unchanged then.
-        [] for a step a resumed Run logged before its stop (``resume_fetch``: the server keeps the first points).
+        A step a resumed Run logged before its stop is sent too: the server keeps it apart and compares it with the
+        first points (docs/design/resume.md#same-run-parity).
         """
         restore_check.before_metrics(self, step)  # docs/design/checkpoints.md#restore-check
         if all_ranks:
@@ -144,8 +143,6 @@ class RunBase:
         if self._warn_below_step is not None and step < self._warn_below_step:
             starting_below(self, step, "log_metrics")
         self.step = max(self.step, step + 1)
-        if step < self._replayed_below:
-            return []  # logged before the resume: the server keeps the first points
         return points
 
     def _starting_below(self, step, what: str) -> None:

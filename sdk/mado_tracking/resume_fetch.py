@@ -118,7 +118,8 @@ def starting_below(run, step: int, what: str) -> None:
     logger.warning(
         "mado: run %s was resumed and has a checkpoint at step %d, but this process calls %s at step %d without "
         "having called run.resume_checkpoint(): it is training again what that checkpoint holds. Its points "
-        "below step %d are dropped and saving a step already saved fails. Load run.resume_checkpoint() before "
+        "below step %d are compared with the first ones, not added to the run's curve, and saving a step already "
+        "saved fails. Load run.resume_checkpoint() before "
         "training and loop over range(checkpoint.step, total), or start a new run (another id, or resume='never')",
         run.external_id,
         latest,
@@ -246,19 +247,18 @@ def _fetched(run, found: ResumeCheckpoint) -> ResumeCheckpoint:
 
 
 def _replaying(run, found: ResumeCheckpoint) -> None:
-    """Steps from the checkpoint up to the resumed Run's step floor were logged before: the server keeps those
-    points and drops new ones, so they are not sent (``RunBase._encode``) and nobody is warned per key."""
+    """Steps from the checkpoint up to the resumed Run's step floor were logged before: the server keeps the first
+    points in the Run's series and compares the new ones with them (docs/design/resume.md#same-run-parity); say so
+    once, on rank 0."""
     floor = (run._data if run.rank == 0 else run._shared).get("step_floor") or 0
-    if found.step < floor:
-        run._replayed_below = floor
-        if run.rank == 0:
-            logger.info(
-                "mado: run %s: steps %d to %d were logged before it stopped; the points this process logs for "
-                "them are not sent (the first ones stay)",
-                run.external_id,
-                found.step,
-                floor - 1,
-            )
+    if found.step < floor and run.rank == 0:
+        logger.info(
+            "mado: run %s: steps %d to %d were logged before it stopped; the points this process logs for them "
+            "are compared with those (the run's curve keeps the first ones)",
+            run.external_id,
+            found.step,
+            floor - 1,
+        )
 
 
 def for_rank(run) -> ResumeCheckpoint | None:

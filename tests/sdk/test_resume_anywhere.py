@@ -180,7 +180,7 @@ def test_starting_below_the_checkpoint_without_resume_checkpoint_is_told_once_at
     assert told[0].startswith(
         "mado: run exp-1 was resumed and has a checkpoint at step 20, but this process calls log_metrics at step 0"
     )
-    assert "Its points below step 27 are dropped" in told[0]
+    assert "Its points below step 27 are compared with the first ones" in told[0]
 
 
 def test_a_process_that_resumes_from_the_checkpoint_is_not_warned(stub, caplog, tmp_path):
@@ -193,14 +193,14 @@ def test_a_process_that_resumes_from_the_checkpoint_is_not_warned(stub, caplog, 
     assert "without having called run.resume_checkpoint()" not in caplog.text
 
 
-def test_steps_logged_before_the_stop_are_not_sent_again_after_resuming_from_an_earlier_checkpoint(stub, caplog):
+def test_steps_logged_before_the_stop_are_sent_again_for_the_server_to_compare(stub, caplog):
     with caplog.at_level(logging.INFO, logger="mado_tracking"), _resume(stub) as run:
         start = run.resume_checkpoint().step
         for step in range(start, 30):
             run.log_metrics({"loss": 1.0}, step=step)
         assert run.step == 30
-    assert [step for key, step in points_of(stub)] == [27, 28, 29]  # the server keeps the first 20-26
-    assert "steps 20 to 26 were logged before it stopped; the points this process logs for them are not sent" in (
+    assert [step for key, step in points_of(stub)] == list(range(20, 30))  # 20-26 compared by the server
+    assert "steps 20 to 26 were logged before it stopped; the points this process logs for them are compared" in (
         caplog.text
     )
 

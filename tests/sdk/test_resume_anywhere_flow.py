@@ -78,6 +78,11 @@ def run_anywhere_flow(site: Deployment, directory: Path) -> None:
         run = client.request("GET", f"runs/{run_id}/")
         assert (run["status"], run["resume_count"]) == ("finished", 1)
         assert metric_steps(client, run_id) == list(range(40))  # one curve
+        # steps 20-26 logged again, compared with the first ones (docs/design/resume.md#same-run-parity)
+        (segment,) = run["resume_segments"]
+        assert (segment["verdict"], segment["first_step"], segment["last_step"]) == ("identical", 20, 26), segment
+        assert (segment["floor"], segment["checkpoint_step"]) == (27, 20)
+        assert set(segment["restore_report"]["parts"].values()) == {"restored"}, segment["restore_report"]
         saved = client.request("GET", f"runs/{run_id}/checkpoints/")["results"]
         assert [c["step"] for c in saved] == [40, 30, 20, 10]
     assert reference.wait(timeout=300) == 0, reference.stdout.read().decode()

@@ -12,7 +12,7 @@ from django.utils import timezone
 import mado_tracking
 from mado_tracking import ApiError
 from mado_tracking.resume_mode import create_run, start_body
-from runs.models import MetricPoint, ParameterChange, Run, RunStatus
+from runs.models import MetricPoint, ParameterChange, Run, RunStatus, SegmentPoint
 from tests.factories import RunFactory
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -135,7 +135,7 @@ def test_a_changed_parameter_is_refused_unless_allowed_and_recorded(mmt_env):
     assert ParameterChange.objects.filter(run=first).count() == 1
 
 
-def test_points_below_the_resumed_step_are_dropped_with_one_warning_per_key(mmt_env, caplog):
+def test_points_below_the_resumed_step_are_compared_not_added_to_the_curve_and_not_warned_as_dropped(mmt_env, caplog):
     first = _ended_run("drops", steps=5)
     with caplog.at_level(logging.WARNING, logger="mado_tracking"):
         with mado_tracking.start_run(id="drops", resume="allow") as run:
@@ -145,10 +145,11 @@ def test_points_below_the_resumed_step_are_dropped_with_one_warning_per_key(mmt_
             run._sender.flush(10)
             assert run.step == 5  # an explicit lower step does not move the counter back
             run.log_metrics({"loss": 5.0})
-    warned = [record.getMessage() for record in caplog.records if "dropped by the server" in record.getMessage()]
-    assert len(warned) == 2 and any("'acc'" in text for text in warned) and any("'loss'" in text for text in warned)
+    assert not [record for record in caplog.records if "dropped by the server" in record.getMessage()]
     assert _points(first.pk, "loss")[-1] == (5, 5.0) and _points(first.pk, "acc") == []
-    assert Run.objects.get(pk=first.pk).dropped_points == 3
+    assert Run.objects.get(pk=first.pk).dropped_points == 0
+    kept = SegmentPoint.objects.filter(segment__run=first).order_by("key", "step").values_list("key", "step", "value")
+    assert list(kept) == [("acc", 2, 0.5), ("loss", 2, -1.0), ("loss", 3, -2.0)]
 
 
 def test_auto_resumes_the_unfinished_run_started_here_and_forgets_it_once_finished(mmt_env):
