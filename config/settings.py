@@ -34,9 +34,11 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 DATA_DIR = Path(env_str("MADO_DATA_DIR", str(BASE_DIR / "var"))).resolve()
 
 DEBUG = env_bool("MADO_DEBUG", False)
-# Production sets its own key; without one, the web server refuses to start unless MADO_DEBUG=1
-# (mado/checks.py: ``require_secret_key`` at start, ``mado.E001`` in ``check --deploy``).
+# Production sets its own key; without one, web, worker, beat and migrate refuse to start unless MADO_DEBUG=1
+# (mado/checks.py: ``require_secret_key`` at start, ``mado.E001`` in ``check --deploy``). MADO_ROLE names the
+# process's role: the image's entry point sets it to its sub-command (deploy/entrypoint.sh).
 MADO_SECRET_KEY_SET = bool(env_str("MADO_SECRET_KEY"))
+MADO_ROLE = env_str("MADO_ROLE", "")
 SECRET_KEY = env_str("MADO_SECRET_KEY") or "insecure-local-development-key-set-MADO_SECRET_KEY"
 ALLOWED_HOSTS = env_list("MADO_ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]", "testserver"])
 CSRF_TRUSTED_ORIGINS = env_list("MADO_CSRF_TRUSTED_ORIGINS", [])

@@ -10,6 +10,9 @@
 set -e
 command=${1:-web}
 [ $# -gt 0 ] && shift
+# The role, for the settings: web, worker, beat and migrate refuse to start without MADO_SECRET_KEY
+# (mado/checks.py, docs/deploy.md#secret-key); the demo and manage.py's other commands run without it.
+export MADO_ROLE="$command"
 case "$command" in
   web)
     # gunicorn's processes share their counters for /metrics through this folder, emptied at each start.

@@ -22,10 +22,15 @@ class MadoConfig(AppConfig):
     verbose_name = "mado"
 
     def ready(self):
+        from django.conf import settings
+
         from mado import (
-            checks,  # noqa: F401 - registers the deploy checks
+            checks,  # registers the deploy checks
             signins,  # noqa: F401 - audits sign-ins through Django's signals
         )
+
+        # Every process of a production role stops here, before it serves, runs or migrates anything.
+        checks.require_secret_key(settings.MADO_ROLE)
 
         schedule_every_interval("flush-dispatches", "mado.tasks.flush_dispatches")
         schedule_every_interval("reap-undelivered", "mado.tasks.reap_undelivered")

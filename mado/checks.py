@@ -9,17 +9,21 @@ MISSING_SECRET_KEY = (
     'random value, e.g. the output of: python -c "import secrets; print(secrets.token_urlsafe(50))". '
     "Only a development server (MADO_DEBUG=1) runs without one."
 )
+# The roles that sign with the key (web: sessions and CSRF tokens; a worker: Run tokens) or start a release
+# (migrate), so a Secret left out stops the first of them; the demo and manage.py's other commands run without it.
+SECRET_ROLES = frozenset({"web", "worker", "beat", "migrate"})
 
 
-def require_secret_key() -> None:
-    """Raise ``ImproperlyConfigured`` naming ``MADO_SECRET_KEY`` when production (``MADO_DEBUG`` off) has none.
+def require_secret_key(role: str) -> None:
+    """Raise ``ImproperlyConfigured`` naming ``MADO_SECRET_KEY`` when a production role (``MADO_DEBUG`` off) has none.
 
-    Called where the web server starts (``config/wsgi.py``): without its own
-    key the server would sign sessions and CSRF tokens with the public
-    development key in the repository.
+    ``role`` is the process's (``settings.MADO_ROLE``, the image's sub-command; ``"web"`` from
+    ``config/wsgi.py`` wherever gunicorn runs): a role outside ``SECRET_ROLES`` is let through. Without its own
+    key the process would sign sessions, CSRF tokens and Run tokens with the public development key in the
+    repository (docs/deploy.md#secret-key).
     """
-    if not settings.DEBUG and not settings.MADO_SECRET_KEY_SET:
-        raise ImproperlyConfigured(MISSING_SECRET_KEY)
+    if role in SECRET_ROLES and not settings.DEBUG and not settings.MADO_SECRET_KEY_SET:
+        raise ImproperlyConfigured(f"{role} refuses to start: {MISSING_SECRET_KEY}")
 
 
 @register(Tags.security, deploy=True)
