@@ -168,3 +168,22 @@ def test_the_run_resource_lists_each_segment_with_its_verdict_and_restore_report
         "train.accuracy",
     )
     assert found["child_value"] == -1.0 and found["restore_report"]["not_restored"] == ["rng.python"]
+
+
+def test_the_run_overview_shows_each_resume_with_its_verdict_and_what_it_did_not_restore(same_run, log, login, viewer):
+    resumed = resume(same_run)
+    log(resumed, range(20, 30), value=lambda key, step: -1.0 if step == 26 else curve(key, step))
+    restore_report_record(
+        actor=resumed.created_by,
+        run=resumed,
+        body={
+            "checkpoint_id": Checkpoint.objects.get(run=resumed, step=20).pk,
+            "parts": {"model": "restored", "data_position": "not_restored"},
+            "details": {"data_position": "the loader started the epoch again"},
+        },
+    )
+    html = login(viewer).get(f"/runs/{resumed.pk}/").content.decode()
+    assert 'class="resume-segment" data-number="1" data-verdict="diverged"' in html
+    assert "Resume 1 from the checkpoint at step 20" in html
+    assert "Logged again, step 26 differs: train.accuracy was" in html
+    assert "Not restored from the checkpoint: data_position." in html and "the loader started the epoch again" in html
