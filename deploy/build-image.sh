@@ -7,13 +7,20 @@
 #      resolves them (so the image carries the CPU torch build found here, not the index's multi-GB CUDA one);
 #   4. `podman build` of the targets `web` (no torch) and `worker` (torch; also the demo), tagged
 #      $MADO_IMAGE and $MADO_IMAGE-worker; prints each image's size and the build time.
-# Usage: deploy/build-image.sh            (MADO_IMAGE=localhost/mado:latest by default)
+# Usage: deploy/build-image.sh            (MADO_IMAGE=localhost/mado:<pyproject.toml's version> by default)
+#        deploy/build-image.sh --tags     (prints the two tags it would build, builds nothing)
+# The Kubernetes overlays run these tags (deploy/kubernetes/components/release; docs/deploy.md#kubernetes).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 BASE_IMAGE=${MADO_BASE_IMAGE:-localhost/debian-bookworm-minbase:latest}
-IMAGE=${MADO_IMAGE:-localhost/mado:latest}
+VERSION=$(sed -n 's/^version = "\(.*\)"$/\1/p' pyproject.toml | head -n 1)
+IMAGE=${MADO_IMAGE:-localhost/mado:$VERSION}
 WORKER_IMAGE=${MADO_WORKER_IMAGE:-$IMAGE-worker}
+if [ "${1:-}" = --tags ]; then
+  printf '%s\n' "$IMAGE" "$WORKER_IMAGE"
+  exit 0
+fi
 PIP=${PIP:-.venv/bin/pip}
 [ -x "$PIP" ] || PIP=$(command -v pip3)
 # This host refuses raised limits and has no systemd or daemon: runc, cgroupfs, the host network, lowered ulimits.

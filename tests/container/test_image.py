@@ -14,8 +14,10 @@ import os
 import shutil
 import subprocess
 import time
+import tomllib
 import uuid
 from contextlib import closing
+from pathlib import Path
 
 import pytest
 import requests
@@ -33,7 +35,8 @@ from tests.jobs.test_job_flow import run_the_flow
 
 pytestmark = pytest.mark.container
 
-IMAGE = os.environ.get("MADO_IMAGE", "localhost/mado:latest")
+VERSION = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())["project"]["version"]
+IMAGE = os.environ.get("MADO_IMAGE", f"localhost/mado:{VERSION}")  # deploy/build-image.sh's tag
 WORKER_IMAGE = os.environ.get("MADO_WORKER_IMAGE", f"{IMAGE}-worker")
 PODMAN = ["podman", "--runtime", "runc", "--cgroup-manager", "cgroupfs"]
 LIMITS = ["--ulimit", "nofile=1024:1024", "--ulimit", "nproc=4096:4096"]
@@ -168,3 +171,11 @@ def test_the_image_says_its_sub_commands(images):
     assert wrong.returncode == 2 and "web, worker --queues Q, beat, migrate, createsuperuser, demo" in wrong.stderr
     no_queue = podman("run", "--rm", "--network", "host", *LIMITS, images[1], "worker", check=False)
     assert no_queue.returncode == 2 and "worker needs --queues" in no_queue.stderr
+
+
+def test_worker_beat_and_migrate_refuse_to_start_without_the_secret_key_and_name_it(images):
+    web_image, worker_image = images
+    for image, argv in ((worker_image, ["worker", "--queues", "cpu"]), (web_image, ["beat"]), (web_image, ["migrate"])):
+        refused = podman("run", "--rm", "--network", "host", *LIMITS, image, *argv, check=False, timeout=120)
+        assert refused.returncode != 0, (argv, refused.stdout, refused.stderr[-3000:])
+        assert f"{argv[0]} refuses to start: MADO_SECRET_KEY is not set" in refused.stderr, refused.stderr[-3000:]
