@@ -198,7 +198,7 @@ def _chosen_checkpoint(run, chosen: int) -> dict:
     checkpoint of this Run and its latest complete one (docs/design/resume.md#resume-anywhere).
 
     A Run cannot go back: its later steps and checkpoints stay recorded, so every later save would be refused
-    as already saved and the points of those steps dropped. Raises ``ApiError`` (unknown id, named),
+    as already saved and the points of those steps kept out of its series. Raises ``ApiError`` (unknown id, named),
     ``CheckpointError`` (not complete) or ``ResumeError`` (another Run's, or older than the latest), each
     naming the variable, before any byte is downloaded.
     """
