@@ -240,7 +240,7 @@ def test_a_member_creates_a_grid_sweep_from_yaml_and_reads_its_trials_and_a_view
 
 @pytest.mark.e2e
 @pytest.mark.django_db(transaction=True)
-def test_the_run_page_of_a_resumed_run_shows_resumes_writer_dropped_points_and_parameter_changes(browser_page):
+def test_the_run_page_of_a_resumed_run_shows_resumes_writer_replayed_steps_and_parameter_changes(browser_page):
     page = browser_page
     project, dana = _team()
 
@@ -280,7 +280,7 @@ def test_the_run_page_of_a_resumed_run_shows_resumes_writer_dropped_points_and_p
             {"key": "train.loss", "value": 2.0 * 0.9**step, "step": step} for step in range(5, 15)
         ],
     )
-    assert ingested.dropped == 5
+    assert (ingested.dropped, ingested.compared) == (0, 5)  # compared with the first ones, not dropped
     run = resumed.run
 
     log_in(page, "dana", f"/runs/{run.pk}/")
@@ -291,9 +291,10 @@ def test_the_run_page_of_a_resumed_run_shows_resumes_writer_dropped_points_and_p
         re.compile(r"^gpu-node-7 \(pid 2222\) since \d{4}-\d\d-\d\d \d\d:\d\d:\d\d$")
     )
     expect(page.locator("dd.heartbeat time")).to_have_attribute("datetime", re.compile(r"^\d{4}-"))
-    expect(page.locator(".warn-box.dropped-points")).to_have_text(
-        "5 points dropped: their step was below 10 after a resume."
-    )
+    expect(page.locator(".warn-box.dropped-points")).to_have_count(0)
+    segment = page.locator('.resume-segment[data-number="1"]')
+    expect(segment).to_have_attribute("data-verdict", "identical")
+    expect(segment).to_contain_text("Steps 5–9 logged again are identical to the first ones, bit for bit.")
     params = page.locator("table.params tbody tr")
     expect(params).to_have_count(3)
     expect(page.locator("table.params")).to_contain_text("epochs")
