@@ -7,7 +7,7 @@ import math
 import pytest
 
 from checkpoints.models import Checkpoint, CheckpointState
-from mado.errors import LeaseLost
+from mado.errors import Forbidden, LeaseLost, ValidationFailed
 from parity.services import parity_tolerance_set, restore_report_record
 from runs.metrics import metrics_ingest
 from runs.models import MetricPoint, ResumeSegment, Run, RunStatus, SegmentPoint
@@ -187,3 +187,32 @@ def test_the_run_overview_shows_each_resume_with_its_verdict_and_what_it_did_not
     assert "Resume 1 from the checkpoint at step 20" in html
     assert "Logged again, step 26 differs: train.accuracy was" in html
     assert "Not restored from the checkpoint: data_position." in html and "the loader started the epoch again" in html
+
+
+@pytest.mark.parametrize(
+    "columns, field",
+    [
+        ({"keys": ["train.loss", "x" * 251], "steps": [21, 22], "values": [1.0, 2.0]}, "keys[1]"),
+        ({"keys": ["train.loss", "train.loss"], "steps": [21, -1], "values": [1.0, 2.0]}, "steps[1]"),
+        ({"keys": ["train.loss", "train.loss"], "steps": [21, 22], "values": [1.0, "nope"]}, "values[1]"),
+    ],
+)
+def test_a_hostile_point_below_the_floor_refuses_the_whole_batch_and_keeps_nothing(same_run, columns, field):
+    resumed = resume(same_run)
+    with pytest.raises(ValidationFailed) as refused:
+        metrics_ingest(actor=resumed.created_by, run=resumed, columns=columns)
+    assert refused.value.field == field
+    assert not SegmentPoint.objects.filter(segment__run=resumed).exists()
+
+
+def test_a_reader_cannot_add_points_to_a_segment(same_run, viewer):
+    resumed = resume(same_run)
+    with pytest.raises(Forbidden):
+        metrics_ingest(actor=viewer, run=resumed, columns={"keys": ["train.loss"], "steps": [21], "values": [1.0]})
+    assert not SegmentPoint.objects.filter(segment__run=resumed).exists()
+
+
+def test_a_run_started_from_a_checkpoint_as_a_new_run_has_no_segment_and_its_parity_is_unchanged(child, log):
+    log(child, range(20, 25))
+    assert not ResumeSegment.objects.filter(run=child).exists()
+    assert child.parity.compared_points == 0
