@@ -13,13 +13,14 @@ stages (docs/design/runs.md#data-stages) and resume points (docs/design/resume.m
 lines.
 """
 
-from dataclasses import dataclass, field
+import math
+from dataclasses import dataclass, field, replace
 
 from django.db.models import Q
 from django.utils.translation import gettext as _
 
 from runs import selectors
-from runs.models import Run
+from runs.models import Run, SegmentPoint
 
 MAX_POINTS = 1000
 
@@ -153,8 +154,45 @@ def runs_charts(
 
 def run_charts(*, run: Run, system: bool = False) -> list[Chart]:
     """One ``Chart`` per metric key of ``run``, keys sorted, with its data stages as markers: the training
-    metrics (Overview tab) or, with ``system``, the system metrics (System tab)."""
-    return runs_charts(runs=[run], markers=data_stage_markers(run=run), system=system)
+    metrics (Overview tab) or, with ``system``, the system metrics (System tab). A Run resumed under its id also
+    shows, dashed, what each resume logged again below its floor, with a marker where it resumed
+    (docs/design/resume.md#same-run-parity)."""
+    if system or not run.resume_count:
+        return runs_charts(runs=[run], markers=data_stage_markers(run=run), system=system)
+    resumed_at = [
+        Marker(step=floor, kind="resume", label=_("Resumed at step %(step)s") % {"step": floor})
+        for floor in run.resume_segments.values_list("floor", flat=True)
+    ]
+    charts = runs_charts(runs=[run], markers=data_stage_markers(run=run) + resumed_at)
+    replayed = segment_series(run=run)
+    return [
+        replace(chart, series=chart.series + replayed[chart.key]) if chart.key in replayed else chart
+        for chart in charts
+    ]
+
+
+def segment_series(*, run: Run, max_points: int = MAX_POINTS) -> dict[str, list[Series]]:
+    """``{key: [Series]}``: per key, one dashed series per resume segment of ``run`` holding the finite values it
+    logged again below its floor (docs/design/resume.md#same-run-parity), colour its number, at most
+    ``max_points`` points (evenly thinned), timestamps the segment's start (points kept apart carry none). One
+    query, bounded by what the resumes replayed."""
+    rows = (
+        SegmentPoint.objects.filter(segment__run=run)
+        .order_by("segment__number", "key", "step")
+        .values_list("segment__number", "segment__created_at", "key", "step", "value")
+    )
+    grouped: dict[tuple[str, int], tuple[int, list]] = {}
+    for number, created_at, key, step, value in rows.iterator(chunk_size=10_000):
+        points = grouped.setdefault((key, number), (int(created_at.timestamp() * 1000), []))[1]
+        if value is not None and math.isfinite(value):
+            points.append((step, value))
+    found: dict[str, list[Series]] = {}
+    for (key, number), (stamp, points) in grouped.items():
+        stride = max(1, math.ceil(len(points) / max_points))
+        drawn = [(step, value, stamp) for step, value in points[::stride]]
+        label = _("Resume %(number)s, logged again") % {"number": number}
+        found.setdefault(key, []).append(Series(run_id=run.pk, label=label, color=number, points=drawn, dashed=True))
+    return found
 
 
 # --- "Show with ancestors" (docs/design/resume.md#steps-continue): a resumed Run's curves with its parents' -----------

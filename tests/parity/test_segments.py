@@ -9,6 +9,7 @@ import pytest
 from checkpoints.models import Checkpoint, CheckpointState
 from mado.errors import Forbidden, LeaseLost, ValidationFailed
 from parity.services import parity_tolerance_set, restore_report_record
+from runs.charts import run_charts
 from runs.metrics import metrics_ingest
 from runs.models import MetricPoint, ResumeSegment, Run, RunStatus, SegmentPoint
 from runs.resume import run_start
@@ -216,3 +217,15 @@ def test_a_run_started_from_a_checkpoint_as_a_new_run_has_no_segment_and_its_par
     log(child, range(20, 25))
     assert not ResumeSegment.objects.filter(run=child).exists()
     assert child.parity.compared_points == 0
+
+
+def test_the_runs_chart_draws_each_resumes_replayed_steps_dashed_beside_the_first_ones(same_run, log):
+    resumed = resume(same_run)
+    log(resumed, range(20, 35), value=lambda key, step: math.nan if step == 22 else curve(key, step) + 1)
+    charts = {chart.key: chart for chart in run_charts(run=Run.objects.get(pk=resumed.pk))}
+    run_series, replayed = charts["train.loss"].series
+    assert [point[0] for point in run_series.points] == list(range(35))
+    assert (replayed.label, replayed.dashed, replayed.color) == ("Resume 1, logged again", True, 1)
+    assert [point[0] for point in replayed.points] == [20, 21, *range(23, 30)], "NaN is not drawn"
+    assert replayed.points[0][1] == curve("train.loss", 20) + 1
+    assert [(m.step, m.kind) for m in charts["train.loss"].markers] == [(30, "resume")]
