@@ -8,6 +8,7 @@ from mado.admin import ReadOnlyAdmin
 from mado.errors import UserError
 from parity.models import Parity, ParityBlock, ParitySettings, RestoreReport
 from parity.services import parity_tolerance_set
+from runs.models import ResumeSegment
 
 
 @admin.register(ParitySettings)
@@ -44,4 +45,14 @@ class ParityBlockAdmin(ReadOnlyAdmin):
 class RestoreReportAdmin(ReadOnlyAdmin):
     list_display = ["run", "checkpoint", "reported_at", "reports"]
     search_fields = ["run__external_id"]
+    list_select_related = ["run"]
+
+
+@admin.register(ResumeSegment)
+class ResumeSegmentAdmin(ReadOnlyAdmin):
+    """Each resume under a run id and its verdict (docs/design/resume.md#same-run-parity): written by services only."""
+
+    list_display = ["run", "number", "floor", "checkpoint_step", "verdict", "step", "key", "compared_points"]
+    list_filter = ["verdict"]
+    search_fields = ["run__external_id", "key"]
     list_select_related = ["run"]

@@ -229,3 +229,13 @@ def test_the_runs_chart_draws_each_resumes_replayed_steps_dashed_beside_the_firs
     assert [point[0] for point in replayed.points] == [20, 21, *range(23, 30)], "NaN is not drawn"
     assert replayed.points[0][1] == curve("train.loss", 20) + 1
     assert [(m.step, m.kind) for m in charts["train.loss"].markers] == [(30, "resume")]
+
+
+def test_the_django_admin_lists_segments_read_only(same_run, log, client, django_user_model):
+    resumed = resume(same_run)
+    log(resumed, range(20, 30))
+    operator = django_user_model.objects.create_superuser("ops", "ops@example.com", "x")
+    client.force_login(operator)
+    listing = client.get("/admin/runs/resumesegment/")
+    assert listing.status_code == 200 and "identical" in listing.content.decode()
+    assert client.get("/admin/runs/resumesegment/add/").status_code == 403
