@@ -28,6 +28,7 @@ from urllib.parse import urlsplit
 
 import requests
 from tqdm import tqdm
+from urllib3.exceptions import NameResolutionError
 
 from mado_tracking.client import (
     CONNECT_TIMEOUT_S,
@@ -48,7 +49,8 @@ logger = logging.getLogger("mado_tracking")
 
 UPLOAD_READ_TIMEOUT_S = 600.0  # the server verifies the last bytes before it answers
 VERIFY_TIMEOUT_S = 3600.0
-# A presigned URL's host that has not answered once in this long is a setting to fix, not a glitch to wait out.
+# A presigned URL's host name this machine has not resolved once in this long is a setting to fix, not an outage to
+# wait out (a storage that refuses or drops connections is retried for MMT_RETRY_TIMEOUT).
 STORAGE_UNREACHABLE_S = 30.0
 BACKOFF_BASE_S = 0.5
 BACKOFF_CAP_S = 30.0
@@ -422,7 +424,7 @@ class _DirectUpload(_Upload):
                 response = session.put(url, data=_Chunks(data), timeout=(CONNECT_TIMEOUT_S, UPLOAD_READ_TIMEOUT_S))
             except requests.RequestException as exc:
                 reason = f"{type(exc).__name__}: {exc}"
-                if isinstance(exc, requests.ConnectionError) and not self.storage_answered:
+                if _unresolved(exc) and not self.storage_answered:
                     if retrier.elapsed() >= STORAGE_UNREACHABLE_S:
                         raise _storage_unreachable(url, exc, retrier) from exc
             else:
@@ -456,9 +458,15 @@ class _PartFailed(Exception):
     """A part could not be stored; the whole direct upload starts again."""
 
 
+def _unresolved(exc: requests.RequestException) -> bool:
+    """True when ``exc`` is a connection error because the URL's host name does not resolve on this machine."""
+    reason = getattr(exc.args[0], "reason", None) if exc.args else None
+    return isinstance(exc, requests.ConnectionError) and isinstance(reason, NameResolutionError)
+
+
 def _storage_unreachable(url: str, exc: requests.ConnectionError, retrier: Retrier) -> CheckpointError:
-    """The error of an upload whose presigned URLs name a host this machine cannot reach (docs/deploy.md, "S3 seen
-    from outside"): it names the host and the server setting that fixes it."""
+    """The error of an upload whose presigned URLs name a host this machine cannot resolve (docs/deploy.md, "S3
+    seen from outside"): it names the host and the server setting that fixes it."""
     host = urlsplit(url).netloc
     return CheckpointError(
         f"the object storage at {host}, named by the server's presigned upload URLs, cannot be reached from this "

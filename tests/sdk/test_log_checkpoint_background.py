@@ -236,13 +236,15 @@ def test_a_process_killed_mid_upload_leaves_pending_and_the_same_run_resumed_com
 
 
 EXITING_CHILD = textwrap.dedent("""
-    import concurrent.futures.thread, os, sys, time
+    import concurrent.futures.thread, os, sys, threading, time
     import mado_tracking
     from mado_tracking import saving
 
     real = saving.upload_checkpoint
+    started = threading.Event()
 
     def once_the_interpreter_exits(*args, **kwargs):  # the first upload runs on as the program ends
+        started.set()
         os.write(1, b"uploading\\n")  # one write: the main thread prints beside it
         while not concurrent.futures.thread._shutdown:  # Python's flag: no new thread pool work from now on
             time.sleep(0.01)
@@ -251,6 +253,7 @@ EXITING_CHILD = textwrap.dedent("""
     saving.upload_checkpoint = once_the_interpreter_exits
     run = mado_tracking.start_run(id="exiting")
     run.log_checkpoint(sys.argv[1], step=10, framework="torch", wait=False)
+    started.wait(60)  # the first upload is under way (on a loaded machine its thread may start late)
     run.log_checkpoint(sys.argv[1], step=20, framework="torch", wait=False)  # queued behind it
     os.write(1, b"returned\\n")
 """)  # the program ends here, its Run open: the SDK finishes it at exit
