@@ -112,6 +112,33 @@ def _details(details, parts: dict[str, str]) -> dict[str, str]:
     return dict(sorted(details.items()))
 
 
+LINEAGE_MAX = 1000  # parents followed at most: a chain of resumes and continues is far shorter
+
+
+def _require_lineage_checkpoint(run: Run, checkpoint_id: int) -> None:
+    """``ValidationFailed`` on ``checkpoint_id`` unless it is a checkpoint ``run`` may have resumed from: its source
+    checkpoint, or one of its own or of its parents' up the chain (docs/design/resume.md#restore-report). Another
+    Run's checkpoint would put a step on the report (and on a resume segment) that this Run never had."""
+    owner = (
+        Checkpoint.objects.filter(pk=checkpoint_id, run__project_id=run.project_id).values_list("run_id", flat=True)
+    ).first()
+    if owner is None:
+        raise ValidationFailed(f"no checkpoint {checkpoint_id} in this run's project", field="checkpoint_id")
+    if checkpoint_id == run.source_checkpoint_id:
+        return
+    ancestor, seen = run.pk, 0
+    while ancestor is not None and seen < LINEAGE_MAX:
+        if ancestor == owner:
+            return
+        ancestor = Run.objects.filter(pk=ancestor).values_list("parent_id", flat=True).first()
+        seen += 1
+    raise ValidationFailed(
+        f"checkpoint {checkpoint_id} belongs to another run: a restore report names a checkpoint of this run or "
+        "of the runs it was resumed or continued from",
+        field="checkpoint_id",
+    )
+
+
 def restore_report_record(*, actor, run: Run, body, fencing_token: int | None = None) -> tuple[RestoreReport, bool]:
     """Store ``run``'s restore report ``body`` (docs/design/resume.md#restore-report); ``(report, created)``.
 
@@ -121,17 +148,14 @@ def restore_report_record(*, actor, run: Run, body, fencing_token: int | None = 
     Raises ``Forbidden`` unless ``actor`` writes to the Run
     (docs/design/runs.md#write-rule), ``ValidationFailed`` naming the field
     (``clean_restore_report``; ``checkpoint_id`` of no checkpoint in the Run's
-    Project), ``LeaseLost`` for a stale ``fencing_token`` (None: not fenced;
+    Project, or of another Run's than this one's and its parents'), ``LeaseLost`` for a stale ``fencing_token`` (None: not fenced;
     docs/design/runs.md#one-writer-process). A refused report changes nothing. A Run resumed under its id also
     keeps the report on its latest resume segment (docs/design/resume.md#same-run-parity).
     """
     policy.require_run_writer(actor, run)
     checkpoint_id, parts, details = clean_restore_report(body)
-    if (
-        checkpoint_id is not None
-        and not Checkpoint.objects.filter(pk=checkpoint_id, run__project_id=run.project_id).exists()
-    ):
-        raise ValidationFailed(f"no checkpoint {checkpoint_id} in this run's project", field="checkpoint_id")
+    if checkpoint_id is not None:
+        _require_lineage_checkpoint(run, checkpoint_id)
     values = {"checkpoint_id": checkpoint_id, "parts": parts, "details": details, "reported_at": timezone.now()}
     with transaction.atomic():
         lease_check(run_id=run.pk, token=fencing_token)

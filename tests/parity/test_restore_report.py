@@ -168,3 +168,22 @@ def test_a_part_the_checkpoint_cannot_describe_is_listed_not_declared_with_its_c
     shown = client.get(f"/api/v1/runs/{child.pk}/").json()["restore_report"]
     assert (shown["not_declared"], shown["not_restored"], shown["unknown"]) == (["data_position"], [], [])
     assert shown["details"] == {"data_position": line}
+
+
+def test_a_checkpoint_of_another_run_in_the_project_is_refused_and_the_runs_own_or_parents_are_taken(
+    api, creator, child, source_checkpoint, project
+):
+    elsewhere = Checkpoint.objects.create(
+        run=RunFactory(project=project), step=3, state=CheckpointState.COMPLETE, file_count=1
+    )
+    client = api(creator)
+    answer = client.post(url(child), {**GOOD, "checkpoint_id": elsewhere.pk}, format="json")
+    assert (answer.status_code, answer.json()["field"]) == (400, "checkpoint_id")
+    assert "belongs to another run" in answer.json()["detail"]
+    assert not RestoreReport.objects.filter(run=child).exists()
+    own = Checkpoint.objects.create(run=child, step=30, state=CheckpointState.COMPLETE, file_count=1)
+    parents = Checkpoint.objects.create(run_id=child.parent_id, step=10, state=CheckpointState.COMPLETE, file_count=1)
+    for checkpoint in (own, parents, source_checkpoint):
+        answer = client.post(url(child), {**GOOD, "checkpoint_id": checkpoint.pk}, format="json")
+        assert answer.status_code in (200, 201), answer.content
+        assert RestoreReport.objects.get(run=child).checkpoint_id == checkpoint.pk
