@@ -30,7 +30,7 @@ _NON_FINITE = {
     "-Infinity": -math.inf,
     "-inf": -math.inf,
 }
-_INT64_MAX = 2**63 - 1  # steps and millisecond timestamps are BIGINT columns
+STEP_MAX = _INT64_MAX = 2**63 - 1  # steps and millisecond timestamps are BIGINT columns
 _TS_MAX = 9.2e15  # Unix seconds whose milliseconds still fit a BIGINT
 _KEY_MAX = MetricChunk._meta.get_field("key").max_length
 _MISSING = object()

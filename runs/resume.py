@@ -41,6 +41,7 @@ from django.utils import timezone
 from mado import policy
 from mado.errors import Conflict, Forbidden, NotFound, RunLive, ValidationFailed
 from runs import hooks, services
+from runs.metric_batch import STEP_MAX
 from runs.models import MetricSummary, ParameterChange, Project, Run, RunStatus
 from runs.segments import segment_open
 
@@ -287,7 +288,8 @@ def _resume(actor, run: Run, parameters, allow_change: bool, host, pid) -> RunSt
     _refuse_live(run, now)
     merged, changes = _merge_parameters(run, parameters, allow_change)
     last_step = run_last_step(run_id=run.pk)
-    floor = run.step_floor if last_step is None else max(run.step_floor, last_step + 1)
+    # The floor is the step after the last one, kept in a BIGINT: a Run that logged the largest step resumes at it.
+    floor = run.step_floor if last_step is None else max(run.step_floor, min(last_step + 1, STEP_MAX))
     extra = {"started_at": now} if run.started_at is None else {}
     updated = Run.objects.filter(pk=run.pk, lease_token=run.lease_token, status=run.status).update(
         status=RunStatus.RUNNING,

@@ -279,6 +279,16 @@ def test_a_checkpoint_beyond_the_last_metric_raises_the_floor(api, project, crea
     assert start(api(creator), "exp-42", "allow").json()["step_floor"] == 40
 
 
+def test_a_run_that_logged_the_largest_step_resumes_with_its_floor_there_twice(api, project, creator):
+    run = stopped(project, creator)
+    largest = 2**63 - 1
+    metrics_ingest(actor=creator, run=run, points=[{"key": "loss", "value": 1.0, "step": largest}])
+    body = start(api(creator), "exp-42", "allow").json()
+    assert (body["last_step"], body["step_floor"]) == (largest, largest), "the floor is a BIGINT: it stays at the top"
+    Run.objects.filter(pk=run.pk).update(status=RunStatus.CRASHED)
+    assert start(api(creator), "exp-42", "allow").json()["resume_count"] == 2
+
+
 def test_a_resume_of_a_run_with_no_steps_keeps_the_floor(api, project, creator):
     stopped(project, creator)
     body = start(api(creator), "exp-42", "allow").json()
