@@ -20,9 +20,19 @@ restarted after the load). The SDK then
 
 Only a resuming process reports: ``MMT_RESUME_*`` set (a Job's resume or
 continue) or a Run started under an id it resumes. A resuming process that
-logs metrics without having loaded a checkpoint saved by
-``mado_tracking.torch`` gets one warning and sends nothing (the server's
-"resume ignored?" signal covers it).
+logs metrics without having loaded any checkpoint through mado_tracking gets one
+warning:
+
+- a Job's resume (``MMT_RESUME_*``) from a checkpoint saved by
+  ``mado_tracking.torch`` sends nothing: the server's "resume ignored?" signal
+  (no report for a checkpoint holding a training state) covers it, and a report
+  would clear that signal;
+- a same-run resume whose ``run.resume_checkpoint()`` fetched a checkpoint
+  holding a training state (in its ``mado-checkpoint.json`` or its metadata)
+  sends a report marking every part it holds ``unknown``
+  (``NOT_LOADED_DETAIL``): a same-run resume has no "resume ignored?" signal,
+  and its resume segment shows the report
+  (docs/design/resume.md#same-run-parity).
 """
 
 import json
@@ -46,6 +56,19 @@ PARTS_MAX = 128  # what one report may hold (docs/api.md)
 DETAIL_MAX = 500
 _NAME_CHARACTERS = re.compile(r"[^A-Za-z0-9_.-]")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+# the part names the server takes (parity/services/restore.py), generator names before _part_name cleans them
+_REPORTED_PART = re.compile(
+    r"(?:model|optimizer|scheduler|scaler)(?:\.[0-9]{1,3})?|rng\.(?:python|numpy|torch)|rng\.cuda\.[0-9]{1,4}"
+    r"|generator\..+|data_position|global_step"
+)
+NOT_LOADED_DETAIL = (
+    "the checkpoint fetched by resume_checkpoint() was not loaded through mado_tracking (load_checkpoint, "
+    "MadoCallback, MadoResume, the Accelerate helper): what was restored is not known"
+)
+NOT_FETCHED_DETAIL = (
+    "the run was resumed under its id but neither called resume_checkpoint() nor loaded a checkpoint through "
+    "mado_tracking (load_checkpoint, MadoCallback, MadoResume, the Accelerate helper): what was restored is not known"
+)
 
 Outcome = dict[str, tuple[str, str]]  # part → (status, one-line detail)
 LateCheck = Callable[[int | None], Outcome]  # given the first metrics' step
@@ -225,7 +248,10 @@ def _warn_nothing_loaded(run) -> None:
         checkpoint = resume_checkpoint()
     except ResumeError:
         return
-    if checkpoint is None or not _saved_by_mado(checkpoint.path):
+    if checkpoint is None:
+        _report_fetched_not_loaded(run)
+        return
+    if not _saved_by_mado(checkpoint.path):
         return
     logger.warning(
         "mado: WARNING: run %s resumes from checkpoint %s (step %d) but loaded no checkpoint with "
@@ -236,11 +262,62 @@ def _warn_nothing_loaded(run) -> None:
     )
 
 
-def _saved_by_mado(directory) -> bool:
+def _report_fetched_not_loaded(run) -> None:
+    """A Run resumed under its id that logs metrics without loading anything through mado_tracking, from a
+    checkpoint holding a training state (the one ``run.resume_checkpoint()`` fetched, else its latest complete one
+    when it was never called): one warning, and a report marking every part the checkpoint holds ``unknown``
+    (docs/design/checkpoints.md#restore-check)."""
+    fetched = run.__dict__.get("_resume_found")
+    latest = getattr(run.__dict__.get("_resume_plan"), "latest", None)
+    if fetched is not None:
+        checkpoint_id, step, detail = _checkpoint_id(fetched), fetched.step, NOT_LOADED_DETAIL
+        info = _info(fetched.path)
+        state = info.get("training_state") if isinstance(info, dict) else None
+        directory = Path(fetched.path)
+        fetched_by = ", fetched by run.resume_checkpoint(),"
+    elif "_resume_found" not in run.__dict__ and getattr(run, "resumed", False) and isinstance(latest, dict):
+        checkpoint_id, step, detail, state = latest.get("id"), latest.get("step"), NOT_FETCHED_DETAIL, None
+        directory, fetched_by = Path("."), " (its latest, never fetched: run.resume_checkpoint() was not called)"
+    else:
+        return
+    if not isinstance(state, dict) and isinstance(latest, dict) and latest.get("id") == checkpoint_id:
+        metadata = latest.get("metadata")
+        state = metadata.get("training_state") if isinstance(metadata, dict) else None
+    parts = state.get("parts") if isinstance(state, dict) else None
+    held = (
+        [part for part in parts if isinstance(part, str) and _REPORTED_PART.fullmatch(part)]
+        if isinstance(parts, dict)
+        else []
+    )
+    if not held or not isinstance(step, int):
+        return
+    logger.warning(
+        "mado: WARNING: run %s resumes from checkpoint %s (step %d)%s but loaded no checkpoint with "
+        "mado_tracking.torch.load_checkpoint (nor MadoCallback, MadoResume, the Accelerate helper) before its "
+        "first metrics: what was restored is not known; its restore report marks the checkpoint's parts unknown.",
+        getattr(run, "external_id", None) or run.id,
+        checkpoint_id,
+        step,
+        fetched_by,
+    )
+    check = RestoreCheck(
+        directory=directory,
+        step=step,
+        checkpoint_id=checkpoint_id if isinstance(checkpoint_id, int) and checkpoint_id > 0 else None,
+        parts={part: (UNKNOWN, detail) for part in held},
+    )
+    _send(check, run)
+
+
+def _info(directory):
     try:
-        info = json.loads((Path(directory) / INFO_FILE).read_text(encoding="utf-8"))
+        return json.loads((Path(directory) / INFO_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return False
+        return None
+
+
+def _saved_by_mado(directory) -> bool:
+    info = _info(directory)
     return isinstance(info, dict) and isinstance(info.get("files"), dict)
 
 
