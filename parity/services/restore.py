@@ -148,9 +148,10 @@ def restore_report_record(*, actor, run: Run, body, fencing_token: int | None = 
     Raises ``Forbidden`` unless ``actor`` writes to the Run
     (docs/design/runs.md#write-rule), ``ValidationFailed`` naming the field
     (``clean_restore_report``; ``checkpoint_id`` of no checkpoint in the Run's
-    Project, or of another Run's than this one's and its parents'), ``LeaseLost`` for a stale ``fencing_token`` (None: not fenced;
-    docs/design/runs.md#one-writer-process). A refused report changes nothing. A Run resumed under its id also
-    keeps the report on its latest resume segment (docs/design/resume.md#same-run-parity).
+    Project, or of another Run's than this one's and its parents'), ``LeaseLost``
+    for a stale ``fencing_token`` (None: not fenced; docs/design/runs.md#one-writer-process). A refused report
+    changes nothing. A Run resumed under its id also keeps the report on its latest resume segment
+    (docs/design/resume.md#same-run-parity).
     """
     policy.require_run_writer(actor, run)
     checkpoint_id, parts, details = clean_restore_report(body)
