@@ -207,6 +207,30 @@ def load() -> str:
     )
 
 
+def in_process(database_url: str | None, prefix: str):
+    """Set Django up in this process against a fresh database (PostgreSQL at ``database_url``, dropped and
+    recreated; None: SQLite under a temporary data directory named ``prefix``…), migrate it, print the backend and
+    the load, and return a user ``bench`` and its Project ``bench``."""
+    os.environ["MADO_DATA_DIR"] = tempfile.mkdtemp(prefix=prefix)
+    if database_url:
+        recreate_postgres_database(database_url)
+        os.environ["MADO_DATABASE_URL"] = database_url
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+    import django
+
+    django.setup()
+    from django.contrib.auth import get_user_model
+    from django.core.management import call_command
+    from django.db import connection
+
+    from runs.services import project_create
+
+    call_command("migrate", verbosity=0)
+    print(f"backend: {'PostgreSQL' if connection.vendor == 'postgresql' else 'SQLite'}; load: {load()}")
+    user = get_user_model().objects.create_user("bench")
+    return user, project_create(user=user, name="Bench", slug="bench")
+
+
 def cpu_ticks() -> list[int]:
     """The machine's CPU time so far, in ticks: user, nice, system, idle, iowait, irq, softirq, steal (/proc/stat)."""
     return [int(field) for field in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]

@@ -16,10 +16,8 @@ metric.
 """
 
 import argparse
-import os
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -27,7 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from metrics_ingest import load, recreate_postgres_database  # noqa: E402
+from metrics_ingest import in_process  # noqa: E402
 
 SWEEP = {
     "method": "random",
@@ -62,29 +60,13 @@ def main() -> None:
     parser.add_argument("--claims", type=int, default=50)
     args = parser.parse_args()
 
-    data_dir = tempfile.mkdtemp(prefix="mado-bench-resume-")
-    os.environ["MADO_DATA_DIR"] = data_dir
-    if args.database_url:
-        recreate_postgres_database(args.database_url)
-        os.environ["MADO_DATABASE_URL"] = args.database_url
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
-    import django
-
-    django.setup()
-    from django.contrib.auth import get_user_model
-    from django.core.management import call_command
-    from django.db import connection
-
+    user, project = in_process(args.database_url, "mado-bench-resume-")
     from runs.metrics import metrics_ingest
     from runs.models import RunStatus
     from runs.resume import run_start
-    from runs.services import project_create, run_set_status
+    from runs.services import run_set_status
     from sweeps.services import sweep_claim, sweep_create
 
-    call_command("migrate", verbosity=0)
-    print(f"backend: {'PostgreSQL' if connection.vendor == 'postgresql' else 'SQLite'}; load: {load()}")
-    user = get_user_model().objects.create_user("bench")
-    project = project_create(user=user, name="Bench", slug="bench")
     medians = {}
     for size in args.points:
         name = f"exp-{size}"

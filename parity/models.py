@@ -10,7 +10,7 @@ metric key and block of ``BLOCK_STEPS`` steps). ``ParitySettings``: a Project's 
 from django.db import models
 from django.db.models import Q
 
-from runs.models import Project, Run, VisibleQuerySet
+from runs.models import Project, ResumeSegment, Run, VisibleQuerySet
 
 BLOCK_STEPS = 64  # steps per ParityBlock: a block's compared steps fit one 64-bit mask
 DEFAULT_TOLERANCE = 1e-6
@@ -115,8 +115,11 @@ class Parity(models.Model):
 
 
 class ParityBlock(models.Model):
-    """The comparison of one ``key`` at steps ``block * BLOCK_STEPS`` to ``(block + 1) * BLOCK_STEPS - 1`` (from the
-    checkpoint's step on) of a ``Parity``; recomputed whole whenever a batch of either Run reaches into it.
+    """The comparison of one ``key`` at steps ``block * BLOCK_STEPS`` to ``(block + 1) * BLOCK_STEPS - 1`` of a
+    ``Parity`` (from the checkpoint's step on; recomputed whole whenever a batch of either Run reaches into it) or
+    of a resume segment (``segment``: its points against the Run's series, docs/design/resume.md#same-run-parity;
+    recomputed whole whenever a batch brings the segment points in it). Exactly one of ``parity`` and ``segment``
+    is set.
 
     ``mask`` bit ``i`` (two's complement in a signed 64-bit column): step
     ``block * BLOCK_STEPS + i`` was compared; ``compared`` how many steps;
@@ -126,7 +129,12 @@ class ParityBlock(models.Model):
     Only blocks with at least one compared step have a row.
     """
 
-    parity = models.ForeignKey(Parity, on_delete=models.CASCADE, related_name="blocks", db_index=False)
+    parity = models.ForeignKey(
+        Parity, null=True, blank=True, on_delete=models.CASCADE, related_name="blocks", db_index=False
+    )
+    segment = models.ForeignKey(
+        ResumeSegment, null=True, blank=True, on_delete=models.CASCADE, related_name="blocks", db_index=False
+    )
     key = models.CharField(max_length=250)
     block = models.BigIntegerField()
     mask = models.BigIntegerField()
@@ -141,11 +149,17 @@ class ParityBlock(models.Model):
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["parity", "key", "block"], name="parityblock_unique_parity_key_block")
+            models.UniqueConstraint(fields=["parity", "key", "block"], name="parityblock_unique_parity_key_block"),
+            models.UniqueConstraint(fields=["segment", "key", "block"], name="parityblock_unique_segment_key_block"),
+            models.CheckConstraint(
+                condition=Q(parity__isnull=False, segment__isnull=True) | Q(parity__isnull=True, segment__isnull=False),
+                name="parityblock_one_owner",
+            ),
         ]
 
     def __str__(self):
-        return f"{self.parity_id}:{self.key}:{self.block}"
+        owner = f"segment {self.segment_id}" if self.parity_id is None else self.parity_id
+        return f"{owner}:{self.key}:{self.block}"
 
 
 class RestorePart(models.TextChoices):

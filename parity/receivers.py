@@ -12,10 +12,11 @@ def parity_follows_metrics(sender, *, run, steps, **kwargs) -> None:
     parity_after_batch(run=run, steps=steps)
 
 
-def segment_follows_points(sender, *, segment_id, **kwargs) -> None:
-    """A batch kept points below its Run's floor as resume segment ``segment_id``'s: that segment's verdict follows
+def segment_follows_points(sender, *, segment_id, steps, **kwargs) -> None:
+    """A batch kept points below its Run's floor as resume segment ``segment_id``'s (``steps``: each key's first and
+    last step among them): that segment's verdict follows, the blocks the batch reached compared again
     (docs/design/resume.md#same-run-parity)."""
-    segment_verdict_refresh(segment_id=segment_id)
+    segment_verdict_refresh(segment_id=segment_id, steps=steps)
 
 
 def connect() -> None:

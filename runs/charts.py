@@ -21,6 +21,7 @@ from django.utils.translation import gettext as _
 
 from runs import selectors
 from runs.models import Run, SegmentPoint
+from runs.segments import bits_to_values
 
 MAX_POINTS = 1000
 
@@ -179,12 +180,14 @@ def segment_series(*, run: Run, max_points: int = MAX_POINTS) -> dict[str, list[
     rows = (
         SegmentPoint.objects.filter(segment__run=run)
         .order_by("segment__number", "key", "step")
-        .values_list("segment__number", "segment__created_at", "key", "step", "value")
+        .values_list("segment__number", "segment__created_at", "key", "step", "value_bits")
     )
+    rows = list(rows)
+    values = bits_to_values([row[-1] for row in rows]).tolist()
     grouped: dict[tuple[str, int], tuple[int, list]] = {}
-    for number, created_at, key, step, value in rows.iterator(chunk_size=10_000):
+    for (number, created_at, key, step, _bits), value in zip(rows, values):
         points = grouped.setdefault((key, number), (int(created_at.timestamp() * 1000), []))[1]
-        if value is not None and math.isfinite(value):
+        if math.isfinite(value):
             points.append((step, value))
     found: dict[str, list[Series]] = {}
     for (key, number), (stamp, points) in grouped.items():

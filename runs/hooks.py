@@ -19,10 +19,11 @@ written onto the Run by the app that knows (``Run.ran_as_job``,
   numpy columns sorted by key and step, read-only); sent after the commit, a receiver's error logged and never
   failing the batch (the parity app: the verdicts of the Run follow,
   docs/design/resume.md#parity).
-- ``segment_points_stored(run, segment_id)``: a batch of ``run`` committed
+- ``segment_points_stored(run, segment_id, steps)``: a batch of ``run`` committed
   points below its step floor, kept as the points of its resume segment
-  ``segment_id`` (``runs.models.ResumeSegment``); sent after the commit (the
-  parity app: that segment's verdict follows,
+  ``segment_id`` (``runs.models.ResumeSegment``); ``steps`` maps each key of
+  those points to its ``(first, last)`` step among them; sent after the commit
+  (the parity app: that segment's blocks the batch reached are compared again,
   docs/design/resume.md#same-run-parity).
 - ``parity_changed(parity, previous)``: the parity verdict of a resumed Run
   changed (``parity`` a ``parity.Parity`` row: ``run_id``, ``parent_id``,

@@ -145,13 +145,13 @@ def metrics_ingest(
             transaction.set_rollback(True)  # a replay: what was sent with the claim is undone
             return MetricsIngested(0, 0, [], replayed=True)
         if below is not None:  # docs/design/resume.md#same-run-parity
-            segment_id = segment_points_add(run_id=run.pk, below=below)
-            if segment_id is None:  # resumed before segments were kept: dropped, as then
+            added = segment_points_add(run_id=run.pk, below=below)
+            if added is None:  # resumed before segments were kept: dropped, as then
                 dropped, dropped_keys = len(below.keys), sorted(set(below.keys))
             else:
+                segment_id = added.segment_id
                 transaction.on_commit(
-                    partial(hooks.segment_points_stored.send, sender=None, run=run, segment_id=segment_id),
-                    robust=True,
+                    partial(hooks.segment_points_stored.send, sender=None, run=run, **added._asdict()), robust=True
                 )
         if dropped:
             Run.objects.filter(pk=run.pk).update(dropped_points=F("dropped_points") + dropped)

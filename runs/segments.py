@@ -7,7 +7,9 @@ rolls back with the rest of it. The verdicts are the parity app's (``parity.serv
 ``runs.hooks.segment_points_stored`` once the batch commits.
 """
 
-import math
+from typing import NamedTuple
+
+import numpy as np
 
 from runs.metric_batch import MetricColumns
 from runs.models import ResumeSegment, Run, SegmentPoint
@@ -23,25 +25,49 @@ def segment_open(*, run: Run) -> ResumeSegment:
     )
 
 
-def segment_points_add(*, run_id: int, below: MetricColumns) -> int | None:
+class SegmentPointsAdded(NamedTuple):
+    """What ``segment_points_add`` kept: the segment's id, and each key's first and last step in the batch."""
+
+    segment_id: int
+    steps: dict[str, tuple[int, int]]
+
+
+def segment_points_add(*, run_id: int, below: MetricColumns) -> SegmentPointsAdded | None:
     """Keep ``below`` (a batch's points under the Run's floor) as the points of Run ``run_id``'s latest segment;
-    the id of that segment, or None when the Run has none (it was resumed before segments existed: the caller
-    drops the points as before). Call inside the batch's transaction, after its checks passed.
+    that segment's id and the batch's step span per key, or None when the Run has none (it was resumed before
+    segments existed: the caller drops the points as before). Call inside the batch's transaction, after its
+    checks passed.
 
     At one (key, step) sent twice, here or in an earlier batch, the value sent last is kept
-    (docs/design/resume.md#same-run-parity); NaN is stored as NULL. Cost: one query for the segment, one
-    upsert of the batch's distinct (key, step) pairs.
+    (docs/design/resume.md#same-run-parity); every value is kept bit for bit (-0.0, NaN, ±inf). Cost: one query
+    for the segment, one upsert of the batch's distinct (key, step) pairs.
     """
     segment_id = ResumeSegment.objects.filter(run_id=run_id).order_by("-number").values_list("pk", flat=True).first()
     if segment_id is None:
         return None
-    latest: dict[tuple[str, int], float | None] = {}
-    for key, step, value in zip(below.keys, below.steps.tolist(), below.values.tolist()):
-        latest[(key, step)] = None if math.isnan(value) else value
+    latest: dict[tuple[str, int], int] = {}
+    steps: dict[str, tuple[int, int]] = {}
+    for key, step, bits in zip(below.keys, below.steps.tolist(), values_to_bits(below.values)):
+        latest[(key, step)] = bits
+        first, last = steps.get(key, (step, step))
+        steps[key] = (min(first, step), max(last, step))
     SegmentPoint.objects.bulk_create(
-        [SegmentPoint(segment_id=segment_id, key=key, step=step, value=value) for (key, step), value in latest.items()],
+        [
+            SegmentPoint(segment_id=segment_id, key=key, step=step, value_bits=bits)
+            for (key, step), bits in latest.items()
+        ],
         update_conflicts=True,
         unique_fields=["segment", "key", "step"],
-        update_fields=["value"],
+        update_fields=["value_bits"],
     )
-    return segment_id
+    return SegmentPointsAdded(segment_id, steps)
+
+
+def values_to_bits(values: np.ndarray) -> list[int]:
+    """Float64 ``values`` as the signed 64-bit integers ``SegmentPoint.value_bits`` holds (their IEEE-754 bits)."""
+    return np.ascontiguousarray(values, dtype=np.float64).view(np.int64).tolist()
+
+
+def bits_to_values(bits: list[int]) -> np.ndarray:
+    """``SegmentPoint.value_bits`` read back as float64, bit for bit."""
+    return np.array(bits, dtype=np.int64).view(np.float64)

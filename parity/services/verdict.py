@@ -9,16 +9,15 @@ parent still logging while its continued child logs) cannot leave a stale verdic
 commit, and the one that locks last has seen both.
 """
 
-import math
-
 from django.db import IntegrityError, connection, transaction
 from django.db.models import BooleanField, ExpressionWrapper, Q
 
 from checkpoints.models import Checkpoint
-from parity.compare import Cell, compare_cells, signed_mask, summarize
-from parity.models import BLOCK_STEPS, Parity, ParityBlock
+from parity.compare import compare_cells
+from parity.models import Parity
 from parity.points import last_logged_step, latest_values
 from parity.selectors import project_tolerance
+from parity.services.blocks import block_span, blocks_fold, blocks_store
 from runs import hooks
 from runs.charts import is_system_key
 from runs.models import MetricSummary, Run
@@ -30,17 +29,6 @@ SELECT p.id, p.run_id, p.checkpoint_step, p.child_first_step,
         WHERE s.run_id = CASE WHEN p.run_id = %s THEN p.parent_id ELSE p.run_id END)
 FROM {_PARITY} p WHERE p.run_id = %s OR p.parent_id = %s
 """
-_CELL_FIELDS = [
-    "mask",
-    "compared",
-    "identical",
-    "first_step",
-    "last_step",
-    "diverged_step",
-    "parent_value",
-    "child_value",
-    "max_difference",
-]
 
 
 def parity_after_batch(*, run: Run, steps: dict[str, tuple[int, int]]) -> None:
@@ -137,56 +125,23 @@ def _refresh(*, parity_id: int, keys: list[str] | None, low: int | None, high: i
         high = None if None in lasts else min(lasts)
     low = start if low is None else max(low, start)
     if high is not None and low <= high:
-        read_low = max(start, low // BLOCK_STEPS * BLOCK_STEPS)
-        read_high = (high // BLOCK_STEPS + 1) * BLOCK_STEPS - 1
+        read_low, read_high = block_span(low, high)
+        read_low = max(start, read_low)
         before = latest_values(run_id=parity.parent_id, keys=keys, low=read_low, high=read_high)
         after = latest_values(run_id=parity.run_id, keys=keys, low=read_low, high=read_high)
-        _store(parity, compare_cells(before, after, tolerance=parity.tolerance))
+        blocks_store(owner={"parity": parity}, cells=compare_cells(before, after, tolerance=parity.tolerance))
     _fold(parity)
-
-
-def _nan_as_none(value: float | None) -> float | None:
-    return None if value is None or math.isnan(value) else value
-
-
-def _store(parity: Parity, cells: list[Cell]) -> None:
-    if not cells:
-        return
-    rows = [
-        ParityBlock(
-            parity=parity,
-            key=cell.key,
-            block=cell.block,
-            mask=signed_mask(cell.mask),
-            compared=cell.compared,
-            identical=cell.identical,
-            first_step=cell.first_step,
-            last_step=cell.last_step,
-            diverged_step=cell.diverged_step,
-            parent_value=_nan_as_none(cell.parent_value),
-            child_value=_nan_as_none(cell.child_value),
-            max_difference=cell.max_difference,
-        )
-        for cell in cells
-    ]
-    ParityBlock.objects.bulk_create(
-        rows, update_conflicts=True, unique_fields=["parity", "key", "block"], update_fields=_CELL_FIELDS
-    )
 
 
 def _fold(parity: Parity) -> None:
     """Write the verdict folded from every block of ``parity`` (locked); announce a change of verdict, step or key
     on commit (``runs.hooks.parity_changed``)."""
-    stored = ParityBlock.objects.filter(parity=parity).values_list("key", "block", *_CELL_FIELDS)
-    summary = summarize(Cell(*row) for row in stored)
     previous = (parity.verdict, parity.step, parity.key)
-    fields = summary._asdict()
-    fields["parent_value"] = _nan_as_none(fields["parent_value"])
-    fields["child_value"] = _nan_as_none(fields["child_value"])
+    fields = blocks_fold(owner={"parity": parity})
     for name, value in fields.items():
         setattr(parity, name, value)
     parity.save(update_fields=[*fields, "tolerance", "updated_at"])
-    if (summary.verdict, summary.step, summary.key) != previous:
+    if (parity.verdict, parity.step, parity.key) != previous:
         transaction.on_commit(
             lambda: hooks.parity_changed.send(sender=Parity, parity=parity, previous=previous[0]), robust=True
         )

@@ -69,7 +69,12 @@ class Migration(migrations.Migration):
                 ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
                 ("key", models.CharField(max_length=250)),
                 ("step", models.BigIntegerField()),
-                ("value", models.FloatField(blank=True, null=True)),
+                (
+                    "value_bits",
+                    models.BigIntegerField(
+                        help_text="the value's IEEE-754 float64 bits as a signed 64-bit integer: -0.0, NaN and ±inf kept exactly"
+                    ),
+                ),
                 (
                     "segment",
                     models.ForeignKey(

@@ -69,13 +69,16 @@ class ResumeSegment(models.Model):
 
 
 class SegmentPoint(models.Model):
-    """One point a resumed segment logged at a step below its floor (``value`` NULL: NaN); at one (key, step) the
-    value stored last counts, as in a Run's series."""
+    """One point a resumed segment logged at a step below its floor; at one (key, step) the value stored last
+    counts, as in a Run's series. ``value_bits``: the float64's IEEE-754 bits (``runs.segments.values_to_bits`` /
+    ``bits_to_values``), since a REAL column of SQLite keeps -0.0 as 0 and the comparison is bit for bit."""
 
     segment = models.ForeignKey(ResumeSegment, on_delete=models.CASCADE, related_name="points", db_index=False)
     key = models.CharField(max_length=250)
     step = models.BigIntegerField()
-    value = models.FloatField(null=True, blank=True)
+    value_bits = models.BigIntegerField(
+        help_text="the value's IEEE-754 float64 bits as a signed 64-bit integer: -0.0, NaN and ±inf kept exactly"
+    )
 
     class Meta:
         constraints = [

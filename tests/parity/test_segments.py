@@ -3,16 +3,21 @@ the Run's series, and compares it with the series: a verdict per segment, with t
 (docs/design/resume.md#same-run-parity)."""
 
 import math
+import random
+import struct
 
 import pytest
+from django.db import IntegrityError, transaction
 
 from checkpoints.models import Checkpoint, CheckpointState
 from mado.errors import Forbidden, LeaseLost, ValidationFailed
-from parity.services import parity_tolerance_set, restore_report_record
+from parity.models import BLOCK_STEPS, Parity, ParityBlock
+from parity.services import parity_tolerance_set, restore_report_record, segment_verdict_refresh
 from runs.charts import run_charts
 from runs.metrics import metrics_ingest
 from runs.models import MetricPoint, ResumeSegment, Run, RunStatus, SegmentPoint
 from runs.resume import run_start
+from runs.segments import bits_to_values
 from tests.factories import RunFactory
 from tests.parity.conftest import KEYS, curve
 
@@ -239,3 +244,117 @@ def test_the_django_admin_lists_segments_read_only(same_run, log, client, django
     listing = client.get("/admin/runs/resumesegment/")
     assert listing.status_code == 200 and "identical" in listing.content.decode()
     assert client.get("/admin/runs/resumesegment/add/").status_code == 403
+
+
+# --- Kept current block by block (parity.services.blocks), values bit for bit -----------------------------------
+
+FIELDS = ("verdict", "step", "key", "parent_value", "child_value", "compared_points", "compared_steps")
+FIELDS += ("compared_keys", "first_step", "last_step", "max_difference")
+
+
+def verdict_fields(run, number=1) -> tuple:
+    found = segment(run, number)
+    return tuple(getattr(found, name) for name in FIELDS)
+
+
+def long_run(project, creator, log, name, steps=300):
+    run = RunFactory(project=project, created_by=creator, external_id=name, status=RunStatus.FAILED)
+    log(run, range(steps))
+    return resume(run)
+
+
+def replayed(key, step):
+    """What a resume replays: the first values, but one step differs by 1e-9 relative and two diverge."""
+    value = curve(key, step)
+    if step == 70:
+        return value * (1 + 1e-9)
+    return value + 1.0 if (key, step) in {("train.loss", 250), ("train.accuracy", 130)} else value
+
+
+def test_many_small_batches_in_any_order_give_the_verdict_of_one_big_batch(project, creator, log):
+    big = long_run(project, creator, log, "big")
+    log(big, range(300), value=replayed)
+    small = long_run(project, creator, log, "small")
+    batches = [range(start, start + 7) for start in range(0, 300, 7)]
+    random.Random(5).shuffle(batches)
+    for steps in batches:
+        log(small, steps, value=replayed)
+    assert verdict_fields(small) == verdict_fields(big)
+    assert verdict_fields(big)[:3] == ("diverged", 130, "train.accuracy")
+    assert segment(big).compared_points == 600 and segment(big).compared_steps == 300
+
+
+def test_a_late_point_into_an_early_block_changes_the_verdict_and_a_correction_restores_it(project, creator, log):
+    resumed = long_run(project, creator, log, "late")
+    for start in range(100, 300, 50):
+        log(resumed, range(start, start + 50))
+    assert segment(resumed).verdict == "identical"
+    log(resumed, [3], keys=("train.loss",), value=lambda key, step: -1.0)
+    found = segment(resumed)
+    assert (found.verdict, found.step, found.key, found.child_value) == ("diverged", 3, "train.loss", -1.0)
+    assert (found.first_step, found.compared_points) == (3, 401)
+    log(resumed, [3], keys=("train.loss",))
+    assert (segment(resumed).verdict, segment(resumed).compared_points) == ("identical", 401)
+
+
+def test_a_batch_compares_again_only_the_blocks_it_reached(project, creator, log):
+    resumed = long_run(project, creator, log, "blocks")
+    log(resumed, range(300))
+    opened = segment(resumed)
+    assert ParityBlock.objects.filter(segment=opened).count() == 2 * math.ceil(300 / BLOCK_STEPS)
+    ParityBlock.objects.filter(segment=opened, block=0).update(identical=False)  # a block no batch reaches now
+    log(resumed, [200], keys=("train.loss",))
+    assert segment(resumed).verdict == "within_tolerance", "block 0 was not compared again"
+    segment_verdict_refresh(segment_id=opened.pk)  # everything: what a tolerance change does
+    assert segment(resumed).verdict == "identical"
+
+
+def test_batches_whose_refreshes_run_late_out_of_order_or_twice_leave_the_current_verdict(
+    same_run, django_capture_on_commit_callbacks
+):
+    resumed = resume(same_run)
+    with django_capture_on_commit_callbacks(execute=False) as callbacks:
+        for steps, shift in (([20, 21, 22], 0.0), ([23, 24], 0.5), ([23], 0.0)):
+            columns = {"keys": [], "steps": [], "values": []}
+            for step in steps:
+                columns["keys"].append("train.loss")
+                columns["steps"].append(step)
+                columns["values"].append(curve("train.loss", step) + shift)
+            metrics_ingest(actor=resumed.created_by, run=resumed, columns=columns)
+    for callback in [*reversed(callbacks), *callbacks]:  # the last batch's refresh first; each twice
+        callback()
+    found = segment(resumed)
+    assert (found.verdict, found.step, found.compared_points) == ("diverged", 24, 5)
+
+
+@pytest.mark.parametrize("first, again", [(0.0, -0.0), (-0.0, 0.0)])
+def test_zero_and_negative_zero_differ_so_the_replay_is_not_identical(project, creator, log, first, again):
+    run = RunFactory(project=project, created_by=creator, external_id="zero", status=RunStatus.FAILED)
+    log(run, range(3), keys=("loss",), value=lambda key, step: first)
+    assert math.copysign(1.0, MetricPoint.objects.get(run=run, key="loss", step=1).value) == math.copysign(1.0, first)
+    resumed = resume(run)
+    log(resumed, range(3), keys=("loss",), value=lambda key, step: again)
+    found = segment(resumed)
+    assert (found.verdict, found.compared_points, found.max_difference) == ("within_tolerance", 3, 0.0)
+    log(resumed, range(3), keys=("loss",), value=lambda key, step: first)
+    assert segment(resumed).verdict == "identical"
+
+
+def test_every_value_a_segment_keeps_reads_back_bit_for_bit(same_run, log):
+    resumed = resume(same_run)
+    sent = [-0.0, 0.0, math.inf, -math.inf, math.nan, 5e-324, -1.7976931348623157e308]
+    log(resumed, range(20, 27), keys=("odd",), value=lambda key, step: sent[step - 20])
+    bits = SegmentPoint.objects.filter(segment__run=resumed).order_by("step").values_list("value_bits", flat=True)
+    assert [struct.pack("<d", value) for value in bits_to_values(list(bits)).tolist()] == [
+        struct.pack("<d", value) for value in sent
+    ]
+
+
+def test_a_block_belongs_to_a_verdict_or_a_segment_never_both_nor_neither(same_run, child, log):
+    resumed = resume(same_run)
+    log(resumed, range(20, 30))
+    fields = dict(key="k", block=0, mask=1, compared=1, identical=True, first_step=0, last_step=0, max_difference=0.0)
+    log(child, range(20, 25))
+    for owners in ({}, {"segment": segment(resumed), "parity": Parity.objects.get(run=child)}):
+        with pytest.raises(IntegrityError), transaction.atomic():
+            ParityBlock.objects.create(**owners, **fields)
