@@ -10,6 +10,7 @@ rolls back with the rest of it. The verdicts are the parity app's (``parity.serv
 from typing import NamedTuple
 
 import numpy as np
+from django.db import connection
 
 from runs.metric_batch import MetricColumns
 from runs.models import ResumeSegment, Run, SegmentPoint
@@ -23,6 +24,15 @@ def segment_open(*, run: Run) -> ResumeSegment:
     return ResumeSegment.objects.create(
         run=run, number=run.resume_count, lease_token=run.lease_token, floor=run.step_floor
     )
+
+
+_TABLE = SegmentPoint._meta.db_table
+_ON_CONFLICT = "ON CONFLICT (segment_id, key, step) DO UPDATE SET value_bits = excluded.value_bits"
+_UPSERT = f"INSERT INTO {_TABLE} (segment_id, key, step, value_bits) VALUES (%s, %s, %s, %s) {_ON_CONFLICT}"
+_UPSERT_ARRAYS = (  # PostgreSQL: one statement for the whole batch
+    f"INSERT INTO {_TABLE} (segment_id, key, step, value_bits) "
+    f"SELECT %s, * FROM unnest(%s::text[], %s::bigint[], %s::bigint[]) {_ON_CONFLICT}"
+)
 
 
 class SegmentPointsAdded(NamedTuple):
@@ -51,15 +61,13 @@ def segment_points_add(*, run_id: int, below: MetricColumns) -> SegmentPointsAdd
         latest[(key, step)] = bits
         first, last = steps.get(key, (step, step))
         steps[key] = (min(first, step), max(last, step))
-    SegmentPoint.objects.bulk_create(
-        [
-            SegmentPoint(segment_id=segment_id, key=key, step=step, value_bits=bits)
-            for (key, step), bits in latest.items()
-        ],
-        update_conflicts=True,
-        unique_fields=["segment", "key", "step"],
-        update_fields=["value_bits"],
-    )
+    # Not the ORM's bulk_create: a model instance a point cost most of a batch.
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql" and latest:
+            keys, at, bits = zip(*((key, step, value) for (key, step), value in latest.items()))
+            cursor.execute(_UPSERT_ARRAYS, [segment_id, list(keys), list(at), list(bits)])
+        else:
+            cursor.executemany(_UPSERT, [(segment_id, key, step, value) for (key, step), value in latest.items()])
     return SegmentPointsAdded(segment_id, steps)
 
 
