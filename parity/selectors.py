@@ -7,7 +7,7 @@ from django.db.models import Min
 
 from parity.declared import DeclaredVerdict, declared_verdict
 from parity.models import DEFAULT_TOLERANCE, Parity, ParityBlock, ParitySettings, ParityVerdict, RestoreReport
-from runs.models import DataStage, ParameterChange, Run
+from runs.models import DataStage, ParameterChange, ResumeSegment, Run
 from runs.stages import data_stage_history
 
 
@@ -176,3 +176,43 @@ def parity_pairs(*, runs) -> list[tuple[Run, Run, Parity, DeclaredVerdict | None
     children = [run for run in runs if run.pk in found and run.parent_id in by_id]
     declared = _declared_verdicts([(run, found[run.pk]) for run in children])
     return [(by_id[run.parent_id], run, found[run.pk], declared.get(run.pk)) for run in children]
+
+
+def segments_declared(*, run: Run) -> list[tuple[ResumeSegment, DeclaredVerdict | None]]:
+    """Each resume segment of ``run`` in order with the parameters its resume changed on purpose
+    (``allow_param_change``, recorded with the resuming writer's token), judged as a continue's are against what the
+    segment logged again and the restore report it sent (docs/design/resume.md#declared-changes); None for a segment
+    whose resume changed nothing. Two queries, a third when a resume changed something, whatever the number of
+    segments."""
+    segments = list(run.resume_segments.all())
+    if not segments:
+        return []
+    changes = defaultdict(list)
+    for token, key, old, new in (
+        ParameterChange.objects.filter(run_id=run.pk, lease_token__in=[segment.lease_token for segment in segments])
+        .order_by("changed_at", "id")
+        .values_list("lease_token", "key", "old_value", "new_value")
+    ):
+        changes[token].append((key, old, new))
+    changed = [segment for segment in segments if changes[segment.lease_token]]
+    diverged_at = defaultdict(dict)
+    if changed:
+        blocks = ParityBlock.objects.filter(segment__in=changed).values("segment_id", "key")
+        for row in blocks.annotate(first=Min("diverged_step")).order_by():
+            diverged_at[row["segment_id"]][row["key"]] = row["first"]
+    return [
+        (
+            segment,
+            declared_verdict(
+                changes=changes[segment.lease_token],
+                diverged_at=diverged_at[segment.pk],
+                parts=segment.restore_parts or {},
+                details=segment.restore_details or {},
+                first_step=segment.first_step,
+                diverged_step=segment.step if segment.verdict == ParityVerdict.DIVERGED else None,
+            )
+            if changes[segment.lease_token]
+            else None,
+        )
+        for segment in segments
+    ]

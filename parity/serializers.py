@@ -185,6 +185,10 @@ class SegmentRestoreReportOutputSerializer(serializers.Serializer):
     )
     details = serializers.DictField(child=serializers.CharField(), help_text="one line per part, e.g. what differs")
     not_restored = serializers.ListField(child=serializers.CharField(), help_text="parts not restored, sorted")
+    unknown = serializers.ListField(child=serializers.CharField(), help_text="parts whose restoring is not known")
+    not_declared = serializers.ListField(
+        child=serializers.CharField(), help_text="parts the checkpoint cannot describe, so not checked"
+    )
 
 
 class ResumeSegmentOutputSerializer(serializers.Serializer):
@@ -207,6 +211,11 @@ class ResumeSegmentOutputSerializer(serializers.Serializer):
     max_difference = ParityValueField(allow_null=True, help_text="largest relative difference; null: none compared")
     tolerance = serializers.FloatField(allow_null=True)
     restore_report = serializers.SerializerMethodField(help_text="the restore report this resume sent; null: none")
+    declared = serializers.SerializerMethodField(
+        help_text="the parameters this resume changed on purpose (allow_param_change), each judged against what it "
+        "logged again, as a continue's are: a divergence from the step the change took effect reads changed on "
+        "purpose; null: it changed none"
+    )
 
     def get_key(self, segment) -> str | None:
         return segment.key if segment.verdict == ParityVerdict.DIVERGED else None
@@ -225,6 +234,11 @@ class ResumeSegmentOutputSerializer(serializers.Serializer):
             return None
         return ParityValueField().to_representation(math.nan if value is None else value)
 
+    @extend_schema_field(DeclaredOutputSerializer(allow_null=True))
+    def get_declared(self, segment) -> dict | None:
+        declared = self.context.get("segments_declared", {}).get(segment.pk)
+        return None if declared is None else DeclaredOutputSerializer(declared).data
+
     @extend_schema_field(SegmentRestoreReportOutputSerializer(allow_null=True))
     def get_restore_report(self, segment) -> dict | None:
         if segment.restore_parts is None:
@@ -233,15 +247,22 @@ class ResumeSegmentOutputSerializer(serializers.Serializer):
             "parts": segment.restore_parts,
             "details": segment.restore_details or {},
             "not_restored": segment.not_restored,
+            "unknown": segment.unknown,
+            "not_declared": segment.not_declared,
         }
 
 
 class RunResourceOutputSerializer(ResumeFactsMixin, RunOutputSerializer):
     """The Run resource with what it restored and its parity verdict, and each resume under its id's verdict."""
 
-    resume_segments = ResumeSegmentOutputSerializer(
-        many=True,
-        read_only=True,
+    resume_segments = serializers.SerializerMethodField(
         help_text="each resume of this run under its id, in order, with how the steps it logged again compare with "
         "what the run held (the run's series keeps the first values)",
     )
+
+    @extend_schema_field(ResumeSegmentOutputSerializer(many=True))
+    def get_resume_segments(self, run) -> list[dict]:
+        pairs = selectors.segments_declared(run=run)
+        declared = {segment.pk: verdict for segment, verdict in pairs if verdict is not None}
+        segments = [segment for segment, _verdict in pairs]
+        return ResumeSegmentOutputSerializer(segments, many=True, context={"segments_declared": declared}).data

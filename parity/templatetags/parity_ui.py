@@ -45,6 +45,13 @@ def declared_verdict_of_tag(run, parity):
 
 
 @register.simple_tag
+def segments_declared(run):
+    """``(segment, declared)`` for each resume of ``run`` under its id (``declared``: a ``DeclaredVerdict`` of the
+    parameters that resume changed, or None)."""
+    return selectors.segments_declared(run=run)
+
+
+@register.simple_tag
 def parity_pairs(runs):
     """``(parent, child, verdict, declared)`` for each compared Run whose parent is compared too (the Compare page);
     ``declared`` (a ``DeclaredVerdict`` or None) makes a declared change's divergence read "changed on purpose"."""

@@ -65,7 +65,19 @@ class ResumeSegment(models.Model):
 
     @property
     def not_restored(self) -> list[str]:
-        return sorted(part for part, state in (self.restore_parts or {}).items() if state == "not_restored")
+        return self._parts_in("not_restored")
+
+    @property
+    def unknown(self) -> list[str]:
+        """Parts whose restoring the report could not tell (e.g. a fetched checkpoint not loaded through the SDK)."""
+        return self._parts_in("unknown")
+
+    @property
+    def not_declared(self) -> list[str]:
+        return self._parts_in("not_declared")
+
+    def _parts_in(self, state: str) -> list[str]:
+        return sorted(part for part, found in (self.restore_parts or {}).items() if found == state)
 
 
 class SegmentPoint(models.Model):

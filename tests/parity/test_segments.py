@@ -193,6 +193,7 @@ def test_the_run_overview_shows_each_resume_with_its_verdict_and_what_it_did_not
     assert "Resume 1 from the checkpoint at step 20" in html
     assert "Logged again, step 26 differs: train.accuracy was" in html
     assert "Not restored from the checkpoint: data_position." in html and "the loader started the epoch again" in html
+    assert 'title="Compared with the steps this run logged first"' in html, "a segment has no parent run"
 
 
 @pytest.mark.parametrize(
@@ -358,3 +359,47 @@ def test_a_block_belongs_to_a_verdict_or_a_segment_never_both_nor_neither(same_r
     for owners in ({}, {"segment": segment(resumed), "parity": Parity.objects.get(run=child)}):
         with pytest.raises(IntegrityError), transaction.atomic():
             ParityBlock.objects.create(**owners, **fields)
+
+
+def test_a_resume_that_changes_a_parameter_reads_changed_on_purpose_on_its_segment(same_run, log, api, login, viewer):
+    Run.objects.filter(pk=same_run.pk).update(parameters={"lr": 0.1})
+    log(same_run, range(30), keys=["train.lr"], value=lambda key, step: 0.1)
+    Run.objects.filter(pk=same_run.pk).update(status=RunStatus.FAILED, heartbeat_at=None)
+    resumed = run_start(
+        actor=same_run.created_by,
+        project=same_run.project,
+        external_id="exp-1",
+        resume="allow",
+        allow_param_change=True,
+        parameters={"lr": 0.05},
+    ).run
+    log(resumed, range(20, 30), keys=[*KEYS, "train.lr"], value=lambda key, step: 0.05 if key == "train.lr" else 9.0)
+    assert (segment(resumed).verdict, segment(resumed).step) == ("diverged", 20)
+    (found,) = api(viewer).get(f"/api/v1/runs/{resumed.pk}/").json()["resume_segments"]
+    (change,) = found["declared"]["changes"]
+    assert (change["key"], change["old_value"], change["new_value"], change["took_effect_at_step"]) == (
+        "lr",
+        0.1,
+        0.05,
+        20,
+    )
+    assert found["declared"]["divergence_declared"] is True
+    html = login(viewer).get(f"/runs/{resumed.pk}/").content.decode()
+    assert "Changed on purpose from step 20, as declared below" in html
+    assert "changed on purpose: lr 0.1 → 0.05" in html and "(took effect at step 20)" in html
+
+
+def test_a_resume_that_changed_nothing_has_no_declared_changes_and_an_unloaded_checkpoint_reads_not_known(
+    same_run, log, api, login, viewer
+):
+    resumed = resume(same_run)
+    log(resumed, range(20, 30))
+    restore_report_record(
+        actor=resumed.created_by,
+        run=resumed,
+        body={"parts": {"model": "unknown"}, "details": {"model": "not loaded through mado_tracking"}},
+    )
+    (found,) = api(viewer).get(f"/api/v1/runs/{resumed.pk}/").json()["resume_segments"]
+    assert found["declared"] is None and found["restore_report"]["unknown"] == ["model"]
+    html = login(viewer).get(f"/runs/{resumed.pk}/").content.decode()
+    assert "Not known what was restored from the checkpoint: model." in html
