@@ -30,6 +30,7 @@ import torch.distributed.checkpoint as dcp
 
 from mado_tracking.checkpoints import SavedCheckpoint, check_step
 from mado_tracking.errors import CheckpointError, ResumeError
+from mado_tracking.integrations.restore_report import report_loaded
 from mado_tracking.ranks import broadcast, process_group_ranks
 from mado_tracking.resume import resume_checkpoint
 
@@ -54,7 +55,11 @@ def load_distributed(state_dict: dict, directory=None) -> int:
     """Load a sharded checkpoint into ``state_dict`` in place (resharded to this world size); return its step.
 
     ``directory``: the checkpoint (default: ``resume_checkpoint().path``, the
-    one the worker restored). Every rank calls it. Raises ``ResumeError``
+    one the worker restored). Every rank calls it. A resuming process then
+    reports what it restored (docs/design/resume.md#restore-report): the
+    parts ``state_dict``'s top-level names name (``model``; ``optim`` or
+    ``optimizer``; ``scheduler`` or ``lr_scheduler``; ``scaler``) and the
+    global step. Raises ``ResumeError``
     when no directory is given and the process is not resuming, or the
     directory is not a ``torch-dcp`` checkpoint saved by mado.
     """
@@ -74,7 +79,24 @@ def load_distributed(state_dict: dict, directory=None) -> int:
             f"{info.get('framework') if isinstance(info, dict) else None!r})"
         )
     dcp.load(state_dict, checkpoint_id=directory)
+    report_loaded(
+        directory,
+        step=info["step"],
+        holds=sorted({_PARTS[name] for name in state_dict if name in _PARTS}),
+        declare_position="the batches of a step follow from the step alone, or save the position in the state dict",
+    )
     return info["step"]
+
+
+# the state dict's top-level names that name a part of a restore report (docs/design/resume.md#restore-report)
+_PARTS = {
+    "model": "model",
+    "optim": "optimizer",
+    "optimizer": "optimizer",
+    "scheduler": "scheduler",
+    "lr_scheduler": "scheduler",
+    "scaler": "scaler",
+}
 
 
 def staging_directory(run_label: str, step: int) -> Path:

@@ -151,3 +151,5 @@ def test_started_again_under_its_id_the_run_resumes_mid_epoch_from_its_latest_ch
     report = RestoreReport.objects.get(run=run)  # what the integration loaded: no "Resume ignored?"
     assert set(report.parts.values()) == {"restored"}, report.details
     assert Checkpoint.objects.get(pk=report.checkpoint_id).step == 20
+    (segment,) = run.resume_segments.all()  # steps 20-26 trained again, compared with the first ones
+    assert (segment.verdict, segment.checkpoint_step, segment.first_step) == ("identical", 20, 20), segment.key

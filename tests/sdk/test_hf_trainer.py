@@ -119,6 +119,9 @@ def test_the_same_run_started_again_in_an_empty_directory_resumes_from_its_step_
     report = RestoreReport.objects.get(run=run)  # what the integration loaded: no "Resume ignored?"
     assert set(report.parts.values()) == {"restored"}, report.details
     assert Checkpoint.objects.get(pk=report.checkpoint_id).step == 20
+    (segment,) = run.resume_segments.all()  # steps 20-27 trained again, compared with the first ones
+    assert (segment.verdict, segment.checkpoint_step, segment.first_step) == ("identical", 20, 21), segment.key
+    assert set(segment.restore_parts.values()) == {"restored"}
 
 
 def test_training_parameters_are_json_with_the_model_config_under_model_and_no_paths_or_tokens(tmp_path):
