@@ -13,25 +13,13 @@ import mado_tracking
 from mado_tracking import restore_check
 from mado_tracking.errors import ApiError
 from mado_tracking.torch import load_checkpoint, load_extra, save_checkpoint
+from tests.sdk.data_position import Position
 from tests.sdk.stub_api import StubApi
 
 pytestmark = pytest.mark.usefixtures("fresh_restore_check")
 
 CHECKPOINT_ID = 7
 BATCH = 4
-
-
-class Position:
-    """Where the loop is in its data: the next batch's index."""
-
-    def __init__(self):
-        self.index = 0
-
-    def state_dict(self):
-        return {"index": self.index}
-
-    def load_state_dict(self, state):
-        self.index = state["index"]
 
 
 class Loop:

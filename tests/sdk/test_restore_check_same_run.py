@@ -13,20 +13,10 @@ import torch
 import mado_tracking
 from mado_tracking import restore_check
 from mado_tracking.torch import load_checkpoint, save_checkpoint
+from tests.sdk.data_position import Position
 from tests.sdk.resume_stub import ResumeStubApi
 
 pytestmark = pytest.mark.usefixtures("fresh_restore_check")
-
-
-class Position:
-    def __init__(self):
-        self.index = 0
-
-    def state_dict(self):
-        return {"index": self.index}
-
-    def load_state_dict(self, state):
-        self.index = state["index"]
 
 
 def _objects():
