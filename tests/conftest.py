@@ -37,6 +37,16 @@ def pytest_collection_modifyitems(config, items):
 
 
 @pytest.fixture(scope="session", autouse=True)
+def _static_files_found_per_request():
+    """WhiteNoise finds a static file when it is asked for, instead of listing every static file each time a test
+    client builds its middleware: a listing costs about 45 ms and the suites build thousands of clients. What a
+    static file answers is the same (tests/mado/test_page_headers.py asks for one)."""
+    from django.conf import settings
+
+    settings.WHITENOISE_AUTOREFRESH = True
+
+
+@pytest.fixture(scope="session", autouse=True)
 def _flush_past_the_audit_truncate_guard():
     """On PostgreSQL the test runner empties every table between transactional tests with one TRUNCATE, which the
     audit log refuses (mado/migrations/0007_audit_log_no_truncate.py). The flush, run as the tables' owner, turns
