@@ -397,9 +397,13 @@ def test_a_resume_that_changed_nothing_has_no_declared_changes_and_an_unloaded_c
     restore_report_record(
         actor=resumed.created_by,
         run=resumed,
-        body={"parts": {"model": "unknown"}, "details": {"model": "not loaded through mado_tracking"}},
+        body={
+            "parts": {"model": "unknown", "optimizer": "not_restored"},
+            "details": {"model": "not loaded through mado_tracking"},
+        },
     )
     (found,) = api(viewer).get(f"/api/v1/runs/{resumed.pk}/").json()["resume_segments"]
     assert found["declared"] is None and found["restore_report"]["unknown"] == ["model"]
     html = login(viewer).get(f"/runs/{resumed.pk}/").content.decode()
-    assert "Not known what was restored from the checkpoint: model." in html
+    assert "Not restored from the checkpoint: optimizer." in html
+    assert "Not known what was restored from the checkpoint: model." in html, "both lines, not the first only"
