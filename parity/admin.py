@@ -8,7 +8,8 @@ from mado.admin import ReadOnlyAdmin
 from mado.errors import UserError
 from parity.models import Parity, ParityBlock, ParitySettings, RestoreReport
 from parity.services import parity_tolerance_set
-from runs.models import ResumeSegment
+from runs.models import ResumeSegment, SegmentPoint
+from runs.segments import bits_to_values
 
 
 @admin.register(ParitySettings)
@@ -56,3 +57,16 @@ class ResumeSegmentAdmin(ReadOnlyAdmin):
     list_filter = ["verdict"]
     search_fields = ["run__external_id", "key"]
     list_select_related = ["run"]
+
+
+@admin.register(SegmentPoint)
+class SegmentPointAdmin(ReadOnlyAdmin):
+    """The points a resume logged again below its floor (docs/design/resume.md#same-run-parity), read-only."""
+
+    list_display = ["segment", "key", "step", "value"]
+    search_fields = ["segment__run__external_id", "key"]
+    list_select_related = ["segment__run"]
+
+    @admin.display(description="value")
+    def value(self, point: SegmentPoint) -> str:
+        return repr(float(bits_to_values([point.value_bits])[0]))

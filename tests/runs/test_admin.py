@@ -3,6 +3,7 @@
 
 import re
 
+import numpy as np
 import pytest
 from django.apps import apps
 from django.contrib import admin
@@ -20,7 +21,8 @@ from checkpoints.models import (
 )
 from mlflow_api.tracking.logged_models import logged_model_create
 from runs.metrics import metrics_ingest
-from runs.models import DataStage, ExternalIdentity, Project, Run, ServiceAccount
+from runs.models import DataStage, ExternalIdentity, Project, ResumeSegment, Run, SegmentPoint, ServiceAccount
+from runs.segments import values_to_bits
 from runs.services import run_table_columns_save
 from sweeps.services import sweep_claim, sweep_create
 from tests.factories import CodeVersionFactory, DatasetVersionFactory, UserFactory
@@ -78,6 +80,8 @@ def one_of_each(project, run, creator):
     )
     StorageUsage.objects.create(project=project, run=run, kind=StorageUsage.Kind.CHECKPOINT_TAR, bytes=10, files=1)
     ScrubState.objects.create(credit=0.0)
+    segment = ResumeSegment.objects.create(run=run, number=1, lease_token=1, floor=10)
+    SegmentPoint.objects.create(segment=segment, key="loss", step=3, value_bits=values_to_bits(np.array([0.5]))[0])
 
 
 @pytest.mark.parametrize("model", MODELS, ids=lambda m: m.__name__)

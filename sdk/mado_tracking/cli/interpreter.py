@@ -22,7 +22,7 @@ import subprocess
 from pathlib import Path
 
 # Import names of mado_tracking and of its runtime dependencies (sdk/pyproject.toml ``dependencies``).
-SDK_IMPORTS = ("mado_tracking", "requests", "click", "tqdm", "yaml", "psutil", "orjson")
+SDK_IMPORTS = ("mado_tracking", "requests", "urllib3", "click", "tqdm", "yaml", "psutil", "orjson")
 PYTHON_NAME = re.compile(r"^(python|pypy)[0-9.]*$")
 CHECK_TIMEOUT_S = 60
 
