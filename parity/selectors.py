@@ -69,7 +69,7 @@ def declared_verdict_of(run: Run, parity: Parity | None) -> DeclaredVerdict | No
     data = _data_changes(run, parity.checkpoint_step) if has_data else []
     if not changes and not data:
         return None
-    diverged_at = _diverged_at(parity_ids=[parity.pk] if parity.pk is not None else []).get(parity.pk, {})
+    diverged_at = _diverged_at(ids=[parity.pk] if parity.pk is not None else []).get(parity.pk, {})
     return _judge(parity, changes=changes, data=data, diverged_at=diverged_at, report=restore_report_of(run))
 
 
@@ -114,7 +114,7 @@ def _declared_verdicts(verdicts) -> dict[int, DeclaredVerdict]:
     if not judged:
         return {}
     reports = {report.run_id: report for report in RestoreReport.objects.filter(run_id__in=judged)}
-    diverged_at = _diverged_at(parity_ids=[diverged[run_id][1].pk for run_id in judged])
+    diverged_at = _diverged_at(ids=[diverged[run_id][1].pk for run_id in judged])
     return {
         run_id: _judge(
             diverged[run_id][1],
@@ -127,13 +127,14 @@ def _declared_verdicts(verdicts) -> dict[int, DeclaredVerdict]:
     }
 
 
-def _diverged_at(*, parity_ids: list[int]) -> dict[int, dict[str, int | None]]:
-    """``{parity id: {compared key: first diverged step or None}}`` (one aggregate over the verdicts' blocks)."""
+def _diverged_at(*, ids: list[int], owner: str = "parity_id") -> dict[int, dict[str, int | None]]:
+    """``{owner id: {compared key: first diverged step or None}}`` of the blocks whose ``owner`` (``parity_id`` or
+    ``segment_id``) is among ``ids`` (one aggregate over their blocks)."""
     found = defaultdict(dict)
-    if parity_ids:
-        blocks = ParityBlock.objects.filter(parity_id__in=parity_ids).values("parity_id", "key")
+    if ids:
+        blocks = ParityBlock.objects.filter(**{f"{owner}__in": ids}).values(owner, "key")
         for row in blocks.annotate(first=Min("diverged_step")).order_by():
-            found[row["parity_id"]][row["key"]] = row["first"]
+            found[row[owner]][row["key"]] = row["first"]
     return found
 
 
@@ -195,11 +196,7 @@ def segments_declared(*, run: Run) -> list[tuple[ResumeSegment, DeclaredVerdict 
     ):
         changes[token].append((key, old, new))
     changed = [segment for segment in segments if changes[segment.lease_token]]
-    diverged_at = defaultdict(dict)
-    if changed:
-        blocks = ParityBlock.objects.filter(segment__in=changed).values("segment_id", "key")
-        for row in blocks.annotate(first=Min("diverged_step")).order_by():
-            diverged_at[row["segment_id"]][row["key"]] = row["first"]
+    diverged_at = _diverged_at(ids=[segment.pk for segment in changed], owner="segment_id")
     return [
         (
             segment,
